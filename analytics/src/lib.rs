@@ -1,0 +1,226 @@
+//! The analytics consumer: trending posts and latency, an application of its own with its own
+//! leases and checkpoints over the same stream.
+//!
+//! Per shard it folds likes into a bounded trending sketch ([`tally_core::trending`]) and
+//! records latencies ([`tally_core::latency`]); every window (size or time) it stores the sketch
+//! and the window's histograms atomically with its checkpoint. Reading commands merge the shards'
+//! sketches and histograms. Duplicates are filtered in memory (they are not persisted across
+//! restarts: analytics is approximate by nature, the counter is the exact one).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tally_consumer::worker::{now_ms, ProcessorFactory, ShardProcessor};
+use tally_consumer::ConsumerError;
+use tally_core::dedup::{id_hash, Dedup};
+use tally_core::event::{decode, Action};
+use tally_core::latency::{percentiles, Latency, Percentiles};
+use tally_core::lease::Lease;
+use tally_core::ports::{AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch, StartPosition, TrendingEntry};
+use tally_core::trending::{merge, Trending};
+use tally_core::SeqNo;
+
+/// The analytics settings.
+#[derive(Clone, Debug)]
+pub struct AnalyticsConfig {
+    pub app: String,
+    /// Posts kept by each shard's sketch: memory is bounded by this, not by distinct posts.
+    pub sketch_capacity: usize,
+    /// Half-life of the decayed like rate.
+    pub half_life: Duration,
+    /// A snapshot is stored after this many records…
+    pub window_records: usize,
+    /// …or this long after the window opened.
+    pub window_time: Duration,
+}
+
+impl AnalyticsConfig {
+    pub fn new(app: &str) -> AnalyticsConfig {
+        AnalyticsConfig {
+            app: app.to_owned(),
+            sketch_capacity: 1_000,
+            half_life: Duration::from_secs(300),
+            window_records: 20_000,
+            window_time: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Counters for reports.
+#[derive(Debug, Default)]
+pub struct AnalyticsMetrics {
+    pub records: AtomicU64,
+    pub likes: AtomicU64,
+    pub snapshots: AtomicU64,
+}
+
+/// Makes an [`AnalyticsShard`] per shard.
+pub struct Analytics {
+    store: Arc<dyn AnalyticsStore>,
+    cfg: AnalyticsConfig,
+    metrics: Arc<AnalyticsMetrics>,
+}
+
+impl Analytics {
+    pub fn new(store: Arc<dyn AnalyticsStore>, cfg: AnalyticsConfig, metrics: Arc<AnalyticsMetrics>) -> Analytics {
+        Analytics { store, cfg, metrics }
+    }
+}
+
+impl ProcessorFactory for Analytics {
+    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor> {
+        Box::new(AnalyticsShard {
+            store: self.store.clone(),
+            cfg: self.cfg.clone(),
+            metrics: self.metrics.clone(),
+            shard_id: shard_id.to_owned(),
+            fence: None,
+            trending: Trending::new(self.cfg.sketch_capacity, self.cfg.half_life.as_millis() as i64),
+            dedup: Dedup::new(600_000),
+            latency: Latency::default(),
+            end: None,
+            records_in_window: 0,
+            opened_at_ms: 0,
+        })
+    }
+}
+
+/// One shard's analytics state.
+pub struct AnalyticsShard {
+    store: Arc<dyn AnalyticsStore>,
+    cfg: AnalyticsConfig,
+    metrics: Arc<AnalyticsMetrics>,
+    shard_id: String,
+    fence: Option<Fence>,
+    trending: Trending,
+    dedup: Dedup,
+    /// The open window's histograms.
+    latency: Latency,
+    /// The last record folded and not yet checkpointed.
+    end: Option<SeqNo>,
+    records_in_window: usize,
+    opened_at_ms: i64,
+}
+
+impl AnalyticsShard {
+    async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        let Some(fence) = self.fence.clone() else { return Ok(()) };
+        let Some(end) = self.end.clone() else {
+            if shard_end {
+                self.store.mark_finished(&fence).await?;
+            }
+            return Ok(());
+        };
+        let snap = AnalyticsSnapshot {
+            shard_id: self.shard_id.clone(),
+            end,
+            max_arrival: self.dedup.running_max(),
+            taken_at_ms: now_ms(),
+            trending: self.trending.entries(),
+            trending_at_ms: self.trending.now_ms().max(0),
+            latency: self.latency.encode(),
+            shard_finished: shard_end,
+        };
+        self.store.save_snapshot(&fence, &snap).await?;
+        self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
+        self.latency = Latency::default();
+        self.end = None;
+        self.records_in_window = 0;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ShardProcessor for AnalyticsShard {
+    async fn start(&mut self, fence: &Fence, _lease: &Lease) -> Result<StartPosition, ConsumerError> {
+        self.fence = Some(fence.clone());
+        let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+        let sketches = self.store.trending_sketches(&fence.app).await?;
+        if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| s == &self.shard_id) {
+            self.trending = Trending::restore(self.cfg.sketch_capacity, self.cfg.half_life.as_millis() as i64, entries, *at);
+        }
+        Ok(StartPosition::after(st.lease.checkpoint.as_ref()))
+    }
+
+    async fn process(&mut self, batch: &ReadBatch, now: i64) -> Result<(), ConsumerError> {
+        if let Some(age) = batch.millis_behind_latest {
+            self.latency.record_iterator_age(age);
+        }
+        for r in &batch.records {
+            if self.records_in_window == 0 {
+                self.opened_at_ms = now;
+            }
+            self.records_in_window += 1;
+            self.end = Some(r.seq.clone());
+            self.metrics.records.fetch_add(1, Ordering::Relaxed);
+            // Malformed records are the counter's to dead-letter; analytics skips them.
+            if let Ok(ev) = decode(&r.data) {
+                if self.dedup.observe(id_hash(&ev.event_id), r.arrival_ms) {
+                    self.latency.record_event(ev.created_at, r.arrival_ms, now);
+                    if ev.action == Action::Like {
+                        self.trending.add(&ev.post_id, ev.created_at);
+                        self.metrics.likes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            if self.records_in_window >= self.cfg.window_records {
+                self.dedup.seal();
+                self.snapshot(false).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn tick(&mut self, now: i64) -> Result<(), ConsumerError> {
+        if self.records_in_window > 0 && now - self.opened_at_ms >= self.cfg.window_time.as_millis() as i64 {
+            self.dedup.seal();
+            self.snapshot(false).await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        self.dedup.seal();
+        self.snapshot(shard_end).await
+    }
+}
+
+/// The top `k` posts across shards.
+pub async fn top(store: &dyn AnalyticsStore, app: &str, half_life: Duration, k: usize) -> PortResult<Vec<TrendingEntry>> {
+    let sketches: Vec<(Vec<TrendingEntry>, i64)> = store.trending_sketches(app).await?.into_iter().map(|(_, e, at)| (e, at)).collect();
+    Ok(merge(&sketches, half_life.as_millis() as i64, k))
+}
+
+/// Latency percentiles over the windows stored at or after `since_ms`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct LatencyReport {
+    /// Processing time − creation time.
+    pub creation_ms: Percentiles,
+    /// Processing time − arrival in the stream.
+    pub arrival_ms: Percentiles,
+    /// Iterator age per read.
+    pub iterator_age_ms: Percentiles,
+    /// Windows merged.
+    pub windows: usize,
+}
+
+/// Merges the stored latency windows.
+pub async fn latency(store: &dyn AnalyticsStore, app: &str, since_ms: i64) -> PortResult<LatencyReport> {
+    let snaps = store.latency_snapshots(app, since_ms).await?;
+    let mut all = Latency::default();
+    let mut windows = 0;
+    for bytes in &snaps {
+        if let Some(l) = Latency::decode(bytes) {
+            all.merge(&l);
+            windows += 1;
+        }
+    }
+    Ok(LatencyReport {
+        creation_ms: percentiles(&all.creation),
+        arrival_ms: percentiles(&all.arrival),
+        iterator_age_ms: percentiles(&all.iterator_age),
+        windows,
+    })
+}

@@ -1,0 +1,294 @@
+//! The counter: exact per-post counts, applied exactly once.
+//!
+//! Per shard: read → decode and validate → dedup by `event_id` → fold into a tumbling window of
+//! per-post deltas that closes on size or time → cut the window's write items into chunks →
+//! apply each chunk in one atomic write together with the shard's checkpoint row, conditioned on
+//! the lease (owner and epoch) and on the progress recorded there. The first chunk records the
+//! window's end in the checkpoint row ("pending"), which fixes the window's content; a worker
+//! that restarts, or takes the lease over, re-reads the same records from the checkpoint, rebuilds
+//! the same window and applies only the chunks not yet applied. The last chunk also stores the
+//! window's dedup record and its global-total delta, and moves the checkpoint past the window.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tally_core::dedup::Dedup;
+use tally_core::lease::Lease;
+use tally_core::ports::{ChunkCommit, CounterStore, Fence, LastChunk, Pending, PortError, ReadBatch, StartPosition};
+use tally_core::retry::Backoff;
+use tally_core::window::{plan_chunks, ClosedWindow, WindowBuilder};
+use tally_core::SeqNo;
+use tracing::debug;
+
+use crate::worker::{ProcessorFactory, ShardProcessor};
+use crate::ConsumerError;
+
+/// The counter's settings.
+#[derive(Clone, Debug)]
+pub struct CounterConfig {
+    /// Application name (leases and checkpoints).
+    pub app: String,
+    /// A window closes after this many records…
+    pub window_records: usize,
+    /// …or this long after it opened, whichever comes first.
+    pub window_time: Duration,
+    /// A retry of an event is recognised for this long after the event arrived.
+    pub dedup_horizon: Duration,
+    /// Caps the store's items per atomic write (0: the store's own limit).
+    pub max_items_per_commit: usize,
+    /// Backoff for retryable store errors.
+    pub backoff: Backoff,
+    /// Test failpoint: abort the process right after this many chunk commits.
+    pub crash_after_chunks: Option<u64>,
+}
+
+impl CounterConfig {
+    /// Defaults.
+    pub fn new(app: &str) -> CounterConfig {
+        CounterConfig {
+            app: app.to_owned(),
+            window_records: 5_000,
+            window_time: Duration::from_secs(1),
+            dedup_horizon: Duration::from_secs(600),
+            max_items_per_commit: 0,
+            backoff: Backoff::default(),
+            crash_after_chunks: None,
+        }
+    }
+}
+
+/// What the counter did, for reports and metrics.
+#[derive(Debug, Default)]
+pub struct CounterMetrics {
+    pub records: AtomicU64,
+    pub counted: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub malformed: AtomicU64,
+    pub windows: AtomicU64,
+    pub chunks: AtomicU64,
+    /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
+    /// letter, the checkpoint row, the dedup record, the global total).
+    pub items_written: AtomicU64,
+    /// The largest iterator age seen (ms).
+    pub max_iterator_age_ms: AtomicU64,
+}
+
+/// Makes a [`CounterShard`] per shard.
+pub struct Counter {
+    store: Arc<dyn CounterStore>,
+    cfg: CounterConfig,
+    metrics: Arc<CounterMetrics>,
+}
+
+impl Counter {
+    pub fn new(store: Arc<dyn CounterStore>, cfg: CounterConfig, metrics: Arc<CounterMetrics>) -> Counter {
+        Counter { store, cfg, metrics }
+    }
+}
+
+impl ProcessorFactory for Counter {
+    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor> {
+        Box::new(CounterShard {
+            store: self.store.clone(),
+            cfg: self.cfg.clone(),
+            metrics: self.metrics.clone(),
+            shard_id: shard_id.to_owned(),
+            fence: None,
+            dedup: Dedup::new(self.cfg.dedup_horizon.as_millis() as i64),
+            window: None,
+            checkpoint: None,
+            replay: None,
+        })
+    }
+}
+
+/// The counter's state for one held shard.
+pub struct CounterShard {
+    store: Arc<dyn CounterStore>,
+    cfg: CounterConfig,
+    metrics: Arc<CounterMetrics>,
+    shard_id: String,
+    /// Set by `start`.
+    fence: Option<Fence>,
+    dedup: Dedup,
+    /// The open window.
+    window: Option<WindowBuilder>,
+    /// The last record whose window is fully applied.
+    checkpoint: Option<SeqNo>,
+    /// A window found half-applied at start: it is rebuilt up to `end` and its first `done`
+    /// chunks are skipped.
+    replay: Option<Pending>,
+}
+
+impl CounterShard {
+    fn fence(&self) -> Result<&Fence, ConsumerError> {
+        self.fence.as_ref().ok_or_else(|| ConsumerError::Inconsistent { shard_id: self.shard_id.clone(), detail: "processor used before start".into() })
+    }
+
+    async fn close_and_apply(&mut self, skip: u32, shard_end: bool) -> Result<(), ConsumerError> {
+        let Some(window) = self.window.take() else { return Ok(()) };
+        let closed = window.close(&mut self.dedup);
+        self.apply(&closed, skip, shard_end).await?;
+        let s = &closed.stats;
+        self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
+        self.metrics.duplicates.fetch_add(s.duplicates, Ordering::Relaxed);
+        self.metrics.malformed.fetch_add(s.malformed, Ordering::Relaxed);
+        self.metrics.windows.fetch_add(1, Ordering::Relaxed);
+        self.checkpoint = closed.end.clone();
+        self.replay = None;
+        Ok(())
+    }
+
+    async fn apply(&self, w: &ClosedWindow, skip: u32, shard_end: bool) -> Result<(), ConsumerError> {
+        let fence = self.fence()?;
+        let Some(end) = w.end.as_ref() else { return Ok(()) };
+        let mut max = self.store.max_items_per_commit();
+        if self.cfg.max_items_per_commit > 0 {
+            max = max.min(self.cfg.max_items_per_commit);
+        }
+        let chunks = plan_chunks(w.items.len(), max);
+        debug!(end = %end, items = w.items.len(), chunks = chunks.len(), skip, "applying window");
+        for chunk in chunks.iter().skip(skip as usize) {
+            let is_last = chunk.index + 1 == chunk.count;
+            let commit = ChunkCommit {
+                fence,
+                start_after: w.start_after.as_ref(),
+                end,
+                index: chunk.index,
+                count: chunk.count,
+                items: &w.items[chunk.range.clone()],
+                last: is_last.then_some(LastChunk { dedup: &w.dedup, total_delta: w.total_delta, shard_finished: shard_end }),
+            };
+            self.commit_once(commit).await?;
+            self.metrics.chunks.fetch_add(1, Ordering::Relaxed);
+            let extra = if is_last { 3 } else { 1 };
+            self.metrics.items_written.fetch_add((chunk.range.len() + extra) as u64, Ordering::Relaxed);
+            if let Some(n) = self.cfg.crash_after_chunks {
+                if self.metrics.chunks.load(Ordering::Relaxed) >= n {
+                    eprintln!("failpoint: aborting after {n} chunk commits");
+                    std::process::abort();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits one chunk, retrying retryable errors. A condition failure after an ambiguous
+    /// attempt (a timeout whose write did land) is told apart from a lost lease by reading the
+    /// checkpoint row back.
+    async fn commit_once(&self, commit: ChunkCommit<'_>) -> Result<(), ConsumerError> {
+        let mut attempt = 0;
+        let mut ambiguous = false;
+        loop {
+            match self.store.commit_chunk(commit.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(PortError::Fenced { .. }) => {
+                    let st = self.store.shard_state(&commit.fence.app, &commit.fence.shard_id).await?;
+                    let mine = st.lease.owner.as_deref() == Some(commit.fence.owner.as_str()) && st.lease.epoch == commit.fence.epoch;
+                    let applied = if commit.last.is_some() {
+                        st.pending.is_none() && st.lease.checkpoint.as_ref() == Some(commit.end)
+                    } else {
+                        st.pending.as_ref().is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
+                    };
+                    if mine && applied && ambiguous {
+                        return Ok(());
+                    }
+                    if mine {
+                        return Err(ConsumerError::Inconsistent {
+                            shard_id: commit.fence.shard_id.clone(),
+                            detail: format!(
+                                "the checkpoint row (checkpoint {:?}, pending {:?}) does not match chunk {} of {} of the window ending at {}",
+                                st.lease.checkpoint, st.pending, commit.index, commit.count, commit.end
+                            ),
+                        });
+                    }
+                    return Err(PortError::Fenced { app: commit.fence.app.clone(), shard_id: commit.fence.shard_id.clone() }.into());
+                }
+                Err(e) if e.is_retryable() && attempt < self.cfg.backoff.max_retries => {
+                    ambiguous |= matches!(e, PortError::Timeout(_) | PortError::Unavailable { .. } | PortError::Other(_));
+                    let delay = self.cfg.backoff.delay(attempt, rand::random::<f64>());
+                    tracing::warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "commit chunk: retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ShardProcessor for CounterShard {
+    async fn start(&mut self, fence: &Fence, lease: &Lease) -> Result<StartPosition, ConsumerError> {
+        self.fence = Some(fence.clone());
+        let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+        let horizon = self.cfg.dedup_horizon.as_millis() as i64;
+        // A child shard also remembers its parents' recent ids: a retry may land across a reshard.
+        let mut shards = vec![fence.shard_id.clone()];
+        shards.extend(lease.parents.iter().cloned());
+        let records = self.store.load_dedup(&fence.app, &shards, Dedup::min_arrival_to_restore(horizon, st.max_arrival)).await?;
+        self.dedup = Dedup::restore(horizon, st.max_arrival, records);
+        self.checkpoint = st.lease.checkpoint.clone();
+        self.replay = st.pending.clone();
+        self.window = None;
+        if let Some(p) = &self.replay {
+            tracing::info!(end = %p.end, done = p.done, count = p.count, "resuming a half-applied window");
+        }
+        Ok(StartPosition::after(self.checkpoint.as_ref()))
+    }
+
+    async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError> {
+        if let Some(age) = batch.millis_behind_latest {
+            self.metrics.max_iterator_age_ms.fetch_max(age.max(0) as u64, Ordering::Relaxed);
+        }
+        for record in &batch.records {
+            self.metrics.records.fetch_add(1, Ordering::Relaxed);
+            let window = self.window.get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
+            window.push(&self.shard_id, record, &mut self.dedup);
+            match &self.replay {
+                Some(p) if record.seq == p.end => {
+                    let done = p.done;
+                    self.close_and_apply(done, false).await?;
+                }
+                Some(p) if record.seq > p.end => {
+                    return Err(ConsumerError::Inconsistent {
+                        shard_id: self.shard_id.clone(),
+                        detail: format!("the stream skipped the pending window's last record {}", p.end),
+                    })
+                }
+                Some(_) => {}
+                None if self.window.as_ref().is_some_and(|w| w.len() >= self.cfg.window_records) => self.close_and_apply(0, false).await?,
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError> {
+        let due = self.window.as_ref().is_some_and(|w| now_ms - w.opened_at_ms() >= self.cfg.window_time.as_millis() as i64);
+        if due && self.replay.is_none() {
+            self.close_and_apply(0, false).await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        if self.replay.is_some() {
+            if shard_end {
+                return Err(ConsumerError::Inconsistent { shard_id: self.shard_id.clone(), detail: "shard ended before the pending window's last record".into() });
+            }
+            // The rest of the pending window is not read yet; the next owner completes it.
+            return Ok(());
+        }
+        if self.window.as_ref().is_some_and(|w| !w.is_empty()) {
+            self.close_and_apply(0, shard_end).await
+        } else if shard_end {
+            let fence = self.fence()?.clone();
+            Ok(self.store.mark_finished(&fence).await?)
+        } else {
+            Ok(())
+        }
+    }
+}

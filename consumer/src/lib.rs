@@ -1,0 +1,36 @@
+//! The consumer runtime and the exactly-once counter.
+//!
+//! - [`worker`]: the runtime every consumer application runs on — shard discovery, lease taking,
+//!   stealing and renewal, one task per held shard, graceful shutdown, `--until-idle`. It is
+//!   generic over a [`worker::ShardProcessor`], so analytics uses it without knowing the counter.
+//! - [`counter`]: the counter's processor — decode, dedup, window, and apply each window's chunks
+//!   atomically with the checkpoint, fenced by the lease.
+//! - [`retry`]: the one backoff loop for retryable port errors.
+
+pub mod counter;
+pub mod retry;
+pub mod worker;
+
+/// Errors of the consumer applications.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error(transparent)]
+    Port(#[from] tally_core::ports::PortError),
+    /// A stored checkpoint disagrees with what the stream delivers.
+    #[error("inconsistent state for shard {shard_id}: {detail}")]
+    Inconsistent { shard_id: String, detail: String },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl ConsumerError {
+    /// Whether a later attempt may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ConsumerError::Port(e) if e.is_retryable())
+    }
+
+    /// Whether the shard's lease was lost.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, ConsumerError::Port(tally_core::ports::PortError::Fenced { .. }))
+    }
+}

@@ -1,0 +1,453 @@
+//! The consumer runtime: discovers shards, takes and renews leases, runs one task per held shard,
+//! and shuts down gracefully.
+//!
+//! A worker loops: every `discovery_interval` it lists the shards and makes sure each has a lease
+//! row; every `lease_poll_interval` (or at once when one of its shards ends) it lists the leases,
+//! asks [`tally_core::lease::plan`] what to take or steal, and takes each with a conditional
+//! write that bumps the lease's epoch. Each shard task renews its lease, reads batches and hands
+//! them to its [`ShardProcessor`]; every write the processor makes is fenced by that epoch, so a
+//! worker that lost a lease cannot apply anything. On shutdown the tasks flush, checkpoint and
+//! release their leases, so that other workers take them at once rather than after expiry.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rand::Rng;
+use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
+use tally_core::ports::{Fence, LeaseStore, ReadBatch, StartPosition, Stream};
+use tally_core::retry::Backoff;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::{info, warn, Instrument};
+
+use crate::retry::with_backoff;
+use crate::ConsumerError;
+
+/// Wall-clock milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The runtime's settings.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Application name: leases and checkpoints are per application.
+    pub app: String,
+    /// This worker's identity in lease rows.
+    pub worker_id: String,
+    /// A lease not renewed for this long may be taken by another worker.
+    pub lease_duration: Duration,
+    /// How often a held lease is renewed.
+    pub renew_interval: Duration,
+    /// How often the worker looks for leases to take.
+    pub lease_poll_interval: Duration,
+    /// How often the worker lists the stream's shards.
+    pub discovery_interval: Duration,
+    /// Pause between reads of a caught-up shard.
+    pub idle_poll: Duration,
+    /// Most records per read.
+    pub batch_limit: usize,
+    /// Most leases held at once (0: no limit).
+    pub max_leases_per_worker: usize,
+    /// How long shutdown waits for shard tasks to flush.
+    pub shutdown_timeout: Duration,
+    /// Finished shards' lease rows are deleted this long after all their children finished.
+    pub finished_lease_grace: Duration,
+    /// Backoff for retryable port errors.
+    pub backoff: Backoff,
+}
+
+impl WorkerConfig {
+    /// Defaults for an application and worker id.
+    pub fn new(app: &str, worker_id: &str) -> WorkerConfig {
+        WorkerConfig {
+            app: app.to_owned(),
+            worker_id: worker_id.to_owned(),
+            lease_duration: Duration::from_secs(10),
+            renew_interval: Duration::from_secs(2),
+            lease_poll_interval: Duration::from_secs(1),
+            discovery_interval: Duration::from_secs(10),
+            idle_poll: Duration::from_millis(200),
+            batch_limit: 1_000,
+            max_leases_per_worker: 0,
+            shutdown_timeout: Duration::from_secs(20),
+            finished_lease_grace: Duration::from_secs(3_600),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// What one application does with a shard's records.
+#[async_trait]
+pub trait ShardProcessor: Send {
+    /// Loads the shard's stored state after its lease was taken; returns where to read from.
+    async fn start(&mut self, fence: &Fence, lease: &Lease) -> Result<StartPosition, ConsumerError>;
+    /// Folds a batch; may apply windows as they fill.
+    async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError>;
+    /// Gives a time-based window the chance to close.
+    async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError>;
+    /// Applies and checkpoints everything folded so far; `shard_end` marks the shard finished.
+    async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError>;
+}
+
+/// Makes a processor per shard.
+pub trait ProcessorFactory: Send + Sync {
+    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor>;
+}
+
+/// What a worker needs from the backends.
+#[derive(Clone)]
+pub struct WorkerDeps {
+    pub stream: Arc<dyn Stream>,
+    pub leases: Arc<dyn LeaseStore>,
+    pub factory: Arc<dyn ProcessorFactory>,
+}
+
+/// Lease metrics of a worker.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    pub taken: AtomicU64,
+    pub stolen: AtomicU64,
+    pub released: AtomicU64,
+    pub lost: AtomicU64,
+    pub finished: AtomicU64,
+    pub held: AtomicU64,
+}
+
+/// Arms `--until-idle`: once armed, the worker exits when every shard is caught up and flushed.
+#[derive(Debug, Default)]
+pub struct IdleExit {
+    armed_at: Mutex<Option<Instant>>,
+}
+
+impl IdleExit {
+    /// Arms the exit now: shards count as idle only after an empty read that started later.
+    pub fn arm(&self) {
+        if let Ok(mut a) = self.armed_at.lock() {
+            a.get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn armed_at(&self) -> Option<Instant> {
+        self.armed_at.lock().ok().and_then(|a| *a)
+    }
+}
+
+/// How a shard task ended.
+#[derive(Debug)]
+enum ShardEnd {
+    /// Read to its end and marked finished.
+    Finished,
+    /// Stopped on request, flushed and released.
+    Stopped,
+    /// Its lease was lost to another worker.
+    Lost,
+    Failed(ConsumerError),
+}
+
+struct Running {
+    handle: JoinHandle<ShardEnd>,
+    stop: watch::Sender<bool>,
+    /// When the shard's last empty read started, if it is caught up and flushed.
+    idle_at: Arc<Mutex<Option<Instant>>>,
+}
+
+/// Runs a worker until `shutdown` resolves, or until idle when `idle_exit` is armed.
+pub async fn run(
+    deps: WorkerDeps,
+    cfg: WorkerConfig,
+    idle_exit: Arc<IdleExit>,
+    metrics: Arc<LeaseMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ConsumerError> {
+    let span = tracing::info_span!("worker", app = %cfg.app, worker = %cfg.worker_id);
+    run_inner(deps, cfg, idle_exit, metrics, shutdown).instrument(span).await
+}
+
+async fn run_inner(
+    deps: WorkerDeps,
+    cfg: WorkerConfig,
+    idle_exit: Arc<IdleExit>,
+    metrics: Arc<LeaseMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ConsumerError> {
+    tokio::pin!(shutdown);
+    let wake = Arc::new(Notify::new());
+    let mut running: HashMap<String, Running> = HashMap::new();
+    let mut last_discovery: Option<Instant> = None;
+    let mut finished_since: HashMap<String, Instant> = HashMap::new();
+    let policy = LeasePolicy { max_leases_per_worker: cfg.max_leases_per_worker };
+    let result = 'main: loop {
+        // Reap ended shard tasks.
+        let ended: Vec<String> = running.iter().filter(|(_, r)| r.handle.is_finished()).map(|(s, _)| s.clone()).collect();
+        for shard in ended {
+            let Some(r) = running.remove(&shard) else { continue };
+            match r.handle.await {
+                Ok(ShardEnd::Finished) => {
+                    metrics.finished.fetch_add(1, Ordering::Relaxed);
+                    info!(shard_id = %shard, "shard finished");
+                }
+                Ok(ShardEnd::Stopped) => {}
+                Ok(ShardEnd::Lost) => {
+                    metrics.lost.fetch_add(1, Ordering::Relaxed);
+                    warn!(shard_id = %shard, "lease lost; shard stopped");
+                }
+                Ok(ShardEnd::Failed(e)) => {
+                    warn!(shard_id = %shard, error = %e, "shard task failed");
+                    if idle_exit.armed_at().is_some() && !e.is_retryable() {
+                        break 'main Err(e);
+                    }
+                }
+                Err(e) => warn!(shard_id = %shard, error = %e, "shard task panicked"),
+            }
+        }
+        metrics.held.store(running.len() as u64, Ordering::Relaxed);
+
+        // Discover shards.
+        if last_discovery.is_none_or(|t| t.elapsed() >= cfg.discovery_interval) {
+            let first = last_discovery.is_none();
+            let discovered = async {
+                let shards = with_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards()).await?;
+                with_backoff(&cfg.backoff, "create lease rows", || deps.leases.ensure_leases(&cfg.app, &shards)).await
+            }
+            .await;
+            match discovered {
+                Ok(()) => last_discovery = Some(Instant::now()),
+                Err(e) if first => break Err(e.into()),
+                Err(e) => warn!(error = %e, "shard discovery failed"),
+            }
+        }
+
+        // Take leases.
+        let leases = match with_backoff(&cfg.backoff, "list leases", || deps.leases.list_leases(&cfg.app)).await {
+            Ok(l) => l,
+            Err(e) => break Err(e.into()),
+        };
+        let now = now_ms();
+        // A lease in our name that no task of ours runs (a restart under the same worker id)
+        // is ours to take again at once.
+        let view: Vec<Lease> = leases
+            .iter()
+            .cloned()
+            .map(|mut l| {
+                if l.owner.as_deref() == Some(cfg.worker_id.as_str()) && !running.contains_key(&l.shard_id) {
+                    l.owner = None;
+                }
+                l
+            })
+            .collect();
+        for action in plan(&view, &cfg.worker_id, now, &policy) {
+            let (shard_id, epoch, stolen) = match action {
+                LeaseAction::Take { shard_id, epoch } => (shard_id, epoch, false),
+                LeaseAction::Steal { shard_id, epoch, .. } => (shard_id, epoch, true),
+            };
+            if running.contains_key(&shard_id) {
+                continue;
+            }
+            let expires = now + cfg.lease_duration.as_millis() as i64;
+            match deps.leases.take_lease(&cfg.app, &shard_id, epoch, &cfg.worker_id, expires).await {
+                Ok(Some(fence)) => {
+                    let counter = if stolen { &metrics.stolen } else { &metrics.taken };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    info!(shard_id = %shard_id, epoch = fence.epoch, stolen, "lease taken");
+                    let lease = leases.iter().find(|l| l.shard_id == shard_id).cloned();
+                    if let Some(lease) = lease {
+                        running.insert(shard_id.clone(), spawn_shard(&deps, &cfg, fence, lease, &wake, &idle_exit));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => warn!(shard_id = %shard_id, error = %e, "taking lease failed"),
+            }
+        }
+
+        // Clean up finished shards whose children are all finished, after a grace period.
+        for l in leases.iter().filter(|l| l.finished) {
+            let children: Vec<&Lease> = leases.iter().filter(|c| c.parents.contains(&l.shard_id)).collect();
+            if !children.is_empty() && children.iter().all(|c| c.finished) {
+                let since = *finished_since.entry(l.shard_id.clone()).or_insert_with(Instant::now);
+                if since.elapsed() >= cfg.finished_lease_grace {
+                    if let Err(e) = deps.leases.delete_lease(&cfg.app, &l.shard_id).await {
+                        warn!(shard_id = %l.shard_id, error = %e, "deleting finished lease failed");
+                    }
+                    finished_since.remove(&l.shard_id);
+                }
+            }
+        }
+
+        // Until idle: every shard finished, held live by another worker, or ours and idle.
+        if let Some(armed) = idle_exit.armed_at() {
+            let all_idle = leases.iter().all(|l| {
+                l.finished
+                    || (l.owner.as_deref() != Some(cfg.worker_id.as_str()) && l.is_held(now))
+                    || running.get(&l.shard_id).is_some_and(|r| r.idle_at.lock().ok().and_then(|t| *t).is_some_and(|t| t > armed))
+            });
+            if all_idle {
+                info!("every shard is caught up and flushed");
+                break Ok(());
+            }
+        }
+
+        tokio::select! {
+            _ = &mut shutdown => { info!("shutting down"); break Ok(()); }
+            _ = tokio::time::sleep(cfg.lease_poll_interval) => {}
+            _ = wake.notified() => {}
+        }
+    };
+
+    // Graceful stop: flush, checkpoint and release every held lease.
+    for r in running.values() {
+        let _ = r.stop.send(true);
+    }
+    let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout;
+    let mut first_error = None;
+    for (shard, r) in running.drain() {
+        match tokio::time::timeout_at(deadline, r.handle).await {
+            Ok(Ok(ShardEnd::Stopped)) => {
+                metrics.released.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Ok(ShardEnd::Failed(e))) => {
+                warn!(shard_id = %shard, error = %e, "shard failed while stopping");
+                first_error.get_or_insert(e);
+            }
+            Ok(_) => {}
+            Err(_) => warn!(shard_id = %shard, "shard did not stop in time; its lease will expire"),
+        }
+    }
+    metrics.held.store(0, Ordering::Relaxed);
+    match (result, first_error) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Some(e)) if idle_exit.armed_at().is_some() => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn spawn_shard(deps: &WorkerDeps, cfg: &WorkerConfig, fence: Fence, lease: Lease, wake: &Arc<Notify>, idle_exit: &Arc<IdleExit>) -> Running {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let idle_at = Arc::new(Mutex::new(None));
+    let processor = deps.factory.create(&fence.shard_id);
+    let span = tracing::info_span!("shard", app = %cfg.app, shard_id = %fence.shard_id);
+    let task = ShardTask { deps: deps.clone(), cfg: cfg.clone(), fence, lease, stop: stop_rx, idle_at: idle_at.clone(), idle_exit: idle_exit.clone() };
+    let wake = wake.clone();
+    let handle = tokio::spawn(
+        async move {
+            let end = task.run(processor).await;
+            wake.notify_one();
+            end
+        }
+        .instrument(span),
+    );
+    Running { handle, stop: stop_tx, idle_at }
+}
+
+struct ShardTask {
+    deps: WorkerDeps,
+    cfg: WorkerConfig,
+    fence: Fence,
+    lease: Lease,
+    stop: watch::Receiver<bool>,
+    idle_at: Arc<Mutex<Option<Instant>>>,
+    idle_exit: Arc<IdleExit>,
+}
+
+impl ShardTask {
+    async fn run(mut self, mut processor: Box<dyn ShardProcessor>) -> ShardEnd {
+        let outcome = self.drive(processor.as_mut()).await;
+        match outcome {
+            Ok(ShardEnd::Stopped) => {
+                if let Err(e) = self.deps.leases.release_lease(&self.fence).await {
+                    warn!(error = %e, "releasing lease failed; it will expire");
+                }
+                ShardEnd::Stopped
+            }
+            Ok(end) => end,
+            Err(e) if e.is_fenced() => ShardEnd::Lost,
+            Err(e) => {
+                // Give the shard back so that a healthy worker (or this one, later) retries it.
+                let _ = self.deps.leases.release_lease(&self.fence).await;
+                ShardEnd::Failed(e)
+            }
+        }
+    }
+
+    async fn drive(&mut self, processor: &mut dyn ShardProcessor) -> Result<ShardEnd, ConsumerError> {
+        let from = processor.start(&self.fence, &self.lease).await?;
+        let shard_id = self.fence.shard_id.clone();
+        let stream = self.deps.stream.clone();
+        let mut reader = with_backoff(&self.cfg.backoff, "open shard", || stream.open(&shard_id, from.clone())).await?;
+        let mut next_renew = Instant::now() + self.cfg.renew_interval;
+        loop {
+            if *self.stop.borrow() {
+                processor.flush(false).await?;
+                return Ok(ShardEnd::Stopped);
+            }
+            if Instant::now() >= next_renew {
+                let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
+                with_backoff(&self.cfg.backoff, "renew lease", || self.deps.leases.renew_lease(&self.fence, expires)).await?;
+                next_renew = Instant::now() + self.cfg.renew_interval;
+            }
+            let read_started = Instant::now();
+            let batch = self.read(reader.as_mut()).await?;
+            processor.process(&batch, now_ms()).await?;
+            if batch.shard_end {
+                processor.flush(true).await?;
+                return Ok(ShardEnd::Finished);
+            }
+            if batch.records.is_empty() {
+                if self.idle_exit.armed_at().is_some() {
+                    processor.flush(false).await?;
+                    if let Ok(mut t) = self.idle_at.lock() {
+                        *t = Some(read_started);
+                    }
+                } else {
+                    processor.tick(now_ms()).await?;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(self.cfg.idle_poll) => {}
+                    _ = self.stop.changed() => {}
+                }
+            } else {
+                if let Ok(mut t) = self.idle_at.lock() {
+                    *t = None;
+                }
+                processor.tick(now_ms()).await?;
+            }
+        }
+    }
+
+    /// One read, retried with backoff on throttling and other retryable errors.
+    async fn read(&self, reader: &mut dyn tally_core::ports::ShardReader) -> Result<ReadBatch, ConsumerError> {
+        let mut attempt = 0;
+        loop {
+            match reader.next_batch(self.cfg.batch_limit).await {
+                Ok(b) => return Ok(b),
+                Err(e) if e.is_retryable() && attempt < self.cfg.backoff.max_retries => {
+                    let delay = self.cfg.backoff.delay(attempt, rand::thread_rng().gen::<f64>());
+                    warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "GetRecords: retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(ConsumerError::Port(e)),
+            }
+        }
+    }
+}
+
+/// The default worker identity: the ECS task id when running on ECS, else host name and pid.
+pub fn default_worker_id() -> String {
+    if let Ok(uri) = std::env::var("ECS_CONTAINER_METADATA_URI_V4") {
+        // The URI ends in the task and container ids: .../v4/<task-id>-<container-id>.
+        if let Some(last) = uri.trim_end_matches('/').rsplit('/').next() {
+            if let Some(task) = last.split('-').next() {
+                if !task.is_empty() {
+                    return format!("ecs-{task}-{}", std::process::id());
+                }
+            }
+        }
+    }
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()));
+    format!("{}-{}", host.unwrap_or_else(|| "localhost".into()), std::process::id())
+}

@@ -1,0 +1,176 @@
+//! Event contract v1: one JSON object per stream record.
+//!
+//! `{"event_id":"01J9…","post_id":"p123","user_id":"u9","action":"like","created_at":1764480000123}`.
+//! Unknown extra fields are ignored; anything else that does not fit is a malformed record, which
+//! the consumers dead-letter with the reason given by [`DecodeError`].
+
+use serde::{Deserialize, Serialize};
+
+/// Whether an event adds or removes a like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Like,
+    Unlike,
+}
+
+impl Action {
+    /// The signed contribution of one distinct event of this action to a post's count.
+    pub fn delta(self) -> i64 {
+        match self {
+            Action::Like => 1,
+            Action::Unlike => -1,
+        }
+    }
+}
+
+/// A validated like or unlike event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LikeEvent {
+    /// Identity of the event: a producer retry carries the same id and must count once.
+    pub event_id: String,
+    /// The post liked; also the stream's partition key.
+    pub post_id: String,
+    /// Who liked it.
+    pub user_id: String,
+    /// Like or unlike.
+    pub action: Action,
+    /// Creation time in milliseconds since the epoch; decides the summary buckets.
+    pub created_at: i64,
+}
+
+/// Why a record is malformed. The message is what lands in the dead-letter store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("not a JSON object: {0}")]
+    NotJson(String),
+    #[error("field `{field}`: {problem}")]
+    Field { field: &'static str, problem: String },
+}
+
+#[derive(Deserialize)]
+struct Raw {
+    event_id: Option<serde_json::Value>,
+    post_id: Option<serde_json::Value>,
+    user_id: Option<serde_json::Value>,
+    action: Option<serde_json::Value>,
+    created_at: Option<serde_json::Value>,
+}
+
+/// The longest an `event_id` may be.
+pub const MAX_EVENT_ID: usize = 64;
+/// The longest a `post_id` or `user_id` may be.
+pub const MAX_ID: usize = 128;
+
+fn field_err(field: &'static str, problem: impl Into<String>) -> DecodeError {
+    DecodeError::Field { field, problem: problem.into() }
+}
+
+fn string_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String, DecodeError> {
+    match v {
+        None => Err(field_err(field, "missing")),
+        Some(serde_json::Value::String(s)) => Ok(s),
+        Some(other) => Err(field_err(field, format!("expected a string, got {other}"))),
+    }
+}
+
+fn id_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String, DecodeError> {
+    let s = string_field(field, v)?;
+    if s.is_empty() || s.len() > MAX_ID {
+        return Err(field_err(field, format!("expected 1–{MAX_ID} characters, got {}", s.len())));
+    }
+    if let Some(c) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))) {
+        return Err(field_err(field, format!("character {c:?} is not one of [A-Za-z0-9_.:-]")));
+    }
+    Ok(s)
+}
+
+/// Decodes and validates one record's bytes against contract v1.
+pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
+    let raw: Raw = serde_json::from_slice(data).map_err(|e| DecodeError::NotJson(e.to_string()))?;
+    let event_id = string_field("event_id", raw.event_id)?;
+    let n = event_id.chars().count();
+    if n == 0 || n > MAX_EVENT_ID {
+        return Err(field_err("event_id", format!("expected 1–{MAX_EVENT_ID} characters, got {n}")));
+    }
+    let post_id = id_field("post_id", raw.post_id)?;
+    let user_id = id_field("user_id", raw.user_id)?;
+    let action = match string_field("action", raw.action)?.as_str() {
+        "like" => Action::Like,
+        "unlike" => Action::Unlike,
+        other => return Err(field_err("action", format!("expected \"like\" or \"unlike\", got {other:?}"))),
+    };
+    let created_at = match raw.created_at {
+        None => return Err(field_err("created_at", "missing")),
+        Some(serde_json::Value::Number(n)) => match n.as_i64() {
+            Some(v) if v >= 0 => v,
+            _ => return Err(field_err("created_at", format!("expected a non-negative integer of milliseconds, got {n}"))),
+        },
+        Some(other) => return Err(field_err("created_at", format!("expected an integer, got {other}"))),
+    };
+    Ok(LikeEvent { event_id, post_id, user_id, action, created_at })
+}
+
+/// Encodes an event as its contract-v1 JSON bytes.
+pub fn encode(event: &LikeEvent) -> Vec<u8> {
+    // Serializing a struct of strings and integers cannot fail.
+    serde_json::to_vec(event).unwrap_or_default()
+}
+
+/// The partition key of a raw record: its `post_id` when it has one that is a string.
+pub fn partition_key_of(data: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Key {
+        post_id: Option<serde_json::Value>,
+    }
+    match serde_json::from_slice::<Key>(data).ok()?.post_id? {
+        serde_json::Value::String(s) if !s.is_empty() && s.len() <= 256 => Some(s),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(input: &str, expected: Result<(), &str>) {
+        let got = decode(input.as_bytes());
+        match (got, expected) {
+            (Ok(_), Ok(())) => {}
+            (Err(e), Err(msg)) => assert!(e.to_string().contains(msg), "{input}: {e} does not mention {msg}"),
+            (got, expected) => panic!("{input}: got {got:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn contract_v1() {
+        let ok = r#"{"event_id":"01J9","post_id":"p1","user_id":"u9","action":"like","created_at":1764480000123}"#;
+        check(ok, Ok(()));
+        check(r#"{"event_id":"e","post_id":"p.1:a-b_c","user_id":"u","action":"unlike","created_at":0,"extra":{"x":1}}"#, Ok(()));
+        check("not json", Err("not a JSON object"));
+        check("[1,2]", Err("not a JSON object"));
+        check(r#"{"post_id":"p","user_id":"u","action":"like","created_at":1}"#, Err("`event_id`: missing"));
+        check(&format!(r#"{{"event_id":"{}","post_id":"p","user_id":"u","action":"like","created_at":1}}"#, "e".repeat(65)), Err("1–64"));
+        check(r#"{"event_id":"","post_id":"p","user_id":"u","action":"like","created_at":1}"#, Err("`event_id`"));
+        check(r#"{"event_id":"e","post_id":"p 1","user_id":"u","action":"like","created_at":1}"#, Err("`post_id`"));
+        check(r#"{"event_id":"e","post_id":"p","user_id":"","action":"like","created_at":1}"#, Err("`user_id`"));
+        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"love","created_at":1}"#, Err("`action`"));
+        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":1.5}"#, Err("`created_at`"));
+        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":"1"}"#, Err("`created_at`"));
+        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":-1}"#, Err("`created_at`"));
+        check(r#"{"event_id":7,"post_id":"p","user_id":"u","action":"like","created_at":1}"#, Err("`event_id`"));
+    }
+
+    #[test]
+    fn round_trips() {
+        let e = LikeEvent { event_id: "e1".into(), post_id: "p".into(), user_id: "u".into(), action: Action::Unlike, created_at: 42 };
+        assert_eq!(decode(&encode(&e)).unwrap(), e);
+    }
+
+    #[test]
+    fn partition_key() {
+        assert_eq!(partition_key_of(br#"{"post_id":"p7","junk":1}"#).as_deref(), Some("p7"));
+        assert_eq!(partition_key_of(b"garbage"), None);
+        assert_eq!(partition_key_of(br#"{"post_id":3}"#), None);
+    }
+}

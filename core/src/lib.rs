@@ -1,0 +1,29 @@
+//! tally's pure core and its ports.
+//!
+//! Everything here is synchronous and free of I/O except the port traits, which the backends
+//! implement: the event contract ([`event`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
+//! windows and chunking ([`window`]), summary buckets ([`buckets`]), lease decisions ([`lease`]),
+//! trending ([`trending`]), latency ([`latency`]), backoff ([`retry`]), shard hashing
+//! ([`hashing`]) and the ports themselves ([`ports`]).
+
+pub mod buckets;
+pub mod dedup;
+pub mod event;
+pub mod hashing;
+pub mod latency;
+pub mod lease;
+pub mod ports;
+pub mod retry;
+pub mod seq;
+pub mod trending;
+pub mod window;
+
+pub use seq::SeqNo;
+
+/// Names of the consumer applications; each has its own leases and checkpoints.
+pub mod apps {
+    /// The exactly-once counter.
+    pub const COUNTER: &str = "counter";
+    /// Trending and latency analytics.
+    pub const ANALYTICS: &str = "analytics";
+}

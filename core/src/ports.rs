@@ -1,0 +1,272 @@
+//! The ports: the narrow async traits through which the apps reach a stream and the stores.
+//!
+//! Two backends implement them: the embedded one (SQLite, one data dir) and the AWS one
+//! (Kinesis and DynamoDB through the official SDK). No SDK or SQL type crosses these traits.
+
+use async_trait::async_trait;
+
+use crate::dedup::DedupRecord;
+use crate::lease::Lease;
+use crate::seq::SeqNo;
+use crate::window::{DeadLetter, WriteItem};
+
+/// Every error a port returns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    /// The write's lease condition failed: another worker owns the shard, or the progress recorded
+    /// with the checkpoint is not what the writer expected.
+    #[error("lease or checkpoint condition failed for {app}/{shard_id}")]
+    Fenced { app: String, shard_id: String },
+    /// The backend asked us to slow down.
+    #[error("throttled: {0}")]
+    Throttled(String),
+    /// A concurrent write touched the same item (DynamoDB TransactionConflict, SQLite busy).
+    #[error("write conflict: {0}")]
+    Conflict(String),
+    /// The call did not complete in time; it may or may not have taken effect.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// A shard iterator expired; the reader re-opens after its last delivered record.
+    #[error("shard iterator expired: {0}")]
+    IteratorExpired(String),
+    /// The stream, a table or a shard does not exist.
+    #[error("{what} does not exist{hint}")]
+    NotFound { what: String, hint: String },
+    /// The endpoint did not answer.
+    #[error("could not reach {endpoint}: {detail}")]
+    Unavailable { endpoint: String, detail: String },
+    /// The credentials may not make this call on this resource.
+    #[error("permission denied: {call} on {resource}: {detail}")]
+    Permission { call: String, resource: String, detail: String },
+    /// The request was rejected as invalid: a bug in tally, said plainly.
+    #[error("request rejected as invalid (a bug in tally): {0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl PortError {
+    /// Whether the same call may succeed if tried again after a pause.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, PortError::Throttled(_) | PortError::Conflict(_) | PortError::Timeout(_) | PortError::Unavailable { .. })
+    }
+}
+
+/// Shorthand for port results.
+pub type PortResult<T> = Result<T, PortError>;
+
+/// A shard as listed by the stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardInfo {
+    pub shard_id: String,
+    /// Parent and adjacent parent, after a split or merge; read to their end before this shard.
+    pub parents: Vec<String>,
+    /// Whether the shard is closed (it has an ending sequence number).
+    pub closed: bool,
+}
+
+/// Where a reader starts in a shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartPosition {
+    TrimHorizon,
+    Latest,
+    /// Arrival time in milliseconds since the epoch.
+    AtTimestamp(i64),
+    AfterSequence(SeqNo),
+}
+
+impl StartPosition {
+    /// Where to resume after a checkpoint (`None`: from the oldest record).
+    pub fn after(checkpoint: Option<&SeqNo>) -> StartPosition {
+        checkpoint.map_or(StartPosition::TrimHorizon, |s| StartPosition::AfterSequence(s.clone()))
+    }
+}
+
+/// One record read from a shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamRecord {
+    pub seq: SeqNo,
+    /// When the stream accepted the record (ms since the epoch).
+    pub arrival_ms: i64,
+    pub partition_key: String,
+    pub data: Vec<u8>,
+}
+
+/// One read from a shard.
+#[derive(Clone, Debug, Default)]
+pub struct ReadBatch {
+    pub records: Vec<StreamRecord>,
+    /// How far the reader is behind the shard's tip (iterator age).
+    pub millis_behind_latest: Option<i64>,
+    /// The shard is closed and every record has been delivered.
+    pub shard_end: bool,
+    /// The shards that continue this one, when it ended by a reshard.
+    pub child_shards: Vec<String>,
+}
+
+/// A record to put.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PutEntry {
+    pub partition_key: String,
+    pub data: Vec<u8>,
+}
+
+/// What happened to one entry of a put batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    Ok { shard_id: String, seq: SeqNo },
+    Failed { code: String, message: String },
+}
+
+/// A stream of records split into shards (Kinesis, or the embedded log).
+#[async_trait]
+pub trait Stream: Send + Sync {
+    /// Every shard, open and closed, with its parents.
+    async fn list_shards(&self) -> PortResult<Vec<ShardInfo>>;
+    /// Opens a reader on one shard.
+    async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>>;
+    /// Puts up to 500 records; one outcome per entry, in order.
+    async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>>;
+}
+
+/// A reader positioned in one shard.
+#[async_trait]
+pub trait ShardReader: Send {
+    /// The next records, at most `limit`; an empty batch means caught up (or shard end).
+    async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch>;
+}
+
+/// A checkpoint's window in progress: chunks `0..done` of the window ending at `end` are applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub end: SeqNo,
+    pub done: u32,
+    pub count: u32,
+}
+
+/// What a store knows of one shard of one application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardState {
+    pub lease: Lease,
+    /// The running maximum arrival time at the checkpoint (dedup's clock).
+    pub max_arrival: i64,
+    pub pending: Option<Pending>,
+}
+
+/// Proof of lease ownership that every fenced write carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub app: String,
+    pub shard_id: String,
+    pub owner: String,
+    /// Bumped at every take: a stale holder's writes fail on it.
+    pub epoch: u64,
+}
+
+/// Leases and checkpoints, one row per application and shard.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Creates the rows of shards that have none (idempotent).
+    async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()>;
+    async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>>;
+    /// Takes a lease if its epoch is still `expected_epoch`; `None` if someone else moved first.
+    async fn take_lease(&self, app: &str, shard_id: &str, expected_epoch: u64, owner: &str, expires_ms: i64) -> PortResult<Option<Fence>>;
+    /// Extends a held lease; `Fenced` if it was lost.
+    async fn renew_lease(&self, fence: &Fence, expires_ms: i64) -> PortResult<()>;
+    /// Gives a lease up so that another worker can take it at once.
+    async fn release_lease(&self, fence: &Fence) -> PortResult<()>;
+    /// Removes the row of a finished shard.
+    async fn delete_lease(&self, app: &str, shard_id: &str) -> PortResult<()>;
+    async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState>;
+    /// Marks a held shard finished (read to its end, nothing left to apply); `Fenced` if the lease
+    /// was lost or a window is still pending.
+    async fn mark_finished(&self, fence: &Fence) -> PortResult<()>;
+}
+
+/// One chunk's atomic write: its items, plus the checkpoint row, conditioned on the fence and on
+/// the progress recorded so far.
+#[derive(Clone, Debug)]
+pub struct ChunkCommit<'a> {
+    pub fence: &'a Fence,
+    /// The checkpoint the window starts after (must still be the stored one).
+    pub start_after: Option<&'a SeqNo>,
+    /// The window's last record.
+    pub end: &'a SeqNo,
+    pub index: u32,
+    pub count: u32,
+    pub items: &'a [WriteItem],
+    /// Only on the last chunk.
+    pub last: Option<LastChunk<'a>>,
+}
+
+/// What the last chunk of a window writes besides its items.
+#[derive(Clone, Debug)]
+pub struct LastChunk<'a> {
+    pub dedup: &'a DedupRecord,
+    pub total_delta: i64,
+    /// Whether the shard has ended with this window.
+    pub shard_finished: bool,
+}
+
+/// A post's count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostCount {
+    pub total: i64,
+    /// Likes created at or after the `since` time, at minute granularity.
+    pub since: Option<i64>,
+}
+
+/// The counter's store: windows applied exactly once, and what they add up to.
+#[async_trait]
+pub trait CounterStore: LeaseStore {
+    /// How many write items one atomic write may hold besides the checkpoint, dedup record and
+    /// global total.
+    fn max_items_per_commit(&self) -> usize;
+    /// Applies one chunk; `Fenced` if the lease or the progress condition failed.
+    async fn commit_chunk(&self, commit: ChunkCommit<'_>) -> PortResult<()>;
+    /// Dedup records of these shards with `max_arrival >= min_arrival`.
+    async fn load_dedup(&self, app: &str, shard_ids: &[String], min_arrival: i64) -> PortResult<Vec<DedupRecord>>;
+    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount>;
+    /// The sum of every post's count.
+    async fn global_total(&self) -> PortResult<i64>;
+    async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>>;
+    async fn dead_letter_count(&self) -> PortResult<u64>;
+}
+
+/// A post's decayed like rate, as trending reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrendingEntry {
+    pub post_id: String,
+    /// Decayed like count at `at_ms`.
+    pub score: f64,
+    /// Over-estimate bound from the bounded sketch.
+    pub error: f64,
+}
+
+/// One analytics window of one shard: what is stored atomically with its checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalyticsSnapshot {
+    pub shard_id: String,
+    /// The window's last record (new checkpoint).
+    pub end: SeqNo,
+    pub max_arrival: i64,
+    pub taken_at_ms: i64,
+    /// The shard's whole sketch, so that a restart resumes it.
+    pub trending: Vec<TrendingEntry>,
+    /// Event time the trending scores are decayed to.
+    pub trending_at_ms: i64,
+    /// The window's latency histograms, serialized (see `latency`).
+    pub latency: Vec<u8>,
+    pub shard_finished: bool,
+}
+
+/// The analytics consumer's store.
+#[async_trait]
+pub trait AnalyticsStore: LeaseStore {
+    /// Stores a snapshot and moves the checkpoint to its end, fenced by the lease.
+    async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()>;
+    /// The latest trending sketch of each shard: `(shard_id, entries, at_ms)`.
+    async fn trending_sketches(&self, app: &str) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>>;
+    /// Serialized latency histograms of windows taken at or after `since_ms`.
+    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>>;
+}

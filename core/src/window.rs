@@ -1,0 +1,221 @@
+//! Tumbling windows of per-post deltas and their deterministic split into chunks.
+//!
+//! A shard's records are folded, in sequence order, into a window that closes on size (records)
+//! or on time, whichever comes first (time is the caller's concern: it passes the clock). A closed
+//! window becomes a list of write items — summary items ([`crate::buckets`]) and dead letters —
+//! sorted in a fixed order and cut into chunks of at most `max_items`. The same records always give
+//! the same chunks, which is what lets a restarted consumer skip exactly the chunks already applied.
+
+use std::collections::BTreeMap;
+
+use crate::buckets::{PostDelta, SummaryItem};
+use crate::dedup::{id_hash, Dedup, DedupRecord};
+use crate::event::decode;
+use crate::ports::StreamRecord;
+use crate::seq::SeqNo;
+
+/// The longest prefix of a malformed record's bytes that is kept in its dead letter.
+pub const DEAD_LETTER_MAX_BYTES: usize = 4096;
+
+/// A malformed record, kept with where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The shard it was read from.
+    pub shard_id: String,
+    /// Its sequence number: with the shard, the dead letter's identity (stored idempotently).
+    pub seq: SeqNo,
+    /// Its arrival time in the stream.
+    pub arrival_ms: i64,
+    /// Why it was rejected.
+    pub reason: String,
+    /// Its first [`DEAD_LETTER_MAX_BYTES`] bytes.
+    pub data: Vec<u8>,
+}
+
+/// One write of a window: a summary item or a dead letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteItem {
+    Summary(SummaryItem),
+    DeadLetter(DeadLetter),
+}
+
+/// What a window counted, for metrics and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowStats {
+    pub records: u64,
+    pub counted: u64,
+    pub duplicates: u64,
+    pub malformed: u64,
+}
+
+/// A window being filled.
+#[derive(Debug)]
+pub struct WindowBuilder {
+    /// The checkpoint before the window: the window holds records strictly after it.
+    start_after: Option<SeqNo>,
+    /// The last record added.
+    end: Option<SeqNo>,
+    /// Net change per post.
+    deltas: BTreeMap<String, PostDelta>,
+    dead_letters: Vec<DeadLetter>,
+    stats: WindowStats,
+    /// When the window opened (caller's clock, ms), for closing on time.
+    opened_at_ms: i64,
+}
+
+impl WindowBuilder {
+    /// An empty window after `start_after`.
+    pub fn new(start_after: Option<SeqNo>, opened_at_ms: i64) -> WindowBuilder {
+        WindowBuilder { start_after, end: None, deltas: BTreeMap::new(), dead_letters: Vec::new(), stats: WindowStats::default(), opened_at_ms }
+    }
+
+    /// Decodes, dedups and folds one record.
+    pub fn push(&mut self, shard_id: &str, record: &StreamRecord, dedup: &mut Dedup) {
+        self.stats.records += 1;
+        self.end = Some(record.seq.clone());
+        match decode(&record.data) {
+            Err(e) => {
+                self.stats.malformed += 1;
+                let keep = record.data.len().min(DEAD_LETTER_MAX_BYTES);
+                self.dead_letters.push(DeadLetter {
+                    shard_id: shard_id.to_owned(),
+                    seq: record.seq.clone(),
+                    arrival_ms: record.arrival_ms,
+                    reason: e.to_string(),
+                    data: record.data[..keep].to_vec(),
+                });
+            }
+            Ok(ev) => {
+                if dedup.observe(id_hash(&ev.event_id), record.arrival_ms) {
+                    self.stats.counted += 1;
+                    self.deltas.entry(ev.post_id).or_default().add(ev.created_at, ev.action.delta());
+                } else {
+                    self.stats.duplicates += 1;
+                }
+            }
+        }
+    }
+
+    /// Records folded so far.
+    pub fn len(&self) -> usize {
+        self.stats.records as usize
+    }
+
+    /// Whether no record was folded.
+    pub fn is_empty(&self) -> bool {
+        self.stats.records == 0
+    }
+
+    /// When the window opened.
+    pub fn opened_at_ms(&self) -> i64 {
+        self.opened_at_ms
+    }
+
+    /// The last sequence number folded, if any.
+    pub fn end(&self) -> Option<&SeqNo> {
+        self.end.as_ref()
+    }
+
+    /// Closes the window, sealing its first-seen ids.
+    pub fn close(self, dedup: &mut Dedup) -> ClosedWindow {
+        let total_delta = self.deltas.values().map(PostDelta::total).sum();
+        let mut items: Vec<WriteItem> = self.deltas.iter().flat_map(|(post, d)| d.items(post)).map(WriteItem::Summary).collect();
+        items.extend(self.dead_letters.into_iter().map(WriteItem::DeadLetter));
+        ClosedWindow { start_after: self.start_after, end: self.end, items, total_delta, dedup: dedup.seal(), stats: self.stats }
+    }
+}
+
+/// A closed window, ready to apply.
+#[derive(Clone, Debug)]
+pub struct ClosedWindow {
+    /// The checkpoint before the window.
+    pub start_after: Option<SeqNo>,
+    /// The window's last record; `None` only for a window of no records (a shard-end flush).
+    pub end: Option<SeqNo>,
+    /// Every write, in a fixed order: summary items by post, then dead letters by sequence.
+    pub items: Vec<WriteItem>,
+    /// Net change of the global total.
+    pub total_delta: i64,
+    /// The window's first-seen ids.
+    pub dedup: DedupRecord,
+    pub stats: WindowStats,
+}
+
+/// A chunk of a window: one atomic write together with the checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkPlan {
+    /// Position of the chunk in its window, from 0.
+    pub index: u32,
+    /// How many chunks the window has.
+    pub count: u32,
+    /// Range of `ClosedWindow::items` this chunk writes.
+    pub range: std::ops::Range<usize>,
+}
+
+/// Cuts `n_items` write items into chunks of at most `max_items` each (at least one chunk, which
+/// may be empty, so that every window moves the checkpoint).
+///
+/// # Panics
+/// If `max_items` is 0: a backend always has room for at least one item per transaction.
+pub fn plan_chunks(n_items: usize, max_items: usize) -> Vec<ChunkPlan> {
+    assert!(max_items > 0, "max_items must be positive");
+    let count = n_items.div_ceil(max_items).max(1);
+    (0..count)
+        .map(|i| ChunkPlan { index: i as u32, count: count as u32, range: (i * max_items).min(n_items)..((i + 1) * max_items).min(n_items) })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buckets::ItemKind;
+
+    fn rec(seq: u64, data: &str) -> StreamRecord {
+        StreamRecord { seq: SeqNo::parse(&seq.to_string()).unwrap(), arrival_ms: seq as i64, partition_key: "k".into(), data: data.as_bytes().to_vec() }
+    }
+
+    fn ev(id: &str, post: &str, action: &str) -> String {
+        format!(r#"{{"event_id":"{id}","post_id":"{post}","user_id":"u","action":"{action}","created_at":1796021058123}}"#)
+    }
+
+    #[test]
+    fn folds_dedups_and_dead_letters() {
+        let mut dedup = Dedup::new(600_000);
+        let mut w = WindowBuilder::new(None, 0);
+        for (i, data) in [ev("1", "a", "like"), ev("2", "a", "like"), ev("1", "a", "like"), "{oops".into(), ev("3", "b", "unlike"), ev("4", "a", "unlike")]
+            .iter()
+            .enumerate()
+        {
+            w.push("shard-0", &rec(i as u64 + 1, data), &mut dedup);
+        }
+        let c = w.close(&mut dedup);
+        assert_eq!(c.stats, WindowStats { records: 6, counted: 4, duplicates: 1, malformed: 1 });
+        assert_eq!(c.total_delta, 0);
+        assert_eq!(c.end.as_ref().unwrap().as_str(), "6");
+        let totals: Vec<(String, i64)> = c
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                WriteItem::Summary(s) if s.kind == ItemKind::Total => Some((s.post_id.clone(), s.n)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(totals, vec![("a".into(), 1), ("b".into(), -1)]);
+        let dead: Vec<&DeadLetter> = c.items.iter().filter_map(|i| if let WriteItem::DeadLetter(d) = i { Some(d) } else { None }).collect();
+        assert_eq!(dead.len(), 1);
+        assert_eq!((dead[0].shard_id.as_str(), dead[0].seq.as_str()), ("shard-0", "4"));
+        assert!(dead[0].reason.contains("JSON"), "{}", dead[0].reason);
+        assert_eq!(c.dedup.ids.len(), 4);
+    }
+
+    #[test]
+    fn chunks_cover_items_exactly_once() {
+        for (n, max) in [(0, 3), (1, 3), (3, 3), (4, 3), (250, 97)] {
+            let plan = plan_chunks(n, max);
+            assert_eq!(plan.len(), n.div_ceil(max).max(1));
+            let covered: Vec<usize> = plan.iter().flat_map(|c| c.range.clone()).collect();
+            assert_eq!(covered, (0..n).collect::<Vec<_>>());
+            assert!(plan.iter().all(|c| c.range.len() <= max && c.count as usize == plan.len()));
+        }
+    }
+}

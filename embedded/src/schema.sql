@@ -1,0 +1,76 @@
+CREATE TABLE IF NOT EXISTS shards (
+    shard_id   TEXT PRIMARY KEY,
+    parents    TEXT NOT NULL,           -- JSON array of parent shard ids
+    hash_start TEXT NOT NULL,           -- decimal u128
+    hash_end   TEXT NOT NULL,
+    closed     INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS records (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    shard_id      TEXT NOT NULL,
+    arrival_ms    INTEGER NOT NULL,
+    partition_key TEXT NOT NULL,
+    data          BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_by_shard ON records(shard_id, seq);
+CREATE TABLE IF NOT EXISTS leases (
+    app           TEXT NOT NULL,
+    shard_id      TEXT NOT NULL,
+    owner         TEXT,
+    epoch         INTEGER NOT NULL DEFAULT 0,
+    expires_ms    INTEGER NOT NULL DEFAULT 0,
+    checkpoint    TEXT,
+    max_arrival   INTEGER NOT NULL DEFAULT -9223372036854775808,
+    pending_end   TEXT,
+    pending_done  INTEGER,
+    pending_count INTEGER,
+    finished      INTEGER NOT NULL DEFAULT 0,
+    parents       TEXT NOT NULL,
+    PRIMARY KEY (app, shard_id)
+);
+CREATE TABLE IF NOT EXISTS counts (
+    post_id TEXT NOT NULL,
+    sk      TEXT NOT NULL,              -- T, H<YYYYMMDDHH>, D<YYYYMMDD>
+    slot    INTEGER NOT NULL,           -- -1: the item's total; else minute or hour
+    n       INTEGER NOT NULL,
+    PRIMARY KEY (post_id, sk, slot)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS global_totals (
+    app      TEXT NOT NULL,
+    shard_id TEXT NOT NULL,
+    n        INTEGER NOT NULL,
+    PRIMARY KEY (app, shard_id)
+);
+CREATE TABLE IF NOT EXISTS dedup (
+    app         TEXT NOT NULL,
+    shard_id    TEXT NOT NULL,
+    end_seq     TEXT NOT NULL,
+    max_arrival INTEGER NOT NULL,
+    expires_ms  INTEGER NOT NULL,
+    ids         BLOB NOT NULL,
+    PRIMARY KEY (app, shard_id, end_seq)
+);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    shard_id   TEXT NOT NULL,
+    seq        TEXT NOT NULL,
+    arrival_ms INTEGER NOT NULL,
+    reason     TEXT NOT NULL,
+    data       BLOB NOT NULL,
+    PRIMARY KEY (shard_id, seq)
+);
+CREATE TABLE IF NOT EXISTS analytics_snapshots (
+    app         TEXT NOT NULL,
+    shard_id    TEXT NOT NULL,
+    end_seq     TEXT NOT NULL,
+    taken_at_ms INTEGER NOT NULL,
+    latency     BLOB NOT NULL,
+    PRIMARY KEY (app, shard_id, end_seq)
+);
+CREATE INDEX IF NOT EXISTS snapshots_by_time ON analytics_snapshots(app, taken_at_ms);
+CREATE TABLE IF NOT EXISTS trending (
+    app      TEXT NOT NULL,
+    shard_id TEXT NOT NULL,
+    at_ms    INTEGER NOT NULL,
+    entries  TEXT NOT NULL,             -- JSON [[post_id, score, error], ...]
+    PRIMARY KEY (app, shard_id)
+);

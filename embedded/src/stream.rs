@@ -1,0 +1,205 @@
+//! The embedded stream: shards with hash-key ranges over one append-only `records` table.
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension};
+use tally_core::hashing::{even_ranges, hash_key};
+use tally_core::ports::{PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition, Stream, StreamRecord};
+use tally_core::SeqNo;
+
+use crate::{now_ms, sql_err, Embedded};
+
+fn shard_name(i: usize) -> String {
+    format!("shardId-{i:012}")
+}
+
+pub(crate) fn create_shards_if_empty(c: &mut Connection, n: usize) -> PortResult<()> {
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+    let existing: i64 = tx.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get(0)).map_err(sql_err)?;
+    if existing == 0 {
+        for (i, (lo, hi)) in even_ranges(n).into_iter().enumerate() {
+            tx.execute("INSERT INTO shards (shard_id, parents, hash_start, hash_end) VALUES (?1, '[]', ?2, ?3)", params![shard_name(i), lo.to_string(), hi.to_string()])
+                .map_err(sql_err)?;
+        }
+    }
+    tx.commit().map_err(sql_err)
+}
+
+struct OpenShard {
+    id: String,
+    lo: u128,
+    hi: u128,
+}
+
+fn open_shards(c: &Connection) -> PortResult<Vec<OpenShard>> {
+    let mut st = c.prepare_cached("SELECT shard_id, hash_start, hash_end FROM shards WHERE closed = 0 ORDER BY shard_id").map_err(sql_err)?;
+    let rows = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+        .map_err(sql_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err)?;
+    rows.into_iter()
+        .map(|(id, lo, hi)| match (lo.parse(), hi.parse()) {
+            (Ok(lo), Ok(hi)) => Ok(OpenShard { id, lo, hi }),
+            _ => Err(PortError::Other(format!("embedded store: shard {id} has a corrupt hash range"))),
+        })
+        .collect()
+}
+
+impl Embedded {
+    /// Splits an open shard at the middle of its hash range into two children, closing it — the
+    /// embedded twin of Kinesis's SplitShard, for resharding tests and demos.
+    pub fn split_shard(&self, shard_id: &str) -> PortResult<(String, String)> {
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let shards = open_shards(&tx)?;
+            let s = shards.iter().find(|s| s.id == shard_id).ok_or_else(|| PortError::NotFound { what: format!("open shard {shard_id}"), hint: String::new() })?;
+            let total: i64 = tx.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get(0)).map_err(sql_err)?;
+            let mid = s.lo + (s.hi - s.lo) / 2;
+            let (a, b) = (shard_name(total as usize), shard_name(total as usize + 1));
+            let parents = serde_json::to_string(&[shard_id]).unwrap_or_default();
+            tx.execute("UPDATE shards SET closed = 1 WHERE shard_id = ?1", params![shard_id]).map_err(sql_err)?;
+            for (id, lo, hi) in [(&a, s.lo, mid), (&b, mid + 1, s.hi)] {
+                tx.execute("INSERT INTO shards (shard_id, parents, hash_start, hash_end) VALUES (?1, ?2, ?3, ?4)", params![id, parents, lo.to_string(), hi.to_string()])
+                    .map_err(sql_err)?;
+            }
+            tx.commit().map_err(sql_err)?;
+            Ok((a, b))
+        })
+    }
+}
+
+#[async_trait]
+impl Stream for Embedded {
+    async fn list_shards(&self) -> PortResult<Vec<ShardInfo>> {
+        self.run(|c| {
+            let mut st = c.prepare_cached("SELECT shard_id, parents, closed FROM shards ORDER BY shard_id").map_err(sql_err)?;
+            let rows = st
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+                .map_err(sql_err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_err)?;
+            Ok(rows
+                .into_iter()
+                .map(|(shard_id, parents, closed)| ShardInfo { shard_id, parents: serde_json::from_str(&parents).unwrap_or_default(), closed: closed != 0 })
+                .collect())
+        })
+        .await
+    }
+
+    async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>> {
+        let shard = shard_id.to_owned();
+        let after: i64 = self
+            .run(move |c| {
+                let known: Option<i64> = c.query_row("SELECT 1 FROM shards WHERE shard_id = ?1", [&shard], |r| r.get(0)).optional().map_err(sql_err)?;
+                if known.is_none() {
+                    return Err(PortError::NotFound { what: format!("shard {shard}"), hint: String::new() });
+                }
+                match from {
+                    StartPosition::TrimHorizon => Ok(0),
+                    StartPosition::AfterSequence(s) => {
+                        s.as_str().parse::<i64>().map_err(|_| PortError::Invalid(format!("sequence number {s} is not one of the embedded stream's")))
+                    }
+                    StartPosition::Latest => c
+                        .query_row("SELECT COALESCE(MAX(seq), 0) FROM records WHERE shard_id = ?1", [&shard], |r| r.get(0))
+                        .map_err(sql_err),
+                    StartPosition::AtTimestamp(ts) => c
+                        .query_row(
+                            "SELECT COALESCE((SELECT MIN(seq) FROM records WHERE shard_id = ?1 AND arrival_ms >= ?2), (SELECT COALESCE(MAX(seq), 0) + 1 FROM records WHERE shard_id = ?1)) - 1",
+                            params![shard, ts],
+                            |r| r.get(0),
+                        )
+                        .map_err(sql_err),
+                }
+            })
+            .await?;
+        Ok(Box::new(EmbeddedReader { store: self.clone(), shard_id: shard_id.to_owned(), after }))
+    }
+
+    async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {
+        let entries = entries.to_vec();
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let shards = open_shards(&tx)?;
+            let now = now_ms();
+            let mut out = Vec::with_capacity(entries.len());
+            {
+                let mut ins = tx.prepare_cached("INSERT INTO records (shard_id, arrival_ms, partition_key, data) VALUES (?1, ?2, ?3, ?4)").map_err(sql_err)?;
+                for e in &entries {
+                    let h = hash_key(&e.partition_key);
+                    let Some(s) = shards.iter().find(|s| s.lo <= h && h <= s.hi) else {
+                        out.push(PutOutcome::Failed { code: "InternalFailure".into(), message: "no open shard covers the hash key".into() });
+                        continue;
+                    };
+                    ins.execute(params![s.id, now, e.partition_key, e.data]).map_err(sql_err)?;
+                    let seq = tx.last_insert_rowid().to_string();
+                    out.push(PutOutcome::Ok { shard_id: s.id.clone(), seq: SeqNo::parse(&seq).unwrap_or_else(|| unreachable!("rowids are decimal")) });
+                }
+            }
+            tx.commit().map_err(sql_err)?;
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// A reader: the last delivered sequence number is its whole state.
+struct EmbeddedReader {
+    store: Embedded,
+    shard_id: String,
+    /// Records after this rowid come next.
+    after: i64,
+}
+
+#[async_trait]
+impl ShardReader for EmbeddedReader {
+    async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch> {
+        let (shard, after) = (self.shard_id.clone(), self.after);
+        let batch = self
+            .store
+            .run(move |conn| {
+                // One read transaction: the records and the closed flag come from one snapshot.
+                let tx = conn.transaction().map_err(sql_err)?;
+                let c: &Connection = &tx;
+                let mut st = c
+                    .prepare_cached("SELECT seq, arrival_ms, partition_key, data FROM records WHERE shard_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")
+                    .map_err(sql_err)?;
+                let records = st
+                    .query_map(params![shard, after, limit as i64], |r| {
+                        Ok(StreamRecord {
+                            seq: SeqNo::parse(&r.get::<_, i64>(0)?.to_string()).unwrap_or_else(|| unreachable!("rowids are decimal")),
+                            arrival_ms: r.get(1)?,
+                            partition_key: r.get(2)?,
+                            data: r.get(3)?,
+                        })
+                    })
+                    .map_err(sql_err)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(sql_err)?;
+                let mut batch = ReadBatch { millis_behind_latest: Some(0), ..ReadBatch::default() };
+                if records.len() == limit {
+                    if let Some(last) = records.last() {
+                        batch.millis_behind_latest = Some((now_ms() - last.arrival_ms).max(0));
+                    }
+                } else {
+                    let closed: i64 = c.query_row("SELECT closed FROM shards WHERE shard_id = ?1", [&shard], |r| r.get(0)).map_err(sql_err)?;
+                    if closed != 0 {
+                        // Closed shards take no more puts: whatever the select saw is the end.
+                        batch.shard_end = true;
+                        let mut st = c.prepare_cached("SELECT shard_id FROM shards WHERE parents LIKE ?1 ORDER BY shard_id").map_err(sql_err)?;
+                        batch.child_shards = st
+                            .query_map([format!("%\"{shard}\"%")], |r| r.get(0))
+                            .map_err(sql_err)?
+                            .collect::<Result<Vec<String>, _>>()
+                            .map_err(sql_err)?;
+                    }
+                }
+                batch.records = records;
+                Ok(batch)
+            })
+            .await?;
+        if let Some(last) = batch.records.last() {
+            self.after = last.seq.as_str().parse().unwrap_or(self.after);
+        }
+        Ok(batch)
+    }
+}

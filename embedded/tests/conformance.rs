@@ -1,0 +1,57 @@
+//! The port conformance suite on the embedded backend.
+
+use tally_embedded::Embedded;
+
+fn store(shards: usize) -> (tempfile::TempDir, Embedded) {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Embedded::open(dir.path(), shards).unwrap();
+    (dir, e)
+}
+
+#[tokio::test]
+async fn stream() {
+    let (_d, e) = store(3);
+    tally_conformance::stream_put_and_read(&e).await;
+}
+
+#[tokio::test]
+async fn leases() {
+    let (_d, e) = store(1);
+    tally_conformance::leases_are_fenced(&e, "embedded").await;
+}
+
+#[tokio::test]
+async fn counter() {
+    let (_d, e) = store(1);
+    tally_conformance::counter_commits_exactly_once(&e, "embedded").await;
+}
+
+#[tokio::test]
+async fn analytics() {
+    let (_d, e) = store(1);
+    tally_conformance::analytics_snapshots_are_fenced(&e, "embedded").await;
+}
+
+#[tokio::test]
+async fn split_shard_routes_to_children_and_ends_the_parent() {
+    use tally_core::ports::{PutEntry, StartPosition, Stream};
+    let (_d, e) = store(1);
+    let put = |k: &str| PutEntry { partition_key: k.into(), data: k.as_bytes().to_vec() };
+    e.put_records(&[put("a"), put("b")]).await.unwrap();
+    let (c1, c2) = e.split_shard("shardId-000000000000").unwrap();
+    e.put_records(&[put("c"), put("d"), put("e")]).await.unwrap();
+    let shards = e.list_shards().await.unwrap();
+    assert_eq!(shards.len(), 3);
+    assert!(shards[0].closed);
+    assert_eq!(shards[1].parents, vec!["shardId-000000000000".to_string()]);
+    let mut r = e.open("shardId-000000000000", StartPosition::TrimHorizon).await.unwrap();
+    let b = r.next_batch(10).await.unwrap();
+    assert_eq!(b.records.len(), 2);
+    assert!(b.shard_end);
+    assert_eq!(b.child_shards, vec![c1.clone(), c2.clone()]);
+    let mut n = 0;
+    for c in [c1, c2] {
+        n += e.open(&c, StartPosition::TrimHorizon).await.unwrap().next_batch(10).await.unwrap().records.len();
+    }
+    assert_eq!(n, 3);
+}

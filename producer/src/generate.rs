@@ -1,0 +1,213 @@
+//! Synthetic like events with a known truth.
+
+use std::collections::{HashMap, VecDeque};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use tally_core::event::{encode, Action, LikeEvent};
+use tally_core::ports::PutEntry;
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    /// Distinct events (duplicates and malformed records come on top).
+    pub events: u64,
+    /// Posts, drawn Zipf-distributed: post `p1` is the most liked.
+    pub posts: u64,
+    pub zipf_exponent: f64,
+    /// Users, drawn uniformly.
+    pub users: u64,
+    /// Share of events that unlike a post that has likes.
+    pub unlike_ratio: f64,
+    /// Share of extra records that resend a recent event verbatim (a producer retry).
+    pub duplicate_ratio: f64,
+    /// Share of extra records that are malformed.
+    pub malformed_ratio: f64,
+    pub seed: u64,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig { events: 10_000, posts: 1_000, zipf_exponent: 1.1, users: 100_000, unlike_ratio: 0.1, duplicate_ratio: 0.0, malformed_ratio: 0.0, seed: 1 }
+    }
+}
+
+/// What kind of record was generated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Event,
+    Duplicate,
+    Malformed,
+}
+
+/// The generator; an iterator of records to put.
+pub struct Generator {
+    cfg: GenConfig,
+    rng: StdRng,
+    zipf: Zipf<f64>,
+    /// Exact expected count per post.
+    truth: HashMap<String, i64>,
+    /// Recent records, for duplicates.
+    recent: VecDeque<PutEntry>,
+    /// Distinct events emitted so far.
+    emitted: u64,
+    duplicates: u64,
+    malformed: u64,
+    /// Clock for `created_at` (ms); `None`: the wall clock.
+    clock: Option<Box<dyn FnMut() -> i64 + Send>>,
+}
+
+/// Generation statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Truth {
+    pub events: u64,
+    pub duplicates: u64,
+    pub malformed: u64,
+    /// Expected count per post.
+    pub counts: HashMap<String, i64>,
+}
+
+impl Truth {
+    /// The expected global total.
+    pub fn total(&self) -> i64 {
+        self.counts.values().sum()
+    }
+}
+
+impl Generator {
+    /// A generator.
+    ///
+    /// # Panics
+    /// If `posts` is 0 or the exponent is not positive (config validation rejects both).
+    pub fn new(cfg: GenConfig) -> Generator {
+        let zipf = Zipf::new(cfg.posts.max(1), cfg.zipf_exponent.max(f64::MIN_POSITIVE)).unwrap_or_else(|_| unreachable!("validated"));
+        Generator {
+            rng: StdRng::seed_from_u64(cfg.seed),
+            zipf,
+            truth: HashMap::new(),
+            recent: VecDeque::new(),
+            emitted: 0,
+            duplicates: 0,
+            malformed: 0,
+            clock: None,
+            cfg,
+        }
+    }
+
+    /// Uses `clock` for `created_at` instead of the wall clock (for reproducible tests).
+    pub fn with_clock(mut self, clock: impl FnMut() -> i64 + Send + 'static) -> Generator {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    fn now(&mut self) -> i64 {
+        match &mut self.clock {
+            Some(c) => c(),
+            None => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+        }
+    }
+
+    /// What has been generated so far.
+    pub fn truth(&self) -> Truth {
+        Truth { events: self.emitted, duplicates: self.duplicates, malformed: self.malformed, counts: self.truth.clone() }
+    }
+
+    fn malformed_record(&mut self) -> PutEntry {
+        let post = format!("p{}", self.zipf.sample(&mut self.rng) as u64);
+        let id = self.rng.gen::<u64>();
+        let data = match self.rng.gen_range(0..5) {
+            0 => format!("{{\"event_id\":\"{id:x}\",\"post_id\":\"{post}\""),
+            1 => format!(r#"{{"event_id":"{id:x}","post_id":"{post}","user_id":"u1","action":"love","created_at":1}}"#),
+            2 => format!(r#"{{"event_id":"{id:x}","post_id":"{post}","user_id":"u1","action":"like"}}"#),
+            3 => format!(r#"{{"event_id":"{}","post_id":"{post}","user_id":"u1","action":"like","created_at":1}}"#, "x".repeat(65)),
+            _ => "\u{0}\u{1}binary garbage".to_owned(),
+        };
+        PutEntry { partition_key: post, data: data.into_bytes() }
+    }
+}
+
+impl Iterator for Generator {
+    type Item = (Kind, PutEntry);
+
+    fn next(&mut self) -> Option<(Kind, PutEntry)> {
+        if self.emitted >= self.cfg.events {
+            return None;
+        }
+        let r: f64 = self.rng.gen();
+        if r < self.cfg.malformed_ratio {
+            self.malformed += 1;
+            return Some((Kind::Malformed, self.malformed_record()));
+        }
+        if r < self.cfg.malformed_ratio + self.cfg.duplicate_ratio && !self.recent.is_empty() {
+            let i = self.rng.gen_range(0..self.recent.len());
+            self.duplicates += 1;
+            return Some((Kind::Duplicate, self.recent[i].clone()));
+        }
+        let post_id = format!("p{}", self.zipf.sample(&mut self.rng) as u64);
+        let user_id = format!("u{}", self.rng.gen_range(1..=self.cfg.users.max(1)));
+        let liked = self.truth.get(&post_id).copied().unwrap_or(0);
+        let action = if liked > 0 && self.rng.gen::<f64>() < self.cfg.unlike_ratio { Action::Unlike } else { Action::Like };
+        let created_at = self.now();
+        let event_id = format!("{created_at:011x}{:016x}", self.rng.gen::<u64>());
+        *self.truth.entry(post_id.clone()).or_default() += action.delta();
+        self.emitted += 1;
+        let entry = PutEntry { partition_key: post_id.clone(), data: encode(&LikeEvent { event_id, post_id, user_id, action, created_at }) };
+        if self.cfg.duplicate_ratio > 0.0 {
+            if self.recent.len() >= 1_000 {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(entry.clone());
+        }
+        Some((Kind::Event, entry))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_core::event::decode;
+
+    #[test]
+    fn truth_matches_what_was_generated() {
+        let cfg = GenConfig { events: 5_000, posts: 50, unlike_ratio: 0.2, duplicate_ratio: 0.05, malformed_ratio: 0.01, ..GenConfig::default() };
+        let mut g = Generator::new(cfg).with_clock(|| 1_700_000_000_000);
+        let mut seen = std::collections::HashSet::new();
+        let mut counts: HashMap<String, i64> = HashMap::new();
+        let (mut dups, mut bad) = (0, 0);
+        for (kind, e) in g.by_ref() {
+            match decode(&e.data) {
+                Err(_) => {
+                    assert_eq!(kind, Kind::Malformed);
+                    bad += 1;
+                }
+                Ok(ev) => {
+                    assert_eq!(e.partition_key, ev.post_id);
+                    if seen.insert(ev.event_id.clone()) {
+                        assert_eq!(kind, Kind::Event);
+                        *counts.entry(ev.post_id).or_default() += ev.action.delta();
+                    } else {
+                        assert_eq!(kind, Kind::Duplicate);
+                        dups += 1;
+                    }
+                }
+            }
+        }
+        let t = g.truth();
+        assert_eq!((t.events, t.duplicates, t.malformed), (5_000, dups, bad));
+        assert!(dups > 0 && bad > 0);
+        counts.retain(|_, v| *v != 0);
+        let mut truth = t.counts.clone();
+        truth.retain(|_, v| *v != 0);
+        assert_eq!(counts, truth);
+        assert!(t.counts.values().all(|&v| v >= 0), "unlikes only hit liked posts");
+    }
+
+    #[test]
+    fn zipf_puts_most_likes_on_the_first_posts() {
+        let mut g = Generator::new(GenConfig { events: 20_000, posts: 1_000, unlike_ratio: 0.0, ..GenConfig::default() });
+        g.by_ref().for_each(drop);
+        let t = g.truth();
+        assert!(t.counts["p1"] > t.counts.get("p100").copied().unwrap_or(0) * 10);
+    }
+}

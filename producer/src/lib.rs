@@ -1,0 +1,28 @@
+//! The producer: a synthetic like-event generator and the batched, retrying put path.
+//!
+//! - [`generate`]: Zipf-distributed posts, uniform users, unlike / duplicate / malformed ratios,
+//!   reproducible from a seed; it keeps the exact expected count of every post (the "truth").
+//! - [`put`]: cuts records into PutRecords batches (≤ 500 records, ≤ 5 MiB) and resends only
+//!   the entries that failed, with capped, jittered backoff.
+
+pub mod generate;
+pub mod put;
+
+/// Errors of the producer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProducerError {
+    #[error(transparent)]
+    Port(#[from] tally_core::ports::PortError),
+    #[error("{failed} records still failed after {attempts} attempts; last error: {last}")]
+    GaveUp { failed: usize, attempts: u32, last: String },
+}
+
+impl ProducerError {
+    /// Whether a later attempt may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProducerError::Port(e) => e.is_retryable(),
+            ProducerError::GaveUp { .. } => true,
+        }
+    }
+}

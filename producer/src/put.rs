@@ -1,0 +1,148 @@
+//! The put path: PutRecords batches, resending only what failed.
+
+use std::time::Duration;
+
+use rand::Rng;
+use tally_core::ports::{PutEntry, PutOutcome, Stream};
+use tally_core::retry::Backoff;
+
+use crate::ProducerError;
+
+/// Most records in one PutRecords call.
+pub const MAX_BATCH_RECORDS: usize = 500;
+/// Most bytes (data plus partition keys) in one PutRecords call.
+pub const MAX_BATCH_BYTES: usize = 5 * 1024 * 1024;
+
+/// Cuts entries into batches within the PutRecords limits, in order.
+pub fn batches(entries: Vec<PutEntry>, max_records: usize, max_bytes: usize) -> Vec<Vec<PutEntry>> {
+    let mut out = Vec::new();
+    let mut cur: Vec<PutEntry> = Vec::new();
+    let mut bytes = 0;
+    for e in entries {
+        let size = e.data.len() + e.partition_key.len();
+        if !cur.is_empty() && (cur.len() == max_records || bytes + size > max_bytes) {
+            out.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        bytes += size;
+        cur.push(e);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The entries whose outcome is a failure, with the last failure's message.
+pub fn failed_entries(entries: &[PutEntry], outcomes: &[PutOutcome]) -> (Vec<PutEntry>, Option<String>) {
+    let mut last = None;
+    let mut failed: Vec<PutEntry> = entries
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(e, o)| match o {
+            PutOutcome::Failed { code, message } => {
+                last = Some(format!("{code}: {message}"));
+                Some(e.clone())
+            }
+            PutOutcome::Ok { .. } => None,
+        })
+        .collect();
+    // An answer with fewer outcomes than entries leaves the rest unconfirmed: resend them.
+    failed.extend(entries.iter().skip(outcomes.len()).cloned());
+    (failed, last)
+}
+
+/// Totals of a put run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PutStats {
+    pub records: u64,
+    pub calls: u64,
+    /// Entries resent after a partial failure.
+    pub resent: u64,
+}
+
+/// Puts one batch, resending only the failed entries until all are in or the budget runs out.
+pub async fn put_batch(stream: &dyn Stream, batch: Vec<PutEntry>, backoff: &Backoff, stats: &mut PutStats) -> Result<(), ProducerError> {
+    let mut pending = batch;
+    let mut attempt = 0;
+    let n = pending.len() as u64;
+    loop {
+        stats.calls += 1;
+        let last = match stream.put_records(&pending).await {
+            Ok(outcomes) => {
+                let (failed, last) = failed_entries(&pending, &outcomes);
+                if failed.is_empty() {
+                    stats.records += n;
+                    return Ok(());
+                }
+                stats.resent += failed.len() as u64;
+                pending = failed;
+                last.unwrap_or_default()
+            }
+            Err(e) if e.is_retryable() => e.to_string(),
+            Err(e) => return Err(e.into()),
+        };
+        if attempt >= backoff.max_retries {
+            return Err(ProducerError::GaveUp { failed: pending.len(), attempts: attempt + 1, last });
+        }
+        let delay = backoff.delay(attempt, rand::thread_rng().gen::<f64>());
+        tracing::debug!(failed = pending.len(), attempt, delay_ms = delay.as_millis() as u64, "PutRecords: resending failed entries");
+        tokio::time::sleep(delay).await;
+        attempt += 1;
+    }
+}
+
+/// Paces puts to a target rate (records per second).
+#[derive(Debug)]
+pub struct Pacer {
+    rate: Option<f64>,
+    start: tokio::time::Instant,
+    sent: u64,
+}
+
+impl Pacer {
+    /// `None`: as fast as possible.
+    pub fn new(rate: Option<f64>) -> Pacer {
+        Pacer { rate: rate.filter(|r| *r > 0.0), start: tokio::time::Instant::now(), sent: 0 }
+    }
+
+    /// Waits until `n` more records may be sent.
+    pub async fn wait(&mut self, n: u64) {
+        if let Some(rate) = self.rate {
+            let due = self.start + Duration::from_secs_f64(self.sent as f64 / rate);
+            tokio::time::sleep_until(due).await;
+        }
+        self.sent += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_core::SeqNo;
+
+    fn entry(i: usize, size: usize) -> PutEntry {
+        PutEntry { partition_key: format!("k{i}"), data: vec![b'x'; size] }
+    }
+
+    #[test]
+    fn batches_respect_count_and_bytes() {
+        let b = batches((0..1_201).map(|i| entry(i, 10)).collect(), 500, MAX_BATCH_BYTES);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![500, 500, 201]);
+        let b = batches((0..12).map(|i| entry(i, 1024 * 1024)).collect(), 500, MAX_BATCH_BYTES);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 4, 4]);
+        assert!(batches(vec![], 500, 10).is_empty());
+    }
+
+    #[test]
+    fn only_failed_entries_are_resent() {
+        let es: Vec<PutEntry> = (0..4).map(|i| entry(i, 1)).collect();
+        let ok = PutOutcome::Ok { shard_id: "s".into(), seq: SeqNo::parse("1").unwrap() };
+        let bad = PutOutcome::Failed { code: "ProvisionedThroughputExceededException".into(), message: "slow down".into() };
+        let (failed, last) = failed_entries(&es, &[ok.clone(), bad.clone(), ok, bad]);
+        assert_eq!(failed, vec![es[1].clone(), es[3].clone()]);
+        assert_eq!(last.unwrap(), "ProvisionedThroughputExceededException: slow down");
+        let (failed, _) = failed_entries(&es, &[]);
+        assert_eq!(failed.len(), 4);
+    }
+}

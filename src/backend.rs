@@ -1,0 +1,44 @@
+//! The one place that picks the adapters behind the ports.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tally_core::ports::{AnalyticsStore, CounterStore, LeaseStore, Stream};
+
+use crate::settings::{BackendKind, Settings};
+
+/// The ports, wired to one backend.
+#[derive(Clone)]
+pub struct Backend {
+    pub stream: Arc<dyn Stream>,
+    pub counter: Arc<dyn CounterStore>,
+    pub analytics: Arc<dyn AnalyticsStore>,
+    pub leases: Arc<dyn LeaseStore>,
+}
+
+impl Backend {
+    /// Opens the configured backend.
+    pub async fn open(s: &Settings) -> Result<Backend> {
+        match s.backend {
+            BackendKind::Embedded => {
+                let e = tally_embedded::Embedded::open(&s.data_dir, s.shards).with_context(|| format!("opening the embedded store in {}", s.data_dir.display()))?;
+                Ok(Backend { stream: Arc::new(e.clone()), counter: Arc::new(e.clone()), analytics: Arc::new(e.clone()), leases: Arc::new(e) })
+            }
+            BackendKind::Aws => {
+                let _ = aws_settings(s);
+                anyhow::bail!("the aws backend is not built yet")
+            }
+        }
+    }
+}
+
+/// The AWS adapter's settings from ours.
+pub fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
+    let opt = |u: &str| (!u.is_empty()).then(|| u.to_owned());
+    tally_aws::AwsSettings {
+        stream: s.stream.clone(),
+        table_prefix: s.table_prefix.clone(),
+        kinesis_endpoint_url: opt(&s.kinesis_endpoint_url),
+        dynamodb_endpoint_url: opt(&s.dynamodb_endpoint_url),
+    }
+}

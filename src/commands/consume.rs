@@ -1,0 +1,93 @@
+//! `tally count` and `tally analytics`: the long-running consumers.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde_json::json;
+use tally_analytics::{Analytics, AnalyticsMetrics};
+use tally_consumer::counter::{Counter, CounterMetrics};
+use tally_consumer::worker::{self, IdleExit, LeaseMetrics, WorkerDeps};
+use tally_core::apps;
+
+use super::{analytics_config, counter_config, print_json, shutdown_signal, worker_config};
+use crate::backend::Backend;
+use crate::cli::ConsumeArgs;
+use crate::settings::Settings;
+
+/// Runs a counter worker until `shutdown`, or until idle once `idle` is armed.
+pub async fn run_counter(s: &Settings, b: &Backend, idle: Arc<IdleExit>, shutdown: impl Future<Output = ()>) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
+    let metrics = Arc::new(CounterMetrics::default());
+    let leases = Arc::new(LeaseMetrics::default());
+    let deps = WorkerDeps { stream: b.stream.clone(), leases: b.leases.clone(), factory: Arc::new(Counter::new(b.counter.clone(), counter_config(s), metrics.clone())) };
+    worker::run(deps, worker_config(s, apps::COUNTER), idle, leases.clone(), shutdown).await?;
+    Ok((metrics, leases))
+}
+
+/// Runs an analytics worker until `shutdown`, or until idle once `idle` is armed.
+pub async fn run_analytics(s: &Settings, b: &Backend, idle: Arc<IdleExit>, shutdown: impl Future<Output = ()>) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
+    let metrics = Arc::new(AnalyticsMetrics::default());
+    let leases = Arc::new(LeaseMetrics::default());
+    let deps =
+        WorkerDeps { stream: b.stream.clone(), leases: b.leases.clone(), factory: Arc::new(Analytics::new(b.analytics.clone(), analytics_config(s), metrics.clone())) };
+    worker::run(deps, worker_config(s, apps::ANALYTICS), idle, leases.clone(), shutdown).await?;
+    Ok((metrics, leases))
+}
+
+fn idle_for(a: &ConsumeArgs) -> Arc<IdleExit> {
+    let idle = Arc::new(IdleExit::default());
+    if a.until_idle {
+        idle.arm();
+    }
+    idle
+}
+
+fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
+    json!({
+        "taken": l.taken.load(Ordering::Relaxed),
+        "stolen": l.stolen.load(Ordering::Relaxed),
+        "released": l.released.load(Ordering::Relaxed),
+        "lost": l.lost.load(Ordering::Relaxed),
+        "finished": l.finished.load(Ordering::Relaxed),
+    })
+}
+
+pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
+    let (m, l) = run_counter(s, b, idle_for(a), shutdown_signal()).await?;
+    let v = json!({
+        "records": m.records.load(Ordering::Relaxed),
+        "counted": m.counted.load(Ordering::Relaxed),
+        "duplicates": m.duplicates.load(Ordering::Relaxed),
+        "malformed": m.malformed.load(Ordering::Relaxed),
+        "windows": m.windows.load(Ordering::Relaxed),
+        "chunks": m.chunks.load(Ordering::Relaxed),
+        "items_written": m.items_written.load(Ordering::Relaxed),
+        "leases": lease_json(&l),
+    });
+    if a.json {
+        print_json(&v);
+    } else {
+        eprintln!(
+            "counter stopped: {} records, {} counted, {} duplicates, {} malformed, {} windows",
+            v["records"], v["counted"], v["duplicates"], v["malformed"], v["windows"]
+        );
+    }
+    Ok(())
+}
+
+pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
+    let (m, l) = run_analytics(s, b, idle_for(a), shutdown_signal()).await?;
+    let v = json!({
+        "records": m.records.load(Ordering::Relaxed),
+        "likes": m.likes.load(Ordering::Relaxed),
+        "snapshots": m.snapshots.load(Ordering::Relaxed),
+        "leases": lease_json(&l),
+    });
+    if a.json {
+        print_json(&v);
+    } else {
+        eprintln!("analytics stopped: {} records, {} likes, {} snapshots", v["records"], v["likes"], v["snapshots"]);
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! `tally demo`: producer, counter and analytics together in one process, then a check of every
+//! count against the generator's truth.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde_json::json;
+use tally_consumer::worker::{now_ms, IdleExit};
+use tally_core::apps;
+
+use super::consume::{run_analytics, run_counter};
+use super::produce::produce;
+use super::print_json;
+use crate::backend::Backend;
+use crate::cli::DemoArgs;
+use crate::settings::{BackendKind, Settings};
+
+pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result<()> {
+    let mut s = s.clone();
+    // Demo defaults: some retries and some garbage, so the report shows them handled.
+    if a.gen.duplicate_ratio.is_none() && s.producer.duplicate_ratio == 0.0 {
+        s.producer.duplicate_ratio = 0.02;
+    }
+    if a.gen.malformed_ratio.is_none() && s.producer.malformed_ratio == 0.0 {
+        s.producer.malformed_ratio = 0.001;
+    }
+    s.producer.rate = 0.0;
+    let _tmp;
+    if s.backend == BackendKind::Embedded && !explicit_data_dir {
+        let t = tempfile::Builder::new().prefix("tally-demo-").tempdir()?;
+        s.data_dir = t.path().to_owned();
+        _tmp = t;
+    }
+    let b = Backend::open(&s).await?;
+    if !a.json {
+        eprintln!("demo: {} events over {} posts on {} shards ({:?} backend)", a.events, s.producer.posts, s.shards, s.backend);
+    }
+
+    let started = Instant::now();
+    let (counter_idle, analytics_idle) = (Arc::new(IdleExit::default()), Arc::new(IdleExit::default()));
+    let never = std::future::pending::<()>;
+    let counter = {
+        let (s, b, idle) = (s.clone(), b.clone(), counter_idle.clone());
+        tokio::spawn(async move { run_counter(&s, &b, idle, never()).await })
+    };
+    let analytics = {
+        let (s, b, idle) = (s.clone(), b.clone(), analytics_idle.clone());
+        tokio::spawn(async move { run_analytics(&s, &b, idle, never()).await })
+    };
+    let (truth, put) = produce(&s, &b, a.events, a.json).await?;
+    let produced_in = started.elapsed();
+    counter_idle.arm();
+    analytics_idle.arm();
+    let (cm, _) = counter.await??;
+    let (am, _) = analytics.await??;
+    let elapsed = started.elapsed();
+
+    // Check every post the generator touched, the global total and the dead letters.
+    let mut wrong = Vec::new();
+    for (post, expected) in &truth.counts {
+        let got = b.counter.post_count(post, None).await?.total;
+        if got != *expected {
+            wrong.push((post.clone(), *expected, got));
+        }
+    }
+    wrong.sort();
+    let counted_total = b.counter.global_total().await?;
+    let dead = b.counter.dead_letter_count().await?;
+    let exact = wrong.is_empty() && counted_total == truth.total() && dead == truth.malformed;
+    let trending = tally_analytics::top(b.analytics.as_ref(), apps::ANALYTICS, Duration::from_secs(s.analytics.half_life_secs), 10).await?;
+    let lat = tally_analytics::latency(b.analytics.as_ref(), apps::ANALYTICS, 0).await?;
+    let records = put.records;
+    let items = cm.items_written.load(Ordering::Relaxed);
+    let writes_per_event = items as f64 / truth.events.max(1) as f64;
+    let events_per_sec = records as f64 / elapsed.as_secs_f64();
+    let report = json!({
+        "backend": format!("{:?}", s.backend).to_lowercase(),
+        "events": truth.events,
+        "records": records,
+        "duplicates_injected": truth.duplicates,
+        "malformed_injected": truth.malformed,
+        "expected_total": truth.total(),
+        "counted_total": counted_total,
+        "posts_checked": truth.counts.len(),
+        "posts_wrong": wrong.len(),
+        "dead_letters": dead,
+        "exact": exact,
+        "duplicates_dropped": cm.duplicates.load(Ordering::Relaxed),
+        "windows": cm.windows.load(Ordering::Relaxed),
+        "chunks": cm.chunks.load(Ordering::Relaxed),
+        "store_writes": items,
+        "writes_per_event": writes_per_event,
+        "events_per_sec": events_per_sec,
+        "elapsed_secs": elapsed.as_secs_f64(),
+        "produce_secs": produced_in.as_secs_f64(),
+        "analytics_likes": am.likes.load(Ordering::Relaxed),
+        "trending": trending.iter().map(|e| json!({"post_id": e.post_id, "score": e.score})).collect::<Vec<_>>(),
+        "latency_ms": {"p50": lat.creation_ms.p50, "p90": lat.creation_ms.p90, "p99": lat.creation_ms.p99, "p999": lat.creation_ms.p999, "max": lat.creation_ms.max},
+        "arrival_latency_ms": lat.arrival_ms,
+        "iterator_age_ms": lat.iterator_age_ms,
+        "finished_at_ms": now_ms(),
+    });
+    if a.json {
+        print_json(&report);
+    } else {
+        println!("events produced       {} (+{} duplicates, +{} malformed) = {} records", truth.events, truth.duplicates, truth.malformed, records);
+        println!("expected total        {}", truth.total());
+        println!("counted total         {}", counted_total);
+        println!("posts checked         {} ({} wrong)", truth.counts.len(), wrong.len());
+        println!("dead letters          {} (injected {})", dead, truth.malformed);
+        println!("every count exact     {}", if exact { "yes" } else { "NO" });
+        println!("store writes / event  {writes_per_event:.3} ({items} item writes in {} windows; one UpdateItem per like would be 1.000)", cm.windows.load(Ordering::Relaxed));
+        println!("throughput            {events_per_sec:.0} records/s ({:.2}s end to end)", elapsed.as_secs_f64());
+        println!(
+            "latency (creation→processing)  p50={}ms p90={}ms p99={}ms p99.9={}ms max={}ms",
+            lat.creation_ms.p50, lat.creation_ms.p90, lat.creation_ms.p99, lat.creation_ms.p999, lat.creation_ms.max
+        );
+        println!("top 10 trending:");
+        for (i, e) in trending.iter().enumerate() {
+            println!("  {:>2}. {:<12} {:>10.1}", i + 1, e.post_id, e.score);
+        }
+        for (post, expected, got) in wrong.iter().take(10) {
+            println!("  WRONG {post}: expected {expected}, counted {got}");
+        }
+    }
+    if !exact {
+        bail!("counts are off: {} posts wrong, total {} vs expected {}, dead letters {} vs {}", wrong.len(), counted_total, truth.total(), dead, truth.malformed);
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! The subcommands. Each takes the loaded settings and the wired backend.
+
+pub mod consume;
+pub mod demo;
+pub mod produce;
+pub mod read;
+pub mod setup;
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tally_analytics::AnalyticsConfig;
+use tally_consumer::counter::CounterConfig;
+use tally_consumer::worker::{default_worker_id, WorkerConfig};
+use tally_core::apps;
+use tally_producer::generate::GenConfig;
+
+use crate::settings::Settings;
+
+/// The runtime settings of a worker of `app`.
+pub fn worker_config(s: &Settings, app: &str) -> WorkerConfig {
+    let l = &s.lease;
+    let id = if l.worker_id.is_empty() { default_worker_id() } else { l.worker_id.clone() };
+    let mut w = WorkerConfig::new(app, &id);
+    w.lease_duration = Settings::ms(l.duration_ms);
+    w.renew_interval = Settings::ms(l.renew_ms);
+    w.lease_poll_interval = Settings::ms(l.poll_ms);
+    w.discovery_interval = Settings::ms(l.discovery_ms);
+    w.idle_poll = Settings::ms(l.idle_poll_ms);
+    w.batch_limit = l.batch_limit;
+    w.max_leases_per_worker = l.max_per_worker;
+    w.shutdown_timeout = Settings::ms(l.shutdown_timeout_ms);
+    w.finished_lease_grace = Duration::from_secs(l.finished_grace_secs);
+    w
+}
+
+/// The counter's settings.
+pub fn counter_config(s: &Settings) -> CounterConfig {
+    let mut c = CounterConfig::new(apps::COUNTER);
+    c.window_records = s.counter.window_records;
+    c.window_time = Settings::ms(s.counter.window_ms);
+    c.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
+    c.max_items_per_commit = s.counter.max_items_per_commit;
+    c.crash_after_chunks = (s.counter.crash_after_chunks > 0).then_some(s.counter.crash_after_chunks);
+    c
+}
+
+/// The analytics settings.
+pub fn analytics_config(s: &Settings) -> AnalyticsConfig {
+    let mut a = AnalyticsConfig::new(apps::ANALYTICS);
+    a.sketch_capacity = s.analytics.sketch_capacity;
+    a.half_life = Duration::from_secs(s.analytics.half_life_secs);
+    a.window_records = s.analytics.window_records;
+    a.window_time = Settings::ms(s.analytics.window_ms);
+    a
+}
+
+/// The generator's settings.
+pub fn gen_config(s: &Settings, events: u64) -> GenConfig {
+    let p = &s.producer;
+    GenConfig {
+        events,
+        posts: p.posts,
+        zipf_exponent: p.zipf_exponent,
+        users: p.users,
+        unlike_ratio: p.unlike_ratio,
+        duplicate_ratio: p.duplicate_ratio,
+        malformed_ratio: p.malformed_ratio,
+        seed: p.seed,
+    }
+}
+
+/// A progress bar on stderr, hidden when `quiet` or stderr is not a terminal.
+pub fn progress(len: Option<u64>, quiet: bool) -> ProgressBar {
+    let pb = match len {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    if quiet {
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let style = ProgressStyle::with_template("{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records ({per_sec})").unwrap_or_else(|_| ProgressStyle::default_bar());
+    pb.set_style(style.progress_chars("=> "));
+    pb
+}
+
+/// Resolves at the first SIGINT or SIGTERM; a second one exits the process at once (nothing is
+/// lost: the checkpoint never passes an unapplied window).
+pub async fn shutdown_signal() {
+    wait_signal().await;
+    tracing::info!("signal received: finishing open windows, checkpointing and releasing leases (again to exit at once)");
+    tokio::spawn(async {
+        wait_signal().await;
+        eprintln!("second signal: exiting now");
+        std::process::exit(130);
+    });
+}
+
+async fn wait_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Shared handle to print JSON.
+pub fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}

@@ -1,0 +1,62 @@
+//! The `tally` binary: parses flags, loads configuration, wires a backend, runs a subcommand.
+
+mod backend;
+mod cli;
+mod commands;
+mod settings;
+
+use anyhow::Result;
+use clap::Parser;
+
+use crate::backend::Backend;
+use crate::cli::{Cli, Command};
+use crate::settings::Settings;
+
+fn init_logging(cli: &Cli) {
+    let default = match cli.command {
+        Command::Count(_) | Command::Analytics(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if cli.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    init_logging(&cli);
+    if let Err(e) = run(cli).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let settings = Settings::load(cli.config.as_deref(), cli.overrides())?;
+    if let Command::Demo(a) = &cli.command {
+        return commands::demo::demo(&settings, a, cli.data_dir.is_some()).await;
+    }
+    if let Command::Setup(_) = &cli.command {
+        return commands::setup::setup(&settings).await;
+    }
+    let b = Backend::open(&settings).await?;
+    match &cli.command {
+        Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
+        Command::Replay(a) => commands::produce::run_replay(&settings, &b, a).await,
+        Command::Record(a) => commands::read::record(&b, a).await,
+        Command::Count(a) => commands::consume::count(&settings, &b, a).await,
+        Command::Analytics(a) => commands::consume::analytics(&settings, &b, a).await,
+        Command::Query(a) => commands::read::query(&b, a).await,
+        Command::Total(a) => commands::read::total(&b, a).await,
+        Command::Top(a) => commands::read::top(&settings, &b, a).await,
+        Command::Latency(a) => commands::read::latency(&b, a).await,
+        Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
+        Command::Leases(a) => commands::read::leases(&b, a).await,
+        Command::Demo(_) | Command::Setup(_) => unreachable!("handled above"),
+    }
+}

@@ -1,0 +1,234 @@
+//! Configuration: defaults → `tally.toml` (or `--config FILE`) → `TALLY_*` environment → flags,
+//! through the `config` crate into serde structs that reject unknown keys. [`Settings::validate`]
+//! runs once at start-up and names the key of any bad value.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Which engines the ports run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// SQLite under the data dir: no AWS account needed.
+    Embedded,
+    /// Amazon Kinesis and DynamoDB (or local API peers).
+    Aws,
+}
+
+/// Everything configurable.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Where the embedded backend keeps its data.
+    pub data_dir: PathBuf,
+    pub backend: BackendKind,
+    /// The Kinesis stream's name.
+    pub stream: String,
+    /// Prefix of the DynamoDB tables' names.
+    pub table_prefix: String,
+    /// Optional endpoint overrides (local API peers); empty: the AWS default.
+    pub kinesis_endpoint_url: String,
+    pub dynamodb_endpoint_url: String,
+    /// Shards of a stream created by `setup` (and of a new embedded store).
+    pub shards: usize,
+    pub counter: CounterSettings,
+    pub analytics: AnalyticsSettings,
+    pub lease: LeaseSettings,
+    pub producer: ProducerSettings,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CounterSettings {
+    /// A window closes after this many records…
+    pub window_records: usize,
+    /// …or this many milliseconds after it opened.
+    pub window_ms: u64,
+    /// A producer retry is recognised for this long after the original arrived.
+    pub dedup_horizon_secs: u64,
+    /// Caps items per atomic write (0: the backend's limit; DynamoDB allows 100 per transaction).
+    pub max_items_per_commit: usize,
+    /// Test failpoint: abort after this many chunk commits (0: off).
+    pub crash_after_chunks: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AnalyticsSettings {
+    /// Posts kept per shard by the trending sketch (bounds memory).
+    pub sketch_capacity: usize,
+    /// Half-life of the decayed like rate, in seconds.
+    pub half_life_secs: u64,
+    pub window_records: usize,
+    pub window_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaseSettings {
+    /// A lease not renewed for this long may be taken by another worker.
+    pub duration_ms: u64,
+    /// How often a held lease is renewed.
+    pub renew_ms: u64,
+    /// How often a worker looks for leases to take or steal.
+    pub poll_ms: u64,
+    /// How often a worker lists the stream's shards.
+    pub discovery_ms: u64,
+    /// Most leases per worker (0: no limit).
+    pub max_per_worker: usize,
+    /// How long a graceful shutdown waits for shards to flush.
+    pub shutdown_timeout_ms: u64,
+    /// A finished shard's lease row is deleted this long after its children finished.
+    pub finished_grace_secs: u64,
+    /// Pause between reads of a caught-up shard.
+    pub idle_poll_ms: u64,
+    /// Most records per read.
+    pub batch_limit: usize,
+    /// This worker's identity (empty: the ECS task id, else host name and pid).
+    pub worker_id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProducerSettings {
+    pub posts: u64,
+    pub zipf_exponent: f64,
+    pub users: u64,
+    pub unlike_ratio: f64,
+    pub duplicate_ratio: f64,
+    pub malformed_ratio: f64,
+    pub seed: u64,
+    /// Records per second (0: as fast as possible).
+    pub rate: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            data_dir: PathBuf::from("./data"),
+            backend: BackendKind::Embedded,
+            stream: "tally-likes".into(),
+            table_prefix: "tally".into(),
+            kinesis_endpoint_url: String::new(),
+            dynamodb_endpoint_url: String::new(),
+            shards: 4,
+            counter: CounterSettings::default(),
+            analytics: AnalyticsSettings::default(),
+            lease: LeaseSettings::default(),
+            producer: ProducerSettings::default(),
+        }
+    }
+}
+
+impl Default for CounterSettings {
+    fn default() -> Self {
+        CounterSettings { window_records: 5_000, window_ms: 1_000, dedup_horizon_secs: 600, max_items_per_commit: 0, crash_after_chunks: 0 }
+    }
+}
+
+impl Default for AnalyticsSettings {
+    fn default() -> Self {
+        AnalyticsSettings { sketch_capacity: 1_000, half_life_secs: 300, window_records: 20_000, window_ms: 5_000 }
+    }
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        LeaseSettings {
+            duration_ms: 10_000,
+            renew_ms: 2_000,
+            poll_ms: 1_000,
+            discovery_ms: 10_000,
+            max_per_worker: 0,
+            shutdown_timeout_ms: 20_000,
+            finished_grace_secs: 3_600,
+            idle_poll_ms: 200,
+            batch_limit: 1_000,
+            worker_id: String::new(),
+        }
+    }
+}
+
+impl Default for ProducerSettings {
+    fn default() -> Self {
+        ProducerSettings { posts: 1_000, zipf_exponent: 1.1, users: 100_000, unlike_ratio: 0.1, duplicate_ratio: 0.0, malformed_ratio: 0.0, seed: 1, rate: 0.0 }
+    }
+}
+
+/// A flag's override: the dotted key and its value.
+pub type Override = (&'static str, config::Value);
+
+impl Settings {
+    /// Loads the layers. `file`: an explicit `--config` (must exist) or `None` for `./tally.toml`
+    /// if present.
+    pub fn load(file: Option<&Path>, overrides: Vec<Override>) -> Result<Settings> {
+        let mut b = config::Config::builder().add_source(config::Config::try_from(&Settings::default()).context("default settings")?);
+        match file {
+            Some(f) => {
+                if !f.exists() {
+                    bail!("config file {} does not exist", f.display());
+                }
+                b = b.add_source(config::File::from(f).format(config::FileFormat::Toml).required(true));
+            }
+            None => b = b.add_source(config::File::with_name("tally.toml").format(config::FileFormat::Toml).required(false)),
+        }
+        b = b.add_source(config::Environment::with_prefix("TALLY").prefix_separator("_").separator("__").try_parsing(true));
+        for (k, v) in overrides {
+            b = b.set_override(k, v).with_context(|| format!("flag for {k}"))?;
+        }
+        let cfg = b.build().context("reading configuration")?;
+        let s: Settings = cfg.try_deserialize().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Checks every value once; the error names the key and what was expected.
+    pub fn validate(&self) -> Result<()> {
+        fn range<T: PartialOrd + std::fmt::Display>(key: &str, v: T, lo: T, hi: T) -> Result<()> {
+            if v < lo || v > hi {
+                bail!("invalid configuration: `{key}` must be between {lo} and {hi}, got {v}");
+            }
+            Ok(())
+        }
+        range("shards", self.shards, 1, 1_000)?;
+        range("counter.window_records", self.counter.window_records, 1, 20_000)?;
+        range("counter.window_ms", self.counter.window_ms, 1, 600_000)?;
+        range("counter.dedup_horizon_secs", self.counter.dedup_horizon_secs, 1, 86_400)?;
+        range("analytics.sketch_capacity", self.analytics.sketch_capacity, 1, 1_000_000)?;
+        range("analytics.half_life_secs", self.analytics.half_life_secs, 1, 30 * 86_400)?;
+        range("analytics.window_records", self.analytics.window_records, 1, 1_000_000)?;
+        range("analytics.window_ms", self.analytics.window_ms, 1, 600_000)?;
+        range("lease.duration_ms", self.lease.duration_ms, 100, 3_600_000)?;
+        range("lease.renew_ms", self.lease.renew_ms, 10, self.lease.duration_ms / 2)?;
+        range("lease.poll_ms", self.lease.poll_ms, 10, 600_000)?;
+        range("lease.discovery_ms", self.lease.discovery_ms, 10, 3_600_000)?;
+        range("lease.idle_poll_ms", self.lease.idle_poll_ms, 1, 60_000)?;
+        range("lease.batch_limit", self.lease.batch_limit, 1, 10_000)?;
+        range("producer.posts", self.producer.posts, 1, u64::MAX)?;
+        range("producer.users", self.producer.users, 1, u64::MAX)?;
+        range("producer.zipf_exponent", self.producer.zipf_exponent, 0.01, 10.0)?;
+        range("producer.unlike_ratio", self.producer.unlike_ratio, 0.0, 1.0)?;
+        range("producer.duplicate_ratio", self.producer.duplicate_ratio, 0.0, 0.5)?;
+        range("producer.malformed_ratio", self.producer.malformed_ratio, 0.0, 0.5)?;
+        range("producer.rate", self.producer.rate, 0.0, 1e9)?;
+        if self.stream.is_empty() {
+            bail!("invalid configuration: `stream` must be a stream name, got an empty string");
+        }
+        if self.table_prefix.is_empty() || !self.table_prefix.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+            bail!("invalid configuration: `table_prefix` must be letters, digits, `_`, `.` or `-`, got {:?}", self.table_prefix);
+        }
+        for (key, url) in [("kinesis_endpoint_url", &self.kinesis_endpoint_url), ("dynamodb_endpoint_url", &self.dynamodb_endpoint_url)] {
+            if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("invalid configuration: `{key}` must be an http:// or https:// URL, got {url:?}");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+}

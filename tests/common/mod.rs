@@ -1,0 +1,219 @@
+//! Helpers for the end-to-end tests: run the `tally` binary against a backend, and write NDJSON
+//! files against contract v1 independently of tally's own generator.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+/// Where a test's data lives: a temp dir (embedded) or fresh stream/table names (AWS).
+pub struct Target {
+    /// Global flags selecting the backend.
+    pub args: Vec<String>,
+    /// Kept alive for the test's duration.
+    pub dir: tempfile::TempDir,
+}
+
+impl Target {
+    /// A fresh embedded data dir.
+    pub fn embedded() -> Target {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let args = vec!["--data-dir".into(), dir.path().display().to_string()];
+        Target { args, dir }
+    }
+
+    /// Fresh stream and table names on the local AWS API peers (started by scripts/local-aws.sh).
+    pub fn aws(name: &str) -> Target {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let unique = format!("{name}-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
+        let kinesis = std::env::var("TEST_KINESIS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4568".into());
+        let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".into());
+        let args = vec![
+            "--backend".into(),
+            "aws".into(),
+            "--stream".into(),
+            format!("s-{unique}"),
+            "--table-prefix".into(),
+            format!("t-{unique}"),
+            "--kinesis-endpoint-url".into(),
+            kinesis,
+            "--dynamodb-endpoint-url".into(),
+            dynamodb,
+            "--data-dir".into(),
+            dir.path().display().to_string(),
+        ];
+        Target { args, dir }
+    }
+
+    /// A `tally` command with this target's flags and the test AWS credentials.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
+        c.args(args).args(&self.args);
+        c.env("AWS_ACCESS_KEY_ID", "test").env("AWS_SECRET_ACCESS_KEY", "test").env("AWS_REGION", "us-east-1");
+        c.env_remove("AWS_PROFILE").env("RUST_LOG", "warn");
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `tally ARGS` with extra env vars; panics with its output if it fails.
+    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let mut c = self.cmd(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = output(c);
+        assert!(out.status.success(), "tally {args:?} failed: {}\nstdout: {}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn run(&self, args: &[&str]) -> String {
+        self.run_env(args, &[])
+    }
+
+    /// Runs `tally ARGS`, expecting failure; returns its output.
+    pub fn fail(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = self.cmd(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = output(c);
+        assert!(!out.status.success(), "tally {args:?} should have failed: {}", String::from_utf8_lossy(&out.stdout));
+        out
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.run(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("tally {args:?} printed no JSON ({e}): {out}"))
+    }
+
+    /// A post's count through `tally query --json`.
+    pub fn count(&self, post: &str) -> i64 {
+        self.json(&["query", post, "--json"])["count"].as_i64().expect("count")
+    }
+
+    /// Every post's count, checked against `expected`; returns the mismatches.
+    pub fn mismatches(&self, expected: &BTreeMap<String, i64>) -> Vec<(String, i64, i64)> {
+        expected.iter().filter_map(|(p, &e)| (self.count(p) != e).then(|| (p.clone(), e, self.count(p)))).collect()
+    }
+}
+
+/// How long one command may run before the test fails (a hang is a failure, not a stall).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Runs a command to completion, killing it (and failing) past [`COMMAND_TIMEOUT`].
+pub fn output(mut c: Command) -> Output {
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn tally");
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t_out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut so, &mut b).ok();
+        b
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut se, &mut b).ok();
+        b
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if started.elapsed() > COMMAND_TIMEOUT {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{c:?} did not finish within {COMMAND_TIMEOUT:?}; stderr: {}", String::from_utf8_lossy(&t_err.join().unwrap_or_default()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// What a hand-written contract-v1 file should count to.
+#[derive(Debug, Default)]
+pub struct Expected {
+    pub counts: BTreeMap<String, i64>,
+    /// Per post: likes minus unlikes created in the last 30 minutes (none between 30 min and 2 h).
+    pub recent: BTreeMap<String, i64>,
+    pub lines: usize,
+    pub malformed: usize,
+    pub duplicates: usize,
+}
+
+impl Expected {
+    pub fn total(&self) -> i64 {
+        self.counts.values().sum()
+    }
+}
+
+/// Writes `n` events over `posts` posts to `path` as someone else's producer would: its own ids,
+/// extra fields, unlikes, verbatim retries and malformed lines. A small LCG keeps it reproducible.
+pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Expected {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut rnd = move |m: u64| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) % m
+    };
+    let now = now_ms();
+    let mut exp = Expected::default();
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut recent_lines: Vec<String> = Vec::new();
+    let malformed = [
+        "not json at all".to_string(),
+        r#"{"event_id":"m1","post_id":"post-1","user_id":"u1","action":"love","created_at":1}"#.to_string(),
+        r#"{"event_id":"m2","post_id":"post 1","user_id":"u1","action":"like","created_at":1}"#.to_string(),
+        r#"{"event_id":"m3","post_id":"post-1","user_id":"u1","action":"like","created_at":"yesterday"}"#.to_string(),
+        r#"{"post_id":"post-2","user_id":"u1","action":"like","created_at":1}"#.to_string(),
+        "[1,2,3]".to_string(),
+    ];
+    for i in 0..n {
+        if i % 97 == 13 {
+            writeln!(f, "{}", malformed[(i / 97) % malformed.len()]).unwrap();
+            exp.malformed += 1;
+            exp.lines += 1;
+        }
+        if i % 41 == 7 && !recent_lines.is_empty() {
+            let l = recent_lines[rnd(recent_lines.len() as u64) as usize].clone();
+            writeln!(f, "{l}").unwrap();
+            exp.duplicates += 1;
+            exp.lines += 1;
+        }
+        // Skewed popularity: half the events go to the first 5 posts.
+        let post = if rnd(2) == 0 { rnd(5.min(posts as u64)) } else { rnd(posts as u64) };
+        let post = format!("post-{post}");
+        let recent = rnd(3) != 0;
+        let created = if recent { now - 1_000 - rnd(25 * 60_000) as i64 } else { now - 3 * 3_600_000 - rnd(3_600_000) as i64 };
+        let have = exp.counts.get(&post).copied().unwrap_or(0);
+        let unlike = have > 0 && rnd(8) == 0;
+        let action = if unlike { "unlike" } else { "like" };
+        let line = format!(
+            r#"{{"created_at":{created},"action":"{action}","user_id":"user_{}","post_id":"{post}","event_id":"ext-{seed}-{i}","client":{{"app":"ios","v":3}}}}"#,
+            rnd(10_000)
+        );
+        writeln!(f, "{line}").unwrap();
+        exp.lines += 1;
+        let d = if unlike { -1 } else { 1 };
+        *exp.counts.entry(post.clone()).or_default() += d;
+        if recent {
+            *exp.recent.entry(post).or_default() += d;
+        }
+        recent_lines.push(line);
+        if recent_lines.len() > 200 {
+            recent_lines.remove(0);
+        }
+    }
+    exp
+}
+
+/// A path inside the target's temp dir.
+pub fn file_in(t: &Target, name: &str) -> PathBuf {
+    t.dir.path().join(name)
+}

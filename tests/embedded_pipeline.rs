@@ -1,0 +1,118 @@
+//! End to end on the embedded backend: replay a hand-written contract-v1 file, count, analytics,
+//! query — every count exact.
+
+mod common;
+
+use common::{file_in, write_contract_file, Target};
+
+#[test]
+fn replay_count_query_is_exact() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 3_000, 40, 7);
+    assert!(exp.malformed > 0 && exp.duplicates > 0);
+
+    let replayed = t.json(&["replay", file.to_str().unwrap(), "--json"]);
+    assert_eq!(replayed["records"], exp.lines as u64);
+    let counted = t.json(&["count", "--until-idle", "--json"]);
+    assert_eq!(counted["records"], exp.lines as u64);
+    assert_eq!(counted["duplicates"], exp.duplicates as u64);
+    assert_eq!(counted["malformed"], exp.malformed as u64);
+
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    // "Likes since": the last hour holds exactly the recent events.
+    for (post, recent) in exp.recent.iter().take(10) {
+        let q = t.json(&["query", post, "--since", "1h", "--json"]);
+        assert_eq!(q["count_since"], *recent, "{post}");
+        assert_eq!(q["post_id"], post.as_str());
+    }
+    // A post nobody liked counts zero.
+    assert_eq!(t.count("never-liked"), 0);
+
+    let dl = t.json(&["dead-letters", "--json"]);
+    assert_eq!(dl["count"], exp.malformed as u64);
+    let first = &dl["dead_letters"][0];
+    assert!(first["shard_id"].as_str().unwrap().starts_with("shardId-"));
+    assert!(!first["sequence_number"].as_str().unwrap().is_empty());
+    assert!(!first["reason"].as_str().unwrap().is_empty());
+
+    // A second run finds nothing new: counts unchanged.
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+
+    // Analytics over the same stream, with its own checkpoints.
+    let a = t.json(&["analytics", "--until-idle", "--json"]);
+    assert_eq!(a["records"], exp.lines as u64);
+    let top = t.json(&["top", "--k", "5", "--json"]);
+    let top = top.as_array().unwrap();
+    assert_eq!(top.len(), 5);
+    let hot: Vec<&str> = top.iter().map(|e| e["post_id"].as_str().unwrap()).collect();
+    for p in &hot {
+        let n: usize = p.trim_start_matches("post-").parse().unwrap();
+        assert!(n < 5, "the five skewed posts lead trending, got {hot:?}");
+    }
+    let lat = t.json(&["latency", "--json"]);
+    assert_eq!(lat["creation_ms"]["count"], (exp.lines - exp.malformed - exp.duplicates) as u64);
+    assert!(lat["windows"].as_u64().unwrap() >= 1);
+    let leases = t.json(&["leases", "--json"]);
+    assert_eq!(leases.as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn gzip_replay_and_record_round_trip() {
+    let t = Target::embedded();
+    let plain = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&plain, 500, 10, 3);
+    let gz = file_in(&t, "likes.ndjson.gz");
+    {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::fast());
+        enc.write_all(&std::fs::read(&plain).unwrap()).unwrap();
+        enc.finish().unwrap();
+    }
+    t.run(&["replay", gz.to_str().unwrap()]);
+    // Record the stream to a file, replay it into a second store: the same counts.
+    let rec = file_in(&t, "recorded.ndjson");
+    let r = t.json(&["record", rec.to_str().unwrap(), "--json"]);
+    assert_eq!(r["records"], exp.lines as u64);
+    let t2 = Target::embedded();
+    t2.run(&["replay", rec.to_str().unwrap()]);
+    t2.run(&["count", "--until-idle"]);
+    assert_eq!(t2.mismatches(&exp.counts), vec![]);
+}
+
+#[test]
+fn demo_reports_exact_counts() {
+    let t = Target::embedded();
+    let v = t.json(&["demo", "--events", "5000", "--posts", "300", "--shards", "3", "--seed", "9", "--json"]);
+    assert_eq!(v["exact"], true, "{v}");
+    assert_eq!(v["events"], 5000);
+    assert_eq!(v["counted_total"], v["expected_total"]);
+    assert_eq!(v["dead_letters"], v["malformed_injected"]);
+    assert!(v["duplicates_injected"].as_u64().unwrap() > 0);
+    assert!(v["writes_per_event"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["trending"].as_array().unwrap().len(), 10);
+    assert!(v["latency_ms"]["max"].as_u64().unwrap() >= v["latency_ms"]["p50"].as_u64().unwrap());
+}
+
+#[test]
+fn bad_configuration_names_the_key() {
+    let t = Target::embedded();
+    let out = t.fail(&["total"], &[("TALLY_COUNTER__WINDOW_RECORDS", "0")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("counter.window_records") && err.contains("between 1 and 20000"), "{err}");
+
+    let out = t.fail(&["total"], &[("TALLY_LEASE__DURATION_MS", "soon")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("duration_ms"), "{err}");
+
+    let cfg = file_in(&t, "tally.toml");
+    std::fs::write(&cfg, "[counter]\nwindow_recrods = 10\n").unwrap();
+    let out = t.fail(&["--config", cfg.to_str().unwrap(), "total"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("window_recrods"), "{err}");
+
+    let out = t.fail(&["--config", "/nonexistent/tally.toml", "total"], &[]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}
