@@ -1,6 +1,20 @@
 #!/usr/bin/env bash
-# The test command: every unit, conformance and end-to-end test of the workspace.
+# The test command: every unit, conformance and end-to-end test of the workspace, on the embedded
+# backend and on the local AWS API peers (kinesis-local and moto, installed and started on
+# 127.0.0.1 by scripts/local-aws.sh, and stopped again at the end if this script started them).
+#
 # Usage: scripts/test.sh [extra cargo test args]
+#   NO_LOCAL_AWS=1 scripts/test.sh   embedded only, no Node.js or Python needed
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace --all-targets "$@"
+
+features=()
+if [ "${NO_LOCAL_AWS:-}" != 1 ]; then
+  if ! scripts/local-aws.sh status | grep -q "kinesis: running" || ! scripts/local-aws.sh status | grep -q "dynamodb: running"; then
+    trap 'scripts/local-aws.sh stop' EXIT
+  fi
+  scripts/local-aws.sh start
+  eval "$(scripts/local-aws.sh env)"
+  features=(--features aws-local)
+fi
+cargo test --workspace --all-targets "${features[@]}" "$@"

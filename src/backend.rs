@@ -21,12 +21,25 @@ impl Backend {
     pub async fn open(s: &Settings) -> Result<Backend> {
         match s.backend {
             BackendKind::Embedded => {
-                let e = tally_embedded::Embedded::open(&s.data_dir, s.shards).with_context(|| format!("opening the embedded store in {}", s.data_dir.display()))?;
-                Ok(Backend { stream: Arc::new(e.clone()), counter: Arc::new(e.clone()), analytics: Arc::new(e.clone()), leases: Arc::new(e) })
+                let e =
+                    tally_embedded::Embedded::open(&s.data_dir, s.shards).with_context(|| {
+                        format!("opening the embedded store in {}", s.data_dir.display())
+                    })?;
+                Ok(Backend {
+                    stream: Arc::new(e.clone()),
+                    counter: Arc::new(e.clone()),
+                    analytics: Arc::new(e.clone()),
+                    leases: Arc::new(e),
+                })
             }
             BackendKind::Aws => {
-                let _ = aws_settings(s);
-                anyhow::bail!("the aws backend is not built yet")
+                let aws = tally_aws::Aws::connect(&aws_settings(s)).await?;
+                Ok(Backend {
+                    stream: Arc::new(aws.stream.clone()),
+                    counter: Arc::new(aws.tables.clone()),
+                    analytics: Arc::new(aws.tables.clone()),
+                    leases: Arc::new(aws.tables),
+                })
             }
         }
     }

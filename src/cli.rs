@@ -252,7 +252,15 @@ impl Cli {
             o.push(("data_dir", d.display().to_string().into()));
         }
         if let Some(b) = self.backend {
-            o.push(("backend", (if b == BackendKind::Aws { "aws" } else { "embedded" }).into()));
+            o.push((
+                "backend",
+                (if b == BackendKind::Aws {
+                    "aws"
+                } else {
+                    "embedded"
+                })
+                .into(),
+            ));
         }
         if let Some(s) = &self.stream {
             o.push(("stream", s.clone().into()));

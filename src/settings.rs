@@ -125,13 +125,24 @@ impl Default for Settings {
 
 impl Default for CounterSettings {
     fn default() -> Self {
-        CounterSettings { window_records: 5_000, window_ms: 1_000, dedup_horizon_secs: 600, max_items_per_commit: 0, crash_after_chunks: 0 }
+        CounterSettings {
+            window_records: 5_000,
+            window_ms: 1_000,
+            dedup_horizon_secs: 600,
+            max_items_per_commit: 0,
+            crash_after_chunks: 0,
+        }
     }
 }
 
 impl Default for AnalyticsSettings {
     fn default() -> Self {
-        AnalyticsSettings { sketch_capacity: 1_000, half_life_secs: 300, window_records: 20_000, window_ms: 5_000 }
+        AnalyticsSettings {
+            sketch_capacity: 1_000,
+            half_life_secs: 300,
+            window_records: 20_000,
+            window_ms: 5_000,
+        }
     }
 }
 
@@ -154,7 +165,16 @@ impl Default for LeaseSettings {
 
 impl Default for ProducerSettings {
     fn default() -> Self {
-        ProducerSettings { posts: 1_000, zipf_exponent: 1.1, users: 100_000, unlike_ratio: 0.1, duplicate_ratio: 0.0, malformed_ratio: 0.0, seed: 1, rate: 0.0 }
+        ProducerSettings {
+            posts: 1_000,
+            zipf_exponent: 1.1,
+            users: 100_000,
+            unlike_ratio: 0.1,
+            duplicate_ratio: 0.0,
+            malformed_ratio: 0.0,
+            seed: 1,
+            rate: 0.0,
+        }
     }
 }
 
@@ -165,22 +185,43 @@ impl Settings {
     /// Loads the layers. `file`: an explicit `--config` (must exist) or `None` for `./tally.toml`
     /// if present.
     pub fn load(file: Option<&Path>, overrides: Vec<Override>) -> Result<Settings> {
-        let mut b = config::Config::builder().add_source(config::Config::try_from(&Settings::default()).context("default settings")?);
+        let mut b = config::Config::builder().add_source(
+            config::Config::try_from(&Settings::default()).context("default settings")?,
+        );
         match file {
             Some(f) => {
                 if !f.exists() {
                     bail!("config file {} does not exist", f.display());
                 }
-                b = b.add_source(config::File::from(f).format(config::FileFormat::Toml).required(true));
+                b = b.add_source(
+                    config::File::from(f)
+                        .format(config::FileFormat::Toml)
+                        .required(true),
+                );
             }
-            None => b = b.add_source(config::File::with_name("tally.toml").format(config::FileFormat::Toml).required(false)),
+            None => {
+                b = b.add_source(
+                    config::File::with_name("tally.toml")
+                        .format(config::FileFormat::Toml)
+                        .required(false),
+                )
+            }
         }
-        b = b.add_source(config::Environment::with_prefix("TALLY").prefix_separator("_").separator("__").try_parsing(true));
+        b = b.add_source(
+            config::Environment::with_prefix("TALLY")
+                .prefix_separator("_")
+                .separator("__")
+                .try_parsing(true),
+        );
         for (k, v) in overrides {
-            b = b.set_override(k, v).with_context(|| format!("flag for {k}"))?;
+            b = b
+                .set_override(k, v)
+                .with_context(|| format!("flag for {k}"))?;
         }
         let cfg = b.build().context("reading configuration")?;
-        let s: Settings = cfg.try_deserialize().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        let s: Settings = cfg
+            .try_deserialize()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         s.validate()?;
         Ok(s)
     }
@@ -194,33 +235,91 @@ impl Settings {
             Ok(())
         }
         range("shards", self.shards, 1, 1_000)?;
-        range("counter.window_records", self.counter.window_records, 1, 20_000)?;
+        range(
+            "counter.window_records",
+            self.counter.window_records,
+            1,
+            20_000,
+        )?;
         range("counter.window_ms", self.counter.window_ms, 1, 600_000)?;
-        range("counter.dedup_horizon_secs", self.counter.dedup_horizon_secs, 1, 86_400)?;
-        range("analytics.sketch_capacity", self.analytics.sketch_capacity, 1, 1_000_000)?;
-        range("analytics.half_life_secs", self.analytics.half_life_secs, 1, 30 * 86_400)?;
-        range("analytics.window_records", self.analytics.window_records, 1, 1_000_000)?;
+        range(
+            "counter.dedup_horizon_secs",
+            self.counter.dedup_horizon_secs,
+            1,
+            86_400,
+        )?;
+        range(
+            "analytics.sketch_capacity",
+            self.analytics.sketch_capacity,
+            1,
+            1_000_000,
+        )?;
+        range(
+            "analytics.half_life_secs",
+            self.analytics.half_life_secs,
+            1,
+            30 * 86_400,
+        )?;
+        range(
+            "analytics.window_records",
+            self.analytics.window_records,
+            1,
+            1_000_000,
+        )?;
         range("analytics.window_ms", self.analytics.window_ms, 1, 600_000)?;
         range("lease.duration_ms", self.lease.duration_ms, 100, 3_600_000)?;
-        range("lease.renew_ms", self.lease.renew_ms, 10, self.lease.duration_ms / 2)?;
+        range(
+            "lease.renew_ms",
+            self.lease.renew_ms,
+            10,
+            self.lease.duration_ms / 2,
+        )?;
         range("lease.poll_ms", self.lease.poll_ms, 10, 600_000)?;
         range("lease.discovery_ms", self.lease.discovery_ms, 10, 3_600_000)?;
         range("lease.idle_poll_ms", self.lease.idle_poll_ms, 1, 60_000)?;
         range("lease.batch_limit", self.lease.batch_limit, 1, 10_000)?;
         range("producer.posts", self.producer.posts, 1, u64::MAX)?;
         range("producer.users", self.producer.users, 1, u64::MAX)?;
-        range("producer.zipf_exponent", self.producer.zipf_exponent, 0.01, 10.0)?;
-        range("producer.unlike_ratio", self.producer.unlike_ratio, 0.0, 1.0)?;
-        range("producer.duplicate_ratio", self.producer.duplicate_ratio, 0.0, 0.5)?;
-        range("producer.malformed_ratio", self.producer.malformed_ratio, 0.0, 0.5)?;
+        range(
+            "producer.zipf_exponent",
+            self.producer.zipf_exponent,
+            0.01,
+            10.0,
+        )?;
+        range(
+            "producer.unlike_ratio",
+            self.producer.unlike_ratio,
+            0.0,
+            1.0,
+        )?;
+        range(
+            "producer.duplicate_ratio",
+            self.producer.duplicate_ratio,
+            0.0,
+            0.5,
+        )?;
+        range(
+            "producer.malformed_ratio",
+            self.producer.malformed_ratio,
+            0.0,
+            0.5,
+        )?;
         range("producer.rate", self.producer.rate, 0.0, 1e9)?;
         if self.stream.is_empty() {
             bail!("invalid configuration: `stream` must be a stream name, got an empty string");
         }
-        if self.table_prefix.is_empty() || !self.table_prefix.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+        if self.table_prefix.is_empty()
+            || !self
+                .table_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        {
             bail!("invalid configuration: `table_prefix` must be letters, digits, `_`, `.` or `-`, got {:?}", self.table_prefix);
         }
-        for (key, url) in [("kinesis_endpoint_url", &self.kinesis_endpoint_url), ("dynamodb_endpoint_url", &self.dynamodb_endpoint_url)] {
+        for (key, url) in [
+            ("kinesis_endpoint_url", &self.kinesis_endpoint_url),
+            ("dynamodb_endpoint_url", &self.dynamodb_endpoint_url),
+        ] {
             if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
                 bail!("invalid configuration: `{key}` must be an http:// or https:// URL, got {url:?}");
             }

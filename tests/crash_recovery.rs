@@ -19,40 +19,73 @@ const CHUNKY: &[(&str, &str)] = &[
 fn check_exact(t: &Target, exp: &common::Expected) {
     assert_eq!(t.mismatches(&exp.counts), vec![]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
-    assert_eq!(t.json(&["dead-letters", "--json"])["count"], exp.malformed as u64);
+    assert_eq!(
+        t.json(&["dead-letters", "--json"])["count"],
+        exp.malformed as u64
+    );
 }
 
 #[test]
-fn sigkill_at_random_moments_keeps_counts_exact() {
-    let t = Target::embedded();
+fn sigkill_at_random_moments_keeps_counts_exact_embedded() {
+    sigkill_at_random_moments_keeps_counts_exact(Target::embedded(), 20_000, 1);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn sigkill_at_random_moments_keeps_counts_exact_aws() {
+    sigkill_at_random_moments_keeps_counts_exact(Target::aws("sigkill", 2), 2_000, 4);
+}
+
+fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower: u64) {
     let file = file_in(&t, "likes.ndjson");
-    let exp = write_contract_file(&file, 6_000, 60, 11);
+    let exp = write_contract_file(&file, events, 60, 11);
     t.run(&["replay", file.to_str().unwrap()]);
 
     // Kill after a varying delay; a fixed seed keeps the schedule reproducible.
     let delays = [120u64, 310, 90, 450, 200, 600];
     let mut killed = 0;
     for (i, d) in delays.iter().enumerate() {
-        let mut c = t.cmd(&["count", "--until-idle", "--worker-id", &format!("w{}", i % 2)]);
+        let mut c = t.cmd(&[
+            "count",
+            "--until-idle",
+            "--worker-id",
+            &format!("w{}", i % 2),
+        ]);
         for (k, v) in CHUNKY {
             c.env(k, v);
         }
-        let mut child = c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(*d));
+        let mut child = c
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(*d * slower));
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap(); // SIGKILL
             killed += 1;
         }
         child.wait().unwrap();
     }
-    assert!(killed >= 3, "the kills must land while the counter runs (killed {killed})");
+    assert!(
+        killed >= 3,
+        "the kills must land while the counter runs (killed {killed})"
+    );
     t.run_env(&["count", "--until-idle", "--worker-id", "final"], CHUNKY);
     check_exact(&t, &exp);
 }
 
 #[test]
-fn crash_between_two_chunks_resumes_the_window() {
-    let t = Target::embedded();
+fn crash_between_two_chunks_resumes_the_window_embedded() {
+    crash_between_two_chunks_resumes_the_window(Target::embedded());
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn crash_between_two_chunks_resumes_the_window_aws() {
+    crash_between_two_chunks_resumes_the_window(Target::aws("chunks", 2));
+}
+
+fn crash_between_two_chunks_resumes_the_window(t: Target) {
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, 2_000, 80, 5);
     t.run(&["replay", file.to_str().unwrap()]);
@@ -61,10 +94,17 @@ fn crash_between_two_chunks_resumes_the_window() {
     let mut env = CHUNKY.to_vec();
     env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "3"));
     let out = t.fail(&["count", "--until-idle", "--worker-id", "w"], &env);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("failpoint"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("failpoint"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Nothing is counted twice or lost: the partial window is visible as partial…
     let partial = t.json(&["total", "--json"])["total"].as_i64().unwrap();
-    assert_eq!(partial, 0, "the global total moves only with a window's last chunk");
+    assert_eq!(
+        partial, 0,
+        "the global total moves only with a window's last chunk"
+    );
     // …and a restart applies exactly the missing chunks.
     t.run_env(&["count", "--until-idle", "--worker-id", "w"], CHUNKY);
     check_exact(&t, &exp);

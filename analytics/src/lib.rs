@@ -18,7 +18,9 @@ use tally_core::dedup::{id_hash, Dedup};
 use tally_core::event::{decode, Action};
 use tally_core::latency::{percentiles, Latency, Percentiles};
 use tally_core::lease::Lease;
-use tally_core::ports::{AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch, StartPosition, TrendingEntry};
+use tally_core::ports::{
+    AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch, StartPosition, TrendingEntry,
+};
 use tally_core::trending::{merge, Trending};
 use tally_core::SeqNo;
 
@@ -64,8 +66,16 @@ pub struct Analytics {
 }
 
 impl Analytics {
-    pub fn new(store: Arc<dyn AnalyticsStore>, cfg: AnalyticsConfig, metrics: Arc<AnalyticsMetrics>) -> Analytics {
-        Analytics { store, cfg, metrics }
+    pub fn new(
+        store: Arc<dyn AnalyticsStore>,
+        cfg: AnalyticsConfig,
+        metrics: Arc<AnalyticsMetrics>,
+    ) -> Analytics {
+        Analytics {
+            store,
+            cfg,
+            metrics,
+        }
     }
 }
 
@@ -77,7 +87,10 @@ impl ProcessorFactory for Analytics {
             metrics: self.metrics.clone(),
             shard_id: shard_id.to_owned(),
             fence: None,
-            trending: Trending::new(self.cfg.sketch_capacity, self.cfg.half_life.as_millis() as i64),
+            trending: Trending::new(
+                self.cfg.sketch_capacity,
+                self.cfg.half_life.as_millis() as i64,
+            ),
             dedup: Dedup::new(600_000),
             latency: Latency::default(),
             end: None,
@@ -106,7 +119,9 @@ pub struct AnalyticsShard {
 
 impl AnalyticsShard {
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
-        let Some(fence) = self.fence.clone() else { return Ok(()) };
+        let Some(fence) = self.fence.clone() else {
+            return Ok(());
+        };
         let Some(end) = self.end.clone() else {
             if shard_end {
                 self.store.mark_finished(&fence).await?;
@@ -134,12 +149,21 @@ impl AnalyticsShard {
 
 #[async_trait]
 impl ShardProcessor for AnalyticsShard {
-    async fn start(&mut self, fence: &Fence, _lease: &Lease) -> Result<StartPosition, ConsumerError> {
+    async fn start(
+        &mut self,
+        fence: &Fence,
+        _lease: &Lease,
+    ) -> Result<StartPosition, ConsumerError> {
         self.fence = Some(fence.clone());
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
         let sketches = self.store.trending_sketches(&fence.app).await?;
         if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| s == &self.shard_id) {
-            self.trending = Trending::restore(self.cfg.sketch_capacity, self.cfg.half_life.as_millis() as i64, entries, *at);
+            self.trending = Trending::restore(
+                self.cfg.sketch_capacity,
+                self.cfg.half_life.as_millis() as i64,
+                entries,
+                *at,
+            );
         }
         Ok(StartPosition::after(st.lease.checkpoint.as_ref()))
     }
@@ -174,7 +198,9 @@ impl ShardProcessor for AnalyticsShard {
     }
 
     async fn tick(&mut self, now: i64) -> Result<(), ConsumerError> {
-        if self.records_in_window > 0 && now - self.opened_at_ms >= self.cfg.window_time.as_millis() as i64 {
+        if self.records_in_window > 0
+            && now - self.opened_at_ms >= self.cfg.window_time.as_millis() as i64
+        {
             self.dedup.seal();
             self.snapshot(false).await?;
         }
@@ -188,8 +214,18 @@ impl ShardProcessor for AnalyticsShard {
 }
 
 /// The top `k` posts across shards.
-pub async fn top(store: &dyn AnalyticsStore, app: &str, half_life: Duration, k: usize) -> PortResult<Vec<TrendingEntry>> {
-    let sketches: Vec<(Vec<TrendingEntry>, i64)> = store.trending_sketches(app).await?.into_iter().map(|(_, e, at)| (e, at)).collect();
+pub async fn top(
+    store: &dyn AnalyticsStore,
+    app: &str,
+    half_life: Duration,
+    k: usize,
+) -> PortResult<Vec<TrendingEntry>> {
+    let sketches: Vec<(Vec<TrendingEntry>, i64)> = store
+        .trending_sketches(app)
+        .await?
+        .into_iter()
+        .map(|(_, e, at)| (e, at))
+        .collect();
     Ok(merge(&sketches, half_life.as_millis() as i64, k))
 }
 
@@ -207,7 +243,11 @@ pub struct LatencyReport {
 }
 
 /// Merges the stored latency windows.
-pub async fn latency(store: &dyn AnalyticsStore, app: &str, since_ms: i64) -> PortResult<LatencyReport> {
+pub async fn latency(
+    store: &dyn AnalyticsStore,
+    app: &str,
+    since_ms: i64,
+) -> PortResult<LatencyReport> {
     let snaps = store.latency_snapshots(app, since_ms).await?;
     let mut all = Latency::default();
     let mut windows = 0;

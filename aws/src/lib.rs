@@ -1,24 +1,86 @@
-//! The AWS backend (in progress).
+//! The AWS backend: the ports on Amazon Kinesis and DynamoDB through the official SDK.
+//!
+//! - [`sdk_config`]: the one function that builds the SDK configuration (region and credentials
+//!   from the standard chain, optional endpoint overrides for local API peers, timeouts).
+//! - [`kinesis`]: the stream port on Kinesis (ListShards, GetShardIterator, GetRecords,
+//!   PutRecords).
+//! - [`dynamo`]: the lease, counter and analytics stores on DynamoDB; windows are applied with
+//!   TransactWriteItems fenced by the lease row. The table design is in ARCHITECTURE.md.
+//! - [`setup`]: creates the stream and tables for development and tests.
+//! - [`errors`]: SDK errors mapped to `PortError`, naming the call and the resource.
+
+pub mod dynamo;
+pub mod errors;
+pub mod kinesis;
 pub mod setup;
 
-use tally_core::ports::PortError;
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use tally_core::ports::{PortError, PortResult};
+
+pub use dynamo::DynamoStore;
+pub use kinesis::KinesisStream;
 
 /// Settings of the AWS adapters.
 #[derive(Clone, Debug)]
 pub struct AwsSettings {
+    /// The Kinesis stream's name.
     pub stream: String,
+    /// Prefix of the DynamoDB tables' names.
     pub table_prefix: String,
+    /// Endpoint override for Kinesis (a local API peer), else the regional endpoint.
     pub kinesis_endpoint_url: Option<String>,
+    /// Endpoint override for DynamoDB.
     pub dynamodb_endpoint_url: Option<String>,
 }
 
-pub struct Aws {
-    pub stream: tally_embedded_placeholder::Never,
-    pub tables: tally_embedded_placeholder::Never,
+/// Builds the SDK configuration: region and credentials from the standard chain (environment,
+/// profile, ECS task role, instance role), bounded timeouts, the SDK's standard retries.
+pub async fn sdk_config() -> PortResult<SdkConfig> {
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .operation_attempt_timeout(Duration::from_secs(20))
+                .build(),
+        )
+        .retry_config(RetryConfig::standard().with_max_attempts(3))
+        .load()
+        .await;
+    if config.region().is_none() {
+        return Err(PortError::Other(
+            "no AWS region configured: set AWS_REGION (or a profile's region)".into(),
+        ));
+    }
+    Ok(config)
 }
+
+/// The region of a configuration, for messages.
+pub fn region_of(c: &SdkConfig) -> String {
+    c.region().map_or_else(|| "?".to_owned(), Region::to_string)
+}
+
+/// The AWS backend: a stream and the stores.
+#[derive(Clone)]
+pub struct Aws {
+    pub stream: KinesisStream,
+    pub tables: DynamoStore,
+}
+
 impl Aws {
-    pub async fn connect(_s: &AwsSettings) -> Result<Aws, PortError> {
-        Err(PortError::Other("aws backend not built yet".into()))
+    /// Builds the clients and checks that the stream and tables exist, so that a missing
+    /// resource or an unreachable endpoint is reported at once, by name.
+    pub async fn connect(s: &AwsSettings) -> PortResult<Aws> {
+        let sdk = sdk_config().await?;
+        let aws = Aws {
+            stream: KinesisStream::new(&sdk, s),
+            tables: DynamoStore::new(&sdk, s),
+        };
+        aws.stream.check().await?;
+        aws.tables.check().await?;
+        Ok(aws)
     }
 }
-pub mod tally_embedded_placeholder { #[derive(Clone)] pub struct Never; }

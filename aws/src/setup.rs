@@ -1,1 +1,155 @@
-pub async fn setup(_s: &super::AwsSettings, _n: usize) -> Result<String, tally_core::ports::PortError> { Err(tally_core::ports::PortError::Other("todo".into())) }
+//! `tally setup` on AWS: the stream and tables, created if missing, waited on until active. For
+//! development and tests; production uses Terraform (`terraform/`).
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+    TimeToLiveSpecification,
+};
+use aws_sdk_kinesis::types::StreamStatus;
+use tally_core::ports::{PortError, PortResult};
+
+use crate::dynamo::{DynamoStore, TABLES};
+use crate::kinesis::KinesisStream;
+use crate::{sdk_config, AwsSettings};
+
+/// How long to wait for a resource to become active.
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Creates what is missing and waits until everything is active; returns a summary.
+pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
+    let sdk = sdk_config().await?;
+    let stream = KinesisStream::new(&sdk, s);
+    let tables = DynamoStore::new(&sdk, s);
+    let mut created = Vec::new();
+
+    let k = stream.client();
+    match k
+        .describe_stream_summary()
+        .stream_name(stream.name())
+        .send()
+        .await
+        .map_err(|e| stream.err("DescribeStreamSummary", e))
+    {
+        Ok(_) => {}
+        Err(PortError::NotFound { .. }) => {
+            k.create_stream()
+                .stream_name(stream.name())
+                .shard_count(shards as i32)
+                .send()
+                .await
+                .map_err(|e| stream.err("CreateStream", e))?;
+            created.push(format!("stream {} ({shards} shards)", stream.name()));
+        }
+        Err(e) => return Err(e),
+    }
+
+    let d = tables.client();
+    for (suffix, pk, sk, ttl) in TABLES {
+        let name = tables.table(suffix);
+        match d.describe_table().table_name(&name).send().await {
+            Ok(_) => continue,
+            Err(e) => {
+                let e = tables.err("DescribeTable", suffix, e);
+                if !matches!(e, PortError::NotFound { .. }) {
+                    return Err(e);
+                }
+            }
+        }
+        let attr = |n: &str| {
+            AttributeDefinition::builder()
+                .attribute_name(n)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+        };
+        let key = |n: &str, t| {
+            KeySchemaElement::builder()
+                .attribute_name(n)
+                .key_type(t)
+                .build()
+        };
+        d.create_table()
+            .table_name(&name)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(attr(pk).map_err(|e| PortError::Invalid(e.to_string()))?)
+            .attribute_definitions(attr(sk).map_err(|e| PortError::Invalid(e.to_string()))?)
+            .key_schema(key(pk, KeyType::Hash).map_err(|e| PortError::Invalid(e.to_string()))?)
+            .key_schema(key(sk, KeyType::Range).map_err(|e| PortError::Invalid(e.to_string()))?)
+            .send()
+            .await
+            .map_err(|e| tables.err("CreateTable", suffix, e))?;
+        created.push(format!("table {name}"));
+        wait_table(&tables, &name).await?;
+        if let Some(attr) = ttl {
+            let spec = TimeToLiveSpecification::builder()
+                .enabled(true)
+                .attribute_name(*attr)
+                .build()
+                .map_err(|e| PortError::Invalid(e.to_string()))?;
+            d.update_time_to_live()
+                .table_name(&name)
+                .time_to_live_specification(spec)
+                .send()
+                .await
+                .map_err(|e| tables.err("UpdateTimeToLive", suffix, e))?;
+        }
+    }
+    wait_stream(&stream).await?;
+    for (suffix, ..) in TABLES {
+        wait_table(&tables, &tables.table(suffix)).await?;
+    }
+    Ok(if created.is_empty() {
+        "everything already exists and is active".to_owned()
+    } else {
+        format!("created and active: {}", created.join(", "))
+    })
+}
+
+async fn wait_stream(stream: &KinesisStream) -> PortResult<()> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let r = stream
+            .client()
+            .describe_stream_summary()
+            .stream_name(stream.name())
+            .send()
+            .await
+            .map_err(|e| stream.err("DescribeStreamSummary", e))?;
+        if r.stream_description_summary()
+            .is_some_and(|d| d.stream_status() == &StreamStatus::Active)
+        {
+            return Ok(());
+        }
+        if start.elapsed() > WAIT {
+            return Err(PortError::Timeout(format!(
+                "stream {} is not active after {WAIT:?}",
+                stream.name()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_table(tables: &DynamoStore, name: &str) -> PortResult<()> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let r = tables
+            .client()
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await;
+        if let Ok(r) = r {
+            if r.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+                return Ok(());
+            }
+        }
+        if start.elapsed() > WAIT {
+            return Err(PortError::Timeout(format!(
+                "table {name} is not active after {WAIT:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

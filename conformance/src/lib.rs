@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use tally_core::buckets::{ItemKind, PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
 use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, LastChunk, LeaseStore, PortError, PutEntry, PutOutcome, ShardInfo, StartPosition, Stream,
-    StreamRecord, TrendingEntry,
+    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, LastChunk, LeaseStore, PortError,
+    PutEntry, PutOutcome, ShardInfo, StartPosition, Stream, StreamRecord, TrendingEntry,
 };
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
@@ -44,13 +44,23 @@ async fn read_all(stream: &dyn Stream, shard: &str, from: StartPosition) -> Vec<
 /// Stream: puts are routed by partition key, read back in order, from every start position.
 pub async fn stream_put_and_read(stream: &dyn Stream) {
     let shards = stream.list_shards().await.unwrap();
-    assert!(shards.len() >= 2, "the suite needs a stream of at least 2 shards");
-    let entries: Vec<PutEntry> = (0..120).map(|i| PutEntry { partition_key: format!("post-{}", i % 30), data: format!("record {i}").into_bytes() }).collect();
+    assert!(
+        shards.len() >= 2,
+        "the suite needs a stream of at least 2 shards"
+    );
+    let entries: Vec<PutEntry> = (0..120)
+        .map(|i| PutEntry {
+            partition_key: format!("post-{}", i % 30),
+            data: format!("record {i}").into_bytes(),
+        })
+        .collect();
     let outcomes = stream.put_records(&entries).await.unwrap();
     assert_eq!(outcomes.len(), entries.len());
     let mut shard_of_key: HashMap<String, String> = HashMap::new();
     for (e, o) in entries.iter().zip(&outcomes) {
-        let PutOutcome::Ok { shard_id, .. } = o else { panic!("put failed: {o:?}") };
+        let PutOutcome::Ok { shard_id, .. } = o else {
+            panic!("put failed: {o:?}")
+        };
         let prev = shard_of_key.insert(e.partition_key.clone(), shard_id.clone());
         assert!(prev.is_none_or(|p| &p == shard_id), "one key, one shard");
     }
@@ -58,7 +68,10 @@ pub async fn stream_put_and_read(stream: &dyn Stream) {
     for s in &shards {
         let recs = read_all(stream, &s.shard_id, StartPosition::TrimHorizon).await;
         for w in recs.windows(2) {
-            assert!(w[0].seq < w[1].seq, "sequence numbers increase within a shard");
+            assert!(
+                w[0].seq < w[1].seq,
+                "sequence numbers increase within a shard"
+            );
         }
         for r in &recs {
             assert_eq!(shard_of_key[&r.partition_key], s.shard_id);
@@ -67,7 +80,10 @@ pub async fn stream_put_and_read(stream: &dyn Stream) {
         // Order within a key is the put order.
         let mut per_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for r in &recs {
-            let i: usize = String::from_utf8_lossy(&r.data).trim_start_matches("record ").parse().unwrap();
+            let i: usize = String::from_utf8_lossy(&r.data)
+                .trim_start_matches("record ")
+                .parse()
+                .unwrap();
             per_key.entry(&r.partition_key).or_default().push(i);
         }
         for v in per_key.values() {
@@ -76,10 +92,27 @@ pub async fn stream_put_and_read(stream: &dyn Stream) {
         seen += recs.len();
         if recs.len() >= 2 {
             let mid = &recs[recs.len() / 2];
-            let after = read_all(stream, &s.shard_id, StartPosition::AfterSequence(mid.seq.clone())).await;
-            assert_eq!(after, recs[recs.len() / 2 + 1..].to_vec(), "AFTER_SEQUENCE_NUMBER resumes right after");
-            let at = read_all(stream, &s.shard_id, StartPosition::AtTimestamp(recs[0].arrival_ms)).await;
-            assert_eq!(at, recs, "AT_TIMESTAMP of the first arrival reads everything");
+            let after = read_all(
+                stream,
+                &s.shard_id,
+                StartPosition::AfterSequence(mid.seq.clone()),
+            )
+            .await;
+            assert_eq!(
+                after,
+                recs[recs.len() / 2 + 1..].to_vec(),
+                "AFTER_SEQUENCE_NUMBER resumes right after"
+            );
+            let at = read_all(
+                stream,
+                &s.shard_id,
+                StartPosition::AtTimestamp(recs[0].arrival_ms),
+            )
+            .await;
+            assert_eq!(
+                at, recs,
+                "AT_TIMESTAMP of the first arrival reads everything"
+            );
         }
     }
     assert_eq!(seen, entries.len(), "every record is read exactly once");
@@ -88,8 +121,18 @@ pub async fn stream_put_and_read(stream: &dyn Stream) {
     let mut latest = stream.open(s0, StartPosition::Latest).await.unwrap();
     let b = latest.next_batch(100).await.unwrap();
     assert!(b.records.is_empty());
-    let key = shard_of_key.iter().find(|(_, s)| *s == s0).map(|(k, _)| k.clone()).unwrap();
-    stream.put_records(&[PutEntry { partition_key: key, data: b"late".to_vec() }]).await.unwrap();
+    let key = shard_of_key
+        .iter()
+        .find(|(_, s)| *s == s0)
+        .map(|(k, _)| k.clone())
+        .unwrap();
+    stream
+        .put_records(&[PutEntry {
+            partition_key: key,
+            data: b"late".to_vec(),
+        }])
+        .await
+        .unwrap();
     let mut got = Vec::new();
     for _ in 0..20 {
         got.extend(latest.next_batch(100).await.unwrap().records);
@@ -105,35 +148,83 @@ pub async fn stream_put_and_read(stream: &dyn Stream) {
 pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
     let app = format!("app-{name}");
     let shards = vec![
-        ShardInfo { shard_id: "shard-a".into(), parents: vec![], closed: false },
-        ShardInfo { shard_id: "shard-b".into(), parents: vec!["shard-a".into()], closed: false },
+        ShardInfo {
+            shard_id: "shard-a".into(),
+            parents: vec![],
+            closed: false,
+        },
+        ShardInfo {
+            shard_id: "shard-b".into(),
+            parents: vec!["shard-a".into()],
+            closed: false,
+        },
     ];
     store.ensure_leases(&app, &shards).await.unwrap();
     store.ensure_leases(&app, &shards).await.unwrap();
     let ls = store.list_leases(&app).await.unwrap();
     assert_eq!(ls.len(), 2);
     assert_eq!(ls[1].parents, vec!["shard-a".to_string()]);
-    assert!(ls.iter().all(|l| l.owner.is_none() && l.epoch == 0 && l.checkpoint.is_none() && !l.finished));
+    assert!(ls
+        .iter()
+        .all(|l| l.owner.is_none() && l.epoch == 0 && l.checkpoint.is_none() && !l.finished));
 
-    let f1 = store.take_lease(&app, "shard-a", 0, "w1", i64::MAX / 2).await.unwrap().expect("free lease taken");
+    let f1 = store
+        .take_lease(&app, "shard-a", 0, "w1", i64::MAX / 2)
+        .await
+        .unwrap()
+        .expect("free lease taken");
     assert_eq!(f1.epoch, 1);
-    assert!(store.take_lease(&app, "shard-a", 0, "w2", i64::MAX / 2).await.unwrap().is_none(), "a stale epoch loses");
+    assert!(
+        store
+            .take_lease(&app, "shard-a", 0, "w2", i64::MAX / 2)
+            .await
+            .unwrap()
+            .is_none(),
+        "a stale epoch loses"
+    );
     store.renew_lease(&f1, i64::MAX / 2).await.unwrap();
-    let f2 = store.take_lease(&app, "shard-a", 1, "w2", i64::MAX / 2).await.unwrap().expect("steal by epoch");
-    assert!(matches!(store.renew_lease(&f1, 1).await, Err(PortError::Fenced { .. })), "the old holder is fenced");
-    assert!(matches!(store.mark_finished(&f1).await, Err(PortError::Fenced { .. })));
+    let f2 = store
+        .take_lease(&app, "shard-a", 1, "w2", i64::MAX / 2)
+        .await
+        .unwrap()
+        .expect("steal by epoch");
+    assert!(
+        matches!(
+            store.renew_lease(&f1, 1).await,
+            Err(PortError::Fenced { .. })
+        ),
+        "the old holder is fenced"
+    );
+    assert!(matches!(
+        store.mark_finished(&f1).await,
+        Err(PortError::Fenced { .. })
+    ));
     store.release_lease(&f1).await.unwrap(); // a no-op for a lease we no longer hold
     let st = store.shard_state(&app, "shard-a").await.unwrap();
     assert_eq!(st.lease.owner.as_deref(), Some("w2"));
     store.release_lease(&f2).await.unwrap();
     let st = store.shard_state(&app, "shard-a").await.unwrap();
     assert_eq!((st.lease.owner.clone(), st.lease.epoch), (None, 2));
-    let f3 = store.take_lease(&app, "shard-a", 2, "w3", i64::MAX / 2).await.unwrap().unwrap();
+    let f3 = store
+        .take_lease(&app, "shard-a", 2, "w3", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
     store.mark_finished(&f3).await.unwrap();
-    assert!(store.shard_state(&app, "shard-a").await.unwrap().lease.finished);
+    assert!(
+        store
+            .shard_state(&app, "shard-a")
+            .await
+            .unwrap()
+            .lease
+            .finished
+    );
     store.delete_lease(&app, "shard-a").await.unwrap();
     assert_eq!(store.list_leases(&app).await.unwrap().len(), 1);
-    assert!(matches!(store.shard_state(&app, "shard-a").await, Err(PortError::NotFound { .. })));
+    assert!(matches!(
+        store.shard_state(&app, "shard-a").await,
+        Err(PortError::NotFound { .. })
+    ));
 }
 
 fn summary(post: &str, deltas: &[(i64, i64)]) -> Vec<WriteItem> {
@@ -150,51 +241,153 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     let app = format!("counter-{name}");
     let shard = format!("shard-{name}");
     let (post_a, post_b) = (format!("a-{name}"), format!("b-{name}"));
-    store.ensure_leases(&app, &[ShardInfo { shard_id: shard.clone(), parents: vec![], closed: false }]).await.unwrap();
-    let fence = store.take_lease(&app, &shard, 0, "w1", i64::MAX / 2).await.unwrap().unwrap();
+    store
+        .ensure_leases(
+            &app,
+            &[ShardInfo {
+                shard_id: shard.clone(),
+                parents: vec![],
+                closed: false,
+            }],
+        )
+        .await
+        .unwrap();
+    let fence = store
+        .take_lease(&app, &shard, 0, "w1", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(store.max_items_per_commit() >= 1);
 
     let day = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
     let t0 = day + 10 * HOUR_MS + 30 * MINUTE_MS; // 10:30
     let mut items = summary(&post_a, &[(t0, 3), (t0 + HOUR_MS, 2), (t0 + DAY_MS, 1)]);
     items.extend(summary(&post_b, &[(t0, -1)]));
-    let dead = DeadLetter { shard_id: shard.clone(), seq: seq("7"), arrival_ms: 5, reason: "not a JSON object".into(), data: b"{oops".to_vec() };
+    let dead = DeadLetter {
+        shard_id: shard.clone(),
+        seq: seq("7"),
+        arrival_ms: 5,
+        reason: "not a JSON object".into(),
+        data: b"{oops".to_vec(),
+    };
     items.push(WriteItem::DeadLetter(dead.clone()));
     let (first, second) = items.split_at(3);
     let end = seq("9");
-    let dedup = DedupRecord { max_arrival: 1_000, ids: vec![1, 2, 3] };
-    let last = || LastChunk { dedup: &dedup, total_delta: 5, shard_finished: false };
-    let chunk = |index, items, last| ChunkCommit { fence: &fence, start_after: None, end: &end, index, count: 2, items, last };
+    let dedup = DedupRecord {
+        max_arrival: 1_000,
+        ids: vec![1, 2, 3],
+    };
+    let last = || LastChunk {
+        dedup: &dedup,
+        total_delta: 5,
+        shard_finished: false,
+    };
+    let chunk = |index, items, last| ChunkCommit {
+        fence: &fence,
+        start_after: None,
+        end: &end,
+        index,
+        count: 2,
+        items,
+        last,
+    };
 
     // The last chunk cannot come first.
-    assert!(matches!(store.commit_chunk(chunk(1, second, Some(last()))).await, Err(PortError::Fenced { .. })));
+    assert!(matches!(
+        store.commit_chunk(chunk(1, second, Some(last()))).await,
+        Err(PortError::Fenced { .. })
+    ));
     store.commit_chunk(chunk(0, first, None)).await.unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
-    assert_eq!(st.pending.as_ref().map(|p| (p.end.clone(), p.done, p.count)), Some((end.clone(), 1, 2)));
+    assert_eq!(
+        st.pending
+            .as_ref()
+            .map(|p| (p.end.clone(), p.done, p.count)),
+        Some((end.clone(), 1, 2))
+    );
     assert_eq!(st.lease.checkpoint, None);
     // Re-applying chunk 0 is refused: nothing is counted twice.
-    assert!(matches!(store.commit_chunk(chunk(0, first, None)).await, Err(PortError::Fenced { .. })));
+    assert!(matches!(
+        store.commit_chunk(chunk(0, first, None)).await,
+        Err(PortError::Fenced { .. })
+    ));
     // A worker whose lease was stolen cannot apply the rest.
-    let stolen = store.take_lease(&app, &shard, 1, "w2", i64::MAX / 2).await.unwrap().unwrap();
-    assert!(matches!(store.commit_chunk(chunk(1, second, Some(last()))).await, Err(PortError::Fenced { .. })));
-    let c2 = ChunkCommit { fence: &stolen, start_after: None, end: &end, index: 1, count: 2, items: second, last: Some(last()) };
+    let stolen = store
+        .take_lease(&app, &shard, 1, "w2", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        store.commit_chunk(chunk(1, second, Some(last()))).await,
+        Err(PortError::Fenced { .. })
+    ));
+    let c2 = ChunkCommit {
+        fence: &stolen,
+        start_after: None,
+        end: &end,
+        index: 1,
+        count: 2,
+        items: second,
+        last: Some(last()),
+    };
     store.commit_chunk(c2).await.unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
-    assert_eq!((st.lease.checkpoint.clone(), st.pending.clone(), st.max_arrival), (Some(end.clone()), None, 1_000));
+    assert_eq!(
+        (
+            st.lease.checkpoint.clone(),
+            st.pending.clone(),
+            st.max_arrival
+        ),
+        (Some(end.clone()), None, 1_000)
+    );
 
     assert_eq!(store.post_count(&post_a, None).await.unwrap().total, 6);
     assert_eq!(store.post_count(&post_b, None).await.unwrap().total, -1);
-    assert_eq!(store.post_count(&format!("nobody-{name}"), None).await.unwrap().total, 0);
+    assert_eq!(
+        store
+            .post_count(&format!("nobody-{name}"), None)
+            .await
+            .unwrap()
+            .total,
+        0
+    );
     // Since 10:30 the same day: everything of post a; since 11:00: the 11:30 like and the next day's.
-    assert_eq!(store.post_count(&post_a, Some(t0)).await.unwrap().since, Some(6));
-    assert_eq!(store.post_count(&post_a, Some(t0 + 30 * MINUTE_MS)).await.unwrap().since, Some(3));
-    assert_eq!(store.post_count(&post_a, Some(t0 + HOUR_MS + MINUTE_MS)).await.unwrap().since, Some(1));
-    assert_eq!(store.post_count(&post_a, Some(t0 + 2 * DAY_MS)).await.unwrap().since, Some(0));
+    assert_eq!(
+        store.post_count(&post_a, Some(t0)).await.unwrap().since,
+        Some(6)
+    );
+    assert_eq!(
+        store
+            .post_count(&post_a, Some(t0 + 30 * MINUTE_MS))
+            .await
+            .unwrap()
+            .since,
+        Some(3)
+    );
+    assert_eq!(
+        store
+            .post_count(&post_a, Some(t0 + HOUR_MS + MINUTE_MS))
+            .await
+            .unwrap()
+            .since,
+        Some(1)
+    );
+    assert_eq!(
+        store
+            .post_count(&post_a, Some(t0 + 2 * DAY_MS))
+            .await
+            .unwrap()
+            .since,
+        Some(0)
+    );
 
     // A second window re-delivering the same dead letter stores it once; the total adds up.
     let end2 = seq("10");
     let items2 = vec![WriteItem::DeadLetter(dead.clone())];
-    let dedup2 = DedupRecord { max_arrival: 2_000, ids: vec![4] };
+    let dedup2 = DedupRecord {
+        max_arrival: 2_000,
+        ids: vec![4],
+    };
     let c3 = ChunkCommit {
         fence: &stolen,
         start_after: Some(&end),
@@ -202,14 +395,34 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         index: 0,
         count: 1,
         items: &items2,
-        last: Some(LastChunk { dedup: &dedup2, total_delta: 0, shard_finished: true }),
+        last: Some(LastChunk {
+            dedup: &dedup2,
+            total_delta: 0,
+            shard_finished: true,
+        }),
     };
     store.commit_chunk(c3).await.unwrap();
-    assert!(store.shard_state(&app, &shard).await.unwrap().lease.finished);
+    assert!(
+        store
+            .shard_state(&app, &shard)
+            .await
+            .unwrap()
+            .lease
+            .finished
+    );
     let dls = store.dead_letters(10_000).await.unwrap();
-    assert_eq!(dls.iter().filter(|d| d.shard_id == shard).cloned().collect::<Vec<_>>(), vec![dead]);
+    assert_eq!(
+        dls.iter()
+            .filter(|d| d.shard_id == shard)
+            .cloned()
+            .collect::<Vec<_>>(),
+        vec![dead]
+    );
 
-    let mut recs = store.load_dedup(&app, std::slice::from_ref(&shard), 1_500).await.unwrap();
+    let mut recs = store
+        .load_dedup(&app, std::slice::from_ref(&shard), 1_500)
+        .await
+        .unwrap();
     assert_eq!(recs, vec![dedup2.clone()]);
     recs = store.load_dedup(&app, &[shard.clone()], 0).await.unwrap();
     recs.sort_by_key(|r| r.max_arrival);
@@ -222,14 +435,39 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
 pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &str) {
     let app = format!("analytics-{name}");
     let shard = format!("shard-{name}");
-    store.ensure_leases(&app, &[ShardInfo { shard_id: shard.clone(), parents: vec![], closed: false }]).await.unwrap();
-    let fence = store.take_lease(&app, &shard, 0, "w1", i64::MAX / 2).await.unwrap().unwrap();
+    store
+        .ensure_leases(
+            &app,
+            &[ShardInfo {
+                shard_id: shard.clone(),
+                parents: vec![],
+                closed: false,
+            }],
+        )
+        .await
+        .unwrap();
+    let fence = store
+        .take_lease(&app, &shard, 0, "w1", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
     let snap = AnalyticsSnapshot {
         shard_id: shard.clone(),
         end: seq("42"),
         max_arrival: 7,
         taken_at_ms: 1_000,
-        trending: vec![TrendingEntry { post_id: "p1".into(), score: 2.5, error: 0.0 }, TrendingEntry { post_id: "p2".into(), score: 1.0, error: 0.5 }],
+        trending: vec![
+            TrendingEntry {
+                post_id: "p1".into(),
+                score: 2.5,
+                error: 0.0,
+            },
+            TrendingEntry {
+                post_id: "p2".into(),
+                score: 1.0,
+                error: 0.5,
+            },
+        ],
         trending_at_ms: 900,
         latency: vec![1, 2, 3],
         shard_finished: false,
@@ -239,10 +477,35 @@ pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &s
     assert_eq!(st.lease.checkpoint, Some(seq("42")));
     let sk = store.trending_sketches(&app).await.unwrap();
     assert_eq!(sk, vec![(shard.clone(), snap.trending.clone(), 900)]);
-    assert_eq!(store.latency_snapshots(&app, 1_000).await.unwrap(), vec![vec![1, 2, 3]]);
-    assert!(store.latency_snapshots(&app, 1_001).await.unwrap().is_empty());
-    let _thief = store.take_lease(&app, &shard, 1, "w2", i64::MAX / 2).await.unwrap().unwrap();
-    let stale = AnalyticsSnapshot { end: seq("50"), ..snap };
-    assert!(matches!(store.save_snapshot(&fence, &stale).await, Err(PortError::Fenced { .. })));
-    assert_eq!(store.shard_state(&app, &shard).await.unwrap().lease.checkpoint, Some(seq("42")));
+    assert_eq!(
+        store.latency_snapshots(&app, 1_000).await.unwrap(),
+        vec![vec![1, 2, 3]]
+    );
+    assert!(store
+        .latency_snapshots(&app, 1_001)
+        .await
+        .unwrap()
+        .is_empty());
+    let _thief = store
+        .take_lease(&app, &shard, 1, "w2", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let stale = AnalyticsSnapshot {
+        end: seq("50"),
+        ..snap
+    };
+    assert!(matches!(
+        store.save_snapshot(&fence, &stale).await,
+        Err(PortError::Fenced { .. })
+    ));
+    assert_eq!(
+        store
+            .shard_state(&app, &shard)
+            .await
+            .unwrap()
+            .lease
+            .checkpoint,
+        Some(seq("42"))
+    );
 }

@@ -16,7 +16,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tally_core::dedup::Dedup;
 use tally_core::lease::Lease;
-use tally_core::ports::{ChunkCommit, CounterStore, Fence, LastChunk, Pending, PortError, ReadBatch, StartPosition};
+use tally_core::ports::{
+    ChunkCommit, CounterStore, Fence, LastChunk, Pending, PortError, ReadBatch, StartPosition,
+};
 use tally_core::retry::Backoff;
 use tally_core::window::{plan_chunks, ClosedWindow, WindowBuilder};
 use tally_core::SeqNo;
@@ -83,8 +85,16 @@ pub struct Counter {
 }
 
 impl Counter {
-    pub fn new(store: Arc<dyn CounterStore>, cfg: CounterConfig, metrics: Arc<CounterMetrics>) -> Counter {
-        Counter { store, cfg, metrics }
+    pub fn new(
+        store: Arc<dyn CounterStore>,
+        cfg: CounterConfig,
+        metrics: Arc<CounterMetrics>,
+    ) -> Counter {
+        Counter {
+            store,
+            cfg,
+            metrics,
+        }
     }
 }
 
@@ -124,26 +134,44 @@ pub struct CounterShard {
 
 impl CounterShard {
     fn fence(&self) -> Result<&Fence, ConsumerError> {
-        self.fence.as_ref().ok_or_else(|| ConsumerError::Inconsistent { shard_id: self.shard_id.clone(), detail: "processor used before start".into() })
+        self.fence
+            .as_ref()
+            .ok_or_else(|| ConsumerError::Inconsistent {
+                shard_id: self.shard_id.clone(),
+                detail: "processor used before start".into(),
+            })
     }
 
     async fn close_and_apply(&mut self, skip: u32, shard_end: bool) -> Result<(), ConsumerError> {
-        let Some(window) = self.window.take() else { return Ok(()) };
+        let Some(window) = self.window.take() else {
+            return Ok(());
+        };
         let closed = window.close(&mut self.dedup);
         self.apply(&closed, skip, shard_end).await?;
         let s = &closed.stats;
         self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
-        self.metrics.duplicates.fetch_add(s.duplicates, Ordering::Relaxed);
-        self.metrics.malformed.fetch_add(s.malformed, Ordering::Relaxed);
+        self.metrics
+            .duplicates
+            .fetch_add(s.duplicates, Ordering::Relaxed);
+        self.metrics
+            .malformed
+            .fetch_add(s.malformed, Ordering::Relaxed);
         self.metrics.windows.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = closed.end.clone();
         self.replay = None;
         Ok(())
     }
 
-    async fn apply(&self, w: &ClosedWindow, skip: u32, shard_end: bool) -> Result<(), ConsumerError> {
+    async fn apply(
+        &self,
+        w: &ClosedWindow,
+        skip: u32,
+        shard_end: bool,
+    ) -> Result<(), ConsumerError> {
         let fence = self.fence()?;
-        let Some(end) = w.end.as_ref() else { return Ok(()) };
+        let Some(end) = w.end.as_ref() else {
+            return Ok(());
+        };
         let mut max = self.store.max_items_per_commit();
         if self.cfg.max_items_per_commit > 0 {
             max = max.min(self.cfg.max_items_per_commit);
@@ -159,12 +187,18 @@ impl CounterShard {
                 index: chunk.index,
                 count: chunk.count,
                 items: &w.items[chunk.range.clone()],
-                last: is_last.then_some(LastChunk { dedup: &w.dedup, total_delta: w.total_delta, shard_finished: shard_end }),
+                last: is_last.then_some(LastChunk {
+                    dedup: &w.dedup,
+                    total_delta: w.total_delta,
+                    shard_finished: shard_end,
+                }),
             };
             self.commit_once(commit).await?;
             self.metrics.chunks.fetch_add(1, Ordering::Relaxed);
             let extra = if is_last { 3 } else { 1 };
-            self.metrics.items_written.fetch_add((chunk.range.len() + extra) as u64, Ordering::Relaxed);
+            self.metrics
+                .items_written
+                .fetch_add((chunk.range.len() + extra) as u64, Ordering::Relaxed);
             if let Some(n) = self.cfg.crash_after_chunks {
                 if self.metrics.chunks.load(Ordering::Relaxed) >= n {
                     eprintln!("failpoint: aborting after {n} chunk commits");
@@ -185,12 +219,18 @@ impl CounterShard {
             match self.store.commit_chunk(commit.clone()).await {
                 Ok(()) => return Ok(()),
                 Err(PortError::Fenced { .. }) => {
-                    let st = self.store.shard_state(&commit.fence.app, &commit.fence.shard_id).await?;
-                    let mine = st.lease.owner.as_deref() == Some(commit.fence.owner.as_str()) && st.lease.epoch == commit.fence.epoch;
+                    let st = self
+                        .store
+                        .shard_state(&commit.fence.app, &commit.fence.shard_id)
+                        .await?;
+                    let mine = st.lease.owner.as_deref() == Some(commit.fence.owner.as_str())
+                        && st.lease.epoch == commit.fence.epoch;
                     let applied = if commit.last.is_some() {
                         st.pending.is_none() && st.lease.checkpoint.as_ref() == Some(commit.end)
                     } else {
-                        st.pending.as_ref().is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
+                        st.pending
+                            .as_ref()
+                            .is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
                     };
                     if mine && applied && ambiguous {
                         return Ok(());
@@ -204,10 +244,17 @@ impl CounterShard {
                             ),
                         });
                     }
-                    return Err(PortError::Fenced { app: commit.fence.app.clone(), shard_id: commit.fence.shard_id.clone() }.into());
+                    return Err(PortError::Fenced {
+                        app: commit.fence.app.clone(),
+                        shard_id: commit.fence.shard_id.clone(),
+                    }
+                    .into());
                 }
                 Err(e) if e.is_retryable() && attempt < self.cfg.backoff.max_retries => {
-                    ambiguous |= matches!(e, PortError::Timeout(_) | PortError::Unavailable { .. } | PortError::Other(_));
+                    ambiguous |= matches!(
+                        e,
+                        PortError::Timeout(_) | PortError::Unavailable { .. } | PortError::Other(_)
+                    );
                     let delay = self.cfg.backoff.delay(attempt, rand::random::<f64>());
                     tracing::warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "commit chunk: retrying");
                     tokio::time::sleep(delay).await;
@@ -221,14 +268,25 @@ impl CounterShard {
 
 #[async_trait]
 impl ShardProcessor for CounterShard {
-    async fn start(&mut self, fence: &Fence, lease: &Lease) -> Result<StartPosition, ConsumerError> {
+    async fn start(
+        &mut self,
+        fence: &Fence,
+        lease: &Lease,
+    ) -> Result<StartPosition, ConsumerError> {
         self.fence = Some(fence.clone());
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
         let horizon = self.cfg.dedup_horizon.as_millis() as i64;
         // A child shard also remembers its parents' recent ids: a retry may land across a reshard.
         let mut shards = vec![fence.shard_id.clone()];
         shards.extend(lease.parents.iter().cloned());
-        let records = self.store.load_dedup(&fence.app, &shards, Dedup::min_arrival_to_restore(horizon, st.max_arrival)).await?;
+        let records = self
+            .store
+            .load_dedup(
+                &fence.app,
+                &shards,
+                Dedup::min_arrival_to_restore(horizon, st.max_arrival),
+            )
+            .await?;
         self.dedup = Dedup::restore(horizon, st.max_arrival, records);
         self.checkpoint = st.lease.checkpoint.clone();
         self.replay = st.pending.clone();
@@ -241,11 +299,15 @@ impl ShardProcessor for CounterShard {
 
     async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError> {
         if let Some(age) = batch.millis_behind_latest {
-            self.metrics.max_iterator_age_ms.fetch_max(age.max(0) as u64, Ordering::Relaxed);
+            self.metrics
+                .max_iterator_age_ms
+                .fetch_max(age.max(0) as u64, Ordering::Relaxed);
         }
         for record in &batch.records {
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            let window = self.window.get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
+            let window = self
+                .window
+                .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
             window.push(&self.shard_id, record, &mut self.dedup);
             match &self.replay {
                 Some(p) if record.seq == p.end => {
@@ -255,11 +317,20 @@ impl ShardProcessor for CounterShard {
                 Some(p) if record.seq > p.end => {
                     return Err(ConsumerError::Inconsistent {
                         shard_id: self.shard_id.clone(),
-                        detail: format!("the stream skipped the pending window's last record {}", p.end),
+                        detail: format!(
+                            "the stream skipped the pending window's last record {}",
+                            p.end
+                        ),
                     })
                 }
                 Some(_) => {}
-                None if self.window.as_ref().is_some_and(|w| w.len() >= self.cfg.window_records) => self.close_and_apply(0, false).await?,
+                None if self
+                    .window
+                    .as_ref()
+                    .is_some_and(|w| w.len() >= self.cfg.window_records) =>
+                {
+                    self.close_and_apply(0, false).await?
+                }
                 None => {}
             }
         }
@@ -267,7 +338,10 @@ impl ShardProcessor for CounterShard {
     }
 
     async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError> {
-        let due = self.window.as_ref().is_some_and(|w| now_ms - w.opened_at_ms() >= self.cfg.window_time.as_millis() as i64);
+        let due = self
+            .window
+            .as_ref()
+            .is_some_and(|w| now_ms - w.opened_at_ms() >= self.cfg.window_time.as_millis() as i64);
         if due && self.replay.is_none() {
             self.close_and_apply(0, false).await?;
         }
@@ -277,7 +351,10 @@ impl ShardProcessor for CounterShard {
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         if self.replay.is_some() {
             if shard_end {
-                return Err(ConsumerError::Inconsistent { shard_id: self.shard_id.clone(), detail: "shard ended before the pending window's last record".into() });
+                return Err(ConsumerError::Inconsistent {
+                    shard_id: self.shard_id.clone(),
+                    detail: "shard ended before the pending window's last record".into(),
+                });
             }
             // The rest of the pending window is not read yet; the next owner completes it.
             return Ok(());

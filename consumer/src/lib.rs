@@ -31,6 +31,9 @@ impl ConsumerError {
 
     /// Whether the shard's lease was lost.
     pub fn is_fenced(&self) -> bool {
-        matches!(self, ConsumerError::Port(tally_core::ports::PortError::Fenced { .. }))
+        matches!(
+            self,
+            ConsumerError::Port(tally_core::ports::PortError::Fenced { .. })
+        )
     }
 }

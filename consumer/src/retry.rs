@@ -23,7 +23,10 @@ where
                 attempt += 1;
             }
             Err(e) if e.is_retryable() => {
-                return Err(PortError::Other(format!("{what}: gave up after {} retries: {e}", backoff.max_retries)));
+                return Err(PortError::Other(format!(
+                    "{what}: gave up after {} retries: {e}",
+                    backoff.max_retries
+                )));
             }
             other => return other,
         }

@@ -29,7 +29,9 @@ use crate::ConsumerError;
 
 /// Wall-clock milliseconds since the epoch.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The runtime's settings.
@@ -85,7 +87,8 @@ impl WorkerConfig {
 #[async_trait]
 pub trait ShardProcessor: Send {
     /// Loads the shard's stored state after its lease was taken; returns where to read from.
-    async fn start(&mut self, fence: &Fence, lease: &Lease) -> Result<StartPosition, ConsumerError>;
+    async fn start(&mut self, fence: &Fence, lease: &Lease)
+        -> Result<StartPosition, ConsumerError>;
     /// Folds a batch; may apply windows as they fill.
     async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError>;
     /// Gives a time-based window the chance to close.
@@ -165,7 +168,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ConsumerError> {
     let span = tracing::info_span!("worker", app = %cfg.app, worker = %cfg.worker_id);
-    run_inner(deps, cfg, idle_exit, metrics, shutdown).instrument(span).await
+    run_inner(deps, cfg, idle_exit, metrics, shutdown)
+        .instrument(span)
+        .await
 }
 
 async fn run_inner(
@@ -180,12 +185,20 @@ async fn run_inner(
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut last_discovery: Option<Instant> = None;
     let mut finished_since: HashMap<String, Instant> = HashMap::new();
-    let policy = LeasePolicy { max_leases_per_worker: cfg.max_leases_per_worker };
+    let policy = LeasePolicy {
+        max_leases_per_worker: cfg.max_leases_per_worker,
+    };
     let result = 'main: loop {
         // Reap ended shard tasks.
-        let ended: Vec<String> = running.iter().filter(|(_, r)| r.handle.is_finished()).map(|(s, _)| s.clone()).collect();
+        let ended: Vec<String> = running
+            .iter()
+            .filter(|(_, r)| r.handle.is_finished())
+            .map(|(s, _)| s.clone())
+            .collect();
         for shard in ended {
-            let Some(r) = running.remove(&shard) else { continue };
+            let Some(r) = running.remove(&shard) else {
+                continue;
+            };
             match r.handle.await {
                 Ok(ShardEnd::Finished) => {
                     metrics.finished.fetch_add(1, Ordering::Relaxed);
@@ -211,8 +224,12 @@ async fn run_inner(
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.discovery_interval) {
             let first = last_discovery.is_none();
             let discovered = async {
-                let shards = with_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards()).await?;
-                with_backoff(&cfg.backoff, "create lease rows", || deps.leases.ensure_leases(&cfg.app, &shards)).await
+                let shards =
+                    with_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards()).await?;
+                with_backoff(&cfg.backoff, "create lease rows", || {
+                    deps.leases.ensure_leases(&cfg.app, &shards)
+                })
+                .await
             }
             .await;
             match discovered {
@@ -223,7 +240,11 @@ async fn run_inner(
         }
 
         // Take leases.
-        let leases = match with_backoff(&cfg.backoff, "list leases", || deps.leases.list_leases(&cfg.app)).await {
+        let leases = match with_backoff(&cfg.backoff, "list leases", || {
+            deps.leases.list_leases(&cfg.app)
+        })
+        .await
+        {
             Ok(l) => l,
             Err(e) => break Err(e.into()),
         };
@@ -234,7 +255,9 @@ async fn run_inner(
             .iter()
             .cloned()
             .map(|mut l| {
-                if l.owner.as_deref() == Some(cfg.worker_id.as_str()) && !running.contains_key(&l.shard_id) {
+                if l.owner.as_deref() == Some(cfg.worker_id.as_str())
+                    && !running.contains_key(&l.shard_id)
+                {
                     l.owner = None;
                 }
                 l
@@ -243,20 +266,33 @@ async fn run_inner(
         for action in plan(&view, &cfg.worker_id, now, &policy) {
             let (shard_id, epoch, stolen) = match action {
                 LeaseAction::Take { shard_id, epoch } => (shard_id, epoch, false),
-                LeaseAction::Steal { shard_id, epoch, .. } => (shard_id, epoch, true),
+                LeaseAction::Steal {
+                    shard_id, epoch, ..
+                } => (shard_id, epoch, true),
             };
             if running.contains_key(&shard_id) {
                 continue;
             }
             let expires = now + cfg.lease_duration.as_millis() as i64;
-            match deps.leases.take_lease(&cfg.app, &shard_id, epoch, &cfg.worker_id, expires).await {
+            match deps
+                .leases
+                .take_lease(&cfg.app, &shard_id, epoch, &cfg.worker_id, expires)
+                .await
+            {
                 Ok(Some(fence)) => {
-                    let counter = if stolen { &metrics.stolen } else { &metrics.taken };
+                    let counter = if stolen {
+                        &metrics.stolen
+                    } else {
+                        &metrics.taken
+                    };
                     counter.fetch_add(1, Ordering::Relaxed);
                     info!(shard_id = %shard_id, epoch = fence.epoch, stolen, "lease taken");
                     let lease = leases.iter().find(|l| l.shard_id == shard_id).cloned();
                     if let Some(lease) = lease {
-                        running.insert(shard_id.clone(), spawn_shard(&deps, &cfg, fence, lease, &wake, &idle_exit));
+                        running.insert(
+                            shard_id.clone(),
+                            spawn_shard(&deps, &cfg, fence, lease, &wake, &idle_exit),
+                        );
                     }
                 }
                 Ok(None) => {}
@@ -266,9 +302,14 @@ async fn run_inner(
 
         // Clean up finished shards whose children are all finished, after a grace period.
         for l in leases.iter().filter(|l| l.finished) {
-            let children: Vec<&Lease> = leases.iter().filter(|c| c.parents.contains(&l.shard_id)).collect();
+            let children: Vec<&Lease> = leases
+                .iter()
+                .filter(|c| c.parents.contains(&l.shard_id))
+                .collect();
             if !children.is_empty() && children.iter().all(|c| c.finished) {
-                let since = *finished_since.entry(l.shard_id.clone()).or_insert_with(Instant::now);
+                let since = *finished_since
+                    .entry(l.shard_id.clone())
+                    .or_insert_with(Instant::now);
                 if since.elapsed() >= cfg.finished_lease_grace {
                     if let Err(e) = deps.leases.delete_lease(&cfg.app, &l.shard_id).await {
                         warn!(shard_id = %l.shard_id, error = %e, "deleting finished lease failed");
@@ -283,7 +324,13 @@ async fn run_inner(
             let all_idle = leases.iter().all(|l| {
                 l.finished
                     || (l.owner.as_deref() != Some(cfg.worker_id.as_str()) && l.is_held(now))
-                    || running.get(&l.shard_id).is_some_and(|r| r.idle_at.lock().ok().and_then(|t| *t).is_some_and(|t| t > armed))
+                    || running.get(&l.shard_id).is_some_and(|r| {
+                        r.idle_at
+                            .lock()
+                            .ok()
+                            .and_then(|t| *t)
+                            .is_some_and(|t| t > armed)
+                    })
             });
             if all_idle {
                 info!("every shard is caught up and flushed");
@@ -325,12 +372,27 @@ async fn run_inner(
     }
 }
 
-fn spawn_shard(deps: &WorkerDeps, cfg: &WorkerConfig, fence: Fence, lease: Lease, wake: &Arc<Notify>, idle_exit: &Arc<IdleExit>) -> Running {
+fn spawn_shard(
+    deps: &WorkerDeps,
+    cfg: &WorkerConfig,
+    fence: Fence,
+    lease: Lease,
+    wake: &Arc<Notify>,
+    idle_exit: &Arc<IdleExit>,
+) -> Running {
     let (stop_tx, stop_rx) = watch::channel(false);
     let idle_at = Arc::new(Mutex::new(None));
     let processor = deps.factory.create(&fence.shard_id);
     let span = tracing::info_span!("shard", app = %cfg.app, shard_id = %fence.shard_id);
-    let task = ShardTask { deps: deps.clone(), cfg: cfg.clone(), fence, lease, stop: stop_rx, idle_at: idle_at.clone(), idle_exit: idle_exit.clone() };
+    let task = ShardTask {
+        deps: deps.clone(),
+        cfg: cfg.clone(),
+        fence,
+        lease,
+        stop: stop_rx,
+        idle_at: idle_at.clone(),
+        idle_exit: idle_exit.clone(),
+    };
     let wake = wake.clone();
     let handle = tokio::spawn(
         async move {
@@ -340,7 +402,11 @@ fn spawn_shard(deps: &WorkerDeps, cfg: &WorkerConfig, fence: Fence, lease: Lease
         }
         .instrument(span),
     );
-    Running { handle, stop: stop_tx, idle_at }
+    Running {
+        handle,
+        stop: stop_tx,
+        idle_at,
+    }
 }
 
 struct ShardTask {
@@ -373,11 +439,17 @@ impl ShardTask {
         }
     }
 
-    async fn drive(&mut self, processor: &mut dyn ShardProcessor) -> Result<ShardEnd, ConsumerError> {
+    async fn drive(
+        &mut self,
+        processor: &mut dyn ShardProcessor,
+    ) -> Result<ShardEnd, ConsumerError> {
         let from = processor.start(&self.fence, &self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
         let stream = self.deps.stream.clone();
-        let mut reader = with_backoff(&self.cfg.backoff, "open shard", || stream.open(&shard_id, from.clone())).await?;
+        let mut reader = with_backoff(&self.cfg.backoff, "open shard", || {
+            stream.open(&shard_id, from.clone())
+        })
+        .await?;
         let mut next_renew = Instant::now() + self.cfg.renew_interval;
         loop {
             if *self.stop.borrow() {
@@ -386,7 +458,10 @@ impl ShardTask {
             }
             if Instant::now() >= next_renew {
                 let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
-                with_backoff(&self.cfg.backoff, "renew lease", || self.deps.leases.renew_lease(&self.fence, expires)).await?;
+                with_backoff(&self.cfg.backoff, "renew lease", || {
+                    self.deps.leases.renew_lease(&self.fence, expires)
+                })
+                .await?;
                 next_renew = Instant::now() + self.cfg.renew_interval;
             }
             let read_started = Instant::now();
@@ -419,13 +494,19 @@ impl ShardTask {
     }
 
     /// One read, retried with backoff on throttling and other retryable errors.
-    async fn read(&self, reader: &mut dyn tally_core::ports::ShardReader) -> Result<ReadBatch, ConsumerError> {
+    async fn read(
+        &self,
+        reader: &mut dyn tally_core::ports::ShardReader,
+    ) -> Result<ReadBatch, ConsumerError> {
         let mut attempt = 0;
         loop {
             match reader.next_batch(self.cfg.batch_limit).await {
                 Ok(b) => return Ok(b),
                 Err(e) if e.is_retryable() && attempt < self.cfg.backoff.max_retries => {
-                    let delay = self.cfg.backoff.delay(attempt, rand::thread_rng().gen::<f64>());
+                    let delay = self
+                        .cfg
+                        .backoff
+                        .delay(attempt, rand::thread_rng().gen::<f64>());
                     warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "GetRecords: retrying");
                     tokio::time::sleep(delay).await;
                     attempt += 1;
@@ -448,6 +529,17 @@ pub fn default_worker_id() -> String {
             }
         }
     }
-    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()));
-    format!("{}-{}", host.unwrap_or_else(|| "localhost".into()), std::process::id())
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        });
+    format!(
+        "{}-{}",
+        host.unwrap_or_else(|| "localhost".into()),
+        std::process::id()
+    )
 }

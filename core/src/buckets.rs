@@ -107,7 +107,10 @@ pub struct PostDelta {
 impl PostDelta {
     /// Adds one distinct event.
     pub fn add(&mut self, created_at: i64, delta: i64) {
-        *self.by_minute.entry(created_at - created_at.rem_euclid(MINUTE_MS)).or_default() += delta;
+        *self
+            .by_minute
+            .entry(created_at - created_at.rem_euclid(MINUTE_MS))
+            .or_default() += delta;
     }
 
     /// Net change over all minutes.
@@ -120,8 +123,16 @@ impl PostDelta {
         let mut hours: BTreeMap<String, BTreeMap<u8, i64>> = BTreeMap::new();
         let mut days: BTreeMap<String, BTreeMap<u8, i64>> = BTreeMap::new();
         for (&minute, &n) in &self.by_minute {
-            *hours.entry(hour_key(minute)).or_default().entry(minute_of_hour(minute)).or_default() += n;
-            *days.entry(day_key(minute)).or_default().entry(hour_of_day(minute)).or_default() += n;
+            *hours
+                .entry(hour_key(minute))
+                .or_default()
+                .entry(minute_of_hour(minute))
+                .or_default() += n;
+            *days
+                .entry(day_key(minute))
+                .or_default()
+                .entry(hour_of_day(minute))
+                .or_default() += n;
         }
         let item = |kind, slots: BTreeMap<u8, i64>| SummaryItem {
             post_id: post_id.to_owned(),
@@ -129,7 +140,12 @@ impl PostDelta {
             n: slots.values().sum(),
             slots: slots.into_iter().collect(),
         };
-        let mut out = vec![SummaryItem { post_id: post_id.to_owned(), kind: ItemKind::Total, n: self.total(), slots: vec![] }];
+        let mut out = vec![SummaryItem {
+            post_id: post_id.to_owned(),
+            kind: ItemKind::Total,
+            n: self.total(),
+            slots: vec![],
+        }];
         out.extend(hours.into_iter().map(|(h, s)| item(ItemKind::Hour(h), s)));
         out.extend(days.into_iter().map(|(d, s)| item(ItemKind::Day(d), s)));
         out
@@ -174,8 +190,18 @@ pub struct StoredItems {
 
 /// Adds up a since-T answer from the items the plan named.
 pub fn since_count(plan: &SincePlan, items: &StoredItems) -> i64 {
-    let minutes: i64 = items.hour_slots.iter().filter(|(m, _)| *m >= plan.first_minute).map(|(_, n)| n).sum();
-    let hours: i64 = items.day_slots.iter().filter(|(h, _)| *h >= plan.first_hour).map(|(_, n)| n).sum();
+    let minutes: i64 = items
+        .hour_slots
+        .iter()
+        .filter(|(m, _)| *m >= plan.first_minute)
+        .map(|(_, n)| n)
+        .sum();
+    let hours: i64 = items
+        .day_slots
+        .iter()
+        .filter(|(h, _)| *h >= plan.first_hour)
+        .map(|(_, n)| n)
+        .sum();
     minutes + hours + items.later_days.iter().sum::<i64>()
 }
 
@@ -203,7 +229,15 @@ mod tests {
         d.add(h + HOUR_MS + 5, -1); // 00:00 next day
         let items = d.items("p");
         assert_eq!(items.len(), 5);
-        assert_eq!(items[0], SummaryItem { post_id: "p".into(), kind: ItemKind::Total, n: 1, slots: vec![] });
+        assert_eq!(
+            items[0],
+            SummaryItem {
+                post_id: "p".into(),
+                kind: ItemKind::Total,
+                n: 1,
+                slots: vec![]
+            }
+        );
         assert_eq!(items[1].slots, vec![(59, 2)]);
         assert_eq!(items[2].slots, vec![(0, -1)]);
         assert_eq!((items[3].n, items[3].slots.clone()), (2, vec![(23, 2)]));
@@ -224,7 +258,10 @@ mod tests {
             later_days: vec![10, 20],
         };
         assert_eq!(since_count(&plan, &items), 1 + 2 + 3 + 4 + 10 + 20);
-        assert_eq!(ItemKind::from_sort_key(&ItemKind::Hour("2026113006".into()).sort_key()), Some(ItemKind::Hour("2026113006".into())));
+        assert_eq!(
+            ItemKind::from_sort_key(&ItemKind::Hour("2026113006".into()).sort_key()),
+            Some(ItemKind::Hour("2026113006".into()))
+        );
         assert_eq!(ItemKind::from_sort_key("T"), Some(ItemKind::Total));
     }
 }

@@ -36,7 +36,12 @@ impl DedupRecord {
         if bytes.len() % 16 != 0 {
             return None;
         }
-        Some(bytes.chunks_exact(16).map(|c| u128::from_le_bytes(c.try_into().unwrap_or([0; 16]))).collect())
+        Some(
+            bytes
+                .chunks_exact(16)
+                .map(|c| u128::from_le_bytes(c.try_into().unwrap_or([0; 16])))
+                .collect(),
+        )
     }
 }
 
@@ -58,7 +63,13 @@ pub struct Dedup {
 impl Dedup {
     /// An empty filter.
     pub fn new(horizon_ms: i64) -> Dedup {
-        Dedup { horizon_ms, windows: VecDeque::new(), seen: HashSet::new(), current: Vec::new(), running_max: i64::MIN }
+        Dedup {
+            horizon_ms,
+            windows: VecDeque::new(),
+            seen: HashSet::new(),
+            current: Vec::new(),
+            running_max: i64::MIN,
+        }
     }
 
     /// A filter restored from stored records, as it stood when the checkpoint was written.
@@ -108,7 +119,10 @@ impl Dedup {
 
     /// Closes the open window's ids into a record to store with the window.
     pub fn seal(&mut self) -> DedupRecord {
-        let rec = DedupRecord { max_arrival: self.running_max, ids: std::mem::take(&mut self.current) };
+        let rec = DedupRecord {
+            max_arrival: self.running_max,
+            ids: std::mem::take(&mut self.current),
+        };
         self.windows.push_back(rec.clone());
         rec
     }
@@ -165,7 +179,10 @@ mod tests {
 
     #[test]
     fn ids_encode_round_trip() {
-        let r = DedupRecord { max_arrival: 5, ids: vec![1, u128::MAX, 7] };
+        let r = DedupRecord {
+            max_arrival: 5,
+            ids: vec![1, u128::MAX, 7],
+        };
         assert_eq!(DedupRecord::decode_ids(&r.encode_ids()).unwrap(), r.ids);
         assert!(DedupRecord::decode_ids(&[0; 15]).is_none());
     }

@@ -45,7 +45,10 @@ pub enum DecodeError {
     #[error("not a JSON object: {0}")]
     NotJson(String),
     #[error("field `{field}`: {problem}")]
-    Field { field: &'static str, problem: String },
+    Field {
+        field: &'static str,
+        problem: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -63,7 +66,10 @@ pub const MAX_EVENT_ID: usize = 64;
 pub const MAX_ID: usize = 128;
 
 fn field_err(field: &'static str, problem: impl Into<String>) -> DecodeError {
-    DecodeError::Field { field, problem: problem.into() }
+    DecodeError::Field {
+        field,
+        problem: problem.into(),
+    }
 }
 
 fn string_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String, DecodeError> {
@@ -77,10 +83,19 @@ fn string_field(field: &'static str, v: Option<serde_json::Value>) -> Result<Str
 fn id_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String, DecodeError> {
     let s = string_field(field, v)?;
     if s.is_empty() || s.len() > MAX_ID {
-        return Err(field_err(field, format!("expected 1–{MAX_ID} characters, got {}", s.len())));
+        return Err(field_err(
+            field,
+            format!("expected 1–{MAX_ID} characters, got {}", s.len()),
+        ));
     }
-    if let Some(c) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))) {
-        return Err(field_err(field, format!("character {c:?} is not one of [A-Za-z0-9_.:-]")));
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
+    {
+        return Err(field_err(
+            field,
+            format!("character {c:?} is not one of [A-Za-z0-9_.:-]"),
+        ));
     }
     Ok(s)
 }
@@ -91,24 +106,48 @@ pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
     let event_id = string_field("event_id", raw.event_id)?;
     let n = event_id.chars().count();
     if n == 0 || n > MAX_EVENT_ID {
-        return Err(field_err("event_id", format!("expected 1–{MAX_EVENT_ID} characters, got {n}")));
+        return Err(field_err(
+            "event_id",
+            format!("expected 1–{MAX_EVENT_ID} characters, got {n}"),
+        ));
     }
     let post_id = id_field("post_id", raw.post_id)?;
     let user_id = id_field("user_id", raw.user_id)?;
     let action = match string_field("action", raw.action)?.as_str() {
         "like" => Action::Like,
         "unlike" => Action::Unlike,
-        other => return Err(field_err("action", format!("expected \"like\" or \"unlike\", got {other:?}"))),
+        other => {
+            return Err(field_err(
+                "action",
+                format!("expected \"like\" or \"unlike\", got {other:?}"),
+            ))
+        }
     };
     let created_at = match raw.created_at {
         None => return Err(field_err("created_at", "missing")),
         Some(serde_json::Value::Number(n)) => match n.as_i64() {
             Some(v) if v >= 0 => v,
-            _ => return Err(field_err("created_at", format!("expected a non-negative integer of milliseconds, got {n}"))),
+            _ => {
+                return Err(field_err(
+                    "created_at",
+                    format!("expected a non-negative integer of milliseconds, got {n}"),
+                ))
+            }
         },
-        Some(other) => return Err(field_err("created_at", format!("expected an integer, got {other}"))),
+        Some(other) => {
+            return Err(field_err(
+                "created_at",
+                format!("expected an integer, got {other}"),
+            ))
+        }
     };
-    Ok(LikeEvent { event_id, post_id, user_id, action, created_at })
+    Ok(LikeEvent {
+        event_id,
+        post_id,
+        user_id,
+        action,
+        created_at,
+    })
 }
 
 /// Encodes an event as its contract-v1 JSON bytes.
@@ -137,7 +176,10 @@ mod tests {
         let got = decode(input.as_bytes());
         match (got, expected) {
             (Ok(_), Ok(())) => {}
-            (Err(e), Err(msg)) => assert!(e.to_string().contains(msg), "{input}: {e} does not mention {msg}"),
+            (Err(e), Err(msg)) => assert!(
+                e.to_string().contains(msg),
+                "{input}: {e} does not mention {msg}"
+            ),
             (got, expected) => panic!("{input}: got {got:?}, expected {expected:?}"),
         }
     }
@@ -146,30 +188,75 @@ mod tests {
     fn contract_v1() {
         let ok = r#"{"event_id":"01J9","post_id":"p1","user_id":"u9","action":"like","created_at":1764480000123}"#;
         check(ok, Ok(()));
-        check(r#"{"event_id":"e","post_id":"p.1:a-b_c","user_id":"u","action":"unlike","created_at":0,"extra":{"x":1}}"#, Ok(()));
+        check(
+            r#"{"event_id":"e","post_id":"p.1:a-b_c","user_id":"u","action":"unlike","created_at":0,"extra":{"x":1}}"#,
+            Ok(()),
+        );
         check("not json", Err("not a JSON object"));
         check("[1,2]", Err("not a JSON object"));
-        check(r#"{"post_id":"p","user_id":"u","action":"like","created_at":1}"#, Err("`event_id`: missing"));
-        check(&format!(r#"{{"event_id":"{}","post_id":"p","user_id":"u","action":"like","created_at":1}}"#, "e".repeat(65)), Err("1–64"));
-        check(r#"{"event_id":"","post_id":"p","user_id":"u","action":"like","created_at":1}"#, Err("`event_id`"));
-        check(r#"{"event_id":"e","post_id":"p 1","user_id":"u","action":"like","created_at":1}"#, Err("`post_id`"));
-        check(r#"{"event_id":"e","post_id":"p","user_id":"","action":"like","created_at":1}"#, Err("`user_id`"));
-        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"love","created_at":1}"#, Err("`action`"));
-        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":1.5}"#, Err("`created_at`"));
-        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":"1"}"#, Err("`created_at`"));
-        check(r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":-1}"#, Err("`created_at`"));
-        check(r#"{"event_id":7,"post_id":"p","user_id":"u","action":"like","created_at":1}"#, Err("`event_id`"));
+        check(
+            r#"{"post_id":"p","user_id":"u","action":"like","created_at":1}"#,
+            Err("`event_id`: missing"),
+        );
+        check(
+            &format!(
+                r#"{{"event_id":"{}","post_id":"p","user_id":"u","action":"like","created_at":1}}"#,
+                "e".repeat(65)
+            ),
+            Err("1–64"),
+        );
+        check(
+            r#"{"event_id":"","post_id":"p","user_id":"u","action":"like","created_at":1}"#,
+            Err("`event_id`"),
+        );
+        check(
+            r#"{"event_id":"e","post_id":"p 1","user_id":"u","action":"like","created_at":1}"#,
+            Err("`post_id`"),
+        );
+        check(
+            r#"{"event_id":"e","post_id":"p","user_id":"","action":"like","created_at":1}"#,
+            Err("`user_id`"),
+        );
+        check(
+            r#"{"event_id":"e","post_id":"p","user_id":"u","action":"love","created_at":1}"#,
+            Err("`action`"),
+        );
+        check(
+            r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":1.5}"#,
+            Err("`created_at`"),
+        );
+        check(
+            r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":"1"}"#,
+            Err("`created_at`"),
+        );
+        check(
+            r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":-1}"#,
+            Err("`created_at`"),
+        );
+        check(
+            r#"{"event_id":7,"post_id":"p","user_id":"u","action":"like","created_at":1}"#,
+            Err("`event_id`"),
+        );
     }
 
     #[test]
     fn round_trips() {
-        let e = LikeEvent { event_id: "e1".into(), post_id: "p".into(), user_id: "u".into(), action: Action::Unlike, created_at: 42 };
+        let e = LikeEvent {
+            event_id: "e1".into(),
+            post_id: "p".into(),
+            user_id: "u".into(),
+            action: Action::Unlike,
+            created_at: 42,
+        };
         assert_eq!(decode(&encode(&e)).unwrap(), e);
     }
 
     #[test]
     fn partition_key() {
-        assert_eq!(partition_key_of(br#"{"post_id":"p7","junk":1}"#).as_deref(), Some("p7"));
+        assert_eq!(
+            partition_key_of(br#"{"post_id":"p7","junk":1}"#).as_deref(),
+            Some("p7")
+        );
         assert_eq!(partition_key_of(b"garbage"), None);
         assert_eq!(partition_key_of(br#"{"post_id":3}"#), None);
     }

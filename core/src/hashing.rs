@@ -12,7 +12,18 @@ pub fn hash_key(partition_key: &str) -> u128 {
 pub fn even_ranges(n: usize) -> Vec<(u128, u128)> {
     let n = n.max(1) as u128;
     let step = u128::MAX / n;
-    (0..n).map(|i| (i * step, if i == n - 1 { u128::MAX } else { (i + 1) * step - 1 })).collect()
+    (0..n)
+        .map(|i| {
+            (
+                i * step,
+                if i == n - 1 {
+                    u128::MAX
+                } else {
+                    (i + 1) * step - 1
+                },
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -27,6 +38,9 @@ mod tests {
         assert_eq!(r[0].1 + 1, r[1].0);
         assert_eq!(r[1].1 + 1, r[2].0);
         // Known MD5: "p1".
-        assert_eq!(hash_key("p1"), u128::from_str_radix("ec6ef230f1828039ee794566b9c58adc", 16).unwrap());
+        assert_eq!(
+            hash_key("p1"),
+            u128::from_str_radix("ec6ef230f1828039ee794566b9c58adc", 16).unwrap()
+        );
     }
 }

@@ -32,7 +32,8 @@ pub struct Percentiles {
 
 fn new_hist() -> Histogram<u64> {
     // Bounds are constants known to be valid.
-    Histogram::new_with_bounds(1, MAX_LATENCY_MS, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+    Histogram::new_with_bounds(1, MAX_LATENCY_MS, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
 }
 
 fn record(h: &mut Histogram<u64>, ms: i64) {
@@ -56,7 +57,11 @@ pub fn percentiles(h: &Histogram<u64>) -> Percentiles {
 
 impl Default for Latency {
     fn default() -> Self {
-        Latency { creation: new_hist(), arrival: new_hist(), iterator_age: new_hist() }
+        Latency {
+            creation: new_hist(),
+            arrival: new_hist(),
+            iterator_age: new_hist(),
+        }
     }
 }
 
@@ -104,7 +109,11 @@ impl Latency {
             bytes = &bytes[4 + len..];
         }
         let mut it = hs.into_iter();
-        Some(Latency { creation: it.next()?, arrival: it.next()?, iterator_age: it.next()? })
+        Some(Latency {
+            creation: it.next()?,
+            arrival: it.next()?,
+            iterator_age: it.next()?,
+        })
     }
 }
 

@@ -43,13 +43,21 @@ pub enum LeaseAction {
     /// Free or expired.
     Take { shard_id: String, epoch: u64 },
     /// Held by an overloaded worker.
-    Steal { shard_id: String, epoch: u64, from: String },
+    Steal {
+        shard_id: String,
+        epoch: u64,
+        from: String,
+    },
 }
 
 /// Whether a shard may be processed: not finished, and its parents all finished (a parent with no
 /// row was cleaned up after it finished).
 pub fn is_ready(lease: &Lease, by_shard: &HashMap<&str, &Lease>) -> bool {
-    !lease.finished && lease.parents.iter().all(|p| by_shard.get(p.as_str()).is_none_or(|l| l.finished))
+    !lease.finished
+        && lease
+            .parents
+            .iter()
+            .all(|p| by_shard.get(p.as_str()).is_none_or(|l| l.finished))
 }
 
 /// Plans what `me` should take: free and expired ready leases up to its fair share, or else one
@@ -62,7 +70,9 @@ pub fn plan(leases: &[Lease], me: &str, now_ms: i64, policy: &LeasePolicy) -> Ve
     held.entry(me).or_default();
     for l in &ready {
         if l.is_held(now_ms) {
-            held.entry(l.owner.as_deref().unwrap_or_default()).or_default().push(l);
+            held.entry(l.owner.as_deref().unwrap_or_default())
+                .or_default()
+                .push(l);
         }
     }
     let workers = held.len();
@@ -74,16 +84,33 @@ pub fn plan(leases: &[Lease], me: &str, now_ms: i64, policy: &LeasePolicy) -> Ve
     if mine >= target {
         return Vec::new();
     }
-    let mut free: Vec<&Lease> = ready.iter().copied().filter(|l| !l.is_held(now_ms)).collect();
+    let mut free: Vec<&Lease> = ready
+        .iter()
+        .copied()
+        .filter(|l| !l.is_held(now_ms))
+        .collect();
     free.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
-    let mut actions: Vec<LeaseAction> =
-        free.iter().take(target - mine).map(|l| LeaseAction::Take { shard_id: l.shard_id.clone(), epoch: l.epoch }).collect();
+    let mut actions: Vec<LeaseAction> = free
+        .iter()
+        .take(target - mine)
+        .map(|l| LeaseAction::Take {
+            shard_id: l.shard_id.clone(),
+            epoch: l.epoch,
+        })
+        .collect();
     if actions.is_empty() {
-        let busiest = held.iter().filter(|(w, _)| **w != me).max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
+        let busiest = held
+            .iter()
+            .filter(|(w, _)| **w != me)
+            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
         if let Some((from, ls)) = busiest {
             if ls.len() > target && ls.len() >= mine + 2 {
                 if let Some(l) = ls.iter().max_by(|a, b| a.shard_id.cmp(&b.shard_id)) {
-                    actions.push(LeaseAction::Steal { shard_id: l.shard_id.clone(), epoch: l.epoch, from: (*from).to_owned() });
+                    actions.push(LeaseAction::Steal {
+                        shard_id: l.shard_id.clone(),
+                        epoch: l.epoch,
+                        from: (*from).to_owned(),
+                    });
                 }
             }
         }
@@ -109,29 +136,49 @@ mod tests {
     }
 
     fn check(leases: &[Lease], me: &str, expected: &[&str]) {
-        let got: Vec<String> = plan(leases, me, 1_000, &LeasePolicy { max_leases_per_worker: 0 })
-            .into_iter()
-            .map(|a| match a {
-                LeaseAction::Take { shard_id, .. } => format!("take {shard_id}"),
-                LeaseAction::Steal { shard_id, from, .. } => format!("steal {shard_id} from {from}"),
-            })
-            .collect();
+        let got: Vec<String> = plan(
+            leases,
+            me,
+            1_000,
+            &LeasePolicy {
+                max_leases_per_worker: 0,
+            },
+        )
+        .into_iter()
+        .map(|a| match a {
+            LeaseAction::Take { shard_id, .. } => format!("take {shard_id}"),
+            LeaseAction::Steal { shard_id, from, .. } => format!("steal {shard_id} from {from}"),
+        })
+        .collect();
         assert_eq!(got, expected);
     }
 
     #[test]
     fn takes_free_and_expired_up_to_fair_share() {
-        let ls = [lease("s0", None, 0), lease("s1", Some("w1"), 500), lease("s2", Some("w1"), 5_000), lease("s3", None, 0)];
+        let ls = [
+            lease("s0", None, 0),
+            lease("s1", Some("w1"), 500),
+            lease("s2", Some("w1"), 5_000),
+            lease("s3", None, 0),
+        ];
         // Workers: me and w1 → 2 each; w1 holds s2 live.
         check(&ls, "me", &["take s0", "take s1"]);
     }
 
     #[test]
     fn steals_one_from_the_most_loaded() {
-        let ls = [lease("s0", Some("w1"), 5_000), lease("s1", Some("w1"), 5_000), lease("s2", Some("w1"), 5_000), lease("s3", Some("w2"), 5_000)];
+        let ls = [
+            lease("s0", Some("w1"), 5_000),
+            lease("s1", Some("w1"), 5_000),
+            lease("s2", Some("w1"), 5_000),
+            lease("s3", Some("w2"), 5_000),
+        ];
         check(&ls, "me", &["steal s2 from w1"]);
         // Balanced: nothing to do.
-        let ls = [lease("s0", Some("w1"), 5_000), lease("s1", Some("me"), 5_000)];
+        let ls = [
+            lease("s0", Some("w1"), 5_000),
+            lease("s1", Some("me"), 5_000),
+        ];
         check(&ls, "me", &[]);
     }
 

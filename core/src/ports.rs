@@ -37,7 +37,11 @@ pub enum PortError {
     Unavailable { endpoint: String, detail: String },
     /// The credentials may not make this call on this resource.
     #[error("permission denied: {call} on {resource}: {detail}")]
-    Permission { call: String, resource: String, detail: String },
+    Permission {
+        call: String,
+        resource: String,
+        detail: String,
+    },
     /// The request was rejected as invalid: a bug in tally, said plainly.
     #[error("request rejected as invalid (a bug in tally): {0}")]
     Invalid(String),
@@ -48,7 +52,13 @@ pub enum PortError {
 impl PortError {
     /// Whether the same call may succeed if tried again after a pause.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, PortError::Throttled(_) | PortError::Conflict(_) | PortError::Timeout(_) | PortError::Unavailable { .. })
+        matches!(
+            self,
+            PortError::Throttled(_)
+                | PortError::Conflict(_)
+                | PortError::Timeout(_)
+                | PortError::Unavailable { .. }
+        )
     }
 }
 
@@ -78,7 +88,9 @@ pub enum StartPosition {
 impl StartPosition {
     /// Where to resume after a checkpoint (`None`: from the oldest record).
     pub fn after(checkpoint: Option<&SeqNo>) -> StartPosition {
-        checkpoint.map_or(StartPosition::TrimHorizon, |s| StartPosition::AfterSequence(s.clone()))
+        checkpoint.map_or(StartPosition::TrimHorizon, |s| {
+            StartPosition::AfterSequence(s.clone())
+        })
     }
 }
 
@@ -170,7 +182,14 @@ pub trait LeaseStore: Send + Sync {
     async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()>;
     async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>>;
     /// Takes a lease if its epoch is still `expected_epoch`; `None` if someone else moved first.
-    async fn take_lease(&self, app: &str, shard_id: &str, expected_epoch: u64, owner: &str, expires_ms: i64) -> PortResult<Option<Fence>>;
+    async fn take_lease(
+        &self,
+        app: &str,
+        shard_id: &str,
+        expected_epoch: u64,
+        owner: &str,
+        expires_ms: i64,
+    ) -> PortResult<Option<Fence>>;
     /// Extends a held lease; `Fenced` if it was lost.
     async fn renew_lease(&self, fence: &Fence, expires_ms: i64) -> PortResult<()>;
     /// Gives a lease up so that another worker can take it at once.
@@ -225,7 +244,12 @@ pub trait CounterStore: LeaseStore {
     /// Applies one chunk; `Fenced` if the lease or the progress condition failed.
     async fn commit_chunk(&self, commit: ChunkCommit<'_>) -> PortResult<()>;
     /// Dedup records of these shards with `max_arrival >= min_arrival`.
-    async fn load_dedup(&self, app: &str, shard_ids: &[String], min_arrival: i64) -> PortResult<Vec<DedupRecord>>;
+    async fn load_dedup(
+        &self,
+        app: &str,
+        shard_ids: &[String],
+        min_arrival: i64,
+    ) -> PortResult<Vec<DedupRecord>>;
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount>;
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;
@@ -266,7 +290,10 @@ pub trait AnalyticsStore: LeaseStore {
     /// Stores a snapshot and moves the checkpoint to its end, fenced by the lease.
     async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()>;
     /// The latest trending sketch of each shard: `(shard_id, entries, at_ms)`.
-    async fn trending_sketches(&self, app: &str) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>>;
+    async fn trending_sketches(
+        &self,
+        app: &str,
+    ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>>;
     /// Serialized latency histograms of windows taken at or after `since_ms`.
     async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>>;
 }

@@ -16,14 +16,20 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { base: Duration::from_millis(50), cap: Duration::from_secs(5), max_retries: 10 }
+        Backoff {
+            base: Duration::from_millis(50),
+            cap: Duration::from_secs(5),
+            max_retries: 10,
+        }
     }
 }
 
 impl Backoff {
     /// The ceiling of the delay before retry `attempt` (0-based): `min(cap, base · 2^attempt)`.
     pub fn ceiling(&self, attempt: u32) -> Duration {
-        self.base.saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX)).min(self.cap)
+        self.base
+            .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
+            .min(self.cap)
     }
 
     /// The delay before retry `attempt`, given a uniform `jitter` in [0, 1).
@@ -38,7 +44,11 @@ mod tests {
 
     #[test]
     fn capped_and_jittered() {
-        let b = Backoff { base: Duration::from_millis(100), cap: Duration::from_secs(1), max_retries: 5 };
+        let b = Backoff {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(1),
+            max_retries: 5,
+        };
         assert_eq!(b.ceiling(0), Duration::from_millis(100));
         assert_eq!(b.ceiling(3), Duration::from_millis(800));
         assert_eq!(b.ceiling(4), Duration::from_secs(1));

@@ -28,7 +28,10 @@ impl SeqNo {
 
 impl Ord for SeqNo {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0.len().cmp(&other.0.len()).then_with(|| self.0.as_bytes().cmp(other.0.as_bytes()))
+        self.0
+            .len()
+            .cmp(&other.0.len())
+            .then_with(|| self.0.as_bytes().cmp(other.0.as_bytes()))
     }
 }
 
@@ -64,9 +67,17 @@ mod tests {
     fn orders_by_length_then_bytes() {
         check("9", "10", Ordering::Less);
         check("10", "9", Ordering::Greater);
-        check("49590338271490256608559692538361571095921575989136588898", "49590338271490256608559692538361571095921575989136588899", Ordering::Less);
+        check(
+            "49590338271490256608559692538361571095921575989136588898",
+            "49590338271490256608559692538361571095921575989136588899",
+            Ordering::Less,
+        );
         check("123", "123", Ordering::Equal);
-        check(&"9".repeat(128), &format!("1{}", "0".repeat(128)), Ordering::Less);
+        check(
+            &"9".repeat(128),
+            &format!("1{}", "0".repeat(128)),
+            Ordering::Less,
+        );
     }
 
     #[test]

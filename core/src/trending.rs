@@ -49,7 +49,10 @@ impl Trending {
     /// # Panics
     /// If `capacity` is 0 or `half_life_ms` is not positive (config validation rejects both).
     pub fn new(capacity: usize, half_life_ms: i64) -> Trending {
-        assert!(capacity > 0 && half_life_ms > 0, "capacity and half-life must be positive");
+        assert!(
+            capacity > 0 && half_life_ms > 0,
+            "capacity and half-life must be positive"
+        );
         Trending {
             capacity,
             lambda: std::f64::consts::LN_2 / half_life_ms as f64,
@@ -61,7 +64,12 @@ impl Trending {
     }
 
     /// A sketch resumed from a snapshot taken at `at_ms`.
-    pub fn restore(capacity: usize, half_life_ms: i64, entries: &[TrendingEntry], at_ms: i64) -> Trending {
+    pub fn restore(
+        capacity: usize,
+        half_life_ms: i64,
+        entries: &[TrendingEntry],
+        at_ms: i64,
+    ) -> Trending {
         let mut t = Trending::new(capacity, half_life_ms);
         t.landmark_ms = at_ms;
         t.now_ms = at_ms;
@@ -114,11 +122,19 @@ impl Trending {
 
     /// Every kept post, highest first, scores decayed to [`Trending::now_ms`].
     pub fn entries(&self) -> Vec<TrendingEntry> {
-        let f = if self.now_ms == i64::MIN { 1.0 } else { (-(self.now_ms - self.landmark_ms) as f64 * self.lambda).exp() };
+        let f = if self.now_ms == i64::MIN {
+            1.0
+        } else {
+            (-(self.now_ms - self.landmark_ms) as f64 * self.lambda).exp()
+        };
         self.order
             .iter()
             .rev()
-            .map(|(s, post)| TrendingEntry { post_id: post.clone(), score: s.0 * f, error: self.entries.get(post).map_or(0.0, |e| e.1 * f) })
+            .map(|(s, post)| TrendingEntry {
+                post_id: post.clone(),
+                score: s.0 * f,
+                error: self.entries.get(post).map_or(0.0, |e| e.1 * f),
+            })
             .collect()
     }
 
@@ -141,7 +157,11 @@ impl Trending {
 }
 
 /// Merges per-shard sketches (each `(entries, at_ms)`) into one top-`k`, decayed to the latest time.
-pub fn merge(sketches: &[(Vec<TrendingEntry>, i64)], half_life_ms: i64, k: usize) -> Vec<TrendingEntry> {
+pub fn merge(
+    sketches: &[(Vec<TrendingEntry>, i64)],
+    half_life_ms: i64,
+    k: usize,
+) -> Vec<TrendingEntry> {
     let lambda = std::f64::consts::LN_2 / half_life_ms as f64;
     let at = sketches.iter().map(|s| s.1).max().unwrap_or(0);
     let mut sum: HashMap<&str, (f64, f64)> = HashMap::new();
@@ -153,8 +173,19 @@ pub fn merge(sketches: &[(Vec<TrendingEntry>, i64)], half_life_ms: i64, k: usize
             s.1 += e.error * f;
         }
     }
-    let mut out: Vec<TrendingEntry> = sum.into_iter().map(|(p, (score, error))| TrendingEntry { post_id: p.to_owned(), score, error }).collect();
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.post_id.cmp(&b.post_id)));
+    let mut out: Vec<TrendingEntry> = sum
+        .into_iter()
+        .map(|(p, (score, error))| TrendingEntry {
+            post_id: p.to_owned(),
+            score,
+            error,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.post_id.cmp(&b.post_id))
+    });
     out.truncate(k);
     out
 }
@@ -175,8 +206,14 @@ mod tests {
         t.add("b", 1_000);
         let e = t.entries();
         // At t = 1000: a = 2 × 1/2 = 1, b = 1; a tie, broken by post id descending order in the set.
-        assert!(close(e.iter().find(|x| x.post_id == "a").unwrap().score, 1.0));
-        assert!(close(e.iter().find(|x| x.post_id == "b").unwrap().score, 1.0));
+        assert!(close(
+            e.iter().find(|x| x.post_id == "a").unwrap().score,
+            1.0
+        ));
+        assert!(close(
+            e.iter().find(|x| x.post_id == "b").unwrap().score,
+            1.0
+        ));
         t.add("b", 2_000);
         let top = t.top(1);
         assert_eq!(top[0].post_id, "b");
@@ -198,7 +235,10 @@ mod tests {
         let top = &t.top(1)[0];
         assert_eq!(top.error, 0.0);
         let lambda = std::f64::consts::LN_2 / 3_600_000.0;
-        let exact: f64 = (0..100_000i64).step_by(4).map(|i| (-(99_999 - i) as f64 * lambda).exp()).sum();
+        let exact: f64 = (0..100_000i64)
+            .step_by(4)
+            .map(|i| (-(99_999 - i) as f64 * lambda).exp())
+            .sum();
         assert!(close(top.score, exact), "{} vs {exact}", top.score);
     }
 
@@ -217,7 +257,21 @@ mod tests {
         t.add("b", 500);
         let r = Trending::restore(10, 1_000, &t.entries(), t.now_ms());
         assert_eq!(r.entries(), t.entries());
-        let m = merge(&[(vec![TrendingEntry { post_id: "x".into(), score: 4.0, error: 0.0 }], 0), (t.entries(), 1_000)], 1_000, 2);
+        let m = merge(
+            &[
+                (
+                    vec![TrendingEntry {
+                        post_id: "x".into(),
+                        score: 4.0,
+                        error: 0.0,
+                    }],
+                    0,
+                ),
+                (t.entries(), 1_000),
+            ],
+            1_000,
+            2,
+        );
         assert_eq!(m[0].post_id, "x");
         assert!(close(m[0].score, 2.0));
     }

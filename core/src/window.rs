@@ -66,7 +66,14 @@ pub struct WindowBuilder {
 impl WindowBuilder {
     /// An empty window after `start_after`.
     pub fn new(start_after: Option<SeqNo>, opened_at_ms: i64) -> WindowBuilder {
-        WindowBuilder { start_after, end: None, deltas: BTreeMap::new(), dead_letters: Vec::new(), stats: WindowStats::default(), opened_at_ms }
+        WindowBuilder {
+            start_after,
+            end: None,
+            deltas: BTreeMap::new(),
+            dead_letters: Vec::new(),
+            stats: WindowStats::default(),
+            opened_at_ms,
+        }
     }
 
     /// Decodes, dedups and folds one record.
@@ -88,7 +95,10 @@ impl WindowBuilder {
             Ok(ev) => {
                 if dedup.observe(id_hash(&ev.event_id), record.arrival_ms) {
                     self.stats.counted += 1;
-                    self.deltas.entry(ev.post_id).or_default().add(ev.created_at, ev.action.delta());
+                    self.deltas
+                        .entry(ev.post_id)
+                        .or_default()
+                        .add(ev.created_at, ev.action.delta());
                 } else {
                     self.stats.duplicates += 1;
                 }
@@ -119,9 +129,21 @@ impl WindowBuilder {
     /// Closes the window, sealing its first-seen ids.
     pub fn close(self, dedup: &mut Dedup) -> ClosedWindow {
         let total_delta = self.deltas.values().map(PostDelta::total).sum();
-        let mut items: Vec<WriteItem> = self.deltas.iter().flat_map(|(post, d)| d.items(post)).map(WriteItem::Summary).collect();
+        let mut items: Vec<WriteItem> = self
+            .deltas
+            .iter()
+            .flat_map(|(post, d)| d.items(post))
+            .map(WriteItem::Summary)
+            .collect();
         items.extend(self.dead_letters.into_iter().map(WriteItem::DeadLetter));
-        ClosedWindow { start_after: self.start_after, end: self.end, items, total_delta, dedup: dedup.seal(), stats: self.stats }
+        ClosedWindow {
+            start_after: self.start_after,
+            end: self.end,
+            items,
+            total_delta,
+            dedup: dedup.seal(),
+            stats: self.stats,
+        }
     }
 }
 
@@ -161,7 +183,11 @@ pub fn plan_chunks(n_items: usize, max_items: usize) -> Vec<ChunkPlan> {
     assert!(max_items > 0, "max_items must be positive");
     let count = n_items.div_ceil(max_items).max(1);
     (0..count)
-        .map(|i| ChunkPlan { index: i as u32, count: count as u32, range: (i * max_items).min(n_items)..((i + 1) * max_items).min(n_items) })
+        .map(|i| ChunkPlan {
+            index: i as u32,
+            count: count as u32,
+            range: (i * max_items).min(n_items)..((i + 1) * max_items).min(n_items),
+        })
         .collect()
 }
 
@@ -171,39 +197,76 @@ mod tests {
     use crate::buckets::ItemKind;
 
     fn rec(seq: u64, data: &str) -> StreamRecord {
-        StreamRecord { seq: SeqNo::parse(&seq.to_string()).unwrap(), arrival_ms: seq as i64, partition_key: "k".into(), data: data.as_bytes().to_vec() }
+        StreamRecord {
+            seq: SeqNo::parse(&seq.to_string()).unwrap(),
+            arrival_ms: seq as i64,
+            partition_key: "k".into(),
+            data: data.as_bytes().to_vec(),
+        }
     }
 
     fn ev(id: &str, post: &str, action: &str) -> String {
-        format!(r#"{{"event_id":"{id}","post_id":"{post}","user_id":"u","action":"{action}","created_at":1796021058123}}"#)
+        format!(
+            r#"{{"event_id":"{id}","post_id":"{post}","user_id":"u","action":"{action}","created_at":1796021058123}}"#
+        )
     }
 
     #[test]
     fn folds_dedups_and_dead_letters() {
         let mut dedup = Dedup::new(600_000);
         let mut w = WindowBuilder::new(None, 0);
-        for (i, data) in [ev("1", "a", "like"), ev("2", "a", "like"), ev("1", "a", "like"), "{oops".into(), ev("3", "b", "unlike"), ev("4", "a", "unlike")]
-            .iter()
-            .enumerate()
+        for (i, data) in [
+            ev("1", "a", "like"),
+            ev("2", "a", "like"),
+            ev("1", "a", "like"),
+            "{oops".into(),
+            ev("3", "b", "unlike"),
+            ev("4", "a", "unlike"),
+        ]
+        .iter()
+        .enumerate()
         {
             w.push("shard-0", &rec(i as u64 + 1, data), &mut dedup);
         }
         let c = w.close(&mut dedup);
-        assert_eq!(c.stats, WindowStats { records: 6, counted: 4, duplicates: 1, malformed: 1 });
+        assert_eq!(
+            c.stats,
+            WindowStats {
+                records: 6,
+                counted: 4,
+                duplicates: 1,
+                malformed: 1
+            }
+        );
         assert_eq!(c.total_delta, 0);
         assert_eq!(c.end.as_ref().unwrap().as_str(), "6");
         let totals: Vec<(String, i64)> = c
             .items
             .iter()
             .filter_map(|i| match i {
-                WriteItem::Summary(s) if s.kind == ItemKind::Total => Some((s.post_id.clone(), s.n)),
+                WriteItem::Summary(s) if s.kind == ItemKind::Total => {
+                    Some((s.post_id.clone(), s.n))
+                }
                 _ => None,
             })
             .collect();
         assert_eq!(totals, vec![("a".into(), 1), ("b".into(), -1)]);
-        let dead: Vec<&DeadLetter> = c.items.iter().filter_map(|i| if let WriteItem::DeadLetter(d) = i { Some(d) } else { None }).collect();
+        let dead: Vec<&DeadLetter> = c
+            .items
+            .iter()
+            .filter_map(|i| {
+                if let WriteItem::DeadLetter(d) = i {
+                    Some(d)
+                } else {
+                    None
+                }
+            })
+            .collect();
         assert_eq!(dead.len(), 1);
-        assert_eq!((dead[0].shard_id.as_str(), dead[0].seq.as_str()), ("shard-0", "4"));
+        assert_eq!(
+            (dead[0].shard_id.as_str(), dead[0].seq.as_str()),
+            ("shard-0", "4")
+        );
         assert!(dead[0].reason.contains("JSON"), "{}", dead[0].reason);
         assert_eq!(c.dedup.ids.len(), 4);
     }
@@ -215,7 +278,9 @@ mod tests {
             assert_eq!(plan.len(), n.div_ceil(max).max(1));
             let covered: Vec<usize> = plan.iter().flat_map(|c| c.range.clone()).collect();
             assert_eq!(covered, (0..n).collect::<Vec<_>>());
-            assert!(plan.iter().all(|c| c.range.len() <= max && c.count as usize == plan.len()));
+            assert!(plan
+                .iter()
+                .all(|c| c.range.len() <= max && c.count as usize == plan.len()));
         }
     }
 }

@@ -10,8 +10,8 @@
 //! Each handle owns one connection behind a mutex and runs its statements on tokio's blocking
 //! pool.
 
-mod stream;
 mod stores;
+mod stream;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,8 +19,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension};
 use tally_core::ports::{PortError, PortResult};
-
-
 
 /// The database file's name inside the data dir.
 pub const DB_FILE: &str = "tally.db";
@@ -35,12 +33,19 @@ pub struct Embedded {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {
     match e {
-        rusqlite::Error::SqliteFailure(f, ref m) if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+        rusqlite::Error::SqliteFailure(f, ref m)
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
+        {
             PortError::Conflict(m.clone().unwrap_or_else(|| "database is busy".into()))
         }
         other => PortError::Other(format!("embedded store: {other}")),
@@ -50,15 +55,28 @@ pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {
 impl Embedded {
     /// Opens (creating if needed) the store in `dir`. A new store gets `shards` shards.
     pub fn open(dir: &Path, shards: usize) -> PortResult<Embedded> {
-        std::fs::create_dir_all(dir).map_err(|e| PortError::Other(format!("cannot create data dir {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            PortError::Other(format!("cannot create data dir {}: {e}", dir.display()))
+        })?;
         let path = dir.join(DB_FILE);
-        let conn = Connection::open(&path).map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(sql_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql_err)?;
+        let conn = Connection::open(&path)
+            .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(sql_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql_err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql_err)?;
         // Several processes may create the schema at once: serialize on a write lock.
-        conn.execute_batch(&format!("BEGIN IMMEDIATE; {} COMMIT;", include_str!("schema.sql"))).map_err(sql_err)?;
-        let store = Embedded { conn: Arc::new(Mutex::new(conn)), path };
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {} COMMIT;",
+            include_str!("schema.sql")
+        ))
+        .map_err(sql_err)?;
+        let store = Embedded {
+            conn: Arc::new(Mutex::new(conn)),
+            path,
+        };
         store.with(|c| stream::create_shards_if_empty(c, shards))?;
         Ok(store)
     }
@@ -69,20 +87,35 @@ impl Embedded {
     }
 
     /// Runs `f` on the connection, synchronously.
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Connection) -> PortResult<T>) -> PortResult<T> {
-        let mut guard = self.conn.lock().map_err(|_| PortError::Other("embedded store: connection mutex poisoned".into()))?;
+    pub(crate) fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> PortResult<T>,
+    ) -> PortResult<T> {
+        let mut guard = self
+            .conn
+            .lock()
+            .map_err(|_| PortError::Other("embedded store: connection mutex poisoned".into()))?;
         f(&mut guard)
     }
 
     /// Runs `f` on the connection on tokio's blocking pool.
-    pub(crate) async fn run<T: Send + 'static>(&self, f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static) -> PortResult<T> {
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
+    ) -> PortResult<T> {
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.with(f)).await.map_err(|e| PortError::Other(format!("embedded store task failed: {e}")))?
+        tokio::task::spawn_blocking(move || this.with(f))
+            .await
+            .map_err(|e| PortError::Other(format!("embedded store task failed: {e}")))?
     }
 
     /// How many shards the stream has (open and closed).
     pub fn shard_count(&self) -> PortResult<usize> {
-        self.with(|c| c.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0)).map(|n| n as usize).map_err(sql_err))
+        self.with(|c| {
+            c.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
+                .map(|n| n as usize)
+                .map_err(sql_err)
+        })
     }
 
     /// Whether a store already exists in `dir`.
@@ -92,6 +125,13 @@ impl Embedded {
 
     /// Sequence number of the newest record, if any (for tests and progress).
     pub fn last_seq(&self) -> PortResult<Option<i64>> {
-        self.with(|c| c.query_row("SELECT MAX(seq) FROM records", [], |r| r.get::<_, Option<i64>>(0)).optional().map(|o| o.flatten()).map_err(sql_err))
+        self.with(|c| {
+            c.query_row("SELECT MAX(seq) FROM records", [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .optional()
+            .map(|o| o.flatten())
+            .map_err(sql_err)
+        })
     }
 }

@@ -6,8 +6,8 @@ use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState,
-    TrendingEntry,
+    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
+    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
 };
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
@@ -33,24 +33,38 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
         },
         max_arrival: r.get(8)?,
         pending: match pending_end.as_deref().and_then(SeqNo::parse) {
-            Some(end) => Some(Pending { end, done: r.get::<_, i64>(10)? as u32, count: r.get::<_, i64>(11)? as u32 }),
+            Some(end) => Some(Pending {
+                end,
+                done: r.get::<_, i64>(10)? as u32,
+                count: r.get::<_, i64>(11)? as u32,
+            }),
             None => None,
         },
     })
 }
 
 fn state_in(c: &Connection, app: &str, shard_id: &str) -> PortResult<ShardState> {
-    c.query_row(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 AND shard_id = ?2"), params![app, shard_id], read_state)
-        .optional()
-        .map_err(sql_err)?
-        .ok_or_else(|| PortError::NotFound { what: format!("lease {app}/{shard_id}"), hint: String::new() })
+    c.query_row(
+        &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 AND shard_id = ?2"),
+        params![app, shard_id],
+        read_state,
+    )
+    .optional()
+    .map_err(sql_err)?
+    .ok_or_else(|| PortError::NotFound {
+        what: format!("lease {app}/{shard_id}"),
+        hint: String::new(),
+    })
 }
 
 /// Checks the fence inside a write transaction.
 fn check_fence(tx: &Transaction<'_>, fence: &Fence) -> PortResult<ShardState> {
     let st = state_in(tx, &fence.app, &fence.shard_id)?;
     if st.lease.owner.as_deref() != Some(fence.owner.as_str()) || st.lease.epoch != fence.epoch {
-        return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
+        return Err(PortError::Fenced {
+            app: fence.app.clone(),
+            shard_id: fence.shard_id.clone(),
+        });
     }
     Ok(st)
 }
@@ -62,9 +76,11 @@ fn write_item(tx: &Transaction<'_>, item: &WriteItem) -> PortResult<()> {
             let mut up = tx
                 .prepare_cached("INSERT INTO counts (post_id, sk, slot, n) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (post_id, sk, slot) DO UPDATE SET n = n + excluded.n")
                 .map_err(sql_err)?;
-            up.execute(params![s.post_id, sk, -1, s.n]).map_err(sql_err)?;
+            up.execute(params![s.post_id, sk, -1, s.n])
+                .map_err(sql_err)?;
             for (slot, n) in &s.slots {
-                up.execute(params![s.post_id, sk, *slot as i64, n]).map_err(sql_err)?;
+                up.execute(params![s.post_id, sk, *slot as i64, n])
+                    .map_err(sql_err)?;
             }
         }
         WriteItem::DeadLetter(d) => {
@@ -86,12 +102,20 @@ impl LeaseStore for Embedded {
     async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()> {
         let (app, shards) = (app.to_owned(), shards.to_vec());
         self.run(move |c| {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let tx = c
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
             for s in &shards {
-                tx.prepare_cached("INSERT OR IGNORE INTO leases (app, shard_id, parents) VALUES (?1, ?2, ?3)")
-                    .map_err(sql_err)?
-                    .execute(params![app, s.shard_id, serde_json::to_string(&s.parents).unwrap_or_default()])
-                    .map_err(sql_err)?;
+                tx.prepare_cached(
+                    "INSERT OR IGNORE INTO leases (app, shard_id, parents) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(sql_err)?
+                .execute(params![
+                    app,
+                    s.shard_id,
+                    serde_json::to_string(&s.parents).unwrap_or_default()
+                ])
+                .map_err(sql_err)?;
             }
             tx.commit().map_err(sql_err)
         })
@@ -101,14 +125,29 @@ impl LeaseStore for Embedded {
     async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>> {
         let app = app.to_owned();
         self.run(move |c| {
-            let mut st = c.prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 ORDER BY shard_id")).map_err(sql_err)?;
-            let rows = st.query_map([&app], read_state).map_err(sql_err)?.collect::<Result<Vec<_>, _>>().map_err(sql_err)?;
+            let mut st = c
+                .prepare_cached(&format!(
+                    "SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 ORDER BY shard_id"
+                ))
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map([&app], read_state)
+                .map_err(sql_err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_err)?;
             Ok(rows.into_iter().map(|s| s.lease).collect())
         })
         .await
     }
 
-    async fn take_lease(&self, app: &str, shard_id: &str, expected_epoch: u64, owner: &str, expires_ms: i64) -> PortResult<Option<Fence>> {
+    async fn take_lease(
+        &self,
+        app: &str,
+        shard_id: &str,
+        expected_epoch: u64,
+        owner: &str,
+        expires_ms: i64,
+    ) -> PortResult<Option<Fence>> {
         let (app, shard_id, owner) = (app.to_owned(), shard_id.to_owned(), owner.to_owned());
         self.run(move |c| {
             let n = c
@@ -151,7 +190,15 @@ impl LeaseStore for Embedded {
 
     async fn delete_lease(&self, app: &str, shard_id: &str) -> PortResult<()> {
         let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
-        self.run(move |c| c.execute("DELETE FROM leases WHERE app = ?1 AND shard_id = ?2", params![app, shard_id]).map(|_| ()).map_err(sql_err)).await
+        self.run(move |c| {
+            c.execute(
+                "DELETE FROM leases WHERE app = ?1 AND shard_id = ?2",
+                params![app, shard_id],
+            )
+            .map(|_| ())
+            .map_err(sql_err)
+        })
+        .await
     }
 
     async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
@@ -187,7 +234,9 @@ impl CounterStore for Embedded {
         let end = commit.end.clone();
         let (index, count) = (commit.index, commit.count);
         let items = commit.items.to_vec();
-        let last = commit.last.map(|l| (l.dedup.clone(), l.total_delta, l.shard_finished));
+        let last = commit
+            .last
+            .map(|l| (l.dedup.clone(), l.total_delta, l.shard_finished));
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let st = check_fence(&tx, &fence)?;
@@ -236,7 +285,12 @@ impl CounterStore for Embedded {
         .await
     }
 
-    async fn load_dedup(&self, app: &str, shard_ids: &[String], min_arrival: i64) -> PortResult<Vec<DedupRecord>> {
+    async fn load_dedup(
+        &self,
+        app: &str,
+        shard_ids: &[String],
+        min_arrival: i64,
+    ) -> PortResult<Vec<DedupRecord>> {
         let (app, shard_ids) = (app.to_owned(), shard_ids.to_vec());
         self.run(move |c| {
             let mut out = Vec::new();
@@ -297,7 +351,13 @@ impl CounterStore for Embedded {
     }
 
     async fn global_total(&self) -> PortResult<i64> {
-        self.run(|c| c.query_row("SELECT COALESCE(SUM(n), 0) FROM global_totals", [], |r| r.get(0)).map_err(sql_err)).await
+        self.run(|c| {
+            c.query_row("SELECT COALESCE(SUM(n), 0) FROM global_totals", [], |r| {
+                r.get(0)
+            })
+            .map_err(sql_err)
+        })
+        .await
     }
 
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
@@ -317,7 +377,14 @@ impl CounterStore for Embedded {
     }
 
     async fn dead_letter_count(&self) -> PortResult<u64> {
-        self.run(|c| c.query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(sql_err)).await
+        self.run(|c| {
+            c.query_row("SELECT COUNT(*) FROM dead_letters", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as u64)
+            .map_err(sql_err)
+        })
+        .await
     }
 }
 
@@ -349,20 +416,42 @@ impl AnalyticsStore for Embedded {
         .await
     }
 
-    async fn trending_sketches(&self, app: &str) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
+    async fn trending_sketches(
+        &self,
+        app: &str,
+    ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
         let app = app.to_owned();
         self.run(move |c| {
-            let mut st = c.prepare_cached("SELECT shard_id, entries, at_ms FROM trending WHERE app = ?1").map_err(sql_err)?;
+            let mut st = c
+                .prepare_cached("SELECT shard_id, entries, at_ms FROM trending WHERE app = ?1")
+                .map_err(sql_err)?;
             let rows = st
-                .query_map([&app], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+                .query_map([&app], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
             Ok(rows
                 .into_iter()
                 .map(|(shard, json, at)| {
-                    let raw: Vec<(String, f64, f64)> = serde_json::from_str(&json).unwrap_or_default();
-                    (shard, raw.into_iter().map(|(post_id, score, error)| TrendingEntry { post_id, score, error }).collect(), at)
+                    let raw: Vec<(String, f64, f64)> =
+                        serde_json::from_str(&json).unwrap_or_default();
+                    (
+                        shard,
+                        raw.into_iter()
+                            .map(|(post_id, score, error)| TrendingEntry {
+                                post_id,
+                                score,
+                                error,
+                            })
+                            .collect(),
+                        at,
+                    )
                 })
                 .collect())
         })
@@ -372,8 +461,16 @@ impl AnalyticsStore for Embedded {
     async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>> {
         let app = app.to_owned();
         self.run(move |c| {
-            let mut st = c.prepare_cached("SELECT latency FROM analytics_snapshots WHERE app = ?1 AND taken_at_ms >= ?2").map_err(sql_err)?;
-            let rows = st.query_map(params![app, since_ms], |r| r.get(0)).map_err(sql_err)?.collect::<Result<Vec<Vec<u8>>, _>>().map_err(sql_err)?;
+            let mut st = c
+                .prepare_cached(
+                    "SELECT latency FROM analytics_snapshots WHERE app = ?1 AND taken_at_ms >= ?2",
+                )
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![app, since_ms], |r| r.get(0))
+                .map_err(sql_err)?
+                .collect::<Result<Vec<Vec<u8>>, _>>()
+                .map_err(sql_err)?;
             Ok(rows)
         })
         .await

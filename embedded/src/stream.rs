@@ -3,7 +3,10 @@
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use tally_core::hashing::{even_ranges, hash_key};
-use tally_core::ports::{PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition, Stream, StreamRecord};
+use tally_core::ports::{
+    PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
+    Stream, StreamRecord,
+};
 use tally_core::SeqNo;
 
 use crate::{now_ms, sql_err, Embedded};
@@ -13,8 +16,12 @@ fn shard_name(i: usize) -> String {
 }
 
 pub(crate) fn create_shards_if_empty(c: &mut Connection, n: usize) -> PortResult<()> {
-    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
-    let existing: i64 = tx.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get(0)).map_err(sql_err)?;
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    let existing: i64 = tx
+        .query_row("SELECT COUNT(*) FROM shards", [], |r| r.get(0))
+        .map_err(sql_err)?;
     if existing == 0 {
         for (i, (lo, hi)) in even_ranges(n).into_iter().enumerate() {
             tx.execute("INSERT INTO shards (shard_id, parents, hash_start, hash_end) VALUES (?1, '[]', ?2, ?3)", params![shard_name(i), lo.to_string(), hi.to_string()])
@@ -31,16 +38,28 @@ struct OpenShard {
 }
 
 fn open_shards(c: &Connection) -> PortResult<Vec<OpenShard>> {
-    let mut st = c.prepare_cached("SELECT shard_id, hash_start, hash_end FROM shards WHERE closed = 0 ORDER BY shard_id").map_err(sql_err)?;
+    let mut st = c
+        .prepare_cached(
+            "SELECT shard_id, hash_start, hash_end FROM shards WHERE closed = 0 ORDER BY shard_id",
+        )
+        .map_err(sql_err)?;
     let rows = st
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })
         .map_err(sql_err)?
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql_err)?;
     rows.into_iter()
         .map(|(id, lo, hi)| match (lo.parse(), hi.parse()) {
             (Ok(lo), Ok(hi)) => Ok(OpenShard { id, lo, hi }),
-            _ => Err(PortError::Other(format!("embedded store: shard {id} has a corrupt hash range"))),
+            _ => Err(PortError::Other(format!(
+                "embedded store: shard {id} has a corrupt hash range"
+            ))),
         })
         .collect()
 }
@@ -72,15 +91,27 @@ impl Embedded {
 impl Stream for Embedded {
     async fn list_shards(&self) -> PortResult<Vec<ShardInfo>> {
         self.run(|c| {
-            let mut st = c.prepare_cached("SELECT shard_id, parents, closed FROM shards ORDER BY shard_id").map_err(sql_err)?;
+            let mut st = c
+                .prepare_cached("SELECT shard_id, parents, closed FROM shards ORDER BY shard_id")
+                .map_err(sql_err)?;
             let rows = st
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
             Ok(rows
                 .into_iter()
-                .map(|(shard_id, parents, closed)| ShardInfo { shard_id, parents: serde_json::from_str(&parents).unwrap_or_default(), closed: closed != 0 })
+                .map(|(shard_id, parents, closed)| ShardInfo {
+                    shard_id,
+                    parents: serde_json::from_str(&parents).unwrap_or_default(),
+                    closed: closed != 0,
+                })
                 .collect())
         })
         .await
@@ -112,7 +143,11 @@ impl Stream for Embedded {
                 }
             })
             .await?;
-        Ok(Box::new(EmbeddedReader { store: self.clone(), shard_id: shard_id.to_owned(), after }))
+        Ok(Box::new(EmbeddedReader {
+            store: self.clone(),
+            shard_id: shard_id.to_owned(),
+            after,
+        }))
     }
 
     async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {

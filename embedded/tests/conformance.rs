@@ -36,22 +36,38 @@ async fn analytics() {
 async fn split_shard_routes_to_children_and_ends_the_parent() {
     use tally_core::ports::{PutEntry, StartPosition, Stream};
     let (_d, e) = store(1);
-    let put = |k: &str| PutEntry { partition_key: k.into(), data: k.as_bytes().to_vec() };
+    let put = |k: &str| PutEntry {
+        partition_key: k.into(),
+        data: k.as_bytes().to_vec(),
+    };
     e.put_records(&[put("a"), put("b")]).await.unwrap();
     let (c1, c2) = e.split_shard("shardId-000000000000").unwrap();
-    e.put_records(&[put("c"), put("d"), put("e")]).await.unwrap();
+    e.put_records(&[put("c"), put("d"), put("e")])
+        .await
+        .unwrap();
     let shards = e.list_shards().await.unwrap();
     assert_eq!(shards.len(), 3);
     assert!(shards[0].closed);
     assert_eq!(shards[1].parents, vec!["shardId-000000000000".to_string()]);
-    let mut r = e.open("shardId-000000000000", StartPosition::TrimHorizon).await.unwrap();
+    let mut r = e
+        .open("shardId-000000000000", StartPosition::TrimHorizon)
+        .await
+        .unwrap();
     let b = r.next_batch(10).await.unwrap();
     assert_eq!(b.records.len(), 2);
     assert!(b.shard_end);
     assert_eq!(b.child_shards, vec![c1.clone(), c2.clone()]);
     let mut n = 0;
     for c in [c1, c2] {
-        n += e.open(&c, StartPosition::TrimHorizon).await.unwrap().next_batch(10).await.unwrap().records.len();
+        n += e
+            .open(&c, StartPosition::TrimHorizon)
+            .await
+            .unwrap()
+            .next_batch(10)
+            .await
+            .unwrap()
+            .records
+            .len();
     }
     assert_eq!(n, 3);
 }

@@ -29,7 +29,16 @@ pub struct GenConfig {
 
 impl Default for GenConfig {
     fn default() -> Self {
-        GenConfig { events: 10_000, posts: 1_000, zipf_exponent: 1.1, users: 100_000, unlike_ratio: 0.1, duplicate_ratio: 0.0, malformed_ratio: 0.0, seed: 1 }
+        GenConfig {
+            events: 10_000,
+            posts: 1_000,
+            zipf_exponent: 1.1,
+            users: 100_000,
+            unlike_ratio: 0.1,
+            duplicate_ratio: 0.0,
+            malformed_ratio: 0.0,
+            seed: 1,
+        }
     }
 }
 
@@ -81,7 +90,8 @@ impl Generator {
     /// # Panics
     /// If `posts` is 0 or the exponent is not positive (config validation rejects both).
     pub fn new(cfg: GenConfig) -> Generator {
-        let zipf = Zipf::new(cfg.posts.max(1), cfg.zipf_exponent.max(f64::MIN_POSITIVE)).unwrap_or_else(|_| unreachable!("validated"));
+        let zipf = Zipf::new(cfg.posts.max(1), cfg.zipf_exponent.max(f64::MIN_POSITIVE))
+            .unwrap_or_else(|_| unreachable!("validated"));
         Generator {
             rng: StdRng::seed_from_u64(cfg.seed),
             zipf,
@@ -104,13 +114,20 @@ impl Generator {
     fn now(&mut self) -> i64 {
         match &mut self.clock {
             Some(c) => c(),
-            None => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
         }
     }
 
     /// What has been generated so far.
     pub fn truth(&self) -> Truth {
-        Truth { events: self.emitted, duplicates: self.duplicates, malformed: self.malformed, counts: self.truth.clone() }
+        Truth {
+            events: self.emitted,
+            duplicates: self.duplicates,
+            malformed: self.malformed,
+            counts: self.truth.clone(),
+        }
     }
 
     fn malformed_record(&mut self) -> PutEntry {
@@ -118,12 +135,22 @@ impl Generator {
         let id = self.rng.gen::<u64>();
         let data = match self.rng.gen_range(0..5) {
             0 => format!("{{\"event_id\":\"{id:x}\",\"post_id\":\"{post}\""),
-            1 => format!(r#"{{"event_id":"{id:x}","post_id":"{post}","user_id":"u1","action":"love","created_at":1}}"#),
-            2 => format!(r#"{{"event_id":"{id:x}","post_id":"{post}","user_id":"u1","action":"like"}}"#),
-            3 => format!(r#"{{"event_id":"{}","post_id":"{post}","user_id":"u1","action":"like","created_at":1}}"#, "x".repeat(65)),
+            1 => format!(
+                r#"{{"event_id":"{id:x}","post_id":"{post}","user_id":"u1","action":"love","created_at":1}}"#
+            ),
+            2 => format!(
+                r#"{{"event_id":"{id:x}","post_id":"{post}","user_id":"u1","action":"like"}}"#
+            ),
+            3 => format!(
+                r#"{{"event_id":"{}","post_id":"{post}","user_id":"u1","action":"like","created_at":1}}"#,
+                "x".repeat(65)
+            ),
             _ => "\u{0}\u{1}binary garbage".to_owned(),
         };
-        PutEntry { partition_key: post, data: data.into_bytes() }
+        PutEntry {
+            partition_key: post,
+            data: data.into_bytes(),
+        }
     }
 }
 
@@ -147,12 +174,25 @@ impl Iterator for Generator {
         let post_id = format!("p{}", self.zipf.sample(&mut self.rng) as u64);
         let user_id = format!("u{}", self.rng.gen_range(1..=self.cfg.users.max(1)));
         let liked = self.truth.get(&post_id).copied().unwrap_or(0);
-        let action = if liked > 0 && self.rng.gen::<f64>() < self.cfg.unlike_ratio { Action::Unlike } else { Action::Like };
+        let action = if liked > 0 && self.rng.gen::<f64>() < self.cfg.unlike_ratio {
+            Action::Unlike
+        } else {
+            Action::Like
+        };
         let created_at = self.now();
         let event_id = format!("{created_at:011x}{:016x}", self.rng.gen::<u64>());
         *self.truth.entry(post_id.clone()).or_default() += action.delta();
         self.emitted += 1;
-        let entry = PutEntry { partition_key: post_id.clone(), data: encode(&LikeEvent { event_id, post_id, user_id, action, created_at }) };
+        let entry = PutEntry {
+            partition_key: post_id.clone(),
+            data: encode(&LikeEvent {
+                event_id,
+                post_id,
+                user_id,
+                action,
+                created_at,
+            }),
+        };
         if self.cfg.duplicate_ratio > 0.0 {
             if self.recent.len() >= 1_000 {
                 self.recent.pop_front();
@@ -170,7 +210,14 @@ mod tests {
 
     #[test]
     fn truth_matches_what_was_generated() {
-        let cfg = GenConfig { events: 5_000, posts: 50, unlike_ratio: 0.2, duplicate_ratio: 0.05, malformed_ratio: 0.01, ..GenConfig::default() };
+        let cfg = GenConfig {
+            events: 5_000,
+            posts: 50,
+            unlike_ratio: 0.2,
+            duplicate_ratio: 0.05,
+            malformed_ratio: 0.01,
+            ..GenConfig::default()
+        };
         let mut g = Generator::new(cfg).with_clock(|| 1_700_000_000_000);
         let mut seen = std::collections::HashSet::new();
         let mut counts: HashMap<String, i64> = HashMap::new();
@@ -200,12 +247,20 @@ mod tests {
         let mut truth = t.counts.clone();
         truth.retain(|_, v| *v != 0);
         assert_eq!(counts, truth);
-        assert!(t.counts.values().all(|&v| v >= 0), "unlikes only hit liked posts");
+        assert!(
+            t.counts.values().all(|&v| v >= 0),
+            "unlikes only hit liked posts"
+        );
     }
 
     #[test]
     fn zipf_puts_most_likes_on_the_first_posts() {
-        let mut g = Generator::new(GenConfig { events: 20_000, posts: 1_000, unlike_ratio: 0.0, ..GenConfig::default() });
+        let mut g = Generator::new(GenConfig {
+            events: 20_000,
+            posts: 1_000,
+            unlike_ratio: 0.0,
+            ..GenConfig::default()
+        });
         g.by_ref().for_each(drop);
         let t = g.truth();
         assert!(t.counts["p1"] > t.counts.get("p100").copied().unwrap_or(0) * 10);

@@ -14,7 +14,11 @@ pub enum ProducerError {
     #[error(transparent)]
     Port(#[from] tally_core::ports::PortError),
     #[error("{failed} records still failed after {attempts} attempts; last error: {last}")]
-    GaveUp { failed: usize, attempts: u32, last: String },
+    GaveUp {
+        failed: usize,
+        attempts: u32,
+        last: String,
+    },
 }
 
 impl ProducerError {

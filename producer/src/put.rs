@@ -34,7 +34,10 @@ pub fn batches(entries: Vec<PutEntry>, max_records: usize, max_bytes: usize) -> 
 }
 
 /// The entries whose outcome is a failure, with the last failure's message.
-pub fn failed_entries(entries: &[PutEntry], outcomes: &[PutOutcome]) -> (Vec<PutEntry>, Option<String>) {
+pub fn failed_entries(
+    entries: &[PutEntry],
+    outcomes: &[PutOutcome],
+) -> (Vec<PutEntry>, Option<String>) {
     let mut last = None;
     let mut failed: Vec<PutEntry> = entries
         .iter()
@@ -62,7 +65,12 @@ pub struct PutStats {
 }
 
 /// Puts one batch, resending only the failed entries until all are in or the budget runs out.
-pub async fn put_batch(stream: &dyn Stream, batch: Vec<PutEntry>, backoff: &Backoff, stats: &mut PutStats) -> Result<(), ProducerError> {
+pub async fn put_batch(
+    stream: &dyn Stream,
+    batch: Vec<PutEntry>,
+    backoff: &Backoff,
+    stats: &mut PutStats,
+) -> Result<(), ProducerError> {
     let mut pending = batch;
     let mut attempt = 0;
     let n = pending.len() as u64;
@@ -83,10 +91,19 @@ pub async fn put_batch(stream: &dyn Stream, batch: Vec<PutEntry>, backoff: &Back
             Err(e) => return Err(e.into()),
         };
         if attempt >= backoff.max_retries {
-            return Err(ProducerError::GaveUp { failed: pending.len(), attempts: attempt + 1, last });
+            return Err(ProducerError::GaveUp {
+                failed: pending.len(),
+                attempts: attempt + 1,
+                last,
+            });
         }
         let delay = backoff.delay(attempt, rand::thread_rng().gen::<f64>());
-        tracing::debug!(failed = pending.len(), attempt, delay_ms = delay.as_millis() as u64, "PutRecords: resending failed entries");
+        tracing::debug!(
+            failed = pending.len(),
+            attempt,
+            delay_ms = delay.as_millis() as u64,
+            "PutRecords: resending failed entries"
+        );
         tokio::time::sleep(delay).await;
         attempt += 1;
     }
@@ -103,7 +120,11 @@ pub struct Pacer {
 impl Pacer {
     /// `None`: as fast as possible.
     pub fn new(rate: Option<f64>) -> Pacer {
-        Pacer { rate: rate.filter(|r| *r > 0.0), start: tokio::time::Instant::now(), sent: 0 }
+        Pacer {
+            rate: rate.filter(|r| *r > 0.0),
+            start: tokio::time::Instant::now(),
+            sent: 0,
+        }
     }
 
     /// Waits until `n` more records may be sent.
@@ -122,14 +143,28 @@ mod tests {
     use tally_core::SeqNo;
 
     fn entry(i: usize, size: usize) -> PutEntry {
-        PutEntry { partition_key: format!("k{i}"), data: vec![b'x'; size] }
+        PutEntry {
+            partition_key: format!("k{i}"),
+            data: vec![b'x'; size],
+        }
     }
 
     #[test]
     fn batches_respect_count_and_bytes() {
-        let b = batches((0..1_201).map(|i| entry(i, 10)).collect(), 500, MAX_BATCH_BYTES);
-        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![500, 500, 201]);
-        let b = batches((0..12).map(|i| entry(i, 1024 * 1024)).collect(), 500, MAX_BATCH_BYTES);
+        let b = batches(
+            (0..1_201).map(|i| entry(i, 10)).collect(),
+            500,
+            MAX_BATCH_BYTES,
+        );
+        assert_eq!(
+            b.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![500, 500, 201]
+        );
+        let b = batches(
+            (0..12).map(|i| entry(i, 1024 * 1024)).collect(),
+            500,
+            MAX_BATCH_BYTES,
+        );
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 4, 4]);
         assert!(batches(vec![], 500, 10).is_empty());
     }
@@ -137,11 +172,20 @@ mod tests {
     #[test]
     fn only_failed_entries_are_resent() {
         let es: Vec<PutEntry> = (0..4).map(|i| entry(i, 1)).collect();
-        let ok = PutOutcome::Ok { shard_id: "s".into(), seq: SeqNo::parse("1").unwrap() };
-        let bad = PutOutcome::Failed { code: "ProvisionedThroughputExceededException".into(), message: "slow down".into() };
+        let ok = PutOutcome::Ok {
+            shard_id: "s".into(),
+            seq: SeqNo::parse("1").unwrap(),
+        };
+        let bad = PutOutcome::Failed {
+            code: "ProvisionedThroughputExceededException".into(),
+            message: "slow down".into(),
+        };
         let (failed, last) = failed_entries(&es, &[ok.clone(), bad.clone(), ok, bad]);
         assert_eq!(failed, vec![es[1].clone(), es[3].clone()]);
-        assert_eq!(last.unwrap(), "ProvisionedThroughputExceededException: slow down");
+        assert_eq!(
+            last.unwrap(),
+            "ProvisionedThroughputExceededException: slow down"
+        );
         let (failed, _) = failed_entries(&es, &[]);
         assert_eq!(failed.len(), 4);
     }

@@ -17,21 +17,60 @@ use crate::cli::ConsumeArgs;
 use crate::settings::Settings;
 
 /// Runs a counter worker until `shutdown`, or until idle once `idle` is armed.
-pub async fn run_counter(s: &Settings, b: &Backend, idle: Arc<IdleExit>, shutdown: impl Future<Output = ()>) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
+pub async fn run_counter(
+    s: &Settings,
+    b: &Backend,
+    idle: Arc<IdleExit>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
     let metrics = Arc::new(CounterMetrics::default());
     let leases = Arc::new(LeaseMetrics::default());
-    let deps = WorkerDeps { stream: b.stream.clone(), leases: b.leases.clone(), factory: Arc::new(Counter::new(b.counter.clone(), counter_config(s), metrics.clone())) };
-    worker::run(deps, worker_config(s, apps::COUNTER), idle, leases.clone(), shutdown).await?;
+    let deps = WorkerDeps {
+        stream: b.stream.clone(),
+        leases: b.leases.clone(),
+        factory: Arc::new(Counter::new(
+            b.counter.clone(),
+            counter_config(s),
+            metrics.clone(),
+        )),
+    };
+    worker::run(
+        deps,
+        worker_config(s, apps::COUNTER),
+        idle,
+        leases.clone(),
+        shutdown,
+    )
+    .await?;
     Ok((metrics, leases))
 }
 
 /// Runs an analytics worker until `shutdown`, or until idle once `idle` is armed.
-pub async fn run_analytics(s: &Settings, b: &Backend, idle: Arc<IdleExit>, shutdown: impl Future<Output = ()>) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
+pub async fn run_analytics(
+    s: &Settings,
+    b: &Backend,
+    idle: Arc<IdleExit>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
     let metrics = Arc::new(AnalyticsMetrics::default());
     let leases = Arc::new(LeaseMetrics::default());
-    let deps =
-        WorkerDeps { stream: b.stream.clone(), leases: b.leases.clone(), factory: Arc::new(Analytics::new(b.analytics.clone(), analytics_config(s), metrics.clone())) };
-    worker::run(deps, worker_config(s, apps::ANALYTICS), idle, leases.clone(), shutdown).await?;
+    let deps = WorkerDeps {
+        stream: b.stream.clone(),
+        leases: b.leases.clone(),
+        factory: Arc::new(Analytics::new(
+            b.analytics.clone(),
+            analytics_config(s),
+            metrics.clone(),
+        )),
+    };
+    worker::run(
+        deps,
+        worker_config(s, apps::ANALYTICS),
+        idle,
+        leases.clone(),
+        shutdown,
+    )
+    .await?;
     Ok((metrics, leases))
 }
 
@@ -87,7 +126,10 @@ pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()>
     if a.json {
         print_json(&v);
     } else {
-        eprintln!("analytics stopped: {} records, {} likes, {} snapshots", v["records"], v["likes"], v["snapshots"]);
+        eprintln!(
+            "analytics stopped: {} records, {} likes, {} snapshots",
+            v["records"], v["likes"], v["snapshots"]
+        );
     }
     Ok(())
 }

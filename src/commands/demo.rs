@@ -11,8 +11,8 @@ use tally_consumer::worker::{now_ms, IdleExit};
 use tally_core::apps;
 
 use super::consume::{run_analytics, run_counter};
-use super::produce::produce;
 use super::print_json;
+use super::produce::produce;
 use crate::backend::Backend;
 use crate::cli::DemoArgs;
 use crate::settings::{BackendKind, Settings};
@@ -35,11 +35,15 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
     }
     let b = Backend::open(&s).await?;
     if !a.json {
-        eprintln!("demo: {} events over {} posts on {} shards ({:?} backend)", a.events, s.producer.posts, s.shards, s.backend);
+        eprintln!(
+            "demo: {} events over {} posts on {} shards ({:?} backend)",
+            a.events, s.producer.posts, s.shards, s.backend
+        );
     }
 
     let started = Instant::now();
-    let (counter_idle, analytics_idle) = (Arc::new(IdleExit::default()), Arc::new(IdleExit::default()));
+    let (counter_idle, analytics_idle) =
+        (Arc::new(IdleExit::default()), Arc::new(IdleExit::default()));
     let never = std::future::pending::<()>;
     let counter = {
         let (s, b, idle) = (s.clone(), b.clone(), counter_idle.clone());
@@ -69,7 +73,13 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
     let counted_total = b.counter.global_total().await?;
     let dead = b.counter.dead_letter_count().await?;
     let exact = wrong.is_empty() && counted_total == truth.total() && dead == truth.malformed;
-    let trending = tally_analytics::top(b.analytics.as_ref(), apps::ANALYTICS, Duration::from_secs(s.analytics.half_life_secs), 10).await?;
+    let trending = tally_analytics::top(
+        b.analytics.as_ref(),
+        apps::ANALYTICS,
+        Duration::from_secs(s.analytics.half_life_secs),
+        10,
+    )
+    .await?;
     let lat = tally_analytics::latency(b.analytics.as_ref(), apps::ANALYTICS, 0).await?;
     let records = put.records;
     let items = cm.items_written.load(Ordering::Relaxed);
@@ -105,17 +115,34 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
     if a.json {
         print_json(&report);
     } else {
-        println!("events produced       {} (+{} duplicates, +{} malformed) = {} records", truth.events, truth.duplicates, truth.malformed, records);
+        println!(
+            "events produced       {} (+{} duplicates, +{} malformed) = {} records",
+            truth.events, truth.duplicates, truth.malformed, records
+        );
         println!("expected total        {}", truth.total());
         println!("counted total         {}", counted_total);
-        println!("posts checked         {} ({} wrong)", truth.counts.len(), wrong.len());
-        println!("dead letters          {} (injected {})", dead, truth.malformed);
+        println!(
+            "posts checked         {} ({} wrong)",
+            truth.counts.len(),
+            wrong.len()
+        );
+        println!(
+            "dead letters          {} (injected {})",
+            dead, truth.malformed
+        );
         println!("every count exact     {}", if exact { "yes" } else { "NO" });
         println!("store writes / event  {writes_per_event:.3} ({items} item writes in {} windows; one UpdateItem per like would be 1.000)", cm.windows.load(Ordering::Relaxed));
-        println!("throughput            {events_per_sec:.0} records/s ({:.2}s end to end)", elapsed.as_secs_f64());
+        println!(
+            "throughput            {events_per_sec:.0} records/s ({:.2}s end to end)",
+            elapsed.as_secs_f64()
+        );
         println!(
             "latency (creation→processing)  p50={}ms p90={}ms p99={}ms p99.9={}ms max={}ms",
-            lat.creation_ms.p50, lat.creation_ms.p90, lat.creation_ms.p99, lat.creation_ms.p999, lat.creation_ms.max
+            lat.creation_ms.p50,
+            lat.creation_ms.p90,
+            lat.creation_ms.p99,
+            lat.creation_ms.p999,
+            lat.creation_ms.max
         );
         println!("top 10 trending:");
         for (i, e) in trending.iter().enumerate() {
@@ -126,7 +153,14 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
         }
     }
     if !exact {
-        bail!("counts are off: {} posts wrong, total {} vs expected {}, dead letters {} vs {}", wrong.len(), counted_total, truth.total(), dead, truth.malformed);
+        bail!(
+            "counts are off: {} posts wrong, total {} vs expected {}, dead letters {} vs {}",
+            wrong.len(),
+            counted_total,
+            truth.total(),
+            dead,
+            truth.malformed
+        );
     }
     Ok(())
 }

@@ -20,7 +20,11 @@ use crate::settings::Settings;
 /// The runtime settings of a worker of `app`.
 pub fn worker_config(s: &Settings, app: &str) -> WorkerConfig {
     let l = &s.lease;
-    let id = if l.worker_id.is_empty() { default_worker_id() } else { l.worker_id.clone() };
+    let id = if l.worker_id.is_empty() {
+        default_worker_id()
+    } else {
+        l.worker_id.clone()
+    };
     let mut w = WorkerConfig::new(app, &id);
     w.lease_duration = Settings::ms(l.duration_ms);
     w.renew_interval = Settings::ms(l.renew_ms);
@@ -41,7 +45,8 @@ pub fn counter_config(s: &Settings) -> CounterConfig {
     c.window_time = Settings::ms(s.counter.window_ms);
     c.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
     c.max_items_per_commit = s.counter.max_items_per_commit;
-    c.crash_after_chunks = (s.counter.crash_after_chunks > 0).then_some(s.counter.crash_after_chunks);
+    c.crash_after_chunks =
+        (s.counter.crash_after_chunks > 0).then_some(s.counter.crash_after_chunks);
     c
 }
 
@@ -79,7 +84,10 @@ pub fn progress(len: Option<u64>, quiet: bool) -> ProgressBar {
     if quiet {
         pb.set_draw_target(ProgressDrawTarget::hidden());
     }
-    let style = ProgressStyle::with_template("{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records ({per_sec})").unwrap_or_else(|_| ProgressStyle::default_bar());
+    let style = ProgressStyle::with_template(
+        "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records ({per_sec})",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
     pb.set_style(style.progress_chars("=> "));
     pb
 }

@@ -9,7 +9,9 @@ use tally_core::event::partition_key_of;
 use tally_core::ports::{PutEntry, Stream};
 use tally_core::retry::Backoff;
 use tally_producer::generate::{Generator, Truth};
-use tally_producer::put::{batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
+use tally_producer::put::{
+    batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
+};
 
 use super::{gen_config, print_json, progress};
 use crate::backend::Backend;
@@ -17,7 +19,13 @@ use crate::cli::{ProduceArgs, ReplayArgs};
 use crate::settings::Settings;
 
 /// Puts everything `records` yields, in PutRecords batches, at `rate` records/s.
-pub async fn put_all(stream: &dyn Stream, records: impl Iterator<Item = PutEntry>, rate: f64, quiet: bool, len: Option<u64>) -> Result<PutStats> {
+pub async fn put_all(
+    stream: &dyn Stream,
+    records: impl Iterator<Item = PutEntry>,
+    rate: f64,
+    quiet: bool,
+    len: Option<u64>,
+) -> Result<PutStats> {
     let pb = progress(len, quiet);
     let mut stats = PutStats::default();
     let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
@@ -38,9 +46,21 @@ pub async fn put_all(stream: &dyn Stream, records: impl Iterator<Item = PutEntry
 }
 
 /// Generates and puts synthetic events; returns the truth.
-pub async fn produce(s: &Settings, backend: &Backend, events: u64, quiet: bool) -> Result<(Truth, PutStats)> {
+pub async fn produce(
+    s: &Settings,
+    backend: &Backend,
+    events: u64,
+    quiet: bool,
+) -> Result<(Truth, PutStats)> {
     let mut gen = Generator::new(gen_config(s, events));
-    let stats = put_all(backend.stream.as_ref(), gen.by_ref().map(|(_, e)| e), s.producer.rate, quiet, None).await?;
+    let stats = put_all(
+        backend.stream.as_ref(),
+        gen.by_ref().map(|(_, e)| e),
+        s.producer.rate,
+        quiet,
+        None,
+    )
+    .await?;
     Ok((gen.truth(), stats))
 }
 
@@ -49,10 +69,13 @@ pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Re
     if let Some(path) = &a.truth {
         let counts: std::collections::BTreeMap<&String, &i64> = truth.counts.iter().collect();
         let body = json!({"events": truth.events, "duplicates": truth.duplicates, "malformed": truth.malformed, "total": truth.total(), "counts": counts});
-        std::fs::write(path, serde_json::to_vec_pretty(&body)?).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_vec_pretty(&body)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if a.json {
-        print_json(&json!({"records": stats.records, "events": truth.events, "duplicates": truth.duplicates, "malformed": truth.malformed, "expected_total": truth.total(), "put_calls": stats.calls, "resent": stats.resent}));
+        print_json(
+            &json!({"records": stats.records, "events": truth.events, "duplicates": truth.duplicates, "malformed": truth.malformed, "expected_total": truth.total(), "put_calls": stats.calls, "resent": stats.resent}),
+        );
     } else {
         println!(
             "put {} records ({} events, {} duplicates, {} malformed) in {} calls; expected total {}",
@@ -74,7 +97,9 @@ fn open_maybe_gz(path: &Path) -> Result<Box<dyn BufRead>> {
     let n = f.read(&mut magic)?;
     let f = std::fs::File::open(path)?;
     if n == 2 && magic == [0x1f, 0x8b] {
-        Ok(Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(f))))
+        Ok(Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(
+            f,
+        ))))
     } else {
         Ok(Box::new(BufReader::new(f)))
     }
@@ -96,7 +121,10 @@ pub fn replay_entries(path: &Path) -> Result<impl Iterator<Item = Result<PutEntr
                     return None;
                 }
                 let key = partition_key_of(&l).unwrap_or_else(|| format!("line-{line_no}"));
-                Some(Ok(PutEntry { partition_key: key, data: l }))
+                Some(Ok(PutEntry {
+                    partition_key: key,
+                    data: l,
+                }))
             }
         }
     }))
@@ -106,11 +134,25 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
     // Count lines first for the progress bar and to surface read errors before any put.
     let entries: Vec<PutEntry> = replay_entries(&a.file)?.collect::<Result<_>>()?;
     let n = entries.len() as u64;
-    let stats = put_all(backend.stream.as_ref(), entries.into_iter(), s.producer.rate, a.json, Some(n)).await?;
+    let stats = put_all(
+        backend.stream.as_ref(),
+        entries.into_iter(),
+        s.producer.rate,
+        a.json,
+        Some(n),
+    )
+    .await?;
     if a.json {
-        print_json(&json!({"records": stats.records, "put_calls": stats.calls, "resent": stats.resent}));
+        print_json(
+            &json!({"records": stats.records, "put_calls": stats.calls, "resent": stats.resent}),
+        );
     } else {
-        println!("replayed {} records from {} in {} calls", stats.records, a.file.display(), stats.calls);
+        println!(
+            "replayed {} records from {} in {} calls",
+            stats.records,
+            a.file.display(),
+            stats.calls
+        );
     }
     Ok(())
 }

@@ -11,7 +11,9 @@ use tally_core::ports::{StartPosition, Stream};
 
 use super::print_json;
 use crate::backend::Backend;
-use crate::cli::{DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs};
+use crate::cli::{
+    DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
+};
 use crate::settings::Settings;
 
 pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
@@ -26,7 +28,13 @@ pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
         print_json(&v);
     } else {
         match (a.since, c.since) {
-            (Some(d), Some(n)) => println!("{}: {} likes ({} in the last {})", a.post_id, c.total, n, humantime::format_duration(d)),
+            (Some(d), Some(n)) => println!(
+                "{}: {} likes ({} in the last {})",
+                a.post_id,
+                c.total,
+                n,
+                humantime::format_duration(d)
+            ),
             _ => println!("{}: {} likes", a.post_id, c.total),
         }
     }
@@ -44,9 +52,18 @@ pub async fn total(b: &Backend, a: &JsonArgs) -> Result<()> {
 }
 
 pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
-    let top = tally_analytics::top(b.analytics.as_ref(), apps::ANALYTICS, Duration::from_secs(s.analytics.half_life_secs), a.k).await?;
+    let top = tally_analytics::top(
+        b.analytics.as_ref(),
+        apps::ANALYTICS,
+        Duration::from_secs(s.analytics.half_life_secs),
+        a.k,
+    )
+    .await?;
     if a.json {
-        print_json(&json!(top.iter().map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error})).collect::<Vec<_>>()));
+        print_json(&json!(top
+            .iter()
+            .map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error}))
+            .collect::<Vec<_>>()));
     } else if top.is_empty() {
         println!("no trending data yet: run `tally analytics`");
     } else {
@@ -65,8 +82,15 @@ pub async fn latency(b: &Backend, a: &LatencyArgs) -> Result<()> {
         print_json(&serde_json::to_value(r)?);
     } else {
         println!("{} windows", r.windows);
-        for (name, p) in [("creation → processing", r.creation_ms), ("arrival → processing", r.arrival_ms), ("iterator age", r.iterator_age_ms)] {
-            println!("{name:<24} n={:<9} p50={}ms p90={}ms p99={}ms p99.9={}ms max={}ms", p.count, p.p50, p.p90, p.p99, p.p999, p.max);
+        for (name, p) in [
+            ("creation → processing", r.creation_ms),
+            ("arrival → processing", r.arrival_ms),
+            ("iterator age", r.iterator_age_ms),
+        ] {
+            println!(
+                "{name:<24} n={:<9} p50={}ms p90={}ms p99={}ms p99.9={}ms max={}ms",
+                p.count, p.p50, p.p90, p.p99, p.p999, p.max
+            );
         }
     }
     Ok(())
@@ -84,7 +108,13 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
     } else {
         println!("{n} dead letters");
         for d in &dl {
-            println!("{} {} {}: {}", d.shard_id, d.seq, d.reason, String::from_utf8_lossy(&d.data[..d.data.len().min(120)]));
+            println!(
+                "{} {} {}: {}",
+                d.shard_id,
+                d.seq,
+                d.reason,
+                String::from_utf8_lossy(&d.data[..d.data.len().min(120)])
+            );
         }
     }
     Ok(())
@@ -103,7 +133,10 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
             .collect();
         print_json(&json!(items));
     } else {
-        println!("{:<22} {:<28} {:<6} {:<9} checkpoint", "shard", "owner", "held", "finished");
+        println!(
+            "{:<22} {:<28} {:<6} {:<9} checkpoint",
+            "shard", "owner", "held", "finished"
+        );
         for l in &ls {
             println!(
                 "{:<22} {:<28} {:<6} {:<9} {}",
@@ -121,10 +154,17 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
 /// Writes every record of the stream, parents before children, one line per record.
 pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     let shards = b.stream.list_shards().await?;
-    let file = std::fs::File::create(&a.file).with_context(|| format!("creating {}", a.file.display()))?;
+    let file =
+        std::fs::File::create(&a.file).with_context(|| format!("creating {}", a.file.display()))?;
     let gz = a.file.extension().is_some_and(|e| e == "gz");
-    let mut out: Box<dyn Write> =
-        if gz { Box::new(flate2::write::GzEncoder::new(file, flate2::Compression::default())) } else { Box::new(std::io::BufWriter::new(file)) };
+    let mut out: Box<dyn Write> = if gz {
+        Box::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::default(),
+        ))
+    } else {
+        Box::new(std::io::BufWriter::new(file))
+    };
     let mut n = 0u64;
     // Parents first: a shard is written after every shard it lists as a parent.
     let mut done: Vec<String> = Vec::new();
@@ -133,7 +173,10 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
         let before = todo.len();
         let mut i = 0;
         while i < todo.len() {
-            let ready = todo[i].parents.iter().all(|p| done.contains(p) || !shards.iter().any(|s| &s.shard_id == p));
+            let ready = todo[i]
+                .parents
+                .iter()
+                .all(|p| done.contains(p) || !shards.iter().any(|s| &s.shard_id == p));
             if ready {
                 let s = todo.remove(i);
                 n += dump_shard(b.stream.as_ref(), &s.shard_id, &mut out).await?;
@@ -143,7 +186,10 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
             }
         }
         if todo.len() == before {
-            anyhow::bail!("shard parents form a cycle: {:?}", todo.iter().map(|s| &s.shard_id).collect::<Vec<_>>());
+            anyhow::bail!(
+                "shard parents form a cycle: {:?}",
+                todo.iter().map(|s| &s.shard_id).collect::<Vec<_>>()
+            );
         }
     }
     out.flush()?;
@@ -166,7 +212,9 @@ async fn dump_shard(stream: &dyn Stream, shard_id: &str, out: &mut dyn Write) ->
             out.write_all(b"\n")?;
             n += 1;
         }
-        if batch.shard_end || (batch.records.is_empty() && batch.millis_behind_latest.unwrap_or(0) == 0) {
+        if batch.shard_end
+            || (batch.records.is_empty() && batch.millis_behind_latest.unwrap_or(0) == 0)
+        {
             return Ok(n);
         }
     }

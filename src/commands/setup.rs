@@ -10,7 +10,11 @@ pub async fn setup(s: &Settings) -> Result<()> {
     match s.backend {
         BackendKind::Embedded => {
             let e = tally_embedded::Embedded::open(&s.data_dir, s.shards)?;
-            println!("embedded store ready at {} with {} shards", e.path().display(), e.shard_count()?);
+            println!(
+                "embedded store ready at {} with {} shards",
+                e.path().display(),
+                e.shard_count()?
+            );
         }
         BackendKind::Aws => {
             let report = tally_aws::setup::setup(&aws_settings(s), s.shards).await?;

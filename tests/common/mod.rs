@@ -26,12 +26,15 @@ impl Target {
         Target { args, dir }
     }
 
-    /// Fresh stream and table names on the local AWS API peers (started by scripts/local-aws.sh).
-    pub fn aws(name: &str) -> Target {
+    /// Fresh stream and tables (`shards` shards) on the local AWS API peers, started by
+    /// `scripts/local-aws.sh`.
+    pub fn aws(name: &str, shards: usize) -> Target {
         let dir = tempfile::tempdir().expect("temp dir");
         let unique = format!("{name}-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
-        let kinesis = std::env::var("TEST_KINESIS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4568".into());
-        let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".into());
+        let kinesis = std::env::var("TEST_KINESIS_ENDPOINT")
+            .unwrap_or_else(|_| "http://127.0.0.1:4568".into());
+        let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT")
+            .unwrap_or_else(|_| "http://127.0.0.1:5000".into());
         let args = vec![
             "--backend".into(),
             "aws".into(),
@@ -46,14 +49,23 @@ impl Target {
             "--data-dir".into(),
             dir.path().display().to_string(),
         ];
-        Target { args, dir }
+        let t = Target { args, dir };
+        t.run(&["setup", "--shards", &shards.to_string()]);
+        t
+    }
+
+    /// Whether this target is the AWS one.
+    pub fn is_aws(&self) -> bool {
+        self.args.iter().any(|a| a == "aws")
     }
 
     /// A `tally` command with this target's flags and the test AWS credentials.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
         c.args(args).args(&self.args);
-        c.env("AWS_ACCESS_KEY_ID", "test").env("AWS_SECRET_ACCESS_KEY", "test").env("AWS_REGION", "us-east-1");
+        c.env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1");
         c.env_remove("AWS_PROFILE").env("RUST_LOG", "warn");
         c.stdin(Stdio::null());
         c
@@ -66,7 +78,12 @@ impl Target {
             c.env(k, v);
         }
         let out = output(c);
-        assert!(out.status.success(), "tally {args:?} failed: {}\nstdout: {}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "tally {args:?} failed: {}\nstdout: {}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -81,23 +98,33 @@ impl Target {
             c.env(k, v);
         }
         let out = output(c);
-        assert!(!out.status.success(), "tally {args:?} should have failed: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            !out.status.success(),
+            "tally {args:?} should have failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         out
     }
 
     pub fn json(&self, args: &[&str]) -> Value {
         let out = self.run(args);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("tally {args:?} printed no JSON ({e}): {out}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("tally {args:?} printed no JSON ({e}): {out}"))
     }
 
     /// A post's count through `tally query --json`.
     pub fn count(&self, post: &str) -> i64 {
-        self.json(&["query", post, "--json"])["count"].as_i64().expect("count")
+        self.json(&["query", post, "--json"])["count"]
+            .as_i64()
+            .expect("count")
     }
 
     /// Every post's count, checked against `expected`; returns the mismatches.
     pub fn mismatches(&self, expected: &BTreeMap<String, i64>) -> Vec<(String, i64, i64)> {
-        expected.iter().filter_map(|(p, &e)| (self.count(p) != e).then(|| (p.clone(), e, self.count(p)))).collect()
+        expected
+            .iter()
+            .filter_map(|(p, &e)| (self.count(p) != e).then(|| (p.clone(), e, self.count(p))))
+            .collect()
     }
 }
 
@@ -106,7 +133,11 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Runs a command to completion, killing it (and failing) past [`COMMAND_TIMEOUT`].
 pub fn output(mut c: Command) -> Output {
-    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn tally");
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tally");
     let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let t_out = std::thread::spawn(move || {
         let mut b = Vec::new();
@@ -126,15 +157,25 @@ pub fn output(mut c: Command) -> Output {
         if started.elapsed() > COMMAND_TIMEOUT {
             child.kill().ok();
             child.wait().ok();
-            panic!("{c:?} did not finish within {COMMAND_TIMEOUT:?}; stderr: {}", String::from_utf8_lossy(&t_err.join().unwrap_or_default()));
+            panic!(
+                "{c:?} did not finish within {COMMAND_TIMEOUT:?}; stderr: {}",
+                String::from_utf8_lossy(&t_err.join().unwrap_or_default())
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+    Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    }
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 /// What a hand-written contract-v1 file should count to.
@@ -157,9 +198,13 @@ impl Expected {
 /// Writes `n` events over `posts` posts to `path` as someone else's producer would: its own ids,
 /// extra fields, unlikes, verbatim retries and malformed lines. A small LCG keeps it reproducible.
 pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Expected {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut rnd = move |m: u64| {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (state >> 33) % m
     };
     let now = now_ms();
@@ -187,10 +232,18 @@ pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Ex
             exp.lines += 1;
         }
         // Skewed popularity: half the events go to the first 5 posts.
-        let post = if rnd(2) == 0 { rnd(5.min(posts as u64)) } else { rnd(posts as u64) };
+        let post = if rnd(2) == 0 {
+            rnd(5.min(posts as u64))
+        } else {
+            rnd(posts as u64)
+        };
         let post = format!("post-{post}");
         let recent = rnd(3) != 0;
-        let created = if recent { now - 1_000 - rnd(25 * 60_000) as i64 } else { now - 3 * 3_600_000 - rnd(3_600_000) as i64 };
+        let created = if recent {
+            now - 1_000 - rnd(25 * 60_000) as i64
+        } else {
+            now - 3 * 3_600_000 - rnd(3_600_000) as i64
+        };
         let have = exp.counts.get(&post).copied().unwrap_or(0);
         let unlike = have > 0 && rnd(8) == 0;
         let action = if unlike { "unlike" } else { "like" };

@@ -1,13 +1,22 @@
-//! End to end on the embedded backend: replay a hand-written contract-v1 file, count, analytics,
-//! query — every count exact.
+//! End to end, on the embedded backend and (feature `aws-local`) on the local AWS API peers:
+//! replay a hand-written contract-v1 file, count, analytics, query — every count exact.
 
 mod common;
 
 use common::{file_in, write_contract_file, Target};
 
 #[test]
-fn replay_count_query_is_exact() {
-    let t = Target::embedded();
+fn replay_count_query_is_exact_embedded() {
+    replay_count_query_is_exact(Target::embedded(), 4);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn replay_count_query_is_exact_aws() {
+    replay_count_query_is_exact(Target::aws("replay", 2), 2);
+}
+
+fn replay_count_query_is_exact(t: Target, shards: usize) {
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, 3_000, 40, 7);
     assert!(exp.malformed > 0 && exp.duplicates > 0);
@@ -53,10 +62,13 @@ fn replay_count_query_is_exact() {
         assert!(n < 5, "the five skewed posts lead trending, got {hot:?}");
     }
     let lat = t.json(&["latency", "--json"]);
-    assert_eq!(lat["creation_ms"]["count"], (exp.lines - exp.malformed - exp.duplicates) as u64);
+    assert_eq!(
+        lat["creation_ms"]["count"],
+        (exp.lines - exp.malformed - exp.duplicates) as u64
+    );
     assert!(lat["windows"].as_u64().unwrap() >= 1);
     let leases = t.json(&["leases", "--json"]);
-    assert_eq!(leases.as_array().unwrap().len(), 4);
+    assert_eq!(leases.as_array().unwrap().len(), shards);
 }
 
 #[test]
@@ -67,7 +79,10 @@ fn gzip_replay_and_record_round_trip() {
     let gz = file_in(&t, "likes.ndjson.gz");
     {
         use std::io::Write;
-        let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::fast());
+        let mut enc = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::fast(),
+        );
         enc.write_all(&std::fs::read(&plain).unwrap()).unwrap();
         enc.finish().unwrap();
     }
@@ -85,7 +100,9 @@ fn gzip_replay_and_record_round_trip() {
 #[test]
 fn demo_reports_exact_counts() {
     let t = Target::embedded();
-    let v = t.json(&["demo", "--events", "5000", "--posts", "300", "--shards", "3", "--seed", "9", "--json"]);
+    let v = t.json(&[
+        "demo", "--events", "5000", "--posts", "300", "--shards", "3", "--seed", "9", "--json",
+    ]);
     assert_eq!(v["exact"], true, "{v}");
     assert_eq!(v["events"], 5000);
     assert_eq!(v["counted_total"], v["expected_total"]);
@@ -101,7 +118,10 @@ fn bad_configuration_names_the_key() {
     let t = Target::embedded();
     let out = t.fail(&["total"], &[("TALLY_COUNTER__WINDOW_RECORDS", "0")]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("counter.window_records") && err.contains("between 1 and 20000"), "{err}");
+    assert!(
+        err.contains("counter.window_records") && err.contains("between 1 and 20000"),
+        "{err}"
+    );
 
     let out = t.fail(&["total"], &[("TALLY_LEASE__DURATION_MS", "soon")]);
     let err = String::from_utf8_lossy(&out.stderr);

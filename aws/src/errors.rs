@@ -1,0 +1,175 @@
+//! SDK errors as port errors: every message names the call and the resource.
+
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_runtime_api::http::Response as HttpResponse;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use tally_core::ports::PortError;
+
+/// Where a call went, for messages.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// `Kinesis` or `DynamoDB`.
+    pub service: &'static str,
+    /// The endpoint URL, or a description of the default one.
+    pub endpoint: String,
+}
+
+/// Maps an SDK error of `call` on `resource`.
+pub fn map<E>(
+    target: &Target,
+    call: &str,
+    resource: &str,
+    err: SdkError<E, HttpResponse>,
+) -> PortError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match &err {
+        SdkError::DispatchFailure(d) => {
+            let detail = if d.is_timeout() {
+                "connection timed out".to_owned()
+            } else {
+                format!("{:?}", d.as_connector_error().map(ToString::to_string))
+            };
+            PortError::Unavailable {
+                endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+                detail,
+            }
+        }
+        SdkError::TimeoutError(_) => {
+            PortError::Timeout(format!("{call} on {resource} at {}", target.endpoint))
+        }
+        SdkError::ResponseError(_) => PortError::Unavailable {
+            endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+            detail: "the response could not be read".into(),
+        },
+        SdkError::ServiceError(se) => {
+            let e = se.err();
+            let status = se.raw().status().as_u16();
+            let message = e.message().unwrap_or("").to_owned();
+            match e.code() {
+                Some(code) => from_code(target, call, resource, code, &message),
+                // A server error without a code (an overloaded or failing endpoint): transient.
+                None if status >= 500 => PortError::Unavailable {
+                    endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+                    detail: format!("HTTP {status} {message}"),
+                },
+                None => PortError::Other(format!("{call} on {resource}: HTTP {status} {message}")),
+            }
+        }
+        _ => PortError::Other(format!(
+            "{call} on {resource}: {}",
+            aws_smithy_types::error::display::DisplayErrorContext(&err)
+        )),
+    }
+}
+
+/// Maps an AWS error code.
+pub fn from_code(
+    target: &Target,
+    call: &str,
+    resource: &str,
+    code: &str,
+    message: &str,
+) -> PortError {
+    let detail = format!("{code}: {message}");
+    match code {
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "RequestLimitExceeded"
+        | "LimitExceededException"
+        | "Throttling"
+        | "ThrottledException"
+        | "KMSThrottlingException" => {
+            PortError::Throttled(format!("{call} on {resource}: {detail}"))
+        }
+        "TransactionConflictException" | "TransactionInProgressException" => {
+            PortError::Conflict(format!("{call} on {resource}: {detail}"))
+        }
+        "ExpiredIteratorException" => PortError::IteratorExpired(format!("{resource}: {detail}")),
+        "ResourceNotFoundException" => PortError::NotFound {
+            what: format!("{} {resource}", target.service),
+            hint: format!(" ({call}: {message}); run `tally setup` to create it"),
+        },
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "MissingAuthenticationToken"
+        | "ExpiredTokenException"
+        | "IncompleteSignature"
+        | "NotAuthorized" => PortError::Permission {
+            call: call.to_owned(),
+            resource: resource.to_owned(),
+            detail,
+        },
+        "InternalFailure"
+        | "InternalServerError"
+        | "ServiceUnavailable"
+        | "ServiceUnavailableException"
+        | "KMSInternalException" => PortError::Unavailable {
+            endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+            detail,
+        },
+        "ValidationException" | "InvalidArgumentException" | "SerializationException" => {
+            PortError::Invalid(format!("{call} on {resource}: {detail}"))
+        }
+        "ConditionalCheckFailedException" => PortError::Fenced {
+            app: String::new(),
+            shard_id: resource.to_owned(),
+        },
+        _ => PortError::Other(format!("{call} on {resource}: {detail}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_kinds() {
+        let t = Target {
+            service: "Kinesis",
+            endpoint: "http://127.0.0.1:4568".into(),
+        };
+        assert!(from_code(
+            &t,
+            "GetRecords",
+            "s",
+            "ProvisionedThroughputExceededException",
+            ""
+        )
+        .is_retryable());
+        assert!(matches!(
+            from_code(&t, "GetRecords", "s", "ExpiredIteratorException", ""),
+            PortError::IteratorExpired(_)
+        ));
+        let nf = from_code(
+            &t,
+            "DescribeStreamSummary",
+            "stream likes",
+            "ResourceNotFoundException",
+            "not found",
+        )
+        .to_string();
+        assert!(
+            nf.contains("Kinesis stream likes") && nf.contains("tally setup"),
+            "{nf}"
+        );
+        let p = from_code(
+            &t,
+            "PutRecords",
+            "stream likes",
+            "AccessDeniedException",
+            "no",
+        )
+        .to_string();
+        assert!(
+            p.contains("PutRecords") && p.contains("stream likes"),
+            "{p}"
+        );
+        assert!(matches!(
+            from_code(&t, "x", "y", "TransactionConflictException", ""),
+            PortError::Conflict(_)
+        ));
+    }
+}

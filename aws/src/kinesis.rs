@@ -1,0 +1,293 @@
+//! The stream port on Kinesis.
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_kinesis::primitives::{Blob, DateTime};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use aws_sdk_kinesis::Client;
+use tally_core::ports::{
+    PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
+    Stream, StreamRecord,
+};
+use tally_core::SeqNo;
+
+use crate::errors::{map, Target};
+use crate::AwsSettings;
+
+/// A Kinesis data stream.
+#[derive(Clone)]
+pub struct KinesisStream {
+    client: Client,
+    /// The stream's name.
+    name: String,
+    /// For messages.
+    target: Target,
+}
+
+impl KinesisStream {
+    /// A client for the configured stream.
+    pub fn new(sdk: &SdkConfig, s: &AwsSettings) -> KinesisStream {
+        let mut b = aws_sdk_kinesis::config::Builder::from(sdk);
+        if let Some(url) = &s.kinesis_endpoint_url {
+            b = b.endpoint_url(url);
+        }
+        let endpoint = s
+            .kinesis_endpoint_url
+            .clone()
+            .unwrap_or_else(|| format!("kinesis.{}.amazonaws.com", crate::region_of(sdk)));
+        KinesisStream {
+            client: Client::from_conf(b.build()),
+            name: s.stream.clone(),
+            target: Target {
+                service: "Kinesis",
+                endpoint,
+            },
+        }
+    }
+
+    /// The SDK client (setup and resharding).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn resource(&self) -> String {
+        format!("stream {}", self.name)
+    }
+
+    pub(crate) fn err<E>(
+        &self,
+        call: &str,
+        e: aws_smithy_runtime_api::client::result::SdkError<
+            E,
+            aws_smithy_runtime_api::http::Response,
+        >,
+    ) -> PortError
+    where
+        E: aws_smithy_types::error::metadata::ProvideErrorMetadata
+            + std::error::Error
+            + Send
+            + Sync
+            + 'static,
+    {
+        map(&self.target, call, &self.resource(), e)
+    }
+
+    /// Checks that the stream exists and the endpoint answers.
+    pub async fn check(&self) -> PortResult<()> {
+        self.client
+            .describe_stream_summary()
+            .stream_name(&self.name)
+            .send()
+            .await
+            .map_err(|e| self.err("DescribeStreamSummary", e))?;
+        Ok(())
+    }
+}
+
+fn seq(s: &str) -> PortResult<SeqNo> {
+    SeqNo::parse(s).ok_or_else(|| {
+        PortError::Invalid(format!(
+            "Kinesis returned a sequence number that is not decimal: {s:?}"
+        ))
+    })
+}
+
+#[async_trait]
+impl Stream for KinesisStream {
+    async fn list_shards(&self) -> PortResult<Vec<ShardInfo>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            // The first page names the stream; later pages only carry the token.
+            let req = match &token {
+                None => self.client.list_shards().stream_name(&self.name),
+                Some(t) => self.client.list_shards().next_token(t),
+            };
+            let resp = req.send().await.map_err(|e| self.err("ListShards", e))?;
+            for s in resp.shards() {
+                let parents = [s.parent_shard_id(), s.adjacent_parent_shard_id()]
+                    .into_iter()
+                    .flatten()
+                    .map(str::to_owned)
+                    .collect();
+                let closed = s
+                    .sequence_number_range()
+                    .and_then(|r| r.ending_sequence_number())
+                    .is_some();
+                out.push(ShardInfo {
+                    shard_id: s.shard_id().to_owned(),
+                    parents,
+                    closed,
+                });
+            }
+            match resp.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>> {
+        let mut r = KinesisReader {
+            stream: self.clone(),
+            shard_id: shard_id.to_owned(),
+            start: from,
+            iterator: None,
+            last: None,
+        };
+        r.iterator = Some(r.new_iterator().await?);
+        Ok(Box::new(r))
+    }
+
+    async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {
+        let mut req = self.client.put_records().stream_name(&self.name);
+        for e in entries {
+            let entry = PutRecordsRequestEntry::builder()
+                .data(Blob::new(e.data.clone()))
+                .partition_key(&e.partition_key)
+                .build()
+                .map_err(|err| PortError::Invalid(format!("PutRecords entry: {err}")))?;
+            req = req.records(entry);
+        }
+        let resp = req.send().await.map_err(|e| self.err("PutRecords", e))?;
+        resp.records()
+            .iter()
+            .map(
+                |r| match (r.error_code(), r.shard_id(), r.sequence_number()) {
+                    (Some(code), _, _) => Ok(PutOutcome::Failed {
+                        code: code.to_owned(),
+                        message: r.error_message().unwrap_or_default().to_owned(),
+                    }),
+                    (None, Some(shard), Some(s)) => Ok(PutOutcome::Ok {
+                        shard_id: shard.to_owned(),
+                        seq: seq(s)?,
+                    }),
+                    _ => Ok(PutOutcome::Failed {
+                        code: "Unknown".into(),
+                        message: "PutRecords answered with neither a sequence number nor an error"
+                            .into(),
+                    }),
+                },
+            )
+            .collect()
+    }
+}
+
+/// A reader on one shard: an iterator, and the last delivered sequence number to get a new one
+/// after when it expires.
+struct KinesisReader {
+    stream: KinesisStream,
+    shard_id: String,
+    /// Where the reader started, for a new iterator before anything was delivered.
+    start: StartPosition,
+    /// The next iterator; `None` after the shard's end.
+    iterator: Option<String>,
+    /// The last record delivered.
+    last: Option<SeqNo>,
+}
+
+impl KinesisReader {
+    async fn new_iterator(&self) -> PortResult<String> {
+        let from = match &self.last {
+            Some(s) => StartPosition::AfterSequence(s.clone()),
+            None => self.start.clone(),
+        };
+        let mut req = self
+            .stream
+            .client
+            .get_shard_iterator()
+            .stream_name(&self.stream.name)
+            .shard_id(&self.shard_id);
+        req = match from {
+            StartPosition::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            StartPosition::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+            StartPosition::AtTimestamp(ms) => req
+                .shard_iterator_type(ShardIteratorType::AtTimestamp)
+                .timestamp(DateTime::from_millis(ms)),
+            StartPosition::AfterSequence(s) => req
+                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .starting_sequence_number(s.as_str()),
+        };
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| self.stream.err("GetShardIterator", e))?;
+        resp.shard_iterator().map(str::to_owned).ok_or_else(|| {
+            PortError::Other(format!(
+                "GetShardIterator on {} returned no iterator",
+                self.shard_id
+            ))
+        })
+    }
+}
+
+#[async_trait]
+impl ShardReader for KinesisReader {
+    async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch> {
+        let Some(iterator) = self.iterator.clone() else {
+            return Ok(ReadBatch {
+                shard_end: true,
+                millis_behind_latest: Some(0),
+                ..ReadBatch::default()
+            });
+        };
+        let limit = limit.clamp(1, 10_000) as i32;
+        let resp = match self
+            .stream
+            .client
+            .get_records()
+            .shard_iterator(&iterator)
+            .limit(limit)
+            .send()
+            .await
+            .map_err(|e| self.stream.err("GetRecords", e))
+        {
+            Err(PortError::IteratorExpired(_)) => {
+                // A new iterator right after the last delivered record: nothing skipped or repeated.
+                let it = self.new_iterator().await?;
+                self.iterator = Some(it.clone());
+                self.stream
+                    .client
+                    .get_records()
+                    .shard_iterator(&it)
+                    .limit(limit)
+                    .send()
+                    .await
+                    .map_err(|e| self.stream.err("GetRecords", e))?
+            }
+            other => other?,
+        };
+        let mut records = Vec::with_capacity(resp.records().len());
+        for r in resp.records() {
+            records.push(StreamRecord {
+                seq: seq(r.sequence_number())?,
+                arrival_ms: r
+                    .approximate_arrival_timestamp()
+                    .and_then(|t| t.to_millis().ok())
+                    .unwrap_or(0),
+                partition_key: r.partition_key().unwrap_or_default().to_owned(),
+                data: r.data().as_ref().to_vec(),
+            });
+        }
+        if let Some(last) = records.last() {
+            self.last = Some(last.seq.clone());
+        }
+        self.iterator = resp.next_shard_iterator().map(str::to_owned);
+        Ok(ReadBatch {
+            records,
+            millis_behind_latest: resp.millis_behind_latest(),
+            shard_end: self.iterator.is_none(),
+            child_shards: resp
+                .child_shards()
+                .iter()
+                .map(|c| c.shard_id().to_owned())
+                .collect(),
+        })
+    }
+}

@@ -1,0 +1,65 @@
+//! The port conformance suite on the AWS adapters, against the local API peers
+//! (`scripts/local-aws.sh start`; compiled with `--features aws-local`).
+#![cfg(feature = "aws-local")]
+
+use tally_aws::{Aws, AwsSettings};
+
+async fn fresh(name: &str, shards: usize) -> Aws {
+    let unique = format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 1_000_000_000
+    );
+    for (k, v) in [
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+    ] {
+        if std::env::var(k).is_err() {
+            // Test credentials for the local peers only; set before any client exists.
+            std::env::set_var(k, v);
+        }
+    }
+    let s = AwsSettings {
+        stream: format!("conf-{unique}"),
+        table_prefix: format!("conf-{unique}"),
+        kinesis_endpoint_url: Some(
+            std::env::var("TEST_KINESIS_ENDPOINT")
+                .unwrap_or_else(|_| "http://127.0.0.1:4568".into()),
+        ),
+        dynamodb_endpoint_url: Some(
+            std::env::var("TEST_DYNAMODB_ENDPOINT")
+                .unwrap_or_else(|_| "http://127.0.0.1:5000".into()),
+        ),
+    };
+    tally_aws::setup::setup(&s, shards).await.unwrap();
+    Aws::connect(&s).await.unwrap()
+}
+
+#[tokio::test]
+async fn stream() {
+    let aws = fresh("stream", 3).await;
+    tally_conformance::stream_put_and_read(&aws.stream).await;
+}
+
+#[tokio::test]
+async fn leases() {
+    let aws = fresh("leases", 1).await;
+    tally_conformance::leases_are_fenced(&aws.tables, "aws").await;
+}
+
+#[tokio::test]
+async fn counter() {
+    let aws = fresh("counter", 1).await;
+    tally_conformance::counter_commits_exactly_once(&aws.tables, "aws").await;
+}
+
+#[tokio::test]
+async fn analytics() {
+    let aws = fresh("analytics", 1).await;
+    tally_conformance::analytics_snapshots_are_fenced(&aws.tables, "aws").await;
+}

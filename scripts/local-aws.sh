@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The local AWS API peers for development and tests, on 127.0.0.1 only:
+#   kinesis-local (npm, pinned) for Kinesis  -> http://127.0.0.1:4568
+#   moto server   (PyPI, pinned) for DynamoDB -> http://127.0.0.1:5000
+#
+# Usage: scripts/local-aws.sh install|start|stop|status|env
+#   install  installs the pinned versions under .local-aws/ (idempotent)
+#   start    installs if needed, starts both, waits until each answers a signed API call
+#   stop     stops the processes this script started (by their recorded PIDs)
+#   env      prints the variables that point tally and its tests at the peers
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DIR="$ROOT/.local-aws"
+KINESIS_LOCAL_VERSION=0.6.2
+MOTO_VERSION=5.2.5
+KINESIS_PORT=${KINESIS_PORT:-4568}
+KINESIS_TLS_PORT=${KINESIS_TLS_PORT:-4567}
+DYNAMODB_PORT=${DYNAMODB_PORT:-5000}
+
+log() { echo "local-aws: $*" >&2; }
+
+install() {
+  mkdir -p "$DIR"
+  if [ ! -f "$DIR/node_modules/kinesis-local/main.js" ] || ! grep -q "\"version\" : \"$KINESIS_LOCAL_VERSION\"" "$DIR/node_modules/kinesis-local/package.json"; then
+    command -v npm >/dev/null || { log "npm is required to install kinesis-local"; exit 1; }
+    log "installing kinesis-local@$KINESIS_LOCAL_VERSION"
+    npm install --no-audit --no-fund --silent --prefix "$DIR" "kinesis-local@$KINESIS_LOCAL_VERSION" >&2
+  fi
+  local km="$DIR/node_modules/kinesis-local"
+  if [ ! -f "$km/main-loopback.js" ]; then
+    # kinesis-local binds 0.0.0.0 and has no host setting: a patched copy binds loopback only.
+    if [ "$(grep -o '"0\.0\.0\.0"' "$km/main.js" | wc -l)" = 1 ]; then
+      sed 's/"0\.0\.0\.0"/"127.0.0.1"/' "$km/main.js" > "$km/main-loopback.js"
+    else
+      log "kinesis-local's bind address not found where expected; not patching"
+      cp "$km/main.js" "$km/main-loopback.js"
+    fi
+  fi
+  if [ ! -x "$DIR/venv/bin/moto_server" ] || ! "$DIR/venv/bin/pip" show moto 2>/dev/null | grep -q "^Version: $MOTO_VERSION$"; then
+    log "installing moto[server]==$MOTO_VERSION"
+    python3 -m venv "$DIR/venv"
+    "$DIR/venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+  fi
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+ready() { # service port target content-type
+  curl -s -o /dev/null -w '%{http_code}' --max-time 2 --aws-sigv4 "aws:amz:us-east-1:$1" --user test:test \
+    -H "X-Amz-Target: $3" -H "Content-Type: $4" -d '{}' "http://127.0.0.1:$2/" 2>/dev/null | grep -q '^200$'
+}
+
+wait_ready() { # name service port target content-type
+  for _ in $(seq 1 120); do
+    if ready "$2" "$3" "$4" "$5"; then log "$1 ready on 127.0.0.1:$3"; return 0; fi
+    sleep 0.5
+  done
+  log "$1 did not answer on 127.0.0.1:$3; its log follows"; tail -n 30 "$DIR/$1.log" >&2 || true
+  return 1
+}
+
+start() {
+  install
+  if ! alive "$DIR/kinesis.pid"; then
+    # exec: the recorded PID is node's own, so `stop` ends exactly the process it started.
+    ( cd "$DIR/node_modules/kinesis-local" && \
+      exec env KINESIS_MOCK_PLAIN_PORT=$KINESIS_PORT KINESIS_MOCK_TLS_PORT=$KINESIS_TLS_PORT LOG_LEVEL=WARN \
+      CREATE_STREAM_DURATION=10ms DELETE_STREAM_DURATION=10ms SPLIT_SHARD_DURATION=10ms MERGE_SHARDS_DURATION=10ms \
+      UPDATE_SHARD_COUNT_DURATION=10ms REGISTER_STREAM_CONSUMER_DURATION=10ms \
+      node main-loopback.js ) > "$DIR/kinesis.log" 2>&1 &
+    echo $! > "$DIR/kinesis.pid"
+  fi
+  if ! alive "$DIR/dynamodb.pid"; then
+    nohup "$DIR/venv/bin/moto_server" -H 127.0.0.1 -p "$DYNAMODB_PORT" > "$DIR/dynamodb.log" 2>&1 &
+    echo $! > "$DIR/dynamodb.pid"
+  fi
+  wait_ready kinesis kinesis "$KINESIS_PORT" Kinesis_20131202.ListStreams application/x-amz-json-1.1
+  wait_ready dynamodb dynamodb "$DYNAMODB_PORT" DynamoDB_20120810.ListTables application/x-amz-json-1.0
+}
+
+stop() {
+  for name in kinesis dynamodb; do
+    if alive "$DIR/$name.pid"; then
+      kill "$(cat "$DIR/$name.pid")" && log "stopped $name (pid $(cat "$DIR/$name.pid"))"
+    fi
+    rm -f "$DIR/$name.pid"
+  done
+}
+
+status() {
+  for name in kinesis dynamodb; do
+    if alive "$DIR/$name.pid"; then echo "$name: running (pid $(cat "$DIR/$name.pid"))"; else echo "$name: stopped"; fi
+  done
+}
+
+env_vars() {
+  cat <<EOT
+export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
+export TEST_KINESIS_ENDPOINT=http://127.0.0.1:$KINESIS_PORT TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$DYNAMODB_PORT
+EOT
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  env) env_vars ;;
+  *) echo "usage: $0 install|start|stop|status|env" >&2; exit 2 ;;
+esac
