@@ -66,6 +66,15 @@ pub enum Command {
     Leases(LeasesArgs),
     /// Create the stream and tables if missing and wait until they are active.
     Setup(SetupArgs),
+    /// Split a shard in two (development and tests; production reshards with UpdateShardCount).
+    Reshard(ReshardArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReshardArgs {
+    /// The open shard to split at the middle of its hash-key range.
+    #[arg(long, value_name = "SHARD_ID")]
+    pub split: String,
 }
 
 #[derive(Args, Debug)]

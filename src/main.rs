@@ -47,6 +47,9 @@ async fn run(cli: Cli) -> Result<()> {
     if let Command::Setup(_) = &cli.command {
         return commands::setup::setup(&settings).await;
     }
+    if let Command::Reshard(a) = &cli.command {
+        return commands::setup::reshard(&settings, a).await;
+    }
     let b = Backend::open(&settings).await?;
     match &cli.command {
         Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
@@ -60,6 +63,6 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Latency(a) => commands::read::latency(&b, a).await,
         Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
         Command::Leases(a) => commands::read::leases(&b, a).await,
-        Command::Demo(_) | Command::Setup(_) => unreachable!("handled above"),
+        Command::Demo(_) | Command::Setup(_) | Command::Reshard(_) => unreachable!("handled above"),
     }
 }

@@ -29,7 +29,7 @@ where
             let detail = if d.is_timeout() {
                 "connection timed out".to_owned()
             } else {
-                format!("{:?}", d.as_connector_error().map(ToString::to_string))
+                aws_smithy_types::error::display::DisplayErrorContext(&err).to_string()
             };
             PortError::Unavailable {
                 endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),

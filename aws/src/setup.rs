@@ -153,3 +153,54 @@ async fn wait_table(tables: &DynamoStore, name: &str) -> PortResult<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Splits an open shard at the middle of its hash-key range and waits until the stream is
+/// active again; returns the children's ids.
+pub async fn split_shard(s: &AwsSettings, shard_id: &str) -> PortResult<Vec<String>> {
+    let sdk = sdk_config().await?;
+    let stream = KinesisStream::new(&sdk, s);
+    let k = stream.client();
+    let resp = k
+        .list_shards()
+        .stream_name(stream.name())
+        .send()
+        .await
+        .map_err(|e| stream.err("ListShards", e))?;
+    let shard = resp
+        .shards()
+        .iter()
+        .find(|x| x.shard_id() == shard_id)
+        .ok_or_else(|| PortError::NotFound {
+            what: format!("shard {shard_id} of stream {}", stream.name()),
+            hint: String::new(),
+        })?;
+    let range = shard
+        .hash_key_range()
+        .ok_or_else(|| PortError::Other(format!("shard {shard_id} has no hash-key range")))?;
+    let (lo, hi): (u128, u128) = match (
+        range.starting_hash_key().parse(),
+        range.ending_hash_key().parse(),
+    ) {
+        (Ok(lo), Ok(hi)) => (lo, hi),
+        _ => {
+            return Err(PortError::Other(format!(
+                "shard {shard_id} has a hash-key range that is not decimal"
+            )))
+        }
+    };
+    let mid = lo + (hi - lo) / 2 + 1;
+    k.split_shard()
+        .stream_name(stream.name())
+        .shard_to_split(shard_id)
+        .new_starting_hash_key(mid.to_string())
+        .send()
+        .await
+        .map_err(|e| stream.err("SplitShard", e))?;
+    wait_stream(&stream).await?;
+    let shards = tally_core::ports::Stream::list_shards(&stream).await?;
+    Ok(shards
+        .into_iter()
+        .filter(|x| x.parents.iter().any(|p| p == shard_id))
+        .map(|x| x.shard_id)
+        .collect())
+}

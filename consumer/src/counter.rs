@@ -209,12 +209,14 @@ impl CounterShard {
         Ok(())
     }
 
-    /// Commits one chunk, retrying retryable errors. A condition failure after an ambiguous
-    /// attempt (a timeout whose write did land) is told apart from a lost lease by reading the
-    /// checkpoint row back.
+    /// Commits one chunk, retrying retryable errors. A failed condition is told apart by reading
+    /// the checkpoint row back: still our lease (same owner and epoch) with this chunk recorded
+    /// as applied means an earlier attempt landed although its answer was lost (a timeout, a
+    /// dropped connection, an SDK-level retry) — only this take of the lease can have written
+    /// it, so it is done; still our lease otherwise is an inconsistency; another owner or
+    /// epoch means the lease was lost.
     async fn commit_once(&self, commit: ChunkCommit<'_>) -> Result<(), ConsumerError> {
         let mut attempt = 0;
-        let mut ambiguous = false;
         loop {
             match self.store.commit_chunk(commit.clone()).await {
                 Ok(()) => return Ok(()),
@@ -232,7 +234,7 @@ impl CounterShard {
                             .as_ref()
                             .is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
                     };
-                    if mine && applied && ambiguous {
+                    if mine && applied {
                         return Ok(());
                     }
                     if mine {
@@ -251,10 +253,6 @@ impl CounterShard {
                     .into());
                 }
                 Err(e) if e.is_retryable() && attempt < self.cfg.backoff.max_retries => {
-                    ambiguous |= matches!(
-                        e,
-                        PortError::Timeout(_) | PortError::Unavailable { .. } | PortError::Other(_)
-                    );
                     let delay = self.cfg.backoff.delay(attempt, rand::random::<f64>());
                     tracing::warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "commit chunk: retrying");
                     tokio::time::sleep(delay).await;

@@ -260,6 +260,10 @@ async fn run_inner(
                 {
                     l.owner = None;
                 }
+                // A shard of ours counts as finished once its task has ended and been reaped.
+                if running.contains_key(&l.shard_id) {
+                    l.finished = false;
+                }
                 l
             })
             .collect();

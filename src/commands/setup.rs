@@ -23,3 +23,17 @@ pub async fn setup(s: &Settings) -> Result<()> {
     }
     Ok(())
 }
+
+/// `tally reshard --split SHARD`.
+pub async fn reshard(s: &Settings, a: &crate::cli::ReshardArgs) -> Result<()> {
+    let children = match s.backend {
+        BackendKind::Embedded => {
+            let (a1, a2) =
+                tally_embedded::Embedded::open(&s.data_dir, s.shards)?.split_shard(&a.split)?;
+            vec![a1, a2]
+        }
+        BackendKind::Aws => tally_aws::setup::split_shard(&aws_settings(s), &a.split).await?,
+    };
+    println!("split {} into {}", a.split, children.join(" and "));
+    Ok(())
+}

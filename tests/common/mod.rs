@@ -29,12 +29,19 @@ impl Target {
     /// Fresh stream and tables (`shards` shards) on the local AWS API peers, started by
     /// `scripts/local-aws.sh`.
     pub fn aws(name: &str, shards: usize) -> Target {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let unique = format!("{name}-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
         let kinesis = std::env::var("TEST_KINESIS_ENDPOINT")
             .unwrap_or_else(|_| "http://127.0.0.1:4568".into());
         let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT")
             .unwrap_or_else(|_| "http://127.0.0.1:5000".into());
+        let t = Target::aws_at(name, &kinesis, &dynamodb);
+        t.run(&["setup", "--shards", &shards.to_string()]);
+        t
+    }
+
+    /// Fresh stream and table names at these endpoints, not yet created.
+    pub fn aws_at(name: &str, kinesis: &str, dynamodb: &str) -> Target {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let unique = format!("{name}-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
         let args = vec![
             "--backend".into(),
             "aws".into(),
@@ -43,15 +50,13 @@ impl Target {
             "--table-prefix".into(),
             format!("t-{unique}"),
             "--kinesis-endpoint-url".into(),
-            kinesis,
+            kinesis.to_owned(),
             "--dynamodb-endpoint-url".into(),
-            dynamodb,
+            dynamodb.to_owned(),
             "--data-dir".into(),
             dir.path().display().to_string(),
         ];
-        let t = Target { args, dir };
-        t.run(&["setup", "--shards", &shards.to_string()]);
-        t
+        Target { args, dir }
     }
 
     /// Whether this target is the AWS one.
@@ -107,7 +112,11 @@ impl Target {
     }
 
     pub fn json(&self, args: &[&str]) -> Value {
-        let out = self.run(args);
+        self.json_env(args, &[])
+    }
+
+    pub fn json_env(&self, args: &[&str], env: &[(&str, &str)]) -> Value {
+        let out = self.run_env(args, env);
         serde_json::from_str(&out)
             .unwrap_or_else(|e| panic!("tally {args:?} printed no JSON ({e}): {out}"))
     }
