@@ -156,7 +156,7 @@ impl Default for LeaseSettings {
             max_per_worker: 0,
             shutdown_timeout_ms: 20_000,
             finished_grace_secs: 3_600,
-            idle_poll_ms: 200,
+            idle_poll_ms: 500,
             batch_limit: 1_000,
             worker_id: String::new(),
         }
