@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local AWS API peers for development and tests, on 127.0.0.1 only:
 #   kinesis-local (npm, pinned) for Kinesis  -> http://127.0.0.1:4568
-#   moto server   (PyPI, pinned) for DynamoDB -> http://127.0.0.1:5000
+#   moto server   (PyPI, pinned) for DynamoDB -> http://127.0.0.1:5000 (requests serialised)
 #
 # Usage: scripts/local-aws.sh install|start|stop|status|env
 #   install  installs the pinned versions under .local-aws/ (idempotent)
@@ -22,7 +22,7 @@ log() { echo "local-aws: $*" >&2; }
 
 install() {
   mkdir -p "$DIR"
-  if [ ! -f "$DIR/node_modules/kinesis-local/main.js" ] || ! grep -q "\"version\" : \"$KINESIS_LOCAL_VERSION\"" "$DIR/node_modules/kinesis-local/package.json"; then
+  if [ ! -f "$DIR/node_modules/kinesis-local/main.js" ] || ! grep -q "\"version\" : \"$KINESIS_LOCAL_VERSION\"" "$DIR/node_modules/kinesis-local/package.json" 2>/dev/null; then
     command -v npm >/dev/null || { log "npm is required to install kinesis-local"; exit 1; }
     log "installing kinesis-local@$KINESIS_LOCAL_VERSION"
     npm install --no-audit --no-fund --silent --prefix "$DIR" "kinesis-local@$KINESIS_LOCAL_VERSION" >&2
@@ -37,7 +37,9 @@ install() {
       cp "$km/main.js" "$km/main-loopback.js"
     fi
   fi
-  if [ ! -x "$DIR/venv/bin/moto_server" ] || ! "$DIR/venv/bin/pip" show moto 2>/dev/null | grep -q "^Version: $MOTO_VERSION$"; then
+  local have=""
+  [ -x "$DIR/venv/bin/pip" ] && have=$("$DIR/venv/bin/pip" show moto 2>/dev/null || true)
+  if [ ! -x "$DIR/venv/bin/moto_server" ] || [[ "$have" != *"Version: $MOTO_VERSION"* ]]; then
     log "installing moto[server]==$MOTO_VERSION"
     python3 -m venv "$DIR/venv"
     "$DIR/venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
@@ -72,7 +74,8 @@ start() {
     echo $! > "$DIR/kinesis.pid"
   fi
   if ! alive "$DIR/dynamodb.pid"; then
-    nohup "$DIR/venv/bin/moto_server" -H 127.0.0.1 -p "$DYNAMODB_PORT" > "$DIR/dynamodb.log" 2>&1 &
+    # moto_serial.py: moto with requests applied one at a time (see the file for why).
+    nohup "$DIR/venv/bin/python" "$ROOT/scripts/moto_serial.py" -H 127.0.0.1 -p "$DYNAMODB_PORT" > "$DIR/dynamodb.log" 2>&1 &
     echo $! > "$DIR/dynamodb.pid"
   fi
   wait_ready kinesis kinesis "$KINESIS_PORT" Kinesis_20131202.ListStreams application/x-amz-json-1.1
@@ -82,7 +85,11 @@ start() {
 stop() {
   for name in kinesis dynamodb; do
     if alive "$DIR/$name.pid"; then
-      kill "$(cat "$DIR/$name.pid")" && log "stopped $name (pid $(cat "$DIR/$name.pid"))"
+      local pid
+      pid=$(cat "$DIR/$name.pid")
+      kill "$pid"
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      log "stopped $name (pid $pid)"
     fi
     rm -f "$DIR/$name.pid"
   done

@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 
 features=()
 if [ "${NO_LOCAL_AWS:-}" != 1 ]; then
-  if ! scripts/local-aws.sh status | grep -q "kinesis: running" || ! scripts/local-aws.sh status | grep -q "dynamodb: running"; then
+  # Stop the peers at the end only if this script started them.
+  status=$(scripts/local-aws.sh status)
+  if [[ "$status" != *"kinesis: running"* || "$status" != *"dynamodb: running"* ]]; then
     trap 'scripts/local-aws.sh stop' EXIT
   fi
   scripts/local-aws.sh start

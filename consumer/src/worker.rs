@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use rand::Rng;
 use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
-use tally_core::ports::{Fence, LeaseStore, ReadBatch, StartPosition, Stream};
+use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, StartPosition, Stream};
 use tally_core::retry::Backoff;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
@@ -185,6 +185,7 @@ async fn run_inner(
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut last_discovery: Option<Instant> = None;
     let mut finished_since: HashMap<String, Instant> = HashMap::new();
+    let mut last_stats = Instant::now();
     let policy = LeasePolicy {
         max_leases_per_worker: cfg.max_leases_per_worker,
     };
@@ -219,6 +220,18 @@ async fn run_inner(
             }
         }
         metrics.held.store(running.len() as u64, Ordering::Relaxed);
+        if last_stats.elapsed() >= STATS_EVERY {
+            info!(
+                held = running.len(),
+                taken = metrics.taken.load(Ordering::Relaxed),
+                stolen = metrics.stolen.load(Ordering::Relaxed),
+                released = metrics.released.load(Ordering::Relaxed),
+                lost = metrics.lost.load(Ordering::Relaxed),
+                finished = metrics.finished.load(Ordering::Relaxed),
+                "lease stats"
+            );
+            last_stats = Instant::now();
+        }
 
         // Discover shards.
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.discovery_interval) {
@@ -323,11 +336,11 @@ async fn run_inner(
             }
         }
 
-        // Until idle: every shard finished, held live by another worker, or ours and idle.
+        // Until idle: every shard finished, or ours, caught up and flushed. A shard another
+        // worker holds is not known to be caught up: wait until it is released or expires.
         if let Some(armed) = idle_exit.armed_at() {
             let all_idle = leases.iter().all(|l| {
                 l.finished
-                    || (l.owner.as_deref() != Some(cfg.worker_id.as_str()) && l.is_held(now))
                     || running.get(&l.shard_id).is_some_and(|r| {
                         r.idle_at
                             .lock()
@@ -433,6 +446,13 @@ impl ShardTask {
                 }
                 ShardEnd::Stopped
             }
+            Ok(ShardEnd::Finished) => {
+                // A finished shard needs no owner.
+                if let Err(e) = self.deps.leases.release_lease(&self.fence).await {
+                    warn!(error = %e, "releasing a finished shard's lease failed; it will expire");
+                }
+                ShardEnd::Finished
+            }
             Ok(end) => end,
             Err(e) if e.is_fenced() => ShardEnd::Lost,
             Err(e) => {
@@ -447,6 +467,14 @@ impl ShardTask {
         &mut self,
         processor: &mut dyn ShardProcessor,
     ) -> Result<ShardEnd, ConsumerError> {
+        // Renewal runs beside the processing, so a slow commit never lets the lease lapse.
+        let (lost_tx, lost) = watch::channel(false);
+        let renewer = AbortOnDrop(tokio::spawn(renew_loop(
+            self.deps.leases.clone(),
+            self.fence.clone(),
+            self.cfg.clone(),
+            lost_tx,
+        )));
         let from = processor.start(&self.fence, &self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
         let stream = self.deps.stream.clone();
@@ -454,24 +482,26 @@ impl ShardTask {
             stream.open(&shard_id, from.clone())
         })
         .await?;
-        let mut next_renew = Instant::now() + self.cfg.renew_interval;
+        let mut stats = ShardStats::new();
         loop {
+            if *lost.borrow() {
+                return Err(PortError::Fenced {
+                    app: self.fence.app.clone(),
+                    shard_id: self.fence.shard_id.clone(),
+                }
+                .into());
+            }
             if *self.stop.borrow() {
                 processor.flush(false).await?;
+                drop(renewer);
                 return Ok(ShardEnd::Stopped);
-            }
-            if Instant::now() >= next_renew {
-                let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
-                with_backoff(&self.cfg.backoff, "renew lease", || {
-                    self.deps.leases.renew_lease(&self.fence, expires)
-                })
-                .await?;
-                next_renew = Instant::now() + self.cfg.renew_interval;
             }
             let read_started = Instant::now();
             let batch = self.read(reader.as_mut()).await?;
             processor.process(&batch, now_ms()).await?;
+            stats.observe(&batch);
             if batch.shard_end {
+                info!(children = ?batch.child_shards, "shard read to its end");
                 processor.flush(true).await?;
                 return Ok(ShardEnd::Finished);
             }
@@ -546,4 +576,69 @@ pub fn default_worker_id() -> String {
         host.unwrap_or_else(|| "localhost".into()),
         std::process::id()
     )
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Renews a lease every `renew_interval` until it is lost (then raises `lost`) or aborted.
+async fn renew_loop(
+    leases: Arc<dyn LeaseStore>,
+    fence: Fence,
+    cfg: WorkerConfig,
+    lost: watch::Sender<bool>,
+) {
+    loop {
+        tokio::time::sleep(cfg.renew_interval).await;
+        let expires = now_ms() + cfg.lease_duration.as_millis() as i64;
+        match leases.renew_lease(&fence, expires).await {
+            Ok(()) => {}
+            Err(PortError::Fenced { .. }) => {
+                let _ = lost.send(true);
+                return;
+            }
+            // The next tick tries again; renewal runs at most half the lease duration apart.
+            Err(e) => warn!(error = %e, "renewing lease failed"),
+        }
+    }
+}
+
+/// Per-shard throughput and iterator age, logged every [`STATS_EVERY`].
+struct ShardStats {
+    since: Instant,
+    records: u64,
+    max_age_ms: i64,
+}
+
+/// How often a shard logs its throughput and iterator age.
+const STATS_EVERY: Duration = Duration::from_secs(30);
+
+impl ShardStats {
+    fn new() -> ShardStats {
+        ShardStats {
+            since: Instant::now(),
+            records: 0,
+            max_age_ms: 0,
+        }
+    }
+
+    fn observe(&mut self, batch: &ReadBatch) {
+        self.records += batch.records.len() as u64;
+        self.max_age_ms = self.max_age_ms.max(batch.millis_behind_latest.unwrap_or(0));
+        let elapsed = self.since.elapsed();
+        if elapsed >= STATS_EVERY {
+            info!(
+                records_per_sec = (self.records as f64 / elapsed.as_secs_f64()).round() as u64,
+                iterator_age_ms = self.max_age_ms,
+                "shard stats"
+            );
+            *self = ShardStats::new();
+        }
+    }
 }

@@ -180,6 +180,86 @@ pub fn output(mut c: Command) -> Output {
     }
 }
 
+/// A background `tally` process whose stderr goes to a file.
+pub struct Bg {
+    pub child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Bg {
+    /// Sends a signal by PID (only to the process this test started).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{sig} {}", self.child.id());
+    }
+
+    /// Waits for the process to exit, failing the test past `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                return s;
+            }
+            if start.elapsed() > timeout {
+                self.child.kill().ok();
+                panic!(
+                    "process {} did not exit within {timeout:?}; log:\n{}",
+                    self.child.id(),
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.child.kill().ok();
+            self.child.wait().ok();
+        }
+    }
+}
+
+impl Target {
+    /// Starts `tally ARGS` in the background with extra env vars.
+    pub fn spawn(&self, name: &str, args: &[&str], env: &[(&str, &str)]) -> Bg {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let mut c = self.cmd(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.env("RUST_LOG", "info");
+        c.env("NO_COLOR", "1");
+        let f = std::fs::File::create(&log).expect("log file");
+        let child = c
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .expect("spawn tally");
+        Bg { child, log }
+    }
+
+    /// Polls `f` until it holds, failing the test past `timeout`.
+    pub fn eventually(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !f() {
+            assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -1,0 +1,267 @@
+//! A fleet of counters sharing a stream's shards while events flow: one is killed with SIGKILL,
+//! one gets SIGTERM, a new one joins, a shard is split — every count exact, every shard owned,
+//! parents before children. And a stale worker (paused while its lease was taken) cannot apply
+//! its window.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{Target, COMMAND_TIMEOUT};
+
+/// Fast lease timings so that the test does not wait on defaults meant for production.
+const FAST: &[(&str, &str)] = &[
+    ("TALLY_LEASE__DURATION_MS", "2000"),
+    ("TALLY_LEASE__RENEW_MS", "300"),
+    ("TALLY_LEASE__POLL_MS", "200"),
+    ("TALLY_LEASE__DISCOVERY_MS", "500"),
+    ("TALLY_LEASE__IDLE_POLL_MS", "100"),
+    ("TALLY_COUNTER__WINDOW_RECORDS", "300"),
+    ("TALLY_COUNTER__WINDOW_MS", "300"),
+];
+
+fn truth(t: &Target, path: &std::path::Path) -> (BTreeMap<String, i64>, i64, u64) {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let _ = t;
+    (
+        serde_json::from_value(v["counts"].clone()).unwrap(),
+        v["total"].as_i64().unwrap(),
+        v["malformed"].as_u64().unwrap(),
+    )
+}
+
+fn owners(t: &Target) -> BTreeMap<String, Option<String>> {
+    t.json(&["leases", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["shard_id"].as_str().unwrap().to_owned(),
+                l["owner"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// The local DynamoDB peer applies a transaction in tens of milliseconds, not single ones: larger
+/// windows and leases there.
+const FAST_AWS: &[(&str, &str)] = &[
+    ("TALLY_LEASE__DURATION_MS", "4000"),
+    ("TALLY_LEASE__RENEW_MS", "500"),
+    ("TALLY_LEASE__POLL_MS", "300"),
+    ("TALLY_LEASE__DISCOVERY_MS", "500"),
+    ("TALLY_LEASE__IDLE_POLL_MS", "200"),
+    ("TALLY_COUNTER__WINDOW_RECORDS", "2000"),
+    ("TALLY_COUNTER__WINDOW_MS", "1000"),
+];
+
+fn fleet_keeps_counts_exact(
+    t: Target,
+    split: &str,
+    rate: &str,
+    events: &str,
+    fast: &[(&str, &str)],
+) {
+    let fast = fast.to_vec();
+    let fast = fast.as_slice();
+    let truth_file = t.dir.path().join("truth.json");
+    let mut producer = t.spawn(
+        "producer",
+        &[
+            "produce",
+            "--events",
+            events,
+            "--rate",
+            rate,
+            "--posts",
+            "200",
+            "--duplicate-ratio",
+            "0.02",
+            "--malformed-ratio",
+            "0.005",
+            "--truth",
+            truth_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let mut a = t.spawn("a", &["count", "--worker-id", "a"], fast);
+    let mut b = t.spawn("b", &["count", "--worker-id", "b"], fast);
+    let mut c = t.spawn("c", &["count", "--worker-id", "c"], fast);
+    let mut seen_owners: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut sample = |t: &Target| {
+        for (shard, owner) in owners(t) {
+            if let Some(o) = owner {
+                seen_owners.entry(shard).or_default().insert(o);
+            }
+        }
+    };
+    t.eventually(
+        "every shard owned by the three workers",
+        Duration::from_secs(60),
+        || {
+            let o = owners(&t);
+            !o.is_empty() && o.values().all(Option::is_some)
+        },
+    );
+    sample(&t);
+    // Mid-stream: SIGKILL one worker, split a shard, SIGTERM another, and a new one joins.
+    std::thread::sleep(Duration::from_millis(700));
+    a.signal("KILL");
+    a.wait(Duration::from_secs(10));
+    t.run(&["reshard", "--split", split]);
+    std::thread::sleep(Duration::from_millis(500));
+    sample(&t);
+    b.signal("TERM");
+    let status = b.wait(Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "SIGTERM is a clean exit: {}",
+        b.log_text()
+    );
+    assert!(b.log_text().contains("signal received"), "{}", b.log_text());
+    let mut d = t.spawn("d", &["count", "--worker-id", "d"], fast);
+    let status = producer.wait(COMMAND_TIMEOUT);
+    assert!(status.success(), "{}", producer.log_text());
+    let (expected, total, malformed) = truth(&t, &truth_file);
+    t.eventually(
+        "the survivors to count everything",
+        Duration::from_secs(120),
+        || {
+            sample(&t);
+            t.json(&["total", "--json"])["total"] == total
+                && t.json(&["dead-letters", "--json"])["count"] == malformed
+        },
+    );
+    assert_eq!(t.mismatches(&expected), vec![]);
+    // Every shard, the split parent's children included, was owned, and the killed and stopped
+    // workers' shards moved on.
+    let final_owners = owners(&t);
+    for shard in final_owners.keys() {
+        assert!(
+            seen_owners.contains_key(shard),
+            "shard {shard} was never owned: {seen_owners:?}"
+        );
+    }
+    let leases = t.json(&["leases", "--json"]);
+    let parent = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["shard_id"] == split)
+        .unwrap();
+    assert_eq!(parent["finished"], true, "{leases}");
+    let live: BTreeSet<String> = final_owners.values().flatten().cloned().collect();
+    assert!(
+        live.iter().all(|o| o == "c" || o == "d"),
+        "only the survivors hold leases: {final_owners:?}"
+    );
+    // Parents before children, across the workers' logs (timestamps are RFC 3339, UTC).
+    let logs = [c.log_text(), d.log_text(), b.log_text(), a.log_text()].join("\n");
+    let first = |what: &str, shard: &str| -> Option<String> {
+        logs.lines()
+            .filter(|l| l.contains(what) && l.contains(&format!("shard_id={shard}")))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+            .min()
+    };
+    // Logged before the parent's last commit, which the child's take must follow.
+    let finished =
+        first("shard read to its end", split).expect("the split parent was read to its end");
+    let children: Vec<&str> = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["parents"].as_array().unwrap().iter().any(|p| p == split))
+        .map(|l| l["shard_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(children.len(), 2);
+    for child in children {
+        let taken = first("lease taken", child).expect("the child was taken");
+        assert!(
+            finished <= taken,
+            "child {child} taken at {taken}, parent read to its end at {finished}"
+        );
+    }
+    c.signal("TERM");
+    d.signal("TERM");
+    assert!(c.wait(Duration::from_secs(30)).success());
+    assert!(d.wait(Duration::from_secs(30)).success());
+    // After a clean stop every lease is released at once.
+    assert!(owners(&t).values().all(Option::is_none), "{:?}", owners(&t));
+}
+
+#[test]
+fn fleet_keeps_counts_exact_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "5"]);
+    fleet_keeps_counts_exact(t, "shardId-000000000002", "1500", "6000", FAST);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn fleet_keeps_counts_exact_aws() {
+    fleet_keeps_counts_exact(
+        Target::aws("fleet", 4),
+        "shardId-000000000002",
+        "600",
+        "3000",
+        FAST_AWS,
+    );
+}
+
+fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
+    let file = t.dir.path().join("likes.ndjson");
+    let exp = common::write_contract_file(&file, 3_000, 50, 33);
+    // Windows stay open for a while, so the paused worker holds unapplied deltas.
+    let mut env = base.to_vec();
+    env.retain(|(k, _)| !k.starts_with("TALLY_COUNTER"));
+    env.push(("TALLY_COUNTER__WINDOW_RECORDS", "20000"));
+    env.push(("TALLY_COUNTER__WINDOW_MS", "4000"));
+    let mut stale = t.spawn("stale", &["count", "--worker-id", "stale"], &env);
+    t.eventually(
+        "the first worker to own every shard",
+        Duration::from_secs(60),
+        || owners(&t).values().all(|o| o.as_deref() == Some("stale")),
+    );
+    t.run(&["replay", file.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(1_000));
+    stale.signal("STOP");
+    // Its leases expire; another worker takes them and counts everything.
+    let mut fresh = t.spawn("fresh", &["count", "--worker-id", "fresh"], &env);
+    t.eventually(
+        "the fresh worker to count everything",
+        Duration::from_secs(120),
+        || t.json(&["total", "--json"])["total"] == exp.total(),
+    );
+    stale.signal("CONT");
+    t.eventually(
+        "the stale worker to notice",
+        Duration::from_secs(60),
+        || stale.log_text().contains("lease lost"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    assert_eq!(
+        t.json(&["dead-letters", "--json"])["count"],
+        exp.malformed as u64
+    );
+    stale.signal("TERM");
+    fresh.signal("TERM");
+    stale.wait(Duration::from_secs(30));
+    fresh.wait(Duration::from_secs(30));
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+}
+
+#[test]
+fn stale_worker_cannot_apply_embedded() {
+    stale_worker_cannot_apply(Target::embedded(), FAST);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn stale_worker_cannot_apply_aws() {
+    stale_worker_cannot_apply(Target::aws("stale", 2), FAST_AWS);
+}
