@@ -151,7 +151,7 @@ impl Default for LeaseSettings {
         LeaseSettings {
             duration_ms: 10_000,
             renew_ms: 2_000,
-            poll_ms: 1_000,
+            poll_ms: 500,
             discovery_ms: 10_000,
             max_per_worker: 0,
             shutdown_timeout_ms: 20_000,

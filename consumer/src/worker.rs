@@ -71,9 +71,9 @@ impl WorkerConfig {
             worker_id: worker_id.to_owned(),
             lease_duration: Duration::from_secs(10),
             renew_interval: Duration::from_secs(2),
-            lease_poll_interval: Duration::from_secs(1),
+            lease_poll_interval: Duration::from_millis(500),
             discovery_interval: Duration::from_secs(10),
-            idle_poll: Duration::from_millis(200),
+            idle_poll: Duration::from_millis(500),
             batch_limit: 1_000,
             max_leases_per_worker: 0,
             shutdown_timeout: Duration::from_secs(20),
@@ -154,6 +154,8 @@ enum ShardEnd {
 
 struct Running {
     handle: JoinHandle<ShardEnd>,
+    /// The lease the task holds, released by the worker after a graceful stop.
+    fence: Fence,
     stop: watch::Sender<bool>,
     /// When the shard's last empty read started, if it is caught up and flushed.
     idle_at: Arc<Mutex<Option<Instant>>>,
@@ -368,17 +370,26 @@ async fn run_inner(
     }
     let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout;
     let mut first_error = None;
+    let mut to_release = Vec::new();
     for (shard, r) in running.drain() {
         match tokio::time::timeout_at(deadline, r.handle).await {
-            Ok(Ok(ShardEnd::Stopped)) => {
-                metrics.released.fetch_add(1, Ordering::Relaxed);
-            }
+            Ok(Ok(ShardEnd::Stopped)) => to_release.push(r.fence),
             Ok(Ok(ShardEnd::Failed(e))) => {
                 warn!(shard_id = %shard, error = %e, "shard failed while stopping");
                 first_error.get_or_insert(e);
             }
             Ok(_) => {}
             Err(_) => warn!(shard_id = %shard, "shard did not stop in time; its lease will expire"),
+        }
+    }
+    for fence in &to_release {
+        match deps.leases.release_lease(fence).await {
+            Ok(()) => {
+                metrics.released.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                warn!(shard_id = %fence.shard_id, error = %e, "releasing lease failed; it will expire")
+            }
         }
     }
     metrics.held.store(0, Ordering::Relaxed);
@@ -404,7 +415,7 @@ fn spawn_shard(
     let task = ShardTask {
         deps: deps.clone(),
         cfg: cfg.clone(),
-        fence,
+        fence: fence.clone(),
         lease,
         stop: stop_rx,
         idle_at: idle_at.clone(),
@@ -421,6 +432,7 @@ fn spawn_shard(
     );
     Running {
         handle,
+        fence,
         stop: stop_tx,
         idle_at,
     }
@@ -440,12 +452,9 @@ impl ShardTask {
     async fn run(mut self, mut processor: Box<dyn ShardProcessor>) -> ShardEnd {
         let outcome = self.drive(processor.as_mut()).await;
         match outcome {
-            Ok(ShardEnd::Stopped) => {
-                if let Err(e) = self.deps.leases.release_lease(&self.fence).await {
-                    warn!(error = %e, "releasing lease failed; it will expire");
-                }
-                ShardEnd::Stopped
-            }
+            // The worker releases stopped shards' leases together once all have flushed, so that
+            // other workers see this one gone and take them all in one round.
+            Ok(ShardEnd::Stopped) => ShardEnd::Stopped,
             Ok(ShardEnd::Finished) => {
                 // A finished shard needs no owner.
                 if let Err(e) = self.deps.leases.release_lease(&self.fence).await {

@@ -1,0 +1,34 @@
+resource "aws_dynamodb_table" "tally" {
+  for_each = local.tables
+
+  name         = "${var.table_prefix}-${each.key}"
+  billing_mode = "PAY_PER_REQUEST"
+  hash_key     = each.value.hash_key
+  range_key    = each.value.range_key
+
+  attribute {
+    name = each.value.hash_key
+    type = "S"
+  }
+
+  attribute {
+    name = each.value.range_key
+    type = "S"
+  }
+
+  ttl {
+    enabled        = each.value.ttl != ""
+    attribute_name = each.value.ttl
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled     = true
+    kms_key_arn = aws_kms_key.tally.arn
+  }
+
+  deletion_protection_enabled = true
+}
