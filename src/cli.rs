@@ -68,6 +68,8 @@ pub enum Command {
     Setup(SetupArgs),
     /// Split a shard in two (development and tests; production reshards with UpdateShardCount).
     Reshard(ReshardArgs),
+    /// Print the effective configuration (defaults, file, environment and flags) as TOML.
+    Config,
 }
 
 #[derive(Args, Debug)]

@@ -22,6 +22,25 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use tally_core::ports::{PortError, PortResult};
 
 pub use dynamo::DynamoStore;
+
+/// Kinesis calls the consumers make (Terraform's task role grants exactly these).
+pub const KINESIS_CONSUMER_ACTIONS: &[&str] = &["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"];
+/// Kinesis calls a producer makes (`produce`, `replay`; `ListShards` for `record`).
+pub const KINESIS_PRODUCER_ACTIONS: &[&str] = &["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:PutRecords"];
+/// DynamoDB actions the consumers need: the calls they make, and for TransactWriteItems the
+/// actions of its parts (Put, Update, ConditionCheck).
+pub const DYNAMODB_CONSUMER_ACTIONS: &[&str] = &[
+    "dynamodb:DescribeTable",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+];
+/// DynamoDB actions a producer needs (the start-up check that the tables exist).
+pub const DYNAMODB_PRODUCER_ACTIONS: &[&str] = &["dynamodb:DescribeTable"];
 pub use kinesis::KinesisStream;
 
 /// Settings of the AWS adapters.
