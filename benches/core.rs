@@ -1,5 +1,6 @@
 //! The pure core's hot path: folding records into a window (decode, dedup, per-post deltas) and
 //! cutting it into chunks.
+#![allow(clippy::unwrap_used)]
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tally_core::dedup::Dedup;

@@ -3,6 +3,7 @@
 //! backend. Prints numbers; asserts nothing about time.
 //!
 //! Run: `cargo bench --bench handoff` (a test build of it exits at once).
+#![allow(clippy::unwrap_used)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -67,6 +67,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Latency(a) => commands::read::latency(&b, a).await,
         Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
         Command::Leases(a) => commands::read::leases(&b, a).await,
-        Command::Demo(_) | Command::Setup(_) | Command::Reshard(_) | Command::Config => unreachable!("handled above"),
+        Command::Demo(_) | Command::Setup(_) | Command::Reshard(_) | Command::Config => {
+            unreachable!("handled above")
+        }
     }
 }

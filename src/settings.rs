@@ -320,7 +320,7 @@ impl Settings {
             ("kinesis_endpoint_url", &self.kinesis_endpoint_url),
             ("dynamodb_endpoint_url", &self.dynamodb_endpoint_url),
         ] {
-            if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
                 bail!("invalid configuration: `{key}` must be an http:// or https:// URL, got {url:?}");
             }
         }

@@ -1,5 +1,6 @@
 //! The counter killed in the middle — by SIGKILL at random moments, and by a failpoint between
 //! two chunks of a window — and restarted: every count still exact, dead letters counted once.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

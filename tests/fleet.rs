@@ -2,6 +2,7 @@
 //! one gets SIGTERM, a new one joins, a shard is split — every count exact, every shard owned,
 //! parents before children. And a stale worker (paused while its lease was taken) cannot apply
 //! its window.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

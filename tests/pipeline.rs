@@ -1,5 +1,6 @@
 //! End to end, on the embedded backend and (feature `aws-local`) on the local AWS API peers:
 //! replay a hand-written contract-v1 file, count, analytics, query — every count exact.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

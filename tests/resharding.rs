@@ -1,5 +1,6 @@
 //! Resharding mid-stream: parents are read to their end before their children, counts stay exact,
 //! and a producer retry that lands in a child after the split still counts once.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

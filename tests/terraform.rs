@@ -1,6 +1,7 @@
 //! Terraform cannot be planned here, so its drift from the code is checked by parsing it
 //! (hcl-rs): the tables' names, keys and TTLs, the tasks' environment, and the IAM actions must
 //! match what the code really uses.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -15,7 +16,9 @@ fn terraform() -> Vec<Body> {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "tf") {
             let text = std::fs::read_to_string(&path).unwrap();
-            bodies.push(hcl::from_str::<Body>(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+            bodies.push(
+                hcl::from_str::<Body>(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+            );
         }
     }
     assert!(bodies.len() >= 5, "terraform/*.tf found");
@@ -23,7 +26,10 @@ fn terraform() -> Vec<Body> {
 }
 
 fn blocks<'a>(bodies: &'a [Body], kind: &'a str) -> impl Iterator<Item = &'a Block> + 'a {
-    bodies.iter().flat_map(|b| b.blocks()).filter(move |b| b.identifier() == kind)
+    bodies
+        .iter()
+        .flat_map(|b| b.blocks())
+        .filter(move |b| b.identifier() == kind)
 }
 
 fn key_name(k: &ObjectKey) -> String {
@@ -35,7 +41,12 @@ fn key_name(k: &ObjectKey) -> String {
 }
 
 fn local(bodies: &[Body], name: &str) -> Expression {
-    blocks(bodies, "locals").flat_map(|b| b.body().attributes()).find(|a| a.key() == name).unwrap_or_else(|| panic!("local {name}")).expr().clone()
+    blocks(bodies, "locals")
+        .flat_map(|b| b.body().attributes())
+        .find(|a| a.key() == name)
+        .unwrap_or_else(|| panic!("local {name}"))
+        .expr()
+        .clone()
 }
 
 fn object(e: &Expression) -> BTreeMap<String, Expression> {
@@ -56,13 +67,27 @@ fn string(e: &Expression) -> String {
 fn tables_match_the_code() {
     let bodies = terraform();
     let tables = object(&local(&bodies, "tables"));
-    let code: BTreeMap<String, (String, String, String)> =
-        tally_aws::dynamo::TABLES.iter().map(|(s, h, r, t)| (s.to_string(), (h.to_string(), r.to_string(), t.unwrap_or("").to_string()))).collect();
+    let code: BTreeMap<String, (String, String, String)> = tally_aws::dynamo::TABLES
+        .iter()
+        .map(|(s, h, r, t)| {
+            (
+                s.to_string(),
+                (h.to_string(), r.to_string(), t.unwrap_or("").to_string()),
+            )
+        })
+        .collect();
     let tf: BTreeMap<String, (String, String, String)> = tables
         .iter()
         .map(|(suffix, v)| {
             let o = object(v);
-            (suffix.clone(), (string(&o["hash_key"]), string(&o["range_key"]), string(&o["ttl"])))
+            (
+                suffix.clone(),
+                (
+                    string(&o["hash_key"]),
+                    string(&o["range_key"]),
+                    string(&o["ttl"]),
+                ),
+            )
         })
         .collect();
     assert_eq!(tf, code);
@@ -71,12 +96,21 @@ fn tables_match_the_code() {
 /// The actions of every statement of a policy document.
 fn policy_actions(bodies: &[Body], name: &str) -> BTreeSet<String> {
     let doc = blocks(bodies, "data")
-        .find(|b| b.labels().iter().map(|l| l.as_str()).collect::<Vec<_>>() == ["aws_iam_policy_document", name])
+        .find(|b| {
+            b.labels().iter().map(|l| l.as_str()).collect::<Vec<_>>()
+                == ["aws_iam_policy_document", name]
+        })
         .unwrap_or_else(|| panic!("policy document {name}"));
     doc.body()
         .blocks()
         .filter(|b| b.identifier() == "statement")
-        .flat_map(|s| s.body().attributes().filter(|a| a.key() == "actions").cloned().collect::<Vec<_>>())
+        .flat_map(|s| {
+            s.body()
+                .attributes()
+                .filter(|a| a.key() == "actions")
+                .cloned()
+                .collect::<Vec<_>>()
+        })
         .flat_map(|a| match a.expr() {
             Expression::Array(items) => items.iter().map(string).collect::<Vec<_>>(),
             other => panic!("actions must be a list, got {other:?}"),
@@ -85,7 +119,11 @@ fn policy_actions(bodies: &[Body], name: &str) -> BTreeSet<String> {
 }
 
 fn only(actions: &BTreeSet<String>, service: &str) -> BTreeSet<String> {
-    actions.iter().filter(|a| a.starts_with(&format!("{service}:"))).cloned().collect()
+    actions
+        .iter()
+        .filter(|a| a.starts_with(&format!("{service}:")))
+        .cloned()
+        .collect()
 }
 
 fn set(a: &[&str]) -> BTreeSet<String> {
@@ -96,11 +134,23 @@ fn set(a: &[&str]) -> BTreeSet<String> {
 fn iam_grants_exactly_what_the_code_calls() {
     let bodies = terraform();
     let consumer = policy_actions(&bodies, "consumer");
-    assert_eq!(only(&consumer, "kinesis"), set(tally_aws::KINESIS_CONSUMER_ACTIONS));
-    assert_eq!(only(&consumer, "dynamodb"), set(tally_aws::DYNAMODB_CONSUMER_ACTIONS));
+    assert_eq!(
+        only(&consumer, "kinesis"),
+        set(tally_aws::KINESIS_CONSUMER_ACTIONS)
+    );
+    assert_eq!(
+        only(&consumer, "dynamodb"),
+        set(tally_aws::DYNAMODB_CONSUMER_ACTIONS)
+    );
     let producer = policy_actions(&bodies, "producer");
-    assert_eq!(only(&producer, "kinesis"), set(tally_aws::KINESIS_PRODUCER_ACTIONS));
-    assert_eq!(only(&producer, "dynamodb"), set(tally_aws::DYNAMODB_PRODUCER_ACTIONS));
+    assert_eq!(
+        only(&producer, "kinesis"),
+        set(tally_aws::KINESIS_PRODUCER_ACTIONS)
+    );
+    assert_eq!(
+        only(&producer, "dynamodb"),
+        set(tally_aws::DYNAMODB_PRODUCER_ACTIONS)
+    );
     for a in consumer.iter().chain(&producer) {
         assert!(!a.contains('*'), "no wildcard actions: {a}");
     }
@@ -110,7 +160,11 @@ fn iam_grants_exactly_what_the_code_calls() {
 fn task_environment_is_valid_tally_configuration() {
     let bodies = terraform();
     let env = object(&local(&bodies, "tally_env"));
-    assert!(env.contains_key("TALLY_BACKEND") && env.contains_key("TALLY_STREAM") && env.contains_key("TALLY_TABLE_PREFIX"));
+    assert!(
+        env.contains_key("TALLY_BACKEND")
+            && env.contains_key("TALLY_STREAM")
+            && env.contains_key("TALLY_TABLE_PREFIX")
+    );
     // tally itself judges the keys: an unknown TALLY_* key or a bad value fails `tally config`.
     let t = common::Target::embedded();
     let vars: Vec<(String, String)> = env

@@ -6,6 +6,7 @@
 //! and the window's histograms atomically with its checkpoint. Reading commands merge the shards'
 //! sketches and histograms. Duplicates are filtered in memory (they are not persisted across
 //! restarts: analytics is approximate by nature, the counter is the exact one).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

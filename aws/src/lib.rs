@@ -8,6 +8,7 @@
 //!   TransactWriteItems fenced by the lease row. The table design is in ARCHITECTURE.md.
 //! - [`setup`]: creates the stream and tables for development and tests.
 //! - [`errors`]: SDK errors mapped to `PortError`, naming the call and the resource.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod dynamo;
 pub mod errors;
@@ -24,9 +25,18 @@ use tally_core::ports::{PortError, PortResult};
 pub use dynamo::DynamoStore;
 
 /// Kinesis calls the consumers make (Terraform's task role grants exactly these).
-pub const KINESIS_CONSUMER_ACTIONS: &[&str] = &["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"];
+pub const KINESIS_CONSUMER_ACTIONS: &[&str] = &[
+    "kinesis:DescribeStreamSummary",
+    "kinesis:ListShards",
+    "kinesis:GetShardIterator",
+    "kinesis:GetRecords",
+];
 /// Kinesis calls a producer makes (`produce`, `replay`; `ListShards` for `record`).
-pub const KINESIS_PRODUCER_ACTIONS: &[&str] = &["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:PutRecords"];
+pub const KINESIS_PRODUCER_ACTIONS: &[&str] = &[
+    "kinesis:DescribeStreamSummary",
+    "kinesis:ListShards",
+    "kinesis:PutRecords",
+];
 /// DynamoDB actions the consumers need: the calls they make, and for TransactWriteItems the
 /// actions of its parts (Put, Update, ConditionCheck).
 pub const DYNAMODB_CONSUMER_ACTIONS: &[&str] = &[

@@ -1,5 +1,6 @@
 //! The port conformance suite on the AWS adapters, against the local API peers
 //! (`scripts/local-aws.sh start`; compiled with `--features aws-local`).
+#![allow(clippy::unwrap_used)]
 #![cfg(feature = "aws-local")]
 
 use tally_aws::{Aws, AwsSettings};

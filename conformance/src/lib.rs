@@ -424,7 +424,10 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         .await
         .unwrap();
     assert_eq!(recs, vec![dedup2.clone()]);
-    recs = store.load_dedup(&app, &[shard.clone()], 0).await.unwrap();
+    recs = store
+        .load_dedup(&app, std::slice::from_ref(&shard), 0)
+        .await
+        .unwrap();
     recs.sort_by_key(|r| r.max_arrival);
     assert_eq!(recs, vec![dedup.clone(), dedup2]);
     assert!(store.global_total().await.unwrap() >= 5);

@@ -33,7 +33,7 @@ impl DedupRecord {
 
     /// Decodes [`DedupRecord::encode_ids`]; `None` if the length is not a multiple of 16.
     pub fn decode_ids(bytes: &[u8]) -> Option<Vec<u128>> {
-        if bytes.len() % 16 != 0 {
+        if !bytes.len().is_multiple_of(16) {
             return None;
         }
         Some(

@@ -5,6 +5,7 @@
 //! windows and chunking ([`window`]), summary buckets ([`buckets`]), lease decisions ([`lease`]),
 //! trending ([`trending`]), latency ([`latency`]), backoff ([`retry`]), shard hashing
 //! ([`hashing`]) and the ports themselves ([`ports`]).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod buckets;
 pub mod dedup;

@@ -9,6 +9,7 @@
 //!
 //! Each handle owns one connection behind a mutex and runs its statements on tokio's blocking
 //! pool.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod stores;
 mod stream;

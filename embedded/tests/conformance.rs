@@ -1,4 +1,5 @@
 //! The port conformance suite on the embedded backend.
+#![allow(clippy::unwrap_used)]
 
 use tally_embedded::Embedded;
 

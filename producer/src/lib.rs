@@ -4,6 +4,7 @@
 //!   reproducible from a seed; it keeps the exact expected count of every post (the "truth").
 //! - [`put`]: cuts records into PutRecords batches (≤ 500 records, ≤ 5 MiB) and resends only
 //!   the entries that failed, with capped, jittered backoff.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod generate;
 pub mod put;

@@ -1,6 +1,6 @@
 //! Helpers for the end-to-end tests: run the `tally` binary against a backend, and write NDJSON
 //! files against contract v1 independently of tally's own generator.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -132,7 +132,10 @@ impl Target {
     pub fn mismatches(&self, expected: &BTreeMap<String, i64>) -> Vec<(String, i64, i64)> {
         expected
             .iter()
-            .filter_map(|(p, &e)| (self.count(p) != e).then(|| (p.clone(), e, self.count(p))))
+            .filter_map(|(p, &e)| {
+                let got = self.count(p);
+                (got != e).then_some((p.clone(), e, got))
+            })
             .collect()
     }
 }
