@@ -186,6 +186,8 @@ async fn run_inner(
     let wake = Arc::new(Notify::new());
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut last_discovery: Option<Instant> = None;
+    // Only a failure of the very first discovery (a missing stream, say) ends the worker.
+    let mut discovered_once = false;
     let mut finished_since: HashMap<String, Instant> = HashMap::new();
     let mut last_stats = Instant::now();
     let policy = LeasePolicy {
@@ -206,6 +208,9 @@ async fn run_inner(
                 Ok(ShardEnd::Finished) => {
                     metrics.finished.fetch_add(1, Ordering::Relaxed);
                     info!(shard_id = %shard, "shard finished");
+                    // Its children may be new: list the shards now rather than at the next
+                    // discovery, so that they start within a poll.
+                    last_discovery = None;
                 }
                 Ok(ShardEnd::Stopped) => {}
                 Ok(ShardEnd::Lost) => {
@@ -237,7 +242,7 @@ async fn run_inner(
 
         // Discover shards.
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.discovery_interval) {
-            let first = last_discovery.is_none();
+            let first = !discovered_once;
             let discovered = async {
                 let shards =
                     with_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards()).await?;
@@ -248,7 +253,10 @@ async fn run_inner(
             }
             .await;
             match discovered {
-                Ok(()) => last_discovery = Some(Instant::now()),
+                Ok(()) => {
+                    last_discovery = Some(Instant::now());
+                    discovered_once = true;
+                }
                 Err(e) if first => break Err(e.into()),
                 Err(e) => warn!(error = %e, "shard discovery failed"),
             }

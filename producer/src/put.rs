@@ -189,4 +189,106 @@ mod tests {
         let (failed, _) = failed_entries(&es, &[]);
         assert_eq!(failed.len(), 4);
     }
+
+    /// A stream that fails the odd entries of its first `failing_calls` calls, and stores the rest.
+    struct Flaky {
+        failing_calls: usize,
+        calls: std::sync::Mutex<usize>,
+        stored: std::sync::Mutex<Vec<PutEntry>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Stream for Flaky {
+        async fn list_shards(
+            &self,
+        ) -> tally_core::ports::PortResult<Vec<tally_core::ports::ShardInfo>> {
+            Ok(vec![])
+        }
+        async fn open(
+            &self,
+            _: &str,
+            _: tally_core::ports::StartPosition,
+        ) -> tally_core::ports::PortResult<Box<dyn tally_core::ports::ShardReader>> {
+            Err(tally_core::ports::PortError::Other("not readable".into()))
+        }
+        async fn put_records(
+            &self,
+            entries: &[PutEntry],
+        ) -> tally_core::ports::PortResult<Vec<PutOutcome>> {
+            let call = {
+                let mut c = self.calls.lock().unwrap();
+                *c += 1;
+                *c
+            };
+            Ok(entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    if call <= self.failing_calls
+                        && (i % 2 == 1 || self.failing_calls == usize::MAX)
+                    {
+                        PutOutcome::Failed {
+                            code: "ProvisionedThroughputExceededException".into(),
+                            message: "slow down".into(),
+                        }
+                    } else {
+                        self.stored.lock().unwrap().push(e.clone());
+                        PutOutcome::Ok {
+                            shard_id: "s".into(),
+                            seq: SeqNo::parse(&self.stored.lock().unwrap().len().to_string())
+                                .unwrap(),
+                        }
+                    }
+                })
+                .collect())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn put_batch_resends_only_failures_and_stores_each_once() {
+        let flaky = Flaky {
+            failing_calls: 3,
+            calls: Default::default(),
+            stored: Default::default(),
+        };
+        let es: Vec<PutEntry> = (0..8).map(|i| entry(i, 3)).collect();
+        let mut stats = PutStats::default();
+        put_batch(&flaky, es.clone(), &Backoff::default(), &mut stats)
+            .await
+            .unwrap();
+        let mut stored = flaky.stored.lock().unwrap().clone();
+        stored.sort_by(|a, b| a.partition_key.cmp(&b.partition_key));
+        let mut expected = es;
+        expected.sort_by(|a, b| a.partition_key.cmp(&b.partition_key));
+        assert_eq!(stored, expected, "every entry exactly once");
+        // 8 entries: 4 fail, then 2 of those, then 1: 7 resent over 4 calls.
+        assert_eq!((stats.calls, stats.resent, stats.records), (4, 7, 8));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn put_batch_gives_up_with_a_clear_error() {
+        let flaky = Flaky {
+            failing_calls: usize::MAX,
+            calls: Default::default(),
+            stored: Default::default(),
+        };
+        let b = Backoff {
+            max_retries: 3,
+            ..Backoff::default()
+        };
+        let err = put_batch(
+            &flaky,
+            (0..4).map(|i| entry(i, 1)).collect(),
+            &b,
+            &mut PutStats::default(),
+        )
+        .await
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("still failed after 4 attempts")
+                && msg.contains("ProvisionedThroughputExceededException"),
+            "{msg}"
+        );
+    }
 }
