@@ -1,5 +1,5 @@
 # The image the ECS services run (terraform/: var.image). Build: docker build -t tally .
-FROM rust:1.85-bookworm AS build
+FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin tally
