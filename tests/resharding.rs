@@ -70,6 +70,25 @@ fn resharding_keeps_counts_exact(t: Target, parent: &str) {
         t.json(&["dead-letters", "--json"])["count"],
         2 * exp.malformed as u64
     );
+
+    // Once its children have progressed, the finished parent's lease row is cleaned up, and it is
+    // not created (and read) again: counts unchanged.
+    t.run_env(
+        &["count", "--until-idle"],
+        &[("TALLY_LEASE__FINISHED_GRACE_SECS", "0")],
+    );
+    t.run(&["count", "--until-idle"]);
+    let leases = t.json(&["leases", "--json"]);
+    assert!(
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["shard_id"] != parent),
+        "{leases}"
+    );
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
 }
 
 #[test]

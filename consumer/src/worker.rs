@@ -246,6 +246,11 @@ async fn run_inner(
             let discovered = async {
                 let shards =
                     with_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards()).await?;
+                let rows = with_backoff(&cfg.backoff, "list leases", || {
+                    deps.leases.list_leases(&cfg.app)
+                })
+                .await?;
+                let shards = shards_needing_rows(shards, &rows);
                 with_backoff(&cfg.backoff, "create lease rows", || {
                     deps.leases.ensure_leases(&cfg.app, &shards)
                 })
@@ -327,13 +332,18 @@ async fn run_inner(
             }
         }
 
-        // Clean up finished shards whose children are all finished, after a grace period.
+        // Clean up a finished shard's row once every child has made progress (a checkpoint of
+        // its own), after a grace period; discovery will not create it again.
         for l in leases.iter().filter(|l| l.finished) {
             let children: Vec<&Lease> = leases
                 .iter()
                 .filter(|c| c.parents.contains(&l.shard_id))
                 .collect();
-            if !children.is_empty() && children.iter().all(|c| c.finished) {
+            if !children.is_empty()
+                && children
+                    .iter()
+                    .all(|c| c.finished || c.checkpoint.is_some())
+            {
                 let since = *finished_since
                     .entry(l.shard_id.clone())
                     .or_insert_with(Instant::now);
@@ -593,6 +603,81 @@ pub fn default_worker_id() -> String {
         host.unwrap_or_else(|| "localhost".into()),
         std::process::id()
     )
+}
+
+/// The shards that need a lease row: all, except a closed shard without one whose child already
+/// has one — it was processed, finished and cleaned up, and must not be read again.
+fn shards_needing_rows(
+    shards: Vec<tally_core::ports::ShardInfo>,
+    rows: &[Lease],
+) -> Vec<tally_core::ports::ShardInfo> {
+    let has_row = |id: &str| rows.iter().any(|l| l.shard_id == id);
+    let cleaned: Vec<String> = shards
+        .iter()
+        .filter(|s| s.closed && !has_row(&s.shard_id))
+        .filter(|s| {
+            shards
+                .iter()
+                .any(|c| c.parents.contains(&s.shard_id) && has_row(&c.shard_id))
+        })
+        .map(|s| s.shard_id.clone())
+        .collect();
+    shards
+        .into_iter()
+        .filter(|s| !cleaned.contains(&s.shard_id))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_core::ports::ShardInfo;
+
+    fn shard(id: &str, parents: &[&str], closed: bool) -> ShardInfo {
+        ShardInfo {
+            shard_id: id.into(),
+            parents: parents.iter().map(|p| p.to_string()).collect(),
+            closed,
+        }
+    }
+
+    fn row(id: &str) -> Lease {
+        Lease {
+            app: "a".into(),
+            shard_id: id.into(),
+            owner: None,
+            epoch: 0,
+            expires_ms: 0,
+            checkpoint: None,
+            finished: false,
+            parents: vec![],
+        }
+    }
+
+    #[test]
+    fn a_cleaned_up_parent_is_not_created_again() {
+        let shards = vec![
+            shard("p", &[], true),
+            shard("c1", &["p"], false),
+            shard("c2", &["p"], false),
+        ];
+        let ids = |v: Vec<ShardInfo>| v.into_iter().map(|s| s.shard_id).collect::<Vec<_>>();
+        // A fresh application: everything gets a row, the parent first in line.
+        assert_eq!(
+            ids(shards_needing_rows(shards.clone(), &[])),
+            ["p", "c1", "c2"]
+        );
+        // The parent's row was deleted after its children started: it stays gone.
+        assert_eq!(
+            ids(shards_needing_rows(shards.clone(), &[row("c1"), row("c2")])),
+            ["c1", "c2"]
+        );
+        // An open shard always keeps its row.
+        assert_eq!(
+            ids(shards_needing_rows(vec![shard("o", &[], false)], &[])),
+            ["o"]
+        );
+    }
 }
 
 /// Aborts a task when dropped.
