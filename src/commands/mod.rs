@@ -84,10 +84,12 @@ pub fn progress(len: Option<u64>, quiet: bool) -> ProgressBar {
     if quiet {
         pb.set_draw_target(ProgressDrawTarget::hidden());
     }
-    let style = ProgressStyle::with_template(
-        "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records ({per_sec})",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let template = match len {
+        Some(_) => "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records ({per_sec})",
+        None => "{spinner} {elapsed_precise} {pos} records ({per_sec})",
+    };
+    let style =
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
     pb.set_style(style.progress_chars("=> "));
     pb
 }
