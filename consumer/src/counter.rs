@@ -24,6 +24,7 @@ use tally_core::window::{plan_chunks, ClosedWindow, WindowBuilder};
 use tally_core::SeqNo;
 use tracing::debug;
 
+use crate::retry::with_backoff;
 use crate::worker::{ProcessorFactory, ShardProcessor};
 use crate::ConsumerError;
 
@@ -216,50 +217,45 @@ impl CounterShard {
     /// it, so it is done; still our lease otherwise is an inconsistency; another owner or
     /// epoch means the lease was lost.
     async fn commit_once(&self, commit: ChunkCommit<'_>) -> Result<(), ConsumerError> {
-        let mut attempt = 0;
-        loop {
-            match self.store.commit_chunk(commit.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(PortError::Fenced { .. }) => {
-                    let st = self
-                        .store
-                        .shard_state(&commit.fence.app, &commit.fence.shard_id)
-                        .await?;
-                    let mine = st.lease.owner.as_deref() == Some(commit.fence.owner.as_str())
-                        && st.lease.epoch == commit.fence.epoch;
-                    let applied = if commit.last.is_some() {
-                        st.pending.is_none() && st.lease.checkpoint.as_ref() == Some(commit.end)
-                    } else {
-                        st.pending
-                            .as_ref()
-                            .is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
-                    };
-                    if mine && applied {
-                        return Ok(());
-                    }
-                    if mine {
-                        return Err(ConsumerError::Inconsistent {
-                            shard_id: commit.fence.shard_id.clone(),
-                            detail: format!(
-                                "the checkpoint row (checkpoint {:?}, pending {:?}) does not match chunk {} of {} of the window ending at {}",
-                                st.lease.checkpoint, st.pending, commit.index, commit.count, commit.end
-                            ),
-                        });
-                    }
-                    return Err(PortError::Fenced {
-                        app: commit.fence.app.clone(),
+        let result = with_backoff(&self.cfg.backoff, "commit chunk", || {
+            self.store.commit_chunk(commit.clone())
+        })
+        .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(PortError::Fenced { .. }) => {
+                let st = self
+                    .store
+                    .shard_state(&commit.fence.app, &commit.fence.shard_id)
+                    .await?;
+                let mine = st.lease.owner.as_deref() == Some(commit.fence.owner.as_str())
+                    && st.lease.epoch == commit.fence.epoch;
+                let applied = if commit.last.is_some() {
+                    st.pending.is_none() && st.lease.checkpoint.as_ref() == Some(commit.end)
+                } else {
+                    st.pending
+                        .as_ref()
+                        .is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
+                };
+                if mine && applied {
+                    return Ok(());
+                }
+                if mine {
+                    return Err(ConsumerError::Inconsistent {
                         shard_id: commit.fence.shard_id.clone(),
-                    }
-                    .into());
+                        detail: format!(
+                            "the checkpoint row (checkpoint {:?}, pending {:?}) does not match chunk {} of {} of the window ending at {}",
+                            st.lease.checkpoint, st.pending, commit.index, commit.count, commit.end
+                        ),
+                    });
                 }
-                Err(e) if e.is_retryable() && attempt < self.cfg.backoff.max_retries => {
-                    let delay = self.cfg.backoff.delay(attempt, rand::random::<f64>());
-                    tracing::warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "commit chunk: retrying");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
+                Err(PortError::Fenced {
+                    app: commit.fence.app.clone(),
+                    shard_id: commit.fence.shard_id.clone(),
                 }
-                Err(e) => return Err(e.into()),
+                .into())
             }
+            Err(e) => Err(e.into()),
         }
     }
 }

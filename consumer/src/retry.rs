@@ -1,5 +1,6 @@
-//! The one retry loop for retryable port errors (throttling, conflicts, timeouts, unreachable
-//! endpoints): capped exponential backoff with full jitter, bounded in attempts.
+//! The one retry policy for retryable port errors (throttling, conflicts, timeouts, unreachable
+//! endpoints): capped exponential backoff with full jitter, bounded in attempts. [`Retry`] is the
+//! policy; [`with_backoff`] the common loop around it.
 
 use std::future::Future;
 
@@ -7,28 +8,57 @@ use rand::Rng;
 use tally_core::ports::{PortError, PortResult};
 use tally_core::retry::Backoff;
 
+/// The retry budget of one call: decides whether a failure is retried, and sleeps before it.
+/// Every retry loop of the consumers goes through it, so policy, bounds and logging live here.
+pub struct Retry<'a> {
+    backoff: &'a Backoff,
+    /// What is being retried, for logs and the final error.
+    what: &'a str,
+    attempt: u32,
+}
+
+impl<'a> Retry<'a> {
+    pub fn new(backoff: &'a Backoff, what: &'a str) -> Retry<'a> {
+        Retry {
+            backoff,
+            what,
+            attempt: 0,
+        }
+    }
+
+    /// After a failure: `Ok` once the pause before the next attempt is over, or the error to give
+    /// up with (not retryable, or the budget is spent).
+    pub async fn pause(&mut self, e: PortError) -> PortResult<()> {
+        if !e.is_retryable() {
+            return Err(e);
+        }
+        if self.attempt >= self.backoff.max_retries {
+            return Err(PortError::Other(format!(
+                "{}: gave up after {} retries: {e}",
+                self.what, self.backoff.max_retries
+            )));
+        }
+        let delay = self
+            .backoff
+            .delay(self.attempt, rand::thread_rng().gen::<f64>());
+        tracing::warn!(error = %e, attempt = self.attempt, delay_ms = delay.as_millis() as u64, "{}: retrying", self.what);
+        tokio::time::sleep(delay).await;
+        self.attempt += 1;
+        Ok(())
+    }
+}
+
 /// Runs `op` until it succeeds, fails with a non-retryable error, or the budget runs out.
 pub async fn with_backoff<T, F, Fut>(backoff: &Backoff, what: &str, mut op: F) -> PortResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = PortResult<T>>,
 {
-    let mut attempt = 0;
+    let mut retry = Retry::new(backoff, what);
     loop {
         match op().await {
-            Err(e) if e.is_retryable() && attempt < backoff.max_retries => {
-                let delay = backoff.delay(attempt, rand::thread_rng().gen::<f64>());
-                tracing::warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "{what}: retrying");
-                tokio::time::sleep(delay).await;
-                attempt += 1;
-            }
-            Err(e) if e.is_retryable() => {
-                return Err(PortError::Other(format!(
-                    "{what}: gave up after {} retries: {e}",
-                    backoff.max_retries
-                )));
-            }
-            other => return other,
+            Ok(v) => return Ok(v),
+            Err(e) => retry.pause(e).await?,
         }
     }
 }

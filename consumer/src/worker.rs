@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use rand::Rng;
 use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
 use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, StartPosition, Stream};
 use tally_core::retry::Backoff;
@@ -24,7 +23,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
 
-use crate::retry::with_backoff;
+use crate::retry::{with_backoff, Retry};
 use crate::ConsumerError;
 
 /// Wall-clock milliseconds since the epoch.
@@ -559,20 +558,12 @@ impl ShardTask {
         &self,
         reader: &mut dyn tally_core::ports::ShardReader,
     ) -> Result<ReadBatch, ConsumerError> {
-        let mut attempt = 0;
+        // A reader is borrowed mutably per call, so the loop is here; the policy is `Retry`'s.
+        let mut retry = Retry::new(&self.cfg.backoff, "GetRecords");
         loop {
             match reader.next_batch(self.cfg.batch_limit).await {
                 Ok(b) => return Ok(b),
-                Err(e) if e.is_retryable() && attempt < self.cfg.backoff.max_retries => {
-                    let delay = self
-                        .cfg
-                        .backoff
-                        .delay(attempt, rand::thread_rng().gen::<f64>());
-                    warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "GetRecords: retrying");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(ConsumerError::Port(e)),
+                Err(e) => retry.pause(e).await?,
             }
         }
     }
@@ -626,58 +617,6 @@ fn shards_needing_rows(
         .into_iter()
         .filter(|s| !cleaned.contains(&s.shard_id))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tally_core::ports::ShardInfo;
-
-    fn shard(id: &str, parents: &[&str], closed: bool) -> ShardInfo {
-        ShardInfo {
-            shard_id: id.into(),
-            parents: parents.iter().map(|p| p.to_string()).collect(),
-            closed,
-        }
-    }
-
-    fn row(id: &str) -> Lease {
-        Lease {
-            app: "a".into(),
-            shard_id: id.into(),
-            owner: None,
-            epoch: 0,
-            expires_ms: 0,
-            checkpoint: None,
-            finished: false,
-            parents: vec![],
-        }
-    }
-
-    #[test]
-    fn a_cleaned_up_parent_is_not_created_again() {
-        let shards = vec![
-            shard("p", &[], true),
-            shard("c1", &["p"], false),
-            shard("c2", &["p"], false),
-        ];
-        let ids = |v: Vec<ShardInfo>| v.into_iter().map(|s| s.shard_id).collect::<Vec<_>>();
-        // A fresh application: everything gets a row, the parent first in line.
-        assert_eq!(
-            ids(shards_needing_rows(shards.clone(), &[])),
-            ["p", "c1", "c2"]
-        );
-        // The parent's row was deleted after its children started: it stays gone.
-        assert_eq!(
-            ids(shards_needing_rows(shards.clone(), &[row("c1"), row("c2")])),
-            ["c1", "c2"]
-        );
-        // An open shard always keeps its row.
-        assert_eq!(
-            ids(shards_needing_rows(vec![shard("o", &[], false)], &[])),
-            ["o"]
-        );
-    }
 }
 
 /// Aborts a task when dropped.
@@ -742,5 +681,57 @@ impl ShardStats {
             );
             *self = ShardStats::new();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_core::ports::ShardInfo;
+
+    fn shard(id: &str, parents: &[&str], closed: bool) -> ShardInfo {
+        ShardInfo {
+            shard_id: id.into(),
+            parents: parents.iter().map(|p| p.to_string()).collect(),
+            closed,
+        }
+    }
+
+    fn row(id: &str) -> Lease {
+        Lease {
+            app: "a".into(),
+            shard_id: id.into(),
+            owner: None,
+            epoch: 0,
+            expires_ms: 0,
+            checkpoint: None,
+            finished: false,
+            parents: vec![],
+        }
+    }
+
+    #[test]
+    fn a_cleaned_up_parent_is_not_created_again() {
+        let shards = vec![
+            shard("p", &[], true),
+            shard("c1", &["p"], false),
+            shard("c2", &["p"], false),
+        ];
+        let ids = |v: Vec<ShardInfo>| v.into_iter().map(|s| s.shard_id).collect::<Vec<_>>();
+        // A fresh application: everything gets a row, the parent first in line.
+        assert_eq!(
+            ids(shards_needing_rows(shards.clone(), &[])),
+            ["p", "c1", "c2"]
+        );
+        // The parent's row was deleted after its children started: it stays gone.
+        assert_eq!(
+            ids(shards_needing_rows(shards.clone(), &[row("c1"), row("c2")])),
+            ["c1", "c2"]
+        );
+        // An open shard always keeps its row.
+        assert_eq!(
+            ids(shards_needing_rows(vec![shard("o", &[], false)], &[])),
+            ["o"]
+        );
     }
 }
