@@ -138,7 +138,7 @@ impl Default for CounterSettings {
 impl Default for AnalyticsSettings {
     fn default() -> Self {
         AnalyticsSettings {
-            sketch_capacity: 1_000,
+            sketch_capacity: 200,
             half_life_secs: 300,
             window_records: 20_000,
             window_ms: 5_000,
@@ -252,7 +252,8 @@ impl Settings {
             "analytics.sketch_capacity",
             self.analytics.sketch_capacity,
             1,
-            1_000_000,
+            // The sketch is stored as one DynamoDB item (≤ 400 KB) per shard.
+            5_000,
         )?;
         range(
             "analytics.half_life_secs",

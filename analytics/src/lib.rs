@@ -43,7 +43,7 @@ impl AnalyticsConfig {
     pub fn new(app: &str) -> AnalyticsConfig {
         AnalyticsConfig {
             app: app.to_owned(),
-            sketch_capacity: 1_000,
+            sketch_capacity: 200,
             half_life: Duration::from_secs(300),
             window_records: 20_000,
             window_time: Duration::from_secs(5),
