@@ -109,7 +109,14 @@ fn demo_reports_exact_counts() {
     assert_eq!(v["counted_total"], v["expected_total"]);
     assert_eq!(v["dead_letters"], v["malformed_injected"]);
     assert!(v["duplicates_injected"].as_u64().unwrap() > 0);
-    assert!(v["writes_per_event"].as_f64().unwrap() > 0.0);
+    let (writes, wcu) = (
+        v["writes_per_event"].as_f64().unwrap(),
+        v["dynamodb_wcu_per_event"].as_f64().unwrap(),
+    );
+    assert!(
+        writes > 0.0 && wcu >= 2.0 * writes,
+        "transactional writes cost at least 2 WCU each: {writes} {wcu}"
+    );
     assert_eq!(v["trending"].as_array().unwrap().len(), 10);
     assert!(v["latency_ms"]["max"].as_u64().unwrap() >= v["latency_ms"]["p50"].as_u64().unwrap());
 }

@@ -20,7 +20,9 @@ use tally_core::ports::{
     ChunkCommit, CounterStore, Fence, LastChunk, Pending, PortError, ReadBatch, StartPosition,
 };
 use tally_core::retry::Backoff;
-use tally_core::window::{plan_chunks, ClosedWindow, WindowBuilder};
+use tally_core::window::{
+    dedup_write_units, plan_chunks, write_units, ClosedWindow, WindowBuilder,
+};
 use tally_core::SeqNo;
 use tracing::debug;
 
@@ -74,6 +76,9 @@ pub struct CounterMetrics {
     /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
     /// letter, the checkpoint row, the dedup record, the global total).
     pub items_written: AtomicU64,
+    /// What those writes cost in DynamoDB write units (1 KB each, doubled: every item is written
+    /// in a TransactWriteItems).
+    pub write_units: AtomicU64,
     /// The largest iterator age seen (ms).
     pub max_iterator_age_ms: AtomicU64,
 }
@@ -200,6 +205,20 @@ impl CounterShard {
             self.metrics
                 .items_written
                 .fetch_add((chunk.range.len() + extra) as u64, Ordering::Relaxed);
+            // The lease row, plus on the last chunk the dedup record and the global total.
+            let fixed = if is_last {
+                2 + dedup_write_units(&w.dedup)
+            } else {
+                1
+            };
+            let units: u64 = w.items[chunk.range.clone()]
+                .iter()
+                .map(write_units)
+                .sum::<u64>()
+                + fixed;
+            self.metrics
+                .write_units
+                .fetch_add(2 * units, Ordering::Relaxed);
             if let Some(n) = self.cfg.crash_after_chunks {
                 if self.metrics.chunks.load(Ordering::Relaxed) >= n {
                     eprintln!("failpoint: aborting after {n} chunk commits");

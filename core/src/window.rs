@@ -39,6 +39,27 @@ pub enum WriteItem {
     DeadLetter(DeadLetter),
 }
 
+/// DynamoDB write units (1 KB each) of writing an item once, outside a transaction; a
+/// transaction costs twice this. Summary items stay below 1 KB by design (at most 60 minute or 24
+/// hour slots each); a dead letter carries up to 4 KiB of raw bytes.
+pub fn write_units(item: &WriteItem) -> u64 {
+    match item {
+        WriteItem::Summary(_) => 1,
+        WriteItem::DeadLetter(d) => {
+            units(d.data.len() + d.reason.len() + d.shard_id.len() + d.seq.as_str().len() + 64)
+        }
+    }
+}
+
+/// Write units of a window's dedup record (16 bytes per id plus its key).
+pub fn dedup_write_units(rec: &DedupRecord) -> u64 {
+    units(16 * rec.ids.len() + 160)
+}
+
+fn units(bytes: usize) -> u64 {
+    bytes.div_ceil(1024).max(1) as u64
+}
+
 /// What a window counted, for metrics and reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WindowStats {

@@ -84,6 +84,7 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
     let records = put.records;
     let items = cm.items_written.load(Ordering::Relaxed);
     let writes_per_event = items as f64 / truth.events.max(1) as f64;
+    let wcu_per_event = cm.write_units.load(Ordering::Relaxed) as f64 / truth.events.max(1) as f64;
     let events_per_sec = records as f64 / elapsed.as_secs_f64();
     let report = json!({
         "backend": format!("{:?}", s.backend).to_lowercase(),
@@ -102,6 +103,7 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
         "chunks": cm.chunks.load(Ordering::Relaxed),
         "store_writes": items,
         "writes_per_event": writes_per_event,
+        "dynamodb_wcu_per_event": wcu_per_event,
         "events_per_sec": events_per_sec,
         "elapsed_secs": elapsed.as_secs_f64(),
         "produce_secs": produced_in.as_secs_f64(),
@@ -131,7 +133,11 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
             dead, truth.malformed
         );
         println!("every count exact     {}", if exact { "yes" } else { "NO" });
-        println!("store writes / event  {writes_per_event:.3} ({items} item writes in {} windows; one UpdateItem per like would be 1.000)", cm.windows.load(Ordering::Relaxed));
+        println!(
+            "store writes / event  {writes_per_event:.3} ({items} item writes in {} windows; one UpdateItem per like would be 1.000)",
+            cm.windows.load(Ordering::Relaxed)
+        );
+        println!("DynamoDB WCU / event  {wcu_per_event:.3} (the same writes in TransactWriteItems, 1 KB units; one UpdateItem per like: 1.000)");
         println!(
             "throughput            {events_per_sec:.0} records/s ({:.2}s end to end)",
             elapsed.as_secs_f64()
