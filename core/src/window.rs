@@ -215,7 +215,7 @@ pub fn plan_chunks(n_items: usize, max_items: usize) -> Vec<ChunkPlan> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buckets::ItemKind;
+    use crate::buckets::{ItemKind, PostDelta};
 
     fn rec(seq: u64, data: &str) -> StreamRecord {
         StreamRecord {
@@ -303,5 +303,34 @@ mod tests {
                 .iter()
                 .all(|c| c.range.len() <= max && c.count as usize == plan.len()));
         }
+    }
+
+    #[test]
+    fn write_units_follow_item_size() {
+        let mut d = PostDelta::default();
+        d.add(0, 1);
+        assert!(d
+            .items("p")
+            .into_iter()
+            .all(|i| write_units(&WriteItem::Summary(i)) == 1));
+        let dl = |n: usize| DeadLetter {
+            shard_id: "s".into(),
+            seq: SeqNo::parse("1").unwrap(),
+            arrival_ms: 0,
+            reason: "r".into(),
+            data: vec![0; n],
+        };
+        assert_eq!(write_units(&WriteItem::DeadLetter(dl(10))), 1);
+        assert_eq!(
+            write_units(&WriteItem::DeadLetter(dl(DEAD_LETTER_MAX_BYTES))),
+            5
+        );
+        assert_eq!(
+            dedup_write_units(&DedupRecord {
+                max_arrival: 0,
+                ids: vec![0; 5_000]
+            }),
+            79
+        );
     }
 }
