@@ -55,6 +55,11 @@ ready() { # service port target content-type
 
 wait_ready() { # name service port target content-type
   for _ in $(seq 1 120); do
+    if ! alive "$DIR/$1.pid"; then
+      log "$1 exited before answering (is 127.0.0.1:$3 taken by another process?); its log follows"
+      tail -n 30 "$DIR/$1.log" >&2 || true
+      return 1
+    fi
     if ready "$2" "$3" "$4" "$5"; then log "$1 ready on 127.0.0.1:$3"; return 0; fi
     sleep 0.5
   done
@@ -88,7 +93,11 @@ stop() {
       local pid
       pid=$(cat "$DIR/$name.pid")
       kill "$pid"
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      if kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid" 2>/dev/null || true
+        log "$name (pid $pid) ignored SIGTERM: killed"
+      fi
       log "stopped $name (pid $pid)"
     fi
     rm -f "$DIR/$name.pid"
