@@ -22,9 +22,8 @@ const FAST: &[(&str, &str)] = &[
     ("TALLY_COUNTER__WINDOW_MS", "300"),
 ];
 
-fn truth(t: &Target, path: &std::path::Path) -> (BTreeMap<String, i64>, i64, u64) {
+fn truth(path: &std::path::Path) -> (BTreeMap<String, i64>, i64, u64) {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    let _ = t;
     (
         serde_json::from_value(v["counts"].clone()).unwrap(),
         v["total"].as_i64().unwrap(),
@@ -125,7 +124,7 @@ fn fleet_keeps_counts_exact(
     let mut d = t.spawn("d", &["count", "--worker-id", "d"], fast);
     let status = producer.wait(COMMAND_TIMEOUT);
     assert!(status.success(), "{}", producer.log_text());
-    let (expected, total, malformed) = truth(&t, &truth_file);
+    let (expected, total, malformed) = truth(&truth_file);
     t.eventually(
         "the survivors to count everything",
         Duration::from_secs(120),

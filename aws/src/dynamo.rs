@@ -208,17 +208,15 @@ impl DynamoStore {
         if let Some(url) = &st.dynamodb_endpoint_url {
             b = b.endpoint_url(url);
         }
-        let endpoint = st
-            .dynamodb_endpoint_url
-            .clone()
-            .unwrap_or_else(|| format!("dynamodb.{}.amazonaws.com", crate::region_of(sdk)));
         DynamoStore {
             client: Client::from_conf(b.build()),
             prefix: st.table_prefix.clone(),
-            target: Target {
-                service: "DynamoDB",
-                endpoint,
-            },
+            target: Target::new(
+                "DynamoDB",
+                "dynamodb",
+                st.dynamodb_endpoint_url.as_ref(),
+                sdk,
+            ),
         }
     }
 

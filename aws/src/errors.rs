@@ -14,6 +14,21 @@ pub struct Target {
     pub endpoint: String,
 }
 
+impl Target {
+    /// The endpoint override, or the service's regional endpoint.
+    pub fn new(
+        service: &'static str,
+        host: &str,
+        url: Option<&String>,
+        sdk: &aws_config::SdkConfig,
+    ) -> Target {
+        let endpoint = url
+            .cloned()
+            .unwrap_or_else(|| format!("{host}.{}.amazonaws.com", crate::region_of(sdk)));
+        Target { service, endpoint }
+    }
+}
+
 /// Maps an SDK error of `call` on `resource`.
 pub fn map<E>(
     target: &Target,

@@ -31,17 +31,10 @@ impl KinesisStream {
         if let Some(url) = &s.kinesis_endpoint_url {
             b = b.endpoint_url(url);
         }
-        let endpoint = s
-            .kinesis_endpoint_url
-            .clone()
-            .unwrap_or_else(|| format!("kinesis.{}.amazonaws.com", crate::region_of(sdk)));
         KinesisStream {
             client: Client::from_conf(b.build()),
             name: s.stream.clone(),
-            target: Target {
-                service: "Kinesis",
-                endpoint,
-            },
+            target: Target::new("Kinesis", "kinesis", s.kinesis_endpoint_url.as_ref(), sdk),
         }
     }
 

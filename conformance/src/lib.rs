@@ -235,28 +235,32 @@ fn summary(post: &str, deltas: &[(i64, i64)]) -> Vec<WriteItem> {
     d.items(post).into_iter().map(WriteItem::Summary).collect()
 }
 
+/// Creates a fresh shard's lease row and takes it as worker `w1`.
+async fn held_lease(
+    store: &(impl LeaseStore + ?Sized),
+    app: &str,
+    shard: &str,
+) -> tally_core::ports::Fence {
+    let info = ShardInfo {
+        shard_id: shard.to_owned(),
+        parents: vec![],
+        closed: false,
+    };
+    store.ensure_leases(app, &[info]).await.unwrap();
+    store
+        .take_lease(app, shard, 0, "w1", i64::MAX / 2)
+        .await
+        .unwrap()
+        .expect("a fresh lease is free")
+}
+
 /// Counter store: chunks apply in order with the checkpoint, a stale or out-of-order commit is
 /// refused, counts and "since" add up, dead letters are stored once.
 pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) {
     let app = format!("counter-{name}");
     let shard = format!("shard-{name}");
     let (post_a, post_b) = (format!("a-{name}"), format!("b-{name}"));
-    store
-        .ensure_leases(
-            &app,
-            &[ShardInfo {
-                shard_id: shard.clone(),
-                parents: vec![],
-                closed: false,
-            }],
-        )
-        .await
-        .unwrap();
-    let fence = store
-        .take_lease(&app, &shard, 0, "w1", i64::MAX / 2)
-        .await
-        .unwrap()
-        .unwrap();
+    let fence = held_lease(store, &app, &shard).await;
     assert!(store.max_items_per_commit() >= 1);
 
     let day = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
@@ -438,22 +442,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
 pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &str) {
     let app = format!("analytics-{name}");
     let shard = format!("shard-{name}");
-    store
-        .ensure_leases(
-            &app,
-            &[ShardInfo {
-                shard_id: shard.clone(),
-                parents: vec![],
-                closed: false,
-            }],
-        )
-        .await
-        .unwrap();
-    let fence = store
-        .take_lease(&app, &shard, 0, "w1", i64::MAX / 2)
-        .await
-        .unwrap()
-        .unwrap();
+    let fence = held_lease(store, &app, &shard).await;
     let snap = AnalyticsSnapshot {
         shard_id: shard.clone(),
         end: seq("42"),

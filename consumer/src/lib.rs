@@ -20,8 +20,6 @@ pub enum ConsumerError {
     /// A stored checkpoint disagrees with what the stream delivers.
     #[error("inconsistent state for shard {shard_id}: {detail}")]
     Inconsistent { shard_id: String, detail: String },
-    #[error("invalid configuration: {0}")]
-    Config(String),
 }
 
 impl ConsumerError {

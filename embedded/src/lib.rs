@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 use tally_core::ports::{PortError, PortResult};
 
 /// The database file's name inside the data dir.
@@ -116,23 +116,6 @@ impl Embedded {
             c.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
                 .map(|n| n as usize)
                 .map_err(sql_err)
-        })
-    }
-
-    /// Whether a store already exists in `dir`.
-    pub fn exists(dir: &Path) -> bool {
-        dir.join(DB_FILE).exists()
-    }
-
-    /// Sequence number of the newest record, if any (for tests and progress).
-    pub fn last_seq(&self) -> PortResult<Option<i64>> {
-        self.with(|c| {
-            c.query_row("SELECT MAX(seq) FROM records", [], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
-            .optional()
-            .map(|o| o.flatten())
-            .map_err(sql_err)
         })
     }
 }
