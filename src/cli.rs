@@ -66,6 +66,8 @@ pub enum Command {
     Leases(LeasesArgs),
     /// Create the stream and tables if missing and wait until they are active.
     Setup(SetupArgs),
+    /// Delete the stream and tables (or the embedded store): development and tests only.
+    Teardown(TeardownArgs),
     /// Split a shard in two (development and tests; production reshards with UpdateShardCount).
     Reshard(ReshardArgs),
     /// Print the effective configuration (defaults, file, environment and flags) as TOML.
@@ -246,6 +248,13 @@ pub struct LeasesArgs {
     pub app: String,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TeardownArgs {
+    /// Confirm: every count, lease and checkpoint of this stream is deleted.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Args, Debug)]

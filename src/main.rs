@@ -47,6 +47,9 @@ async fn run(cli: Cli) -> Result<()> {
     if let Command::Setup(_) = &cli.command {
         return commands::setup::setup(&settings).await;
     }
+    if let Command::Teardown(a) = &cli.command {
+        return commands::setup::teardown(&settings, a).await;
+    }
     if let Command::Config = &cli.command {
         print!("{}", toml::to_string_pretty(&settings)?);
         return Ok(());
@@ -67,7 +70,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Latency(a) => commands::read::latency(&b, a).await,
         Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
         Command::Leases(a) => commands::read::leases(&b, a).await,
-        Command::Demo(_) | Command::Setup(_) | Command::Reshard(_) | Command::Config => {
+        Command::Demo(_)
+        | Command::Setup(_)
+        | Command::Teardown(_)
+        | Command::Reshard(_)
+        | Command::Config => {
             unreachable!("handled above")
         }
     }

@@ -116,14 +116,27 @@ fn errors_name_the_endpoint_and_the_missing_resource() {
         err.contains("-other-leases") && err.contains("tally setup"),
         "{err}"
     );
+
+    // Teardown asks for confirmation, then deletes the stream and every table.
+    let err = String::from_utf8_lossy(&t.fail(&["teardown"], &[]).stderr).into_owned();
+    assert!(err.contains("--yes"), "{err}");
+    let out = t.run(&["teardown", "--yes"]);
+    assert!(
+        out.contains("stream s-tables") && out.contains("-leases"),
+        "{out}"
+    );
+    let err = String::from_utf8_lossy(&t.fail(&["total"], &[]).stderr).into_owned();
+    assert!(err.contains("tally setup"), "{err}");
+    assert!(t.run(&["teardown", "--yes"]).contains("nothing to delete"));
 }
 
 #[test]
 fn injected_faults_keep_counts_exact() {
     let (kinesis, dynamodb) = endpoints();
     let (kp, dp) = (FaultProxy::start(&kinesis), FaultProxy::start(&dynamodb));
-    let t = Target::aws_at("faults", &kp.url, &dp.url);
+    let mut t = Target::aws_at("faults", &kp.url, &dp.url);
     t.run(&["setup", "--shards", "2"]);
+    t.teardown = true;
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, 1_500, 40, 17);
 

@@ -47,6 +47,7 @@ fn owners(t: &Target) -> BTreeMap<String, Option<String>> {
 
 /// The local DynamoDB peer applies a transaction in tens of milliseconds, not single ones: larger
 /// windows and leases there.
+#[cfg(feature = "aws-local")]
 const FAST_AWS: &[(&str, &str)] = &[
     ("TALLY_LEASE__DURATION_MS", "4000"),
     ("TALLY_LEASE__RENEW_MS", "500"),
@@ -97,9 +98,10 @@ fn fleet_keeps_counts_exact(
             }
         }
     };
-    t.eventually(
+    t.eventually_logged(
         "every shard owned by the three workers",
         Duration::from_secs(60),
+        &[&a, &b, &c],
         || {
             let o = owners(&t);
             !o.is_empty() && o.values().all(Option::is_some)
@@ -125,13 +127,17 @@ fn fleet_keeps_counts_exact(
     let status = producer.wait(COMMAND_TIMEOUT);
     assert!(status.success(), "{}", producer.log_text());
     let (expected, total, malformed) = truth(&truth_file);
-    t.eventually(
-        "the survivors to count everything",
+    // The killed worker's leases may outlive its last commit: wait for them to move on too.
+    let survivors_only = |t: &Target| owners(t).values().flatten().all(|o| o == "c" || o == "d");
+    t.eventually_logged(
+        "the survivors to count everything and hold every lease",
         Duration::from_secs(120),
+        &[&c, &d],
         || {
             sample(&t);
             t.json(&["total", "--json"])["total"] == total
                 && t.json(&["dead-letters", "--json"])["count"] == malformed
+                && survivors_only(&t)
         },
     );
     assert_eq!(t.mismatches(&expected), vec![]);
@@ -214,31 +220,39 @@ fn fleet_keeps_counts_exact_aws() {
 fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
     let file = t.dir.path().join("likes.ndjson");
     let exp = common::write_contract_file(&file, 3_000, 50, 33);
-    // Windows stay open for a while, so the paused worker holds unapplied deltas.
+    // The stale worker's windows never close on their own during the test: when it is paused it
+    // holds every record it read as unapplied deltas, however slow the machine is.
     let mut env = base.to_vec();
     env.retain(|(k, _)| !k.starts_with("TALLY_COUNTER"));
     env.push(("TALLY_COUNTER__WINDOW_RECORDS", "20000"));
-    env.push(("TALLY_COUNTER__WINDOW_MS", "4000"));
+    env.push(("TALLY_COUNTER__WINDOW_MS", "600000"));
     let mut stale = t.spawn("stale", &["count", "--worker-id", "stale"], &env);
-    t.eventually(
+    let owned_by = |who: &str| {
+        let o = owners(&t);
+        !o.is_empty() && o.values().all(|o| o.as_deref() == Some(who))
+    };
+    t.eventually_logged(
         "the first worker to own every shard",
         Duration::from_secs(60),
-        || owners(&t).values().all(|o| o.as_deref() == Some("stale")),
+        &[&stale],
+        || owned_by("stale"),
     );
     t.run(&["replay", file.to_str().unwrap()]);
     std::thread::sleep(Duration::from_millis(1_000));
     stale.signal("STOP");
-    // Its leases expire; another worker takes them and counts everything.
-    let mut fresh = t.spawn("fresh", &["count", "--worker-id", "fresh"], &env);
-    t.eventually(
-        "the fresh worker to count everything",
+    // Its leases expire; another worker takes every one of them and counts everything.
+    let mut fresh = t.spawn("fresh", &["count", "--worker-id", "fresh"], base);
+    t.eventually_logged(
+        "the fresh worker to take every lease and count everything",
         Duration::from_secs(120),
-        || t.json(&["total", "--json"])["total"] == exp.total(),
+        &[&fresh],
+        || owned_by("fresh") && t.json(&["total", "--json"])["total"] == exp.total(),
     );
     stale.signal("CONT");
-    t.eventually(
+    t.eventually_logged(
         "the stale worker to notice",
         Duration::from_secs(60),
+        &[&stale, &fresh],
         || stale.log_text().contains("lease lost"),
     );
     std::thread::sleep(Duration::from_millis(500));
@@ -250,9 +264,25 @@ fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
     );
     stale.signal("TERM");
     fresh.signal("TERM");
-    stale.wait(Duration::from_secs(30));
-    fresh.wait(Duration::from_secs(30));
+    assert!(stale.wait(Duration::from_secs(30)).success());
+    assert!(fresh.wait(Duration::from_secs(30)).success());
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    // The stale worker read records before its pause and applied none of them.
+    let log = stale.log_text();
+    let summary = log
+        .lines()
+        .find_map(|l| l.strip_prefix("counter stopped: "))
+        .unwrap_or_else(|| panic!("no summary in the stale log:\n{log}"));
+    let field = |name: &str| -> u64 {
+        summary
+            .split(", ")
+            .find_map(|f| f.strip_suffix(name))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name:?} in {summary:?}"))
+    };
+    assert!(field(" records") > 0, "{summary}");
+    assert_eq!(field(" windows"), 0, "{summary}");
+    assert!(!owners(&t).values().any(|o| o.as_deref() == Some("stale")));
 }
 
 #[test]

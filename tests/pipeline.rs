@@ -96,6 +96,11 @@ fn gzip_replay_and_record_round_trip() {
     t2.run(&["replay", rec.to_str().unwrap()]);
     t2.run(&["count", "--until-idle"]);
     assert_eq!(t2.mismatches(&exp.counts), vec![]);
+
+    // Teardown asks first, then deletes the store: a fresh one counts nothing.
+    assert!(!t2.fail(&["teardown"], &[]).status.success());
+    assert!(t2.run(&["teardown", "--yes"]).contains("tally.db"));
+    assert_eq!(t2.json(&["total", "--json"])["total"], 0);
 }
 
 #[test]

@@ -204,3 +204,45 @@ pub async fn split_shard(s: &AwsSettings, shard_id: &str) -> PortResult<Vec<Stri
         .map(|x| x.shard_id)
         .collect())
 }
+
+/// Deletes the stream and the tables, whichever exist; returns a summary. For development and
+/// tests (the counterpart of [`setup`]); production resources belong to Terraform.
+pub async fn teardown(s: &AwsSettings) -> PortResult<String> {
+    let sdk = sdk_config().await?;
+    let stream = KinesisStream::new(&sdk, s);
+    let tables = DynamoStore::new(&sdk, s);
+    let mut deleted = Vec::new();
+    match stream
+        .client()
+        .delete_stream()
+        .stream_name(stream.name())
+        .enforce_consumer_deletion(true)
+        .send()
+        .await
+        .map_err(|e| stream.err("DeleteStream", e))
+    {
+        Ok(_) => deleted.push(format!("stream {}", stream.name())),
+        Err(PortError::NotFound { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    for (suffix, ..) in TABLES {
+        let name = tables.table(suffix);
+        match tables
+            .client()
+            .delete_table()
+            .table_name(&name)
+            .send()
+            .await
+            .map_err(|e| tables.err("DeleteTable", suffix, e))
+        {
+            Ok(_) => deleted.push(format!("table {name}")),
+            Err(PortError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(if deleted.is_empty() {
+        "nothing to delete".to_owned()
+    } else {
+        format!("deleted: {}", deleted.join(", "))
+    })
+}

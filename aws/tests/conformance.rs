@@ -5,7 +5,24 @@
 
 use tally_aws::{Aws, AwsSettings};
 
-async fn fresh(name: &str, shards: usize) -> Aws {
+/// A fresh stream and tables, deleted again when dropped (the local peers cap shards in total).
+struct Fresh {
+    aws: Aws,
+    settings: AwsSettings,
+}
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        let s = self.settings.clone();
+        // Best effort, on a runtime of its own: the test's runtime is ending.
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().map(|rt| rt.block_on(tally_aws::setup::teardown(&s)))
+        })
+        .join();
+    }
+}
+
+async fn fresh(name: &str, shards: usize) -> Fresh {
     let unique = format!(
         "{name}-{}-{}",
         std::process::id(),
@@ -38,29 +55,32 @@ async fn fresh(name: &str, shards: usize) -> Aws {
         ),
     };
     tally_aws::setup::setup(&s, shards).await.unwrap();
-    Aws::connect(&s).await.unwrap()
+    Fresh {
+        aws: Aws::connect(&s).await.unwrap(),
+        settings: s,
+    }
 }
 
 #[tokio::test]
 async fn stream() {
-    let aws = fresh("stream", 3).await;
-    tally_conformance::stream_put_and_read(&aws.stream).await;
+    let f = fresh("stream", 3).await;
+    tally_conformance::stream_put_and_read(&f.aws.stream).await;
 }
 
 #[tokio::test]
 async fn leases() {
-    let aws = fresh("leases", 1).await;
-    tally_conformance::leases_are_fenced(&aws.tables, "aws").await;
+    let f = fresh("leases", 1).await;
+    tally_conformance::leases_are_fenced(&f.aws.tables, "aws").await;
 }
 
 #[tokio::test]
 async fn counter() {
-    let aws = fresh("counter", 1).await;
-    tally_conformance::counter_commits_exactly_once(&aws.tables, "aws").await;
+    let f = fresh("counter", 1).await;
+    tally_conformance::counter_commits_exactly_once(&f.aws.tables, "aws").await;
 }
 
 #[tokio::test]
 async fn analytics() {
-    let aws = fresh("analytics", 1).await;
-    tally_conformance::analytics_snapshots_are_fenced(&aws.tables, "aws").await;
+    let f = fresh("analytics", 1).await;
+    tally_conformance::analytics_snapshots_are_fenced(&f.aws.tables, "aws").await;
 }

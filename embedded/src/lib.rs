@@ -39,6 +39,20 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Journal mode and schema, idempotent; several processes may run it at once.
+fn prepare(conn: &Connection) -> PortResult<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(sql_err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sql_err)?;
+    // Serialize schema creation on a write lock.
+    conn.execute_batch(&format!(
+        "BEGIN IMMEDIATE; {} COMMIT;",
+        include_str!("schema.sql")
+    ))
+    .map_err(sql_err)
+}
+
 pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {
     match e {
         rusqlite::Error::SqliteFailure(f, ref m)
@@ -64,16 +78,20 @@ impl Embedded {
             .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(sql_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sql_err)?;
-        // Several processes may create the schema at once: serialize on a write lock.
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {} COMMIT;",
-            include_str!("schema.sql")
-        ))
-        .map_err(sql_err)?;
+        // Switching a new file to WAL takes an exclusive lock and does not wait for the busy
+        // handler: when several processes open a fresh store at once, the losers retry.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match prepare(&conn) {
+                Err(PortError::Conflict(_)) if std::time::Instant::now() < deadline => {
+                    if !conn.is_autocommit() {
+                        conn.execute_batch("ROLLBACK").map_err(sql_err)?;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        }
         let store = Embedded {
             conn: Arc::new(Mutex::new(conn)),
             path,

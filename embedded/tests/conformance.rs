@@ -72,3 +72,26 @@ async fn split_shard_routes_to_children_and_ends_the_parent() {
     }
     assert_eq!(n, 3);
 }
+
+/// Several processes (here: connections) opening a fresh store at once all succeed, and the
+/// stream gets its shards once.
+#[test]
+fn a_fresh_store_opened_at_once_by_many() {
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let opened: Vec<usize> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..6)
+                .map(|_| {
+                    s.spawn(|| {
+                        Embedded::open(dir.path(), 4)
+                            .unwrap()
+                            .shard_count()
+                            .unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(opened, vec![4; 6]);
+    }
+}

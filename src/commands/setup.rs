@@ -1,6 +1,8 @@
 //! `tally setup`: create the stream and tables if missing (development and tests; production
 //! uses Terraform).
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 
 use crate::backend::aws_settings;
@@ -20,6 +22,41 @@ pub async fn setup(s: &Settings) -> Result<()> {
             let report = tally_aws::setup::setup(&aws_settings(s), s.shards).await?;
             println!("{report}");
         }
+    }
+    Ok(())
+}
+
+/// `tally teardown --yes`: the counterpart of `setup`, for development and tests.
+pub async fn teardown(s: &Settings, a: &crate::cli::TeardownArgs) -> Result<()> {
+    let what = match s.backend {
+        BackendKind::Embedded => format!("the embedded store in {}", s.data_dir.display()),
+        BackendKind::Aws => format!(
+            "stream {} and the tables prefixed {}",
+            s.stream, s.table_prefix
+        ),
+    };
+    if !a.yes {
+        anyhow::bail!("teardown deletes {what} with every count in it; add --yes to confirm");
+    }
+    match s.backend {
+        BackendKind::Embedded => {
+            let db = s.data_dir.join(tally_embedded::DB_FILE);
+            let mut deleted = Vec::new();
+            for suffix in ["", "-wal", "-shm"] {
+                let f = PathBuf::from(format!("{}{suffix}", db.display()));
+                match std::fs::remove_file(&f) {
+                    Ok(()) => deleted.push(f.display().to_string()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => anyhow::bail!("cannot delete {}: {e}", f.display()),
+                }
+            }
+            if deleted.is_empty() {
+                println!("nothing to delete");
+            } else {
+                println!("deleted: {}", deleted.join(", "));
+            }
+        }
+        BackendKind::Aws => println!("{}", tally_aws::setup::teardown(&aws_settings(s)).await?),
     }
     Ok(())
 }

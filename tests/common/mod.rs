@@ -16,6 +16,17 @@ pub struct Target {
     pub args: Vec<String>,
     /// Kept alive for the test's duration.
     pub dir: tempfile::TempDir,
+    /// Delete the stream and tables when the test ends (the local peers cap shards in total).
+    pub teardown: bool,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if self.teardown {
+            // Best effort: a failed teardown leaves only uniquely named resources behind.
+            let _ = self.cmd(&["teardown", "--yes"]).output();
+        }
+    }
 }
 
 impl Target {
@@ -23,7 +34,11 @@ impl Target {
     pub fn embedded() -> Target {
         let dir = tempfile::tempdir().expect("temp dir");
         let args = vec!["--data-dir".into(), dir.path().display().to_string()];
-        Target { args, dir }
+        Target {
+            args,
+            dir,
+            teardown: false,
+        }
     }
 
     /// Fresh stream and tables (`shards` shards) on the local AWS API peers, started by
@@ -33,8 +48,9 @@ impl Target {
             .unwrap_or_else(|_| "http://127.0.0.1:4568".into());
         let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT")
             .unwrap_or_else(|_| "http://127.0.0.1:5000".into());
-        let t = Target::aws_at(name, &kinesis, &dynamodb);
+        let mut t = Target::aws_at(name, &kinesis, &dynamodb);
         t.run(&["setup", "--shards", &shards.to_string()]);
+        t.teardown = true;
         t
     }
 
@@ -56,7 +72,11 @@ impl Target {
             "--data-dir".into(),
             dir.path().display().to_string(),
         ];
-        Target { args, dir }
+        Target {
+            args,
+            dir,
+            teardown: false,
+        }
     }
 
     /// Whether this target is the AWS one.
@@ -254,10 +274,31 @@ impl Target {
     }
 
     /// Polls `f` until it holds, failing the test past `timeout`.
-    pub fn eventually(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    pub fn eventually(&self, what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+        self.eventually_logged(what, timeout, &[], f)
+    }
+
+    /// [`Target::eventually`], printing these processes' logs (and the leases) if it times out.
+    pub fn eventually_logged(
+        &self,
+        what: &str,
+        timeout: Duration,
+        logs: &[&Bg],
+        mut f: impl FnMut() -> bool,
+    ) {
         let start = Instant::now();
         while !f() {
-            assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+            if start.elapsed() >= timeout {
+                let mut report = format!("timed out waiting for {what}");
+                for bg in logs {
+                    report += &format!("\n--- log of {}:\n{}", bg.log.display(), bg.log_text());
+                }
+                let leases = self.cmd(&["leases", "--json"]).output();
+                if let Ok(o) = leases {
+                    report += &format!("\n--- leases:\n{}", String::from_utf8_lossy(&o.stdout));
+                }
+                panic!("{report}");
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
