@@ -38,6 +38,30 @@ pub struct Settings {
     pub analytics: AnalyticsSettings,
     pub lease: LeaseSettings,
     pub producer: ProducerSettings,
+    pub metrics: MetricsSettings,
+}
+
+/// Lease and shard metrics of the consumers.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSettings {
+    /// How often leases held/taken/stolen/released/lost and per-shard records and iterator age
+    /// are reported.
+    pub interval_ms: u64,
+    /// Also write them as CloudWatch embedded metric format lines (on stderr, with the logs).
+    pub emf: bool,
+    /// The CloudWatch namespace of the EMF metrics.
+    pub namespace: String,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            interval_ms: 30_000,
+            emf: false,
+            namespace: "tally".into(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -119,6 +143,7 @@ impl Default for Settings {
             analytics: AnalyticsSettings::default(),
             lease: LeaseSettings::default(),
             producer: ProducerSettings::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }
@@ -306,6 +331,18 @@ impl Settings {
             0.5,
         )?;
         range("producer.rate", self.producer.rate, 0.0, 1e9)?;
+        range(
+            "metrics.interval_ms",
+            self.metrics.interval_ms,
+            100,
+            3_600_000,
+        )?;
+        if self.metrics.namespace.is_empty()
+            || self.metrics.namespace.len() > 255
+            || self.metrics.namespace.starts_with(':')
+        {
+            bail!("invalid configuration: `metrics.namespace` must be a CloudWatch namespace (1-255 characters, not starting with `:`), got {:?}", self.metrics.namespace);
+        }
         if self.stream.is_empty() {
             bail!("invalid configuration: `stream` must be a stream name, got an empty string");
         }

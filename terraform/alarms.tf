@@ -95,14 +95,54 @@ resource "aws_cloudwatch_metric_alarm" "tasks_running" {
   alarm_actions       = [aws_sns_topic.alarms.arn]
 }
 
-# Leases lost by the counter (stolen while a worker was stalled, or expired): counted from its logs.
-resource "aws_cloudwatch_log_metric_filter" "lease_lost" {
-  name           = "${local.name}-lease-lost"
-  log_group_name = aws_cloudwatch_log_group.service["counter"].name
-  pattern        = "\"lease lost\""
-  metric_transformation {
-    name      = "LeasesLost"
-    namespace = "tally"
-    value     = "1"
-  }
+# The applications' own metrics: CloudWatch embedded metric format lines in their logs
+# (`metrics.emf`), one per worker and per held shard every `metrics.interval_ms`.
+
+# No worker of an application holds a lease: its shards are not being read (all tasks down,
+# or every worker failing to take leases).
+resource "aws_cloudwatch_metric_alarm" "no_leases_held" {
+  for_each            = local.services
+  alarm_name          = "${local.name}-${each.key}-no-leases-held"
+  namespace           = var.metrics_namespace
+  metric_name         = "LeasesHeld"
+  dimensions          = { App = each.key }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 3
+  threshold           = 1
+  comparison_operator = "LessThanThreshold"
+  treat_missing_data  = "breaching"
+  alarm_actions       = [aws_sns_topic.alarms.arn]
+}
+
+# An application falls behind on some shard (the stream-wide Kinesis metric mixes both apps).
+resource "aws_cloudwatch_metric_alarm" "app_iterator_age" {
+  for_each            = local.services
+  alarm_name          = "${local.name}-${each.key}-iterator-age"
+  namespace           = var.metrics_namespace
+  metric_name         = "IteratorAgeMs"
+  dimensions          = { App = each.key }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 5
+  threshold           = var.iterator_age_alarm_ms
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_sns_topic.alarms.arn]
+}
+
+# Leases lost (stolen while a worker stalled past its lease, or expired): churn worth a look.
+resource "aws_cloudwatch_metric_alarm" "leases_lost" {
+  for_each            = local.services
+  alarm_name          = "${local.name}-${each.key}-leases-lost"
+  namespace           = var.metrics_namespace
+  metric_name         = "LeasesLost"
+  dimensions          = { App = each.key }
+  statistic           = "Sum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = var.leases_lost_alarm
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_sns_topic.alarms.arn]
 }

@@ -17,6 +17,8 @@ locals {
     TALLY_STREAM                     = var.stream_name
     TALLY_TABLE_PREFIX               = var.table_prefix
     TALLY_LEASE__SHUTDOWN_TIMEOUT_MS = "20000"
+    TALLY_METRICS__EMF               = "true"
+    TALLY_METRICS__NAMESPACE         = var.metrics_namespace
     AWS_REGION                       = var.region
   }
 

@@ -71,3 +71,15 @@ variable "log_retention_days" {
   type        = number
   default     = 365
 }
+
+variable "metrics_namespace" {
+  description = "CloudWatch namespace of tally's own metrics (embedded metric format in the task logs)."
+  type        = string
+  default     = "tally"
+}
+
+variable "leases_lost_alarm" {
+  description = "Alarm when an application loses more leases than this in 5 minutes."
+  type        = number
+  default     = 5
+}

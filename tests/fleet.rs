@@ -295,3 +295,73 @@ fn stale_worker_cannot_apply_embedded() {
 fn stale_worker_cannot_apply_aws() {
     stale_worker_cannot_apply(Target::aws("stale", 2), FAST_AWS);
 }
+
+/// With `metrics.emf` on, a worker's lease and shard metrics are CloudWatch embedded metric format
+/// lines that add up exactly: every record read once, every lease taken and released once.
+#[test]
+fn metrics_are_emitted_as_embedded_metric_format() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let file = t.dir.path().join("likes.ndjson");
+    let exp = common::write_contract_file(&file, 1_000, 30, 7);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let mut env = FAST.to_vec();
+    env.push(("TALLY_METRICS__EMF", "true"));
+    env.push(("TALLY_METRICS__INTERVAL_MS", "300"));
+    let mut w = t.spawn("w", &["count", "--worker-id", "w"], &env);
+    t.eventually_logged(
+        "the worker to count everything",
+        Duration::from_secs(60),
+        &[&w],
+        || t.json(&["total", "--json"])["total"] == exp.total(),
+    );
+    w.signal("TERM");
+    assert!(w.wait(Duration::from_secs(30)).success());
+
+    let log = w.log_text();
+    let emf: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("_aws").is_some())
+        .collect();
+    assert!(!emf.is_empty(), "no EMF lines in:\n{log}");
+    for v in &emf {
+        let meta = &v["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(meta["Namespace"], "tally", "{v}");
+        assert!(v["_aws"]["Timestamp"].as_i64().unwrap() > 0, "{v}");
+        for m in meta["Metrics"].as_array().unwrap() {
+            let name = m["Name"].as_str().unwrap();
+            assert!(v[name].is_number(), "metric {name} has no value: {v}");
+        }
+        for set in meta["Dimensions"].as_array().unwrap() {
+            for d in set.as_array().unwrap() {
+                assert!(
+                    v[d.as_str().unwrap()].is_string(),
+                    "dimension {d} missing: {v}"
+                );
+            }
+        }
+        assert_eq!(v["App"], "counter");
+    }
+    let sum = |metric: &str| -> f64 {
+        emf.iter()
+            .filter_map(|v| v.get(metric).and_then(|m| m.as_f64()))
+            .sum()
+    };
+    assert_eq!(
+        sum("Records"),
+        exp.lines as f64,
+        "every record read is reported once"
+    );
+    assert_eq!(sum("LeasesTaken"), 2.0);
+    assert_eq!(sum("LeasesReleased"), 2.0);
+    assert_eq!(sum("LeasesLost"), 0.0);
+    let last_held = emf
+        .iter()
+        .rev()
+        .find_map(|v| v.get("LeasesHeld").and_then(|m| m.as_f64()));
+    assert_eq!(last_held, Some(0.0), "the last report follows the release");
+    let shards: BTreeSet<&str> = emf.iter().filter_map(|v| v["ShardId"].as_str()).collect();
+    assert_eq!(shards.len(), 2, "{shards:?}");
+}

@@ -182,3 +182,43 @@ fn task_environment_is_valid_tally_configuration() {
     let out = t.run_env(&["config"], &env_refs);
     assert!(out.contains("backend = \"aws\""), "{out}");
 }
+
+#[test]
+fn alarms_on_tally_metrics_use_what_the_workers_emit() {
+    let bodies = terraform();
+    let env = object(&local(&bodies, "tally_env"));
+    assert_eq!(
+        env.get("TALLY_METRICS__EMF").map(string).as_deref(),
+        Some("true"),
+        "the tasks emit EMF metrics"
+    );
+    let mut ours = 0;
+    for alarm in blocks(&bodies, "resource")
+        .filter(|b| b.labels().first().map(|l| l.as_str()) == Some("aws_cloudwatch_metric_alarm"))
+    {
+        let attr = |name: &str| {
+            alarm
+                .body()
+                .attributes()
+                .find(|a| a.key() == name)
+                .map(|a| a.expr().clone())
+        };
+        // AWS namespaces are literal strings ("AWS/Kinesis"…); tally's is a variable.
+        if matches!(attr("namespace"), Some(Expression::String(_))) {
+            continue;
+        }
+        ours += 1;
+        let metric = string(&attr("metric_name").unwrap());
+        assert!(
+            tally_consumer::worker::metric::ALL.contains(&metric.as_str()),
+            "alarm on {metric}, which no worker emits"
+        );
+        let dims = object(&attr("dimensions").unwrap());
+        assert!(
+            dims.keys().all(|d| d == "App" || d == "ShardId"),
+            "alarm on {metric} with dimensions {:?}",
+            dims.keys()
+        );
+    }
+    assert!(ours >= 3, "alarms on tally's own metrics: {ours}");
+}

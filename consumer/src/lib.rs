@@ -6,9 +6,11 @@
 //! - [`counter`]: the counter's processor — decode, dedup, window, and apply each window's chunks
 //!   atomically with the checkpoint, fenced by the lease.
 //! - [`retry`]: the one backoff loop for retryable port errors.
+//! - [`emf`]: lease and shard metrics as CloudWatch embedded metric format lines.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod counter;
+pub mod emf;
 pub mod retry;
 pub mod worker;
 

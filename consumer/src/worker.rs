@@ -23,6 +23,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
 
+use crate::emf::{Emf, Unit};
 use crate::retry::{with_backoff, Retry};
 use crate::ConsumerError;
 
@@ -60,6 +61,10 @@ pub struct WorkerConfig {
     pub finished_lease_grace: Duration,
     /// Backoff for retryable port errors.
     pub backoff: Backoff,
+    /// How often lease and shard metrics are logged (and emitted as EMF).
+    pub stats_interval: Duration,
+    /// Metrics as CloudWatch embedded metric format lines, when on.
+    pub emf: Emf,
 }
 
 impl WorkerConfig {
@@ -78,6 +83,8 @@ impl WorkerConfig {
             shutdown_timeout: Duration::from_secs(20),
             finished_lease_grace: Duration::from_secs(3_600),
             backoff: Backoff::default(),
+            stats_interval: Duration::from_secs(30),
+            emf: Emf::default(),
         }
     }
 }
@@ -189,6 +196,7 @@ async fn run_inner(
     let mut discovered_once = false;
     let mut finished_since: HashMap<String, Instant> = HashMap::new();
     let mut last_stats = Instant::now();
+    let mut reported = LeaseCounts::default();
     let policy = LeasePolicy {
         max_leases_per_worker: cfg.max_leases_per_worker,
     };
@@ -226,16 +234,8 @@ async fn run_inner(
             }
         }
         metrics.held.store(running.len() as u64, Ordering::Relaxed);
-        if last_stats.elapsed() >= STATS_EVERY {
-            info!(
-                held = running.len(),
-                taken = metrics.taken.load(Ordering::Relaxed),
-                stolen = metrics.stolen.load(Ordering::Relaxed),
-                released = metrics.released.load(Ordering::Relaxed),
-                lost = metrics.lost.load(Ordering::Relaxed),
-                finished = metrics.finished.load(Ordering::Relaxed),
-                "lease stats"
-            );
+        if last_stats.elapsed() >= cfg.stats_interval {
+            reported = report_leases(&cfg, &metrics, reported);
             last_stats = Instant::now();
         }
 
@@ -410,6 +410,7 @@ async fn run_inner(
         }
     }
     metrics.held.store(0, Ordering::Relaxed);
+    report_leases(&cfg, &metrics, reported);
     match (result, first_error) {
         (Err(e), _) => Err(e),
         (Ok(()), Some(e)) if idle_exit.armed_at().is_some() => Err(e),
@@ -437,6 +438,7 @@ fn spawn_shard(
         stop: stop_rx,
         idle_at: idle_at.clone(),
         idle_exit: idle_exit.clone(),
+        stats: ShardStats::new(),
     };
     let wake = wake.clone();
     let handle = tokio::spawn(
@@ -463,11 +465,14 @@ struct ShardTask {
     stop: watch::Receiver<bool>,
     idle_at: Arc<Mutex<Option<Instant>>>,
     idle_exit: Arc<IdleExit>,
+    stats: ShardStats,
 }
 
 impl ShardTask {
     async fn run(mut self, mut processor: Box<dyn ShardProcessor>) -> ShardEnd {
         let outcome = self.drive(processor.as_mut()).await;
+        // What was read since the last report, however the task ends.
+        self.stats.report(&self.cfg, &self.fence.shard_id);
         match outcome {
             // The worker releases stopped shards' leases together once all have flushed, so that
             // other workers see this one gone and take them all in one round.
@@ -508,7 +513,6 @@ impl ShardTask {
             stream.open(&shard_id, from.clone())
         })
         .await?;
-        let mut stats = ShardStats::new();
         loop {
             if *lost.borrow() {
                 return Err(PortError::Fenced {
@@ -525,7 +529,10 @@ impl ShardTask {
             let read_started = Instant::now();
             let batch = self.read(reader.as_mut()).await?;
             processor.process(&batch, now_ms()).await?;
-            stats.observe(&batch);
+            self.stats.observe(&batch);
+            if self.stats.since.elapsed() >= self.cfg.stats_interval {
+                self.stats.report(&self.cfg, &self.fence.shard_id);
+            }
             if batch.shard_end {
                 info!(children = ?batch.child_shards, "shard read to its end");
                 processor.flush(true).await?;
@@ -650,15 +657,102 @@ async fn renew_loop(
     }
 }
 
-/// Per-shard throughput and iterator age, logged every [`STATS_EVERY`].
+/// The names of the metrics a worker emits (the CloudWatch alarms in `terraform/` use them).
+pub mod metric {
+    /// Per worker, dimension `App`.
+    pub const LEASES_HELD: &str = "LeasesHeld";
+    pub const LEASES_TAKEN: &str = "LeasesTaken";
+    pub const LEASES_STOLEN: &str = "LeasesStolen";
+    pub const LEASES_RELEASED: &str = "LeasesReleased";
+    pub const LEASES_LOST: &str = "LeasesLost";
+    pub const SHARDS_FINISHED: &str = "ShardsFinished";
+    /// Per shard, dimensions `App` and `App, ShardId`.
+    pub const RECORDS: &str = "Records";
+    pub const RECORDS_PER_SECOND: &str = "RecordsPerSecond";
+    pub const ITERATOR_AGE_MS: &str = "IteratorAgeMs";
+    /// All of them.
+    pub const ALL: &[&str] = &[
+        LEASES_HELD,
+        LEASES_TAKEN,
+        LEASES_STOLEN,
+        LEASES_RELEASED,
+        LEASES_LOST,
+        SHARDS_FINISHED,
+        RECORDS,
+        RECORDS_PER_SECOND,
+        ITERATOR_AGE_MS,
+    ];
+}
+
+/// The lease counters as last reported, to report the change since.
+#[derive(Clone, Copy, Debug, Default)]
+struct LeaseCounts {
+    taken: u64,
+    stolen: u64,
+    released: u64,
+    lost: u64,
+    finished: u64,
+}
+
+/// Logs the lease metrics and emits them as EMF: leases held now, and what changed since
+/// `last`; returns the counters reported.
+fn report_leases(cfg: &WorkerConfig, m: &LeaseMetrics, last: LeaseCounts) -> LeaseCounts {
+    let now = LeaseCounts {
+        taken: m.taken.load(Ordering::Relaxed),
+        stolen: m.stolen.load(Ordering::Relaxed),
+        released: m.released.load(Ordering::Relaxed),
+        lost: m.lost.load(Ordering::Relaxed),
+        finished: m.finished.load(Ordering::Relaxed),
+    };
+    let held = m.held.load(Ordering::Relaxed);
+    info!(
+        held,
+        taken = now.taken,
+        stolen = now.stolen,
+        released = now.released,
+        lost = now.lost,
+        finished = now.finished,
+        "lease stats"
+    );
+    let delta = |n: u64, l: u64| n.saturating_sub(l) as f64;
+    cfg.emf.emit(
+        now_ms(),
+        &[("App", cfg.app.as_str())],
+        &[&["App"]],
+        &[
+            (metric::LEASES_HELD, Unit::Count, held as f64),
+            (
+                metric::LEASES_TAKEN,
+                Unit::Count,
+                delta(now.taken, last.taken),
+            ),
+            (
+                metric::LEASES_STOLEN,
+                Unit::Count,
+                delta(now.stolen, last.stolen),
+            ),
+            (
+                metric::LEASES_RELEASED,
+                Unit::Count,
+                delta(now.released, last.released),
+            ),
+            (metric::LEASES_LOST, Unit::Count, delta(now.lost, last.lost)),
+            (
+                metric::SHARDS_FINISHED,
+                Unit::Count,
+                delta(now.finished, last.finished),
+            ),
+        ],
+    );
+    now
+}
+
+/// Per-shard throughput and iterator age since the last report.
 struct ShardStats {
     since: Instant,
     records: u64,
     max_age_ms: i64,
 }
-
-/// How often a shard logs its throughput and iterator age.
-const STATS_EVERY: Duration = Duration::from_secs(30);
 
 impl ShardStats {
     fn new() -> ShardStats {
@@ -672,15 +766,33 @@ impl ShardStats {
     fn observe(&mut self, batch: &ReadBatch) {
         self.records += batch.records.len() as u64;
         self.max_age_ms = self.max_age_ms.max(batch.millis_behind_latest.unwrap_or(0));
-        let elapsed = self.since.elapsed();
-        if elapsed >= STATS_EVERY {
-            info!(
-                records_per_sec = (self.records as f64 / elapsed.as_secs_f64()).round() as u64,
-                iterator_age_ms = self.max_age_ms,
-                "shard stats"
-            );
-            *self = ShardStats::new();
-        }
+    }
+
+    /// Logs and emits what was read since the last report, then starts over.
+    fn report(&mut self, cfg: &WorkerConfig, shard_id: &str) {
+        let secs = self.since.elapsed().as_secs_f64().max(1e-3);
+        let rate = (self.records as f64 / secs).round();
+        info!(
+            records = self.records,
+            records_per_sec = rate as u64,
+            iterator_age_ms = self.max_age_ms,
+            "shard stats"
+        );
+        cfg.emf.emit(
+            now_ms(),
+            &[("App", cfg.app.as_str()), ("ShardId", shard_id)],
+            &[&["App"], &["App", "ShardId"]],
+            &[
+                (metric::RECORDS, Unit::Count, self.records as f64),
+                (metric::RECORDS_PER_SECOND, Unit::CountPerSecond, rate),
+                (
+                    metric::ITERATOR_AGE_MS,
+                    Unit::Milliseconds,
+                    self.max_age_ms as f64,
+                ),
+            ],
+        );
+        *self = ShardStats::new();
     }
 }
 
