@@ -146,3 +146,18 @@ resource "aws_cloudwatch_metric_alarm" "leases_lost" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = [aws_sns_topic.alarms.arn]
 }
+
+# Likes take too long from creation to processing (the analytics app's per-window p99).
+resource "aws_cloudwatch_metric_alarm" "like_latency" {
+  alarm_name          = "${local.name}-like-latency-p99"
+  namespace           = var.metrics_namespace
+  metric_name         = "CreationToProcessingP99Ms"
+  dimensions          = { App = "analytics" }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 5
+  threshold           = var.like_latency_alarm_ms
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_sns_topic.alarms.arn]
+}

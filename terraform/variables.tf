@@ -83,3 +83,9 @@ variable "leases_lost_alarm" {
   type        = number
   default     = 5
 }
+
+variable "like_latency_alarm_ms" {
+  description = "Alarm when the p99 time from a like's creation to its processing exceeds this."
+  type        = number
+  default     = 30000
+}

@@ -364,4 +364,28 @@ fn metrics_are_emitted_as_embedded_metric_format() {
     assert_eq!(last_held, Some(0.0), "the last report follows the release");
     let shards: BTreeSet<&str> = emf.iter().filter_map(|v| v["ShardId"].as_str()).collect();
     assert_eq!(shards.len(), 2, "{shards:?}");
+
+    // Analytics adds each stored window's latency percentiles.
+    let out = common::output({
+        let mut c = t.cmd(&["analytics", "--until-idle"]);
+        c.env("TALLY_METRICS__EMF", "true");
+        c
+    });
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    let windows: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("CreationToProcessingP99Ms").is_some())
+        .collect();
+    assert!(!windows.is_empty(), "no latency metrics in:\n{log}");
+    for v in &windows {
+        assert_eq!(v["App"], "analytics");
+        let (p50, p99, max) = (
+            v["CreationToProcessingP50Ms"].as_f64().unwrap(),
+            v["CreationToProcessingP99Ms"].as_f64().unwrap(),
+            v["CreationToProcessingMaxMs"].as_f64().unwrap(),
+        );
+        assert!(p50 <= p99 && p99 <= max, "{v}");
+    }
 }

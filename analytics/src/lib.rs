@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tally_consumer::emf::{Emf, Unit};
 use tally_consumer::worker::{now_ms, ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
 use tally_core::dedup::{id_hash, Dedup};
@@ -24,6 +25,24 @@ use tally_core::ports::{
 };
 use tally_core::trending::{merge, Trending};
 use tally_core::SeqNo;
+
+/// The names of the metrics analytics emits per stored window (dimension `App`), in
+/// milliseconds; the CloudWatch alarms in `terraform/` use them.
+pub mod metric {
+    /// Processing time − `created_at`: median, 99th percentile and maximum of the window.
+    pub const CREATION_P50_MS: &str = "CreationToProcessingP50Ms";
+    pub const CREATION_P99_MS: &str = "CreationToProcessingP99Ms";
+    pub const CREATION_MAX_MS: &str = "CreationToProcessingMaxMs";
+    /// Processing time − arrival in the stream, 99th percentile.
+    pub const ARRIVAL_P99_MS: &str = "ArrivalToProcessingP99Ms";
+    /// All of them.
+    pub const ALL: &[&str] = &[
+        CREATION_P50_MS,
+        CREATION_P99_MS,
+        CREATION_MAX_MS,
+        ARRIVAL_P99_MS,
+    ];
+}
 
 /// The analytics settings.
 #[derive(Clone, Debug)]
@@ -37,6 +56,8 @@ pub struct AnalyticsConfig {
     pub window_records: usize,
     /// …or this long after the window opened.
     pub window_time: Duration,
+    /// Each stored window's latency percentiles as CloudWatch embedded metric format, when on.
+    pub emf: Emf,
 }
 
 impl AnalyticsConfig {
@@ -47,6 +68,7 @@ impl AnalyticsConfig {
             half_life: Duration::from_secs(300),
             window_records: 20_000,
             window_time: Duration::from_secs(5),
+            emf: Emf::default(),
         }
     }
 }
@@ -119,6 +141,42 @@ pub struct AnalyticsShard {
 }
 
 impl AnalyticsShard {
+    /// The stored window's latency percentiles as EMF (nothing when off or the window is empty).
+    fn emit_latency(&self, at_ms: i64) {
+        let creation = percentiles(&self.latency.creation);
+        let arrival = percentiles(&self.latency.arrival);
+        if creation.count == 0 {
+            return;
+        }
+        self.cfg.emf.emit(
+            at_ms,
+            &[("App", self.cfg.app.as_str()), ("ShardId", &self.shard_id)],
+            &[&["App"]],
+            &[
+                (
+                    metric::CREATION_P50_MS,
+                    Unit::Milliseconds,
+                    creation.p50 as f64,
+                ),
+                (
+                    metric::CREATION_P99_MS,
+                    Unit::Milliseconds,
+                    creation.p99 as f64,
+                ),
+                (
+                    metric::CREATION_MAX_MS,
+                    Unit::Milliseconds,
+                    creation.max as f64,
+                ),
+                (
+                    metric::ARRIVAL_P99_MS,
+                    Unit::Milliseconds,
+                    arrival.p99 as f64,
+                ),
+            ],
+        );
+    }
+
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         let Some(fence) = self.fence.clone() else {
             return Ok(());
@@ -141,6 +199,7 @@ impl AnalyticsShard {
         };
         self.store.save_snapshot(&fence, &snap).await?;
         self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
+        self.emit_latency(snap.taken_at_ms);
         self.latency = Latency::default();
         self.end = None;
         self.records_in_window = 0;

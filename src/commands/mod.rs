@@ -36,9 +36,7 @@ pub fn worker_config(s: &Settings, app: &str) -> WorkerConfig {
     w.shutdown_timeout = Settings::ms(l.shutdown_timeout_ms);
     w.finished_lease_grace = Duration::from_secs(l.finished_grace_secs);
     w.stats_interval = Settings::ms(s.metrics.interval_ms);
-    w.emf = tally_consumer::emf::Emf {
-        namespace: s.metrics.emf.then(|| s.metrics.namespace.clone()),
-    };
+    w.emf = emf(s);
     w
 }
 
@@ -61,7 +59,15 @@ pub fn analytics_config(s: &Settings) -> AnalyticsConfig {
     a.half_life = Duration::from_secs(s.analytics.half_life_secs);
     a.window_records = s.analytics.window_records;
     a.window_time = Settings::ms(s.analytics.window_ms);
+    a.emf = emf(s);
     a
+}
+
+/// Where the consumers' EMF metrics go.
+fn emf(s: &Settings) -> tally_consumer::emf::Emf {
+    tally_consumer::emf::Emf {
+        namespace: s.metrics.emf.then(|| s.metrics.namespace.clone()),
+    }
 }
 
 /// The generator's settings.
