@@ -154,6 +154,9 @@ pub struct DemoArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// On AWS, keep the demo's own stream and tables instead of deleting them afterwards.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 #[derive(Args, Debug)]

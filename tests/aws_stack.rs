@@ -21,6 +21,28 @@ fn endpoints() -> (String, String) {
 }
 
 #[test]
+fn demo_runs_on_its_own_stream_and_tables_and_deletes_them() {
+    let (kinesis, dynamodb) = endpoints();
+    let t = Target::aws_at("demo", &kinesis, &dynamodb);
+    let v = t.json(&[
+        "demo", "--events", "2000", "--posts", "100", "--shards", "2", "--seed", "4", "--json",
+    ]);
+    assert_eq!(v["backend"], "aws", "{v}");
+    assert_eq!(v["exact"], true, "{v}");
+    assert_eq!(v["events"], 2000);
+    assert_eq!(v["counted_total"], v["expected_total"]);
+    assert_eq!(v["dead_letters"], v["malformed_injected"]);
+    // The demo's stream was its own, and it is gone again; the target's names were never used.
+    let stream = v["stream"].as_str().unwrap().to_owned();
+    assert!(stream.contains("-demo-"), "{stream}");
+    let err =
+        String::from_utf8_lossy(&t.fail(&["--stream", &stream, "total"], &[]).stderr).into_owned();
+    assert!(err.contains("tally setup"), "{err}");
+    let err = String::from_utf8_lossy(&t.fail(&["total"], &[]).stderr).into_owned();
+    assert!(err.contains("tally setup"), "{err}");
+}
+
+#[test]
 fn produce_count_analytics_query_on_two_shards() {
     let t = Target::aws("e2e", 2);
     let truth_file = file_in(&t, "truth.json");

@@ -13,7 +13,7 @@ use tally_core::apps;
 use super::consume::{run_analytics, run_counter};
 use super::print_json;
 use super::produce::produce;
-use crate::backend::Backend;
+use crate::backend::{aws_settings, Backend};
 use crate::cli::DemoArgs;
 use crate::settings::{BackendKind, Settings};
 
@@ -27,13 +27,46 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
         s.producer.malformed_ratio = 0.001;
     }
     s.producer.rate = 0.0;
-    let _tmp;
-    if s.backend == BackendKind::Embedded && !explicit_data_dir {
-        let t = tempfile::Builder::new().prefix("tally-demo-").tempdir()?;
-        s.data_dir = t.path().to_owned();
-        _tmp = t;
+    match s.backend {
+        BackendKind::Embedded => {
+            let _tmp;
+            if !explicit_data_dir {
+                let t = tempfile::Builder::new().prefix("tally-demo-").tempdir()?;
+                s.data_dir = t.path().to_owned();
+                _tmp = t;
+            }
+            run(&s, a).await
+        }
+        BackendKind::Aws => {
+            // A fresh stream and fresh tables of its own: the check needs an empty stream, and
+            // nothing of the user's is touched.
+            let unique = format!("demo-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
+            s.stream = format!("{}-{unique}", s.stream);
+            s.table_prefix = format!("{}-{unique}", s.table_prefix);
+            let aws = aws_settings(&s);
+            if !a.json {
+                eprintln!(
+                    "demo: creating stream {} and tables {}-* (deleted afterwards{})",
+                    s.stream,
+                    s.table_prefix,
+                    if a.keep { " unless --keep: kept" } else { "" }
+                );
+            }
+            tally_aws::setup::setup(&aws, s.shards).await?;
+            let result = run(&s, a).await;
+            if !a.keep {
+                if let Err(e) = tally_aws::setup::teardown(&aws).await {
+                    eprintln!("demo: deleting the demo's stream and tables failed: {e}");
+                }
+            }
+            result
+        }
     }
-    let b = Backend::open(&s).await?;
+}
+
+/// Runs the demo on a store that holds nothing yet.
+async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
+    let b = Backend::open(s).await?;
     if !a.json {
         eprintln!(
             "demo: {} events over {} posts on {} shards ({:?} backend)",
@@ -53,7 +86,7 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
         let (s, b, idle) = (s.clone(), b.clone(), analytics_idle.clone());
         tokio::spawn(async move { run_analytics(&s, &b, idle, never()).await })
     };
-    let (truth, put) = produce(&s, &b, a.events, a.json).await?;
+    let (truth, put) = produce(s, &b, a.events, a.json).await?;
     let produced_in = started.elapsed();
     counter_idle.arm();
     analytics_idle.arm();
@@ -88,6 +121,7 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
     let events_per_sec = records as f64 / elapsed.as_secs_f64();
     let report = json!({
         "backend": format!("{:?}", s.backend).to_lowercase(),
+        "stream": s.stream,
         "events": truth.events,
         "records": records,
         "duplicates_injected": truth.duplicates,
