@@ -201,7 +201,10 @@ fn alarms_on_tally_metrics_use_what_the_workers_emit() {
     assert!(specs.len() >= 3, "{:?}", specs.keys());
     for (name, spec) in &specs {
         let metric = string(&object(spec)["metric"]);
-        assert!(emitted(&metric), "alarm {name} on {metric}, which tally does not emit");
+        assert!(
+            emitted(&metric),
+            "alarm {name} on {metric}, which tally does not emit"
+        );
     }
     // Single alarms on tally's namespace (a variable; AWS namespaces are literal strings).
     let mut single = 0;
@@ -222,7 +225,10 @@ fn alarms_on_tally_metrics_use_what_the_workers_emit() {
             continue; // the per-application alarms, checked above
         };
         single += 1;
-        assert!(emitted(&metric), "alarm on {metric}, which tally does not emit");
+        assert!(
+            emitted(&metric),
+            "alarm on {metric}, which tally does not emit"
+        );
         let dims = object(&attr("dimensions").unwrap());
         assert!(
             dims.keys().all(|d| d == "App" || d == "ShardId"),
