@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use tally_analytics::AnalyticsConfig;
+use tally_consumer::counter::CounterConfig;
+use tally_consumer::worker::WorkerConfig;
+use tally_core::apps;
+use tally_producer::generate::GenConfig;
 
 /// Which engines the ports run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -57,7 +62,7 @@ pub struct MetricsSettings {
 impl Default for MetricsSettings {
     fn default() -> Self {
         MetricsSettings {
-            interval_ms: 30_000,
+            interval_ms: WorkerConfig::new("", "").stats_interval.as_millis() as u64,
             emf: false,
             namespace: "tally".into(),
         }
@@ -148,13 +153,16 @@ impl Default for Settings {
     }
 }
 
+// The defaults are the libraries' own, so that the two cannot drift apart.
+
 impl Default for CounterSettings {
     fn default() -> Self {
+        let c = CounterConfig::new(apps::COUNTER);
         CounterSettings {
-            window_records: 5_000,
-            window_ms: 1_000,
-            dedup_horizon_secs: 600,
-            max_items_per_commit: 0,
+            window_records: c.window_records,
+            window_ms: c.window_time.as_millis() as u64,
+            dedup_horizon_secs: c.dedup_horizon.as_secs(),
+            max_items_per_commit: c.max_items_per_commit,
             crash_after_chunks: 0,
         }
     }
@@ -162,27 +170,29 @@ impl Default for CounterSettings {
 
 impl Default for AnalyticsSettings {
     fn default() -> Self {
+        let a = AnalyticsConfig::new(apps::ANALYTICS);
         AnalyticsSettings {
-            sketch_capacity: 200,
-            half_life_secs: 300,
-            window_records: 20_000,
-            window_ms: 5_000,
+            sketch_capacity: a.sketch_capacity,
+            half_life_secs: a.half_life.as_secs(),
+            window_records: a.window_records,
+            window_ms: a.window_time.as_millis() as u64,
         }
     }
 }
 
 impl Default for LeaseSettings {
     fn default() -> Self {
+        let w = WorkerConfig::new("", "");
         LeaseSettings {
-            duration_ms: 10_000,
-            renew_ms: 2_000,
-            poll_ms: 500,
-            discovery_ms: 10_000,
-            max_per_worker: 0,
-            shutdown_timeout_ms: 20_000,
-            finished_grace_secs: 3_600,
-            idle_poll_ms: 500,
-            batch_limit: 1_000,
+            duration_ms: w.lease_duration.as_millis() as u64,
+            renew_ms: w.renew_interval.as_millis() as u64,
+            poll_ms: w.lease_poll_interval.as_millis() as u64,
+            discovery_ms: w.discovery_interval.as_millis() as u64,
+            max_per_worker: w.max_leases_per_worker,
+            shutdown_timeout_ms: w.shutdown_timeout.as_millis() as u64,
+            finished_grace_secs: w.finished_lease_grace.as_secs(),
+            idle_poll_ms: w.idle_poll.as_millis() as u64,
+            batch_limit: w.batch_limit,
             worker_id: String::new(),
         }
     }
@@ -190,14 +200,15 @@ impl Default for LeaseSettings {
 
 impl Default for ProducerSettings {
     fn default() -> Self {
+        let g = GenConfig::default();
         ProducerSettings {
-            posts: 1_000,
-            zipf_exponent: 1.1,
-            users: 100_000,
-            unlike_ratio: 0.1,
-            duplicate_ratio: 0.0,
-            malformed_ratio: 0.0,
-            seed: 1,
+            posts: g.posts,
+            zipf_exponent: g.zipf_exponent,
+            users: g.users,
+            unlike_ratio: g.unlike_ratio,
+            duplicate_ratio: g.duplicate_ratio,
+            malformed_ratio: g.malformed_ratio,
+            seed: g.seed,
             rate: 0.0,
         }
     }

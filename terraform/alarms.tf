@@ -3,73 +3,54 @@ resource "aws_sns_topic" "alarms" {
   kms_master_key_id = aws_kms_key.tally.id
 }
 
-# A consumer falls behind: records wait longer than the threshold before they are read.
-resource "aws_cloudwatch_metric_alarm" "iterator_age" {
-  alarm_name          = "${local.name}-iterator-age"
+# Alarms on AWS's own metrics of the stream and of each table, one spec each.
+locals {
+  stream_alarms = {
+    # A consumer falls behind: records wait longer than the threshold before they are read.
+    "iterator-age" = {
+      metric = "GetRecords.IteratorAgeMilliseconds", statistic = "Maximum", period = 60, periods = 5,
+      threshold = var.iterator_age_alarm_ms
+    }
+    # Producers are throttled: the stream needs more shards.
+    "write-throttled" = {
+      metric = "WriteProvisionedThroughputExceeded", statistic = "Sum", period = 60, periods = 5,
+      threshold = 0
+    }
+    # Consumers are throttled reading.
+    "read-throttled" = {
+      metric = "ReadProvisionedThroughputExceeded", statistic = "Sum", period = 300, periods = 3,
+      threshold = 100
+    }
+  }
+  # A table throttles or fails requests.
+  table_alarm_metrics = { "throttled" = "ThrottledRequests", "system-errors" = "SystemErrors" }
+  table_alarms = {
+    for pair in setproduct(keys(aws_dynamodb_table.tally), keys(local.table_alarm_metrics)) :
+    "${pair[0]}-${pair[1]}" => { table = aws_dynamodb_table.tally[pair[0]].name, metric = local.table_alarm_metrics[pair[1]] }
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "stream" {
+  for_each            = local.stream_alarms
+  alarm_name          = "${local.name}-${each.key}"
   namespace           = "AWS/Kinesis"
-  metric_name         = "GetRecords.IteratorAgeMilliseconds"
+  metric_name         = each.value.metric
   dimensions          = { StreamName = aws_kinesis_stream.likes.name }
-  statistic           = "Maximum"
-  period              = 60
-  evaluation_periods  = 5
-  threshold           = var.iterator_age_alarm_ms
+  statistic           = each.value.statistic
+  period              = each.value.period
+  evaluation_periods  = each.value.periods
+  threshold           = each.value.threshold
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
   alarm_actions       = [aws_sns_topic.alarms.arn]
 }
 
-# Producers are throttled: the stream needs more shards.
-resource "aws_cloudwatch_metric_alarm" "write_throttled" {
-  alarm_name          = "${local.name}-write-throttled"
-  namespace           = "AWS/Kinesis"
-  metric_name         = "WriteProvisionedThroughputExceeded"
-  dimensions          = { StreamName = aws_kinesis_stream.likes.name }
-  statistic           = "Sum"
-  period              = 60
-  evaluation_periods  = 5
-  threshold           = 0
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = [aws_sns_topic.alarms.arn]
-}
-
-# Consumers are throttled reading.
-resource "aws_cloudwatch_metric_alarm" "read_throttled" {
-  alarm_name          = "${local.name}-read-throttled"
-  namespace           = "AWS/Kinesis"
-  metric_name         = "ReadProvisionedThroughputExceeded"
-  dimensions          = { StreamName = aws_kinesis_stream.likes.name }
-  statistic           = "Sum"
-  period              = 300
-  evaluation_periods  = 3
-  threshold           = 100
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = [aws_sns_topic.alarms.arn]
-}
-
-# A table throttles or fails requests.
-resource "aws_cloudwatch_metric_alarm" "table_throttled" {
-  for_each            = aws_dynamodb_table.tally
-  alarm_name          = "${local.name}-${each.key}-throttled"
+resource "aws_cloudwatch_metric_alarm" "table" {
+  for_each            = local.table_alarms
+  alarm_name          = "${local.name}-${each.key}"
   namespace           = "AWS/DynamoDB"
-  metric_name         = "ThrottledRequests"
-  dimensions          = { TableName = each.value.name }
-  statistic           = "Sum"
-  period              = 60
-  evaluation_periods  = 5
-  threshold           = 0
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = [aws_sns_topic.alarms.arn]
-}
-
-resource "aws_cloudwatch_metric_alarm" "table_errors" {
-  for_each            = aws_dynamodb_table.tally
-  alarm_name          = "${local.name}-${each.key}-system-errors"
-  namespace           = "AWS/DynamoDB"
-  metric_name         = "SystemErrors"
-  dimensions          = { TableName = each.value.name }
+  metric_name         = each.value.metric
+  dimensions          = { TableName = each.value.table }
   statistic           = "Sum"
   period              = 60
   evaluation_periods  = 5

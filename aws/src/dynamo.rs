@@ -352,7 +352,6 @@ impl DynamoStore {
         table: &str,
         key_cond: &str,
         values: HashMap<String, AttributeValue>,
-        names: Option<HashMap<String, String>>,
         filter: Option<String>,
     ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
         let mut out = Vec::new();
@@ -364,7 +363,6 @@ impl DynamoStore {
                 .table_name(self.table(table))
                 .key_condition_expression(key_cond)
                 .set_expression_attribute_values(Some(values.clone()))
-                .set_expression_attribute_names(names.clone())
                 .set_filter_expression(filter.clone())
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take())
@@ -377,6 +375,18 @@ impl DynamoStore {
                 _ => return Ok(out),
             }
         }
+    }
+
+    /// Every item of one partition (`key_attr` = `value`).
+    async fn partition(
+        &self,
+        table: &str,
+        key_attr: &str,
+        value: impl Into<String>,
+    ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
+        let values = HashMap::from([(":k".to_owned(), s(value))]);
+        self.query_all(table, &format!("{key_attr} = :k"), values, None)
+            .await
     }
 
     async fn get(
@@ -473,15 +483,7 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>> {
-        let items = self
-            .query_all(
-                "leases",
-                "app = :a",
-                HashMap::from([(":a".to_owned(), s(app))]),
-                None,
-                None,
-            )
-            .await?;
+        let items = self.partition("leases", "app", app).await?;
         let mut out: Vec<Lease> = items.iter().map(|i| lease_from(i).lease).collect();
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         Ok(out)
@@ -690,13 +692,7 @@ impl CounterStore for DynamoStore {
                 (":m".to_owned(), n(min_arrival)),
             ]);
             let items = self
-                .query_all(
-                    "dedup",
-                    "pk = :p",
-                    values,
-                    None,
-                    Some("max_arrival >= :m".into()),
-                )
+                .query_all("dedup", "pk = :p", values, Some("max_arrival >= :m".into()))
                 .await?;
             for i in items {
                 let ids = i
@@ -755,13 +751,7 @@ impl CounterStore for DynamoStore {
                     (":hi".to_owned(), s("D99999999")),
                 ]);
                 let later = self
-                    .query_all(
-                        "counts",
-                        "pk = :p AND sk BETWEEN :lo AND :hi",
-                        values,
-                        None,
-                        None,
-                    )
+                    .query_all("counts", "pk = :p AND sk BETWEEN :lo AND :hi", values, None)
                     .await?;
                 let items = StoredItems {
                     total,
@@ -776,15 +766,7 @@ impl CounterStore for DynamoStore {
     }
 
     async fn global_total(&self) -> PortResult<i64> {
-        let items = self
-            .query_all(
-                "counts",
-                "pk = :p",
-                HashMap::from([(":p".to_owned(), s(GLOBAL_PK))]),
-                None,
-                None,
-            )
-            .await?;
+        let items = self.partition("counts", "pk", GLOBAL_PK).await?;
         Ok(items.iter().filter_map(|i| get_n(i, "n")).sum())
     }
 
@@ -920,13 +902,7 @@ impl AnalyticsStore for DynamoStore {
         app: &str,
     ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
         let items = self
-            .query_all(
-                "analytics",
-                "pk = :p",
-                HashMap::from([(":p".to_owned(), s(format!("{app}#trending")))]),
-                None,
-                None,
-            )
+            .partition("analytics", "pk", format!("{app}#trending"))
             .await?;
         Ok(items
             .iter()
@@ -955,7 +931,7 @@ impl AnalyticsStore for DynamoStore {
             (":t".to_owned(), s(format!("{:013}", since_ms.max(0)))),
         ]);
         let items = self
-            .query_all("analytics", "pk = :p AND sk >= :t", values, None, None)
+            .query_all("analytics", "pk = :p AND sk >= :t", values, None)
             .await?;
         Ok(items
             .iter()

@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
 use tally_core::ports::{PortError, PortResult};
+use tally_core::retry::Backoff;
 
 /// The database file's name inside the data dir.
 pub const DB_FILE: &str = "tally.db";
@@ -80,14 +81,20 @@ impl Embedded {
             .map_err(sql_err)?;
         // Switching a new file to WAL takes an exclusive lock and does not wait for the busy
         // handler: when several processes open a fresh store at once, the losers retry.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let backoff = Backoff {
+            base: Duration::from_millis(10),
+            cap: Duration::from_secs(1),
+            max_retries: 40,
+        };
+        let mut attempt = 0;
         loop {
             match prepare(&conn) {
-                Err(PortError::Conflict(_)) if std::time::Instant::now() < deadline => {
+                Err(PortError::Conflict(_)) if attempt < backoff.max_retries => {
                     if !conn.is_autocommit() {
                         conn.execute_batch("ROLLBACK").map_err(sql_err)?;
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    std::thread::sleep(backoff.ceiling(attempt));
+                    attempt += 1;
                 }
                 other => break other?,
             }

@@ -8,13 +8,33 @@ use anyhow::Result;
 use serde_json::json;
 use tally_analytics::{Analytics, AnalyticsMetrics};
 use tally_consumer::counter::{Counter, CounterMetrics};
-use tally_consumer::worker::{self, IdleExit, LeaseMetrics, WorkerDeps};
+use tally_consumer::worker::{self, IdleExit, LeaseMetrics, ProcessorFactory, WorkerDeps};
 use tally_core::apps;
 
 use super::{analytics_config, counter_config, print_json, shutdown_signal, worker_config};
 use crate::backend::Backend;
 use crate::cli::ConsumeArgs;
 use crate::settings::Settings;
+
+/// Runs a worker of `app` with this processor factory until `shutdown`, or until idle once
+/// `idle` is armed; returns its lease metrics.
+async fn run_app(
+    s: &Settings,
+    b: &Backend,
+    app: &str,
+    factory: Arc<dyn ProcessorFactory>,
+    idle: Arc<IdleExit>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Arc<LeaseMetrics>> {
+    let leases = Arc::new(LeaseMetrics::default());
+    let deps = WorkerDeps {
+        stream: b.stream.clone(),
+        leases: b.leases.clone(),
+        factory,
+    };
+    worker::run(deps, worker_config(s, app), idle, leases.clone(), shutdown).await?;
+    Ok(leases)
+}
 
 /// Runs a counter worker until `shutdown`, or until idle once `idle` is armed.
 pub async fn run_counter(
@@ -24,24 +44,8 @@ pub async fn run_counter(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
     let metrics = Arc::new(CounterMetrics::default());
-    let leases = Arc::new(LeaseMetrics::default());
-    let deps = WorkerDeps {
-        stream: b.stream.clone(),
-        leases: b.leases.clone(),
-        factory: Arc::new(Counter::new(
-            b.counter.clone(),
-            counter_config(s),
-            metrics.clone(),
-        )),
-    };
-    worker::run(
-        deps,
-        worker_config(s, apps::COUNTER),
-        idle,
-        leases.clone(),
-        shutdown,
-    )
-    .await?;
+    let factory = Counter::new(b.counter.clone(), counter_config(s), metrics.clone());
+    let leases = run_app(s, b, apps::COUNTER, Arc::new(factory), idle, shutdown).await?;
     Ok((metrics, leases))
 }
 
@@ -53,24 +57,8 @@ pub async fn run_analytics(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
     let metrics = Arc::new(AnalyticsMetrics::default());
-    let leases = Arc::new(LeaseMetrics::default());
-    let deps = WorkerDeps {
-        stream: b.stream.clone(),
-        leases: b.leases.clone(),
-        factory: Arc::new(Analytics::new(
-            b.analytics.clone(),
-            analytics_config(s),
-            metrics.clone(),
-        )),
-    };
-    worker::run(
-        deps,
-        worker_config(s, apps::ANALYTICS),
-        idle,
-        leases.clone(),
-        shutdown,
-    )
-    .await?;
+    let factory = Analytics::new(b.analytics.clone(), analytics_config(s), metrics.clone());
+    let leases = run_app(s, b, apps::ANALYTICS, Arc::new(factory), idle, shutdown).await?;
     Ok((metrics, leases))
 }
 
