@@ -98,7 +98,7 @@ fn fleet_keeps_counts_exact(
             }
         }
     };
-    t.eventually_logged(
+    t.eventually(
         "every shard owned by the three workers",
         Duration::from_secs(60),
         &[&a, &b, &c],
@@ -129,7 +129,7 @@ fn fleet_keeps_counts_exact(
     let (expected, total, malformed) = truth(&truth_file);
     // The killed worker's leases may outlive its last commit: wait for them to move on too.
     let survivors_only = |t: &Target| owners(t).values().flatten().all(|o| o == "c" || o == "d");
-    t.eventually_logged(
+    t.eventually(
         "the survivors to count everything and hold every lease",
         Duration::from_secs(120),
         &[&c, &d],
@@ -231,7 +231,7 @@ fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
         let o = owners(&t);
         !o.is_empty() && o.values().all(|o| o.as_deref() == Some(who))
     };
-    t.eventually_logged(
+    t.eventually(
         "the first worker to own every shard",
         Duration::from_secs(60),
         &[&stale],
@@ -242,14 +242,14 @@ fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
     stale.signal("STOP");
     // Its leases expire; another worker takes every one of them and counts everything.
     let mut fresh = t.spawn("fresh", &["count", "--worker-id", "fresh"], base);
-    t.eventually_logged(
+    t.eventually(
         "the fresh worker to take every lease and count everything",
         Duration::from_secs(120),
         &[&fresh],
         || owned_by("fresh") && t.json(&["total", "--json"])["total"] == exp.total(),
     );
     stale.signal("CONT");
-    t.eventually_logged(
+    t.eventually(
         "the stale worker to notice",
         Duration::from_secs(60),
         &[&stale, &fresh],
@@ -309,7 +309,7 @@ fn metrics_are_emitted_as_embedded_metric_format() {
     env.push(("TALLY_METRICS__EMF", "true"));
     env.push(("TALLY_METRICS__INTERVAL_MS", "300"));
     let mut w = t.spawn("w", &["count", "--worker-id", "w"], &env);
-    t.eventually_logged(
+    t.eventually(
         "the worker to count everything",
         Duration::from_secs(60),
         &[&w],

@@ -273,13 +273,9 @@ impl Target {
         Bg { child, log }
     }
 
-    /// Polls `f` until it holds, failing the test past `timeout`.
-    pub fn eventually(&self, what: &str, timeout: Duration, f: impl FnMut() -> bool) {
-        self.eventually_logged(what, timeout, &[], f)
-    }
-
-    /// [`Target::eventually`], printing these processes' logs (and the leases) if it times out.
-    pub fn eventually_logged(
+    /// Polls `f` until it holds; past `timeout` the test fails with these processes' logs and
+    /// the leases.
+    pub fn eventually(
         &self,
         what: &str,
         timeout: Duration,
