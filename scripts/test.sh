@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: every unit, conformance and end-to-end test of the workspace, on the embedded
-# backend and on the local AWS API peers (kinesis-local and moto, installed and started on
+# backend and on the local AWS API peers (kinesis-local and DynamoDB Local, installed and started on
 # 127.0.0.1 by scripts/local-aws.sh, and stopped again at the end if this script started them).
 #
 # Usage: scripts/test.sh [extra cargo test args]
@@ -19,4 +19,4 @@ if [ "${NO_LOCAL_AWS:-}" != 1 ]; then
   eval "$(scripts/local-aws.sh env)"
   features=(--features aws-local)
 fi
-cargo test --workspace --all-targets "${features[@]}" "$@"
+cargo test --workspace --all-targets --no-fail-fast "${features[@]}" "$@"

@@ -275,7 +275,7 @@ impl Settings {
             "counter.window_records",
             self.counter.window_records,
             1,
-            20_000,
+            tally_core::window::MAX_WINDOW_RECORDS,
         )?;
         range("counter.window_ms", self.counter.window_ms, 1, 600_000)?;
         range(

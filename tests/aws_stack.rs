@@ -16,7 +16,7 @@ use fault_proxy::{Fault, FaultProxy};
 fn endpoints() -> (String, String) {
     (
         std::env::var("TEST_KINESIS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4568".into()),
-        std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".into()),
+        std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into()),
     )
 }
 

@@ -71,12 +71,23 @@ fn resharding_keeps_counts_exact(t: Target, parent: &str) {
         2 * exp.malformed as u64
     );
 
-    // Once its children have progressed, the finished parent's lease row is cleaned up, and it is
-    // not created (and read) again: counts unchanged.
-    t.run_env(
-        &["count", "--until-idle"],
-        &[("TALLY_LEASE__FINISHED_GRACE_SECS", "0")],
-    );
+    // Once its children have progressed past the parent's dedup horizon (here 1 s, by arrival
+    // time), the finished parent's lease row is cleaned up, and it is not created (and read)
+    // again: counts unchanged.
+    let short = [
+        ("TALLY_LEASE__FINISHED_GRACE_SECS", "0"),
+        ("TALLY_COUNTER__DEDUP_HORIZON_SECS", "1"),
+    ];
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let later = file_in(&t, "later.ndjson");
+    let later_exp = write_contract_file(&later, 300, 30, 22);
+    t.run(&["replay", later.to_str().unwrap()]);
+    let mut exp = exp;
+    for (p, n) in later_exp.counts {
+        *exp.counts.entry(p).or_insert(0) += n;
+    }
+    t.run_env(&["count", "--until-idle"], &short);
+    t.run_env(&["count", "--until-idle"], &short);
     t.run(&["count", "--until-idle"]);
     let leases = t.json(&["leases", "--json"]);
     assert!(

@@ -24,7 +24,7 @@ use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
-    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
+    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
 };
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
@@ -130,6 +130,16 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
             end,
             done: done as u32,
             count: count as u32,
+            shape: match (
+                get_n(item, "pending_max_items"),
+                get_n(item, "pending_horizon_ms"),
+            ) {
+                (Some(m), Some(h)) => Some(WindowShape {
+                    max_items: m as u32,
+                    horizon_ms: h,
+                }),
+                _ => None,
+            },
         }),
         _ => None,
     };
@@ -147,8 +157,8 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
                 .copied()
                 .unwrap_or(false),
             parents,
+            max_arrival: get_n(item, "max_arrival").unwrap_or(i64::MIN),
         },
-        max_arrival: get_n(item, "max_arrival").unwrap_or(i64::MIN),
         pending,
     }
 }
@@ -329,6 +339,7 @@ impl DynamoStore {
                     .item("arrival_ms", n(d.arrival_ms))
                     .item("reason", s(&d.reason))
                     .item("data", AttributeValue::B(Blob::new(d.data.clone())))
+                    .item("size", n(d.size as i64))
                     .build()
                     .map_err(|e| PortError::Invalid(e.to_string()))?;
                 Ok(TransactWriteItem::builder().put(p).build())
@@ -632,16 +643,22 @@ impl CounterStore for DynamoStore {
         let update = match &c.last {
             Some(l) => {
                 let (ma, fin) = (x.name("max_arrival"), x.name("finished"));
+                let (pm, ph) = (x.name("pending_max_items"), x.name("pending_horizon_ms"));
                 format!(
-                    "SET {cp} = {end}, {ma} = {}, {fin} = {} REMOVE {pe}, {pd}, {pc}",
+                    "SET {cp} = {end}, {ma} = {}, {fin} = {} REMOVE {pe}, {pd}, {pc}, {pm}, {ph}",
                     x.val(n(l.dedup.max_arrival)),
                     x.val(AttributeValue::Bool(l.shard_finished))
                 )
             }
-            None => format!(
-                "SET {pe} = {end}, {pd} = {}, {pc} = {count}",
-                x.val(n(c.index as i64 + 1))
-            ),
+            None => {
+                let (pm, ph) = (x.name("pending_max_items"), x.name("pending_horizon_ms"));
+                format!(
+                    "SET {pe} = {end}, {pd} = {}, {pc} = {count}, {pm} = {}, {ph} = {}",
+                    x.val(n(c.index as i64 + 1)),
+                    x.val(n(c.shape.max_items as i64)),
+                    x.val(n(c.shape.horizon_ms))
+                )
+            }
         };
         items.push(self.fenced_update(fence, x, cond, update)?);
         for it in c.items {
@@ -797,6 +814,7 @@ impl CounterStore for DynamoStore {
                             .and_then(|v| v.as_b().ok())
                             .map(|b| b.as_ref().to_vec())
                             .unwrap_or_default(),
+                        size: get_n(i, "size").unwrap_or(0).max(0) as u64,
                     });
                 }
             }

@@ -51,7 +51,7 @@ async fn fresh(name: &str, shards: usize) -> Fresh {
         ),
         dynamodb_endpoint_url: Some(
             std::env::var("TEST_DYNAMODB_ENDPOINT")
-                .unwrap_or_else(|_| "http://127.0.0.1:5000".into()),
+                .unwrap_or_else(|_| "http://127.0.0.1:8000".into()),
         ),
     };
     tally_aws::setup::setup(&s, shards).await.unwrap();
@@ -77,6 +77,12 @@ async fn leases() {
 async fn counter() {
     let f = fresh("counter", 1).await;
     tally_conformance::counter_commits_exactly_once(&f.aws.tables, "aws").await;
+}
+
+#[tokio::test]
+async fn largest_chunk() {
+    let f = fresh("largest", 1).await;
+    tally_conformance::the_largest_chunk_fits_one_atomic_write(&f.aws.tables, "aws").await;
 }
 
 #[tokio::test]

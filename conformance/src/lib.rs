@@ -13,9 +13,18 @@ use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, LastChunk, LeaseStore, PortError,
     PutEntry, PutOutcome, ShardInfo, StartPosition, Stream, StreamRecord, TrendingEntry,
+    WindowShape,
 };
-use tally_core::window::{DeadLetter, WriteItem};
+use tally_core::window::{
+    DeadLetter, WriteItem, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON, MAX_WINDOW_RECORDS,
+};
 use tally_core::SeqNo;
+
+/// The shape every window of these checks is recorded with.
+const SHAPE: WindowShape = WindowShape {
+    max_items: 3,
+    horizon_ms: 600_000,
+};
 
 fn seq(s: &str) -> SeqNo {
     SeqNo::parse(s).unwrap()
@@ -254,6 +263,66 @@ async fn held_lease(
         .expect("a fresh lease is free")
 }
 
+/// Counter store: the largest chunk a window can make fits one atomic write — a full chunk of dead
+/// letters of the largest size a record is cut to (data and reason), with the window's last-chunk
+/// writes and a dedup record of the largest window. On DynamoDB this is the 400 KB item and 4 MB
+/// transaction limit; a chunk over them would stall its shard.
+pub async fn the_largest_chunk_fits_one_atomic_write(store: &dyn CounterStore, name: &str) {
+    let app = format!("largest-{name}");
+    let shard = format!("shard-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let n = store.max_items_per_commit();
+    let items: Vec<WriteItem> = (0..n)
+        .map(|i| {
+            WriteItem::DeadLetter(DeadLetter {
+                shard_id: shard.clone(),
+                seq: seq(&format!("{}", 100 + i)),
+                arrival_ms: i as i64,
+                // A multi-byte reason at its byte cap, and raw bytes at theirs.
+                reason: tally_core::window::truncate_utf8(
+                    &"é".repeat(DEAD_LETTER_MAX_REASON),
+                    DEAD_LETTER_MAX_REASON,
+                ),
+                data: vec![0xff; DEAD_LETTER_MAX_BYTES],
+                size: 10 << 20,
+            })
+        })
+        .collect();
+    let dedup = DedupRecord {
+        max_arrival: 1,
+        ids: (0..MAX_WINDOW_RECORDS as u128).collect(),
+    };
+    let end = seq(&format!("{}", 100 + n));
+    store
+        .commit_chunk(ChunkCommit {
+            fence: &fence,
+            start_after: None,
+            end: &end,
+            index: 0,
+            count: 1,
+            shape: SHAPE,
+            items: &items,
+            last: Some(LastChunk {
+                dedup: &dedup,
+                total_delta: 0,
+                shard_finished: false,
+            }),
+        })
+        .await
+        .unwrap();
+    let st = store.shard_state(&app, &shard).await.unwrap();
+    assert_eq!(st.lease.checkpoint, Some(end));
+    let restored = store.load_dedup(&app, std::slice::from_ref(&shard), 0).await.unwrap();
+    assert_eq!(restored.len(), 1);
+    assert_eq!(restored[0].ids.len(), MAX_WINDOW_RECORDS);
+    let dead = store.dead_letters(100_000).await.unwrap();
+    let mine: Vec<&DeadLetter> = dead.iter().filter(|d| d.shard_id == shard).collect();
+    assert_eq!(mine.len(), n);
+    assert!(mine
+        .iter()
+        .all(|d| d.size == 10 << 20 && d.data.len() == DEAD_LETTER_MAX_BYTES));
+}
+
 /// Counter store: chunks apply in order with the checkpoint, a stale or out-of-order commit is
 /// refused, counts and "since" add up, dead letters are stored once.
 pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) {
@@ -273,6 +342,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         arrival_ms: 5,
         reason: "not a JSON object".into(),
         data: b"{oops".to_vec(),
+        size: 5,
     };
     items.push(WriteItem::DeadLetter(dead.clone()));
     let (first, second) = items.split_at(3);
@@ -292,6 +362,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         end: &end,
         index,
         count: 2,
+        shape: SHAPE,
         items,
         last,
     };
@@ -306,8 +377,9 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     assert_eq!(
         st.pending
             .as_ref()
-            .map(|p| (p.end.clone(), p.done, p.count)),
-        Some((end.clone(), 1, 2))
+            .map(|p| (p.end.clone(), p.done, p.count, p.shape)),
+        Some((end.clone(), 1, 2, Some(SHAPE))),
+        "the pending window keeps what shaped it"
     );
     assert_eq!(st.lease.checkpoint, None);
     // Re-applying chunk 0 is refused: nothing is counted twice.
@@ -331,6 +403,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         end: &end,
         index: 1,
         count: 2,
+        shape: SHAPE,
         items: second,
         last: Some(last()),
     };
@@ -340,7 +413,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         (
             st.lease.checkpoint.clone(),
             st.pending.clone(),
-            st.max_arrival
+            st.lease.max_arrival
         ),
         (Some(end.clone()), None, 1_000)
     );
@@ -398,6 +471,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         end: &end2,
         index: 0,
         count: 1,
+        shape: SHAPE,
         items: &items2,
         last: Some(LastChunk {
             dedup: &dedup2,

@@ -18,6 +18,7 @@ use tally_core::dedup::Dedup;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     ChunkCommit, CounterStore, Fence, LastChunk, Pending, PortError, ReadBatch, StartPosition,
+    WindowShape,
 };
 use tally_core::retry::Backoff;
 use tally_core::window::{
@@ -153,7 +154,13 @@ impl CounterShard {
             return Ok(());
         };
         let closed = window.close(&mut self.dedup);
-        self.apply(&closed, skip, shard_end).await?;
+        let shape = match &self.replay {
+            Some(Pending {
+                shape: Some(shape), ..
+            }) => *shape,
+            _ => self.shape(),
+        };
+        self.apply(&closed, skip, shard_end, shape).await?;
         let s = &closed.stats;
         self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
         self.metrics
@@ -164,8 +171,95 @@ impl CounterShard {
             .fetch_add(s.malformed, Ordering::Relaxed);
         self.metrics.windows.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = closed.end.clone();
-        self.replay = None;
+        if self.replay.take().is_some() && self.dedup.horizon_ms() != self.shape().horizon_ms {
+            // The completed window was built under an older horizon; what follows uses the
+            // current one, restored as any restart at this checkpoint would restore it.
+            let fence = self.fence()?.clone();
+            let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+            self.dedup = self
+                .restore_dedup(&fence, &st.lease, self.shape().horizon_ms)
+                .await?;
+        }
         Ok(())
+    }
+
+    /// The shape of a window built now, from the current settings.
+    fn shape(&self) -> WindowShape {
+        let mut max = self.store.max_items_per_commit();
+        if self.cfg.max_items_per_commit > 0 {
+            max = max.min(self.cfg.max_items_per_commit);
+        }
+        WindowShape {
+            max_items: max as u32,
+            horizon_ms: self.cfg.dedup_horizon.as_millis() as i64,
+        }
+    }
+
+    /// The duplicate filter as it stood at `row`'s checkpoint: this shard's dedup records within
+    /// the horizon of its clock, and those of every ancestor (across any number of reshards) that
+    /// can still hold an id within it. A shard that has not checkpointed yet starts at its
+    /// parents' clock, so a new child loads only their last `horizon` of ids, not their history.
+    async fn restore_dedup(
+        &self,
+        fence: &Fence,
+        row: &Lease,
+        horizon_ms: i64,
+    ) -> Result<Dedup, ConsumerError> {
+        // The clock: this shard's own, or, before its first checkpoint, its parents' (through
+        // any ancestor that finished without a record of its own). Ancestors finished before
+        // this shard began, so their clocks are behind the shard's.
+        let mut clock = row.max_arrival;
+        let mut frontier = row.parents.clone();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(id) = frontier.pop() {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            if let Some(a) = self.lease_row(&fence.app, &id).await? {
+                if a.max_arrival == i64::MIN {
+                    frontier.extend(a.parents);
+                } else {
+                    clock = clock.max(a.max_arrival);
+                }
+            }
+        }
+        let min = Dedup::min_arrival_to_restore(horizon_ms, clock);
+        // Walk up the lineage; an ancestor whose clock is below `min` holds nothing newer, and
+        // neither do its own ancestors. A row that is gone was deleted only once every child's
+        // clock had passed its own by more than the horizon: nothing in it can matter here.
+        let mut shards = vec![fence.shard_id.clone()];
+        let mut frontier = row.parents.clone();
+        while let Some(id) = frontier.pop() {
+            if shards.contains(&id) {
+                continue;
+            }
+            let Some(a) = self.lease_row(&fence.app, &id).await? else {
+                continue;
+            };
+            if a.max_arrival == i64::MIN || a.max_arrival >= min {
+                frontier.extend(a.parents);
+                shards.push(id);
+            }
+        }
+        let records = self.store.load_dedup(&fence.app, &shards, min).await?;
+        let dedup = Dedup::restore(horizon_ms, clock, records);
+        tracing::info!(
+            ids = dedup.len(),
+            shards = ?shards,
+            clock,
+            horizon_ms,
+            "dedup filter restored"
+        );
+        Ok(dedup)
+    }
+
+    /// A shard's lease row, `None` if it was cleaned up.
+    async fn lease_row(&self, app: &str, shard_id: &str) -> Result<Option<Lease>, ConsumerError> {
+        match self.store.shard_state(app, shard_id).await {
+            Ok(st) => Ok(Some(st.lease)),
+            Err(PortError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn apply(
@@ -173,16 +267,13 @@ impl CounterShard {
         w: &ClosedWindow,
         skip: u32,
         shard_end: bool,
+        shape: WindowShape,
     ) -> Result<(), ConsumerError> {
         let fence = self.fence()?;
         let Some(end) = w.end.as_ref() else {
             return Ok(());
         };
-        let mut max = self.store.max_items_per_commit();
-        if self.cfg.max_items_per_commit > 0 {
-            max = max.min(self.cfg.max_items_per_commit);
-        }
-        let chunks = plan_chunks(w.items.len(), max);
+        let chunks = plan_chunks(w.items.len(), (shape.max_items as usize).max(1));
         debug!(end = %end, items = w.items.len(), chunks = chunks.len(), skip, "applying window");
         for chunk in chunks.iter().skip(skip as usize) {
             let is_last = chunk.index + 1 == chunk.count;
@@ -192,6 +283,7 @@ impl CounterShard {
                 end,
                 index: chunk.index,
                 count: chunk.count,
+                shape,
                 items: &w.items[chunk.range.clone()],
                 last: is_last.then_some(LastChunk {
                     dedup: &w.dedup,
@@ -274,7 +366,15 @@ impl CounterShard {
                 }
                 .into())
             }
-            Err(e) => Err(e.into()),
+            Err(e) if e.is_retryable() => Err(e.into()),
+            Err(e) => Err(ConsumerError::Window {
+                shard_id: commit.fence.shard_id.clone(),
+                after: commit
+                    .start_after
+                    .map_or_else(|| "the shard's start".to_owned(), |s| s.to_string()),
+                end: commit.end.to_string(),
+                source: Box::new(e),
+            }),
         }
     }
 }
@@ -288,22 +388,17 @@ impl ShardProcessor for CounterShard {
     ) -> Result<StartPosition, ConsumerError> {
         self.fence = Some(fence.clone());
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
-        let horizon = self.cfg.dedup_horizon.as_millis() as i64;
-        // A child shard also remembers its parents' recent ids: a retry may land across a reshard.
-        let mut shards = vec![fence.shard_id.clone()];
-        shards.extend(lease.parents.iter().cloned());
-        let records = self
-            .store
-            .load_dedup(
-                &fence.app,
-                &shards,
-                Dedup::min_arrival_to_restore(horizon, st.max_arrival),
-            )
-            .await?;
-        self.dedup = Dedup::restore(horizon, st.max_arrival, records);
+        debug_assert_eq!(st.lease.parents, lease.parents);
         self.checkpoint = st.lease.checkpoint.clone();
         self.replay = st.pending.clone();
         self.window = None;
+        // A half-applied window is rebuilt with the horizon it was built with; a child shard
+        // also remembers its ancestors' recent ids, since a retry may land across reshards.
+        let horizon = match &self.replay {
+            Some(Pending { shape: Some(s), .. }) => s.horizon_ms,
+            _ => self.shape().horizon_ms,
+        };
+        self.dedup = self.restore_dedup(fence, &st.lease, horizon).await?;
         if let Some(p) = &self.replay {
             tracing::info!(end = %p.end, done = p.done, count = p.count, "resuming a half-applied window");
         }

@@ -22,6 +22,17 @@ pub enum ConsumerError {
     /// A stored checkpoint disagrees with what the stream delivers.
     #[error("inconsistent state for shard {shard_id}: {detail}")]
     Inconsistent { shard_id: String, detail: String },
+    /// A window's write failed for good (not a lost lease, not worth retrying): the worker stops
+    /// and says which records it could not apply, rather than stalling the shard in silence.
+    #[error("shard {shard_id}: applying the window of records after {after} through {end} failed: {source}")]
+    Window {
+        shard_id: String,
+        /// The checkpoint the window starts after (`the shard's start` before the first).
+        after: String,
+        /// The window's last sequence number.
+        end: String,
+        source: Box<tally_core::ports::PortError>,
+    },
 }
 
 impl ConsumerError {

@@ -57,8 +57,12 @@ pub struct WorkerConfig {
     pub max_leases_per_worker: usize,
     /// How long shutdown waits for shard tasks to flush.
     pub shutdown_timeout: Duration,
-    /// Finished shards' lease rows are deleted this long after all their children finished.
+    /// Finished shards' lease rows are deleted this long after all their children progressed.
     pub finished_lease_grace: Duration,
+    /// …and only once every child's arrival clock is more than this far past the shard's own
+    /// (the dedup horizon): until then a descendant's restart needs the row to find the shard's
+    /// recent dedup records.
+    pub lineage_horizon: Duration,
     /// Backoff for retryable port errors.
     pub backoff: Backoff,
     /// How often lease and shard metrics are logged (and emitted as EMF).
@@ -82,6 +86,7 @@ impl WorkerConfig {
             max_leases_per_worker: 0,
             shutdown_timeout: Duration::from_secs(20),
             finished_lease_grace: Duration::from_secs(3_600),
+            lineage_horizon: Duration::from_secs(600),
             backoff: Backoff::default(),
             stats_interval: Duration::from_secs(30),
             emf: Emf::default(),
@@ -224,11 +229,16 @@ async fn run_inner(
                     metrics.lost.fetch_add(1, Ordering::Relaxed);
                     warn!(shard_id = %shard, "lease lost; shard stopped");
                 }
+                Ok(ShardEnd::Failed(e)) if e.is_retryable() => {
+                    // Retries exhausted on a passing fault: the lease was given back, and this
+                    // or another worker takes the shard again at its next poll.
+                    warn!(shard_id = %shard, error = %e, "shard task failed; the shard will be retried");
+                }
                 Ok(ShardEnd::Failed(e)) => {
-                    warn!(shard_id = %shard, error = %e, "shard task failed");
-                    if idle_exit.armed_at().is_some() && !e.is_retryable() {
-                        break 'main Err(e);
-                    }
+                    // Never a silent stall: a fault that a retry cannot mend stops the worker,
+                    // naming the shard (and, for a window, its records).
+                    tracing::error!(shard_id = %shard, error = %e, "shard task failed for good; stopping the worker");
+                    break 'main Err(e);
                 }
                 Err(e) => warn!(shard_id = %shard, error = %e, "shard task panicked"),
             }
@@ -332,16 +342,19 @@ async fn run_inner(
         }
 
         // Clean up a finished shard's row once every child has made progress (a checkpoint of
-        // its own), after a grace period; discovery will not create it again.
+        // its own) and moved its arrival clock past the shard's dedup horizon, after a grace
+        // period; discovery will not create it again.
+        let horizon_ms = cfg.lineage_horizon.as_millis() as i64;
         for l in leases.iter().filter(|l| l.finished) {
             let children: Vec<&Lease> = leases
                 .iter()
                 .filter(|c| c.parents.contains(&l.shard_id))
                 .collect();
             if !children.is_empty()
-                && children
-                    .iter()
-                    .all(|c| c.finished || c.checkpoint.is_some())
+                && children.iter().all(|c| {
+                    (c.finished || c.checkpoint.is_some())
+                        && c.max_arrival > l.max_arrival.saturating_add(horizon_ms)
+                })
             {
                 let since = *finished_since
                     .entry(l.shard_id.clone())
@@ -538,7 +551,13 @@ impl ShardTask {
                 processor.flush(true).await?;
                 return Ok(ShardEnd::Finished);
             }
-            if batch.records.is_empty() {
+            if batch.records.is_empty() && !caught_up(&batch) {
+                // Kinesis answers empty reads while records are still ahead (a sparse stretch of
+                // a shard): read on without the idle pause (at Kinesis' 5 reads per second per
+                // shard), and never count the shard as idle.
+                processor.tick(now_ms()).await?;
+                tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
+            } else if batch.records.is_empty() {
                 if self.idle_exit.armed_at().is_some() {
                     processor.flush(false).await?;
                     if let Ok(mut t) = self.idle_at.lock() {
@@ -576,6 +595,12 @@ impl ShardTask {
     }
 }
 
+/// Whether an empty read means the shard is caught up: its tip reached (no lag reported, or
+/// none left). An empty read that still reports lag is not idleness.
+fn caught_up(batch: &ReadBatch) -> bool {
+    batch.records.is_empty() && batch.millis_behind_latest.is_none_or(|m| m <= 0)
+}
+
 /// The default worker identity: the ECS task id when running on ECS, else host name and pid.
 pub fn default_worker_id() -> String {
     if let Ok(uri) = std::env::var("ECS_CONTAINER_METADATA_URI_V4") {
@@ -603,21 +628,47 @@ pub fn default_worker_id() -> String {
     )
 }
 
-/// The shards that need a lease row: all, except a closed shard without one whose child already
-/// has one — it was processed, finished and cleaned up, and must not be read again.
+/// The shards that need a lease row: all, except a closed shard without one that was already
+/// processed — its row was cleaned up after it finished, and it must never be read again.
+///
+/// A shard's row is only deleted once every child has progress of its own (a checkpoint), and
+/// progress is only made after all parents finished. So a closed shard without a row was
+/// processed exactly when some descendant, however many reshards later, has a row with progress:
+/// by induction down the generations, the rows of a finished lineage end in such a row (open
+/// shards' rows are never deleted). A fresh application has no row with progress anywhere, so
+/// every shard gets its row.
 fn shards_needing_rows(
     shards: Vec<tally_core::ports::ShardInfo>,
     rows: &[Lease],
 ) -> Vec<tally_core::ports::ShardInfo> {
-    let has_row = |id: &str| rows.iter().any(|l| l.shard_id == id);
+    let row = |id: &str| rows.iter().find(|l| l.shard_id == id);
+    let progressed = |id: &str| row(id).is_some_and(|l| l.finished || l.checkpoint.is_some());
+    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+    for s in &shards {
+        for p in &s.parents {
+            children
+                .entry(p.as_str())
+                .or_default()
+                .push(s.shard_id.as_str());
+        }
+    }
+    let processed = |id: &str| {
+        let mut todo: Vec<&str> = children.get(id).cloned().unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(c) = todo.pop() {
+            if !seen.insert(c) {
+                continue;
+            }
+            if progressed(c) {
+                return true;
+            }
+            todo.extend(children.get(c).into_iter().flatten().copied());
+        }
+        false
+    };
     let cleaned: Vec<String> = shards
         .iter()
-        .filter(|s| s.closed && !has_row(&s.shard_id))
-        .filter(|s| {
-            shards
-                .iter()
-                .any(|c| c.parents.contains(&s.shard_id) && has_row(&c.shard_id))
-        })
+        .filter(|s| s.closed && row(&s.shard_id).is_none() && processed(&s.shard_id))
         .map(|s| s.shard_id.clone())
         .collect();
     shards
@@ -819,6 +870,14 @@ mod tests {
             checkpoint: None,
             finished: false,
             parents: vec![],
+            max_arrival: i64::MIN,
+        }
+    }
+
+    fn progressed(id: &str) -> Lease {
+        Lease {
+            checkpoint: tally_core::SeqNo::parse("5"),
+            ..row(id)
         }
     }
 
@@ -835,9 +894,18 @@ mod tests {
             ids(shards_needing_rows(shards.clone(), &[])),
             ["p", "c1", "c2"]
         );
-        // The parent's row was deleted after its children started: it stays gone.
+        // Rows of the children were created before the parent's (a discovery cut short): the
+        // children have no progress yet, so the parent still gets its row.
         assert_eq!(
             ids(shards_needing_rows(shards.clone(), &[row("c1"), row("c2")])),
+            ["p", "c1", "c2"]
+        );
+        // The parent's row was deleted after its children progressed: it stays gone.
+        assert_eq!(
+            ids(shards_needing_rows(
+                shards.clone(),
+                &[progressed("c1"), row("c2")]
+            )),
             ["c1", "c2"]
         );
         // An open shard always keeps its row.
@@ -845,5 +913,53 @@ mod tests {
             ids(shards_needing_rows(vec![shard("o", &[], false)], &[])),
             ["o"]
         );
+    }
+
+    #[test]
+    fn an_empty_read_that_reports_lag_is_not_idle() {
+        let batch = |records: usize, behind: Option<i64>| ReadBatch {
+            records: (0..records)
+                .map(|i| tally_core::ports::StreamRecord {
+                    seq: tally_core::SeqNo::parse(&(i + 1).to_string()).unwrap(),
+                    arrival_ms: 0,
+                    partition_key: "k".into(),
+                    data: vec![],
+                })
+                .collect(),
+            millis_behind_latest: behind,
+            ..ReadBatch::default()
+        };
+        assert!(caught_up(&batch(0, Some(0))));
+        assert!(caught_up(&batch(0, None)));
+        assert!(
+            !caught_up(&batch(0, Some(86_400_000))),
+            "a day behind is not idle"
+        );
+        assert!(!caught_up(&batch(3, Some(0))));
+    }
+
+    #[test]
+    fn a_cleaned_up_grandparent_is_not_created_again() {
+        // p split into c1 and c2, each split again; p's, c1's and c2's rows are all cleaned up.
+        let shards = vec![
+            shard("p", &[], true),
+            shard("c1", &["p"], true),
+            shard("c2", &["p"], true),
+            shard("g1", &["c1"], false),
+            shard("g2", &["c1"], false),
+            shard("g3", &["c2"], false),
+            shard("g4", &["c2"], false),
+        ];
+        let rows = [
+            progressed("g1"),
+            progressed("g2"),
+            progressed("g3"),
+            progressed("g4"),
+        ];
+        let got: Vec<String> = shards_needing_rows(shards, &rows)
+            .into_iter()
+            .map(|s| s.shard_id)
+            .collect();
+        assert_eq!(got, ["g1", "g2", "g3", "g4"]);
     }
 }

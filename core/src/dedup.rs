@@ -127,6 +127,11 @@ impl Dedup {
         rec
     }
 
+    /// How long after an event arrived a retry of it is recognised (ms).
+    pub fn horizon_ms(&self) -> i64 {
+        self.horizon_ms
+    }
+
     /// The running maximum arrival time, stored with the checkpoint.
     pub fn running_max(&self) -> i64 {
         self.running_max

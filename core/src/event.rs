@@ -119,7 +119,11 @@ pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
         other => {
             return Err(field_err(
                 "action",
-                format!("expected \"like\" or \"unlike\", got {other:?}"),
+                format!(
+                    "expected \"like\" or \"unlike\", got {:?} ({} bytes)",
+                    crate::window::truncate_utf8(other, 64),
+                    other.len()
+                ),
             ))
         }
     };

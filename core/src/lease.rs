@@ -21,6 +21,9 @@ pub struct Lease {
     /// The shard was read to its end and everything was applied.
     pub finished: bool,
     pub parents: Vec<String>,
+    /// The running maximum arrival time at the checkpoint: the dedup clock, which decides which
+    /// dedup records a restart (of this shard or of a descendant) still needs.
+    pub max_arrival: i64,
 }
 
 impl Lease {
@@ -132,6 +135,7 @@ mod tests {
             checkpoint: None,
             finished: false,
             parents: vec![],
+            max_arrival: i64::MIN,
         }
     }
 

@@ -148,20 +148,30 @@ pub trait ShardReader: Send {
     async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch>;
 }
 
+/// What shapes a window besides its records, stored with its first chunk so that a rebuild after
+/// a crash or a lease move makes the same items and chunks even if the settings changed since.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowShape {
+    /// Items per atomic write the window was cut with.
+    pub max_items: u32,
+    /// The dedup horizon its duplicate decisions were made with (ms).
+    pub horizon_ms: i64,
+}
+
 /// A checkpoint's window in progress: chunks `0..done` of the window ending at `end` are applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
     pub end: SeqNo,
     pub done: u32,
     pub count: u32,
+    /// `None` only for a window recorded by a tally that did not store it.
+    pub shape: Option<WindowShape>,
 }
 
 /// What a store knows of one shard of one application.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardState {
     pub lease: Lease,
-    /// The running maximum arrival time at the checkpoint (dedup's clock).
-    pub max_arrival: i64,
     pub pending: Option<Pending>,
 }
 
@@ -213,6 +223,8 @@ pub struct ChunkCommit<'a> {
     pub end: &'a SeqNo,
     pub index: u32,
     pub count: u32,
+    /// Recorded with the pending progress by the first chunk of a window of several.
+    pub shape: WindowShape,
     pub items: &'a [WriteItem],
     /// Only on the last chunk.
     pub last: Option<LastChunk<'a>>,

@@ -16,6 +16,23 @@ use crate::seq::SeqNo;
 
 /// The longest prefix of a malformed record's bytes that is kept in its dead letter.
 pub const DEAD_LETTER_MAX_BYTES: usize = 4096;
+/// The most records a counter window may hold: its dedup record (16 bytes per id) is one store
+/// item, which must stay below DynamoDB's 400 KB item limit with room to spare.
+pub const MAX_WINDOW_RECORDS: usize = 20_000;
+/// The longest reason kept in a dead letter (a decode error may quote the offending value).
+pub const DEAD_LETTER_MAX_REASON: usize = 512;
+
+/// `s` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
+pub fn truncate_utf8(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut cut = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
+}
 
 /// A malformed record, kept with where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +47,9 @@ pub struct DeadLetter {
     pub reason: String,
     /// Its first [`DEAD_LETTER_MAX_BYTES`] bytes.
     pub data: Vec<u8>,
+    /// Its full size in bytes: `data` and `reason` are cut so that a record of any size Kinesis
+    /// accepts (up to 10 MiB) fits one store item (DynamoDB: 400 KB), and this says how much was.
+    pub size: u64,
 }
 
 /// One write of a window: a summary item or a dead letter.
@@ -109,8 +129,9 @@ impl WindowBuilder {
                     shard_id: shard_id.to_owned(),
                     seq: record.seq.clone(),
                     arrival_ms: record.arrival_ms,
-                    reason: e.to_string(),
+                    reason: truncate_utf8(&e.to_string(), DEAD_LETTER_MAX_REASON),
                     data: record.data[..keep].to_vec(),
+                    size: record.data.len() as u64,
                 });
             }
             Ok(ev) => {
@@ -293,6 +314,40 @@ mod tests {
     }
 
     #[test]
+    fn an_oversized_bad_record_becomes_a_small_dead_letter() {
+        // A 10 MiB record (the largest a Kinesis stream can be set to accept) whose `action` is
+        // one huge string: the dead letter stays far below DynamoDB's 400 KB item limit.
+        let big = format!(
+            r#"{{"event_id":"e","post_id":"p","user_id":"u","action":"{}","created_at":1}}"#,
+            "é".repeat(5 * 1024 * 1024)
+        );
+        let mut dedup = Dedup::new(600_000);
+        let mut w = WindowBuilder::new(None, 0);
+        w.push("s", &rec(1, &big), &mut dedup);
+        let c = w.close(&mut dedup);
+        let [WriteItem::DeadLetter(d)] = c.items.as_slice() else {
+            panic!("{:?}", c.stats)
+        };
+        assert_eq!(d.size, big.len() as u64);
+        assert_eq!(d.data.len(), DEAD_LETTER_MAX_BYTES);
+        assert!(
+            d.reason.len() <= DEAD_LETTER_MAX_REASON,
+            "{}",
+            d.reason.len()
+        );
+        assert!(d.reason.starts_with("field `action`"), "{}", d.reason);
+        assert!(write_units(&c.items[0]) <= 5);
+    }
+
+    #[test]
+    fn truncation_keeps_characters_whole() {
+        assert_eq!(truncate_utf8("abc", 3), "abc");
+        assert_eq!(truncate_utf8("abcdef", 5), "ab…");
+        let t = truncate_utf8(&"é".repeat(100), 10);
+        assert!(t.len() <= 10 && t.ends_with('…'), "{t}");
+    }
+
+    #[test]
     fn chunks_cover_items_exactly_once() {
         for (n, max) in [(0, 3), (1, 3), (3, 3), (4, 3), (250, 97)] {
             let plan = plan_chunks(n, max);
@@ -319,6 +374,7 @@ mod tests {
             arrival_ms: 0,
             reason: "r".into(),
             data: vec![0; n],
+            size: n as u64,
         };
         assert_eq!(write_units(&WriteItem::DeadLetter(dl(10))), 1);
         assert_eq!(

@@ -46,12 +46,43 @@ fn prepare(conn: &Connection) -> PortResult<()> {
         .map_err(sql_err)?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(sql_err)?;
-    // Serialize schema creation on a write lock.
-    conn.execute_batch(&format!(
-        "BEGIN IMMEDIATE; {} COMMIT;",
-        include_str!("schema.sql")
-    ))
-    .map_err(sql_err)
+    // Serialize schema creation and migration on a write lock.
+    conn.execute_batch(&format!("BEGIN IMMEDIATE; {}", include_str!("schema.sql")))
+        .map_err(sql_err)?;
+    let migrated = migrate(conn);
+    let end = if migrated.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    conn.execute_batch(end).map_err(sql_err)?;
+    migrated
+}
+
+/// Columns added since a store's tables were first created: `(table, column, declaration)`.
+/// `schema.sql` has them for a new store; an older store gets them here.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("dead_letters", "size", "INTEGER NOT NULL DEFAULT 0"),
+    ("leases", "pending_max_items", "INTEGER"),
+    ("leases", "pending_horizon_ms", "INTEGER"),
+];
+
+fn migrate(conn: &Connection) -> PortResult<()> {
+    for (table, column, decl) in ADDED_COLUMNS {
+        let has: bool = conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
+                [column],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(sql_err)?
+            > 0;
+        if !has {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+                .map_err(sql_err)?;
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {

@@ -24,6 +24,8 @@ CREATE TABLE IF NOT EXISTS leases (
     pending_end   TEXT,
     pending_done  INTEGER,
     pending_count INTEGER,
+    pending_max_items  INTEGER,         -- what shaped the pending window: items per atomic write
+    pending_horizon_ms INTEGER,         -- and the dedup horizon it was built with
     finished      INTEGER NOT NULL DEFAULT 0,
     parents       TEXT NOT NULL,
     PRIMARY KEY (app, shard_id)
@@ -56,6 +58,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     arrival_ms INTEGER NOT NULL,
     reason     TEXT NOT NULL,
     data       BLOB NOT NULL,
+    size       INTEGER NOT NULL DEFAULT 0,  -- the record's full size (data is its first 4 KiB)
     PRIMARY KEY (shard_id, seq)
 );
 CREATE TABLE IF NOT EXISTS analytics_snapshots (

@@ -7,14 +7,14 @@ use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
-    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
+    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
 };
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
 
 use crate::{now_ms, sql_err, Embedded};
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_done, pending_count";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_done, pending_count, pending_max_items, pending_horizon_ms";
 
 fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
     let checkpoint: Option<String> = r.get(5)?;
@@ -30,13 +30,20 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
             checkpoint: checkpoint.as_deref().and_then(SeqNo::parse),
             finished: r.get::<_, i64>(6)? != 0,
             parents: serde_json::from_str(&parents).unwrap_or_default(),
+            max_arrival: r.get(8)?,
         },
-        max_arrival: r.get(8)?,
         pending: match pending_end.as_deref().and_then(SeqNo::parse) {
             Some(end) => Some(Pending {
                 end,
                 done: r.get::<_, i64>(10)? as u32,
                 count: r.get::<_, i64>(11)? as u32,
+                shape: match (r.get::<_, Option<i64>>(12)?, r.get::<_, Option<i64>>(13)?) {
+                    (Some(m), Some(h)) => Some(WindowShape {
+                        max_items: m as u32,
+                        horizon_ms: h,
+                    }),
+                    _ => None,
+                },
             }),
             None => None,
         },
@@ -84,9 +91,9 @@ fn write_item(tx: &Transaction<'_>, item: &WriteItem) -> PortResult<()> {
             }
         }
         WriteItem::DeadLetter(d) => {
-            tx.prepare_cached("INSERT OR IGNORE INTO dead_letters (shard_id, seq, arrival_ms, reason, data) VALUES (?1, ?2, ?3, ?4, ?5)")
+            tx.prepare_cached("INSERT OR IGNORE INTO dead_letters (shard_id, seq, arrival_ms, reason, data, size) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                 .map_err(sql_err)?
-                .execute(params![d.shard_id, d.seq.as_str(), d.arrival_ms, d.reason, d.data])
+                .execute(params![d.shard_id, d.seq.as_str(), d.arrival_ms, d.reason, d.data, d.size as i64])
                 .map_err(sql_err)?;
         }
     }
@@ -232,7 +239,7 @@ impl CounterStore for Embedded {
         let fence = commit.fence.clone();
         let start_after = commit.start_after.cloned();
         let end = commit.end.clone();
-        let (index, count) = (commit.index, commit.count);
+        let (index, count, shape) = (commit.index, commit.count, commit.shape);
         let items = commit.items.to_vec();
         let last = commit
             .last
@@ -267,16 +274,16 @@ impl CounterStore for Embedded {
                         .execute(params![fence.app, fence.shard_id, total_delta])
                         .map_err(sql_err)?;
                     tx.prepare_cached(
-                        "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_done = NULL, pending_count = NULL, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
+                        "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_done = NULL, pending_count = NULL, pending_max_items = NULL, pending_horizon_ms = NULL, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
                     )
                     .map_err(sql_err)?
                     .execute(params![end.as_str(), dedup.max_arrival, finished as i64, fence.app, fence.shard_id])
                     .map_err(sql_err)?;
                 }
                 None => {
-                    tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_done = ?2, pending_count = ?3 WHERE app = ?4 AND shard_id = ?5")
+                    tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_done = ?2, pending_count = ?3, pending_max_items = ?4, pending_horizon_ms = ?5 WHERE app = ?6 AND shard_id = ?7")
                         .map_err(sql_err)?
-                        .execute(params![end.as_str(), index as i64 + 1, count as i64, fence.app, fence.shard_id])
+                        .execute(params![end.as_str(), index as i64 + 1, count as i64, shape.max_items as i64, shape.horizon_ms, fence.app, fence.shard_id])
                         .map_err(sql_err)?;
                 }
             }
@@ -362,15 +369,15 @@ impl CounterStore for Embedded {
 
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
         self.run(move |c| {
-            let mut st = c.prepare_cached("SELECT shard_id, seq, arrival_ms, reason, data FROM dead_letters ORDER BY arrival_ms, shard_id LIMIT ?1").map_err(sql_err)?;
+            let mut st = c.prepare_cached("SELECT shard_id, seq, arrival_ms, reason, data, size FROM dead_letters ORDER BY arrival_ms, shard_id LIMIT ?1").map_err(sql_err)?;
             let rows = st
-                .query_map([limit as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                .query_map([limit as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get::<_, i64>(5)?)))
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
             Ok(rows
                 .into_iter()
-                .filter_map(|(shard_id, seq, arrival_ms, reason, data)| Some(DeadLetter { shard_id, seq: SeqNo::parse(&seq)?, arrival_ms, reason, data }))
+                .filter_map(|(shard_id, seq, arrival_ms, reason, data, size)| Some(DeadLetter { shard_id, seq: SeqNo::parse(&seq)?, arrival_ms, reason, data, size: size.max(0) as u64 }))
                 .collect())
         })
         .await

@@ -28,6 +28,12 @@ async fn counter() {
 }
 
 #[tokio::test]
+async fn largest_chunk() {
+    let (_d, e) = store(1);
+    tally_conformance::the_largest_chunk_fits_one_atomic_write(&e, "embedded").await;
+}
+
+#[tokio::test]
 async fn analytics() {
     let (_d, e) = store(1);
     tally_conformance::analytics_snapshots_are_fenced(&e, "embedded").await;

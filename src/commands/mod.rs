@@ -35,6 +35,7 @@ pub fn worker_config(s: &Settings, app: &str) -> WorkerConfig {
     w.max_leases_per_worker = l.max_per_worker;
     w.shutdown_timeout = Settings::ms(l.shutdown_timeout_ms);
     w.finished_lease_grace = Duration::from_secs(l.finished_grace_secs);
+    w.lineage_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
     w.stats_interval = Settings::ms(s.metrics.interval_ms);
     w.emf = emf(s);
     w

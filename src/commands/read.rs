@@ -102,7 +102,7 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
     if a.json {
         let items: Vec<_> = dl
             .iter()
-            .map(|d| json!({"shard_id": d.shard_id, "sequence_number": d.seq.as_str(), "arrival_ms": d.arrival_ms, "reason": d.reason, "data": String::from_utf8_lossy(&d.data)}))
+            .map(|d| json!({"shard_id": d.shard_id, "sequence_number": d.seq.as_str(), "arrival_ms": d.arrival_ms, "reason": d.reason, "size": d.size, "truncated": (d.data.len() as u64) < d.size, "data": String::from_utf8_lossy(&d.data)}))
             .collect();
         print_json(&json!({"count": n, "dead_letters": items}));
     } else {

@@ -40,7 +40,7 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// Starts a proxy on 127.0.0.1 in front of `upstream` (e.g. `http://127.0.0.1:5000`).
+    /// Starts a proxy on 127.0.0.1 in front of `upstream` (e.g. `http://127.0.0.1:8000`).
     pub fn start(upstream: &str) -> FaultProxy {
         let faults: Queue = Arc::default();
         let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();

@@ -47,7 +47,7 @@ impl Target {
         let kinesis = std::env::var("TEST_KINESIS_ENDPOINT")
             .unwrap_or_else(|_| "http://127.0.0.1:4568".into());
         let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT")
-            .unwrap_or_else(|_| "http://127.0.0.1:5000".into());
+            .unwrap_or_else(|_| "http://127.0.0.1:8000".into());
         let mut t = Target::aws_at(name, &kinesis, &dynamodb);
         t.run(&["setup", "--shards", &shards.to_string()]);
         t.teardown = true;
