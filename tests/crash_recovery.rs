@@ -110,3 +110,42 @@ fn crash_between_two_chunks_resumes_the_window(t: Target) {
     t.run_env(&["count", "--until-idle", "--worker-id", "w"], CHUNKY);
     check_exact(&t, &exp);
 }
+
+#[test]
+fn a_half_applied_window_is_completed_under_changed_settings_embedded() {
+    a_half_applied_window_is_completed_under_changed_settings(Target::embedded());
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn a_half_applied_window_is_completed_under_changed_settings_aws() {
+    a_half_applied_window_is_completed_under_changed_settings(Target::aws("shape", 2));
+}
+
+/// A rolling configuration change meets a half-applied window: the restarted counter has another
+/// chunk size, another dedup horizon and another window size, yet completes the window exactly
+/// as it was cut and decided (the shape is stored with the pending progress), then goes on with
+/// the new settings.
+fn a_half_applied_window_is_completed_under_changed_settings(t: Target) {
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 2_000, 80, 6);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let mut env = CHUNKY.to_vec();
+    env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "2"));
+    let out = t.fail(&["count", "--until-idle", "--worker-id", "w"], &env);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("failpoint"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let changed = [
+        ("TALLY_COUNTER__WINDOW_RECORDS", "400"),
+        ("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "11"),
+        ("TALLY_COUNTER__DEDUP_HORIZON_SECS", "300"),
+        ("TALLY_LEASE__DURATION_MS", "1000"),
+        ("TALLY_LEASE__RENEW_MS", "200"),
+        ("TALLY_LEASE__POLL_MS", "100"),
+    ];
+    t.run_env(&["count", "--until-idle", "--worker-id", "w"], &changed);
+    check_exact(&t, &exp);
+}

@@ -312,7 +312,10 @@ pub async fn the_largest_chunk_fits_one_atomic_write(store: &dyn CounterStore, n
         .unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(st.lease.checkpoint, Some(end));
-    let restored = store.load_dedup(&app, std::slice::from_ref(&shard), 0).await.unwrap();
+    let restored = store
+        .load_dedup(&app, std::slice::from_ref(&shard), 0)
+        .await
+        .unwrap();
     assert_eq!(restored.len(), 1);
     assert_eq!(restored[0].ids.len(), MAX_WINDOW_RECORDS);
     let dead = store.dead_letters(100_000).await.unwrap();
