@@ -1,0 +1,178 @@
+//! The crash and stale-writer harness: a replay with producer retries and malformed records, the
+//! counter SIGKILLed at 20 or more random moments (most inside windows that take several atomic
+//! writes), and three times SIGSTOPped past its lease while another worker takes over, then
+//! SIGCONTed. Every post's count, the global total and the dead letters exact at the end.
+//! Bounded: a fixed number of rounds, each with its own timeout.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{file_in, write_contract_file, Bg, Target};
+
+/// Small windows cut into many chunks (kills land inside windows), short leases.
+const CHUNKY: &[(&str, &str)] = &[
+    ("TALLY_COUNTER__WINDOW_RECORDS", "150"),
+    ("TALLY_COUNTER__WINDOW_MS", "300"),
+    ("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "7"),
+    ("TALLY_LEASE__DURATION_MS", "1500"),
+    ("TALLY_LEASE__RENEW_MS", "300"),
+    ("TALLY_LEASE__POLL_MS", "100"),
+    ("TALLY_LEASE__DISCOVERY_MS", "500"),
+    ("TALLY_LEASE__IDLE_POLL_MS", "100"),
+];
+
+const KILLS: usize = 20;
+const PAUSES: usize = 3;
+
+/// A reproducible schedule (an LCG; the seed is printed on failure through the assertion text).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn owners(t: &Target) -> BTreeMap<String, Option<String>> {
+    t.json(&["leases", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["finished"] != true)
+        .map(|l| {
+            (
+                l["shard_id"].as_str().unwrap().to_owned(),
+                l["owner"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+fn harness(t: Target, events_per_part: usize, slower: u64) {
+    // Six parts, each replayed twice (the second time every event is a producer retry and every
+    // malformed line a new dead letter at its own sequence number), fed while the kills go on.
+    let parts: Vec<(std::path::PathBuf, common::Expected)> = (0..6)
+        .map(|i| {
+            let f = file_in(&t, &format!("part-{i}.ndjson"));
+            let e = write_contract_file(&f, events_per_part, 60, 100 + i);
+            (f, e)
+        })
+        .collect();
+    let mut fed = 0;
+    // Feeds the next part; false when all were fed.
+    let mut feed = |t: &Target| match parts.get(fed) {
+        Some((f, _)) => {
+            t.run(&["replay", f.to_str().unwrap()]);
+            t.run(&["replay", f.to_str().unwrap()]);
+            fed += 1;
+            true
+        }
+        None => false,
+    };
+
+    // A worker without --until-idle never exits on its own: every kill lands, at a random moment
+    // of its reading, folding and committing.
+    let mut rng = Rng(7);
+    let mut kills = 0;
+    for round in 0..KILLS {
+        if round % 4 == 0 {
+            feed(&t);
+        }
+        let mut bg = t.spawn(
+            &format!("kill-{round}"),
+            &["count", "--worker-id", "w"],
+            CHUNKY,
+        );
+        std::thread::sleep(Duration::from_millis((150 + rng.below(500)) * slower));
+        assert!(
+            bg.child.try_wait().unwrap().is_none(),
+            "the counter exited before its kill:\n{}",
+            bg.log_text()
+        );
+        bg.child.kill().unwrap(); // SIGKILL
+        bg.child.wait().unwrap();
+        kills += 1;
+    }
+    assert_eq!(kills, KILLS);
+
+    // Stale writers: each holds read-but-unapplied records when paused past its lease.
+    for i in 0..PAUSES {
+        let mut held = CHUNKY.to_vec();
+        held.retain(|(k, _)| !k.starts_with("TALLY_COUNTER__WINDOW"));
+        held.push(("TALLY_COUNTER__WINDOW_RECORDS", "20000"));
+        held.push(("TALLY_COUNTER__WINDOW_MS", "600000"));
+        let stale_id = format!("stale-{i}");
+        let mut stale = t.spawn(&stale_id, &["count", "--worker-id", &stale_id], &held);
+        let owned_by = |who: &str| {
+            let o = owners(&t);
+            !o.is_empty() && o.values().all(|o| o.as_deref() == Some(who))
+        };
+        t.eventually(
+            "the stale-to-be worker to own every shard",
+            Duration::from_secs(60 * slower),
+            &[&stale],
+            || owned_by(&stale_id),
+        );
+        feed(&t);
+        std::thread::sleep(Duration::from_millis(700 * slower));
+        stale.signal("STOP");
+        let fresh_id = format!("fresh-{i}");
+        let mut fresh: Bg = t.spawn(&fresh_id, &["count", "--worker-id", &fresh_id], CHUNKY);
+        t.eventually(
+            "the fresh worker to take every lease",
+            Duration::from_secs(60 * slower),
+            &[&fresh],
+            || owned_by(&fresh_id),
+        );
+        // Let the fresh worker apply some windows, then wake the stale one: fenced.
+        std::thread::sleep(Duration::from_millis(500 * slower));
+        stale.signal("CONT");
+        t.eventually(
+            "the stale worker to notice it lost its leases",
+            Duration::from_secs(60 * slower),
+            &[&stale, &fresh],
+            || stale.log_text().contains("lease lost"),
+        );
+        stale.signal("TERM");
+        fresh.signal("TERM");
+        stale.wait(Duration::from_secs(60 * slower));
+        fresh.wait(Duration::from_secs(60 * slower));
+    }
+    while feed(&t) {}
+    t.run_env(&["count", "--until-idle", "--worker-id", "final"], CHUNKY);
+
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut malformed = 0;
+    for (_, e) in &parts {
+        for (p, n) in &e.counts {
+            *counts.entry(p.clone()).or_insert(0) += n;
+        }
+        malformed += 2 * e.malformed as u64;
+    }
+    assert_eq!(t.mismatches(&counts), vec![]);
+    assert_eq!(
+        t.json(&["total", "--json"])["total"],
+        counts.values().sum::<i64>()
+    );
+    assert_eq!(t.json(&["dead-letters", "--json"])["count"], malformed);
+}
+
+#[test]
+fn crashes_and_stale_writers_keep_counts_exact_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    harness(t, 2_500, 1);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn crashes_and_stale_writers_keep_counts_exact_aws() {
+    harness(Target::aws("harness", 2), 400, 3);
+}
