@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
-use tally_core::dedup::DedupRecord;
+use tally_core::dedup::{Dedup, DedupRecord};
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
@@ -12,7 +12,7 @@ use tally_core::ports::{
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
 
-use crate::{now_ms, sql_err, Embedded};
+use crate::{sql_err, Embedded};
 
 const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_done, pending_count, pending_max_items, pending_horizon_ms";
 
@@ -99,10 +99,6 @@ fn write_item(tx: &Transaction<'_>, item: &WriteItem) -> PortResult<()> {
     }
     Ok(())
 }
-
-/// How long a dedup record is kept after it is written, whatever its horizon: long enough for a
-/// consumer that was down a day to still find it.
-pub const DEDUP_RETENTION_MS: i64 = 26 * 3_600_000;
 
 #[async_trait]
 impl LeaseStore for Embedded {
@@ -198,6 +194,13 @@ impl LeaseStore for Embedded {
     async fn delete_lease(&self, app: &str, shard_id: &str) -> PortResult<()> {
         let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
         self.run(move |c| {
+            // A row is deleted once every child's clock is past the shard's horizon: its dedup
+            // records can matter to no one any more.
+            c.execute(
+                "DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2",
+                params![app, shard_id],
+            )
+            .map_err(sql_err)?;
             c.execute(
                 "DELETE FROM leases WHERE app = ?1 AND shard_id = ?2",
                 params![app, shard_id],
@@ -260,14 +263,18 @@ impl CounterStore for Embedded {
             }
             match last {
                 Some((dedup, total_delta, finished)) => {
-                    let now = now_ms();
+                    // Dedup records expire by the shard's arrival clock, never the wall clock: a
+                    // record is dropped in the same transaction that moves the clock more than
+                    // the horizon past it, so a restart (however long after) finds every record
+                    // its horizon needs. `expires_ms` is that arrival time, for reading.
+                    let horizon = shape.horizon_ms;
                     tx.prepare_cached("INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                         .map_err(sql_err)?
-                        .execute(params![fence.app, fence.shard_id, end.as_str(), dedup.max_arrival, now + DEDUP_RETENTION_MS, dedup.encode_ids()])
+                        .execute(params![fence.app, fence.shard_id, end.as_str(), dedup.max_arrival, dedup.max_arrival.saturating_add(horizon), dedup.encode_ids()])
                         .map_err(sql_err)?;
-                    tx.prepare_cached("DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND expires_ms < ?3")
+                    tx.prepare_cached("DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3")
                         .map_err(sql_err)?
-                        .execute(params![fence.app, fence.shard_id, now])
+                        .execute(params![fence.app, fence.shard_id, Dedup::min_arrival_to_restore(horizon, dedup.max_arrival)])
                         .map_err(sql_err)?;
                     tx.prepare_cached("INSERT INTO global_totals (app, shard_id, n) VALUES (?1, ?2, ?3) ON CONFLICT (app, shard_id) DO UPDATE SET n = n + excluded.n")
                         .map_err(sql_err)?
