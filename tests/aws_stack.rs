@@ -1,4 +1,4 @@
-//! On the local AWS API peers (kinesis-local, moto): the whole pipeline through the SDK paths,
+//! On the local AWS API peers (kinesis-local, DynamoDB Local): the whole pipeline through the SDK paths,
 //! the errors a user without the stack or without `tally setup` sees, and injected throttling,
 //! conflicts and lost answers — counts exact through all of it.
 #![allow(clippy::unwrap_used)]
