@@ -269,3 +269,81 @@ fn a_child_restores_only_what_the_horizon_needs_embedded() {
 fn a_child_restores_only_what_the_horizon_needs_aws() {
     a_child_restores_only_what_the_horizon_needs(Target::aws("horizon", 1));
 }
+
+/// Every dedup record of the counter for `shard` in the target's store, read through the port.
+fn stored_dedup_records(t: &Target, shard: &str) -> usize {
+    use tally_core::ports::CounterStore;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let shards = [shard.to_owned()];
+    rt.block_on(async {
+        if t.is_aws() {
+            let arg = |name: &str| {
+                let i = t.args.iter().position(|a| a == name).unwrap();
+                t.args[i + 1].clone()
+            };
+            for (k, v) in [
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_REGION", "us-east-1"),
+            ] {
+                if std::env::var(k).is_err() {
+                    std::env::set_var(k, v);
+                }
+            }
+            let s = tally_aws::AwsSettings {
+                stream: arg("--stream"),
+                table_prefix: arg("--table-prefix"),
+                kinesis_endpoint_url: Some(arg("--kinesis-endpoint-url")),
+                dynamodb_endpoint_url: Some(arg("--dynamodb-endpoint-url")),
+            };
+            let aws = tally_aws::Aws::connect(&s).await.unwrap();
+            aws.tables
+                .load_dedup("counter", &shards, i64::MIN)
+                .await
+                .unwrap()
+                .len()
+        } else {
+            let e = tally_embedded::Embedded::open(t.dir.path(), 1).unwrap();
+            e.load_dedup("counter", &shards, i64::MIN)
+                .await
+                .unwrap()
+                .len()
+        }
+    })
+}
+
+/// Dedup records are deleted as the shard's arrival clock passes their horizon (not after a
+/// wall-clock TTL): after a second batch that arrives more than the horizon after the first, only
+/// the second batch's record is stored.
+fn dedup_records_expire_as_the_arrival_clock_moves(t: Target) {
+    let env = [("TALLY_COUNTER__DEDUP_HORIZON_SECS", "1")];
+    let mut last_windows = 0;
+    for seed in [93, 94] {
+        let f = file_in(&t, &format!("batch-{seed}.ndjson"));
+        write_contract_file(&f, 200, 10, seed);
+        t.run(&["replay", f.to_str().unwrap()]);
+        let v = t.json_env(&["count", "--until-idle", "--json"], &env);
+        last_windows = v["windows"].as_u64().unwrap() as usize;
+        std::thread::sleep(std::time::Duration::from_millis(2_500));
+    }
+    // One PutRecords batch: the second batch's records arrive within the horizon of each other.
+    assert!(last_windows >= 1);
+    assert_eq!(
+        stored_dedup_records(&t, "shardId-000000000000"),
+        last_windows,
+        "only the last batch's windows are still within the horizon"
+    );
+}
+
+#[test]
+fn dedup_records_expire_as_the_arrival_clock_moves_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    dedup_records_expire_as_the_arrival_clock_moves(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn dedup_records_expire_as_the_arrival_clock_moves_aws() {
+    dedup_records_expire_as_the_arrival_clock_moves(Target::aws("expiry", 1));
+}

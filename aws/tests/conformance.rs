@@ -90,3 +90,9 @@ async fn analytics() {
     let f = fresh("analytics", 1).await;
     tally_conformance::analytics_snapshots_are_fenced(&f.aws.tables, "aws").await;
 }
+
+#[tokio::test]
+async fn dedup_expiry() {
+    let f = fresh("dedupexp", 1).await;
+    tally_conformance::dedup_records_expire_by_arrival(&f.aws.tables, "aws").await;
+}

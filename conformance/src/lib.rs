@@ -326,6 +326,78 @@ pub async fn the_largest_chunk_fits_one_atomic_write(store: &dyn CounterStore, n
         .all(|d| d.size == 10 << 20 && d.data.len() == DEAD_LETTER_MAX_BYTES));
 }
 
+/// Counter store: dedup records expire by the shard's arrival clock, never by the wall clock —
+/// records of a backlog that arrived years ago stay while the clock is within their horizon — and
+/// all of a shard's records go with its lease row.
+pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &str) {
+    let app = format!("expiry-{name}");
+    let shard = format!("shard-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let day = 86_400_000i64;
+    // Arrival times of a backlog from long ago: 1, 1.5 and 1 + 24 h (in ms since 1970, + 1e6).
+    let windows = [
+        ("11", 1_000_000),
+        ("22", 1_500_000),
+        ("133", 1_000_000 + day),
+    ];
+    let mut start: Option<SeqNo> = None;
+    for (i, (end, max_arrival)) in windows.iter().enumerate() {
+        let end = seq(end);
+        let dedup = DedupRecord {
+            max_arrival: *max_arrival,
+            ids: vec![i as u128],
+        };
+        store
+            .commit_chunk(ChunkCommit {
+                fence: &fence,
+                start_after: start.as_ref(),
+                end: &end,
+                index: 0,
+                count: 1,
+                shape: SHAPE,
+                items: &[],
+                last: Some(LastChunk {
+                    dedup: &dedup,
+                    total_delta: 0,
+                    shard_finished: false,
+                }),
+            })
+            .await
+            .unwrap();
+        start = Some(end);
+    }
+    let shards = [shard.clone()];
+    let ids = |recs: Vec<DedupRecord>| {
+        let mut v: Vec<u128> = recs.into_iter().flat_map(|r| r.ids).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        ids(store.load_dedup(&app, &shards, i64::MIN).await.unwrap()),
+        [0, 1, 2]
+    );
+    // A restore within the horizon of the second record's clock reads from it on.
+    assert_eq!(
+        ids(store.load_dedup(&app, &shards, 1_500_000).await.unwrap()),
+        [1, 2]
+    );
+    // The clock a day on: the first two are past a 10-minute horizon and are deleted.
+    let before = 1_000_000 + day - SHAPE.horizon_ms;
+    store.expire_dedup(&app, &shard, before).await.unwrap();
+    store.expire_dedup(&app, &shard, before).await.unwrap(); // idempotent
+    assert_eq!(
+        ids(store.load_dedup(&app, &shards, i64::MIN).await.unwrap()),
+        [2]
+    );
+    // A cleaned-up row takes its shard's records with it.
+    store.delete_lease(&app, &shard).await.unwrap();
+    assert!(store
+        .load_dedup(&app, &shards, i64::MIN)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 /// Counter store: chunks apply in order with the checkpoint, a stale or out-of-order commit is
 /// refused, counts and "since" add up, dead letters are stored once.
 pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) {

@@ -161,6 +161,9 @@ impl CounterShard {
             _ => self.shape(),
         };
         self.apply(&closed, skip, shard_end, shape).await?;
+        if self.dedup.take_evicted() {
+            self.expire_dedup(shape.horizon_ms).await;
+        }
         let s = &closed.stats;
         self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
         self.metrics
@@ -181,6 +184,21 @@ impl CounterShard {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Deletes this shard's dedup records that the checkpoint's clock has passed by more than the
+    /// horizon: no restore at this checkpoint or later can need them. Best effort — a record left
+    /// behind is skipped by every restore and removed by the store's backstop expiry.
+    async fn expire_dedup(&self, horizon_ms: i64) {
+        let Ok(fence) = self.fence() else { return };
+        let before = Dedup::min_arrival_to_restore(horizon_ms, self.dedup.running_max());
+        let r = with_backoff(&self.cfg.backoff, "expire dedup records", || {
+            self.store.expire_dedup(&fence.app, &fence.shard_id, before)
+        })
+        .await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "expiring dedup records failed; restores skip them");
+        }
     }
 
     /// The shape of a window built now, from the current settings.

@@ -56,6 +56,8 @@ pub struct Dedup {
     seen: HashSet<u128>,
     /// Ids first seen in the open window.
     current: Vec<u128>,
+    /// Whether a stored window was evicted since the last [`Dedup::take_evicted`].
+    evicted: bool,
     /// The largest arrival time observed: the clock that eviction follows.
     running_max: i64,
 }
@@ -68,6 +70,7 @@ impl Dedup {
             windows: VecDeque::new(),
             seen: HashSet::new(),
             current: Vec::new(),
+            evicted: false,
             running_max: i64::MIN,
         }
     }
@@ -100,6 +103,7 @@ impl Dedup {
                 self.seen.remove(id);
             }
             self.windows.pop_front();
+            self.evicted = true;
         }
     }
 
@@ -125,6 +129,11 @@ impl Dedup {
         };
         self.windows.push_back(rec.clone());
         rec
+    }
+
+    /// Whether a window was evicted since the last call: its stored record is due for deletion.
+    pub fn take_evicted(&mut self) -> bool {
+        std::mem::take(&mut self.evicted)
     }
 
     /// How long after an event arrived a retry of it is recognised (ms).

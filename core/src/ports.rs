@@ -255,6 +255,10 @@ pub trait CounterStore: LeaseStore {
     fn max_items_per_commit(&self) -> usize;
     /// Applies one chunk; `Fenced` if the lease or the progress condition failed.
     async fn commit_chunk(&self, commit: ChunkCommit<'_>) -> PortResult<()>;
+    /// Deletes the shard's dedup records with `max_arrival < before`: those its arrival clock has
+    /// passed by more than the horizon. Idempotent; a lost call only leaves records that every
+    /// restore skips (and a backstop expiry removes).
+    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()>;
     /// Dedup records of these shards with `max_arrival >= min_arrival`.
     async fn load_dedup(
         &self,

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
-use tally_core::dedup::{Dedup, DedupRecord};
+use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
@@ -263,18 +263,11 @@ impl CounterStore for Embedded {
             }
             match last {
                 Some((dedup, total_delta, finished)) => {
-                    // Dedup records expire by the shard's arrival clock, never the wall clock: a
-                    // record is dropped in the same transaction that moves the clock more than
-                    // the horizon past it, so a restart (however long after) finds every record
-                    // its horizon needs. `expires_ms` is that arrival time, for reading.
-                    let horizon = shape.horizon_ms;
+                    // `expires_ms` is the arrival time past which this shard no longer needs the
+                    // record (for reading); records expire by `expire_dedup`, never by wall clock.
                     tx.prepare_cached("INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                         .map_err(sql_err)?
-                        .execute(params![fence.app, fence.shard_id, end.as_str(), dedup.max_arrival, dedup.max_arrival.saturating_add(horizon), dedup.encode_ids()])
-                        .map_err(sql_err)?;
-                    tx.prepare_cached("DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3")
-                        .map_err(sql_err)?
-                        .execute(params![fence.app, fence.shard_id, Dedup::min_arrival_to_restore(horizon, dedup.max_arrival)])
+                        .execute(params![fence.app, fence.shard_id, end.as_str(), dedup.max_arrival, dedup.max_arrival.saturating_add(shape.horizon_ms), dedup.encode_ids()])
                         .map_err(sql_err)?;
                     tx.prepare_cached("INSERT INTO global_totals (app, shard_id, n) VALUES (?1, ?2, ?3) ON CONFLICT (app, shard_id) DO UPDATE SET n = n + excluded.n")
                         .map_err(sql_err)?
@@ -295,6 +288,20 @@ impl CounterStore for Embedded {
                 }
             }
             tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
+        let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
+        self.run(move |c| {
+            c.prepare_cached(
+                "DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3",
+            )
+            .map_err(sql_err)?
+            .execute(params![app, shard_id, before])
+            .map(|_| ())
+            .map_err(sql_err)
         })
         .await
     }

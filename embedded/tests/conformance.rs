@@ -102,77 +102,8 @@ fn a_fresh_store_opened_at_once_by_many() {
     }
 }
 
-/// Dedup records expire by the shard's arrival clock, never by the wall clock: a backlog whose
-/// records arrived long ago keeps every record its horizon needs, however late it is processed
-/// or restarted, and a record is dropped once the clock is past its horizon.
 #[tokio::test]
-async fn dedup_records_expire_by_arrival_not_wall_clock() {
-    use tally_core::dedup::DedupRecord;
-    use tally_core::ports::WindowShape;
-    use tally_core::ports::{ChunkCommit, CounterStore, LastChunk, LeaseStore, ShardInfo};
-    use tally_core::SeqNo;
+async fn dedup_expiry() {
     let (_d, e) = store(1);
-    let (app, shard) = ("counter", "shard-x");
-    e.ensure_leases(
-        app,
-        &[ShardInfo {
-            shard_id: shard.into(),
-            parents: vec![],
-            closed: false,
-        }],
-    )
-    .await
-    .unwrap();
-    let fence = e
-        .take_lease(app, shard, 0, "w", i64::MAX / 2)
-        .await
-        .unwrap()
-        .unwrap();
-    let shape = WindowShape {
-        max_items: 10,
-        horizon_ms: 600_000,
-    };
-    // Arrival times from years ago (a backlog): wall-clock expiry would have dropped them all.
-    let day = 86_400_000i64;
-    let windows = [
-        (1, 1_000_000),
-        (2, 1_000_000 + 500_000),
-        (3, 1_000_000 + day),
-    ];
-    let mut start: Option<SeqNo> = None;
-    for (i, (end, max_arrival)) in windows.iter().enumerate() {
-        let end = SeqNo::parse(&end.to_string()).unwrap();
-        let dedup = DedupRecord {
-            max_arrival: *max_arrival,
-            ids: vec![i as u128],
-        };
-        e.commit_chunk(ChunkCommit {
-            fence: &fence,
-            start_after: start.as_ref(),
-            end: &end,
-            index: 0,
-            count: 1,
-            shape,
-            items: &[],
-            last: Some(LastChunk {
-                dedup: &dedup,
-                total_delta: 0,
-                shard_finished: false,
-            }),
-        })
-        .await
-        .unwrap();
-        if i == 1 {
-            // Both records within the horizon of the clock are kept, whatever the wall clock.
-            let kept = e.load_dedup(app, &[shard.into()], i64::MIN).await.unwrap();
-            assert_eq!(kept.len(), 2);
-        }
-        start = Some(end);
-    }
-    // A day later by arrival, the first two are past the horizon: gone from the store.
-    let kept = e.load_dedup(app, &[shard.into()], i64::MIN).await.unwrap();
-    assert_eq!(
-        kept.iter().map(|r| r.ids.clone()).collect::<Vec<_>>(),
-        vec![vec![2u128]]
-    );
+    tally_conformance::dedup_records_expire_by_arrival(&e, "embedded").await;
 }

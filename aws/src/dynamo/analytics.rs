@@ -1,0 +1,114 @@
+//! [`AnalyticsStore`] on the leases and analytics tables: a snapshot and its checkpoint in one
+//! `TransactWriteItems`.
+
+use super::*;
+
+#[async_trait]
+impl AnalyticsStore for DynamoStore {
+    async fn save_snapshot(&self, fence: &Fence, snap: &AnalyticsSnapshot) -> PortResult<()> {
+        let mut x = Expr::default();
+        let cond = Self::fence_cond(&mut x, fence);
+        let (cp, ma, fin) = (
+            x.name("checkpoint"),
+            x.name("max_arrival"),
+            x.name("finished"),
+        );
+        let update = format!(
+            "SET {cp} = {}, {ma} = {}, {fin} = {}",
+            x.val(s(snap.end.as_str())),
+            x.val(n(snap.max_arrival)),
+            x.val(AttributeValue::Bool(snap.shard_finished))
+        );
+        let lease = self.fenced_update(fence, x, cond, update)?;
+        let latency = Put::builder()
+            .table_name(self.table("analytics"))
+            .item("pk", s(format!("{}#latency", fence.app)))
+            .item(
+                "sk",
+                s(format!(
+                    "{:013}#{}#{}",
+                    snap.taken_at_ms.max(0),
+                    fence.shard_id,
+                    snap.end
+                )),
+            )
+            .item(
+                "latency",
+                AttributeValue::B(Blob::new(snap.latency.clone())),
+            )
+            .item("expires_at", n(now_ms() / 1000 + SNAPSHOT_TTL_SECS))
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        let entries: Vec<(&str, f64, f64)> = snap
+            .trending
+            .iter()
+            .map(|e| (e.post_id.as_str(), e.score, e.error))
+            .collect();
+        let trending = Put::builder()
+            .table_name(self.table("analytics"))
+            .item("pk", s(format!("{}#trending", fence.app)))
+            .item("sk", s(&fence.shard_id))
+            .item("at_ms", n(snap.trending_at_ms))
+            .item(
+                "entries",
+                s(serde_json::to_string(&entries).unwrap_or_default()),
+            )
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        self.transact(
+            fence,
+            vec![
+                lease,
+                TransactWriteItem::builder().put(latency).build(),
+                TransactWriteItem::builder().put(trending).build(),
+            ],
+        )
+        .await
+    }
+
+    async fn trending_sketches(
+        &self,
+        app: &str,
+    ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
+        let items = self
+            .partition("analytics", "pk", format!("{app}#trending"))
+            .await?;
+        Ok(items
+            .iter()
+            .map(|i| {
+                let raw: Vec<(String, f64, f64)> = get_s(i, "entries")
+                    .and_then(|j| serde_json::from_str(&j).ok())
+                    .unwrap_or_default();
+                (
+                    get_s(i, "sk").unwrap_or_default(),
+                    raw.into_iter()
+                        .map(|(post_id, score, error)| TrendingEntry {
+                            post_id,
+                            score,
+                            error,
+                        })
+                        .collect(),
+                    get_n(i, "at_ms").unwrap_or(0),
+                )
+            })
+            .collect())
+    }
+
+    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>> {
+        let values = HashMap::from([
+            (":p".to_owned(), s(format!("{app}#latency"))),
+            (":t".to_owned(), s(format!("{:013}", since_ms.max(0)))),
+        ]);
+        let items = self
+            .query_all("analytics", "pk = :p AND sk >= :t", values, None, None)
+            .await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| {
+                i.get("latency")
+                    .and_then(|v| v.as_b().ok())
+                    .map(|b| b.as_ref().to_vec())
+            })
+            .collect())
+    }
+}

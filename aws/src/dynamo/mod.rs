@@ -1,0 +1,513 @@
+//! The lease, counter and analytics stores on DynamoDB.
+//!
+//! Tables (names are `<prefix>-<suffix>`; the design and its reasons are in ARCHITECTURE.md):
+//! - `leases` (`app`, `shard_id`): owner, epoch, expiry, checkpoint, dedup clock, pending window
+//!   progress, finished flag, parents.
+//! - `counts` (`pk` = post id, `sk` = `T` | `H<YYYYMMDDHH>` | `D<YYYYMMDD>`): `n`, plus `m00`–`m59`
+//!   in hour items and `h00`–`h23` in day items; global totals under `pk = #global`,
+//!   `sk = <app>#<shard>`.
+//! - `dedup` (`pk` = `<app>#<shard>`, `sk` = window end): first-seen id hashes, TTL `expires_at`.
+//! - `dead-letters` (`shard_id`, `seq`): reason and raw bytes.
+//! - `analytics` (`pk` = `<app>#latency` | `<app>#trending`, `sk`): snapshots, TTL `expires_at`.
+//!
+//! Layout: this module holds the client, the table list and the helpers every store uses; one
+//! file per port implements it: `leases` ([`LeaseStore`]), `counter` ([`CounterStore`]),
+//! `analytics` ([`AnalyticsStore`]).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, Select, TransactWriteItem, Update};
+use aws_sdk_dynamodb::Client;
+use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
+use tally_core::dedup::DedupRecord;
+use tally_core::lease::Lease;
+use tally_core::ports::{
+    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
+    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
+};
+use tally_core::window::{DeadLetter, WriteItem};
+use tally_core::SeqNo;
+
+use crate::errors::{map, Target};
+use crate::AwsSettings;
+
+mod analytics;
+mod counter;
+mod leases;
+
+/// The tables: suffix, partition key, sort key, TTL attribute. `setup` and the Terraform drift
+/// test read this list.
+pub const TABLES: &[(&str, &str, &str, Option<&str>)] = &[
+    ("leases", "app", "shard_id", None),
+    ("counts", "pk", "sk", None),
+    ("dedup", "pk", "sk", Some("expires_at")),
+    ("dead-letters", "shard_id", "seq", None),
+    ("analytics", "pk", "sk", Some("expires_at")),
+];
+
+/// Most items in one TransactWriteItems call.
+pub const MAX_TRANSACT_ITEMS: usize = 100;
+/// Items a window's last chunk adds to its data items: the lease row, the dedup record, the
+/// global total.
+pub const FENCE_ITEMS: usize = 3;
+/// A backstop only: dedup records expire by the shard's arrival clock (`expire_dedup`, and with a
+/// cleaned-up lease row); the TTL removes one whose deletion was lost. It outlasts anything that
+/// can still need it: records arrive at most the stream's retention (≤ 365 days) plus the horizon
+/// (≤ 1 day) after the record was written.
+pub const DEDUP_TTL_SECS: i64 = 367 * 86_400;
+
+/// A dedup record's sort key: its clock, 20 digits so that keys sort by it (restores and expiry
+/// are key ranges), then its window's end.
+pub(crate) fn dedup_sk(max_arrival: i64, end: &SeqNo) -> String {
+    format!("{}#{end}", arrival_key(max_arrival))
+}
+
+/// An arrival time as the sortable prefix of a dedup sort key.
+pub(crate) fn arrival_key(ms: i64) -> String {
+    format!("{:020}", ms.max(0))
+}
+/// Latency snapshots are kept this long (seconds).
+pub const SNAPSHOT_TTL_SECS: i64 = 7 * 86_400;
+/// The partition of the global totals in the counts table (`#` cannot start a post id).
+pub const GLOBAL_PK: &str = "#global";
+
+/// The DynamoDB tables.
+#[derive(Clone)]
+pub struct DynamoStore {
+    client: Client,
+    prefix: String,
+    target: Target,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn get_s(item: &HashMap<String, AttributeValue>, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+
+fn get_n(item: &HashMap<String, AttributeValue>, k: &str) -> Option<i64> {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Collects expression attribute names and values.
+#[derive(Default)]
+struct Expr {
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    fn name(&mut self, attr: &str) -> String {
+        let k = format!("#{attr}");
+        self.names.insert(k.clone(), attr.to_owned());
+        k
+    }
+
+    fn val(&mut self, v: AttributeValue) -> String {
+        let k = format!(":v{}", self.values.len());
+        self.values.insert(k.clone(), v);
+        k
+    }
+
+    fn names(&self) -> Option<HashMap<String, String>> {
+        (!self.names.is_empty()).then(|| self.names.clone())
+    }
+
+    fn values(&self) -> Option<HashMap<String, AttributeValue>> {
+        (!self.values.is_empty()).then(|| self.values.clone())
+    }
+}
+
+fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
+    let parents = item
+        .get("parents")
+        .and_then(|v| v.as_l().ok())
+        .map(|l| l.iter().filter_map(|p| p.as_s().ok().cloned()).collect())
+        .unwrap_or_default();
+    let pending = match (
+        get_s(item, "pending_end").as_deref().and_then(SeqNo::parse),
+        get_n(item, "pending_done"),
+        get_n(item, "pending_count"),
+    ) {
+        (Some(end), Some(done), Some(count)) => Some(Pending {
+            end,
+            done: done as u32,
+            count: count as u32,
+            shape: match (
+                get_n(item, "pending_max_items"),
+                get_n(item, "pending_horizon_ms"),
+            ) {
+                (Some(m), Some(h)) => Some(WindowShape {
+                    max_items: m as u32,
+                    horizon_ms: h,
+                }),
+                _ => None,
+            },
+        }),
+        _ => None,
+    };
+    ShardState {
+        lease: Lease {
+            app: get_s(item, "app").unwrap_or_default(),
+            shard_id: get_s(item, "shard_id").unwrap_or_default(),
+            owner: get_s(item, "owner"),
+            epoch: get_n(item, "epoch").unwrap_or(0) as u64,
+            expires_ms: get_n(item, "expires_ms").unwrap_or(0),
+            checkpoint: get_s(item, "checkpoint").as_deref().and_then(SeqNo::parse),
+            finished: item
+                .get("finished")
+                .and_then(|v| v.as_bool().ok())
+                .copied()
+                .unwrap_or(false),
+            parents,
+            max_arrival: get_n(item, "max_arrival").unwrap_or(i64::MIN),
+        },
+        pending,
+    }
+}
+
+/// Maps a cancelled transaction by its cancellation reasons: a failed condition means the lease
+/// (or the progress it guards) moved, a conflict is retried, a validation error is a bug.
+fn transact_err(
+    target: &Target,
+    fence: &Fence,
+    e: SdkError<TransactWriteItemsError, aws_smithy_runtime_api::http::Response>,
+) -> PortError {
+    if let SdkError::ServiceError(se) = &e {
+        if let TransactWriteItemsError::TransactionCanceledException(c) = se.err() {
+            let codes: Vec<&str> = c
+                .cancellation_reasons()
+                .iter()
+                .filter_map(|r| r.code())
+                .collect();
+            let has = |x: &str| codes.contains(&x);
+            let what = format!("TransactWriteItems for {}/{}", fence.app, fence.shard_id);
+            return if has("ConditionalCheckFailed") {
+                PortError::Fenced {
+                    app: fence.app.clone(),
+                    shard_id: fence.shard_id.clone(),
+                }
+            } else if has("TransactionConflict") {
+                PortError::Conflict(format!("{what}: {codes:?}"))
+            } else if has("ThrottlingError")
+                || has("ProvisionedThroughputExceeded")
+                || has("RequestLimitExceeded")
+            {
+                PortError::Throttled(format!("{what}: {codes:?}"))
+            } else if has("ValidationError") {
+                let msgs: Vec<&str> = c
+                    .cancellation_reasons()
+                    .iter()
+                    .filter_map(|r| r.message())
+                    .collect();
+                PortError::Invalid(format!("{what}: {msgs:?}"))
+            } else {
+                PortError::Other(format!("{what} cancelled: {codes:?}"))
+            };
+        }
+    }
+    map(
+        target,
+        "TransactWriteItems",
+        &format!("tables of {}/{}", fence.app, fence.shard_id),
+        e,
+    )
+}
+
+impl DynamoStore {
+    /// A client for the tables with the configured prefix.
+    pub fn new(sdk: &SdkConfig, st: &AwsSettings) -> DynamoStore {
+        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk);
+        if let Some(url) = &st.dynamodb_endpoint_url {
+            b = b.endpoint_url(url);
+        }
+        DynamoStore {
+            client: Client::from_conf(b.build()),
+            prefix: st.table_prefix.clone(),
+            target: Target::new(
+                "DynamoDB",
+                "dynamodb",
+                st.dynamodb_endpoint_url.as_ref(),
+                sdk,
+            ),
+        }
+    }
+
+    /// The SDK client (setup).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// A table's full name.
+    pub fn table(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.prefix)
+    }
+
+    pub(crate) fn err<E>(
+        &self,
+        call: &str,
+        table: &str,
+        e: SdkError<E, aws_smithy_runtime_api::http::Response>,
+    ) -> PortError
+    where
+        E: aws_smithy_types::error::metadata::ProvideErrorMetadata
+            + std::error::Error
+            + Send
+            + Sync
+            + 'static,
+    {
+        map(
+            &self.target,
+            call,
+            &format!("table {}", self.table(table)),
+            e,
+        )
+    }
+
+    /// Checks that every table exists and the endpoint answers.
+    pub async fn check(&self) -> PortResult<()> {
+        for (suffix, ..) in TABLES {
+            self.client
+                .describe_table()
+                .table_name(self.table(suffix))
+                .send()
+                .await
+                .map_err(|e| self.err("DescribeTable", suffix, e))?;
+        }
+        Ok(())
+    }
+
+    fn lease_key(app: &str, shard_id: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            ("app".to_owned(), s(app)),
+            ("shard_id".to_owned(), s(shard_id)),
+        ])
+    }
+
+    /// Adds `#owner = :o AND #epoch = :e` for a fence.
+    fn fence_cond(x: &mut Expr, fence: &Fence) -> String {
+        let (o, e) = (x.name("owner"), x.name("epoch"));
+        let (vo, ve) = (x.val(s(&fence.owner)), x.val(n(fence.epoch as i64)));
+        format!("{o} = {vo} AND {e} = {ve}")
+    }
+
+    fn fenced_update(
+        &self,
+        fence: &Fence,
+        x: Expr,
+        cond: String,
+        update: String,
+    ) -> PortResult<TransactWriteItem> {
+        let u = Update::builder()
+            .table_name(self.table("leases"))
+            .set_key(Some(Self::lease_key(&fence.app, &fence.shard_id)))
+            .condition_expression(cond)
+            .update_expression(update)
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        Ok(TransactWriteItem::builder().update(u).build())
+    }
+
+    fn item_write(&self, item: &WriteItem) -> PortResult<TransactWriteItem> {
+        match item {
+            WriteItem::Summary(si) => {
+                let mut x = Expr::default();
+                let mut adds = vec![format!("{} {}", x.name("n"), x.val(n(si.n)))];
+                let prefix = match si.kind {
+                    ItemKind::Hour(_) => "m",
+                    _ => "h",
+                };
+                for (slot, v) in &si.slots {
+                    let attr = format!("{prefix}{slot:02}");
+                    adds.push(format!("{} {}", x.name(&attr), x.val(n(*v))));
+                }
+                let u = Update::builder()
+                    .table_name(self.table("counts"))
+                    .key("pk", s(&si.post_id))
+                    .key("sk", s(si.kind.sort_key()))
+                    .update_expression(format!("ADD {}", adds.join(", ")))
+                    .set_expression_attribute_names(x.names())
+                    .set_expression_attribute_values(x.values())
+                    .build()
+                    .map_err(|e| PortError::Invalid(e.to_string()))?;
+                Ok(TransactWriteItem::builder().update(u).build())
+            }
+            WriteItem::DeadLetter(d) => {
+                let p = Put::builder()
+                    .table_name(self.table("dead-letters"))
+                    .item("shard_id", s(&d.shard_id))
+                    .item("seq", s(d.seq.as_str()))
+                    .item("arrival_ms", n(d.arrival_ms))
+                    .item("reason", s(&d.reason))
+                    .item("data", AttributeValue::B(Blob::new(d.data.clone())))
+                    .item("size", n(d.size as i64))
+                    .build()
+                    .map_err(|e| PortError::Invalid(e.to_string()))?;
+                Ok(TransactWriteItem::builder().put(p).build())
+            }
+        }
+    }
+
+    async fn transact(&self, fence: &Fence, items: Vec<TransactWriteItem>) -> PortResult<()> {
+        self.client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map_err(|e| transact_err(&self.target, fence, e))?;
+        Ok(())
+    }
+
+    /// Every item of a Query, following pagination.
+    async fn query_all(
+        &self,
+        table: &str,
+        key_cond: &str,
+        values: HashMap<String, AttributeValue>,
+        filter: Option<String>,
+        projection: Option<&str>,
+    ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let resp = self
+                .client
+                .query()
+                .table_name(self.table(table))
+                .key_condition_expression(key_cond)
+                .set_expression_attribute_values(Some(values.clone()))
+                .set_filter_expression(filter.clone())
+                .set_projection_expression(projection.map(str::to_owned))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.err("Query", table, e))?;
+            out.extend(resp.items().iter().cloned());
+            match resp.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Every item of one partition (`key_attr` = `value`).
+    async fn partition(
+        &self,
+        table: &str,
+        key_attr: &str,
+        value: impl Into<String>,
+    ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
+        let values = HashMap::from([(":k".to_owned(), s(value))]);
+        self.query_all(table, &format!("{key_attr} = :k"), values, None, None)
+            .await
+    }
+
+    /// Deletes the dedup records of `app`/`shard_id` whose clock is below `before` (all of them
+    /// for `i64::MAX`): a key-only Query of the range, one DeleteItem per record (a window evicts
+    /// about one record, so there are few).
+    async fn delete_dedup_below(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
+        let pk = format!("{app}#{shard_id}");
+        let values = HashMap::from([
+            (":p".to_owned(), s(&pk)),
+            (":c".to_owned(), s(arrival_key(before))),
+        ]);
+        let keys = self
+            .query_all("dedup", "pk = :p AND sk < :c", values, None, Some("pk, sk"))
+            .await?;
+        for key in keys {
+            self.client
+                .delete_item()
+                .table_name(self.table("dedup"))
+                .set_key(Some(key))
+                .send()
+                .await
+                .map_err(|e| self.err("DeleteItem", "dedup", e))?;
+        }
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        table: &str,
+        key: HashMap<String, AttributeValue>,
+    ) -> PortResult<Option<HashMap<String, AttributeValue>>> {
+        let resp = self
+            .client
+            .get_item()
+            .table_name(self.table(table))
+            .set_key(Some(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err("GetItem", table, e))?;
+        Ok(resp.item().cloned())
+    }
+
+    async fn counts_item(
+        &self,
+        post: &str,
+        sk: &str,
+    ) -> PortResult<Option<HashMap<String, AttributeValue>>> {
+        self.get(
+            "counts",
+            HashMap::from([("pk".to_owned(), s(post)), ("sk".to_owned(), s(sk))]),
+        )
+        .await
+    }
+
+    /// A conditional update of a lease row outside a transaction; a failed condition is `Fenced`.
+    async fn lease_update(
+        &self,
+        fence: &Fence,
+        call: &str,
+        extra_cond: &str,
+        update: impl FnOnce(&mut Expr) -> String,
+    ) -> PortResult<()> {
+        let mut x = Expr::default();
+        let cond = format!("{}{extra_cond}", Self::fence_cond(&mut x, fence));
+        let upd = update(&mut x);
+        let r = self
+            .client
+            .update_item()
+            .table_name(self.table("leases"))
+            .set_key(Some(Self::lease_key(&fence.app, &fence.shard_id)))
+            .condition_expression(cond)
+            .update_expression(upd)
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => match self.err(call, "leases", e) {
+                PortError::Fenced { .. } => Err(PortError::Fenced {
+                    app: fence.app.clone(),
+                    shard_id: fence.shard_id.clone(),
+                }),
+                other => Err(other),
+            },
+        }
+    }
+}
