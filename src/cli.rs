@@ -70,8 +70,18 @@ pub enum Command {
     Teardown(TeardownArgs),
     /// Split a shard in two (development and tests; production reshards with UpdateShardCount).
     Reshard(ReshardArgs),
+    /// Embedded stream: drop records older than a duration, as a Kinesis stream's retention does
+    /// (a closed shard left empty is dropped too). On AWS the stream's retention does it.
+    Trim(TrimArgs),
     /// Print the effective configuration (defaults, file, environment and flags) as TOML.
     Config,
+}
+
+#[derive(Args, Debug)]
+pub struct TrimArgs {
+    /// Drop records that arrived longer ago than this (e.g. `24h`, `7d`).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub older_than: std::time::Duration,
 }
 
 #[derive(Args, Debug)]

@@ -57,6 +57,9 @@ async fn run(cli: Cli) -> Result<()> {
     if let Command::Reshard(a) = &cli.command {
         return commands::setup::reshard(&settings, a).await;
     }
+    if let Command::Trim(a) = &cli.command {
+        return commands::setup::trim(&settings, a);
+    }
     let b = Backend::open(&settings).await?;
     match &cli.command {
         Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
@@ -74,6 +77,7 @@ async fn run(cli: Cli) -> Result<()> {
         | Command::Setup(_)
         | Command::Teardown(_)
         | Command::Reshard(_)
+        | Command::Trim(_)
         | Command::Config => {
             unreachable!("handled above")
         }

@@ -347,3 +347,129 @@ fn dedup_records_expire_as_the_arrival_clock_moves_embedded() {
 fn dedup_records_expire_as_the_arrival_clock_moves_aws() {
     dedup_records_expire_as_the_arrival_clock_moves(Target::aws("expiry", 1));
 }
+
+/// `n` likes over ten posts named `<prefix>-p<k>`, each with its own event id; their counts.
+fn write_likes(
+    path: &std::path::Path,
+    prefix: &str,
+    n: usize,
+) -> std::collections::BTreeMap<String, i64> {
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    let now = common::now_ms();
+    for i in 0..n {
+        let post = format!("{prefix}-p{}", i % 10);
+        writeln!(
+            f,
+            r#"{{"event_id":"{prefix}-{i}","post_id":"{post}","user_id":"u{i}","action":"like","created_at":{now}}}"#
+        )
+        .unwrap();
+        *counts.entry(post).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The dead letters that record gaps.
+fn gaps(t: &Target) -> Vec<serde_json::Value> {
+    t.json(&["dead-letters", "--json", "--limit", "100000"])["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["reason"].as_str().unwrap().starts_with("gap:"))
+        .cloned()
+        .collect()
+}
+
+const SMALL_WINDOWS: &[(&str, &str)] = &[
+    ("TALLY_COUNTER__WINDOW_RECORDS", "150"),
+    ("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "7"),
+];
+
+/// The stream's retention trims the rest of a half-applied window before a restarted counter can
+/// rebuild it: the window is given up on record (a `gap:` dead letter with its sequence range),
+/// and the shard goes on — later likes exact — instead of stalling for ever.
+#[test]
+fn a_trimmed_pending_window_is_recorded_as_a_gap_and_the_shard_goes_on() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let old = file_in(&t, "old.ndjson");
+    write_contract_file(&old, 2_000, 80, 8);
+    t.run(&["replay", old.to_str().unwrap()]);
+    let mut env = SMALL_WINDOWS.to_vec();
+    env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "2"));
+    t.fail(&["count", "--until-idle"], &env);
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let new = file_in(&t, "new.ndjson");
+    let expected = write_likes(&new, "fresh", 300);
+    t.run(&["replay", new.to_str().unwrap()]);
+    let trimmed = t.run(&["trim", "--older-than", "1s"]);
+    assert!(trimmed.starts_with("trimmed 2"), "{trimmed}");
+    t.run_env(&["count", "--until-idle"], SMALL_WINDOWS);
+    assert_eq!(t.mismatches(&expected), vec![]);
+    let g = gaps(&t);
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0]["shard_id"], "shardId-000000000000");
+    let reason = g[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("retention") && reason.contains("chunks"),
+        "{reason}"
+    );
+    // Counting again reads nothing more and records no new gap.
+    let v = t.json(&["count", "--until-idle", "--json"]);
+    assert_eq!(v["records"], 0, "{v}");
+    assert_eq!(gaps(&t).len(), 1);
+}
+
+/// A parent shard falls past the stream's retention before it was read to its end: it is
+/// finished on record (a `gap:` dead letter) and its children are counted, instead of the
+/// children waiting for ever on a parent the stream no longer has.
+#[test]
+fn a_parent_gone_past_retention_is_recorded_as_a_gap_and_its_children_go_on() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let a1 = file_in(&t, "a1.ndjson");
+    let counted = write_likes(&a1, "a1", 200);
+    t.run(&["replay", a1.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let a2 = file_in(&t, "a2.ndjson");
+    let lost = write_likes(&a2, "a2", 200);
+    t.run(&["replay", a2.to_str().unwrap()]);
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let children = split_embedded(&t, "shardId-000000000000");
+    let b = file_in(&t, "b.ndjson");
+    let later = write_likes(&b, "b", 300);
+    t.run(&["replay", b.to_str().unwrap()]);
+    let trimmed = t.run(&["trim", "--older-than", "1s"]);
+    assert!(trimmed.contains("dropped 1 "), "{trimmed}");
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.mismatches(&counted), vec![]);
+    assert_eq!(t.mismatches(&later), vec![]);
+    let zero: std::collections::BTreeMap<String, i64> =
+        lost.keys().map(|p| (p.clone(), 0)).collect();
+    assert_eq!(
+        t.mismatches(&zero),
+        vec![],
+        "a2 was trimmed before it was read"
+    );
+    let g = gaps(&t);
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0]["shard_id"], "shardId-000000000000");
+    assert!(
+        g[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("gone from the stream"),
+        "{g:?}"
+    );
+    let leases = t.json(&["leases", "--json"]);
+    for c in &children {
+        assert!(
+            leases
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["shard_id"] == c.as_str() && l["checkpoint"].is_string()),
+            "{c} was counted: {leases}"
+        );
+    }
+}

@@ -271,6 +271,11 @@ impl ShardProcessor for AnalyticsShard {
         self.dedup.seal();
         self.snapshot(shard_end).await
     }
+
+    async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
+        // Analytics are estimates over what was read: finishing the shard is all it takes.
+        self.flush(true).await
+    }
 }
 
 /// The top `k` posts across shards.

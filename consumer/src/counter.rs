@@ -17,12 +17,12 @@ use async_trait::async_trait;
 use tally_core::dedup::Dedup;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    ChunkCommit, CounterStore, Fence, LastChunk, Pending, PortError, ReadBatch, StartPosition,
-    WindowShape,
+    ChunkCommit, CounterStore, Fence, GapCommit, LastChunk, Pending, PortError, ReadBatch,
+    StartPosition, WindowShape,
 };
 use tally_core::retry::Backoff;
 use tally_core::window::{
-    dedup_write_units, plan_chunks, write_units, ClosedWindow, WindowBuilder,
+    dedup_write_units, plan_chunks, write_units, ClosedWindow, DeadLetter, WindowBuilder,
 };
 use tally_core::SeqNo;
 use tracing::debug;
@@ -30,6 +30,10 @@ use tracing::debug;
 use crate::retry::with_backoff;
 use crate::worker::{ProcessorFactory, ShardProcessor};
 use crate::ConsumerError;
+
+/// Why a pending window cannot be completed.
+const TRIMMED: &str =
+    "the stream's retention trimmed the pending window's records before it was completed";
 
 /// The counter's settings.
 #[derive(Clone, Debug)]
@@ -183,6 +187,70 @@ impl CounterShard {
                 .restore_dedup(&fence, &st.lease, self.shape().horizon_ms)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Puts records the stream no longer has on record as a gap (a dead letter whose reason
+    /// starts with `gap:`), in one atomic write that moves the checkpoint past them (and finishes
+    /// the shard when `finished`), then goes on from there. Never a silent stall; never silent
+    /// loss either: `tally dead-letters` lists the gap with its sequence range.
+    async fn give_up(&mut self, finished: bool, why: &str) -> Result<(), ConsumerError> {
+        let fence = self.fence()?.clone();
+        let pending = self.replay.clone();
+        let after = self
+            .checkpoint
+            .as_ref()
+            .map_or_else(|| "the shard's start".to_owned(), |c| c.to_string());
+        let what = match &pending {
+            Some(p) => format!(
+                "records after {after} through {} are lost to that window ({} of its {} chunks \
+                 were applied, so its likes are partly counted)",
+                p.end, p.done, p.count
+            ),
+            None => format!("records after {after} were never read"),
+        };
+        let at = pending
+            .as_ref()
+            .map(|p| p.end.clone())
+            .or_else(|| self.checkpoint.clone())
+            .or_else(|| SeqNo::parse("0"))
+            .ok_or_else(|| ConsumerError::Inconsistent {
+                shard_id: self.shard_id.clone(),
+                detail: "no sequence number for a gap".into(),
+            })?;
+        let gap = DeadLetter {
+            shard_id: self.shard_id.clone(),
+            seq: at,
+            arrival_ms: crate::worker::now_ms(),
+            reason: format!("gap: {why}: {what}"),
+            data: Vec::new(),
+            size: 0,
+        };
+        let end = pending.as_ref().map(|p| p.end.clone());
+        let commit = GapCommit {
+            fence: &fence,
+            start_after: self.checkpoint.as_ref(),
+            pending_end: end.as_ref(),
+            through: end.as_ref(),
+            finished,
+            gap: &gap,
+        };
+        with_backoff(&self.cfg.backoff, "record a gap", || {
+            self.store.commit_gap(commit.clone())
+        })
+        .await?;
+        tracing::error!(reason = %gap.reason, "records lost to the stream's retention; recorded as a gap");
+        if let Some(end) = end {
+            self.checkpoint = Some(end);
+        }
+        self.replay = None;
+        self.window = None;
+        // The filter as a restart at the new checkpoint would restore it (the given-up window's
+        // ids were never stored).
+        let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+        self.dedup = self
+            .restore_dedup(&fence, &st.lease, self.shape().horizon_ms)
+            .await?;
         Ok(())
     }
 
@@ -429,7 +497,15 @@ impl ShardProcessor for CounterShard {
                 .max_iterator_age_ms
                 .fetch_max(age.max(0) as u64, Ordering::Relaxed);
         }
+        if self.replay.is_some() && batch.is_caught_up() {
+            // At the shard's tip without having met the pending window's last record: the
+            // stream no longer has it.
+            self.give_up(false, TRIMMED).await?;
+        }
         for record in &batch.records {
+            if self.replay.as_ref().is_some_and(|p| record.seq > p.end) {
+                self.give_up(false, TRIMMED).await?;
+            }
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
             let window = self
                 .window
@@ -439,15 +515,6 @@ impl ShardProcessor for CounterShard {
                 Some(p) if record.seq == p.end => {
                     let done = p.done;
                     self.close_and_apply(done, false).await?;
-                }
-                Some(p) if record.seq > p.end => {
-                    return Err(ConsumerError::Inconsistent {
-                        shard_id: self.shard_id.clone(),
-                        detail: format!(
-                            "the stream skipped the pending window's last record {}",
-                            p.end
-                        ),
-                    })
                 }
                 Some(_) => {}
                 None if self
@@ -477,10 +544,7 @@ impl ShardProcessor for CounterShard {
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         if self.replay.is_some() {
             if shard_end {
-                return Err(ConsumerError::Inconsistent {
-                    shard_id: self.shard_id.clone(),
-                    detail: "shard ended before the pending window's last record".into(),
-                });
+                return self.give_up(true, TRIMMED).await;
             }
             // The rest of the pending window is not read yet; the next owner completes it.
             return Ok(());
@@ -493,5 +557,13 @@ impl ShardProcessor for CounterShard {
         } else {
             Ok(())
         }
+    }
+
+    async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
+        self.give_up(
+            true,
+            "the shard is gone from the stream (past its retention) before it was read to its end",
+        )
+        .await
     }
 }

@@ -106,6 +106,9 @@ pub trait ShardProcessor: Send {
     async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError>;
     /// Applies and checkpoints everything folded so far; `shard_end` marks the shard finished.
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError>;
+    /// The shard is gone from the stream (its records passed the retention before they were all
+    /// processed): put the loss on record and finish the shard, so that its children go on.
+    async fn shard_gone(&mut self) -> Result<(), ConsumerError>;
 }
 
 /// Makes a processor per shard.
@@ -522,10 +525,19 @@ impl ShardTask {
         let from = processor.start(&self.fence, &self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
         let stream = self.deps.stream.clone();
-        let mut reader = with_backoff(&self.cfg.backoff, "open shard", || {
+        let opened = with_backoff(&self.cfg.backoff, "open shard", || {
             stream.open(&shard_id, from.clone())
         })
-        .await?;
+        .await;
+        let mut reader = match opened {
+            Ok(r) => r,
+            Err(PortError::NotFound { .. }) if self.gone_from_stream().await? => {
+                warn!("the shard is gone from the stream (past its retention); recording the gap");
+                processor.shard_gone().await?;
+                return Ok(ShardEnd::Finished);
+            }
+            Err(e) => return Err(e.into()),
+        };
         loop {
             if *lost.borrow() {
                 return Err(PortError::Fenced {
@@ -551,7 +563,7 @@ impl ShardTask {
                 processor.flush(true).await?;
                 return Ok(ShardEnd::Finished);
             }
-            if batch.records.is_empty() && !caught_up(&batch) {
+            if batch.records.is_empty() && !batch.is_caught_up() {
                 // Kinesis answers empty reads while records are still ahead (a sparse stretch of
                 // a shard): read on without the idle pause (at Kinesis' 5 reads per second per
                 // shard), and never count the shard as idle.
@@ -579,6 +591,14 @@ impl ShardTask {
         }
     }
 
+    /// Whether the stream answers but no longer lists this shard (a closed shard past retention),
+    /// as opposed to a stream that is missing or unreachable.
+    async fn gone_from_stream(&self) -> Result<bool, ConsumerError> {
+        let stream = self.deps.stream.clone();
+        let shards = with_backoff(&self.cfg.backoff, "ListShards", || stream.list_shards()).await?;
+        Ok(!shards.iter().any(|s| s.shard_id == self.fence.shard_id))
+    }
+
     /// One read, retried with backoff on throttling and other retryable errors.
     async fn read(
         &self,
@@ -593,12 +613,6 @@ impl ShardTask {
             }
         }
     }
-}
-
-/// Whether an empty read means the shard is caught up: its tip reached (no lag reported, or
-/// none left). An empty read that still reports lag is not idleness.
-fn caught_up(batch: &ReadBatch) -> bool {
-    batch.records.is_empty() && batch.millis_behind_latest.is_none_or(|m| m <= 0)
 }
 
 /// The default worker identity: the ECS task id when running on ECS, else host name and pid.
@@ -929,13 +943,13 @@ mod tests {
             millis_behind_latest: behind,
             ..ReadBatch::default()
         };
-        assert!(caught_up(&batch(0, Some(0))));
-        assert!(caught_up(&batch(0, None)));
+        assert!(batch(0, Some(0)).is_caught_up());
+        assert!(batch(0, None).is_caught_up());
         assert!(
-            !caught_up(&batch(0, Some(86_400_000))),
+            !batch(0, Some(86_400_000)).is_caught_up(),
             "a day behind is not idle"
         );
-        assert!(!caught_up(&batch(3, Some(0))));
+        assert!(!batch(3, Some(0)).is_caught_up());
     }
 
     #[test]

@@ -75,6 +75,15 @@ pub struct ShardInfo {
     pub closed: bool,
 }
 
+impl ReadBatch {
+    /// Whether an empty read means the reader is at the shard's tip: no lag reported, or none
+    /// left. Kinesis answers empty reads while records are still ahead (a sparse stretch of a
+    /// shard), and those are not idleness.
+    pub fn is_caught_up(&self) -> bool {
+        self.records.is_empty() && self.millis_behind_latest.is_none_or(|m| m <= 0)
+    }
+}
+
 /// Where a reader starts in a shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StartPosition {
@@ -239,6 +248,24 @@ pub struct LastChunk<'a> {
     pub shard_finished: bool,
 }
 
+/// Records that can no longer be applied — the stream's retention trimmed them first — written
+/// as a dead letter (`reason` starting with `gap:`) in one atomic write with the checkpoint row:
+/// the shard moves on, and the loss is on record instead of a shard stalled for ever.
+#[derive(Clone, Debug)]
+pub struct GapCommit<'a> {
+    pub fence: &'a Fence,
+    /// The stored checkpoint (a condition).
+    pub start_after: Option<&'a SeqNo>,
+    /// The pending window given up, if any (a condition: its end must be the stored one).
+    pub pending_end: Option<&'a SeqNo>,
+    /// The new checkpoint: the given-up window's end (`None`: unchanged).
+    pub through: Option<&'a SeqNo>,
+    /// Whether the shard is finished with it (it is gone from the stream).
+    pub finished: bool,
+    /// The record of the gap.
+    pub gap: &'a DeadLetter,
+}
+
 /// A post's count.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PostCount {
@@ -255,6 +282,8 @@ pub trait CounterStore: LeaseStore {
     fn max_items_per_commit(&self) -> usize;
     /// Applies one chunk; `Fenced` if the lease or the progress condition failed.
     async fn commit_chunk(&self, commit: ChunkCommit<'_>) -> PortResult<()>;
+    /// Gives up records the stream no longer has, on record; `Fenced` if a condition failed.
+    async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
     /// Deletes the shard's dedup records with `max_arrival < before`: those its arrival clock has
     /// passed by more than the horizon. Idempotent; a lost call only leaves records that every
     /// restore skips (and a backstop expiry removes).

@@ -6,8 +6,8 @@ use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
-    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
+    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, GapCommit, LeaseStore,
+    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
 };
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
@@ -287,6 +287,28 @@ impl CounterStore for Embedded {
                         .map_err(sql_err)?;
                 }
             }
+            tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
+        let fence = g.fence.clone();
+        let (start_after, pending_end) = (g.start_after.cloned(), g.pending_end.cloned());
+        let checkpoint = g.through.cloned().or_else(|| start_after.clone());
+        let (finished, gap) = (g.finished, g.gap.clone());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let st = check_fence(&tx, &fence)?;
+            if st.lease.checkpoint != start_after || st.pending.map(|p| p.end) != pending_end {
+                return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
+            }
+            write_item(&tx, &WriteItem::DeadLetter(gap))?;
+            tx.execute(
+                "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_done = NULL, pending_count = NULL, pending_max_items = NULL, pending_horizon_ms = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
+                params![checkpoint.as_ref().map(|s| s.as_str()), finished as i64, fence.app, fence.shard_id],
+            )
+            .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
         .await

@@ -87,6 +87,23 @@ impl Embedded {
     }
 }
 
+impl Embedded {
+    /// Drops the records that arrived before `cutoff_ms`, as a Kinesis stream's retention does,
+    /// and the closed shards left without a record (Kinesis stops listing a closed shard once
+    /// its records are past retention). Returns (records, shards) dropped.
+    pub fn trim(&self, cutoff_ms: i64) -> PortResult<(usize, usize)> {
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let records = tx.execute("DELETE FROM records WHERE arrival_ms < ?1", params![cutoff_ms]).map_err(sql_err)?;
+            let shards = tx
+                .execute("DELETE FROM shards WHERE closed = 1 AND NOT EXISTS (SELECT 1 FROM records r WHERE r.shard_id = shards.shard_id)", [])
+                .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)?;
+            Ok((records, shards))
+        })
+    }
+}
+
 #[async_trait]
 impl Stream for Embedded {
     async fn list_shards(&self) -> PortResult<Vec<ShardInfo>> {

@@ -61,6 +61,26 @@ pub async fn teardown(s: &Settings, a: &crate::cli::TeardownArgs) -> Result<()> 
     Ok(())
 }
 
+/// `tally trim --older-than DURATION` (embedded: the stream's retention, applied by hand).
+pub fn trim(s: &Settings, a: &crate::cli::TrimArgs) -> Result<()> {
+    match s.backend {
+        BackendKind::Embedded => {
+            let db = s.data_dir.join(tally_embedded::DB_FILE);
+            if !db.exists() {
+                anyhow::bail!("no embedded store at {}", db.display());
+            }
+            let e = tally_embedded::Embedded::open(&s.data_dir, s.shards)?;
+            let cutoff = tally_consumer::worker::now_ms() - a.older_than.as_millis() as i64;
+            let (records, shards) = e.trim(cutoff)?;
+            println!("trimmed {records} records; dropped {shards} empty closed shards");
+            Ok(())
+        }
+        BackendKind::Aws => anyhow::bail!(
+            "on AWS the stream's retention period trims records (see `terraform/`); `tally trim` is for the embedded stream"
+        ),
+    }
+}
+
 /// `tally reshard --split SHARD`.
 pub async fn reshard(s: &Settings, a: &crate::cli::ReshardArgs) -> Result<()> {
     let children = match s.backend {

@@ -97,6 +97,43 @@ impl CounterStore for DynamoStore {
         self.transact(fence, items).await
     }
 
+    async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
+        let mut x = Expr::default();
+        let mut cond = Self::fence_cond(&mut x, g.fence);
+        let (cp, pe, fin) = (
+            x.name("checkpoint"),
+            x.name("pending_end"),
+            x.name("finished"),
+        );
+        match g.start_after {
+            None => cond.push_str(&format!(" AND attribute_not_exists({cp})")),
+            Some(sa) => cond.push_str(&format!(" AND {cp} = {}", x.val(s(sa.as_str())))),
+        }
+        match g.pending_end {
+            None => cond.push_str(&format!(" AND attribute_not_exists({pe})")),
+            Some(e) => cond.push_str(&format!(" AND {pe} = {}", x.val(s(e.as_str())))),
+        }
+        let mut update = format!("SET {fin} = {}", x.val(AttributeValue::Bool(g.finished)));
+        if let Some(t) = g.through {
+            update.push_str(&format!(", {cp} = {}", x.val(s(t.as_str()))));
+        }
+        let removed: Vec<String> = [
+            "pending_done",
+            "pending_count",
+            "pending_max_items",
+            "pending_horizon_ms",
+        ]
+        .iter()
+        .map(|a| x.name(a))
+        .collect();
+        update.push_str(&format!(" REMOVE {pe}, {}", removed.join(", ")));
+        let items = vec![
+            self.fenced_update(g.fence, x, cond, update)?,
+            self.item_write(&WriteItem::DeadLetter(g.gap.clone()))?,
+        ];
+        self.transact(g.fence, items).await
+    }
+
     async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
         self.delete_dedup_below(app, shard_id, before).await
     }

@@ -27,8 +27,8 @@ use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, LeaseStore, Pending,
-    PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
+    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, GapCommit, LeaseStore,
+    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
 };
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
