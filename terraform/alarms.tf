@@ -92,6 +92,12 @@ locals {
       metric = "IteratorAgeMs", statistic = "Maximum", period = 60, periods = 5,
       threshold = var.iterator_age_alarm_ms, comparison = "GreaterThanThreshold", missing = "notBreaching"
     }
+    # Records were lost to the stream's retention before they were applied (the counter recorded
+    # a gap; `tally dead-letters` lists it with its sequence range): counts are short.
+    "gaps" = {
+      metric = "Gaps", statistic = "Sum", period = 300, periods = 1,
+      threshold = 0, comparison = "GreaterThanThreshold", missing = "notBreaching"
+    }
     # Leases lost (stolen while a worker stalled past its lease, or expired): churn worth a look.
     "leases-lost" = {
       metric = "LeasesLost", statistic = "Sum", period = 300, periods = 1,

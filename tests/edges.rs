@@ -404,7 +404,18 @@ fn a_trimmed_pending_window_is_recorded_as_a_gap_and_the_shard_goes_on() {
     t.run(&["replay", new.to_str().unwrap()]);
     let trimmed = t.run(&["trim", "--older-than", "1s"]);
     assert!(trimmed.starts_with("trimmed 2"), "{trimmed}");
-    t.run_env(&["count", "--until-idle"], SMALL_WINDOWS);
+    let mut c = t.cmd(&["count", "--until-idle"]);
+    c.envs(SMALL_WINDOWS.iter().copied())
+        .env("TALLY_METRICS__EMF", "true");
+    let out = common::output(c);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    // The gap is a metric the Terraform alarms watch, not only a log line.
+    assert!(
+        log.lines()
+            .any(|l| l.contains(r#""Gaps":1"#) && l.contains("_aws")),
+        "{log}"
+    );
     assert_eq!(t.mismatches(&expected), vec![]);
     let g = gaps(&t);
     assert_eq!(g.len(), 1, "{g:?}");

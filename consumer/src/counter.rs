@@ -52,6 +52,8 @@ pub struct CounterConfig {
     pub backoff: Backoff,
     /// Test failpoint: abort the process right after this many chunk commits.
     pub crash_after_chunks: Option<u64>,
+    /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
+    pub emf: crate::emf::Emf,
 }
 
 impl CounterConfig {
@@ -65,6 +67,7 @@ impl CounterConfig {
             max_items_per_commit: 0,
             backoff: Backoff::default(),
             crash_after_chunks: None,
+            emf: crate::emf::Emf::default(),
         }
     }
 }
@@ -240,6 +243,12 @@ impl CounterShard {
         })
         .await?;
         tracing::error!(reason = %gap.reason, "records lost to the stream's retention; recorded as a gap");
+        self.cfg.emf.emit(
+            gap.arrival_ms,
+            &[("App", fence.app.as_str())],
+            &[&["App"]],
+            &[(crate::worker::metric::GAPS, crate::emf::Unit::Count, 1.0)],
+        );
         if let Some(end) = end {
             self.checkpoint = Some(end);
         }

@@ -735,6 +735,9 @@ pub mod metric {
     pub const RECORDS: &str = "Records";
     pub const RECORDS_PER_SECOND: &str = "RecordsPerSecond";
     pub const ITERATOR_AGE_MS: &str = "IteratorAgeMs";
+    /// Per application, dimension `App`: records the stream's retention trimmed before they were
+    /// applied, recorded as a gap (emitted by the counter when it records one).
+    pub const GAPS: &str = "Gaps";
     /// All of them.
     pub const ALL: &[&str] = &[
         LEASES_HELD,
@@ -746,6 +749,7 @@ pub mod metric {
         RECORDS,
         RECORDS_PER_SECOND,
         ITERATOR_AGE_MS,
+        GAPS,
     ];
 }
 

@@ -50,6 +50,7 @@ pub fn counter_config(s: &Settings) -> CounterConfig {
     c.max_items_per_commit = s.counter.max_items_per_commit;
     c.crash_after_chunks =
         (s.counter.crash_after_chunks > 0).then_some(s.counter.crash_after_chunks);
+    c.emf = emf(s);
     c
 }
 
