@@ -342,3 +342,31 @@ pub trait AnalyticsStore: LeaseStore {
     /// Serialized latency histograms of windows taken at or after `since_ms`.
     async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_read_that_reports_lag_is_not_idle() {
+        let batch = |records: usize, behind: Option<i64>| ReadBatch {
+            records: (0..records)
+                .map(|i| StreamRecord {
+                    seq: SeqNo::parse(&(i + 1).to_string()).unwrap(),
+                    arrival_ms: 0,
+                    partition_key: "k".into(),
+                    data: vec![],
+                })
+                .collect(),
+            millis_behind_latest: behind,
+            ..ReadBatch::default()
+        };
+        assert!(batch(0, Some(0)).is_caught_up());
+        assert!(batch(0, None).is_caught_up());
+        assert!(
+            !batch(0, Some(86_400_000)).is_caught_up(),
+            "a day behind is not idle"
+        );
+        assert!(!batch(3, Some(0)).is_caught_up());
+    }
+}

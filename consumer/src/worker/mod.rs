@@ -1,0 +1,563 @@
+//! The consumer runtime: discovers shards, takes and renews leases, runs one task per held shard,
+//! and shuts down gracefully.
+//!
+//! A worker loops: every `discovery_interval` it lists the shards and makes sure each has a lease
+//! row; every `lease_poll_interval` (or at once when one of its shards ends) it lists the leases,
+//! asks [`tally_core::lease::plan`] what to take or steal, and takes each with a conditional
+//! write that bumps the lease's epoch. Each shard task renews its lease, reads batches and hands
+//! them to its [`ShardProcessor`]; every write the processor makes is fenced by that epoch, so a
+//! worker that lost a lease cannot apply anything. On shutdown the tasks flush, checkpoint and
+//! release their leases, so that other workers take them at once rather than after expiry.
+//!
+//! Layout: this module holds the settings, the processor trait and the loop (`Worker`: reap,
+//! discover, take leases, clean up finished rows, stop); `shard` runs one held shard,
+//! `discovery` decides which shards get a lease row, `report` logs and emits the metrics whose
+//! names are in `metric`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
+use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, StartPosition, Stream};
+use tally_core::retry::Backoff;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::{info, warn, Instrument};
+
+use crate::emf::{Emf, Unit};
+use crate::retry::{with_backoff, Retry};
+use crate::ConsumerError;
+
+mod discovery;
+pub mod metric;
+mod report;
+mod shard;
+
+use discovery::shards_needing_rows;
+use report::{report_leases, LeaseCounts, ShardStats};
+use shard::spawn_shard;
+
+/// Wall-clock milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The runtime's settings.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Application name: leases and checkpoints are per application.
+    pub app: String,
+    /// This worker's identity in lease rows.
+    pub worker_id: String,
+    /// A lease not renewed for this long may be taken by another worker.
+    pub lease_duration: Duration,
+    /// How often a held lease is renewed.
+    pub renew_interval: Duration,
+    /// How often the worker looks for leases to take.
+    pub lease_poll_interval: Duration,
+    /// How often the worker lists the stream's shards.
+    pub discovery_interval: Duration,
+    /// Pause between reads of a caught-up shard.
+    pub idle_poll: Duration,
+    /// Most records per read.
+    pub batch_limit: usize,
+    /// Most leases held at once (0: no limit).
+    pub max_leases_per_worker: usize,
+    /// How long shutdown waits for shard tasks to flush.
+    pub shutdown_timeout: Duration,
+    /// Finished shards' lease rows are deleted this long after all their children progressed.
+    pub finished_lease_grace: Duration,
+    /// …and only once every child's arrival clock is more than this far past the shard's own
+    /// (the dedup horizon): until then a descendant's restart needs the row to find the shard's
+    /// recent dedup records.
+    pub lineage_horizon: Duration,
+    /// Backoff for retryable port errors.
+    pub backoff: Backoff,
+    /// How often lease and shard metrics are logged (and emitted as EMF).
+    pub stats_interval: Duration,
+    /// Metrics as CloudWatch embedded metric format lines, when on.
+    pub emf: Emf,
+}
+
+impl WorkerConfig {
+    /// Defaults for an application and worker id.
+    pub fn new(app: &str, worker_id: &str) -> WorkerConfig {
+        WorkerConfig {
+            app: app.to_owned(),
+            worker_id: worker_id.to_owned(),
+            lease_duration: Duration::from_secs(10),
+            renew_interval: Duration::from_secs(2),
+            lease_poll_interval: Duration::from_millis(500),
+            discovery_interval: Duration::from_secs(10),
+            idle_poll: Duration::from_millis(500),
+            batch_limit: 1_000,
+            max_leases_per_worker: 0,
+            shutdown_timeout: Duration::from_secs(20),
+            finished_lease_grace: Duration::from_secs(3_600),
+            lineage_horizon: Duration::from_secs(600),
+            backoff: Backoff::default(),
+            stats_interval: Duration::from_secs(30),
+            emf: Emf::default(),
+        }
+    }
+}
+
+/// What one application does with a shard's records.
+#[async_trait]
+pub trait ShardProcessor: Send {
+    /// Loads the shard's stored state after its lease was taken; returns where to read from.
+    async fn start(&mut self, fence: &Fence, lease: &Lease)
+        -> Result<StartPosition, ConsumerError>;
+    /// Folds a batch; may apply windows as they fill.
+    async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError>;
+    /// Gives a time-based window the chance to close.
+    async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError>;
+    /// Applies and checkpoints everything folded so far; `shard_end` marks the shard finished.
+    async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError>;
+    /// The shard is gone from the stream (its records passed the retention before they were all
+    /// processed): put the loss on record and finish the shard, so that its children go on.
+    async fn shard_gone(&mut self) -> Result<(), ConsumerError>;
+}
+
+/// Makes a processor per shard.
+pub trait ProcessorFactory: Send + Sync {
+    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor>;
+}
+
+/// What a worker needs from the backends.
+#[derive(Clone)]
+pub struct WorkerDeps {
+    pub stream: Arc<dyn Stream>,
+    pub leases: Arc<dyn LeaseStore>,
+    pub factory: Arc<dyn ProcessorFactory>,
+}
+
+/// Lease metrics of a worker.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    pub taken: AtomicU64,
+    pub stolen: AtomicU64,
+    pub released: AtomicU64,
+    pub lost: AtomicU64,
+    pub finished: AtomicU64,
+    pub held: AtomicU64,
+}
+
+/// Arms `--until-idle`: once armed, the worker exits when every shard is caught up and flushed.
+#[derive(Debug, Default)]
+pub struct IdleExit {
+    armed_at: Mutex<Option<Instant>>,
+}
+
+impl IdleExit {
+    /// Arms the exit now: shards count as idle only after an empty read that started later.
+    pub fn arm(&self) {
+        if let Ok(mut a) = self.armed_at.lock() {
+            a.get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn armed_at(&self) -> Option<Instant> {
+        self.armed_at.lock().ok().and_then(|a| *a)
+    }
+}
+
+/// How a shard task ended.
+#[derive(Debug)]
+enum ShardEnd {
+    /// Read to its end and marked finished.
+    Finished,
+    /// Stopped on request, flushed and released.
+    Stopped,
+    /// Its lease was lost to another worker.
+    Lost,
+    Failed(ConsumerError),
+}
+
+struct Running {
+    handle: JoinHandle<ShardEnd>,
+    /// The lease the task holds, released by the worker after a graceful stop.
+    fence: Fence,
+    stop: watch::Sender<bool>,
+    /// When the shard's last empty read started, if it is caught up and flushed.
+    idle_at: Arc<Mutex<Option<Instant>>>,
+}
+
+/// Runs a worker until `shutdown` resolves, or until idle when `idle_exit` is armed.
+pub async fn run(
+    deps: WorkerDeps,
+    cfg: WorkerConfig,
+    idle_exit: Arc<IdleExit>,
+    metrics: Arc<LeaseMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ConsumerError> {
+    let span = tracing::info_span!("worker", app = %cfg.app, worker = %cfg.worker_id);
+    run_inner(deps, cfg, idle_exit, metrics, shutdown)
+        .instrument(span)
+        .await
+}
+
+/// A worker's state between iterations of its loop.
+struct Worker {
+    deps: WorkerDeps,
+    cfg: WorkerConfig,
+    idle_exit: Arc<IdleExit>,
+    metrics: Arc<LeaseMetrics>,
+    /// Shard tasks notify it when they end, so that the loop reaps them at once.
+    wake: Arc<Notify>,
+    /// The shard tasks of this worker, by shard.
+    running: HashMap<String, Running>,
+    /// When shards were last listed (`None`: list them now).
+    last_discovery: Option<Instant>,
+    /// Only a failure of the very first discovery (a missing stream, say) ends the worker.
+    discovered_once: bool,
+    /// Since when each finished shard's row has been due for cleanup.
+    finished_since: HashMap<String, Instant>,
+    /// When lease metrics were last reported, and what they were.
+    last_stats: Instant,
+    reported: LeaseCounts,
+}
+
+async fn run_inner(
+    deps: WorkerDeps,
+    cfg: WorkerConfig,
+    idle_exit: Arc<IdleExit>,
+    metrics: Arc<LeaseMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ConsumerError> {
+    tokio::pin!(shutdown);
+    let mut w = Worker {
+        deps,
+        cfg,
+        idle_exit,
+        metrics,
+        wake: Arc::new(Notify::new()),
+        running: HashMap::new(),
+        last_discovery: None,
+        discovered_once: false,
+        finished_since: HashMap::new(),
+        last_stats: Instant::now(),
+        reported: LeaseCounts::default(),
+    };
+    let result = loop {
+        match w.iterate().await {
+            Ok(Step::Continue) => {}
+            Ok(Step::Idle) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+        tokio::select! {
+            _ = &mut shutdown => { info!("shutting down"); break Ok(()); }
+            _ = tokio::time::sleep(w.cfg.lease_poll_interval) => {}
+            _ = w.wake.notified() => {}
+        }
+    };
+    let stopped = w.stop().await;
+    match (result, stopped) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Some(e)) if w.idle_exit.armed_at().is_some() => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// What one iteration of the loop found.
+enum Step {
+    Continue,
+    /// `--until-idle` is armed and every shard is caught up and flushed.
+    Idle,
+}
+
+impl Worker {
+    /// One round: reap ended tasks, report, discover shards, take leases, clean up finished
+    /// rows, and check for idleness.
+    async fn iterate(&mut self) -> Result<Step, ConsumerError> {
+        self.reap().await?;
+        self.metrics
+            .held
+            .store(self.running.len() as u64, Ordering::Relaxed);
+        if self.last_stats.elapsed() >= self.cfg.stats_interval {
+            self.reported = report_leases(&self.cfg, &self.metrics, self.reported);
+            self.last_stats = Instant::now();
+        }
+        if self
+            .last_discovery
+            .is_none_or(|t| t.elapsed() >= self.cfg.discovery_interval)
+        {
+            self.discover().await?;
+        }
+        let leases = with_backoff(&self.cfg.backoff, "list leases", || {
+            self.deps.leases.list_leases(&self.cfg.app)
+        })
+        .await?;
+        self.take_leases(&leases).await;
+        self.clean_up_finished(&leases).await;
+        Ok(if self.all_idle(&leases) {
+            info!("every shard is caught up and flushed");
+            Step::Idle
+        } else {
+            Step::Continue
+        })
+    }
+
+    /// Reaps ended shard tasks; a failure that a retry cannot mend ends the worker.
+    async fn reap(&mut self) -> Result<(), ConsumerError> {
+        let ended: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.handle.is_finished())
+            .map(|(s, _)| s.clone())
+            .collect();
+        for shard in ended {
+            let Some(r) = self.running.remove(&shard) else {
+                continue;
+            };
+            match r.handle.await {
+                Ok(ShardEnd::Finished) => {
+                    self.metrics.finished.fetch_add(1, Ordering::Relaxed);
+                    info!(shard_id = %shard, "shard finished");
+                    // Its children may be new: list the shards now rather than at the next
+                    // discovery, so that they start within a poll.
+                    self.last_discovery = None;
+                }
+                Ok(ShardEnd::Stopped) => {}
+                Ok(ShardEnd::Lost) => {
+                    self.metrics.lost.fetch_add(1, Ordering::Relaxed);
+                    warn!(shard_id = %shard, "lease lost; shard stopped");
+                }
+                Ok(ShardEnd::Failed(e)) if e.is_retryable() => {
+                    // Retries exhausted on a passing fault: the lease was given back, and this
+                    // or another worker takes the shard again at its next poll.
+                    warn!(shard_id = %shard, error = %e, "shard task failed; the shard will be retried");
+                }
+                Ok(ShardEnd::Failed(e)) => {
+                    // Never a silent stall: a fault that a retry cannot mend stops the worker,
+                    // naming the shard (and, for a window, its records).
+                    tracing::error!(shard_id = %shard, error = %e, "shard task failed for good; stopping the worker");
+                    return Err(e);
+                }
+                Err(e) => warn!(shard_id = %shard, error = %e, "shard task panicked"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists the shards and makes sure each that needs one has a lease row.
+    async fn discover(&mut self) -> Result<(), ConsumerError> {
+        let (deps, cfg) = (&self.deps, &self.cfg);
+        let discovered = async {
+            let shards =
+                with_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards()).await?;
+            let rows = with_backoff(&cfg.backoff, "list leases", || {
+                deps.leases.list_leases(&cfg.app)
+            })
+            .await?;
+            let shards = shards_needing_rows(shards, &rows);
+            with_backoff(&cfg.backoff, "create lease rows", || {
+                deps.leases.ensure_leases(&cfg.app, &shards)
+            })
+            .await
+        }
+        .await;
+        match discovered {
+            Ok(()) => {
+                self.last_discovery = Some(Instant::now());
+                self.discovered_once = true;
+                Ok(())
+            }
+            Err(e) if !self.discovered_once => Err(e.into()),
+            Err(e) => {
+                warn!(error = %e, "shard discovery failed");
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes (or steals) what the lease plan says, and starts a task for each lease taken.
+    async fn take_leases(&mut self, leases: &[Lease]) {
+        let now = now_ms();
+        let me = self.cfg.worker_id.as_str();
+        // A lease in our name that no task of ours runs (a restart under the same worker id)
+        // is ours to take again at once.
+        let view: Vec<Lease> = leases
+            .iter()
+            .cloned()
+            .map(|mut l| {
+                if l.owner.as_deref() == Some(me) && !self.running.contains_key(&l.shard_id) {
+                    l.owner = None;
+                }
+                // A shard of ours counts as finished once its task has ended and been reaped.
+                if self.running.contains_key(&l.shard_id) {
+                    l.finished = false;
+                }
+                l
+            })
+            .collect();
+        let policy = LeasePolicy {
+            max_leases_per_worker: self.cfg.max_leases_per_worker,
+        };
+        for action in plan(&view, me, now, &policy) {
+            let (shard_id, epoch, stolen) = match action {
+                LeaseAction::Take { shard_id, epoch } => (shard_id, epoch, false),
+                LeaseAction::Steal {
+                    shard_id, epoch, ..
+                } => (shard_id, epoch, true),
+            };
+            if self.running.contains_key(&shard_id) {
+                continue;
+            }
+            let expires = now + self.cfg.lease_duration.as_millis() as i64;
+            match self
+                .deps
+                .leases
+                .take_lease(&self.cfg.app, &shard_id, epoch, me, expires)
+                .await
+            {
+                Ok(Some(fence)) => {
+                    let counter = if stolen {
+                        &self.metrics.stolen
+                    } else {
+                        &self.metrics.taken
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    info!(shard_id = %shard_id, epoch = fence.epoch, stolen, "lease taken");
+                    if let Some(lease) = leases.iter().find(|l| l.shard_id == shard_id).cloned() {
+                        let task = spawn_shard(
+                            &self.deps,
+                            &self.cfg,
+                            fence,
+                            lease,
+                            &self.wake,
+                            &self.idle_exit,
+                        );
+                        self.running.insert(shard_id.clone(), task);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => warn!(shard_id = %shard_id, error = %e, "taking lease failed"),
+            }
+        }
+    }
+
+    /// Deletes a finished shard's row once every child has made progress (a checkpoint of its
+    /// own) and moved its arrival clock past the shard's dedup horizon, after a grace period;
+    /// discovery will not create it again.
+    async fn clean_up_finished(&mut self, leases: &[Lease]) {
+        let horizon_ms = self.cfg.lineage_horizon.as_millis() as i64;
+        for l in leases.iter().filter(|l| l.finished) {
+            let children: Vec<&Lease> = leases
+                .iter()
+                .filter(|c| c.parents.contains(&l.shard_id))
+                .collect();
+            let due = !children.is_empty()
+                && children.iter().all(|c| {
+                    (c.finished || c.checkpoint.is_some())
+                        && c.max_arrival > l.max_arrival.saturating_add(horizon_ms)
+                });
+            if !due {
+                continue;
+            }
+            let since = *self
+                .finished_since
+                .entry(l.shard_id.clone())
+                .or_insert_with(Instant::now);
+            if since.elapsed() >= self.cfg.finished_lease_grace {
+                if let Err(e) = self
+                    .deps
+                    .leases
+                    .delete_lease(&self.cfg.app, &l.shard_id)
+                    .await
+                {
+                    warn!(shard_id = %l.shard_id, error = %e, "deleting finished lease failed");
+                }
+                self.finished_since.remove(&l.shard_id);
+            }
+        }
+    }
+
+    /// Until idle: every shard finished, or ours, caught up and flushed. A shard another worker
+    /// holds is not known to be caught up: wait until it is released or expires.
+    fn all_idle(&self, leases: &[Lease]) -> bool {
+        let Some(armed) = self.idle_exit.armed_at() else {
+            return false;
+        };
+        leases.iter().all(|l| {
+            l.finished
+                || self.running.get(&l.shard_id).is_some_and(|r| {
+                    r.idle_at
+                        .lock()
+                        .ok()
+                        .and_then(|t| *t)
+                        .is_some_and(|t| t > armed)
+                })
+        })
+    }
+
+    /// Graceful stop: flush, checkpoint and release every held lease together. Returns the
+    /// first shard failure while stopping.
+    async fn stop(&mut self) -> Option<ConsumerError> {
+        for r in self.running.values() {
+            let _ = r.stop.send(true);
+        }
+        let deadline = tokio::time::Instant::now() + self.cfg.shutdown_timeout;
+        let mut first_error = None;
+        let mut to_release = Vec::new();
+        for (shard, r) in self.running.drain() {
+            match tokio::time::timeout_at(deadline, r.handle).await {
+                Ok(Ok(ShardEnd::Stopped)) => to_release.push(r.fence),
+                Ok(Ok(ShardEnd::Failed(e))) => {
+                    warn!(shard_id = %shard, error = %e, "shard failed while stopping");
+                    first_error.get_or_insert(e);
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    warn!(shard_id = %shard, "shard did not stop in time; its lease will expire")
+                }
+            }
+        }
+        for fence in &to_release {
+            match self.deps.leases.release_lease(fence).await {
+                Ok(()) => {
+                    self.metrics.released.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    warn!(shard_id = %fence.shard_id, error = %e, "releasing lease failed; it will expire")
+                }
+            }
+        }
+        self.metrics.held.store(0, Ordering::Relaxed);
+        report_leases(&self.cfg, &self.metrics, self.reported);
+        first_error
+    }
+}
+
+/// The default worker identity: the ECS task id when running on ECS, else host name and pid.
+pub fn default_worker_id() -> String {
+    if let Ok(uri) = std::env::var("ECS_CONTAINER_METADATA_URI_V4") {
+        // The URI ends in the task and container ids: .../v4/<task-id>-<container-id>.
+        if let Some(last) = uri.trim_end_matches('/').rsplit('/').next() {
+            if let Some(task) = last.split('-').next() {
+                if !task.is_empty() {
+                    return format!("ecs-{task}-{}", std::process::id());
+                }
+            }
+        }
+    }
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        });
+    format!(
+        "{}-{}",
+        host.unwrap_or_else(|| "localhost".into()),
+        std::process::id()
+    )
+}

@@ -1,0 +1,119 @@
+//! Lease and shard metrics: logged, and emitted as CloudWatch embedded metric format.
+
+use super::*;
+
+/// The lease counters as last reported, to report the change since.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LeaseCounts {
+    taken: u64,
+    stolen: u64,
+    released: u64,
+    lost: u64,
+    finished: u64,
+}
+
+/// Logs the lease metrics and emits them as EMF: leases held now, and what changed since
+/// `last`; returns the counters reported.
+pub(super) fn report_leases(
+    cfg: &WorkerConfig,
+    m: &LeaseMetrics,
+    last: LeaseCounts,
+) -> LeaseCounts {
+    let now = LeaseCounts {
+        taken: m.taken.load(Ordering::Relaxed),
+        stolen: m.stolen.load(Ordering::Relaxed),
+        released: m.released.load(Ordering::Relaxed),
+        lost: m.lost.load(Ordering::Relaxed),
+        finished: m.finished.load(Ordering::Relaxed),
+    };
+    let held = m.held.load(Ordering::Relaxed);
+    info!(
+        held,
+        taken = now.taken,
+        stolen = now.stolen,
+        released = now.released,
+        lost = now.lost,
+        finished = now.finished,
+        "lease stats"
+    );
+    let delta = |n: u64, l: u64| n.saturating_sub(l) as f64;
+    cfg.emf.emit(
+        now_ms(),
+        &[("App", cfg.app.as_str())],
+        &[&["App"]],
+        &[
+            (metric::LEASES_HELD, Unit::Count, held as f64),
+            (
+                metric::LEASES_TAKEN,
+                Unit::Count,
+                delta(now.taken, last.taken),
+            ),
+            (
+                metric::LEASES_STOLEN,
+                Unit::Count,
+                delta(now.stolen, last.stolen),
+            ),
+            (
+                metric::LEASES_RELEASED,
+                Unit::Count,
+                delta(now.released, last.released),
+            ),
+            (metric::LEASES_LOST, Unit::Count, delta(now.lost, last.lost)),
+            (
+                metric::SHARDS_FINISHED,
+                Unit::Count,
+                delta(now.finished, last.finished),
+            ),
+        ],
+    );
+    now
+}
+
+/// Per-shard throughput and iterator age since the last report.
+pub(super) struct ShardStats {
+    pub(super) since: Instant,
+    records: u64,
+    max_age_ms: i64,
+}
+
+impl ShardStats {
+    pub(super) fn new() -> ShardStats {
+        ShardStats {
+            since: Instant::now(),
+            records: 0,
+            max_age_ms: 0,
+        }
+    }
+
+    pub(super) fn observe(&mut self, batch: &ReadBatch) {
+        self.records += batch.records.len() as u64;
+        self.max_age_ms = self.max_age_ms.max(batch.millis_behind_latest.unwrap_or(0));
+    }
+
+    /// Logs and emits what was read since the last report, then starts over.
+    pub(super) fn report(&mut self, cfg: &WorkerConfig, shard_id: &str) {
+        let secs = self.since.elapsed().as_secs_f64().max(1e-3);
+        let rate = (self.records as f64 / secs).round();
+        info!(
+            records = self.records,
+            records_per_sec = rate as u64,
+            iterator_age_ms = self.max_age_ms,
+            "shard stats"
+        );
+        cfg.emf.emit(
+            now_ms(),
+            &[("App", cfg.app.as_str()), ("ShardId", shard_id)],
+            &[&["App"], &["App", "ShardId"]],
+            &[
+                (metric::RECORDS, Unit::Count, self.records as f64),
+                (metric::RECORDS_PER_SECOND, Unit::CountPerSecond, rate),
+                (
+                    metric::ITERATOR_AGE_MS,
+                    Unit::Milliseconds,
+                    self.max_age_ms as f64,
+                ),
+            ],
+        );
+        *self = ShardStats::new();
+    }
+}

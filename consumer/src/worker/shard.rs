@@ -1,0 +1,216 @@
+//! One task per held shard: it renews the lease beside the processing, reads batches, hands them
+//! to the processor, and ends finished, stopped, lost or failed.
+
+use super::*;
+
+pub(super) fn spawn_shard(
+    deps: &WorkerDeps,
+    cfg: &WorkerConfig,
+    fence: Fence,
+    lease: Lease,
+    wake: &Arc<Notify>,
+    idle_exit: &Arc<IdleExit>,
+) -> Running {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let idle_at = Arc::new(Mutex::new(None));
+    let processor = deps.factory.create(&fence.shard_id);
+    let span = tracing::info_span!("shard", app = %cfg.app, shard_id = %fence.shard_id);
+    let task = ShardTask {
+        deps: deps.clone(),
+        cfg: cfg.clone(),
+        fence: fence.clone(),
+        lease,
+        stop: stop_rx,
+        idle_at: idle_at.clone(),
+        idle_exit: idle_exit.clone(),
+        stats: ShardStats::new(),
+    };
+    let wake = wake.clone();
+    let handle = tokio::spawn(
+        async move {
+            let end = task.run(processor).await;
+            wake.notify_one();
+            end
+        }
+        .instrument(span),
+    );
+    Running {
+        handle,
+        fence,
+        stop: stop_tx,
+        idle_at,
+    }
+}
+
+struct ShardTask {
+    deps: WorkerDeps,
+    cfg: WorkerConfig,
+    fence: Fence,
+    lease: Lease,
+    stop: watch::Receiver<bool>,
+    idle_at: Arc<Mutex<Option<Instant>>>,
+    idle_exit: Arc<IdleExit>,
+    stats: ShardStats,
+}
+
+impl ShardTask {
+    async fn run(mut self, mut processor: Box<dyn ShardProcessor>) -> ShardEnd {
+        let outcome = self.drive(processor.as_mut()).await;
+        // What was read since the last report, however the task ends.
+        self.stats.report(&self.cfg, &self.fence.shard_id);
+        match outcome {
+            // The worker releases stopped shards' leases together once all have flushed, so that
+            // other workers see this one gone and take them all in one round.
+            Ok(ShardEnd::Stopped) => ShardEnd::Stopped,
+            Ok(ShardEnd::Finished) => {
+                // A finished shard needs no owner.
+                if let Err(e) = self.deps.leases.release_lease(&self.fence).await {
+                    warn!(error = %e, "releasing a finished shard's lease failed; it will expire");
+                }
+                ShardEnd::Finished
+            }
+            Ok(end) => end,
+            Err(e) if e.is_fenced() => ShardEnd::Lost,
+            Err(e) => {
+                // Give the shard back so that a healthy worker (or this one, later) retries it.
+                let _ = self.deps.leases.release_lease(&self.fence).await;
+                ShardEnd::Failed(e)
+            }
+        }
+    }
+
+    async fn drive(
+        &mut self,
+        processor: &mut dyn ShardProcessor,
+    ) -> Result<ShardEnd, ConsumerError> {
+        // Renewal runs beside the processing, so a slow commit never lets the lease lapse.
+        let (lost_tx, lost) = watch::channel(false);
+        let renewer = AbortOnDrop(tokio::spawn(renew_loop(
+            self.deps.leases.clone(),
+            self.fence.clone(),
+            self.cfg.clone(),
+            lost_tx,
+        )));
+        let from = processor.start(&self.fence, &self.lease).await?;
+        let shard_id = self.fence.shard_id.clone();
+        let stream = self.deps.stream.clone();
+        let opened = with_backoff(&self.cfg.backoff, "open shard", || {
+            stream.open(&shard_id, from.clone())
+        })
+        .await;
+        let mut reader = match opened {
+            Ok(r) => r,
+            Err(PortError::NotFound { .. }) if self.gone_from_stream().await? => {
+                warn!("the shard is gone from the stream (past its retention); recording the gap");
+                processor.shard_gone().await?;
+                return Ok(ShardEnd::Finished);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        loop {
+            if *lost.borrow() {
+                return Err(PortError::Fenced {
+                    app: self.fence.app.clone(),
+                    shard_id: self.fence.shard_id.clone(),
+                }
+                .into());
+            }
+            if *self.stop.borrow() {
+                processor.flush(false).await?;
+                drop(renewer);
+                return Ok(ShardEnd::Stopped);
+            }
+            let read_started = Instant::now();
+            let batch = self.read(reader.as_mut()).await?;
+            processor.process(&batch, now_ms()).await?;
+            self.stats.observe(&batch);
+            if self.stats.since.elapsed() >= self.cfg.stats_interval {
+                self.stats.report(&self.cfg, &self.fence.shard_id);
+            }
+            if batch.shard_end {
+                info!(children = ?batch.child_shards, "shard read to its end");
+                processor.flush(true).await?;
+                return Ok(ShardEnd::Finished);
+            }
+            if batch.records.is_empty() && !batch.is_caught_up() {
+                // Kinesis answers empty reads while records are still ahead (a sparse stretch of
+                // a shard): read on without the idle pause (at Kinesis' 5 reads per second per
+                // shard), and never count the shard as idle.
+                processor.tick(now_ms()).await?;
+                tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
+            } else if batch.records.is_empty() {
+                if self.idle_exit.armed_at().is_some() {
+                    processor.flush(false).await?;
+                    if let Ok(mut t) = self.idle_at.lock() {
+                        *t = Some(read_started);
+                    }
+                } else {
+                    processor.tick(now_ms()).await?;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(self.cfg.idle_poll) => {}
+                    _ = self.stop.changed() => {}
+                }
+            } else {
+                if let Ok(mut t) = self.idle_at.lock() {
+                    *t = None;
+                }
+                processor.tick(now_ms()).await?;
+            }
+        }
+    }
+
+    /// Whether the stream answers but no longer lists this shard (a closed shard past retention),
+    /// as opposed to a stream that is missing or unreachable.
+    async fn gone_from_stream(&self) -> Result<bool, ConsumerError> {
+        let stream = self.deps.stream.clone();
+        let shards = with_backoff(&self.cfg.backoff, "ListShards", || stream.list_shards()).await?;
+        Ok(!shards.iter().any(|s| s.shard_id == self.fence.shard_id))
+    }
+
+    /// One read, retried with backoff on throttling and other retryable errors.
+    async fn read(
+        &self,
+        reader: &mut dyn tally_core::ports::ShardReader,
+    ) -> Result<ReadBatch, ConsumerError> {
+        // A reader is borrowed mutably per call, so the loop is here; the policy is `Retry`'s.
+        let mut retry = Retry::new(&self.cfg.backoff, "GetRecords");
+        loop {
+            match reader.next_batch(self.cfg.batch_limit).await {
+                Ok(b) => return Ok(b),
+                Err(e) => retry.pause(e).await?,
+            }
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Renews a lease every `renew_interval` until it is lost (then raises `lost`) or aborted.
+async fn renew_loop(
+    leases: Arc<dyn LeaseStore>,
+    fence: Fence,
+    cfg: WorkerConfig,
+    lost: watch::Sender<bool>,
+) {
+    loop {
+        tokio::time::sleep(cfg.renew_interval).await;
+        let expires = now_ms() + cfg.lease_duration.as_millis() as i64;
+        match leases.renew_lease(&fence, expires).await {
+            Ok(()) => {}
+            Err(PortError::Fenced { .. }) => {
+                let _ = lost.send(true);
+                return;
+            }
+            // The next tick tries again; renewal runs at most half the lease duration apart.
+            Err(e) => warn!(error = %e, "renewing lease failed"),
+        }
+    }
+}
