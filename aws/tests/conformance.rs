@@ -96,3 +96,9 @@ async fn dedup_expiry() {
     let f = fresh("dedupexp", 1).await;
     tally_conformance::dedup_records_expire_by_arrival(&f.aws.tables, "aws").await;
 }
+
+#[tokio::test]
+async fn gaps() {
+    let f = fresh("gaps", 1).await;
+    tally_conformance::gaps_are_recorded_with_the_checkpoint(&f.aws.tables, "aws").await;
+}

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use tally_core::buckets::{ItemKind, PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
 use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, LastChunk, LeaseStore, PortError,
-    PutEntry, PutOutcome, ShardInfo, StartPosition, Stream, StreamRecord, TrendingEntry,
+    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, GapCommit, LastChunk, LeaseStore,
+    PortError, PutEntry, PutOutcome, ShardInfo, StartPosition, Stream, StreamRecord, TrendingEntry,
     WindowShape,
 };
 use tally_core::window::{
@@ -396,6 +396,103 @@ pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &st
         .await
         .unwrap()
         .is_empty());
+}
+
+/// Counter store: a gap gives a pending window up on record — the checkpoint moves past it, the
+/// pending progress is gone, the gap is a dead letter — only for the lease holder and only for
+/// the window it names; a gap can also finish a shard.
+pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, name: &str) {
+    let app = format!("gaps-{name}");
+    let shard = format!("shard-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let end = seq("40");
+    let items = summary(&format!("g-{name}"), &[(1_796_000_000_000, 2)]);
+    let first = ChunkCommit {
+        fence: &fence,
+        start_after: None,
+        end: &end,
+        index: 0,
+        count: 3,
+        shape: SHAPE,
+        items: &items,
+        last: None,
+    };
+    store.commit_chunk(first).await.unwrap();
+    let gap = DeadLetter {
+        shard_id: shard.clone(),
+        seq: end.clone(),
+        arrival_ms: 1,
+        reason: "gap: trimmed".into(),
+        data: vec![],
+        size: 0,
+    };
+    let wrong_end = seq("39");
+    // Naming another window, or without the lease, is refused.
+    let bad = GapCommit {
+        fence: &fence,
+        start_after: None,
+        pending_end: Some(&wrong_end),
+        through: Some(&wrong_end),
+        finished: false,
+        gap: &gap,
+    };
+    assert!(matches!(
+        store.commit_gap(bad).await,
+        Err(PortError::Fenced { .. })
+    ));
+    let stale = tally_core::ports::Fence {
+        epoch: fence.epoch - 1,
+        ..fence.clone()
+    };
+    let good = |f| GapCommit {
+        fence: f,
+        start_after: None,
+        pending_end: Some(&end),
+        through: Some(&end),
+        finished: false,
+        gap: &gap,
+    };
+    assert!(matches!(
+        store.commit_gap(good(&stale)).await,
+        Err(PortError::Fenced { .. })
+    ));
+    store.commit_gap(good(&fence)).await.unwrap();
+    let st = store.shard_state(&app, &shard).await.unwrap();
+    assert_eq!(st.lease.checkpoint, Some(end.clone()));
+    assert_eq!(st.pending, None);
+    assert!(!st.lease.finished);
+    // Applied once: the same gap again no longer matches the stored progress.
+    assert!(matches!(
+        store.commit_gap(good(&fence)).await,
+        Err(PortError::Fenced { .. })
+    ));
+    // A shard gone from the stream: finished on record, checkpoint unchanged.
+    let gone = DeadLetter {
+        reason: "gap: gone".into(),
+        ..gap.clone()
+    };
+    store
+        .commit_gap(GapCommit {
+            fence: &fence,
+            start_after: Some(&end),
+            pending_end: None,
+            through: None,
+            finished: true,
+            gap: &gone,
+        })
+        .await
+        .unwrap();
+    let st = store.shard_state(&app, &shard).await.unwrap();
+    assert!(st.lease.finished);
+    assert_eq!(st.lease.checkpoint, Some(end.clone()));
+    let dead = store.dead_letters(100_000).await.unwrap();
+    let mine: Vec<&DeadLetter> = dead.iter().filter(|d| d.shard_id == shard).collect();
+    assert_eq!(
+        mine.len(),
+        1,
+        "one gap per (shard, sequence number): {mine:?}"
+    );
+    assert!(mine[0].reason.starts_with("gap:"));
 }
 
 /// Counter store: chunks apply in order with the checkpoint, a stale or out-of-order commit is

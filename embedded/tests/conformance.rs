@@ -107,3 +107,9 @@ async fn dedup_expiry() {
     let (_d, e) = store(1);
     tally_conformance::dedup_records_expire_by_arrival(&e, "embedded").await;
 }
+
+#[tokio::test]
+async fn gaps() {
+    let (_d, e) = store(1);
+    tally_conformance::gaps_are_recorded_with_the_checkpoint(&e, "embedded").await;
+}
