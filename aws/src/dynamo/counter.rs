@@ -21,10 +21,7 @@ impl CounterStore for DynamoStore {
             x.name("pending_done"),
             x.name("pending_count"),
         );
-        match c.start_after {
-            None => cond.push_str(&format!(" AND attribute_not_exists({cp})")),
-            Some(sa) => cond.push_str(&format!(" AND {cp} = {}", x.val(s(sa.as_str())))),
-        }
+        cond.push_str(&x.seq_is(&cp, c.start_after));
         let end = x.val(s(c.end.as_str()));
         // DynamoDB rejects unused values, so the count is only named where an expression uses it.
         let needs_count = c.index > 0 || c.last.is_none();
@@ -105,14 +102,8 @@ impl CounterStore for DynamoStore {
             x.name("pending_end"),
             x.name("finished"),
         );
-        match g.start_after {
-            None => cond.push_str(&format!(" AND attribute_not_exists({cp})")),
-            Some(sa) => cond.push_str(&format!(" AND {cp} = {}", x.val(s(sa.as_str())))),
-        }
-        match g.pending_end {
-            None => cond.push_str(&format!(" AND attribute_not_exists({pe})")),
-            Some(e) => cond.push_str(&format!(" AND {pe} = {}", x.val(s(e.as_str())))),
-        }
+        cond.push_str(&x.seq_is(&cp, g.start_after));
+        cond.push_str(&x.seq_is(&pe, g.pending_end));
         let mut update = format!("SET {fin} = {}", x.val(AttributeValue::Bool(g.finished)));
         if let Some(t) = g.through {
             update.push_str(&format!(", {cp} = {}", x.val(s(t.as_str()))));

@@ -128,6 +128,15 @@ impl Expr {
         k
     }
 
+    /// ` AND <attr> = <v>`, or ` AND attribute_not_exists(<attr>)` when `v` is `None`: a stored
+    /// sequence number (a checkpoint, a pending end) that must still be the expected one.
+    fn seq_is(&mut self, attr: &str, v: Option<&SeqNo>) -> String {
+        match v {
+            None => format!(" AND attribute_not_exists({attr})"),
+            Some(v) => format!(" AND {attr} = {}", self.val(s(v.as_str()))),
+        }
+    }
+
     fn names(&self) -> Option<HashMap<String, String>> {
         (!self.names.is_empty()).then(|| self.names.clone())
     }
