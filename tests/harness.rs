@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use common::{file_in, write_contract_file, Bg, Target};
 
-/// Small windows cut into many chunks (kills land inside windows), short leases.
+/// Small windows (each cut into many chunks by `TALLY_COUNTER__MAX_ITEMS_PER_COMMIT`, so that
+/// kills land inside windows), short leases.
 const CHUNKY: &[(&str, &str)] = &[
     ("TALLY_COUNTER__WINDOW_RECORDS", "150"),
     ("TALLY_COUNTER__WINDOW_MS", "300"),
-    ("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "7"),
     ("TALLY_LEASE__DURATION_MS", "1500"),
     ("TALLY_LEASE__RENEW_MS", "300"),
     ("TALLY_LEASE__POLL_MS", "100"),
@@ -55,10 +55,31 @@ fn owners(t: &Target) -> BTreeMap<String, Option<String>> {
         .collect()
 }
 
-fn harness(t: Target, events_per_part: usize, slower: u64) {
-    // Six parts, each replayed twice (the second time every event is a producer retry and every
-    // malformed line a new dead letter at its own sequence number), fed while the kills go on.
-    let parts: Vec<(std::path::PathBuf, common::Expected)> = (0..6)
+/// How a backend is driven: events per part, items per atomic write, and the range of delays
+/// (ms) after which a counter is killed — within the time a part takes to apply, so that kills
+/// land inside windows.
+struct Pace {
+    events_per_part: usize,
+    items_per_commit: &'static str,
+    kill_after_ms: std::ops::Range<u64>,
+    /// Timeouts scale with it.
+    slower: u64,
+}
+
+fn harness(t: Target, pace: Pace) {
+    let Pace {
+        events_per_part,
+        items_per_commit,
+        kill_after_ms,
+        slower,
+    } = pace;
+    let mut chunky = CHUNKY.to_vec();
+    chunky.push(("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", items_per_commit));
+    let chunky = chunky.as_slice();
+    // One part per round, each replayed twice (the second time every event is a producer retry
+    // and every malformed line a new dead letter at its own sequence number), fed while the kills
+    // go on, so that every kill finds work in progress.
+    let parts: Vec<(std::path::PathBuf, common::Expected)> = (0..(KILLS + PAUSES + 1) as u64)
         .map(|i| {
             let f = file_in(&t, &format!("part-{i}.ndjson"));
             let e = write_contract_file(&f, events_per_part, 60, 100 + i);
@@ -80,17 +101,16 @@ fn harness(t: Target, events_per_part: usize, slower: u64) {
     // A worker without --until-idle never exits on its own: every kill lands, at a random moment
     // of its reading, folding and committing.
     let mut rng = Rng(7);
-    let mut kills = 0;
+    let (mut kills, mut inside_windows) = (0, 0);
     for round in 0..KILLS {
-        if round % 4 == 0 {
-            feed(&t);
-        }
+        feed(&t);
         let mut bg = t.spawn(
             &format!("kill-{round}"),
             &["count", "--worker-id", "w"],
-            CHUNKY,
+            chunky,
         );
-        std::thread::sleep(Duration::from_millis((150 + rng.below(500)) * slower));
+        let delay = kill_after_ms.start + rng.below(kill_after_ms.end - kill_after_ms.start);
+        std::thread::sleep(Duration::from_millis(delay));
         assert!(
             bg.child.try_wait().unwrap().is_none(),
             "the counter exited before its kill:\n{}",
@@ -99,12 +119,25 @@ fn harness(t: Target, events_per_part: usize, slower: u64) {
         bg.child.kill().unwrap(); // SIGKILL
         bg.child.wait().unwrap();
         kills += 1;
+        let leases = t.json(&["leases", "--json"]);
+        if leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| !l["pending"].is_null())
+        {
+            inside_windows += 1;
+        }
     }
     assert_eq!(kills, KILLS);
+    assert!(
+        inside_windows >= 3,
+        "only {inside_windows} of {KILLS} kills left a window applied in part"
+    );
 
     // Stale writers: each holds read-but-unapplied records when paused past its lease.
     for i in 0..PAUSES {
-        let mut held = CHUNKY.to_vec();
+        let mut held = chunky.to_vec();
         held.retain(|(k, _)| !k.starts_with("TALLY_COUNTER__WINDOW"));
         held.push(("TALLY_COUNTER__WINDOW_RECORDS", "20000"));
         held.push(("TALLY_COUNTER__WINDOW_MS", "600000"));
@@ -124,7 +157,7 @@ fn harness(t: Target, events_per_part: usize, slower: u64) {
         std::thread::sleep(Duration::from_millis(700 * slower));
         stale.signal("STOP");
         let fresh_id = format!("fresh-{i}");
-        let mut fresh: Bg = t.spawn(&fresh_id, &["count", "--worker-id", &fresh_id], CHUNKY);
+        let mut fresh: Bg = t.spawn(&fresh_id, &["count", "--worker-id", &fresh_id], chunky);
         t.eventually(
             "the fresh worker to take every lease",
             Duration::from_secs(60 * slower),
@@ -146,7 +179,7 @@ fn harness(t: Target, events_per_part: usize, slower: u64) {
         fresh.wait(Duration::from_secs(60 * slower));
     }
     while feed(&t) {}
-    t.run_env(&["count", "--until-idle", "--worker-id", "final"], CHUNKY);
+    t.run_env(&["count", "--until-idle", "--worker-id", "final"], chunky);
 
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     let mut malformed = 0;
@@ -168,11 +201,27 @@ fn harness(t: Target, events_per_part: usize, slower: u64) {
 fn crashes_and_stale_writers_keep_counts_exact_embedded() {
     let t = Target::embedded();
     t.run(&["setup", "--shards", "2"]);
-    harness(t, 2_500, 1);
+    harness(
+        t,
+        Pace {
+            events_per_part: 2_500,
+            items_per_commit: "2",
+            kill_after_ms: 20..250,
+            slower: 1,
+        },
+    );
 }
 
 #[cfg(feature = "aws-local")]
 #[test]
 fn crashes_and_stale_writers_keep_counts_exact_aws() {
-    harness(Target::aws("harness", 2), 400, 3);
+    harness(
+        Target::aws("harness", 2),
+        Pace {
+            events_per_part: 400,
+            items_per_commit: "3",
+            kill_after_ms: 60..600,
+            slower: 2,
+        },
+    );
 }

@@ -124,13 +124,18 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
     let ls = b.leases.list_leases(&a.app).await?;
     let now = now_ms();
     if a.json {
-        let items: Vec<_> = ls
-            .iter()
-            .map(|l| {
-                json!({"shard_id": l.shard_id, "owner": l.owner, "held": l.is_held(now), "epoch": l.epoch, "expires_ms": l.expires_ms,
-                       "checkpoint": l.checkpoint.as_ref().map(|c| c.as_str()), "finished": l.finished, "parents": l.parents})
-            })
-            .collect();
+        let mut items = Vec::with_capacity(ls.len());
+        for l in &ls {
+            // A window applied in part (a crash or a lease move between its atomic writes).
+            let pending = match b.leases.shard_state(&a.app, &l.shard_id).await {
+                Ok(st) => st
+                    .pending
+                    .map(|p| json!({"end": p.end.as_str(), "done": p.done, "count": p.count})),
+                Err(_) => None,
+            };
+            items.push(json!({"shard_id": l.shard_id, "owner": l.owner, "held": l.is_held(now), "epoch": l.epoch, "expires_ms": l.expires_ms,
+                   "checkpoint": l.checkpoint.as_ref().map(|c| c.as_str()), "pending": pending, "finished": l.finished, "parents": l.parents}));
+        }
         print_json(&json!(items));
     } else {
         println!(
