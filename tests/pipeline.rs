@@ -149,3 +149,67 @@ fn bad_configuration_names_the_key() {
     let out = t.fail(&["--config", "/nonexistent/tally.toml", "total"], &[]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
+
+/// The counter meters what its writes cost in DynamoDB write units, by purpose, by DynamoDB's
+/// rules: `count --json` reports it, every window emits it as EMF, and the two agree; each chunk
+/// pays for its checkpoint row (2 units in a transaction), each window for its global total.
+#[test]
+fn write_units_are_metered_by_purpose() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let file = t.dir.path().join("likes.ndjson");
+    common::write_contract_file(&file, 3_000, 200, 17);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let mut c = t.cmd(&["count", "--until-idle", "--json"]);
+    c.env("TALLY_METRICS__EMF", "true")
+        .env("TALLY_COUNTER__WINDOW_RECORDS", "500")
+        .env("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "50");
+    let out = common::output(c);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let u = &v["write_units"];
+    let chunks = v["chunks"].as_u64().unwrap();
+    let windows = v["windows"].as_u64().unwrap();
+    assert_eq!(u["checkpoints"], 2 * chunks, "{v}");
+    assert!(u["counts"].as_u64().unwrap() >= 2 * windows, "{v}");
+    assert!(
+        u["buckets"].as_u64().unwrap() > 0 && u["dedup"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    assert_eq!(u["failed_conditions"], 0, "{v}");
+    assert!(
+        u["leases"].as_u64().unwrap() >= 4,
+        "two takes and two releases at least: {v}"
+    );
+    let parts = [
+        "counts",
+        "buckets",
+        "dead_letters",
+        "dedup",
+        "checkpoints",
+        "leases",
+        "failed_conditions",
+    ];
+    let sum: u64 = parts.iter().map(|p| u[*p].as_u64().unwrap()).sum();
+    assert_eq!(u["total"], sum, "{v}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let emitted = |metric: &str| -> u64 {
+        log.lines()
+            .filter(|l| l.starts_with('{'))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|e| e.get(metric).and_then(|m| m.as_f64()))
+            .sum::<f64>() as u64
+    };
+    for (part, metric) in [
+        ("counts", "WriteUnitsCounts"),
+        ("buckets", "WriteUnitsBuckets"),
+        ("dead_letters", "WriteUnitsDeadLetters"),
+        ("checkpoints", "WriteUnitsCheckpoints"),
+    ] {
+        assert_eq!(u[part], emitted(metric), "{part}: {v}");
+    }
+}

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tally_core::cost::{chunk_units, Purpose, Units};
 use tally_core::dedup::Dedup;
 use tally_core::lease::Lease;
 use tally_core::ports::{
@@ -21,9 +22,7 @@ use tally_core::ports::{
     StartPosition, WindowShape,
 };
 use tally_core::retry::Backoff;
-use tally_core::window::{
-    dedup_write_units, plan_chunks, write_units, ClosedWindow, DeadLetter, WindowBuilder,
-};
+use tally_core::window::{plan_chunks, ClosedWindow, DeadLetter, WindowBuilder};
 use tally_core::SeqNo;
 use tracing::debug;
 
@@ -84,11 +83,36 @@ pub struct CounterMetrics {
     /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
     /// letter, the checkpoint row, the dedup record, the global total).
     pub items_written: AtomicU64,
-    /// What those writes cost in DynamoDB write units (1 KB each, doubled: every item is written
-    /// in a TransactWriteItems).
-    pub write_units: AtomicU64,
+    /// What those writes cost in DynamoDB write units, by purpose (see `tally_core::cost`).
+    pub cost: CostMeter,
     /// The largest iterator age seen (ms).
     pub max_iterator_age_ms: AtomicU64,
+}
+
+/// Write units by purpose, added up from every shard task.
+#[derive(Debug, Default)]
+pub struct CostMeter([AtomicU64; 7]);
+
+impl CostMeter {
+    pub fn add(&self, u: &Units) {
+        for (i, p) in Purpose::ALL.iter().enumerate() {
+            self.0[i].fetch_add(u.get(*p), Ordering::Relaxed);
+        }
+    }
+
+    pub fn add_one(&self, p: Purpose, n: u64) {
+        let mut u = Units::default();
+        u.add(p, n);
+        self.add(&u);
+    }
+
+    pub fn snapshot(&self) -> Units {
+        let mut u = Units::default();
+        for (i, p) in Purpose::ALL.iter().enumerate() {
+            u.add(*p, self.0[i].load(Ordering::Relaxed));
+        }
+        u
+    }
 }
 
 /// Makes a [`CounterShard`] per shard.
@@ -167,7 +191,8 @@ impl CounterShard {
             }) => *shape,
             _ => self.shape(),
         };
-        self.apply(&closed, skip, shard_end, shape).await?;
+        let charged = self.apply(&closed, skip, shard_end, shape).await?;
+        self.emit_cost(&charged);
         if self.dedup.take_evicted() {
             self.expire_dedup(shape.horizon_ms).await;
         }
@@ -191,6 +216,22 @@ impl CounterShard {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Emits what a window's writes cost, by purpose (CloudWatch embedded metric format).
+    fn emit_cost(&self, u: &Units) {
+        let Ok(fence) = self.fence() else { return };
+        let values: Vec<(&str, crate::emf::Unit, f64)> = Purpose::ALL
+            .iter()
+            .filter(|p| **p != Purpose::Leases)
+            .map(|p| (p.metric(), crate::emf::Unit::Count, u.get(*p) as f64))
+            .collect();
+        self.cfg.emf.emit(
+            crate::worker::now_ms(),
+            &[("App", fence.app.as_str())],
+            &[&["App"]],
+            &values,
+        );
     }
 
     /// Puts records the stream no longer has on record as a gap (a dead letter whose reason
@@ -273,8 +314,11 @@ impl CounterShard {
             self.store.expire_dedup(&fence.app, &fence.shard_id, before)
         })
         .await;
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "expiring dedup records failed; restores skip them");
+        match r {
+            Ok(units) => self.metrics.cost.add_one(Purpose::Dedup, units),
+            Err(e) => {
+                tracing::warn!(error = %e, "expiring dedup records failed; restores skip them")
+            }
         }
     }
 
@@ -363,11 +407,12 @@ impl CounterShard {
         skip: u32,
         shard_end: bool,
         shape: WindowShape,
-    ) -> Result<(), ConsumerError> {
+    ) -> Result<Units, ConsumerError> {
         let fence = self.fence()?;
         let Some(end) = w.end.as_ref() else {
-            return Ok(());
+            return Ok(Units::default());
         };
+        let mut charged = Units::default();
         let chunks = plan_chunks(w.items.len(), (shape.max_items as usize).max(1));
         debug!(end = %end, items = w.items.len(), chunks = chunks.len(), skip, "applying window");
         for chunk in chunks.iter().skip(skip as usize) {
@@ -386,26 +431,13 @@ impl CounterShard {
                     shard_finished: shard_end,
                 }),
             };
-            self.commit_once(commit).await?;
+            charged.merge(&self.commit_once(commit).await?);
             self.metrics.chunks.fetch_add(1, Ordering::Relaxed);
+            // The items, the lease row, and on the last chunk the dedup record and global total.
             let extra = if is_last { 3 } else { 1 };
             self.metrics
                 .items_written
                 .fetch_add((chunk.range.len() + extra) as u64, Ordering::Relaxed);
-            // The lease row, plus on the last chunk the dedup record and the global total.
-            let fixed = if is_last {
-                2 + dedup_write_units(&w.dedup)
-            } else {
-                1
-            };
-            let units: u64 = w.items[chunk.range.clone()]
-                .iter()
-                .map(write_units)
-                .sum::<u64>()
-                + fixed;
-            self.metrics
-                .write_units
-                .fetch_add(2 * units, Ordering::Relaxed);
             if let Some(n) = self.cfg.crash_after_chunks {
                 if self.metrics.chunks.load(Ordering::Relaxed) >= n {
                     eprintln!("failpoint: aborting after {n} chunk commits");
@@ -413,7 +445,7 @@ impl CounterShard {
                 }
             }
         }
-        Ok(())
+        Ok(charged)
     }
 
     /// Commits one chunk, retrying retryable errors. A failed condition is told apart by reading
@@ -422,14 +454,22 @@ impl CounterShard {
     /// dropped connection, an SDK-level retry) — only this take of the lease can have written
     /// it, so it is done; still our lease otherwise is an inconsistency; another owner or
     /// epoch means the lease was lost.
-    async fn commit_once(&self, commit: ChunkCommit<'_>) -> Result<(), ConsumerError> {
+    async fn commit_once(&self, commit: ChunkCommit<'_>) -> Result<Units, ConsumerError> {
         let result = with_backoff(&self.cfg.backoff, "commit chunk", || {
             self.store.commit_chunk(commit.clone())
         })
         .await;
+        let units = chunk_units(commit.items, commit.last.as_ref().map(|l| l.dedup));
         match result {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.metrics.cost.add(&units);
+                Ok(units)
+            }
             Err(PortError::Fenced { .. }) => {
+                // A write refused by its condition is charged all the same.
+                self.metrics
+                    .cost
+                    .add_one(Purpose::FailedConditions, units.total());
                 let st = self
                     .store
                     .shard_state(&commit.fence.app, &commit.fence.shard_id)
@@ -444,7 +484,11 @@ impl CounterShard {
                         .is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
                 };
                 if mine && applied {
-                    return Ok(());
+                    // An earlier attempt landed (and was charged) although its answer was lost.
+                    self.metrics.cost.add(&units);
+                    let mut charged = units;
+                    charged.add(Purpose::FailedConditions, units.total());
+                    return Ok(charged);
                 }
                 if mine {
                     return Err(ConsumerError::Inconsistent {

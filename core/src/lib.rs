@@ -2,12 +2,13 @@
 //!
 //! Everything here is synchronous and free of I/O except the port traits, which the backends
 //! implement: the event contract ([`event`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
-//! windows and chunking ([`window`]), summary buckets ([`buckets`]), lease decisions ([`lease`]),
+//! windows and chunking ([`window`]), what writes cost ([`cost`]), summary buckets ([`buckets`]), lease decisions ([`lease`]),
 //! trending ([`trending`]), latency ([`latency`]), backoff ([`retry`]), shard hashing
 //! ([`hashing`]) and the ports themselves ([`ports`]).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod buckets;
+pub mod cost;
 pub mod dedup;
 pub mod event;
 pub mod hashing;

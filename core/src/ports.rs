@@ -286,8 +286,9 @@ pub trait CounterStore: LeaseStore {
     async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
     /// Deletes the shard's dedup records with `max_arrival < before`: those its arrival clock has
     /// passed by more than the horizon. Idempotent; a lost call only leaves records that every
-    /// restore skips (and a backstop expiry removes).
-    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()>;
+    /// restore skips (and a backstop expiry removes). Returns what the deletes cost in DynamoDB
+    /// write units (a delete is charged by the item's size).
+    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<u64>;
     /// Dedup records of these shards with `max_arrival >= min_arrival`.
     async fn load_dedup(
         &self,

@@ -70,6 +70,24 @@ fn idle_for(a: &ConsumeArgs) -> Arc<IdleExit> {
     idle
 }
 
+/// Write units by purpose, as DynamoDB would charge the counter's writes (the lease writes
+/// included), with their total.
+pub fn cost(m: &CounterMetrics, l: &LeaseMetrics) -> tally_core::cost::Units {
+    let mut u = m.cost.snapshot();
+    u.add(tally_core::cost::Purpose::Leases, l.write_units());
+    u
+}
+
+/// [`cost`] as JSON: `{"counts": N, …, "total": N}`.
+pub fn cost_json(u: &tally_core::cost::Units) -> serde_json::Value {
+    let mut o = serde_json::Map::new();
+    for p in tally_core::cost::Purpose::ALL {
+        o.insert(p.name().to_owned(), u.get(p).into());
+    }
+    o.insert("total".to_owned(), u.total().into());
+    serde_json::Value::Object(o)
+}
+
 fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
     json!({
         "taken": l.taken.load(Ordering::Relaxed),
@@ -90,6 +108,7 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
         "windows": m.windows.load(Ordering::Relaxed),
         "chunks": m.chunks.load(Ordering::Relaxed),
         "items_written": m.items_written.load(Ordering::Relaxed),
+        "write_units": cost_json(&cost(&m, &l)),
         "leases": lease_json(&l),
     });
     if a.json {

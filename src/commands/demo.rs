@@ -90,7 +90,7 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
     let produced_in = started.elapsed();
     counter_idle.arm();
     analytics_idle.arm();
-    let (cm, _) = counter.await??;
+    let (cm, lm) = counter.await??;
     let (am, _) = analytics.await??;
     let elapsed = started.elapsed();
 
@@ -117,7 +117,8 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
     let records = put.records;
     let items = cm.items_written.load(Ordering::Relaxed);
     let writes_per_event = items as f64 / truth.events.max(1) as f64;
-    let wcu_per_event = cm.write_units.load(Ordering::Relaxed) as f64 / truth.events.max(1) as f64;
+    let units = super::consume::cost(&cm, &lm);
+    let wcu_per_event = units.total() as f64 / truth.events.max(1) as f64;
     let events_per_sec = records as f64 / elapsed.as_secs_f64();
     let report = json!({
         "backend": format!("{:?}", s.backend).to_lowercase(),
@@ -138,6 +139,7 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
         "store_writes": items,
         "writes_per_event": writes_per_event,
         "dynamodb_wcu_per_event": wcu_per_event,
+        "write_units": super::consume::cost_json(&units),
         "events_per_sec": events_per_sec,
         "elapsed_secs": elapsed.as_secs_f64(),
         "produce_secs": produced_in.as_secs_f64(),
@@ -171,7 +173,18 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
             "store writes / event  {writes_per_event:.3} ({items} item writes in {} windows; one UpdateItem per like would be 1.000)",
             cm.windows.load(Ordering::Relaxed)
         );
-        println!("DynamoDB WCU / event  {wcu_per_event:.3} (the same writes in TransactWriteItems, 1 KB units; one UpdateItem per like: 1.000)");
+        println!("DynamoDB WCU / event  {wcu_per_event:.3} (by DynamoDB's rules: 1 KB units, doubled in TransactWriteItems; one UpdateItem per like: 1.000)");
+        let by_purpose: Vec<String> = tally_core::cost::Purpose::ALL
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {:.3}",
+                    p.name(),
+                    units.get(*p) as f64 / truth.events.max(1) as f64
+                )
+            })
+            .collect();
+        println!("  of which / event    {}", by_purpose.join(", "));
         println!(
             "throughput            {events_per_sec:.0} records/s ({:.2}s end to end)",
             elapsed.as_secs_f64()

@@ -125,7 +125,7 @@ impl CounterStore for DynamoStore {
         self.transact(g.fence, items).await
     }
 
-    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
+    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<u64> {
         self.delete_dedup_below(app, shard_id, before).await
     }
 

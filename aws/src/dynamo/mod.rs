@@ -21,7 +21,9 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, Select, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnConsumedCapacity, Select, TransactWriteItem, Update,
+};
 use aws_sdk_dynamodb::Client;
 use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
 use tally_core::dedup::DedupRecord;
@@ -435,8 +437,8 @@ impl DynamoStore {
 
     /// Deletes the dedup records of `app`/`shard_id` whose clock is below `before` (all of them
     /// for `i64::MAX`): a key-only Query of the range, one DeleteItem per record (a window evicts
-    /// about one record, so there are few).
-    async fn delete_dedup_below(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
+    /// about one record, so there are few). Returns the write units the deletes consumed.
+    async fn delete_dedup_below(&self, app: &str, shard_id: &str, before: i64) -> PortResult<u64> {
         let pk = format!("{app}#{shard_id}");
         let values = HashMap::from([
             (":p".to_owned(), s(&pk)),
@@ -445,16 +447,23 @@ impl DynamoStore {
         let keys = self
             .query_all("dedup", "pk = :p AND sk < :c", values, None, Some("pk, sk"))
             .await?;
+        let mut units = 0.0;
         for key in keys {
-            self.client
+            let r = self
+                .client
                 .delete_item()
                 .table_name(self.table("dedup"))
                 .set_key(Some(key))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
                 .await
                 .map_err(|e| self.err("DeleteItem", "dedup", e))?;
+            units += r
+                .consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(1.0);
         }
-        Ok(())
+        Ok(units.ceil() as u64)
     }
 
     async fn get(

@@ -147,6 +147,26 @@ pub struct LeaseMetrics {
     pub lost: AtomicU64,
     pub finished: AtomicU64,
     pub held: AtomicU64,
+    pub renewed: AtomicU64,
+    /// Takes refused because another worker moved first.
+    pub take_failed: AtomicU64,
+}
+
+impl LeaseMetrics {
+    /// What the lease writes cost in DynamoDB write units: each is a plain conditional write of
+    /// a row under 1 KB (one unit), and a refused one is charged too.
+    pub fn write_units(&self) -> u64 {
+        [
+            &self.taken,
+            &self.stolen,
+            &self.released,
+            &self.renewed,
+            &self.take_failed,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
+    }
 }
 
 /// Arms `--until-idle`: once armed, the worker exits when every shard is caught up and flushed.
@@ -433,11 +453,14 @@ impl Worker {
                             lease,
                             &self.wake,
                             &self.idle_exit,
+                            &self.metrics,
                         );
                         self.running.insert(shard_id.clone(), task);
                     }
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    self.metrics.take_failed.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(e) => warn!(shard_id = %shard_id, error = %e, "taking lease failed"),
             }
         }

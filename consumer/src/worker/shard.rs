@@ -10,6 +10,7 @@ pub(super) fn spawn_shard(
     lease: Lease,
     wake: &Arc<Notify>,
     idle_exit: &Arc<IdleExit>,
+    metrics: &Arc<LeaseMetrics>,
 ) -> Running {
     let (stop_tx, stop_rx) = watch::channel(false);
     let idle_at = Arc::new(Mutex::new(None));
@@ -24,6 +25,7 @@ pub(super) fn spawn_shard(
         idle_at: idle_at.clone(),
         idle_exit: idle_exit.clone(),
         stats: ShardStats::new(),
+        metrics: metrics.clone(),
     };
     let wake = wake.clone();
     let handle = tokio::spawn(
@@ -51,6 +53,8 @@ struct ShardTask {
     idle_at: Arc<Mutex<Option<Instant>>>,
     idle_exit: Arc<IdleExit>,
     stats: ShardStats,
+    /// The worker's lease metrics (renewals).
+    metrics: Arc<LeaseMetrics>,
 }
 
 impl ShardTask {
@@ -90,6 +94,7 @@ impl ShardTask {
             self.fence.clone(),
             self.cfg.clone(),
             lost_tx,
+            self.metrics.clone(),
         )));
         let from = processor.start(&self.fence, &self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
@@ -199,12 +204,15 @@ async fn renew_loop(
     fence: Fence,
     cfg: WorkerConfig,
     lost: watch::Sender<bool>,
+    metrics: Arc<LeaseMetrics>,
 ) {
     loop {
         tokio::time::sleep(cfg.renew_interval).await;
         let expires = now_ms() + cfg.lease_duration.as_millis() as i64;
         match leases.renew_lease(&fence, expires).await {
-            Ok(()) => {}
+            Ok(()) => {
+                metrics.renewed.fetch_add(1, Ordering::Relaxed);
+            }
             Err(PortError::Fenced { .. }) => {
                 let _ = lost.send(true);
                 return;
