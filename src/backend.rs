@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use tally_core::ports::{AnalyticsStore, CounterStore, LeaseStore, Stream};
+use tally_core::ports::{AnalyticsStore, BaselineWriters, CounterStore, LeaseStore, Stream};
 
 use crate::settings::{BackendKind, Settings};
 
@@ -14,6 +14,8 @@ pub struct Backend {
     pub counter: Arc<dyn CounterStore>,
     pub analytics: Arc<dyn AnalyticsStore>,
     pub leases: Arc<dyn LeaseStore>,
+    /// The patterns tally is measured against (`demo --baselines`).
+    pub baselines: Arc<dyn BaselineWriters>,
 }
 
 impl Backend {
@@ -29,7 +31,8 @@ impl Backend {
                     stream: Arc::new(e.clone()),
                     counter: Arc::new(e.clone()),
                     analytics: Arc::new(e.clone()),
-                    leases: Arc::new(e),
+                    leases: Arc::new(e.clone()),
+                    baselines: Arc::new(e),
                 })
             }
             BackendKind::Aws => {
@@ -38,7 +41,8 @@ impl Backend {
                     stream: Arc::new(aws.stream.clone()),
                     counter: Arc::new(aws.tables.clone()),
                     analytics: Arc::new(aws.tables.clone()),
-                    leases: Arc::new(aws.tables),
+                    leases: Arc::new(aws.tables.clone()),
+                    baselines: Arc::new(aws.tables),
                 })
             }
         }

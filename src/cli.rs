@@ -167,6 +167,11 @@ pub struct DemoArgs {
     /// On AWS, keep the demo's own stream and tables instead of deleting them afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Afterwards, apply the same records on the same backend the two ways tally is measured
+    /// against — one UpdateItem per like, and one transaction per like with an idempotency
+    /// item — and report write units, items and throughput side by side.
+    #[arg(long)]
+    pub baselines: bool,
 }
 
 #[derive(Args, Debug)]

@@ -213,3 +213,60 @@ fn write_units_are_metered_by_purpose() {
         assert_eq!(u[part], emitted(metric), "{part}: {v}");
     }
 }
+
+/// `demo --baselines` applies the demo's records the two ways tally is measured against, on the
+/// same backend: one UpdateItem per like costs 1 unit a like and is not exactly-once — producer
+/// retries count twice (the counterexample, run here) — and one transaction per like with an
+/// idempotency item is exact at 4 units a like.
+fn baselines_side_by_side(t: Target) {
+    let v = t.json(&[
+        "demo",
+        "--events",
+        "1500",
+        "--posts",
+        "200",
+        "--shards",
+        "2",
+        "--seed",
+        "5",
+        "--duplicate-ratio",
+        "0.05",
+        "--baselines",
+        "--json",
+    ]);
+    assert_eq!(v["exact"], true, "{v}");
+    let bl = &v["baselines"];
+    let update = &bl["update_per_like"];
+    let tx = &bl["transaction_per_like"];
+    let records = v["records"].as_u64().unwrap() - v["malformed_injected"].as_u64().unwrap();
+    assert_eq!(update["calls"], records, "{v}");
+    assert_eq!(tx["calls"], records, "{v}");
+    assert_eq!(update["exact"], false, "retries count twice: {v}");
+    assert_eq!(tx["exact"], true, "{v}");
+    assert_eq!(tx["refused_as_duplicates"], v["duplicates_injected"], "{v}");
+    let per_event = |w: &serde_json::Value| w["write_units_per_event"].as_f64().unwrap();
+    let events = v["events"].as_f64().unwrap();
+    assert!(
+        (per_event(update) - records as f64 / events).abs() < 1e-9,
+        "{v}"
+    );
+    assert!(
+        (per_event(tx) - 4.0 * records as f64 / events).abs() < 1e-9,
+        "{v}"
+    );
+}
+
+#[test]
+fn baselines_side_by_side_embedded() {
+    baselines_side_by_side(Target::embedded());
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn baselines_side_by_side_aws() {
+    let kinesis =
+        std::env::var("TEST_KINESIS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4568".into());
+    let dynamodb =
+        std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into());
+    baselines_side_by_side(Target::aws_at("baselines", &kinesis, &dynamodb));
+}

@@ -344,6 +344,27 @@ pub trait AnalyticsStore: LeaseStore {
     async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>>;
 }
 
+/// The two ways of counting likes that tally is measured against (`tally demo --baselines`), on
+/// the same backend: one `UpdateItem` per like (cheap, not exactly-once: a retry counts twice),
+/// and one transaction per like with an idempotency item (exact, at 4 write units a like). For
+/// benchmarks only; `run` keeps their items apart from everything else.
+#[async_trait]
+pub trait BaselineWriters: Send + Sync {
+    /// Adds `delta` to the post's total with one plain update.
+    async fn update_per_like(&self, run: &str, post_id: &str, delta: i64) -> PortResult<()>;
+    /// Writes the event's idempotency item (condition: absent) and adds `delta` to the post's
+    /// total, atomically; `Ok(false)` when the event was applied before.
+    async fn transaction_per_like(
+        &self,
+        run: &str,
+        event_id: &str,
+        post_id: &str,
+        delta: i64,
+    ) -> PortResult<bool>;
+    /// The post's total under `run`.
+    async fn baseline_count(&self, run: &str, post_id: &str) -> PortResult<i64>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

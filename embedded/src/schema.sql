@@ -70,6 +70,18 @@ CREATE TABLE IF NOT EXISTS analytics_snapshots (
     PRIMARY KEY (app, shard_id, end_seq)
 );
 CREATE INDEX IF NOT EXISTS snapshots_by_time ON analytics_snapshots(app, taken_at_ms);
+-- `tally demo --baselines`: the patterns tally is measured against.
+CREATE TABLE IF NOT EXISTS baseline_counts (
+    run     TEXT NOT NULL,
+    post_id TEXT NOT NULL,
+    n       INTEGER NOT NULL,
+    PRIMARY KEY (run, post_id)
+);
+CREATE TABLE IF NOT EXISTS baseline_ids (
+    run      TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (run, event_id)
+);
 CREATE TABLE IF NOT EXISTS trending (
     app      TEXT NOT NULL,
     shard_id TEXT NOT NULL,

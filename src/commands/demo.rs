@@ -120,6 +120,16 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
     let units = super::consume::cost(&cm, &lm);
     let wcu_per_event = units.total() as f64 / truth.events.max(1) as f64;
     let events_per_sec = records as f64 / elapsed.as_secs_f64();
+    let baselines = if a.baselines {
+        if !a.json {
+            eprintln!(
+                "demo: applying the same records one UpdateItem, then one transaction, per like"
+            );
+        }
+        Some(super::baselines::run(s, &b, a.events, &truth).await?)
+    } else {
+        None
+    };
     let report = json!({
         "backend": format!("{:?}", s.backend).to_lowercase(),
         "stream": s.stream,
@@ -149,6 +159,7 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
         "arrival_latency_ms": lat.arrival_ms,
         "iterator_age_ms": lat.iterator_age_ms,
         "finished_at_ms": now_ms(),
+        "baselines": baselines,
     });
     if a.json {
         print_json(&report);
@@ -197,6 +208,22 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
             lat.creation_ms.p999,
             lat.creation_ms.max
         );
+        if let Some(bl) = &baselines {
+            println!("side by side (write units / items per event, records/s, exact):");
+            println!(
+                "  tally                 {wcu_per_event:.3} / {writes_per_event:.3}, {events_per_sec:.0}/s, {}",
+                if exact { "yes" } else { "NO" }
+            );
+            for (name, v) in bl.as_object().into_iter().flatten() {
+                println!(
+                    "  {name:<21} {:.3} / {:.3}, {:.0}/s, {}",
+                    v["write_units_per_event"].as_f64().unwrap_or(0.0),
+                    v["items_per_event"].as_f64().unwrap_or(0.0),
+                    v["events_per_sec"].as_f64().unwrap_or(0.0),
+                    if v["exact"] == true { "yes" } else { "no" }
+                );
+            }
+        }
         println!("top 10 trending:");
         for (i, e) in trending.iter().enumerate() {
             println!("  {:>2}. {:<12} {:>10.1}", i + 1, e.post_id, e.score);

@@ -1,5 +1,6 @@
 //! The subcommands. Each takes the loaded settings and the wired backend.
 
+pub mod baselines;
 pub mod consume;
 pub mod demo;
 pub mod produce;

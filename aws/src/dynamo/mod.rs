@@ -12,7 +12,7 @@
 //!
 //! Layout: this module holds the client, the table list and the helpers every store uses; one
 //! file per port implements it: `leases` ([`LeaseStore`]), `counter` ([`CounterStore`]),
-//! `analytics` ([`AnalyticsStore`]).
+//! `analytics` ([`AnalyticsStore`]), `baselines` ([`BaselineWriters`], for benchmarks).
 
 use std::collections::HashMap;
 
@@ -29,8 +29,9 @@ use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry, WindowShape,
+    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, ChunkCommit, CounterStore, Fence,
+    GapCommit, LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState,
+    TrendingEntry, WindowShape,
 };
 use tally_core::window::{DeadLetter, WriteItem};
 use tally_core::SeqNo;
@@ -39,6 +40,7 @@ use crate::errors::{map, Target};
 use crate::AwsSettings;
 
 mod analytics;
+mod baselines;
 mod counter;
 mod leases;
 

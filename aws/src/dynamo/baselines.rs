@@ -1,0 +1,84 @@
+//! [`BaselineWriters`] on the counts and dedup tables, under keys of their own
+//! (`bench#<run>#<post>` and `bench#<run>`): the patterns tally is measured against.
+
+use super::*;
+
+fn count_key(run: &str, post_id: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("pk".to_owned(), s(format!("bench#{run}#{post_id}"))),
+        ("sk".to_owned(), s("T")),
+    ])
+}
+
+impl DynamoStore {
+    fn baseline_add(&self, run: &str, post_id: &str, delta: i64) -> PortResult<Update> {
+        Update::builder()
+            .table_name(self.table("counts"))
+            .set_key(Some(count_key(run, post_id)))
+            .update_expression("ADD #n :d")
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_values(":d", n(delta))
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl BaselineWriters for DynamoStore {
+    async fn update_per_like(&self, run: &str, post_id: &str, delta: i64) -> PortResult<()> {
+        self.client
+            .update_item()
+            .table_name(self.table("counts"))
+            .set_key(Some(count_key(run, post_id)))
+            .update_expression("ADD #n :d")
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_values(":d", n(delta))
+            .send()
+            .await
+            .map_err(|e| self.err("UpdateItem", "counts", e))?;
+        Ok(())
+    }
+
+    async fn transaction_per_like(
+        &self,
+        run: &str,
+        event_id: &str,
+        post_id: &str,
+        delta: i64,
+    ) -> PortResult<bool> {
+        let id = Put::builder()
+            .table_name(self.table("dedup"))
+            .item("pk", s(format!("bench#{run}")))
+            .item("sk", s(event_id))
+            .item("expires_at", n(now_ms() / 1000 + 86_400))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        let items = vec![
+            TransactWriteItem::builder().put(id).build(),
+            TransactWriteItem::builder()
+                .update(self.baseline_add(run, post_id, delta)?)
+                .build(),
+        ];
+        let fence = Fence {
+            app: format!("bench#{run}"),
+            shard_id: event_id.to_owned(),
+            owner: String::new(),
+            epoch: 0,
+        };
+        match self.transact(&fence, items).await {
+            Ok(()) => Ok(true),
+            // The idempotency item exists: the event was applied before.
+            Err(PortError::Fenced { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn baseline_count(&self, run: &str, post_id: &str) -> PortResult<i64> {
+        Ok(self
+            .get("counts", count_key(run, post_id))
+            .await?
+            .and_then(|i| get_n(&i, "n"))
+            .unwrap_or(0))
+    }
+}
