@@ -12,9 +12,24 @@ echo "# demo --events 1000000 (4 shards, 1000 posts, Zipf 1.1): elapsed_secs eve
 for i in $(seq 1 "$runs"); do
   "$bin" demo --events 1000000 --json | field elapsed_secs events_per_sec writes_per_event exact
 done
-echo "# writes per like by traffic shape (200000 events): posts zipf -> writes_per_event windows exact"
-for shape in "100000 0.9" "100000 1.1" "100000 1.3" "10 2.0"; do
+echo "# writes per like by traffic shape (200000 events): posts zipf -> writes_per_event dynamodb_wcu_per_event windows exact"
+for shape in "100000 0.9" "100000 1.1" "100000 1.3" "1000 1.1" "10 2.0"; do
   set -- $shape
   echo -n "$1 $2 -> "
-  "$bin" demo --events 200000 --posts "$1" --zipf "$2" --json | field writes_per_event windows exact
+  "$bin" demo --events 200000 --posts "$1" --zipf "$2" --json | field writes_per_event dynamodb_wcu_per_event windows exact
+done
+echo "# side by side, one run each (100000 events, embedded): posts zipf -> tally, update per like, transaction per like"
+echo "#   each: write units per event, items per event, records/s, exact"
+for shape in "100000 1.1" "1000 1.1" "10 2.0"; do
+  set -- $shape
+  echo -n "$1 $2 -> "
+  "$bin" demo --events 100000 --posts "$1" --zipf "$2" --baselines --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+b = d['baselines']
+row = lambda u, i, r, e: '%.3f %.3f %.0f %s' % (u, i, r, e)
+print(' | '.join([
+    row(d['dynamodb_wcu_per_event'], d['writes_per_event'], d['events_per_sec'], d['exact']),
+    *(row(b[k]['write_units_per_event'], b[k]['items_per_event'], b[k]['events_per_sec'], b[k]['exact'])
+      for k in ('update_per_like', 'transaction_per_like'))]))"
 done
