@@ -484,3 +484,25 @@ fn a_parent_gone_past_retention_is_recorded_as_a_gap_and_its_children_go_on() {
         );
     }
 }
+
+/// The rest of a half-applied window was trimmed and nothing came after it: the counter reaches
+/// the shard's tip without meeting the window's end, records the gap after a few reads there, and
+/// `--until-idle` ends (it does not take a shard that waits for a window's end as idle).
+#[test]
+fn a_trimmed_pending_window_at_the_tip_is_recorded_as_a_gap() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let old = file_in(&t, "old.ndjson");
+    write_contract_file(&old, 1_000, 80, 9);
+    t.run(&["replay", old.to_str().unwrap()]);
+    let mut env = SMALL_WINDOWS.to_vec();
+    env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "2"));
+    t.fail(&["count", "--until-idle"], &env);
+    let trimmed = t.run(&["trim", "--older-than", "0s"]);
+    assert!(trimmed.starts_with("trimmed 10"), "{trimmed}");
+    t.run_env(&["count", "--until-idle"], SMALL_WINDOWS);
+    let g = gaps(&t);
+    assert_eq!(g.len(), 1, "{g:?}");
+    let leases = t.json(&["leases", "--json"]);
+    assert!(leases[0]["pending"].is_null(), "{leases}");
+}

@@ -30,6 +30,10 @@ use crate::retry::with_backoff;
 use crate::worker::{ProcessorFactory, ShardProcessor};
 use crate::ConsumerError;
 
+/// Empty reads at the shard's tip, in a row, after which a pending window whose last record was
+/// never met is taken as trimmed.
+const TIP_READS_FOR_A_GAP: u32 = 3;
+
 /// Why a pending window cannot be completed.
 const TRIMMED: &str =
     "the stream's retention trimmed the pending window's records before it was completed";
@@ -148,6 +152,7 @@ impl ProcessorFactory for Counter {
             window: None,
             checkpoint: None,
             replay: None,
+            tip_reads: 0,
         })
     }
 }
@@ -168,6 +173,8 @@ pub struct CounterShard {
     /// A window found half-applied at start: it is rebuilt up to `end` and its first `done`
     /// chunks are skipped.
     replay: Option<Pending>,
+    /// Empty reads at the tip in a row while `replay` waits for its last record.
+    tip_reads: u32,
 }
 
 impl CounterShard {
@@ -552,8 +559,14 @@ impl ShardProcessor for CounterShard {
         }
         if self.replay.is_some() && batch.is_caught_up() {
             // At the shard's tip without having met the pending window's last record: the
-            // stream no longer has it.
-            self.give_up(false, TRIMMED).await?;
+            // stream no longer has it. Several reads in a row must say so, so that one early
+            // empty answer from a stream is not taken for it.
+            self.tip_reads += 1;
+            if self.tip_reads >= TIP_READS_FOR_A_GAP {
+                self.give_up(false, TRIMMED).await?;
+            }
+        } else if !batch.records.is_empty() {
+            self.tip_reads = 0;
         }
         for record in &batch.records {
             if self.replay.as_ref().is_some_and(|p| record.seq > p.end) {
@@ -610,6 +623,10 @@ impl ShardProcessor for CounterShard {
         } else {
             Ok(())
         }
+    }
+
+    fn waiting(&self) -> bool {
+        self.replay.is_some()
     }
 
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {

@@ -120,6 +120,11 @@ pub trait ShardProcessor: Send {
     async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError>;
     /// Applies and checkpoints everything folded so far; `shard_end` marks the shard finished.
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError>;
+    /// Whether the processor still waits for records it knows exist (the rest of a window it
+    /// must complete): the shard is then not idle, however empty the reads.
+    fn waiting(&self) -> bool {
+        false
+    }
     /// The shard is gone from the stream (its records passed the retention before they were all
     /// processed): put the loss on record and finish the shard, so that its children go on.
     async fn shard_gone(&mut self) -> Result<(), ConsumerError>;

@@ -146,8 +146,11 @@ impl ShardTask {
             } else if batch.records.is_empty() {
                 if self.idle_exit.armed_at().is_some() {
                     processor.flush(false).await?;
-                    if let Ok(mut t) = self.idle_at.lock() {
-                        *t = Some(read_started);
+                    // A processor still waiting for records it knows of is not idle.
+                    if !processor.waiting() {
+                        if let Ok(mut t) = self.idle_at.lock() {
+                            *t = Some(read_started);
+                        }
                     }
                 } else {
                     processor.tick(now_ms()).await?;
