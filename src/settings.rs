@@ -132,6 +132,10 @@ pub struct ProducerSettings {
     pub seed: u64,
     /// Records per second (0: as fast as possible).
     pub rate: f64,
+    /// Posts whose likes are fanned out over several partition keys (so over several shards).
+    pub hot_posts: Vec<String>,
+    /// Keys per hot post.
+    pub hot_post_keys: u32,
 }
 
 impl Default for Settings {
@@ -210,6 +214,8 @@ impl Default for ProducerSettings {
             malformed_ratio: g.malformed_ratio,
             seed: g.seed,
             rate: 0.0,
+            hot_posts: Vec::new(),
+            hot_post_keys: 8,
         }
     }
 }
@@ -342,6 +348,12 @@ impl Settings {
             0.5,
         )?;
         range("producer.rate", self.producer.rate, 0.0, 1e9)?;
+        range(
+            "producer.hot_post_keys",
+            self.producer.hot_post_keys,
+            1,
+            1_024,
+        )?;
         range(
             "metrics.interval_ms",
             self.metrics.interval_ms,

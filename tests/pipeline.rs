@@ -270,3 +270,59 @@ fn baselines_side_by_side_aws() {
         std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into());
     baselines_side_by_side(Target::aws_at("baselines", &kinesis, &dynamodb));
 }
+
+/// A viral post, liked at 5,000 events a second (beyond one Kinesis shard's 1,000 records/s): the
+/// producer fans its likes out over several partition keys chosen from the event id, so they
+/// spread over the shards while a retry still lands beside its original — and the count is exact.
+fn a_viral_post_fans_out_over_the_shards(t: Target, events: &str, rate: &str, shards: usize) {
+    let cfg = file_in(&t, "hot.toml");
+    std::fs::write(
+        &cfg,
+        "[producer]\nhot_posts = [\"p1\"]\nhot_post_keys = 8\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let truth = file_in(&t, "truth.json");
+    t.run(&[
+        "--config",
+        cfg,
+        "produce",
+        "--events",
+        events,
+        "--posts",
+        "1",
+        "--duplicate-ratio",
+        "0.05",
+        "--rate",
+        rate,
+        "--truth",
+        truth.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+    assert!(v["duplicates"].as_u64().unwrap() > 0, "{v}");
+    t.run(&["--config", cfg, "count", "--until-idle"]);
+    assert_eq!(t.count("p1"), v["counts"]["p1"].as_i64().unwrap());
+    assert_eq!(t.json(&["total", "--json"])["total"], v["total"]);
+    let leases = t.json(&["leases", "--json"]);
+    let progressed = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["checkpoint"].is_string())
+        .count();
+    assert_eq!(
+        progressed, shards,
+        "one post's likes on every shard: {leases}"
+    );
+}
+
+#[test]
+fn a_viral_post_fans_out_over_the_shards_embedded() {
+    a_viral_post_fans_out_over_the_shards(Target::embedded(), "20000", "5000", 4);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn a_viral_post_fans_out_over_the_shards_aws() {
+    a_viral_post_fans_out_over_the_shards(Target::aws("viral", 2), "1500", "1000", 2);
+}

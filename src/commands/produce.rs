@@ -9,6 +9,7 @@ use tally_core::event::partition_key_of;
 use tally_core::ports::{PutEntry, Stream};
 use tally_core::retry::Backoff;
 use tally_producer::generate::{Generator, Truth};
+use tally_producer::keys::HotPosts;
 use tally_producer::put::{
     batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
 };
@@ -21,6 +22,7 @@ use crate::settings::Settings;
 /// Puts everything `records` yields, in PutRecords batches, at `rate` records/s.
 pub async fn put_all(
     stream: &dyn Stream,
+    hot: &HotPosts,
     records: impl Iterator<Item = PutEntry>,
     rate: f64,
     quiet: bool,
@@ -31,7 +33,7 @@ pub async fn put_all(
     let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
     let backoff = Backoff::default();
     let mut buf: Vec<PutEntry> = Vec::with_capacity(MAX_BATCH_RECORDS);
-    let mut records = records.peekable();
+    let mut records = records.map(|e| hot.rekey(e)).peekable();
     while records.peek().is_some() {
         buf.extend(records.by_ref().take(MAX_BATCH_RECORDS));
         for batch in batches(std::mem::take(&mut buf), MAX_BATCH_RECORDS, MAX_BATCH_BYTES) {
@@ -45,6 +47,14 @@ pub async fn put_all(
     Ok(stats)
 }
 
+/// The hot posts the settings name.
+pub fn hot_posts(s: &Settings) -> HotPosts {
+    HotPosts::new(
+        s.producer.hot_posts.iter().cloned(),
+        s.producer.hot_post_keys,
+    )
+}
+
 /// Generates and puts synthetic events; returns the truth.
 pub async fn produce(
     s: &Settings,
@@ -55,6 +65,7 @@ pub async fn produce(
     let mut gen = Generator::new(gen_config(s, events));
     let stats = put_all(
         backend.stream.as_ref(),
+        &hot_posts(s),
         gen.by_ref().map(|(_, e)| e),
         s.producer.rate,
         quiet,
@@ -136,6 +147,7 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
     let n = entries.len() as u64;
     let stats = put_all(
         backend.stream.as_ref(),
+        &hot_posts(s),
         entries.into_iter(),
         s.producer.rate,
         a.json,
