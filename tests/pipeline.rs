@@ -36,7 +36,11 @@ fn replay_count_query_is_exact(t: Target, shards: usize) {
         let q = t.json(&["query", post, "--since", "1h", "--json"]);
         assert_eq!(q["count_since"], *recent, "{post}");
         assert_eq!(q["post_id"], post.as_str());
+        // Never a scan: the total, hour and day items and one Query of later days (none here).
+        assert_eq!(q["read_units"], 4, "{q}");
     }
+    let q = t.json(&["query", "post-0", "--json"]);
+    assert_eq!(q["read_units"], 1, "a total is one GetItem: {q}");
     // A post nobody liked counts zero.
     assert_eq!(t.count("never-liked"), 0);
 

@@ -102,6 +102,20 @@ impl Units {
     }
 }
 
+/// Bytes of a day item at most (24 hour slots and its keys), for read units.
+const DAY_ITEM_BYTES: u64 = 400;
+
+/// DynamoDB read units of a post's count, strongly consistent (one unit per started 4 KB read,
+/// at least one per request): its total item; and for "since T", the hour item, the day item and
+/// one Query over the `later_days` day items after it. Never a scan, whatever the post's age.
+pub fn post_count_read_units(since: bool, later_days: usize) -> u64 {
+    if !since {
+        return 1;
+    }
+    let query = (later_days as u64 * DAY_ITEM_BYTES).div_ceil(4096).max(1);
+    3 + query
+}
+
 /// The units of one chunk's `TransactWriteItems`: its items, the lease row that carries the
 /// progress, and — on a window's last chunk — the dedup record and the shard's global total.
 pub fn chunk_units(items: &[WriteItem], last: Option<&DedupRecord>) -> Units {
@@ -126,6 +140,14 @@ pub fn chunk_units(items: &[WriteItem], last: Option<&DedupRecord>) -> Units {
 mod tests {
     use super::*;
     use crate::buckets::PostDelta;
+
+    #[test]
+    fn a_count_reads_a_few_units_whatever_the_history() {
+        assert_eq!(post_count_read_units(false, 0), 1);
+        assert_eq!(post_count_read_units(true, 0), 4);
+        // A year of day items in the Query: 365 × 400 B = 36 started 4 KB units.
+        assert_eq!(post_count_read_units(true, 365), 3 + 36);
+    }
 
     #[test]
     fn a_chunk_is_charged_by_purpose_at_twice_the_item_units() {

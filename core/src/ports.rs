@@ -272,6 +272,8 @@ pub struct PostCount {
     pub total: i64,
     /// Likes created at or after the `since` time, at minute granularity.
     pub since: Option<i64>,
+    /// What the reads cost in DynamoDB read units (see `cost::post_count_read_units`).
+    pub read_units: u64,
 }
 
 /// The counter's store: windows applied exactly once, and what they add up to.

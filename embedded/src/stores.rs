@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
+use tally_core::cost::post_count_read_units;
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
@@ -390,10 +391,14 @@ impl CounterStore for Embedded {
                         day_slots: slots(ItemKind::Day(plan.day_key.clone()).sort_key())?,
                         later_days,
                     };
-                    Some(since_count(&plan, &items))
+                    Some((since_count(&plan, &items), items.later_days.len()))
                 }
             };
-            Ok(PostCount { total, since })
+            Ok(PostCount {
+                total,
+                since: since.map(|(n, _)| n),
+                read_units: post_count_read_units(since.is_some(), since.map_or(0, |(_, d)| d)),
+            })
         })
         .await
     }

@@ -20,7 +20,7 @@ pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
     let since_ms = a.since.map(|d| now_ms() - d.as_millis() as i64);
     let c = b.counter.post_count(&a.post_id, since_ms).await?;
     if a.json {
-        let mut v = json!({"post_id": a.post_id, "count": c.total});
+        let mut v = json!({"post_id": a.post_id, "count": c.total, "read_units": c.read_units});
         if let (Some(since), Some(n)) = (since_ms, c.since) {
             v["since_ms"] = json!(since);
             v["count_since"] = json!(n);

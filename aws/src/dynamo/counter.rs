@@ -224,10 +224,17 @@ impl CounterStore for DynamoStore {
                     day_slots: slots(day, 'h'),
                     later_days: later.iter().filter_map(|i| get_n(i, "n")).collect(),
                 };
-                Some(since_count(&plan, &items))
+                Some((since_count(&plan, &items), later.len()))
             }
         };
-        Ok(PostCount { total, since })
+        Ok(PostCount {
+            total,
+            since: since.map(|(n, _)| n),
+            read_units: tally_core::cost::post_count_read_units(
+                since.is_some(),
+                since.map_or(0, |(_, d)| d),
+            ),
+        })
     }
 
     async fn global_total(&self) -> PortResult<i64> {
