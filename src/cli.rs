@@ -70,8 +70,9 @@ pub enum Command {
     Teardown(TeardownArgs),
     /// Split a shard in two (development and tests; production reshards with UpdateShardCount).
     Reshard(ReshardArgs),
-    /// Embedded stream: drop records older than a duration, as a Kinesis stream's retention does
-    /// (a closed shard left empty is dropped too). On AWS the stream's retention does it.
+    /// Drop old records from the embedded stream, as a Kinesis retention period does.
+    ///
+    /// A closed shard left without records is dropped too. On AWS the stream's retention does it.
     Trim(TrimArgs),
     /// Print the effective configuration (defaults, file, environment and flags) as TOML.
     Config,
