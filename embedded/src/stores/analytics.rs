@@ -1,0 +1,92 @@
+//! [`AnalyticsStore`]: a snapshot and its checkpoint in one transaction.
+
+use super::*;
+
+#[async_trait]
+impl AnalyticsStore for Embedded {
+    async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()> {
+        let (fence, s) = (fence.clone(), snapshot.clone());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            check_fence(&tx, &fence)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO analytics_snapshots (app, shard_id, end_seq, taken_at_ms, latency) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![fence.app, fence.shard_id, s.end.as_str(), s.taken_at_ms, s.latency],
+            )
+            .map_err(sql_err)?;
+            let entries: Vec<(&str, f64, f64)> = s.trending.iter().map(|e| (e.post_id.as_str(), e.score, e.error)).collect();
+            tx.execute(
+                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
+                params![fence.app, fence.shard_id, s.trending_at_ms, serde_json::to_string(&entries).unwrap_or_default()],
+            )
+            .map_err(sql_err)?;
+            tx.execute(
+                "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
+                params![s.end.as_str(), s.max_arrival, s.shard_finished as i64, fence.app, fence.shard_id],
+            )
+            .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn trending_sketches(
+        &self,
+        app: &str,
+    ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
+        let app = app.to_owned();
+        self.run(move |c| {
+            let mut st = c
+                .prepare_cached("SELECT shard_id, entries, at_ms FROM trending WHERE app = ?1")
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map([&app], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(sql_err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_err)?;
+            Ok(rows
+                .into_iter()
+                .map(|(shard, json, at)| {
+                    let raw: Vec<(String, f64, f64)> =
+                        serde_json::from_str(&json).unwrap_or_default();
+                    (
+                        shard,
+                        raw.into_iter()
+                            .map(|(post_id, score, error)| TrendingEntry {
+                                post_id,
+                                score,
+                                error,
+                            })
+                            .collect(),
+                        at,
+                    )
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>> {
+        let app = app.to_owned();
+        self.run(move |c| {
+            let mut st = c
+                .prepare_cached(
+                    "SELECT latency FROM analytics_snapshots WHERE app = ?1 AND taken_at_ms >= ?2",
+                )
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![app, since_ms], |r| r.get(0))
+                .map_err(sql_err)?
+                .collect::<Result<Vec<Vec<u8>>, _>>()
+                .map_err(sql_err)?;
+            Ok(rows)
+        })
+        .await
+    }
+}

@@ -1,0 +1,113 @@
+//! The stores on SQLite.
+//!
+//! Layout: this module holds the helpers every store uses (a lease row read, the fence check, a
+//! write item's statements); one file per port implements it: `leases` ([`LeaseStore`]),
+//! `counter` ([`CounterStore`]), `analytics` ([`AnalyticsStore`]), `baselines`
+//! ([`BaselineWriters`], for benchmarks).
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
+use tally_core::cost::post_count_read_units;
+use tally_core::dedup::DedupRecord;
+use tally_core::lease::Lease;
+use tally_core::ports::{
+    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, ChunkCommit, CounterStore, Fence,
+    GapCommit, LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState,
+    TrendingEntry, WindowShape,
+};
+use tally_core::window::{DeadLetter, WriteItem};
+use tally_core::SeqNo;
+
+use crate::{sql_err, Embedded};
+
+mod analytics;
+mod baselines;
+mod counter;
+mod leases;
+
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_done, pending_count, pending_max_items, pending_horizon_ms";
+
+fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
+    let checkpoint: Option<String> = r.get(5)?;
+    let parents: String = r.get(7)?;
+    let pending_end: Option<String> = r.get(9)?;
+    Ok(ShardState {
+        lease: Lease {
+            app: r.get(0)?,
+            shard_id: r.get(1)?,
+            owner: r.get(2)?,
+            epoch: r.get::<_, i64>(3)? as u64,
+            expires_ms: r.get(4)?,
+            checkpoint: checkpoint.as_deref().and_then(SeqNo::parse),
+            finished: r.get::<_, i64>(6)? != 0,
+            parents: serde_json::from_str(&parents).unwrap_or_default(),
+            max_arrival: r.get(8)?,
+        },
+        pending: match pending_end.as_deref().and_then(SeqNo::parse) {
+            Some(end) => Some(Pending {
+                end,
+                done: r.get::<_, i64>(10)? as u32,
+                count: r.get::<_, i64>(11)? as u32,
+                shape: match (r.get::<_, Option<i64>>(12)?, r.get::<_, Option<i64>>(13)?) {
+                    (Some(m), Some(h)) => Some(WindowShape {
+                        max_items: m as u32,
+                        horizon_ms: h,
+                    }),
+                    _ => None,
+                },
+            }),
+            None => None,
+        },
+    })
+}
+
+fn state_in(c: &Connection, app: &str, shard_id: &str) -> PortResult<ShardState> {
+    c.query_row(
+        &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 AND shard_id = ?2"),
+        params![app, shard_id],
+        read_state,
+    )
+    .optional()
+    .map_err(sql_err)?
+    .ok_or_else(|| PortError::NotFound {
+        what: format!("lease {app}/{shard_id}"),
+        hint: String::new(),
+    })
+}
+
+/// Checks the fence inside a write transaction.
+fn check_fence(tx: &Transaction<'_>, fence: &Fence) -> PortResult<ShardState> {
+    let st = state_in(tx, &fence.app, &fence.shard_id)?;
+    if st.lease.owner.as_deref() != Some(fence.owner.as_str()) || st.lease.epoch != fence.epoch {
+        return Err(PortError::Fenced {
+            app: fence.app.clone(),
+            shard_id: fence.shard_id.clone(),
+        });
+    }
+    Ok(st)
+}
+
+fn write_item(tx: &Transaction<'_>, item: &WriteItem) -> PortResult<()> {
+    match item {
+        WriteItem::Summary(s) => {
+            let sk = s.kind.sort_key();
+            let mut up = tx
+                .prepare_cached("INSERT INTO counts (post_id, sk, slot, n) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (post_id, sk, slot) DO UPDATE SET n = n + excluded.n")
+                .map_err(sql_err)?;
+            up.execute(params![s.post_id, sk, -1, s.n])
+                .map_err(sql_err)?;
+            for (slot, n) in &s.slots {
+                up.execute(params![s.post_id, sk, *slot as i64, n])
+                    .map_err(sql_err)?;
+            }
+        }
+        WriteItem::DeadLetter(d) => {
+            tx.prepare_cached("INSERT OR IGNORE INTO dead_letters (shard_id, seq, arrival_ms, reason, data, size) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+                .map_err(sql_err)?
+                .execute(params![d.shard_id, d.seq.as_str(), d.arrival_ms, d.reason, d.data, d.size as i64])
+                .map_err(sql_err)?;
+        }
+    }
+    Ok(())
+}
