@@ -1,0 +1,355 @@
+//! The counter: exact per-post counts, applied exactly once.
+//!
+//! Per shard: read → decode and validate → dedup by `event_id` → fold into a tumbling window of
+//! per-post deltas that closes on size or time → cut the window's write items into chunks →
+//! apply each chunk in one atomic write together with the shard's checkpoint row, conditioned on
+//! the lease (owner and epoch) and on the progress recorded there. The first chunk records the
+//! window's end in the checkpoint row ("pending"), which fixes the window's content; a worker
+//! that restarts, or takes the lease over, re-reads the same records from the checkpoint, rebuilds
+//! the same window and applies only the chunks not yet applied. The last chunk also stores the
+//! window's dedup record and its global-total delta, and moves the checkpoint past the window.
+//!
+//! Layout: this module holds the settings, the metrics and the per-shard processor; `apply`
+//! writes a closed window's chunks and meters them, `restore` keeps the duplicate filter in the
+//! store (restored across the lineage, expired by arrival), `gap` gives up records the stream no
+//! longer has, on record.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tally_core::cost::{chunk_units, Purpose, Units};
+use tally_core::dedup::Dedup;
+use tally_core::lease::Lease;
+use tally_core::ports::{
+    ChunkCommit, CounterStore, Fence, GapCommit, LastChunk, Pending, PortError, ReadBatch,
+    StartPosition, WindowShape,
+};
+use tally_core::retry::Backoff;
+use tally_core::window::{plan_chunks, ClosedWindow, DeadLetter, WindowBuilder};
+use tally_core::SeqNo;
+use tracing::debug;
+
+use crate::retry::with_backoff;
+use crate::worker::{ProcessorFactory, ShardProcessor};
+use crate::ConsumerError;
+
+mod apply;
+mod gap;
+mod restore;
+
+use gap::{TIP_READS_FOR_A_GAP, TRIMMED};
+
+/// The counter's settings.
+#[derive(Clone, Debug)]
+pub struct CounterConfig {
+    /// Application name (leases and checkpoints).
+    pub app: String,
+    /// A window closes after this many records…
+    pub window_records: usize,
+    /// …or this long after it opened, whichever comes first.
+    pub window_time: Duration,
+    /// A retry of an event is recognised for this long after the event arrived.
+    pub dedup_horizon: Duration,
+    /// Caps the store's items per atomic write (0: the store's own limit).
+    pub max_items_per_commit: usize,
+    /// Backoff for retryable store errors.
+    pub backoff: Backoff,
+    /// Test failpoint: abort the process right after this many chunk commits.
+    pub crash_after_chunks: Option<u64>,
+    /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
+    pub emf: crate::emf::Emf,
+}
+
+impl CounterConfig {
+    /// Defaults.
+    pub fn new(app: &str) -> CounterConfig {
+        CounterConfig {
+            app: app.to_owned(),
+            window_records: 5_000,
+            window_time: Duration::from_secs(1),
+            dedup_horizon: Duration::from_secs(600),
+            max_items_per_commit: 0,
+            backoff: Backoff::default(),
+            crash_after_chunks: None,
+            emf: crate::emf::Emf::default(),
+        }
+    }
+}
+
+/// What the counter did, for reports and metrics.
+#[derive(Debug, Default)]
+pub struct CounterMetrics {
+    pub records: AtomicU64,
+    pub counted: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub malformed: AtomicU64,
+    pub windows: AtomicU64,
+    pub chunks: AtomicU64,
+    /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
+    /// letter, the checkpoint row, the dedup record, the global total).
+    pub items_written: AtomicU64,
+    /// What those writes cost in DynamoDB write units, by purpose (see `tally_core::cost`).
+    pub cost: CostMeter,
+    /// The largest iterator age seen (ms).
+    pub max_iterator_age_ms: AtomicU64,
+}
+
+/// Write units by purpose, added up from every shard task.
+#[derive(Debug, Default)]
+pub struct CostMeter([AtomicU64; 7]);
+
+impl CostMeter {
+    pub fn add(&self, u: &Units) {
+        for (i, p) in Purpose::ALL.iter().enumerate() {
+            self.0[i].fetch_add(u.get(*p), Ordering::Relaxed);
+        }
+    }
+
+    pub fn add_one(&self, p: Purpose, n: u64) {
+        let mut u = Units::default();
+        u.add(p, n);
+        self.add(&u);
+    }
+
+    pub fn snapshot(&self) -> Units {
+        let mut u = Units::default();
+        for (i, p) in Purpose::ALL.iter().enumerate() {
+            u.add(*p, self.0[i].load(Ordering::Relaxed));
+        }
+        u
+    }
+}
+
+/// Makes a [`CounterShard`] per shard.
+pub struct Counter {
+    store: Arc<dyn CounterStore>,
+    cfg: CounterConfig,
+    metrics: Arc<CounterMetrics>,
+}
+
+impl Counter {
+    pub fn new(
+        store: Arc<dyn CounterStore>,
+        cfg: CounterConfig,
+        metrics: Arc<CounterMetrics>,
+    ) -> Counter {
+        Counter {
+            store,
+            cfg,
+            metrics,
+        }
+    }
+}
+
+impl ProcessorFactory for Counter {
+    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor> {
+        Box::new(CounterShard {
+            store: self.store.clone(),
+            cfg: self.cfg.clone(),
+            metrics: self.metrics.clone(),
+            shard_id: shard_id.to_owned(),
+            fence: None,
+            dedup: Dedup::new(self.cfg.dedup_horizon.as_millis() as i64),
+            window: None,
+            checkpoint: None,
+            replay: None,
+            tip_reads: 0,
+        })
+    }
+}
+
+/// The counter's state for one held shard.
+pub struct CounterShard {
+    store: Arc<dyn CounterStore>,
+    cfg: CounterConfig,
+    metrics: Arc<CounterMetrics>,
+    shard_id: String,
+    /// Set by `start`.
+    fence: Option<Fence>,
+    dedup: Dedup,
+    /// The open window.
+    window: Option<WindowBuilder>,
+    /// The last record whose window is fully applied.
+    checkpoint: Option<SeqNo>,
+    /// A window found half-applied at start: it is rebuilt up to `end` and its first `done`
+    /// chunks are skipped.
+    replay: Option<Pending>,
+    /// Empty reads at the tip in a row while `replay` waits for its last record.
+    tip_reads: u32,
+}
+
+impl CounterShard {
+    fn fence(&self) -> Result<&Fence, ConsumerError> {
+        self.fence
+            .as_ref()
+            .ok_or_else(|| ConsumerError::Inconsistent {
+                shard_id: self.shard_id.clone(),
+                detail: "processor used before start".into(),
+            })
+    }
+
+    async fn close_and_apply(&mut self, skip: u32, shard_end: bool) -> Result<(), ConsumerError> {
+        let Some(window) = self.window.take() else {
+            return Ok(());
+        };
+        let closed = window.close(&mut self.dedup);
+        let shape = match &self.replay {
+            Some(Pending {
+                shape: Some(shape), ..
+            }) => *shape,
+            _ => self.shape(),
+        };
+        let charged = self.apply(&closed, skip, shard_end, shape).await?;
+        self.emit_cost(&charged);
+        if self.dedup.take_evicted() {
+            self.expire_dedup(shape.horizon_ms).await;
+        }
+        let s = &closed.stats;
+        self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
+        self.metrics
+            .duplicates
+            .fetch_add(s.duplicates, Ordering::Relaxed);
+        self.metrics
+            .malformed
+            .fetch_add(s.malformed, Ordering::Relaxed);
+        self.metrics.windows.fetch_add(1, Ordering::Relaxed);
+        self.checkpoint = closed.end.clone();
+        if self.replay.take().is_some() && self.dedup.horizon_ms() != self.shape().horizon_ms {
+            // The completed window was built under an older horizon; what follows uses the
+            // current one, restored as any restart at this checkpoint would restore it.
+            let fence = self.fence()?.clone();
+            let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+            self.dedup = self
+                .restore_dedup(&fence, &st.lease, self.shape().horizon_ms)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The shape of a window built now, from the current settings.
+    fn shape(&self) -> WindowShape {
+        let mut max = self.store.max_items_per_commit();
+        if self.cfg.max_items_per_commit > 0 {
+            max = max.min(self.cfg.max_items_per_commit);
+        }
+        WindowShape {
+            max_items: max as u32,
+            horizon_ms: self.cfg.dedup_horizon.as_millis() as i64,
+        }
+    }
+}
+
+#[async_trait]
+impl ShardProcessor for CounterShard {
+    async fn start(
+        &mut self,
+        fence: &Fence,
+        lease: &Lease,
+    ) -> Result<StartPosition, ConsumerError> {
+        self.fence = Some(fence.clone());
+        let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+        debug_assert_eq!(st.lease.parents, lease.parents);
+        self.checkpoint = st.lease.checkpoint.clone();
+        self.replay = st.pending.clone();
+        self.window = None;
+        // A half-applied window is rebuilt with the horizon it was built with; a child shard
+        // also remembers its ancestors' recent ids, since a retry may land across reshards.
+        let horizon = match &self.replay {
+            Some(Pending { shape: Some(s), .. }) => s.horizon_ms,
+            _ => self.shape().horizon_ms,
+        };
+        self.dedup = self.restore_dedup(fence, &st.lease, horizon).await?;
+        if let Some(p) = &self.replay {
+            tracing::info!(end = %p.end, done = p.done, count = p.count, "resuming a half-applied window");
+        }
+        Ok(StartPosition::after(self.checkpoint.as_ref()))
+    }
+
+    async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError> {
+        if let Some(age) = batch.millis_behind_latest {
+            self.metrics
+                .max_iterator_age_ms
+                .fetch_max(age.max(0) as u64, Ordering::Relaxed);
+        }
+        if self.replay.is_some() && batch.is_caught_up() {
+            // At the shard's tip without having met the pending window's last record: the
+            // stream no longer has it. Several reads in a row must say so, so that one early
+            // empty answer from a stream is not taken for it.
+            self.tip_reads += 1;
+            if self.tip_reads >= TIP_READS_FOR_A_GAP {
+                self.give_up(false, TRIMMED).await?;
+            }
+        } else if !batch.records.is_empty() {
+            self.tip_reads = 0;
+        }
+        for record in &batch.records {
+            if self.replay.as_ref().is_some_and(|p| record.seq > p.end) {
+                self.give_up(false, TRIMMED).await?;
+            }
+            self.metrics.records.fetch_add(1, Ordering::Relaxed);
+            let window = self
+                .window
+                .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
+            window.push(&self.shard_id, record, &mut self.dedup);
+            match &self.replay {
+                Some(p) if record.seq == p.end => {
+                    let done = p.done;
+                    self.close_and_apply(done, false).await?;
+                }
+                Some(_) => {}
+                None if self
+                    .window
+                    .as_ref()
+                    .is_some_and(|w| w.len() >= self.cfg.window_records) =>
+                {
+                    self.close_and_apply(0, false).await?
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError> {
+        let due = self
+            .window
+            .as_ref()
+            .is_some_and(|w| now_ms - w.opened_at_ms() >= self.cfg.window_time.as_millis() as i64);
+        if due && self.replay.is_none() {
+            self.close_and_apply(0, false).await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        if self.replay.is_some() {
+            if shard_end {
+                return self.give_up(true, TRIMMED).await;
+            }
+            // The rest of the pending window is not read yet; the next owner completes it.
+            return Ok(());
+        }
+        if self.window.as_ref().is_some_and(|w| !w.is_empty()) {
+            self.close_and_apply(0, shard_end).await
+        } else if shard_end {
+            let fence = self.fence()?.clone();
+            Ok(self.store.mark_finished(&fence).await?)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn waiting(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
+        self.give_up(
+            true,
+            "the shard is gone from the stream (past its retention) before it was read to its end",
+        )
+        .await
+    }
+}
