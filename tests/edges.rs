@@ -185,28 +185,9 @@ fn a_retry_two_reshards_later_counts_once_aws() {
     a_retry_two_reshards_later_counts_once(Target::aws("retry2", 1));
 }
 
-/// Removes terminal colour codes from a log.
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The ids each shard's duplicate filter was restored with, from the counter's log.
 fn restored_ids(log: &str, shard: &str) -> Vec<u64> {
-    strip_ansi(log)
-        .lines()
+    log.lines()
         .filter(|l| l.contains("dedup filter restored") && l.contains(&format!("shard_id={shard}")))
         .filter_map(|l| {
             let v = l.split("ids=").nth(1)?;
@@ -233,6 +214,7 @@ fn a_child_restores_only_what_the_horizon_needs(t: Target) {
     let children = split_embedded(&t, "shardId-000000000000");
     let mut c = t.cmd(&["count", "--until-idle"]);
     c.env("RUST_LOG", "tally_consumer=info")
+        .env("NO_COLOR", "1")
         .env("TALLY_COUNTER__DEDUP_HORIZON_SECS", "1");
     let out = common::output(c);
     assert!(

@@ -189,17 +189,6 @@ fn write_units_are_metered_by_purpose() {
         u["leases"].as_u64().unwrap() >= 4,
         "two takes and two releases at least: {v}"
     );
-    let parts = [
-        "counts",
-        "buckets",
-        "dead_letters",
-        "dedup",
-        "checkpoints",
-        "leases",
-        "failed_conditions",
-    ];
-    let sum: u64 = parts.iter().map(|p| u[*p].as_u64().unwrap()).sum();
-    assert_eq!(u["total"], sum, "{v}");
     let log = String::from_utf8_lossy(&out.stderr);
     let emitted = |metric: &str| -> u64 {
         log.lines()
@@ -248,16 +237,6 @@ fn baselines_side_by_side(t: Target) {
     assert_eq!(update["exact"], false, "retries count twice: {v}");
     assert_eq!(tx["exact"], true, "{v}");
     assert_eq!(tx["refused_as_duplicates"], v["duplicates_injected"], "{v}");
-    let per_event = |w: &serde_json::Value| w["write_units_per_event"].as_f64().unwrap();
-    let events = v["events"].as_f64().unwrap();
-    assert!(
-        (per_event(update) - records as f64 / events).abs() < 1e-9,
-        "{v}"
-    );
-    assert!(
-        (per_event(tx) - 4.0 * records as f64 / events).abs() < 1e-9,
-        "{v}"
-    );
 }
 
 #[test]

@@ -64,16 +64,9 @@ impl Purpose {
         }
     }
 
+    /// Its place in [`Purpose::ALL`] (the declaration order).
     fn index(self) -> usize {
-        match self {
-            Purpose::Counts => 0,
-            Purpose::Buckets => 1,
-            Purpose::DeadLetters => 2,
-            Purpose::Dedup => 3,
-            Purpose::Checkpoints => 4,
-            Purpose::Leases => 5,
-            Purpose::FailedConditions => 6,
-        }
+        self as usize
     }
 }
 
@@ -140,6 +133,11 @@ pub fn chunk_units(items: &[WriteItem], last: Option<&DedupRecord>) -> Units {
 mod tests {
     use super::*;
     use crate::buckets::PostDelta;
+
+    #[test]
+    fn purposes_are_listed_in_declaration_order() {
+        assert!(Purpose::ALL.iter().enumerate().all(|(i, p)| p.index() == i));
+    }
 
     #[test]
     fn a_count_reads_a_few_units_whatever_the_history() {

@@ -56,7 +56,7 @@ impl AnalyticsStore for DynamoStore {
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
         self.transact(
-            fence,
+            (&fence.app, &fence.shard_id),
             vec![
                 lease,
                 TransactWriteItem::builder().put(latency).build(),

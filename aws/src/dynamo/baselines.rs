@@ -60,13 +60,8 @@ impl BaselineWriters for DynamoStore {
                 .update(self.baseline_add(run, post_id, delta)?)
                 .build(),
         ];
-        let fence = Fence {
-            app: format!("bench#{run}"),
-            shard_id: event_id.to_owned(),
-            owner: String::new(),
-            epoch: 0,
-        };
-        match self.transact(&fence, items).await {
+        let whose = format!("bench#{run}");
+        match self.transact((&whose, event_id), items).await {
             Ok(()) => Ok(true),
             // The idempotency item exists: the event was applied before.
             Err(PortError::Fenced { .. }) => Ok(false),

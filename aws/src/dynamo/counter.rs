@@ -91,7 +91,7 @@ impl CounterStore for DynamoStore {
                 items.len()
             )));
         }
-        self.transact(fence, items).await
+        self.transact((&fence.app, &fence.shard_id), items).await
     }
 
     async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
@@ -122,7 +122,8 @@ impl CounterStore for DynamoStore {
             self.fenced_update(g.fence, x, cond, update)?,
             self.item_write(&WriteItem::DeadLetter(g.gap.clone()))?,
         ];
-        self.transact(g.fence, items).await
+        self.transact((&g.fence.app, &g.fence.shard_id), items)
+            .await
     }
 
     async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<u64> {

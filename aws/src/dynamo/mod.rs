@@ -202,7 +202,7 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
 /// (or the progress it guards) moved, a conflict is retried, a validation error is a bug.
 fn transact_err(
     target: &Target,
-    fence: &Fence,
+    (app, shard_id): (&str, &str),
     e: SdkError<TransactWriteItemsError, aws_smithy_runtime_api::http::Response>,
 ) -> PortError {
     if let SdkError::ServiceError(se) = &e {
@@ -213,11 +213,11 @@ fn transact_err(
                 .filter_map(|r| r.code())
                 .collect();
             let has = |x: &str| codes.contains(&x);
-            let what = format!("TransactWriteItems for {}/{}", fence.app, fence.shard_id);
+            let what = format!("TransactWriteItems for {app}/{shard_id}");
             return if has("ConditionalCheckFailed") {
                 PortError::Fenced {
-                    app: fence.app.clone(),
-                    shard_id: fence.shard_id.clone(),
+                    app: app.to_owned(),
+                    shard_id: shard_id.to_owned(),
                 }
             } else if has("TransactionConflict") {
                 PortError::Conflict(format!("{what}: {codes:?}"))
@@ -241,7 +241,7 @@ fn transact_err(
     map(
         target,
         "TransactWriteItems",
-        &format!("tables of {}/{}", fence.app, fence.shard_id),
+        &format!("tables of {app}/{shard_id}"),
         e,
     )
 }
@@ -382,13 +382,15 @@ impl DynamoStore {
         }
     }
 
-    async fn transact(&self, fence: &Fence, items: Vec<TransactWriteItem>) -> PortResult<()> {
+    /// One `TransactWriteItems`; `(app, shard_id)` names whose write it is in errors, and a
+    /// failed condition is `Fenced` for them.
+    async fn transact(&self, whose: (&str, &str), items: Vec<TransactWriteItem>) -> PortResult<()> {
         self.client
             .transact_write_items()
             .set_transact_items(Some(items))
             .send()
             .await
-            .map_err(|e| transact_err(&self.target, fence, e))?;
+            .map_err(|e| transact_err(&self.target, whose, e))?;
         Ok(())
     }
 
