@@ -57,5 +57,6 @@ pub fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
         table_prefix: s.table_prefix.clone(),
         kinesis_endpoint_url: opt(&s.kinesis_endpoint_url),
         dynamodb_endpoint_url: opt(&s.dynamodb_endpoint_url),
+        stream_retention_hours: s.stream_retention_hours,
     }
 }

@@ -39,6 +39,9 @@ pub struct Settings {
     pub dynamodb_endpoint_url: String,
     /// Shards of a stream created by `setup` (and of a new embedded store).
     pub shards: usize,
+    /// The stream's retention in hours (as Terraform sets it): how long DynamoDB keeps a dedup
+    /// record past its horizon before its TTL removes it.
+    pub stream_retention_hours: u32,
     pub counter: CounterSettings,
     pub analytics: AnalyticsSettings,
     pub lease: LeaseSettings,
@@ -78,10 +81,9 @@ pub struct CounterSettings {
     pub window_ms: u64,
     /// A producer retry is recognised for this long after the original arrived.
     pub dedup_horizon_secs: u64,
-    /// Caps items per atomic write (0: the backend's limit; DynamoDB allows 100 per transaction).
-    pub max_items_per_commit: usize,
-    /// Test failpoint: abort after this many chunk commits (0: off).
-    pub crash_after_chunks: u64,
+    /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
+    /// DynamoDB: that many conditional writes, 32 in flight at a time).
+    pub posts_per_batch: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -148,6 +150,7 @@ impl Default for Settings {
             kinesis_endpoint_url: String::new(),
             dynamodb_endpoint_url: String::new(),
             shards: 4,
+            stream_retention_hours: 24,
             counter: CounterSettings::default(),
             analytics: AnalyticsSettings::default(),
             lease: LeaseSettings::default(),
@@ -166,8 +169,7 @@ impl Default for CounterSettings {
             window_records: c.window_records,
             window_ms: c.window_time.as_millis() as u64,
             dedup_horizon_secs: c.dedup_horizon.as_secs(),
-            max_items_per_commit: c.max_items_per_commit,
-            crash_after_chunks: 0,
+            posts_per_batch: c.posts_per_batch,
         }
     }
 }
@@ -277,6 +279,9 @@ impl Settings {
             Ok(())
         }
         range("shards", self.shards, 1, 1_000)?;
+        // Kinesis allows 24 hours to 365 days.
+        range("stream_retention_hours", self.stream_retention_hours, 24, 8_760)?;
+        range("counter.posts_per_batch", self.counter.posts_per_batch, 1, 100_000)?;
         range(
             "counter.window_records",
             self.counter.window_records,

@@ -64,6 +64,8 @@ pub struct AwsSettings {
     pub kinesis_endpoint_url: Option<String>,
     /// Endpoint override for DynamoDB.
     pub dynamodb_endpoint_url: Option<String>,
+    /// The stream's retention (hours): dedup records live this long past their horizon.
+    pub stream_retention_hours: u32,
 }
 
 /// Builds the SDK configuration: region and credentials from the standard chain (environment,

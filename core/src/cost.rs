@@ -4,21 +4,17 @@
 //! rules rather than by `ReturnConsumedCapacity`, which DynamoDB Local under-reports for
 //! transactions, so the same figures come out of every backend.
 
-use crate::buckets::ItemKind;
-use crate::dedup::DedupRecord;
-use crate::window::{dedup_write_units, write_units, WriteItem};
-
 /// What a write unit was spent on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Purpose {
-    /// Posts' total items and the global total.
+    /// Posts' live items and the global totals.
     Counts,
-    /// Posts' hour and day items ("likes since T").
+    /// Posts' hour and day archive items ("likes since T").
     Buckets,
     DeadLetters,
-    /// Dedup records, written with a window and deleted once past the horizon.
+    /// Dedup records, one per window (they expire by TTL, which costs nothing).
     Dedup,
-    /// The lease row's progress, written with every chunk.
+    /// The lease row's progress: a window's pending end, then its checkpoint.
     Checkpoints,
     /// Taking, renewing and releasing leases.
     Leases,
@@ -95,78 +91,12 @@ impl Units {
     }
 }
 
-/// Bytes of a day item at most (24 hour slots and its keys), for read units.
-const DAY_ITEM_BYTES: u64 = 400;
-
-/// DynamoDB read units of a post's count, strongly consistent (one unit per started 4 KB read,
-/// at least one per request): its total item; and for "since T", the hour item, the day item and
-/// one Query over the `later_days` day items after it. Never a scan, whatever the post's age.
-pub fn post_count_read_units(since: bool, later_days: usize) -> u64 {
-    if !since {
-        return 1;
-    }
-    let query = (later_days as u64 * DAY_ITEM_BYTES).div_ceil(4096).max(1);
-    3 + query
-}
-
-/// The units of one chunk's `TransactWriteItems`: its items, the lease row that carries the
-/// progress, and — on a window's last chunk — the dedup record and the shard's global total.
-pub fn chunk_units(items: &[WriteItem], last: Option<&DedupRecord>) -> Units {
-    let mut u = Units::default();
-    for item in items {
-        let purpose = match item {
-            WriteItem::Summary(s) if s.kind == ItemKind::Total => Purpose::Counts,
-            WriteItem::Summary(_) => Purpose::Buckets,
-            WriteItem::DeadLetter(_) => Purpose::DeadLetters,
-        };
-        u.add(purpose, 2 * write_units(item));
-    }
-    u.add(Purpose::Checkpoints, 2);
-    if let Some(dedup) = last {
-        u.add(Purpose::Dedup, 2 * dedup_write_units(dedup));
-        u.add(Purpose::Counts, 2);
-    }
-    u
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buckets::PostDelta;
 
     #[test]
     fn purposes_are_listed_in_declaration_order() {
         assert!(Purpose::ALL.iter().enumerate().all(|(i, p)| p.index() == i));
-    }
-
-    #[test]
-    fn a_count_reads_a_few_units_whatever_the_history() {
-        assert_eq!(post_count_read_units(false, 0), 1);
-        assert_eq!(post_count_read_units(true, 0), 4);
-        // A year of day items in the Query: 365 × 400 B = 36 started 4 KB units.
-        assert_eq!(post_count_read_units(true, 365), 3 + 36);
-    }
-
-    #[test]
-    fn a_chunk_is_charged_by_purpose_at_twice_the_item_units() {
-        let mut d = PostDelta::default();
-        d.add(1_796_000_000_000, 1);
-        // One post: its total, hour and day items.
-        let items: Vec<WriteItem> = d.items("p").into_iter().map(WriteItem::Summary).collect();
-        assert_eq!(items.len(), 3);
-        let mid = chunk_units(&items, None);
-        assert_eq!(mid.get(Purpose::Counts), 2);
-        assert_eq!(mid.get(Purpose::Buckets), 4);
-        assert_eq!(mid.get(Purpose::Checkpoints), 2);
-        assert_eq!(mid.total(), 8);
-        // The last chunk adds the global total and a dedup record of 5,000 ids (79 KB).
-        let dedup = DedupRecord {
-            max_arrival: 0,
-            ids: vec![0; 5_000],
-        };
-        let last = chunk_units(&items, Some(&dedup));
-        assert_eq!(last.get(Purpose::Counts), 4);
-        assert_eq!(last.get(Purpose::Dedup), 2 * 79);
-        assert_eq!(last.total(), 8 + 2 + 158);
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Everything here is synchronous and free of I/O except the port traits, which the backends
 //! implement: the event contract ([`event`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
-//! windows and chunking ([`window`]), what writes cost ([`cost`]), summary buckets ([`buckets`]), lease decisions ([`lease`]),
+//! windows ([`window`]), what writes cost ([`cost`]), time buckets ([`buckets`]), the summary items and
+//! their exactly-once writes ([`summary`]), lease decisions ([`lease`]),
 //! trending ([`trending`]), latency ([`latency`]), backoff ([`retry`]), shard hashing
 //! ([`hashing`]) and the ports themselves ([`ports`]).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -17,6 +18,7 @@ pub mod lease;
 pub mod ports;
 pub mod retry;
 pub mod seq;
+pub mod summary;
 pub mod trending;
 pub mod window;
 

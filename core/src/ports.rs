@@ -5,10 +5,12 @@
 
 use async_trait::async_trait;
 
+use crate::buckets::PostDelta;
+use crate::cost::Units;
 use crate::dedup::DedupRecord;
 use crate::lease::Lease;
 use crate::seq::SeqNo;
-use crate::window::{DeadLetter, WriteItem};
+use crate::window::DeadLetter;
 
 /// Every error a port returns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -157,24 +159,15 @@ pub trait ShardReader: Send {
     async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch>;
 }
 
-/// What shapes a window besides its records, stored with its first chunk so that a rebuild after
-/// a crash or a lease move makes the same items and chunks even if the settings changed since.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WindowShape {
-    /// Items per atomic write the window was cut with.
-    pub max_items: u32,
-    /// The dedup horizon its duplicate decisions were made with (ms).
-    pub horizon_ms: i64,
-}
-
-/// A checkpoint's window in progress: chunks `0..done` of the window ending at `end` are applied.
+/// A checkpoint's window in progress: its end is recorded in the lease row before any of its
+/// writes, which fixes the window (the records after the checkpoint up to `end`), so whoever
+/// applies it builds the same deltas.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
     pub end: SeqNo,
-    pub done: u32,
-    pub count: u32,
-    /// `None` only for a window recorded by a tally that did not store it.
-    pub shape: Option<WindowShape>,
+    /// The dedup horizon its duplicate decisions were made with (ms), so that a rebuild after a
+    /// settings change decides the same (`None`: recorded by an older tally that did not store it).
+    pub horizon_ms: Option<i64>,
 }
 
 /// What a store knows of one shard of one application.
@@ -221,31 +214,54 @@ pub trait LeaseStore: Send + Sync {
     async fn mark_finished(&self, fence: &Fence) -> PortResult<()>;
 }
 
-/// One chunk's atomic write: its items, plus the checkpoint row, conditioned on the fence and on
-/// the progress recorded so far.
-#[derive(Clone, Debug)]
-pub struct ChunkCommit<'a> {
-    pub fence: &'a Fence,
-    /// The checkpoint the window starts after (must still be the stored one).
-    pub start_after: Option<&'a SeqNo>,
-    /// The window's last record.
+/// A window's identity in its writes: whose it is, and its end (each item's marker).
+#[derive(Clone, Copy, Debug)]
+pub struct WindowRef<'a> {
+    pub app: &'a str,
+    pub shard_id: &'a str,
     pub end: &'a SeqNo,
-    pub index: u32,
-    pub count: u32,
-    /// Recorded with the pending progress by the first chunk of a window of several.
-    pub shape: WindowShape,
-    pub items: &'a [WriteItem],
-    /// Only on the last chunk.
-    pub last: Option<LastChunk<'a>>,
 }
 
-/// What the last chunk of a window writes besides its items.
-#[derive(Clone, Debug)]
-pub struct LastChunk<'a> {
-    pub dedup: &'a DedupRecord,
+/// What a window writes besides its posts' items.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowRest<'a> {
+    pub dead_letters: &'a [DeadLetter],
+    /// The shard's global-total delta.
     pub total_delta: i64,
-    /// Whether the shard has ended with this window.
-    pub shard_finished: bool,
+    /// The window's first-seen ids (not written when empty).
+    pub dedup: &'a DedupRecord,
+    /// The dedup horizon, for the record's expiry.
+    pub horizon_ms: i64,
+}
+
+/// What a window's writes did, and what they cost by DynamoDB's rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Writes that took effect.
+    pub written: u64,
+    /// Writes refused because their effect was already there (charged as failed conditions).
+    pub refused: u64,
+    /// Items read to plan a write (a live item whose content a roll-over needs).
+    pub reads: u64,
+    pub units: Units,
+}
+
+impl Applied {
+    pub fn merge(&mut self, o: &Applied) {
+        self.written += o.written;
+        self.refused += o.refused;
+        self.reads += o.reads;
+        self.units.merge(&o.units);
+    }
+}
+
+/// A stored dedup record, with whose window it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDedup {
+    pub shard_id: String,
+    /// The window's end: a restore at a checkpoint takes only records at or before it.
+    pub end: SeqNo,
+    pub record: DedupRecord,
 }
 
 /// Records that can no longer be applied — the stream's retention trimmed them first — written
@@ -272,32 +288,58 @@ pub struct PostCount {
     pub total: i64,
     /// Likes created at or after the `since` time, at minute granularity.
     pub since: Option<i64>,
-    /// What the reads cost in DynamoDB read units (see `cost::post_count_read_units`).
+    /// What the reads cost in DynamoDB read units (strongly consistent; see `summary::read_units`).
     pub read_units: u64,
 }
 
 /// The counter's store: windows applied exactly once, and what they add up to.
+///
+/// A window is applied in four steps: `begin_window` records its end as pending in the lease row
+/// (fenced); `apply_posts` and `apply_rest` write its items, each a plain write conditioned on the
+/// item's marker (refused: already applied), so they may run any number of times, by anyone;
+/// `finish_window` moves the checkpoint to the end (fenced, and only if that window is pending).
+/// See [`crate::summary`] for why this is exact without a transaction.
 #[async_trait]
 pub trait CounterStore: LeaseStore {
-    /// How many write items one atomic write may hold besides the checkpoint, dedup record and
-    /// global total.
-    fn max_items_per_commit(&self) -> usize;
-    /// Applies one chunk; `Fenced` if the lease or the progress condition failed.
-    async fn commit_chunk(&self, commit: ChunkCommit<'_>) -> PortResult<()>;
+    /// Records `end` as the pending window after `start_after` (which must be the checkpoint,
+    /// with no window pending); `Fenced` if a condition failed.
+    async fn begin_window(
+        &self,
+        fence: &Fence,
+        start_after: Option<&SeqNo>,
+        end: &SeqNo,
+        horizon_ms: i64,
+    ) -> PortResult<()>;
+    /// Writes the posts' deltas to their summary items, each once.
+    async fn apply_posts(
+        &self,
+        w: WindowRef<'_>,
+        posts: &[(String, PostDelta)],
+    ) -> PortResult<Applied>;
+    /// Writes the window's dead letters, its global-total delta and its dedup record, each once.
+    async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied>;
+    /// Moves the checkpoint to the pending window's end, with the shard's arrival clock;
+    /// `Fenced` if the lease was lost or that window is not the pending one.
+    async fn finish_window(
+        &self,
+        fence: &Fence,
+        end: &SeqNo,
+        max_arrival: i64,
+        shard_finished: bool,
+    ) -> PortResult<()>;
     /// Gives up records the stream no longer has, on record; `Fenced` if a condition failed.
     async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
-    /// Deletes the shard's dedup records with `max_arrival < before`: those its arrival clock has
-    /// passed by more than the horizon. Idempotent; a lost call only leaves records that every
-    /// restore skips (and a backstop expiry removes). Returns what the deletes cost in DynamoDB
-    /// write units (a delete is charged by the item's size).
-    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<u64>;
+    /// Drops the shard's dedup records with `max_arrival < before`: those its arrival clock has
+    /// passed by more than the horizon. Idempotent and free (DynamoDB: the records' TTL does it;
+    /// embedded: a delete).
+    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()>;
     /// Dedup records of these shards with `max_arrival >= min_arrival`.
     async fn load_dedup(
         &self,
         app: &str,
         shard_ids: &[String],
         min_arrival: i64,
-    ) -> PortResult<Vec<DedupRecord>>;
+    ) -> PortResult<Vec<StoredDedup>>;
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount>;
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;

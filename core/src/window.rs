@@ -1,14 +1,15 @@
-//! Tumbling windows of per-post deltas and their deterministic split into chunks.
+//! Tumbling windows of per-post deltas.
 //!
 //! A shard's records are folded, in sequence order, into a window that closes on size (records)
 //! or on time, whichever comes first (time is the caller's concern: it passes the clock). A closed
-//! window becomes a list of write items — summary items ([`crate::buckets`]) and dead letters —
-//! sorted in a fixed order and cut into chunks of at most `max_items`. The same records always give
-//! the same chunks, which is what lets a restarted consumer skip exactly the chunks already applied.
+//! window is its per-post deltas (sorted by post), its dead letters (by sequence number), its
+//! global-total delta and its dedup record. The same records, read after the same checkpoint with
+//! the same duplicate filter, always give the same window: that is what lets whoever applies a
+//! pending window — a restarted owner, a successor, a stale owner — write the same deltas.
 
 use std::collections::BTreeMap;
 
-use crate::buckets::{PostDelta, SummaryItem};
+use crate::buckets::PostDelta;
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::event::decode;
 use crate::ports::StreamRecord;
@@ -16,7 +17,7 @@ use crate::seq::SeqNo;
 
 /// The longest prefix of a malformed record's bytes that is kept in its dead letter.
 pub const DEAD_LETTER_MAX_BYTES: usize = 4096;
-/// The most records a counter window may hold: its dedup record (16 bytes per id) is one store
+/// The most records a counter window may hold: its dedup record (12 bytes per id) is one store
 /// item, which must stay below DynamoDB's 400 KB item limit with room to spare.
 pub const MAX_WINDOW_RECORDS: usize = 20_000;
 /// The longest reason kept in a dead letter (a decode error may quote the offending value).
@@ -52,28 +53,15 @@ pub struct DeadLetter {
     pub size: u64,
 }
 
-/// One write of a window: a summary item or a dead letter.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WriteItem {
-    Summary(SummaryItem),
-    DeadLetter(DeadLetter),
+/// DynamoDB write units (1 KB each) of writing a dead letter once: it carries up to 4 KiB of raw
+/// bytes.
+pub fn dead_letter_units(d: &DeadLetter) -> u64 {
+    units(d.data.len() + d.reason.len() + d.shard_id.len() + d.seq.as_str().len() + 64)
 }
 
-/// DynamoDB write units (1 KB each) of writing an item once, outside a transaction; a
-/// transaction costs twice this. Summary items stay below 1 KB by design (at most 60 minute or 24
-/// hour slots each); a dead letter carries up to 4 KiB of raw bytes.
-pub fn write_units(item: &WriteItem) -> u64 {
-    match item {
-        WriteItem::Summary(_) => 1,
-        WriteItem::DeadLetter(d) => {
-            units(d.data.len() + d.reason.len() + d.shard_id.len() + d.seq.as_str().len() + 64)
-        }
-    }
-}
-
-/// Write units of a window's dedup record (16 bytes per id plus its key).
+/// Write units of a window's dedup record (its ids plus its key and attributes).
 pub fn dedup_write_units(rec: &DedupRecord) -> u64 {
-    units(16 * rec.ids.len() + 160)
+    units(crate::dedup::ID_BYTES * rec.ids.len() + 160)
 }
 
 fn units(bytes: usize) -> u64 {
@@ -171,17 +159,19 @@ impl WindowBuilder {
     /// Closes the window, sealing its first-seen ids.
     pub fn close(self, dedup: &mut Dedup) -> ClosedWindow {
         let total_delta = self.deltas.values().map(PostDelta::total).sum();
-        let mut items: Vec<WriteItem> = self
-            .deltas
-            .iter()
-            .flat_map(|(post, d)| d.items(post))
-            .map(WriteItem::Summary)
-            .collect();
-        items.extend(self.dead_letters.into_iter().map(WriteItem::DeadLetter));
         ClosedWindow {
             start_after: self.start_after,
             end: self.end,
-            items,
+            // A like and its unlike in the same minute cancel out: nothing to write.
+            posts: self
+                .deltas
+                .into_iter()
+                .filter_map(|(post, mut d)| {
+                    d.by_minute.retain(|_, n| *n != 0);
+                    (!d.by_minute.is_empty()).then_some((post, d))
+                })
+                .collect(),
+            dead_letters: self.dead_letters,
             total_delta,
             dedup: dedup.seal(),
             stats: self.stats,
@@ -196,8 +186,10 @@ pub struct ClosedWindow {
     pub start_after: Option<SeqNo>,
     /// The window's last record; `None` only for a window of no records (a shard-end flush).
     pub end: Option<SeqNo>,
-    /// Every write, in a fixed order: summary items by post, then dead letters by sequence.
-    pub items: Vec<WriteItem>,
+    /// Net change per post, by post id.
+    pub posts: Vec<(String, PostDelta)>,
+    /// Malformed records, by sequence number.
+    pub dead_letters: Vec<DeadLetter>,
     /// Net change of the global total.
     pub total_delta: i64,
     /// The window's first-seen ids.
@@ -205,38 +197,9 @@ pub struct ClosedWindow {
     pub stats: WindowStats,
 }
 
-/// A chunk of a window: one atomic write together with the checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChunkPlan {
-    /// Position of the chunk in its window, from 0.
-    pub index: u32,
-    /// How many chunks the window has.
-    pub count: u32,
-    /// Range of `ClosedWindow::items` this chunk writes.
-    pub range: std::ops::Range<usize>,
-}
-
-/// Cuts `n_items` write items into chunks of at most `max_items` each (at least one chunk, which
-/// may be empty, so that every window moves the checkpoint).
-///
-/// # Panics
-/// If `max_items` is 0: a backend always has room for at least one item per transaction.
-pub fn plan_chunks(n_items: usize, max_items: usize) -> Vec<ChunkPlan> {
-    assert!(max_items > 0, "max_items must be positive");
-    let count = n_items.div_ceil(max_items).max(1);
-    (0..count)
-        .map(|i| ChunkPlan {
-            index: i as u32,
-            count: count as u32,
-            range: (i * max_items).min(n_items)..((i + 1) * max_items).min(n_items),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buckets::{ItemKind, PostDelta};
 
     fn rec(seq: u64, data: &str) -> StreamRecord {
         StreamRecord {
@@ -283,27 +246,12 @@ mod tests {
         assert_eq!(c.total_delta, 0);
         assert_eq!(c.end.as_ref().unwrap().as_str(), "6");
         let totals: Vec<(String, i64)> = c
-            .items
+            .posts
             .iter()
-            .filter_map(|i| match i {
-                WriteItem::Summary(s) if s.kind == ItemKind::Total => {
-                    Some((s.post_id.clone(), s.n))
-                }
-                _ => None,
-            })
+            .map(|(post, d)| (post.clone(), d.total()))
             .collect();
         assert_eq!(totals, vec![("a".into(), 1), ("b".into(), -1)]);
-        let dead: Vec<&DeadLetter> = c
-            .items
-            .iter()
-            .filter_map(|i| {
-                if let WriteItem::DeadLetter(d) = i {
-                    Some(d)
-                } else {
-                    None
-                }
-            })
-            .collect();
+        let dead: Vec<&DeadLetter> = c.dead_letters.iter().collect();
         assert_eq!(dead.len(), 1);
         assert_eq!(
             (dead[0].shard_id.as_str(), dead[0].seq.as_str()),
@@ -325,7 +273,7 @@ mod tests {
         let mut w = WindowBuilder::new(None, 0);
         w.push("s", &rec(1, &big), &mut dedup);
         let c = w.close(&mut dedup);
-        let [WriteItem::DeadLetter(d)] = c.items.as_slice() else {
+        let [d] = c.dead_letters.as_slice() else {
             panic!("{:?}", c.stats)
         };
         assert_eq!(d.size, big.len() as u64);
@@ -336,7 +284,7 @@ mod tests {
             d.reason.len()
         );
         assert!(d.reason.starts_with("field `action`"), "{}", d.reason);
-        assert!(write_units(&c.items[0]) <= 5);
+        assert!(dead_letter_units(d) <= 5);
     }
 
     #[test]
@@ -348,26 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn chunks_cover_items_exactly_once() {
-        for (n, max) in [(0, 3), (1, 3), (3, 3), (4, 3), (250, 97)] {
-            let plan = plan_chunks(n, max);
-            assert_eq!(plan.len(), n.div_ceil(max).max(1));
-            let covered: Vec<usize> = plan.iter().flat_map(|c| c.range.clone()).collect();
-            assert_eq!(covered, (0..n).collect::<Vec<_>>());
-            assert!(plan
-                .iter()
-                .all(|c| c.range.len() <= max && c.count as usize == plan.len()));
-        }
-    }
-
-    #[test]
     fn write_units_follow_item_size() {
-        let mut d = PostDelta::default();
-        d.add(0, 1);
-        assert!(d
-            .items("p")
-            .into_iter()
-            .all(|i| write_units(&WriteItem::Summary(i)) == 1));
         let dl = |n: usize| DeadLetter {
             shard_id: "s".into(),
             seq: SeqNo::parse("1").unwrap(),
@@ -376,9 +305,9 @@ mod tests {
             data: vec![0; n],
             size: n as u64,
         };
-        assert_eq!(write_units(&WriteItem::DeadLetter(dl(10))), 1);
+        assert_eq!(dead_letter_units(&dl(10)), 1);
         assert_eq!(
-            write_units(&WriteItem::DeadLetter(dl(DEAD_LETTER_MAX_BYTES))),
+            dead_letter_units(&dl(DEAD_LETTER_MAX_BYTES)),
             5
         );
         assert_eq!(
@@ -386,7 +315,7 @@ mod tests {
                 max_arrival: 0,
                 ids: vec![0; 5_000]
             }),
-            79
+            59
         );
     }
 }

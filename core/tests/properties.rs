@@ -1,16 +1,21 @@
-//! Properties of what comes in, over generated input: arbitrary bytes never panic the decoder and
-//! always end as an event or a dead letter within the store's limits; and the same records after
-//! the same checkpoint always make the same window — the same items in the same chunks — including
-//! when the consumer restarts with other settings (ARCHITECTURE.md's invariant).
+//! Properties over generated input: arbitrary bytes never panic the decoder and always end as an
+//! event or a dead letter within the store's limits; the same records after the same checkpoint
+//! always make the same window — the same deltas — including when the consumer restarts with
+//! other settings (ARCHITECTURE.md's invariant); and a window's summary writes, however they are
+//! cut short, repeated and raced by a stale writer, leave exactly its counts (the summary items'
+//! invariant).
 #![allow(clippy::unwrap_used)]
 
 use proptest::prelude::*;
 use tally_core::dedup::{Dedup, DedupRecord};
 use tally_core::event::decode;
-use tally_core::ports::{StreamRecord, WindowShape};
+use std::collections::BTreeMap;
+
+use tally_core::buckets::{PostDelta, DAY_MS, MINUTE_MS};
+use tally_core::ports::StreamRecord;
+use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused};
 use tally_core::window::{
-    plan_chunks, ClosedWindow, WindowBuilder, WriteItem, DEAD_LETTER_MAX_BYTES,
-    DEAD_LETTER_MAX_REASON,
+    ClosedWindow, WindowBuilder, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
 };
 use tally_core::SeqNo;
 
@@ -116,10 +121,7 @@ proptest! {
         let s = closed.stats;
         prop_assert_eq!(s.records, all.len() as u64);
         prop_assert_eq!(s.counted + s.duplicates + s.malformed, s.records);
-        let dead: Vec<_> = closed.items.iter().filter_map(|i| match i {
-            WriteItem::DeadLetter(d) => Some(d),
-            WriteItem::Summary(_) => None,
-        }).collect();
+        let dead: Vec<_> = closed.dead_letters.iter().collect();
         prop_assert_eq!(dead.len() as u64, s.malformed);
         for d in dead {
             prop_assert!(d.data.len() <= DEAD_LETTER_MAX_BYTES);
@@ -135,17 +137,16 @@ proptest! {
         size in 1usize..40,
         horizon_ms in 1i64..20_000,
         crash_at in 0usize..8,
-        max_items in 1u32..12,
     ) {
-        // The first run: every window, each cut into chunks by the shape of its time.
+        // The first run: every window.
         let (windows, stored) = fold(&records, size, Dedup::new(horizon_ms), None);
         let k = crash_at.min(windows.len() - 1);
         let pending = &windows[k];
-        let shape = WindowShape { max_items, horizon_ms };
         // The restart, whatever its settings now: it restores what was stored up to the checkpoint
-        // before window k with the window's recorded horizon, and rebuilds up to its recorded
-        // end (not to its own window size), cut by the recorded chunk size.
-        let mut dedup = restore(shape.horizon_ms, &stored[..k]);
+        // before window k (not window k's own record, stored before its checkpoint moved) with the
+        // window's recorded horizon, and rebuilds up to its recorded end (not to its own window
+        // size).
+        let mut dedup = restore(horizon_ms, &stored[..k]);
         let start = pending.start_after.clone();
         let mut w = WindowBuilder::new(start, 0);
         let from = records
@@ -159,17 +160,175 @@ proptest! {
             }
         }
         let rebuilt = w.close(&mut dedup);
-        prop_assert_eq!(&rebuilt.items, &pending.items);
+        prop_assert_eq!(&rebuilt.posts, &pending.posts);
+        prop_assert_eq!(&rebuilt.dead_letters, &pending.dead_letters);
         prop_assert_eq!(rebuilt.total_delta, pending.total_delta);
         prop_assert_eq!(&rebuilt.dedup, &pending.dedup);
-        prop_assert_eq!(
-            plan_chunks(rebuilt.items.len(), shape.max_items as usize),
-            plan_chunks(pending.items.len(), shape.max_items as usize)
-        );
         // Nothing counted twice or lost across the restart.
         let counted_before: u64 = windows[..=k].iter().map(|w| w.stats.counted).sum();
         let counted_again: u64 = windows[..k].iter().map(|w| w.stats.counted).sum::<u64>()
             + rebuilt.stats.counted;
         prop_assert_eq!(counted_before, counted_again);
+    }
+
+    #[test]
+    fn summary_writes_cut_short_repeated_and_raced_count_each_window_once(
+        windows in prop::collection::vec(window_events(), 1..14),
+        faults in prop::collection::vec((0u8..4, 0usize..6), 14),
+        queries in prop::collection::vec(0i64..4 * 24 * 60, 6),
+    ) {
+        let mut store = Items::default();
+        let mut truth: Vec<(i64, i64)> = Vec::new();
+        // The owner's memory of its live items' hours (lost at a crash), per shard.
+        let mut cache: BTreeMap<&str, Known> = BTreeMap::new();
+        // What a stale writer will still send: the rest of a window's writes it had planned.
+        let mut stale: Option<(Vec<summary::Write>, String)> = None;
+        for (i, ((shard, events), (fault, cut))) in windows.iter().zip(&faults).enumerate() {
+            let delta = delta_of(events);
+            let end = summary::marker(&SeqNo::parse(&(100 + i).to_string()).unwrap());
+            let known = cache.get(shard).cloned().unwrap_or(Known::Unknown);
+            match fault {
+                // A crash after `cut` writes; the restarted owner knows nothing and applies it all.
+                1 => {
+                    store.run(shard, &delta, &end, known, Some(*cut));
+                    let hour = store.run(shard, &delta, &end, Known::Unknown, None).0;
+                    cache.insert(shard, hour);
+                }
+                // The owner stalls after `cut` writes and its lease moves on; it wakes later and
+                // sends the rest of what it had planned.
+                2 => {
+                    let rest = store.run(shard, &delta, &end, known, Some(*cut)).1;
+                    stale = Some((rest, end.clone()));
+                    let hour = store.run(shard, &delta, &end, Known::Unknown, None).0;
+                    cache.insert(shard, hour);
+                }
+                // An answer lost: the same window applied twice by its owner.
+                3 => {
+                    let hour = store.run(shard, &delta, &end, known, None).0;
+                    store.run(shard, &delta, &end, hour.clone(), None);
+                    cache.insert(shard, hour);
+                }
+                _ => {
+                    let hour = store.run(shard, &delta, &end, known, None).0;
+                    cache.insert(shard, hour);
+                }
+            }
+            truth.extend(events.iter().map(|(m, n)| (*m, *n)));
+            if i % 3 == 2 {
+                if let Some((rest, e)) = stale.take() {
+                    store.send(&rest, &e);
+                }
+            }
+        }
+        if let Some((rest, e)) = stale.take() {
+            store.send(&rest, &e);
+        }
+        let items: Vec<(String, Attrs)> = store.0.clone().into_iter().collect();
+        prop_assert_eq!(summary::total(&items), truth.iter().map(|(_, n)| n).sum::<i64>());
+        for q in queries {
+            let t = BASE + q * MINUTE_MS + 17_000;
+            let want: i64 = truth.iter().filter(|(m, _)| *m >= t - t % MINUTE_MS).map(|(_, n)| n).sum();
+            prop_assert_eq!(summary::since(&items, t), want, "since minute {}", q);
+        }
+        for (sk, a) in &items {
+            prop_assert!(summary::item_size("post", sk, a) <= 1024);
+        }
+    }
+}
+
+/// The start of the days the summary property's events fall in.
+const BASE: i64 = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
+
+/// One window's events of one post on one of two shards: minutes over four days, mostly moving
+/// forward, some late; likes and unlikes.
+fn window_events() -> impl Strategy<Value = (&'static str, Vec<(i64, i64)>)> {
+    (
+        prop::sample::select(vec!["s1", "s2"]),
+        prop::collection::vec((0i64..4 * 24 * 60, prop::sample::select(vec![1i64, 1, 1, -1])), 1..8),
+    )
+        .prop_map(|(shard, ev)| {
+            (
+                shard,
+                ev.into_iter()
+                    .map(|(m, n)| (BASE + m * MINUTE_MS + 1_000, n))
+                    .collect(),
+            )
+        })
+}
+
+fn delta_of(events: &[(i64, i64)]) -> PostDelta {
+    let mut d = PostDelta::default();
+    for &(t, n) in events {
+        d.add(t, n);
+    }
+    d
+}
+
+/// One post's items, written as every store must write them.
+#[derive(Default)]
+struct Items(BTreeMap<String, Attrs>);
+
+impl Items {
+    /// Applies a window's delta as a writer knowing `known` would — reading the live item when
+    /// the plan needs it or an assumption was stale — stopping after `limit` writes if given.
+    /// Returns what the writer knows of the live item's hour afterwards, and the planned writes
+    /// it did not send.
+    fn run(
+        &mut self,
+        shard: &str,
+        delta: &PostDelta,
+        end: &str,
+        mut known: Known,
+        limit: Option<usize>,
+    ) -> (Known, Vec<summary::Write>) {
+        let mut writes = 0;
+        for _ in 0..6 {
+            match summary::plan(shard, delta, end, &known) {
+                Plan::Skip => return (Known::Unknown, vec![]),
+                Plan::NeedItem => known = self.read(shard),
+                Plan::Writes(ws) => {
+                    let mut stale = false;
+                    let mut hour = Known::Unknown;
+                    for (i, w) in ws.iter().enumerate() {
+                        if limit.is_some_and(|l| writes >= l) {
+                            return (Known::Unknown, ws[i..].to_vec());
+                        }
+                        writes += 1;
+                        match summary::apply(self.0.get(&w.sk), w, end) {
+                            Ok(a) => {
+                                if w.sk == summary::live_sk(shard) {
+                                    hour = Known::Hour(LiveState::from_attrs(&a).unwrap().hour);
+                                }
+                                self.0.insert(w.sk.clone(), a);
+                            }
+                            Err(Refused::Applied) => {}
+                            Err(Refused::Stale) => stale = true,
+                        }
+                    }
+                    if !stale {
+                        return (hour, vec![]);
+                    }
+                    known = self.read(shard);
+                }
+            }
+        }
+        panic!("no progress")
+    }
+
+    /// Sends planned writes, as a stale writer waking up does; what is refused is dropped (a
+    /// stale live write would re-read and find the window applied).
+    fn send(&mut self, writes: &[summary::Write], end: &str) {
+        for w in writes {
+            if let Ok(a) = summary::apply(self.0.get(&w.sk), w, end) {
+                self.0.insert(w.sk.clone(), a);
+            }
+        }
+    }
+
+    fn read(&self, shard: &str) -> Known {
+        match self.0.get(&summary::live_sk(shard)) {
+            None => Known::Absent,
+            Some(a) => Known::Item(LiveState::from_attrs(a).unwrap()),
+        }
     }
 }

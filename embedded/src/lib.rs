@@ -2,10 +2,11 @@
 //!
 //! Layout: `schema.sql` holds the tables — `shards` and `records` (the stream: one log, sequence
 //! numbers from SQLite's AUTOINCREMENT rowid, rendered as decimal strings), `leases` (lease and
-//! checkpoint per application and shard), `counts`, `global_totals`, `dedup`, `dead_letters`
-//! (the counter), `analytics_snapshots` and `trending` (analytics). The file is opened in WAL mode
-//! with a busy timeout, so a producer, counters and analytics in separate processes share it; every
-//! fenced write is one `BEGIN IMMEDIATE` transaction that checks the lease row first.
+//! checkpoint per application and shard), `items` (the counter's summary items, the same items
+//! and conditional writes as on DynamoDB), `dedup`, `dead_letters` (the counter),
+//! `analytics_snapshots` and `trending` (analytics). The file is opened in WAL mode with a busy
+//! timeout, so a producer, counters and analytics in separate processes share it; every fenced
+//! write is one `BEGIN IMMEDIATE` transaction that checks the lease row first.
 //!
 //! Each handle owns one connection behind a mutex and runs its statements on tokio's blocking
 //! pool.
@@ -63,7 +64,6 @@ fn prepare(conn: &Connection) -> PortResult<()> {
 /// `schema.sql` has them for a new store; an older store gets them here.
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("dead_letters", "size", "INTEGER NOT NULL DEFAULT 0"),
-    ("leases", "pending_max_items", "INTEGER"),
     ("leases", "pending_horizon_ms", "INTEGER"),
 ];
 

@@ -21,32 +21,24 @@ CREATE TABLE IF NOT EXISTS leases (
     expires_ms    INTEGER NOT NULL DEFAULT 0,
     checkpoint    TEXT,
     max_arrival   INTEGER NOT NULL DEFAULT -9223372036854775808,
-    pending_end   TEXT,
-    pending_done  INTEGER,
-    pending_count INTEGER,
-    pending_max_items  INTEGER,         -- what shaped the pending window: items per atomic write
-    pending_horizon_ms INTEGER,         -- and the dedup horizon it was built with
+    pending_end   TEXT,                 -- the window being applied (recorded before its writes)
+    pending_horizon_ms INTEGER,         -- the dedup horizon it was built with
     finished      INTEGER NOT NULL DEFAULT 0,
     parents       TEXT NOT NULL,
     PRIMARY KEY (app, shard_id)
 );
-CREATE TABLE IF NOT EXISTS counts (
-    post_id TEXT NOT NULL,
-    sk      TEXT NOT NULL,              -- T, H<YYYYMMDDHH>, D<YYYYMMDD>
-    slot    INTEGER NOT NULL,           -- -1: the item's total; else minute or hour
-    n       INTEGER NOT NULL,
-    PRIMARY KEY (post_id, sk, slot)
+-- The counter's summary items (tally_core::summary), as on DynamoDB: a post's live items
+-- (sk L#<shard>) and archives (H<hour>#<shard>, D<day>#<shard>); global totals under pk '#global'.
+CREATE TABLE IF NOT EXISTS items (
+    pk    TEXT NOT NULL,
+    sk    TEXT NOT NULL,
+    attrs TEXT NOT NULL,                -- JSON object: n, w (marker), hk, m00..m59, h00..h23
+    PRIMARY KEY (pk, sk)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS global_totals (
-    app      TEXT NOT NULL,
-    shard_id TEXT NOT NULL,
-    n        INTEGER NOT NULL,
-    PRIMARY KEY (app, shard_id)
-);
 CREATE TABLE IF NOT EXISTS dedup (
     app         TEXT NOT NULL,
     shard_id    TEXT NOT NULL,
-    end_seq     TEXT NOT NULL,
+    end_seq     TEXT NOT NULL,          -- the window's end: restores take records up to the checkpoint
     max_arrival INTEGER NOT NULL,
     expires_ms  INTEGER NOT NULL,
     ids         BLOB NOT NULL,

@@ -106,8 +106,9 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
         "duplicates": m.duplicates.load(Ordering::Relaxed),
         "malformed": m.malformed.load(Ordering::Relaxed),
         "windows": m.windows.load(Ordering::Relaxed),
-        "chunks": m.chunks.load(Ordering::Relaxed),
         "items_written": m.items_written.load(Ordering::Relaxed),
+        "writes_refused": m.writes_refused.load(Ordering::Relaxed),
+        "items_read": m.items_read.load(Ordering::Relaxed),
         "write_units": cost_json(&cost(&m, &l)),
         "leases": lease_json(&l),
     });

@@ -145,8 +145,9 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
         "exact": exact,
         "duplicates_dropped": cm.duplicates.load(Ordering::Relaxed),
         "windows": cm.windows.load(Ordering::Relaxed),
-        "chunks": cm.chunks.load(Ordering::Relaxed),
         "store_writes": items,
+        "writes_refused": cm.writes_refused.load(Ordering::Relaxed),
+        "items_read": cm.items_read.load(Ordering::Relaxed),
         "writes_per_event": writes_per_event,
         "dynamodb_wcu_per_event": wcu_per_event,
         "write_units": super::consume::cost_json(&units),
@@ -184,7 +185,7 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
             "store writes / event  {writes_per_event:.3} ({items} item writes in {} windows; one UpdateItem per like would be 1.000)",
             cm.windows.load(Ordering::Relaxed)
         );
-        println!("DynamoDB WCU / event  {wcu_per_event:.3} (by DynamoDB's rules: 1 KB units, doubled in TransactWriteItems; one UpdateItem per like: 1.000)");
+        println!("DynamoDB WCU / event  {wcu_per_event:.3} (by DynamoDB's rules: 1 KB units, refused conditions charged too; one UpdateItem per like: 1.000)");
         let by_purpose: Vec<String> = tally_core::cost::Purpose::ALL
             .iter()
             .map(|p| {

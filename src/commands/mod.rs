@@ -48,9 +48,7 @@ pub fn counter_config(s: &Settings) -> CounterConfig {
     c.window_records = s.counter.window_records;
     c.window_time = Settings::ms(s.counter.window_ms);
     c.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
-    c.max_items_per_commit = s.counter.max_items_per_commit;
-    c.crash_after_chunks =
-        (s.counter.crash_after_chunks > 0).then_some(s.counter.crash_after_chunks);
+    c.posts_per_batch = s.counter.posts_per_batch;
     c.emf = emf(s);
     c
 }

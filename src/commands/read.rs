@@ -130,7 +130,7 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
             let pending = match b.leases.shard_state(&a.app, &l.shard_id).await {
                 Ok(st) => st
                     .pending
-                    .map(|p| json!({"end": p.end.as_str(), "done": p.done, "count": p.count})),
+                    .map(|p| json!({"end": p.end.as_str(), "horizon_ms": p.horizon_ms})),
                 Err(_) => None,
             };
             items.push(json!({"shard_id": l.shard_id, "owner": l.owner, "held": l.is_held(now), "epoch": l.epoch, "expires_ms": l.expires_ms,

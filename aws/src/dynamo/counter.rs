@@ -1,105 +1,375 @@
-//! [`CounterStore`] on the leases, counts, dedup and dead-letters tables: each chunk one
-//! `TransactWriteItems` with the checkpoint row.
+//! [`CounterStore`] on the leases, counts, dedup and dead-letters tables: a window is its pending
+//! end in the lease row, then one plain conditional `UpdateItem` per summary item (see
+//! [`tally_core::summary`]), then the checkpoint — no transaction on the way.
+
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use futures_util::stream::{self, StreamExt};
+use tally_core::buckets::PostDelta;
+use tally_core::cost::Purpose;
+use tally_core::ports::{Applied, StoredDedup, WindowRef, WindowRest};
+use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
+use tally_core::window::{dead_letter_units, dedup_write_units};
 
 use super::*;
 
-#[async_trait]
-impl CounterStore for DynamoStore {
-    fn max_items_per_commit(&self) -> usize {
-        MAX_TRANSACT_ITEMS - FENCE_ITEMS
+/// Summary items written at once (each its own request).
+const WRITES_IN_FLIGHT: usize = 32;
+/// Live items whose hour a store remembers from its own writes; past it, it forgets them all
+/// (a forgotten hour costs a refused write or a read, never a miscount).
+const MAX_KNOWN_HOURS: usize = 1_000_000;
+
+/// The hour of each live item this process last wrote: `(shard, post)` → hour.
+#[derive(Default)]
+pub(crate) struct KnownHours(Mutex<HashMap<(String, String), i64>>);
+
+impl KnownHours {
+    fn get(&self, shard: &str, post: &str) -> Known {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&(shard.to_owned(), post.to_owned()))
+            .map_or(Known::Unknown, |h| Known::Hour(*h))
     }
 
-    async fn commit_chunk(&self, c: ChunkCommit<'_>) -> PortResult<()> {
-        let fence = c.fence;
-        let mut items = Vec::with_capacity(c.items.len() + FENCE_ITEMS);
-        // The fence: the lease row's owner and epoch, and the progress recorded so far.
+    fn set(&self, shard: &str, post: &str, hour: i64) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= MAX_KNOWN_HOURS {
+            m.clear();
+        }
+        m.insert((shard.to_owned(), post.to_owned()), hour);
+    }
+}
+
+fn to_attrs(item: &HashMap<String, AttributeValue>) -> Attrs {
+    item.iter()
+        .filter(|(k, _)| k.as_str() != "pk" && k.as_str() != "sk")
+        .filter_map(|(k, v)| {
+            let v = match v {
+                AttributeValue::N(n) => Val::N(n.parse().ok()?),
+                AttributeValue::S(s) => Val::S(s.clone()),
+                _ => return None,
+            };
+            Some((k.clone(), v))
+        })
+        .collect()
+}
+
+fn val(v: &Val) -> AttributeValue {
+    match v {
+        Val::N(x) => n(*x),
+        Val::S(x) => s(x),
+    }
+}
+
+/// The live item as a failed write returned it.
+fn known_from(item: Option<&HashMap<String, AttributeValue>>) -> PortResult<Known> {
+    match item {
+        None => Ok(Known::Absent),
+        Some(i) => LiveState::from_attrs(&to_attrs(i))
+            .map(Known::Item)
+            .ok_or_else(|| PortError::Other("a live summary item without n, w or hk".into())),
+    }
+}
+
+/// What became of one write.
+enum Outcome {
+    Written,
+    /// Refused: its effect is there already.
+    Applied,
+    /// Refused: the live item is not what the plan assumed; here it is.
+    Stale(Known),
+}
+
+impl DynamoStore {
+    /// One conditional `UpdateItem` of a summary item of partition `pk`.
+    async fn write_summary(&self, pk: &str, w: &Write, end: &str) -> PortResult<Outcome> {
         let mut x = Expr::default();
-        let mut cond = Self::fence_cond(&mut x, fence);
-        let (cp, pe, pd, pc) = (
+        let cond = match &w.cond {
+            Cond::Absent => "attribute_not_exists(pk)".to_owned(),
+            Cond::Before => {
+                let wn = x.name("w");
+                format!("attribute_not_exists({wn}) OR {wn} < {}", x.val(s(end)))
+            }
+            Cond::Live { hour: None, .. } => format!("attribute_not_exists({})", x.name("w")),
+            Cond::Live {
+                hour: Some(h),
+                or_absent,
+            } => {
+                let (wn, hk) = (x.name("w"), x.name("hk"));
+                let c = format!("({wn} < {} AND {hk} = {})", x.val(s(end)), x.val(n(*h)));
+                if *or_absent {
+                    format!("attribute_not_exists({wn}) OR {c}")
+                } else {
+                    c
+                }
+            }
+        };
+        let mut parts = Vec::new();
+        if !w.set.is_empty() {
+            let sets: Vec<String> = w
+                .set
+                .iter()
+                .map(|(k, v)| format!("{} = {}", x.name(k), x.val(val(v))))
+                .collect();
+            parts.push(format!("SET {}", sets.join(", ")));
+        }
+        if !w.add.is_empty() {
+            let adds: Vec<String> = w
+                .add
+                .iter()
+                .map(|(k, v)| format!("{} {}", x.name(k), x.val(n(*v))))
+                .collect();
+            parts.push(format!("ADD {}", adds.join(", ")));
+        }
+        if !w.remove.is_empty() {
+            let rm: Vec<String> = w.remove.iter().map(|k| x.name(k)).collect();
+            parts.push(format!("REMOVE {}", rm.join(", ")));
+        }
+        let r = self
+            .client
+            .update_item()
+            .table_name(self.table("counts"))
+            .key("pk", s(pk))
+            .key("sk", s(&w.sk))
+            .condition_expression(cond)
+            .update_expression(parts.join(" "))
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Outcome::Written),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let UpdateItemError::ConditionalCheckFailedException(e) = se.err() else {
+                    unreachable!()
+                };
+                match &w.cond {
+                    Cond::Absent | Cond::Before => Ok(Outcome::Applied),
+                    Cond::Live { .. } => match known_from(e.item())? {
+                        Known::Item(st) if st.w.as_str() >= end => Ok(Outcome::Applied),
+                        k => Ok(Outcome::Stale(k)),
+                    },
+                }
+            }
+            Err(e) => Err(self.err("UpdateItem", "counts", e)),
+        }
+    }
+
+    /// Applies one post's delta: plan, write, and on a stale assumption read and plan again.
+    async fn apply_post(
+        &self,
+        shard: &str,
+        post: &str,
+        delta: &PostDelta,
+        end: &str,
+    ) -> PortResult<Applied> {
+        let mut out = Applied::default();
+        let mut known = self.known_hours.get(shard, post);
+        for _ in 0..5 {
+            let writes = match summary::plan(shard, delta, end, &known) {
+                Plan::Skip => return Ok(out),
+                Plan::NeedItem => {
+                    let item = self
+                        .get("counts", HashMap::from([
+                            ("pk".to_owned(), s(post)),
+                            ("sk".to_owned(), s(summary::live_sk(shard))),
+                        ]))
+                        .await?;
+                    out.reads += 1;
+                    known = known_from(item.as_ref())?;
+                    continue;
+                }
+                Plan::Writes(ws) => ws,
+            };
+            let mut stale = None;
+            for w in &writes {
+                match self.write_summary(post, w, end).await? {
+                    Outcome::Written => {
+                        out.written += 1;
+                        out.units.add(w.purpose, 1);
+                        if let Some((_, Val::N(h))) = w.set.iter().find(|(k, _)| k == "hk") {
+                            self.known_hours.set(shard, post, *h);
+                        }
+                    }
+                    Outcome::Applied => {
+                        out.refused += 1;
+                        out.units.add(Purpose::FailedConditions, 1);
+                    }
+                    Outcome::Stale(k) => {
+                        out.refused += 1;
+                        out.units.add(Purpose::FailedConditions, 1);
+                        stale = Some(k);
+                    }
+                }
+            }
+            match stale {
+                None => return Ok(out),
+                Some(k) => known = k,
+            }
+        }
+        Err(PortError::Other(format!(
+            "the live item {post}/{} in {} kept changing while being written",
+            summary::live_sk(shard),
+            self.table("counts")
+        )))
+    }
+
+    fn dead_letter_put(&self, d: &DeadLetter) -> PortResult<Put> {
+        Put::builder()
+            .table_name(self.table("dead-letters"))
+            .item("shard_id", s(&d.shard_id))
+            .item("seq", s(d.seq.as_str()))
+            .item("arrival_ms", n(d.arrival_ms))
+            .item("reason", s(&d.reason))
+            .item("data", AttributeValue::B(Blob::new(d.data.clone())))
+            .item("size", n(d.size as i64))
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl CounterStore for DynamoStore {
+    async fn begin_window(
+        &self,
+        fence: &Fence,
+        start_after: Option<&SeqNo>,
+        end: &SeqNo,
+        horizon_ms: i64,
+    ) -> PortResult<()> {
+        let mut x = Expr::default();
+        let (cp, pe) = (x.name("checkpoint"), x.name("pending_end"));
+        let mut extra = x.seq_is(&cp, start_after);
+        extra.push_str(&format!(" AND attribute_not_exists({pe})"));
+        let update = format!(
+            "SET {pe} = {}, {} = {}",
+            x.val(s(end.as_str())),
+            x.name("pending_horizon_ms"),
+            x.val(n(horizon_ms))
+        );
+        self.lease_write(fence, x, &extra, update).await
+    }
+
+    async fn apply_posts(
+        &self,
+        w: WindowRef<'_>,
+        posts: &[(String, PostDelta)],
+    ) -> PortResult<Applied> {
+        let end = summary::marker(w.end);
+        type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = PortResult<Applied>> + Send + 'a>>;
+        let writes: Vec<Fut<'_>> = posts
+            .iter()
+            .map(|(post, delta)| Box::pin(self.apply_post(w.shard_id, post, delta, &end)) as Fut<'_>)
+            .collect();
+        let results: Vec<PortResult<Applied>> = stream::iter(writes)
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut out = Applied::default();
+        for r in results {
+            out.merge(&r?);
+        }
+        Ok(out)
+    }
+
+    async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied> {
+        let mut out = Applied::default();
+        for d in rest.dead_letters {
+            // Keyed by shard and sequence number: a second write is the same item again.
+            let p = self.dead_letter_put(d)?;
+            self.client
+                .put_item()
+                .table_name(self.table("dead-letters"))
+                .set_item(Some(p.item().clone()))
+                .send()
+                .await
+                .map_err(|e| self.err("PutItem", "dead-letters", e))?;
+            out.written += 1;
+            out.units.add(Purpose::DeadLetters, dead_letter_units(d));
+        }
+        let end = summary::marker(w.end);
+        let total = summary::global_total_write(w.app, w.shard_id, rest.total_delta, &end);
+        match self.write_summary(summary::GLOBAL_PK, &total, &end).await? {
+            Outcome::Written => {
+                out.written += 1;
+                out.units.add(Purpose::Counts, 1);
+            }
+            _ => {
+                out.refused += 1;
+                out.units.add(Purpose::FailedConditions, 1);
+            }
+        }
+        if !rest.dedup.ids.is_empty() {
+            let units = dedup_write_units(rest.dedup);
+            // Written once: an overwrite by a late writer could replace it with other content.
+            // Expires by TTL, which costs nothing, once no restore can need it: past the horizon
+            // of its clock plus the stream's retention (nothing older can still be read).
+            let expires = (rest.dedup.max_arrival.saturating_add(rest.horizon_ms)) / 1000
+                + self.retention_secs
+                + DEDUP_TTL_MARGIN_SECS;
+            let r = self
+                .client
+                .put_item()
+                .table_name(self.table("dedup"))
+                .item("pk", s(format!("{}#{}", w.app, w.shard_id)))
+                .item("sk", s(dedup_sk(rest.dedup.max_arrival, w.end)))
+                .item("max_arrival", n(rest.dedup.max_arrival))
+                .item("ids", AttributeValue::B(Blob::new(rest.dedup.encode_ids())))
+                .item("expires_at", n(expires))
+                .condition_expression("attribute_not_exists(pk)")
+                .send()
+                .await;
+            match r.map_err(|e| self.err("PutItem", "dedup", e)) {
+                Ok(_) => {
+                    out.written += 1;
+                    out.units.add(Purpose::Dedup, units);
+                }
+                Err(PortError::Fenced { .. }) => {
+                    out.refused += 1;
+                    out.units.add(Purpose::FailedConditions, units);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn finish_window(
+        &self,
+        fence: &Fence,
+        end: &SeqNo,
+        max_arrival: i64,
+        shard_finished: bool,
+    ) -> PortResult<()> {
+        let mut x = Expr::default();
+        let (cp, pe, ph) = (
             x.name("checkpoint"),
             x.name("pending_end"),
-            x.name("pending_done"),
-            x.name("pending_count"),
+            x.name("pending_horizon_ms"),
         );
-        cond.push_str(&x.seq_is(&cp, c.start_after));
-        let end = x.val(s(c.end.as_str()));
-        // DynamoDB rejects unused values, so the count is only named where an expression uses it.
-        let needs_count = c.index > 0 || c.last.is_none();
-        let count = if needs_count {
-            x.val(n(c.count as i64))
-        } else {
-            String::new()
-        };
-        if c.index == 0 {
-            cond.push_str(&format!(" AND attribute_not_exists({pe})"));
-        } else {
-            cond.push_str(&format!(
-                " AND {pe} = {end} AND {pd} = {} AND {pc} = {count}",
-                x.val(n(c.index as i64))
-            ));
-        }
-        let update = match &c.last {
-            Some(l) => {
-                let (ma, fin) = (x.name("max_arrival"), x.name("finished"));
-                let (pm, ph) = (x.name("pending_max_items"), x.name("pending_horizon_ms"));
-                format!(
-                    "SET {cp} = {end}, {ma} = {}, {fin} = {} REMOVE {pe}, {pd}, {pc}, {pm}, {ph}",
-                    x.val(n(l.dedup.max_arrival)),
-                    x.val(AttributeValue::Bool(l.shard_finished))
-                )
-            }
-            None => {
-                let (pm, ph) = (x.name("pending_max_items"), x.name("pending_horizon_ms"));
-                format!(
-                    "SET {pe} = {end}, {pd} = {}, {pc} = {count}, {pm} = {}, {ph} = {}",
-                    x.val(n(c.index as i64 + 1)),
-                    x.val(n(c.shape.max_items as i64)),
-                    x.val(n(c.shape.horizon_ms))
-                )
-            }
-        };
-        items.push(self.fenced_update(fence, x, cond, update)?);
-        for it in c.items {
-            items.push(self.item_write(it)?);
-        }
-        if let Some(l) = &c.last {
-            let pk = format!("{}#{}", fence.app, fence.shard_id);
-            let dedup = Put::builder()
-                .table_name(self.table("dedup"))
-                .item("pk", s(&pk))
-                .item("sk", s(dedup_sk(l.dedup.max_arrival, c.end)))
-                .item("max_arrival", n(l.dedup.max_arrival))
-                .item("ids", AttributeValue::B(Blob::new(l.dedup.encode_ids())))
-                .item("expires_at", n(now_ms() / 1000 + DEDUP_TTL_SECS))
-                .build()
-                .map_err(|e| PortError::Invalid(e.to_string()))?;
-            items.push(TransactWriteItem::builder().put(dedup).build());
-            let total = Update::builder()
-                .table_name(self.table("counts"))
-                .key("pk", s(GLOBAL_PK))
-                .key("sk", s(&pk))
-                .update_expression("ADD #n :d")
-                .expression_attribute_names("#n", "n")
-                .expression_attribute_values(":d", n(l.total_delta))
-                .build()
-                .map_err(|e| PortError::Invalid(e.to_string()))?;
-            items.push(TransactWriteItem::builder().update(total).build());
-        }
-        if items.len() > MAX_TRANSACT_ITEMS {
-            return Err(PortError::Invalid(format!(
-                "a chunk of {} items exceeds TransactWriteItems' {MAX_TRANSACT_ITEMS}",
-                items.len()
-            )));
-        }
-        self.transact((&fence.app, &fence.shard_id), items).await
+        let extra = x.seq_is(&pe, Some(end));
+        let update = format!(
+            "SET {cp} = {}, {} = {}, {} = {} REMOVE {pe}, {ph}",
+            x.val(s(end.as_str())),
+            x.name("max_arrival"),
+            x.val(n(max_arrival)),
+            x.name("finished"),
+            x.val(AttributeValue::Bool(shard_finished))
+        );
+        self.lease_write(fence, x, &extra, update).await
     }
 
     async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
         let mut x = Expr::default();
         let mut cond = Self::fence_cond(&mut x, g.fence);
-        let (cp, pe, fin) = (
+        let (cp, pe, ph, fin) = (
             x.name("checkpoint"),
             x.name("pending_end"),
+            x.name("pending_horizon_ms"),
             x.name("finished"),
         );
         cond.push_str(&x.seq_is(&cp, g.start_after));
@@ -108,26 +378,20 @@ impl CounterStore for DynamoStore {
         if let Some(t) = g.through {
             update.push_str(&format!(", {cp} = {}", x.val(s(t.as_str()))));
         }
-        let removed: Vec<String> = [
-            "pending_done",
-            "pending_count",
-            "pending_max_items",
-            "pending_horizon_ms",
-        ]
-        .iter()
-        .map(|a| x.name(a))
-        .collect();
-        update.push_str(&format!(" REMOVE {pe}, {}", removed.join(", ")));
+        update.push_str(&format!(" REMOVE {pe}, {ph}"));
         let items = vec![
             self.fenced_update(g.fence, x, cond, update)?,
-            self.item_write(&WriteItem::DeadLetter(g.gap.clone()))?,
+            TransactWriteItem::builder()
+                .put(self.dead_letter_put(g.gap)?)
+                .build(),
         ];
         self.transact((&g.fence.app, &g.fence.shard_id), items)
             .await
     }
 
-    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<u64> {
-        self.delete_dedup_below(app, shard_id, before).await
+    async fn expire_dedup(&self, _app: &str, _shard_id: &str, _before: i64) -> PortResult<()> {
+        // The records' TTL removes them, for nothing; a delete would cost their size again.
+        Ok(())
     }
 
     async fn load_dedup(
@@ -135,32 +399,30 @@ impl CounterStore for DynamoStore {
         app: &str,
         shard_ids: &[String],
         min_arrival: i64,
-    ) -> PortResult<Vec<DedupRecord>> {
+    ) -> PortResult<Vec<StoredDedup>> {
         let mut out = Vec::new();
         for shard in shard_ids {
-            // The key range reads only records within the horizon; the filter keeps records
-            // written before sort keys began with their clock out when they are too old.
+            // The key range reads only records within the horizon of the clock.
             let values = HashMap::from([
                 (":p".to_owned(), s(format!("{app}#{shard}"))),
                 (":lo".to_owned(), s(arrival_key(min_arrival))),
-                (":m".to_owned(), n(min_arrival)),
             ]);
             let items = self
-                .query_all(
-                    "dedup",
-                    "pk = :p AND sk >= :lo",
-                    values,
-                    Some("max_arrival >= :m".into()),
-                    None,
-                )
+                .query_all("dedup", "pk = :p AND sk >= :lo", values, None, None)
                 .await?;
             for i in items {
                 let ids = i
                     .get("ids")
                     .and_then(|v| v.as_b().ok())
                     .and_then(|b| DedupRecord::decode_ids(b.as_ref()));
-                match (ids, get_n(&i, "max_arrival")) {
-                    (Some(ids), Some(max_arrival)) => out.push(DedupRecord { max_arrival, ids }),
+                let end = get_s(&i, "sk")
+                    .and_then(|sk| sk.split_once('#').and_then(|(_, e)| SeqNo::parse(e)));
+                match (ids, get_n(&i, "max_arrival"), end) {
+                    (Some(ids), Some(max_arrival), Some(end)) => out.push(StoredDedup {
+                        shard_id: shard.clone(),
+                        end,
+                        record: DedupRecord { max_arrival, ids },
+                    }),
                     _ => {
                         return Err(PortError::Other(format!(
                             "corrupt dedup record of {app}/{shard} in {}",
@@ -174,73 +436,39 @@ impl CounterStore for DynamoStore {
     }
 
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
-        let total = self
-            .counts_item(post_id, "T")
-            .await?
-            .and_then(|i| get_n(&i, "n"))
-            .unwrap_or(0);
+        let mut items = self.post_items(post_id, "begins_with(sk, :a)", &[summary::LIVE_PREFIX]).await?;
+        let mut read_units = query_units(post_id, &items);
+        let total = summary::total(&items);
         let since = match since_ms {
             None => None,
             Some(t) => {
-                let plan = since_plan(t);
-                let slots = |item: Option<HashMap<String, AttributeValue>>,
-                             prefix: char|
-                 -> Vec<(u8, i64)> {
-                    item.map(|i| {
-                        i.iter()
-                            .filter_map(|(k, v)| {
-                                let slot: u8 = k.strip_prefix(prefix)?.parse().ok()?;
-                                Some((slot, v.as_n().ok()?.parse().ok()?))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default()
-                };
-                let hour = self
-                    .counts_item(post_id, &ItemKind::Hour(plan.hour_key.clone()).sort_key())
+                let (hour_prefix, (lo, hi)) = summary::since_reads(t);
+                let hours = self
+                    .post_items(post_id, "begins_with(sk, :a)", &[hour_prefix.as_str()])
                     .await?;
-                let day = self
-                    .counts_item(post_id, &ItemKind::Day(plan.day_key.clone()).sort_key())
+                let days = self
+                    .post_items(post_id, "sk BETWEEN :a AND :b", &[lo.as_str(), hi.as_str()])
                     .await?;
-                let values = HashMap::from([
-                    (":p".to_owned(), s(post_id)),
-                    (
-                        ":lo".to_owned(),
-                        s(ItemKind::Day(plan.first_full_day.clone()).sort_key()),
-                    ),
-                    (":hi".to_owned(), s("D99999999")),
-                ]);
-                let later = self
-                    .query_all(
-                        "counts",
-                        "pk = :p AND sk BETWEEN :lo AND :hi",
-                        values,
-                        None,
-                        None,
-                    )
-                    .await?;
-                let items = StoredItems {
-                    total,
-                    hour_slots: slots(hour, 'm'),
-                    day_slots: slots(day, 'h'),
-                    later_days: later.iter().filter_map(|i| get_n(i, "n")).collect(),
-                };
-                Some((since_count(&plan, &items), later.len()))
+                read_units += query_units(post_id, &hours) + query_units(post_id, &days);
+                items.extend(hours);
+                items.extend(days);
+                Some(summary::since(&items, t))
             }
         };
         Ok(PostCount {
             total,
-            since: since.map(|(n, _)| n),
-            read_units: tally_core::cost::post_count_read_units(
-                since.is_some(),
-                since.map_or(0, |(_, d)| d),
-            ),
+            since,
+            read_units,
         })
     }
 
     async fn global_total(&self) -> PortResult<i64> {
-        let items = self.partition("counts", "pk", GLOBAL_PK).await?;
-        Ok(items.iter().filter_map(|i| get_n(i, "n")).sum())
+        let items = self.partition("counts", "pk", summary::GLOBAL_PK).await?;
+        let items: Vec<(String, Attrs)> = items
+            .iter()
+            .map(|i| (get_s(i, "sk").unwrap_or_default(), to_attrs(i)))
+            .collect();
+        Ok(summary::total_of(&items))
     }
 
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
@@ -305,5 +533,32 @@ impl CounterStore for DynamoStore {
                 _ => return Ok(total),
             }
         }
+    }
+}
+
+/// The read units of one Query that returned `items` of partition `pk`, by the published rules.
+fn query_units(pk: &str, items: &[(String, Attrs)]) -> u64 {
+    summary::read_units(items.iter().map(|(sk, a)| summary::item_size(pk, sk, a)))
+}
+
+impl DynamoStore {
+    /// The items of a post's partition matching a sort-key condition on `:a` (and `:b`).
+    async fn post_items(
+        &self,
+        post: &str,
+        sk_cond: &str,
+        args: &[&str],
+    ) -> PortResult<Vec<(String, Attrs)>> {
+        let mut values = HashMap::from([(":p".to_owned(), s(post))]);
+        for (name, v) in [":a", ":b"].iter().zip(args) {
+            values.insert((*name).to_owned(), s(*v));
+        }
+        let items = self
+            .query_all("counts", &format!("pk = :p AND {sk_cond}"), values, None, None)
+            .await?;
+        Ok(items
+            .iter()
+            .map(|i| (get_s(i, "sk").unwrap_or_default(), to_attrs(i)))
+            .collect())
     }
 }

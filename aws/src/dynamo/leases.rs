@@ -80,7 +80,7 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn renew_lease(&self, fence: &Fence, expires_ms: i64) -> PortResult<()> {
-        self.lease_update(fence, "UpdateItem", "", |x| {
+        self.lease_update(fence, "", |x| {
             format!("SET {} = {}", x.name("expires_ms"), x.val(n(expires_ms)))
         })
         .await
@@ -88,7 +88,7 @@ impl LeaseStore for DynamoStore {
 
     async fn release_lease(&self, fence: &Fence) -> PortResult<()> {
         match self
-            .lease_update(fence, "UpdateItem", "", |x| {
+            .lease_update(fence, "", |x| {
                 format!(
                     "REMOVE {} SET {} = {}",
                     x.name("owner"),
@@ -130,7 +130,6 @@ impl LeaseStore for DynamoStore {
     async fn mark_finished(&self, fence: &Fence) -> PortResult<()> {
         self.lease_update(
             fence,
-            "UpdateItem",
             " AND attribute_not_exists(pending_end)",
             |x| {
                 format!(

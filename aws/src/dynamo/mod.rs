@@ -3,10 +3,11 @@
 //! Tables (names are `<prefix>-<suffix>`; the design and its reasons are in ARCHITECTURE.md):
 //! - `leases` (`app`, `shard_id`): owner, epoch, expiry, checkpoint, dedup clock, pending window
 //!   progress, finished flag, parents.
-//! - `counts` (`pk` = post id, `sk` = `T` | `H<YYYYMMDDHH>` | `D<YYYYMMDD>`): `n`, plus `m00`–`m59`
-//!   in hour items and `h00`–`h23` in day items; global totals under `pk = #global`,
+//! - `counts` (`pk` = post id, `sk` = `L#<shard>` | `H<YYYYMMDDHH>#<shard>` | `D<YYYYMMDD>#<shard>`):
+//!   the summary items of [`tally_core::summary`]; global totals under `pk = #global`,
 //!   `sk = <app>#<shard>`.
-//! - `dedup` (`pk` = `<app>#<shard>`, `sk` = window end): first-seen id hashes, TTL `expires_at`.
+//! - `dedup` (`pk` = `<app>#<shard>`, `sk` = `<clock>#<window end>`): first-seen id hashes, TTL
+//!   `expires_at`.
 //! - `dead-letters` (`shard_id`, `seq`): reason and raw bytes.
 //! - `analytics` (`pk` = `<app>#latency` | `<app>#trending`, `sk`): snapshots, TTL `expires_at`.
 //!
@@ -25,15 +26,13 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnConsumedCapacity, Select, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
-use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, ChunkCommit, CounterStore, Fence,
-    GapCommit, LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState,
-    TrendingEntry, WindowShape,
+    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit,
+    LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
 };
-use tally_core::window::{DeadLetter, WriteItem};
+use tally_core::window::DeadLetter;
 use tally_core::SeqNo;
 
 use crate::errors::{map, Target};
@@ -54,16 +53,9 @@ pub const TABLES: &[(&str, &str, &str, Option<&str>)] = &[
     ("analytics", "pk", "sk", Some("expires_at")),
 ];
 
-/// Most items in one TransactWriteItems call.
-pub const MAX_TRANSACT_ITEMS: usize = 100;
-/// Items a window's last chunk adds to its data items: the lease row, the dedup record, the
-/// global total.
-pub const FENCE_ITEMS: usize = 3;
-/// A backstop only: dedup records expire by the shard's arrival clock (`expire_dedup`, and with a
-/// cleaned-up lease row); the TTL removes one whose deletion was lost. It outlasts anything that
-/// can still need it: records arrive at most the stream's retention (≤ 365 days) plus the horizon
-/// (≤ 1 day) after the record was written.
-pub const DEDUP_TTL_SECS: i64 = 367 * 86_400;
+/// What a dedup record's TTL adds to the latest time a restore can need it (its clock plus the
+/// horizon plus the stream's retention): room for clock skew between the stream and DynamoDB.
+pub const DEDUP_TTL_MARGIN_SECS: i64 = 86_400;
 
 /// A dedup record's sort key: its clock, 20 digits so that keys sort by it (restores and expiry
 /// are key ranges), then its window's end.
@@ -77,8 +69,6 @@ pub(crate) fn arrival_key(ms: i64) -> String {
 }
 /// Latency snapshots are kept this long (seconds).
 pub const SNAPSHOT_TTL_SECS: i64 = 7 * 86_400;
-/// The partition of the global totals in the counts table (`#` cannot start a post id).
-pub const GLOBAL_PK: &str = "#global";
 
 /// The DynamoDB tables.
 #[derive(Clone)]
@@ -86,6 +76,10 @@ pub struct DynamoStore {
     client: Client,
     prefix: String,
     target: Target,
+    /// The hour of each live item this process wrote last (saves reads and refused writes).
+    known_hours: std::sync::Arc<counter::KnownHours>,
+    /// The stream's retention: how long a dedup record can still be needed past its horizon.
+    retention_secs: i64,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -156,28 +150,13 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
         .and_then(|v| v.as_l().ok())
         .map(|l| l.iter().filter_map(|p| p.as_s().ok().cloned()).collect())
         .unwrap_or_default();
-    let pending = match (
-        get_s(item, "pending_end").as_deref().and_then(SeqNo::parse),
-        get_n(item, "pending_done"),
-        get_n(item, "pending_count"),
-    ) {
-        (Some(end), Some(done), Some(count)) => Some(Pending {
+    let pending = get_s(item, "pending_end")
+        .as_deref()
+        .and_then(SeqNo::parse)
+        .map(|end| Pending {
             end,
-            done: done as u32,
-            count: count as u32,
-            shape: match (
-                get_n(item, "pending_max_items"),
-                get_n(item, "pending_horizon_ms"),
-            ) {
-                (Some(m), Some(h)) => Some(WindowShape {
-                    max_items: m as u32,
-                    horizon_ms: h,
-                }),
-                _ => None,
-            },
-        }),
-        _ => None,
-    };
+            horizon_ms: get_n(item, "pending_horizon_ms"),
+        });
     ShardState {
         lease: Lease {
             app: get_s(item, "app").unwrap_or_default(),
@@ -256,6 +235,8 @@ impl DynamoStore {
         DynamoStore {
             client: Client::from_conf(b.build()),
             prefix: st.table_prefix.clone(),
+            known_hours: Default::default(),
+            retention_secs: st.stream_retention_hours as i64 * 3600,
             target: Target::new(
                 "DynamoDB",
                 "dynamodb",
@@ -340,46 +321,6 @@ impl DynamoStore {
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
         Ok(TransactWriteItem::builder().update(u).build())
-    }
-
-    fn item_write(&self, item: &WriteItem) -> PortResult<TransactWriteItem> {
-        match item {
-            WriteItem::Summary(si) => {
-                let mut x = Expr::default();
-                let mut adds = vec![format!("{} {}", x.name("n"), x.val(n(si.n)))];
-                let prefix = match si.kind {
-                    ItemKind::Hour(_) => "m",
-                    _ => "h",
-                };
-                for (slot, v) in &si.slots {
-                    let attr = format!("{prefix}{slot:02}");
-                    adds.push(format!("{} {}", x.name(&attr), x.val(n(*v))));
-                }
-                let u = Update::builder()
-                    .table_name(self.table("counts"))
-                    .key("pk", s(&si.post_id))
-                    .key("sk", s(si.kind.sort_key()))
-                    .update_expression(format!("ADD {}", adds.join(", ")))
-                    .set_expression_attribute_names(x.names())
-                    .set_expression_attribute_values(x.values())
-                    .build()
-                    .map_err(|e| PortError::Invalid(e.to_string()))?;
-                Ok(TransactWriteItem::builder().update(u).build())
-            }
-            WriteItem::DeadLetter(d) => {
-                let p = Put::builder()
-                    .table_name(self.table("dead-letters"))
-                    .item("shard_id", s(&d.shard_id))
-                    .item("seq", s(d.seq.as_str()))
-                    .item("arrival_ms", n(d.arrival_ms))
-                    .item("reason", s(&d.reason))
-                    .item("data", AttributeValue::B(Blob::new(d.data.clone())))
-                    .item("size", n(d.size as i64))
-                    .build()
-                    .map_err(|e| PortError::Invalid(e.to_string()))?;
-                Ok(TransactWriteItem::builder().put(p).build())
-            }
-        }
     }
 
     /// One `TransactWriteItems`; `(app, shard_id)` names whose write it is in errors, and a
@@ -487,43 +428,42 @@ impl DynamoStore {
         Ok(resp.item().cloned())
     }
 
-    async fn counts_item(
-        &self,
-        post: &str,
-        sk: &str,
-    ) -> PortResult<Option<HashMap<String, AttributeValue>>> {
-        self.get(
-            "counts",
-            HashMap::from([("pk".to_owned(), s(post)), ("sk".to_owned(), s(sk))]),
-        )
-        .await
-    }
-
     /// A conditional update of a lease row outside a transaction; a failed condition is `Fenced`.
     async fn lease_update(
         &self,
         fence: &Fence,
-        call: &str,
         extra_cond: &str,
         update: impl FnOnce(&mut Expr) -> String,
     ) -> PortResult<()> {
         let mut x = Expr::default();
-        let cond = format!("{}{extra_cond}", Self::fence_cond(&mut x, fence));
         let upd = update(&mut x);
+        self.lease_write(fence, x, extra_cond, upd).await
+    }
+
+    /// An `UpdateItem` of the fence's lease row, conditioned on the fence and `extra_cond`
+    /// (whose names and values are in `x`); a failed condition is `Fenced`.
+    async fn lease_write(
+        &self,
+        fence: &Fence,
+        mut x: Expr,
+        extra_cond: &str,
+        update: String,
+    ) -> PortResult<()> {
+        let cond = format!("{}{extra_cond}", Self::fence_cond(&mut x, fence));
         let r = self
             .client
             .update_item()
             .table_name(self.table("leases"))
             .set_key(Some(Self::lease_key(&fence.app, &fence.shard_id)))
             .condition_expression(cond)
-            .update_expression(upd)
+            .update_expression(update)
             .set_expression_attribute_names(x.names())
             .set_expression_attribute_values(x.values())
             .send()
             .await;
         match r {
             Ok(_) => Ok(()),
-            Err(e) => match self.err(call, "leases", e) {
+            Err(e) => match self.err("UpdateItem", "leases", e) {
                 PortError::Fenced { .. } => Err(PortError::Fenced {
                     app: fence.app.clone(),
                     shard_id: fence.shard_id.clone(),

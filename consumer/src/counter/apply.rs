@@ -1,125 +1,146 @@
-//! Applying a closed window: its chunks, each one atomic write with the checkpoint row, and what
-//! they cost.
+//! Applying a closed window: its pending end, its items, its checkpoint, and what they cost.
 
 use super::*;
 
+/// Which fenced write of the lease row.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// Recording the window's end as pending.
+    Begin,
+    /// Moving the checkpoint to it.
+    Finish,
+}
+
 impl CounterShard {
+    /// Applies a closed window (`replaying`: it is the pending one already recorded). Returns
+    /// what its writes did and cost.
     pub(super) async fn apply(
         &self,
         w: &ClosedWindow,
-        skip: u32,
+        replaying: bool,
         shard_end: bool,
-        shape: WindowShape,
-    ) -> Result<Units, ConsumerError> {
+        horizon_ms: i64,
+    ) -> Result<Applied, ConsumerError> {
         let fence = self.fence()?;
         let Some(end) = w.end.as_ref() else {
-            return Ok(Units::default());
+            return Ok(Applied::default());
         };
-        let mut charged = Units::default();
-        let chunks = plan_chunks(w.items.len(), (shape.max_items as usize).max(1));
-        debug!(end = %end, items = w.items.len(), chunks = chunks.len(), skip, "applying window");
-        for chunk in chunks.iter().skip(skip as usize) {
-            let is_last = chunk.index + 1 == chunk.count;
-            let commit = ChunkCommit {
-                fence,
-                start_after: w.start_after.as_ref(),
-                end,
-                index: chunk.index,
-                count: chunk.count,
-                shape,
-                items: &w.items[chunk.range.clone()],
-                last: is_last.then_some(LastChunk {
-                    dedup: &w.dedup,
-                    total_delta: w.total_delta,
-                    shard_finished: shard_end,
-                }),
-            };
-            charged.merge(&self.commit_once(commit).await?);
-            self.metrics.chunks.fetch_add(1, Ordering::Relaxed);
-            // The items, the lease row, and on the last chunk the dedup record and global total.
-            let extra = if is_last { 3 } else { 1 };
-            self.metrics
-                .items_written
-                .fetch_add((chunk.range.len() + extra) as u64, Ordering::Relaxed);
-            if let Some(n) = self.cfg.crash_after_chunks {
-                if self.metrics.chunks.load(Ordering::Relaxed) >= n {
-                    eprintln!("failpoint: aborting after {n} chunk commits");
-                    std::process::abort();
-                }
-            }
+        debug!(end = %end, posts = w.posts.len(), replaying, "applying window");
+        let mut spent = Applied::default();
+        if !replaying {
+            self.fenced(Step::Begin, w, &mut spent, || {
+                self.store
+                    .begin_window(fence, w.start_after.as_ref(), end, horizon_ms)
+            })
+            .await?;
         }
-        Ok(charged)
+        let at = WindowRef {
+            app: &fence.app,
+            shard_id: &fence.shard_id,
+            end,
+        };
+        for batch in w.posts.chunks(self.cfg.posts_per_batch.max(1)) {
+            let done = with_backoff(&self.cfg.backoff, "write a window's summary items", || {
+                self.store.apply_posts(at, batch)
+            })
+            .await
+            .map_err(|e| window_err(w, &fence.shard_id, e))?;
+            spent.merge(&done);
+        }
+        let rest = WindowRest {
+            dead_letters: &w.dead_letters,
+            total_delta: w.total_delta,
+            dedup: &w.dedup,
+            horizon_ms,
+        };
+        let done = with_backoff(&self.cfg.backoff, "write a window's dead letters and dedup record", || {
+            self.store.apply_rest(at, rest)
+        })
+        .await
+        .map_err(|e| window_err(w, &fence.shard_id, e))?;
+        spent.merge(&done);
+        self.fenced(Step::Finish, w, &mut spent, || {
+            self.store
+                .finish_window(fence, end, w.dedup.max_arrival, shard_end)
+        })
+        .await?;
+        self.metrics.cost.add(&spent.units);
+        self.metrics
+            .items_written
+            .fetch_add(spent.written, Ordering::Relaxed);
+        self.metrics
+            .writes_refused
+            .fetch_add(spent.refused, Ordering::Relaxed);
+        self.metrics
+            .items_read
+            .fetch_add(spent.reads, Ordering::Relaxed);
+        Ok(spent)
     }
 
-    /// Commits one chunk, retrying retryable errors. A failed condition is told apart by reading
-    /// the checkpoint row back: still our lease (same owner and epoch) with this chunk recorded
-    /// as applied means an earlier attempt landed although its answer was lost (a timeout, a
-    /// dropped connection, an SDK-level retry) — only this take of the lease can have written
-    /// it, so it is done; still our lease otherwise is an inconsistency; another owner or
-    /// epoch means the lease was lost.
-    pub(super) async fn commit_once(
+    /// One fenced write of the lease row, retrying retryable errors. A failed condition is told
+    /// apart by reading the row back: still our lease (same owner and epoch) with the step's
+    /// effect there means an earlier attempt landed although its answer was lost (a timeout, a
+    /// dropped connection, an SDK-level retry) — only this take of the lease can have written it;
+    /// still our lease otherwise is an inconsistency; another owner or epoch: the lease was lost.
+    async fn fenced<F, Fut>(
         &self,
-        commit: ChunkCommit<'_>,
-    ) -> Result<Units, ConsumerError> {
-        let result = with_backoff(&self.cfg.backoff, "commit chunk", || {
-            self.store.commit_chunk(commit.clone())
-        })
-        .await;
-        let units = chunk_units(commit.items, commit.last.as_ref().map(|l| l.dedup));
-        match result {
+        step: Step,
+        w: &ClosedWindow,
+        spent: &mut Applied,
+        call: F,
+    ) -> Result<(), ConsumerError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = tally_core::ports::PortResult<()>>,
+    {
+        let fence = self.fence()?;
+        let end = w.end.as_ref();
+        let what = match step {
+            Step::Begin => "record a window as pending",
+            Step::Finish => "move the checkpoint past a window",
+        };
+        // The lease row is one unit, whether the write takes effect or is refused.
+        match with_backoff(&self.cfg.backoff, what, &call).await {
             Ok(()) => {
-                self.metrics.cost.add(&units);
-                Ok(units)
+                spent.written += 1;
+                spent.units.add(Purpose::Checkpoints, 1);
+                Ok(())
             }
             Err(PortError::Fenced { .. }) => {
-                // A write refused by its condition is charged all the same.
-                self.metrics
-                    .cost
-                    .add_one(Purpose::FailedConditions, units.total());
+                spent.refused += 1;
+                spent.units.add(Purpose::FailedConditions, 1);
                 let st = self
                     .store
-                    .shard_state(&commit.fence.app, &commit.fence.shard_id)
+                    .shard_state(&fence.app, &fence.shard_id)
                     .await?;
-                let mine = st.lease.owner.as_deref() == Some(commit.fence.owner.as_str())
-                    && st.lease.epoch == commit.fence.epoch;
-                let applied = if commit.last.is_some() {
-                    st.pending.is_none() && st.lease.checkpoint.as_ref() == Some(commit.end)
-                } else {
-                    st.pending
-                        .as_ref()
-                        .is_some_and(|p| &p.end == commit.end && p.done == commit.index + 1)
+                let mine = st.lease.owner.as_deref() == Some(fence.owner.as_str())
+                    && st.lease.epoch == fence.epoch;
+                let landed = match step {
+                    Step::Begin => st.pending.as_ref().map(|p| &p.end) == end,
+                    Step::Finish => st.pending.is_none() && st.lease.checkpoint.as_ref() == end,
                 };
-                if mine && applied {
+                if mine && landed {
                     // An earlier attempt landed (and was charged) although its answer was lost.
-                    self.metrics.cost.add(&units);
-                    let mut charged = units;
-                    charged.add(Purpose::FailedConditions, units.total());
-                    return Ok(charged);
+                    spent.units.add(Purpose::Checkpoints, 1);
+                    return Ok(());
                 }
                 if mine {
                     return Err(ConsumerError::Inconsistent {
-                        shard_id: commit.fence.shard_id.clone(),
+                        shard_id: fence.shard_id.clone(),
                         detail: format!(
-                            "the checkpoint row (checkpoint {:?}, pending {:?}) does not match chunk {} of {} of the window ending at {}",
-                            st.lease.checkpoint, st.pending, commit.index, commit.count, commit.end
+                            "the checkpoint row (checkpoint {:?}, pending {:?}) does not match the window after {:?} ending at {:?} ({what})",
+                            st.lease.checkpoint, st.pending, w.start_after, end
                         ),
                     });
                 }
                 Err(PortError::Fenced {
-                    app: commit.fence.app.clone(),
-                    shard_id: commit.fence.shard_id.clone(),
+                    app: fence.app.clone(),
+                    shard_id: fence.shard_id.clone(),
                 }
                 .into())
             }
             Err(e) if e.is_retryable() => Err(e.into()),
-            Err(e) => Err(ConsumerError::Window {
-                shard_id: commit.fence.shard_id.clone(),
-                after: commit
-                    .start_after
-                    .map_or_else(|| "the shard's start".to_owned(), |s| s.to_string()),
-                end: commit.end.to_string(),
-                source: Box::new(e),
-            }),
+            Err(e) => Err(window_err(w, &fence.shard_id, e)),
         }
     }
 
@@ -137,5 +158,24 @@ impl CounterShard {
             &[&["App"]],
             &values,
         );
+    }
+}
+
+/// A window's write that failed for good, naming its records.
+fn window_err(w: &ClosedWindow, shard_id: &str, e: PortError) -> ConsumerError {
+    if e.is_retryable() {
+        return e.into();
+    }
+    ConsumerError::Window {
+        shard_id: shard_id.to_owned(),
+        after: w
+            .start_after
+            .as_ref()
+            .map_or_else(|| "the shard's start".to_owned(), |s| s.to_string()),
+        end: w
+            .end
+            .as_ref()
+            .map_or_else(String::new, |s| s.to_string()),
+        source: Box::new(e),
     }
 }

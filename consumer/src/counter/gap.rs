@@ -24,9 +24,9 @@ impl CounterShard {
             .map_or_else(|| "the shard's start".to_owned(), |c| c.to_string());
         let what = match &pending {
             Some(p) => format!(
-                "records after {after} through {} are lost to that window ({} of its {} chunks \
-                 were applied, so its likes are partly counted)",
-                p.end, p.done, p.count
+                "records after {after} through {} are lost to that window (its writes had begun, \
+                 so its likes may be partly counted)",
+                p.end
             ),
             None => format!("records after {after} were never read"),
         };
@@ -76,7 +76,7 @@ impl CounterShard {
         // ids were never stored).
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
         self.dedup = self
-            .restore_dedup(&fence, &st.lease, self.shape().horizon_ms)
+            .restore_dedup(&fence, &st.lease, self.horizon_ms())
             .await?;
         Ok(())
     }

@@ -1,33 +1,34 @@
 //! The counter: exact per-post counts, applied exactly once.
 //!
 //! Per shard: read → decode and validate → dedup by `event_id` → fold into a tumbling window of
-//! per-post deltas that closes on size or time → cut the window's write items into chunks →
-//! apply each chunk in one atomic write together with the shard's checkpoint row, conditioned on
-//! the lease (owner and epoch) and on the progress recorded there. The first chunk records the
-//! window's end in the checkpoint row ("pending"), which fixes the window's content; a worker
-//! that restarts, or takes the lease over, re-reads the same records from the checkpoint, rebuilds
-//! the same window and applies only the chunks not yet applied. The last chunk also stores the
-//! window's dedup record and its global-total delta, and moves the checkpoint past the window.
+//! per-post deltas that closes on size or time → apply it: record the window's end as pending in
+//! the lease row (fenced by owner and epoch), which fixes the window's content; write each touched
+//! post's summary items with plain writes conditioned on the item's marker (a refused one was
+//! applied already); write the dead letters, the shard's global-total delta and the window's
+//! dedup record the same way; then move the checkpoint to the end (fenced, and only for that
+//! pending window). A worker that restarts, or takes the lease over, re-reads the same records
+//! from the checkpoint, rebuilds the same window and applies it again: what was written is
+//! refused, what was not is written. See `tally_core::summary` for why this is exact.
 //!
 //! Layout: this module holds the settings, the metrics and the per-shard processor; `apply`
-//! writes a closed window's chunks and meters them, `restore` keeps the duplicate filter in the
-//! store (restored across the lineage, expired by arrival), `gap` gives up records the stream no
-//! longer has, on record.
+//! writes a closed window and meters it, `restore` keeps the duplicate filter in the store
+//! (restored across the lineage, expired by arrival), `gap` gives up records the stream no longer
+//! has, on record.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tally_core::cost::{chunk_units, Purpose, Units};
+use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    ChunkCommit, CounterStore, Fence, GapCommit, LastChunk, Pending, PortError, ReadBatch,
-    StartPosition, WindowShape,
+    Applied, CounterStore, Fence, GapCommit, Pending, PortError, ReadBatch, StartPosition,
+    WindowRef, WindowRest,
 };
 use tally_core::retry::Backoff;
-use tally_core::window::{plan_chunks, ClosedWindow, DeadLetter, WindowBuilder};
+use tally_core::window::{ClosedWindow, DeadLetter, WindowBuilder};
 use tally_core::SeqNo;
 use tracing::debug;
 
@@ -52,12 +53,11 @@ pub struct CounterConfig {
     pub window_time: Duration,
     /// A retry of an event is recognised for this long after the event arrived.
     pub dedup_horizon: Duration,
-    /// Caps the store's items per atomic write (0: the store's own limit).
-    pub max_items_per_commit: usize,
+    /// Posts whose items one store call writes (the embedded store: one SQLite transaction;
+    /// DynamoDB: that many items, a few dozen requests in flight at a time).
+    pub posts_per_batch: usize,
     /// Backoff for retryable store errors.
     pub backoff: Backoff,
-    /// Test failpoint: abort the process right after this many chunk commits.
-    pub crash_after_chunks: Option<u64>,
     /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
     pub emf: crate::emf::Emf,
 }
@@ -70,9 +70,8 @@ impl CounterConfig {
             window_records: 5_000,
             window_time: Duration::from_secs(1),
             dedup_horizon: Duration::from_secs(600),
-            max_items_per_commit: 0,
+            posts_per_batch: 1_000,
             backoff: Backoff::default(),
-            crash_after_chunks: None,
             emf: crate::emf::Emf::default(),
         }
     }
@@ -86,10 +85,13 @@ pub struct CounterMetrics {
     pub duplicates: AtomicU64,
     pub malformed: AtomicU64,
     pub windows: AtomicU64,
-    pub chunks: AtomicU64,
     /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
-    /// letter, the checkpoint row, the dedup record, the global total).
+    /// letter, the lease row's pending end and checkpoint, the dedup record, the global total).
     pub items_written: AtomicU64,
+    /// Writes refused because their effect was there already (a replay, a stale writer).
+    pub writes_refused: AtomicU64,
+    /// Live items read to plan a write (an hour rolling over after a restart).
+    pub items_read: AtomicU64,
     /// What those writes cost in DynamoDB write units, by purpose (see `tally_core::cost`).
     pub cost: CostMeter,
     /// The largest iterator age seen (ms).
@@ -98,7 +100,7 @@ pub struct CounterMetrics {
 
 /// Write units by purpose, added up from every shard task.
 #[derive(Debug, Default)]
-pub struct CostMeter([AtomicU64; 7]);
+pub struct CostMeter([AtomicU64; Purpose::ALL.len()]);
 
 impl CostMeter {
     pub fn add(&self, u: &Units) {
@@ -173,8 +175,8 @@ pub struct CounterShard {
     window: Option<WindowBuilder>,
     /// The last record whose window is fully applied.
     checkpoint: Option<SeqNo>,
-    /// A window found half-applied at start: it is rebuilt up to `end` and its first `done`
-    /// chunks are skipped.
+    /// A window found pending at start: it is rebuilt up to `end` and applied again (what was
+    /// written is refused).
     replay: Option<Pending>,
     /// Empty reads at the tip in a row while `replay` waits for its last record.
     tip_reads: u32,
@@ -190,21 +192,17 @@ impl CounterShard {
             })
     }
 
-    async fn close_and_apply(&mut self, skip: u32, shard_end: bool) -> Result<(), ConsumerError> {
+    async fn close_and_apply(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         let Some(window) = self.window.take() else {
             return Ok(());
         };
         let closed = window.close(&mut self.dedup);
-        let shape = match &self.replay {
-            Some(Pending {
-                shape: Some(shape), ..
-            }) => *shape,
-            _ => self.shape(),
-        };
-        let charged = self.apply(&closed, skip, shard_end, shape).await?;
-        self.emit_cost(&charged);
+        let replaying = self.replay.is_some();
+        let horizon_ms = self.window_horizon();
+        let spent = self.apply(&closed, replaying, shard_end, horizon_ms).await?;
+        self.emit_cost(&spent.units);
         if self.dedup.take_evicted() {
-            self.expire_dedup(shape.horizon_ms).await;
+            self.expire_dedup(horizon_ms).await;
         }
         let s = &closed.stats;
         self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
@@ -216,28 +214,29 @@ impl CounterShard {
             .fetch_add(s.malformed, Ordering::Relaxed);
         self.metrics.windows.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = closed.end.clone();
-        if self.replay.take().is_some() && self.dedup.horizon_ms() != self.shape().horizon_ms {
+        if self.replay.take().is_some() && self.dedup.horizon_ms() != self.horizon_ms() {
             // The completed window was built under an older horizon; what follows uses the
             // current one, restored as any restart at this checkpoint would restore it.
             let fence = self.fence()?.clone();
             let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
             self.dedup = self
-                .restore_dedup(&fence, &st.lease, self.shape().horizon_ms)
+                .restore_dedup(&fence, &st.lease, self.horizon_ms())
                 .await?;
         }
         Ok(())
     }
 
-    /// The shape of a window built now, from the current settings.
-    fn shape(&self) -> WindowShape {
-        let mut max = self.store.max_items_per_commit();
-        if self.cfg.max_items_per_commit > 0 {
-            max = max.min(self.cfg.max_items_per_commit);
-        }
-        WindowShape {
-            max_items: max as u32,
-            horizon_ms: self.cfg.dedup_horizon.as_millis() as i64,
-        }
+    /// The dedup horizon of windows built now, from the current settings.
+    fn horizon_ms(&self) -> i64 {
+        self.cfg.dedup_horizon.as_millis() as i64
+    }
+
+    /// The horizon of the window being built: the pending one's, when rebuilding it.
+    fn window_horizon(&self) -> i64 {
+        self.replay
+            .as_ref()
+            .and_then(|p| p.horizon_ms)
+            .unwrap_or_else(|| self.horizon_ms())
     }
 }
 
@@ -254,15 +253,12 @@ impl ShardProcessor for CounterShard {
         self.checkpoint = st.lease.checkpoint.clone();
         self.replay = st.pending.clone();
         self.window = None;
-        // A half-applied window is rebuilt with the horizon it was built with; a child shard
-        // also remembers its ancestors' recent ids, since a retry may land across reshards.
-        let horizon = match &self.replay {
-            Some(Pending { shape: Some(s), .. }) => s.horizon_ms,
-            _ => self.shape().horizon_ms,
-        };
+        // A pending window is rebuilt with the horizon it was built with; a child shard also
+        // remembers its ancestors' recent ids, since a retry may land across reshards.
+        let horizon = self.window_horizon();
         self.dedup = self.restore_dedup(fence, &st.lease, horizon).await?;
         if let Some(p) = &self.replay {
-            tracing::info!(end = %p.end, done = p.done, count = p.count, "resuming a half-applied window");
+            tracing::info!(end = %p.end, "resuming a pending window");
         }
         Ok(StartPosition::after(self.checkpoint.as_ref()))
     }
@@ -294,17 +290,14 @@ impl ShardProcessor for CounterShard {
                 .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
             window.push(&self.shard_id, record, &mut self.dedup);
             match &self.replay {
-                Some(p) if record.seq == p.end => {
-                    let done = p.done;
-                    self.close_and_apply(done, false).await?;
-                }
+                Some(p) if record.seq == p.end => self.close_and_apply(false).await?,
                 Some(_) => {}
                 None if self
                     .window
                     .as_ref()
                     .is_some_and(|w| w.len() >= self.cfg.window_records) =>
                 {
-                    self.close_and_apply(0, false).await?
+                    self.close_and_apply(false).await?
                 }
                 None => {}
             }
@@ -318,7 +311,7 @@ impl ShardProcessor for CounterShard {
             .as_ref()
             .is_some_and(|w| now_ms - w.opened_at_ms() >= self.cfg.window_time.as_millis() as i64);
         if due && self.replay.is_none() {
-            self.close_and_apply(0, false).await?;
+            self.close_and_apply(false).await?;
         }
         Ok(())
     }
@@ -332,7 +325,7 @@ impl ShardProcessor for CounterShard {
             return Ok(());
         }
         if self.window.as_ref().is_some_and(|w| !w.is_empty()) {
-            self.close_and_apply(0, shard_end).await
+            self.close_and_apply(shard_end).await
         } else if shard_end {
             let fence = self.fence()?.clone();
             Ok(self.store.mark_finished(&fence).await?)

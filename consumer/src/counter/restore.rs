@@ -1,6 +1,8 @@
 //! The duplicate filter's life in the store: restored across the shard's lineage within the
 //! horizon, and expired as the arrival clock passes it.
 
+use std::collections::HashMap;
+
 use super::*;
 
 impl CounterShard {
@@ -37,6 +39,7 @@ impl CounterShard {
         // neither do its own ancestors. A row that is gone was deleted only once every child's
         // clock had passed its own by more than the horizon: nothing in it can matter here.
         let mut shards = vec![fence.shard_id.clone()];
+        let mut checkpoints = HashMap::from([(fence.shard_id.clone(), row.checkpoint.clone())]);
         let mut frontier = row.parents.clone();
         while let Some(id) = frontier.pop() {
             if shards.contains(&id) {
@@ -47,10 +50,24 @@ impl CounterShard {
             };
             if a.max_arrival == i64::MIN || a.max_arrival >= min {
                 frontier.extend(a.parents);
+                checkpoints.insert(id.clone(), a.checkpoint);
                 shards.push(id);
             }
         }
-        let records = self.store.load_dedup(&fence.app, &shards, min).await?;
+        // Only windows at or before each shard's checkpoint: a pending window's record may be
+        // stored before its checkpoint moves, and its ids are that window's own, not duplicates.
+        let records = self
+            .store
+            .load_dedup(&fence.app, &shards, min)
+            .await?
+            .into_iter()
+            .filter(|r| {
+                checkpoints
+                    .get(&r.shard_id)
+                    .is_some_and(|c| c.as_ref().is_some_and(|c| r.end <= *c))
+            })
+            .map(|r| r.record)
+            .collect();
         let dedup = Dedup::restore(horizon_ms, clock, records);
         tracing::info!(
             ids = dedup.len(),
@@ -85,11 +102,8 @@ impl CounterShard {
             self.store.expire_dedup(&fence.app, &fence.shard_id, before)
         })
         .await;
-        match r {
-            Ok(units) => self.metrics.cost.add_one(Purpose::Dedup, units),
-            Err(e) => {
-                tracing::warn!(error = %e, "expiring dedup records failed; restores skip them")
-            }
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "expiring dedup records failed; restores skip them")
         }
     }
 }

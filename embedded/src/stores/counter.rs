@@ -1,63 +1,203 @@
-//! [`CounterStore`]: each chunk one SQLite transaction with the checkpoint row.
+//! [`CounterStore`]: the summary items of [`tally_core::summary`] as rows of attribute maps, each
+//! write applied with the same condition and effect as on DynamoDB (and charged the same).
+
+use tally_core::buckets::PostDelta;
+use tally_core::cost::Purpose;
+use tally_core::ports::{Applied, StoredDedup, WindowRef, WindowRest};
+use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
+use tally_core::window::{dead_letter_units, dedup_write_units};
 
 use super::*;
 
+fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<Attrs>> {
+    let json: Option<String> = c
+        .prepare_cached("SELECT attrs FROM items WHERE pk = ?1 AND sk = ?2")
+        .map_err(sql_err)?
+        .query_row(params![pk, sk], |r| r.get(0))
+        .optional()
+        .map_err(sql_err)?;
+    json.map(|j| {
+        serde_json::from_str(&j)
+            .map_err(|e| PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}")))
+    })
+    .transpose()
+}
+
+fn put_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
+    let json = serde_json::to_string(a).map_err(|e| PortError::Other(e.to_string()))?;
+    c.prepare_cached("INSERT OR REPLACE INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)")
+        .map_err(sql_err)?
+        .execute(params![pk, sk, json])
+        .map_err(sql_err)?;
+    Ok(())
+}
+
+/// The items of partition `pk` with `lo <= sk < hi`, with DynamoDB's sizes.
+fn query(c: &Connection, pk: &str, lo: &str, hi: &str) -> PortResult<Vec<(String, Attrs)>> {
+    let mut st = c
+        .prepare_cached("SELECT sk, attrs FROM items WHERE pk = ?1 AND sk >= ?2 AND sk < ?3")
+        .map_err(sql_err)?;
+    let rows = st
+        .query_map(params![pk, lo, hi], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(sql_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err)?;
+    rows.into_iter()
+        .map(|(sk, j)| {
+            serde_json::from_str(&j)
+                .map(|a| (sk.clone(), a))
+                .map_err(|e| PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}")))
+        })
+        .collect()
+}
+
+/// The read units of one Query that returned `items` of partition `pk`.
+fn query_units(pk: &str, items: &[(String, Attrs)]) -> u64 {
+    summary::read_units(items.iter().map(|(sk, a)| summary::item_size(pk, sk, a)))
+}
+
+/// Applies one conditional write, charging it as DynamoDB would; `Err(Refused::Stale)` asks for a
+/// re-plan.
+fn write(c: &Connection, pk: &str, w: &Write, end: &str, out: &mut Applied) -> PortResult<Result<(), Refused>> {
+    let item = get_item(c, pk, &w.sk)?;
+    match summary::apply(item.as_ref(), w, end) {
+        Ok(a) => {
+            put_item(c, pk, &w.sk, &a)?;
+            out.written += 1;
+            out.units.add(w.purpose, summary::write_units(pk, &w.sk, &a));
+            Ok(Ok(()))
+        }
+        Err(r) => {
+            out.refused += 1;
+            let size = item.map_or(1, |a| summary::write_units(pk, &w.sk, &a));
+            out.units.add(Purpose::FailedConditions, size);
+            Ok(Err(r))
+        }
+    }
+}
+
+fn apply_post(c: &Connection, shard: &str, post: &str, delta: &PostDelta, end: &str, out: &mut Applied) -> PortResult<()> {
+    let live_sk = summary::live_sk(shard);
+    // Reads are free here; the plan is made from the item as it is, like a writer that has it.
+    for _ in 0..3 {
+        let known = match get_item(c, post, &live_sk)? {
+            None => Known::Absent,
+            Some(a) => Known::Item(LiveState::from_attrs(&a).ok_or_else(|| {
+                PortError::Other(format!("embedded store: corrupt live item {post}/{live_sk}"))
+            })?),
+        };
+        let writes = match summary::plan(shard, delta, end, &known) {
+            Plan::Skip => {
+                // DynamoDB's writer tries the write and is refused.
+                out.refused += 1;
+                out.units.add(Purpose::FailedConditions, 1);
+                return Ok(());
+            }
+            Plan::NeedItem => unreachable!("a plan from the item itself never needs it"),
+            Plan::Writes(ws) => ws,
+        };
+        let mut stale = false;
+        for w in &writes {
+            stale |= write(c, post, w, end, out)? == Err(Refused::Stale);
+        }
+        if !stale {
+            return Ok(());
+        }
+    }
+    Err(PortError::Other(format!(
+        "embedded store: the live item {post}/{live_sk} kept changing while being written"
+    )))
+}
+
 #[async_trait]
 impl CounterStore for Embedded {
-    fn max_items_per_commit(&self) -> usize {
-        // One SQLite transaction has no item limit; chunks keep each lock short.
-        2_000
-    }
-
-    async fn commit_chunk(&self, commit: ChunkCommit<'_>) -> PortResult<()> {
-        let fence = commit.fence.clone();
-        let start_after = commit.start_after.cloned();
-        let end = commit.end.clone();
-        let (index, count, shape) = (commit.index, commit.count, commit.shape);
-        let items = commit.items.to_vec();
-        let last = commit
-            .last
-            .map(|l| (l.dedup.clone(), l.total_delta, l.shard_finished));
+    async fn begin_window(
+        &self,
+        fence: &Fence,
+        start_after: Option<&SeqNo>,
+        end: &SeqNo,
+        horizon_ms: i64,
+    ) -> PortResult<()> {
+        let (fence, start_after, end) = (fence.clone(), start_after.cloned(), end.clone());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let st = check_fence(&tx, &fence)?;
-            let progress_ok = st.lease.checkpoint == start_after
-                && match &st.pending {
-                    None => index == 0,
-                    Some(p) => p.end == end && p.done == index && p.count == count,
-                };
-            if !progress_ok {
+            if st.lease.checkpoint != start_after || st.pending.is_some() {
                 return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
             }
-            for item in &items {
-                write_item(&tx, item)?;
+            tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2 WHERE app = ?3 AND shard_id = ?4")
+                .map_err(sql_err)?
+                .execute(params![end.as_str(), horizon_ms, fence.app, fence.shard_id])
+                .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn apply_posts(&self, w: WindowRef<'_>, posts: &[(String, PostDelta)]) -> PortResult<Applied> {
+        let (shard, end, posts) = (w.shard_id.to_owned(), summary::marker(w.end), posts.to_vec());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let mut out = Applied::default();
+            for (post, delta) in &posts {
+                apply_post(&tx, &shard, post, delta, &end, &mut out)?;
             }
-            match last {
-                Some((dedup, total_delta, finished)) => {
-                    // `expires_ms` is the arrival time past which this shard no longer needs the
-                    // record (for reading); records expire by `expire_dedup`, never by wall clock.
-                    tx.prepare_cached("INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
-                        .map_err(sql_err)?
-                        .execute(params![fence.app, fence.shard_id, end.as_str(), dedup.max_arrival, dedup.max_arrival.saturating_add(shape.horizon_ms), dedup.encode_ids()])
-                        .map_err(sql_err)?;
-                    tx.prepare_cached("INSERT INTO global_totals (app, shard_id, n) VALUES (?1, ?2, ?3) ON CONFLICT (app, shard_id) DO UPDATE SET n = n + excluded.n")
-                        .map_err(sql_err)?
-                        .execute(params![fence.app, fence.shard_id, total_delta])
-                        .map_err(sql_err)?;
-                    tx.prepare_cached(
-                        "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_done = NULL, pending_count = NULL, pending_max_items = NULL, pending_horizon_ms = NULL, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
-                    )
+            tx.commit().map_err(sql_err)?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied> {
+        let (app, shard, seq_end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.clone());
+        let end = summary::marker(w.end);
+        let (dead, total_delta, dedup, horizon_ms) = (rest.dead_letters.to_vec(), rest.total_delta, rest.dedup.clone(), rest.horizon_ms);
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let mut out = Applied::default();
+            for d in &dead {
+                // An overwrite with the same content, as DynamoDB's PutItem.
+                write_dead_letter(&tx, d)?;
+                out.written += 1;
+                out.units.add(Purpose::DeadLetters, dead_letter_units(d));
+            }
+            let total = summary::global_total_write(&app, &shard, total_delta, &end);
+            write(&tx, GLOBAL_PK, &total, &end, &mut out)?.ok();
+            if !dedup.ids.is_empty() {
+                // Written once (a second write would replace it); expires by arrival, not wall clock.
+                let n = tx.prepare_cached("INSERT OR IGNORE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                     .map_err(sql_err)?
-                    .execute(params![end.as_str(), dedup.max_arrival, finished as i64, fence.app, fence.shard_id])
+                    .execute(params![app, shard, seq_end.as_str(), dedup.max_arrival, dedup.max_arrival.saturating_add(horizon_ms), dedup.encode_ids()])
                     .map_err(sql_err)?;
-                }
-                None => {
-                    tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_done = ?2, pending_count = ?3, pending_max_items = ?4, pending_horizon_ms = ?5 WHERE app = ?6 AND shard_id = ?7")
-                        .map_err(sql_err)?
-                        .execute(params![end.as_str(), index as i64 + 1, count as i64, shape.max_items as i64, shape.horizon_ms, fence.app, fence.shard_id])
-                        .map_err(sql_err)?;
+                let units = dedup_write_units(&dedup);
+                if n == 1 {
+                    out.written += 1;
+                    out.units.add(Purpose::Dedup, units);
+                } else {
+                    out.refused += 1;
+                    out.units.add(Purpose::FailedConditions, units);
                 }
             }
+            tx.commit().map_err(sql_err)?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn finish_window(&self, fence: &Fence, end: &SeqNo, max_arrival: i64, shard_finished: bool) -> PortResult<()> {
+        let (fence, end) = (fence.clone(), end.clone());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let st = check_fence(&tx, &fence)?;
+            if st.pending.map(|p| p.end) != Some(end.clone()) {
+                return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
+            }
+            tx.prepare_cached("UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, finished = ?3 WHERE app = ?4 AND shard_id = ?5")
+                .map_err(sql_err)?
+                .execute(params![end.as_str(), max_arrival, shard_finished as i64, fence.app, fence.shard_id])
+                .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
         .await
@@ -74,9 +214,9 @@ impl CounterStore for Embedded {
             if st.lease.checkpoint != start_after || st.pending.map(|p| p.end) != pending_end {
                 return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
             }
-            write_item(&tx, &WriteItem::DeadLetter(gap))?;
+            write_dead_letter(&tx, &gap)?;
             tx.execute(
-                "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_done = NULL, pending_count = NULL, pending_max_items = NULL, pending_horizon_ms = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
+                "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_horizon_ms = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
                 params![checkpoint.as_ref().map(|s| s.as_str()), finished as i64, fence.app, fence.shard_id],
             )
             .map_err(sql_err)?;
@@ -85,43 +225,34 @@ impl CounterStore for Embedded {
         .await
     }
 
-    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<u64> {
+    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
         let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
         self.run(move |c| {
-            // What DynamoDB would charge: a delete costs the deleted item's size, in started KB.
-            let units: i64 = c
-                .prepare_cached("SELECT COALESCE(SUM((length(ids) + 160 + 1023) / 1024), 0) FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3")
-                .map_err(sql_err)?
-                .query_row(params![app, shard_id, before], |r| r.get(0))
-                .map_err(sql_err)?;
             c.prepare_cached("DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3")
                 .map_err(sql_err)?
                 .execute(params![app, shard_id, before])
                 .map_err(sql_err)?;
-            Ok(units.max(0) as u64)
+            Ok(())
         })
         .await
     }
 
-    async fn load_dedup(
-        &self,
-        app: &str,
-        shard_ids: &[String],
-        min_arrival: i64,
-    ) -> PortResult<Vec<DedupRecord>> {
+    async fn load_dedup(&self, app: &str, shard_ids: &[String], min_arrival: i64) -> PortResult<Vec<StoredDedup>> {
         let (app, shard_ids) = (app.to_owned(), shard_ids.to_vec());
         self.run(move |c| {
             let mut out = Vec::new();
-            let mut st = c.prepare_cached("SELECT max_arrival, ids FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival >= ?3").map_err(sql_err)?;
+            let mut st = c.prepare_cached("SELECT end_seq, max_arrival, ids FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival >= ?3").map_err(sql_err)?;
             for s in &shard_ids {
                 let rows = st
-                    .query_map(params![app, s, min_arrival], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+                    .query_map(params![app, s, min_arrival], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))
                     .map_err(sql_err)?
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(sql_err)?;
-                for (max_arrival, ids) in rows {
-                    let ids = DedupRecord::decode_ids(&ids).ok_or_else(|| PortError::Other(format!("embedded store: corrupt dedup record of {s}")))?;
-                    out.push(DedupRecord { max_arrival, ids });
+                for (end, max_arrival, ids) in rows {
+                    let corrupt = || PortError::Other(format!("embedded store: corrupt dedup record of {s}"));
+                    let ids = DedupRecord::decode_ids(&ids).ok_or_else(corrupt)?;
+                    let end = SeqNo::parse(&end).ok_or_else(corrupt)?;
+                    out.push(StoredDedup { shard_id: s.clone(), end, record: DedupRecord { max_arrival, ids } });
                 }
             }
             Ok(out)
@@ -132,54 +263,29 @@ impl CounterStore for Embedded {
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
         let post = post_id.to_owned();
         self.run(move |c| {
-            let get = |sk: &str, slot: i64| -> PortResult<i64> {
-                c.query_row("SELECT n FROM counts WHERE post_id = ?1 AND sk = ?2 AND slot = ?3", params![post, sk, slot], |r| r.get(0))
-                    .optional()
-                    .map(|o| o.unwrap_or(0))
-                    .map_err(sql_err)
-            };
-            let total = get("T", -1)?;
+            let mut items = query(c, &post, summary::LIVE_PREFIX, "L$")?;
+            let mut read_units = query_units(&post, &items);
+            let total = summary::total(&items);
             let since = match since_ms {
                 None => None,
                 Some(t) => {
-                    let plan = since_plan(t);
-                    let slots = |sk: String| -> PortResult<Vec<(u8, i64)>> {
-                        let mut st = c.prepare_cached("SELECT slot, n FROM counts WHERE post_id = ?1 AND sk = ?2 AND slot >= 0").map_err(sql_err)?;
-                        let rows = st.query_map(params![post, sk], |r| Ok((r.get::<_, i64>(0)? as u8, r.get(1)?))).map_err(sql_err)?;
-                        rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
-                    };
-                    let mut st = c.prepare_cached("SELECT n FROM counts WHERE post_id = ?1 AND sk >= ?2 AND sk < 'E' AND slot = -1").map_err(sql_err)?;
-                    let later_days = st
-                        .query_map(params![post, ItemKind::Day(plan.first_full_day.clone()).sort_key()], |r| r.get(0))
-                        .map_err(sql_err)?
-                        .collect::<Result<Vec<i64>, _>>()
-                        .map_err(sql_err)?;
-                    let items = StoredItems {
-                        total,
-                        hour_slots: slots(ItemKind::Hour(plan.hour_key.clone()).sort_key())?,
-                        day_slots: slots(ItemKind::Day(plan.day_key.clone()).sort_key())?,
-                        later_days,
-                    };
-                    Some((since_count(&plan, &items), items.later_days.len()))
+                    let (hour_prefix, (day_lo, day_hi)) = summary::since_reads(t);
+                    let hours = query(c, &post, &hour_prefix, &format!("{hour_prefix}\u{10ffff}"))?;
+                    let days = query(c, &post, &day_lo, &day_hi)?;
+                    read_units += query_units(&post, &hours) + query_units(&post, &days);
+                    items.extend(hours);
+                    items.extend(days);
+                    Some(summary::since(&items, t))
                 }
             };
-            Ok(PostCount {
-                total,
-                since: since.map(|(n, _)| n),
-                read_units: post_count_read_units(since.is_some(), since.map_or(0, |(_, d)| d)),
-            })
+            Ok(PostCount { total, since, read_units })
         })
         .await
     }
 
     async fn global_total(&self) -> PortResult<i64> {
-        self.run(|c| {
-            c.query_row("SELECT COALESCE(SUM(n), 0) FROM global_totals", [], |r| {
-                r.get(0)
-            })
-            .map_err(sql_err)
-        })
-        .await
+        self.run(|c| Ok(summary::total_of(&query(c, GLOBAL_PK, "", "\u{10ffff}")?)))
+            .await
     }
 
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {

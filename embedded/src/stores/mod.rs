@@ -7,16 +7,13 @@
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
-use tally_core::buckets::{since_count, since_plan, ItemKind, StoredItems};
-use tally_core::cost::post_count_read_units;
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, ChunkCommit, CounterStore, Fence,
-    GapCommit, LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState,
-    TrendingEntry, WindowShape,
+    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit,
+    LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
 };
-use tally_core::window::{DeadLetter, WriteItem};
+use tally_core::window::DeadLetter;
 use tally_core::SeqNo;
 
 use crate::{sql_err, Embedded};
@@ -26,7 +23,7 @@ mod baselines;
 mod counter;
 mod leases;
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_done, pending_count, pending_max_items, pending_horizon_ms";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms";
 
 fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
     let checkpoint: Option<String> = r.get(5)?;
@@ -47,15 +44,7 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
         pending: match pending_end.as_deref().and_then(SeqNo::parse) {
             Some(end) => Some(Pending {
                 end,
-                done: r.get::<_, i64>(10)? as u32,
-                count: r.get::<_, i64>(11)? as u32,
-                shape: match (r.get::<_, Option<i64>>(12)?, r.get::<_, Option<i64>>(13)?) {
-                    (Some(m), Some(h)) => Some(WindowShape {
-                        max_items: m as u32,
-                        horizon_ms: h,
-                    }),
-                    _ => None,
-                },
+                horizon_ms: r.get(10)?,
             }),
             None => None,
         },
@@ -88,26 +77,10 @@ fn check_fence(tx: &Transaction<'_>, fence: &Fence) -> PortResult<ShardState> {
     Ok(st)
 }
 
-fn write_item(tx: &Transaction<'_>, item: &WriteItem) -> PortResult<()> {
-    match item {
-        WriteItem::Summary(s) => {
-            let sk = s.kind.sort_key();
-            let mut up = tx
-                .prepare_cached("INSERT INTO counts (post_id, sk, slot, n) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (post_id, sk, slot) DO UPDATE SET n = n + excluded.n")
-                .map_err(sql_err)?;
-            up.execute(params![s.post_id, sk, -1, s.n])
-                .map_err(sql_err)?;
-            for (slot, n) in &s.slots {
-                up.execute(params![s.post_id, sk, *slot as i64, n])
-                    .map_err(sql_err)?;
-            }
-        }
-        WriteItem::DeadLetter(d) => {
-            tx.prepare_cached("INSERT OR IGNORE INTO dead_letters (shard_id, seq, arrival_ms, reason, data, size) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
-                .map_err(sql_err)?
-                .execute(params![d.shard_id, d.seq.as_str(), d.arrival_ms, d.reason, d.data, d.size as i64])
-                .map_err(sql_err)?;
-        }
-    }
+fn write_dead_letter(tx: &Transaction<'_>, d: &DeadLetter) -> PortResult<()> {
+    tx.prepare_cached("INSERT OR IGNORE INTO dead_letters (shard_id, seq, arrival_ms, reason, data, size) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+        .map_err(sql_err)?
+        .execute(params![d.shard_id, d.seq.as_str(), d.arrival_ms, d.reason, d.data, d.size as i64])
+        .map_err(sql_err)?;
     Ok(())
 }
