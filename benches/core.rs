@@ -1,11 +1,12 @@
 //! The pure core's hot path: folding records into a window (decode, dedup, per-post deltas) and
-//! cutting it into chunks.
+//! planning its summary writes.
 #![allow(clippy::unwrap_used)]
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tally_core::dedup::Dedup;
 use tally_core::ports::StreamRecord;
-use tally_core::window::{plan_chunks, WindowBuilder};
+use tally_core::summary::{marker, plan, Known, Plan};
+use tally_core::window::WindowBuilder;
 use tally_core::SeqNo;
 
 fn records(n: usize, posts: usize) -> Vec<StreamRecord> {
@@ -35,7 +36,14 @@ fn fold(c: &mut Criterion) {
                     w.push("shard-0", r, &mut dedup);
                 }
                 let closed = w.close(&mut dedup);
-                plan_chunks(closed.items.len(), 97).len()
+                let end = marker(closed.end.as_ref().unwrap());
+                closed
+                    .posts
+                    .iter()
+                    .filter(|(_, d)| {
+                        matches!(plan("shard-0", d, &end, &Known::Unknown), Plan::Writes(_))
+                    })
+                    .count()
             },
             BatchSize::SmallInput,
         )

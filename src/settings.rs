@@ -84,6 +84,8 @@ pub struct CounterSettings {
     /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
     /// DynamoDB: that many conditional writes, 32 in flight at a time).
     pub posts_per_batch: usize,
+    /// Test failpoint: abort after this many batches of post writes (0: off).
+    pub crash_after_batches: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -170,6 +172,7 @@ impl Default for CounterSettings {
             window_ms: c.window_time.as_millis() as u64,
             dedup_horizon_secs: c.dedup_horizon.as_secs(),
             posts_per_batch: c.posts_per_batch,
+            crash_after_batches: 0,
         }
     }
 }

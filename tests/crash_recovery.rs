@@ -1,5 +1,6 @@
 //! The counter killed in the middle — by SIGKILL at random moments, and by a failpoint between
-//! two chunks of a window — and restarted: every count still exact, dead letters counted once.
+//! two batches of a window's writes — and restarted: every count still exact, dead letters
+//! counted once.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -8,10 +9,10 @@ use std::time::Duration;
 
 use common::{file_in, write_contract_file, Target};
 
-/// Small windows cut into many chunks, so that kills land inside windows.
+/// Small windows written in many store calls, so that kills land inside windows.
 const CHUNKY: &[(&str, &str)] = &[
     ("TALLY_COUNTER__WINDOW_RECORDS", "150"),
-    ("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "7"),
+    ("TALLY_COUNTER__POSTS_PER_BATCH", "3"),
     ("TALLY_LEASE__DURATION_MS", "1000"),
     ("TALLY_LEASE__RENEW_MS", "200"),
     ("TALLY_LEASE__POLL_MS", "100"),
@@ -76,24 +77,24 @@ fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower
 }
 
 #[test]
-fn crash_between_two_chunks_resumes_the_window_embedded() {
-    crash_between_two_chunks_resumes_the_window(Target::embedded());
+fn crash_between_two_batches_resumes_the_window_embedded() {
+    crash_between_two_batches_resumes_the_window(Target::embedded());
 }
 
 #[cfg(feature = "aws-local")]
 #[test]
-fn crash_between_two_chunks_resumes_the_window_aws() {
-    crash_between_two_chunks_resumes_the_window(Target::aws("chunks", 2));
+fn crash_between_two_batches_resumes_the_window_aws() {
+    crash_between_two_batches_resumes_the_window(Target::aws("batches", 2));
 }
 
-fn crash_between_two_chunks_resumes_the_window(t: Target) {
+fn crash_between_two_batches_resumes_the_window(t: Target) {
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, 2_000, 80, 5);
     t.run(&["replay", file.to_str().unwrap()]);
-    // Abort right after the 3rd chunk commit: the first window (150 records, dozens of items in
-    // chunks of 7) is then half applied.
+    // Abort right after the 3rd batch of post writes: the first window (150 records, dozens of
+    // posts in batches of 3) is then partly written.
     let mut env = CHUNKY.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "3"));
+    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3"));
     let out = t.fail(&["count", "--until-idle", "--worker-id", "w"], &env);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("failpoint"),
@@ -104,9 +105,9 @@ fn crash_between_two_chunks_resumes_the_window(t: Target) {
     let partial = t.json(&["total", "--json"])["total"].as_i64().unwrap();
     assert_eq!(
         partial, 0,
-        "the global total moves only with a window's last chunk"
+        "the global total moves only after a window's posts"
     );
-    // …and a restart applies exactly the missing chunks.
+    // …and a restart applies the window again: what was written is refused, the rest written.
     t.run_env(&["count", "--until-idle", "--worker-id", "w"], CHUNKY);
     check_exact(&t, &exp);
 }
@@ -123,15 +124,15 @@ fn a_half_applied_window_is_completed_under_changed_settings_aws() {
 }
 
 /// A rolling configuration change meets a half-applied window: the restarted counter has another
-/// chunk size, another dedup horizon and another window size, yet completes the window exactly
-/// as it was cut and decided (the shape is stored with the pending progress), then goes on with
-/// the new settings.
+/// batch size, another dedup horizon and another window size, yet completes the window exactly
+/// as it was decided (its horizon is stored with the pending end), then goes on with the new
+/// settings.
 fn a_half_applied_window_is_completed_under_changed_settings(t: Target) {
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, 2_000, 80, 6);
     t.run(&["replay", file.to_str().unwrap()]);
     let mut env = CHUNKY.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "2"));
+    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "2"));
     let out = t.fail(&["count", "--until-idle", "--worker-id", "w"], &env);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("failpoint"),
@@ -140,7 +141,7 @@ fn a_half_applied_window_is_completed_under_changed_settings(t: Target) {
     );
     let changed = [
         ("TALLY_COUNTER__WINDOW_RECORDS", "400"),
-        ("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "11"),
+        ("TALLY_COUNTER__POSTS_PER_BATCH", "5"),
         ("TALLY_COUNTER__DEDUP_HORIZON_SECS", "300"),
         ("TALLY_LEASE__DURATION_MS", "1000"),
         ("TALLY_LEASE__RENEW_MS", "200"),

@@ -252,9 +252,10 @@ fn a_child_restores_only_what_the_horizon_needs_aws() {
     a_child_restores_only_what_the_horizon_needs(Target::aws("horizon", 1));
 }
 
-/// Every dedup record of the counter for `shard` in the target's store, read through the port.
-fn stored_dedup_records(t: &Target, shard: &str) -> usize {
-    use tally_core::ports::CounterStore;
+/// The counter's dedup records for `shard` in the target's store, read through the port: those a
+/// restore at the shard's checkpoint selects (within the horizon of its clock), and all stored.
+fn stored_dedup_records(t: &Target, shard: &str, horizon_ms: i64) -> (usize, usize) {
+    use tally_core::ports::{CounterStore, LeaseStore};
     let rt = tokio::runtime::Runtime::new().unwrap();
     let shards = [shard.to_owned()];
     rt.block_on(async {
@@ -273,30 +274,31 @@ fn stored_dedup_records(t: &Target, shard: &str) -> usize {
                 }
             }
             let s = tally_aws::AwsSettings {
+                stream_retention_hours: 24,
                 stream: arg("--stream"),
                 table_prefix: arg("--table-prefix"),
                 kinesis_endpoint_url: Some(arg("--kinesis-endpoint-url")),
                 dynamodb_endpoint_url: Some(arg("--dynamodb-endpoint-url")),
             };
             let aws = tally_aws::Aws::connect(&s).await.unwrap();
-            aws.tables
-                .load_dedup("counter", &shards, i64::MIN)
-                .await
-                .unwrap()
-                .len()
+            let clock = aws.tables.shard_state("counter", shard).await.unwrap().lease.max_arrival;
+            let all = aws.tables.load_dedup("counter", &shards, i64::MIN).await.unwrap();
+            let live = aws.tables.load_dedup("counter", &shards, clock - horizon_ms).await.unwrap();
+            (live.len(), all.len())
         } else {
             let e = tally_embedded::Embedded::open(t.dir.path(), 1).unwrap();
-            e.load_dedup("counter", &shards, i64::MIN)
-                .await
-                .unwrap()
-                .len()
+            let clock = e.shard_state("counter", shard).await.unwrap().lease.max_arrival;
+            let all = e.load_dedup("counter", &shards, i64::MIN).await.unwrap();
+            let live = e.load_dedup("counter", &shards, clock - horizon_ms).await.unwrap();
+            (live.len(), all.len())
         }
     })
 }
 
-/// Dedup records are deleted as the shard's arrival clock passes their horizon (not after a
-/// wall-clock TTL): after a second batch that arrives more than the horizon after the first, only
-/// the second batch's record is stored.
+/// Dedup records leave a restore's reach as the shard's arrival clock passes their horizon (not
+/// after a wall-clock time): after a second batch that arrives more than the horizon after the
+/// first, a restore selects only the second batch's records. The embedded store deletes the
+/// others; on DynamoDB their TTL does (for nothing), so they are still stored.
 fn dedup_records_expire_as_the_arrival_clock_moves(t: Target) {
     let env = [("TALLY_COUNTER__DEDUP_HORIZON_SECS", "1")];
     let mut last_windows = 0;
@@ -310,11 +312,16 @@ fn dedup_records_expire_as_the_arrival_clock_moves(t: Target) {
     }
     // One PutRecords batch: the second batch's records arrive within the horizon of each other.
     assert!(last_windows >= 1);
+    let (restorable, stored) = stored_dedup_records(&t, "shardId-000000000000", 1_000);
     assert_eq!(
-        stored_dedup_records(&t, "shardId-000000000000"),
-        last_windows,
+        restorable, last_windows,
         "only the last batch's windows are still within the horizon"
     );
+    if t.is_aws() {
+        assert!(stored > restorable, "DynamoDB leaves them to their TTL");
+    } else {
+        assert_eq!(stored, restorable, "the embedded store deletes them");
+    }
 }
 
 #[test]
@@ -364,7 +371,7 @@ fn gaps(t: &Target) -> Vec<serde_json::Value> {
 
 const SMALL_WINDOWS: &[(&str, &str)] = &[
     ("TALLY_COUNTER__WINDOW_RECORDS", "150"),
-    ("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", "7"),
+    ("TALLY_COUNTER__POSTS_PER_BATCH", "3"),
 ];
 
 /// The stream's retention trims the rest of a half-applied window before a restarted counter can
@@ -378,7 +385,7 @@ fn a_trimmed_pending_window_is_recorded_as_a_gap_and_the_shard_goes_on() {
     write_contract_file(&old, 2_000, 80, 8);
     t.run(&["replay", old.to_str().unwrap()]);
     let mut env = SMALL_WINDOWS.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "2"));
+    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "2"));
     t.fail(&["count", "--until-idle"], &env);
     std::thread::sleep(std::time::Duration::from_millis(1_500));
     let new = file_in(&t, "new.ndjson");
@@ -404,7 +411,7 @@ fn a_trimmed_pending_window_is_recorded_as_a_gap_and_the_shard_goes_on() {
     assert_eq!(g[0]["shard_id"], "shardId-000000000000");
     let reason = g[0]["reason"].as_str().unwrap();
     assert!(
-        reason.contains("retention") && reason.contains("chunks"),
+        reason.contains("retention") && reason.contains("partly counted"),
         "{reason}"
     );
     // Counting again reads nothing more and records no new gap.
@@ -478,7 +485,7 @@ fn a_trimmed_pending_window_at_the_tip_is_recorded_as_a_gap() {
     write_contract_file(&old, 1_000, 80, 9);
     t.run(&["replay", old.to_str().unwrap()]);
     let mut env = SMALL_WINDOWS.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_CHUNKS", "2"));
+    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "2"));
     t.fail(&["count", "--until-idle"], &env);
     let trimmed = t.run(&["trim", "--older-than", "0s"]);
     assert!(trimmed.starts_with("trimmed 10"), "{trimmed}");

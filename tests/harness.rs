@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{file_in, write_contract_file, Bg, Target};
 
-/// Small windows (each cut into many chunks by `TALLY_COUNTER__MAX_ITEMS_PER_COMMIT`, so that
+/// Small windows (each written in many store calls by `TALLY_COUNTER__POSTS_PER_BATCH`, so that
 /// kills land inside windows), short leases.
 const CHUNKY: &[(&str, &str)] = &[
     ("TALLY_COUNTER__WINDOW_RECORDS", "150"),
@@ -55,12 +55,12 @@ fn owners(t: &Target) -> BTreeMap<String, Option<String>> {
         .collect()
 }
 
-/// How a backend is driven: events per part, items per atomic write, and the range of delays
+/// How a backend is driven: events per part, posts per store call, and the range of delays
 /// (ms) after which a counter is killed — within the time a part takes to apply, so that kills
 /// land inside windows.
 struct Pace {
     events_per_part: usize,
-    items_per_commit: &'static str,
+    posts_per_batch: &'static str,
     kill_after_ms: std::ops::Range<u64>,
     /// Timeouts scale with it.
     slower: u64,
@@ -69,12 +69,12 @@ struct Pace {
 fn harness(t: Target, pace: Pace) {
     let Pace {
         events_per_part,
-        items_per_commit,
+        posts_per_batch,
         kill_after_ms,
         slower,
     } = pace;
     let mut chunky = CHUNKY.to_vec();
-    chunky.push(("TALLY_COUNTER__MAX_ITEMS_PER_COMMIT", items_per_commit));
+    chunky.push(("TALLY_COUNTER__POSTS_PER_BATCH", posts_per_batch));
     let chunky = chunky.as_slice();
     // One part per round, each replayed twice (the second time every event is a producer retry
     // and every malformed line a new dead letter at its own sequence number), fed while the kills
@@ -205,7 +205,7 @@ fn crashes_and_stale_writers_keep_counts_exact_embedded() {
         t,
         Pace {
             events_per_part: 2_500,
-            items_per_commit: "2",
+            posts_per_batch: "1",
             kill_after_ms: 20..250,
             slower: 1,
         },
@@ -219,7 +219,7 @@ fn crashes_and_stale_writers_keep_counts_exact_aws() {
         Target::aws("harness", 2),
         Pace {
             events_per_part: 400,
-            items_per_commit: "3",
+            posts_per_batch: "2",
             kill_after_ms: 60..600,
             slower: 2,
         },

@@ -43,6 +43,7 @@ async fn fresh(name: &str, shards: usize) -> Fresh {
         }
     }
     let s = AwsSettings {
+        stream_retention_hours: 24,
         stream: format!("conf-{unique}"),
         table_prefix: format!("conf-{unique}"),
         kinesis_endpoint_url: Some(
@@ -80,9 +81,9 @@ async fn counter() {
 }
 
 #[tokio::test]
-async fn largest_chunk() {
+async fn largest_window() {
     let f = fresh("largest", 1).await;
-    tally_conformance::the_largest_chunk_fits_one_atomic_write(&f.aws.tables, "aws").await;
+    tally_conformance::the_largest_window_fits_the_store(&f.aws.tables, "aws").await;
 }
 
 #[tokio::test]
@@ -101,4 +102,10 @@ async fn dedup_expiry() {
 async fn gaps() {
     let f = fresh("gaps", 1).await;
     tally_conformance::gaps_are_recorded_with_the_checkpoint(&f.aws.tables, "aws").await;
+}
+
+#[tokio::test]
+async fn stale_writer() {
+    let f = fresh("stale", 1).await;
+    tally_conformance::a_paused_stale_writer_counts_nothing_twice(&f.aws.tables, "aws").await;
 }

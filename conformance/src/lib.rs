@@ -8,23 +8,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tally_core::buckets::{ItemKind, PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
+use tally_core::buckets::{PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
+use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, ChunkCommit, CounterStore, GapCommit, LastChunk, LeaseStore,
-    PortError, PutEntry, PutOutcome, ShardInfo, StartPosition, Stream, StreamRecord, TrendingEntry,
-    WindowShape,
+    AnalyticsSnapshot, AnalyticsStore, Applied, CounterStore, Fence, GapCommit, LeaseStore,
+    Pending, PortError, PutEntry, PutOutcome, ShardInfo, StartPosition, StoredDedup, Stream,
+    StreamRecord, TrendingEntry, WindowRef, WindowRest,
 };
 use tally_core::window::{
-    DeadLetter, WriteItem, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON, MAX_WINDOW_RECORDS,
+    DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON, MAX_WINDOW_RECORDS,
 };
 use tally_core::SeqNo;
 
-/// The shape every window of these checks is recorded with.
-const SHAPE: WindowShape = WindowShape {
-    max_items: 3,
-    horizon_ms: 600_000,
-};
+/// The dedup horizon every window of these checks is recorded with.
+const HORIZON_MS: i64 = 600_000;
 
 fn seq(s: &str) -> SeqNo {
     SeqNo::parse(s).unwrap()
@@ -236,12 +234,12 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
     ));
 }
 
-fn summary(post: &str, deltas: &[(i64, i64)]) -> Vec<WriteItem> {
+fn delta(deltas: &[(i64, i64)]) -> PostDelta {
     let mut d = PostDelta::default();
     for &(t, n) in deltas {
         d.add(t, n);
     }
-    d.items(post).into_iter().map(WriteItem::Summary).collect()
+    d
 }
 
 /// Creates a fresh shard's lease row and takes it as worker `w1`.
@@ -263,53 +261,93 @@ async fn held_lease(
         .expect("a fresh lease is free")
 }
 
-/// Counter store: the largest chunk a window can make fits one atomic write — a full chunk of dead
-/// letters of the largest size a record is cut to (data and reason), with the window's last-chunk
-/// writes and a dedup record of the largest window. On DynamoDB this is the 400 KB item and 4 MB
-/// transaction limit; a chunk over them would stall its shard.
-pub async fn the_largest_chunk_fits_one_atomic_write(store: &dyn CounterStore, name: &str) {
+/// What one window writes besides its posts.
+struct Rest<'a> {
+    dead: &'a [DeadLetter],
+    total: i64,
+    dedup: &'a DedupRecord,
+}
+
+/// Applies a whole window as the counter does: pending, posts, the rest, checkpoint.
+async fn window(
+    store: &dyn CounterStore,
+    fence: &Fence,
+    start_after: Option<&SeqNo>,
+    end: &SeqNo,
+    posts: &[(String, PostDelta)],
+    rest: Rest<'_>,
+    finished: bool,
+) -> Applied {
+    store
+        .begin_window(fence, start_after, end, HORIZON_MS)
+        .await
+        .unwrap();
+    let at = at(fence, end);
+    let mut out = store.apply_posts(at, posts).await.unwrap();
+    out.merge(&store.apply_rest(at, rest_of(&rest)).await.unwrap());
+    store
+        .finish_window(fence, end, rest.dedup.max_arrival, finished)
+        .await
+        .unwrap();
+    out
+}
+
+fn at<'a>(fence: &'a Fence, end: &'a SeqNo) -> WindowRef<'a> {
+    WindowRef {
+        app: &fence.app,
+        shard_id: &fence.shard_id,
+        end,
+    }
+}
+
+fn rest_of<'a>(r: &Rest<'a>) -> WindowRest<'a> {
+    WindowRest {
+        dead_letters: r.dead,
+        total_delta: r.total,
+        dedup: r.dedup,
+        horizon_ms: HORIZON_MS,
+    }
+}
+
+fn no_ids(max_arrival: i64) -> DedupRecord {
+    DedupRecord {
+        max_arrival,
+        ids: vec![],
+    }
+}
+
+/// Counter store: the largest window's writes fit — dead letters of the largest size a record is
+/// cut to (data and reason), and a dedup record of the largest window. On DynamoDB this is the
+/// 400 KB item limit; a write over it would stall its shard.
+pub async fn the_largest_window_fits_the_store(store: &dyn CounterStore, name: &str) {
     let app = format!("largest-{name}");
     let shard = format!("shard-{name}");
     let fence = held_lease(store, &app, &shard).await;
-    let n = store.max_items_per_commit();
-    let items: Vec<WriteItem> = (0..n)
-        .map(|i| {
-            WriteItem::DeadLetter(DeadLetter {
-                shard_id: shard.clone(),
-                seq: seq(&format!("{}", 100 + i)),
-                arrival_ms: i as i64,
-                // A multi-byte reason at its byte cap, and raw bytes at theirs.
-                reason: tally_core::window::truncate_utf8(
-                    &"é".repeat(DEAD_LETTER_MAX_REASON),
-                    DEAD_LETTER_MAX_REASON,
-                ),
-                data: vec![0xff; DEAD_LETTER_MAX_BYTES],
-                size: 10 << 20,
-            })
+    let dead: Vec<DeadLetter> = (0..100)
+        .map(|i| DeadLetter {
+            shard_id: shard.clone(),
+            seq: seq(&format!("{}", 100 + i)),
+            arrival_ms: i as i64,
+            // A multi-byte reason at its byte cap, and raw bytes at theirs.
+            reason: tally_core::window::truncate_utf8(
+                &"é".repeat(DEAD_LETTER_MAX_REASON),
+                DEAD_LETTER_MAX_REASON,
+            ),
+            data: vec![0xff; DEAD_LETTER_MAX_BYTES],
+            size: 10 << 20,
         })
         .collect();
     let dedup = DedupRecord {
         max_arrival: 1,
         ids: (0..MAX_WINDOW_RECORDS as u128).collect(),
     };
-    let end = seq(&format!("{}", 100 + n));
-    store
-        .commit_chunk(ChunkCommit {
-            fence: &fence,
-            start_after: None,
-            end: &end,
-            index: 0,
-            count: 1,
-            shape: SHAPE,
-            items: &items,
-            last: Some(LastChunk {
-                dedup: &dedup,
-                total_delta: 0,
-                shard_finished: false,
-            }),
-        })
-        .await
-        .unwrap();
+    let end = seq("300");
+    let rest = Rest {
+        dead: &dead,
+        total: 0,
+        dedup: &dedup,
+    };
+    window(store, &fence, None, &end, &[], rest, false).await;
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(st.lease.checkpoint, Some(end));
     let restored = store
@@ -317,18 +355,18 @@ pub async fn the_largest_chunk_fits_one_atomic_write(store: &dyn CounterStore, n
         .await
         .unwrap();
     assert_eq!(restored.len(), 1);
-    assert_eq!(restored[0].ids.len(), MAX_WINDOW_RECORDS);
+    assert_eq!(restored[0].record.ids.len(), MAX_WINDOW_RECORDS);
     let dead = store.dead_letters(100_000).await.unwrap();
     let mine: Vec<&DeadLetter> = dead.iter().filter(|d| d.shard_id == shard).collect();
-    assert_eq!(mine.len(), n);
+    assert_eq!(mine.len(), 100);
     assert!(mine
         .iter()
         .all(|d| d.size == 10 << 20 && d.data.len() == DEAD_LETTER_MAX_BYTES));
 }
 
-/// Counter store: dedup records expire by the shard's arrival clock, never by the wall clock —
-/// records of a backlog that arrived years ago stay while the clock is within their horizon — and
-/// all of a shard's records go with its lease row.
+/// Counter store: dedup records are selected by the shard's arrival clock, never by the wall
+/// clock — records of a backlog that arrived years ago stay while the clock is within their
+/// horizon — each says whose window it is, and all of a shard's records go with its lease row.
 pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &str) {
     let app = format!("expiry-{name}");
     let shard = format!("shard-{name}");
@@ -347,46 +385,44 @@ pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &st
             max_arrival: *max_arrival,
             ids: vec![i as u128],
         };
-        store
-            .commit_chunk(ChunkCommit {
-                fence: &fence,
-                start_after: start.as_ref(),
-                end: &end,
-                index: 0,
-                count: 1,
-                shape: SHAPE,
-                items: &[],
-                last: Some(LastChunk {
-                    dedup: &dedup,
-                    total_delta: 0,
-                    shard_finished: false,
-                }),
-            })
-            .await
-            .unwrap();
+        let rest = Rest {
+            dead: &[],
+            total: 0,
+            dedup: &dedup,
+        };
+        window(store, &fence, start.as_ref(), &end, &[], rest, false).await;
         start = Some(end);
     }
     let shards = [shard.clone()];
-    let ids = |recs: Vec<DedupRecord>| {
-        let mut v: Vec<u128> = recs.into_iter().flat_map(|r| r.ids).collect();
+    let ids = |recs: Vec<StoredDedup>| {
+        let mut v: Vec<(u128, String)> = recs
+            .into_iter()
+            .flat_map(|r| {
+                let end = r.end.to_string();
+                r.record.ids.into_iter().map(move |i| (i, end.clone()))
+            })
+            .collect();
         v.sort();
-        v
+        v.into_iter().map(|(i, _)| i).collect::<Vec<_>>()
     };
-    assert_eq!(
-        ids(store.load_dedup(&app, &shards, i64::MIN).await.unwrap()),
-        [0, 1, 2]
-    );
+    let all = store.load_dedup(&app, &shards, i64::MIN).await.unwrap();
+    let mut ends: Vec<SeqNo> = all.iter().map(|r| r.end.clone()).collect();
+    ends.sort();
+    assert_eq!(ends, vec![seq("11"), seq("22"), seq("133")]);
+    assert!(all.iter().all(|r| r.shard_id == shard));
+    assert_eq!(ids(all), [0, 1, 2]);
     // A restore within the horizon of the second record's clock reads from it on.
     assert_eq!(
         ids(store.load_dedup(&app, &shards, 1_500_000).await.unwrap()),
         [1, 2]
     );
-    // The clock a day on: the first two are past a 10-minute horizon and are deleted.
-    let before = 1_000_000 + day - SHAPE.horizon_ms;
+    // The clock a day on: the first two are past a 10-minute horizon. Expiring them is
+    // idempotent (a delete, or DynamoDB's TTL), and no restore selects them either way.
+    let before = 1_000_000 + day - HORIZON_MS;
     store.expire_dedup(&app, &shard, before).await.unwrap();
-    store.expire_dedup(&app, &shard, before).await.unwrap(); // idempotent
+    store.expire_dedup(&app, &shard, before).await.unwrap();
     assert_eq!(
-        ids(store.load_dedup(&app, &shards, i64::MIN).await.unwrap()),
+        ids(store.load_dedup(&app, &shards, before).await.unwrap()),
         [2]
     );
     // A cleaned-up row takes its shard's records with it.
@@ -399,25 +435,24 @@ pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &st
 }
 
 /// Counter store: a gap gives a pending window up on record — the checkpoint moves past it, the
-/// pending progress is gone, the gap is a dead letter — only for the lease holder and only for
-/// the window it names; a gap can also finish a shard.
+/// pending window is gone, the gap is a dead letter — only for the lease holder and only for the
+/// window it names; a gap can also finish a shard.
 pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, name: &str) {
     let app = format!("gaps-{name}");
     let shard = format!("shard-{name}");
     let fence = held_lease(store, &app, &shard).await;
     let end = seq("40");
-    let items = summary(&format!("g-{name}"), &[(1_796_000_000_000, 2)]);
-    let first = ChunkCommit {
-        fence: &fence,
-        start_after: None,
-        end: &end,
-        index: 0,
-        count: 3,
-        shape: SHAPE,
-        items: &items,
-        last: None,
-    };
-    store.commit_chunk(first).await.unwrap();
+    store
+        .begin_window(&fence, None, &end, HORIZON_MS)
+        .await
+        .unwrap();
+    store
+        .apply_posts(
+            at(&fence, &end),
+            &[(format!("g-{name}"), delta(&[(1_796_000_000_000, 2)]))],
+        )
+        .await
+        .unwrap();
     let gap = DeadLetter {
         shard_id: shard.clone(),
         seq: end.clone(),
@@ -440,7 +475,7 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
         store.commit_gap(bad).await,
         Err(PortError::Fenced { .. })
     ));
-    let stale = tally_core::ports::Fence {
+    let stale = Fence {
         epoch: fence.epoch - 1,
         ..fence.clone()
     };
@@ -495,19 +530,24 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
     assert!(mine[0].reason.starts_with("gap:"));
 }
 
-/// Counter store: chunks apply in order with the checkpoint, a stale or out-of-order commit is
-/// refused, counts and "since" add up, dead letters are stored once.
+/// Counter store: a window is pending before its writes and checkpointed after them, both only
+/// for the lease holder and in order; its writes apply once however often they are sent; counts,
+/// "since", global totals and dead letters add up; each write costs one unit.
 pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) {
     let app = format!("counter-{name}");
     let shard = format!("shard-{name}");
     let (post_a, post_b) = (format!("a-{name}"), format!("b-{name}"));
     let fence = held_lease(store, &app, &shard).await;
-    assert!(store.max_items_per_commit() >= 1);
 
     let day = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
     let t0 = day + 10 * HOUR_MS + 30 * MINUTE_MS; // 10:30
-    let mut items = summary(&post_a, &[(t0, 3), (t0 + HOUR_MS, 2), (t0 + DAY_MS, 1)]);
-    items.extend(summary(&post_b, &[(t0, -1)]));
+    let posts = vec![
+        (
+            post_a.clone(),
+            delta(&[(t0, 3), (t0 + HOUR_MS, 2), (t0 + DAY_MS, 1)]),
+        ),
+        (post_b.clone(), delta(&[(t0, -1)])),
+    ];
     let dead = DeadLetter {
         shard_id: shard.clone(),
         seq: seq("7"),
@@ -516,70 +556,86 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         data: b"{oops".to_vec(),
         size: 5,
     };
-    items.push(WriteItem::DeadLetter(dead.clone()));
-    let (first, second) = items.split_at(3);
     let end = seq("9");
     let dedup = DedupRecord {
         max_arrival: 1_000,
         ids: vec![1, 2, 3],
     };
-    let last = || LastChunk {
+    let rest = || Rest {
+        dead: std::slice::from_ref(&dead),
+        total: 5,
         dedup: &dedup,
-        total_delta: 5,
-        shard_finished: false,
-    };
-    let chunk = |index, items, last| ChunkCommit {
-        fence: &fence,
-        start_after: None,
-        end: &end,
-        index,
-        count: 2,
-        shape: SHAPE,
-        items,
-        last,
     };
 
-    // The last chunk cannot come first.
+    // No checkpoint moves for a window that is not pending; none is pending after another start.
     assert!(matches!(
-        store.commit_chunk(chunk(1, second, Some(last()))).await,
+        store.finish_window(&fence, &end, 1_000, false).await,
         Err(PortError::Fenced { .. })
     ));
-    store.commit_chunk(chunk(0, first, None)).await.unwrap();
+    assert!(matches!(
+        store
+            .begin_window(&fence, Some(&seq("3")), &end, HORIZON_MS)
+            .await,
+        Err(PortError::Fenced { .. })
+    ));
+    store
+        .begin_window(&fence, None, &end, HORIZON_MS)
+        .await
+        .unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(
-        st.pending
-            .as_ref()
-            .map(|p| (p.end.clone(), p.done, p.count, p.shape)),
-        Some((end.clone(), 1, 2, Some(SHAPE))),
-        "the pending window keeps what shaped it"
+        st.pending,
+        Some(Pending {
+            end: end.clone(),
+            horizon_ms: Some(HORIZON_MS)
+        }),
+        "the pending window keeps the horizon it was built with"
     );
     assert_eq!(st.lease.checkpoint, None);
-    // Re-applying chunk 0 is refused: nothing is counted twice.
+    // A second window cannot begin while one is pending.
     assert!(matches!(
-        store.commit_chunk(chunk(0, first, None)).await,
+        store
+            .begin_window(&fence, None, &seq("12"), HORIZON_MS)
+            .await,
         Err(PortError::Fenced { .. })
     ));
-    // A worker whose lease was stolen cannot apply the rest.
+    // The first post's writes, then all of them (a replay): the first ones are refused.
+    let first = store
+        .apply_posts(at(&fence, &end), &posts[..1])
+        .await
+        .unwrap();
+    // Post a: the live item at its latest hour (the next day's 10:00), and its earlier events
+    // in archives: two hours and a day.
+    assert_eq!((first.written, first.refused), (4, 0), "{first:?}");
+    assert_eq!(
+        (first.units.get(Purpose::Counts), first.units.get(Purpose::Buckets)),
+        (1, 3)
+    );
+    let again = store
+        .apply_posts(at(&fence, &end), &posts)
+        .await
+        .unwrap();
+    assert_eq!(again.written, 1, "only post b is new: {again:?}");
+    assert!(again.units.get(Purpose::FailedConditions) >= 1);
+    // A worker whose lease was taken cannot move the checkpoint; the new owner can.
     let stolen = store
         .take_lease(&app, &shard, 1, "w2", i64::MAX / 2)
         .await
         .unwrap()
         .unwrap();
+    let r = store.apply_rest(at(&stolen, &end), rest_of(&rest())).await.unwrap();
+    assert_eq!(r.written, 3, "dead letter, global total, dedup record: {r:?}");
+    // Sent again, the dedup record is not replaced and the total not added twice.
+    let r = store.apply_rest(at(&stolen, &end), rest_of(&rest())).await.unwrap();
+    assert_eq!(r.refused, 2, "{r:?}");
     assert!(matches!(
-        store.commit_chunk(chunk(1, second, Some(last()))).await,
+        store.finish_window(&fence, &end, 1_000, false).await,
         Err(PortError::Fenced { .. })
     ));
-    let c2 = ChunkCommit {
-        fence: &stolen,
-        start_after: None,
-        end: &end,
-        index: 1,
-        count: 2,
-        shape: SHAPE,
-        items: second,
-        last: Some(last()),
-    };
-    store.commit_chunk(c2).await.unwrap();
+    store
+        .finish_window(&stolen, &end, 1_000, false)
+        .await
+        .unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(
         (
@@ -589,77 +645,41 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         ),
         (Some(end.clone()), None, 1_000)
     );
+    // Finished once: the same window cannot be checkpointed again.
+    assert!(matches!(
+        store.finish_window(&stolen, &end, 1_000, false).await,
+        Err(PortError::Fenced { .. })
+    ));
 
-    assert_eq!(store.post_count(&post_a, None).await.unwrap().total, 6);
-    assert_eq!(store.post_count(&post_b, None).await.unwrap().total, -1);
-    assert_eq!(
-        store
-            .post_count(&format!("nobody-{name}"), None)
-            .await
-            .unwrap()
-            .total,
-        0
-    );
+    let count = |post: &str, since| {
+        let post = post.to_owned();
+        async move { store.post_count(&post, since).await.unwrap() }
+    };
+    assert_eq!(count(&post_a, None).await.total, 6);
+    assert_eq!(count(&post_b, None).await.total, -1);
+    assert_eq!(count(&format!("nobody-{name}"), None).await.total, 0);
     // Since 10:30 the same day: everything of post a; since 11:00: the 11:30 like and the next day's.
-    assert_eq!(
-        store.post_count(&post_a, Some(t0)).await.unwrap().since,
-        Some(6)
-    );
-    assert_eq!(
-        store
-            .post_count(&post_a, Some(t0 + 30 * MINUTE_MS))
-            .await
-            .unwrap()
-            .since,
-        Some(3)
-    );
-    assert_eq!(
-        store
-            .post_count(&post_a, Some(t0 + HOUR_MS + MINUTE_MS))
-            .await
-            .unwrap()
-            .since,
-        Some(1)
-    );
-    assert_eq!(
-        store
-            .post_count(&post_a, Some(t0 + 2 * DAY_MS))
-            .await
-            .unwrap()
-            .since,
-        Some(0)
-    );
+    assert_eq!(count(&post_a, Some(t0)).await.since, Some(6));
+    assert_eq!(count(&post_a, Some(t0 + 30 * MINUTE_MS)).await.since, Some(3));
+    assert_eq!(count(&post_a, Some(t0 + HOUR_MS + MINUTE_MS)).await.since, Some(1));
+    assert_eq!(count(&post_a, Some(t0 + 2 * DAY_MS)).await.since, Some(0));
+    let c = count(&post_a, Some(t0)).await;
+    assert_eq!(c.read_units, 3, "three Queries of small items: {c:?}");
+    assert_eq!(count(&post_a, None).await.read_units, 1);
 
-    // A second window re-delivering the same dead letter stores it once; the total adds up.
+    // A second window re-delivering the same dead letter stores it once; the shard finishes.
     let end2 = seq("10");
-    let items2 = vec![WriteItem::DeadLetter(dead.clone())];
     let dedup2 = DedupRecord {
         max_arrival: 2_000,
         ids: vec![4],
     };
-    let c3 = ChunkCommit {
-        fence: &stolen,
-        start_after: Some(&end),
-        end: &end2,
-        index: 0,
-        count: 1,
-        shape: SHAPE,
-        items: &items2,
-        last: Some(LastChunk {
-            dedup: &dedup2,
-            total_delta: 0,
-            shard_finished: true,
-        }),
+    let rest2 = Rest {
+        dead: std::slice::from_ref(&dead),
+        total: 0,
+        dedup: &dedup2,
     };
-    store.commit_chunk(c3).await.unwrap();
-    assert!(
-        store
-            .shard_state(&app, &shard)
-            .await
-            .unwrap()
-            .lease
-            .finished
-    );
+    window(store, &stolen, Some(&end), &end2, &[], rest2, true).await;
+    assert!(store.shard_state(&app, &shard).await.unwrap().lease.finished);
     let dls = store.dead_letters(10_000).await.unwrap();
     assert_eq!(
         dls.iter()
@@ -668,20 +688,114 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
             .collect::<Vec<_>>(),
         vec![dead]
     );
-
-    let mut recs = store
-        .load_dedup(&app, std::slice::from_ref(&shard), 1_500)
-        .await
-        .unwrap();
-    assert_eq!(recs, vec![dedup2.clone()]);
-    recs = store
-        .load_dedup(&app, std::slice::from_ref(&shard), 0)
-        .await
-        .unwrap();
-    recs.sort_by_key(|r| r.max_arrival);
-    assert_eq!(recs, vec![dedup.clone(), dedup2]);
+    let (app, shard) = (&app, &shard);
+    let recs = |min| async move {
+        let mut r: Vec<DedupRecord> = store
+            .load_dedup(app, std::slice::from_ref(shard), min)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.record)
+            .collect();
+        r.sort_by_key(|r| r.max_arrival);
+        r
+    };
+    assert_eq!(recs(1_500).await, vec![dedup2.clone()]);
+    assert_eq!(recs(0).await, vec![dedup.clone(), dedup2]);
     assert!(store.global_total().await.unwrap() >= 5);
-    let _ = ItemKind::Total;
+}
+
+/// Counter store: a writer paused in the middle of a window while its lease moved on counts
+/// nothing twice. Worker 1 records window X pending and writes part of it, then stalls; worker 2
+/// takes the lease, rebuilds X, writes all of it (what worker 1 wrote is refused), checkpoints,
+/// and goes on with window Y over the same posts (an hour later, rolling their live items); then
+/// worker 1 wakes and sends the rest of X and X again: every write is refused and its checkpoint
+/// is fenced. The counts are X + Y exactly, on every item.
+pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore, name: &str) {
+    let app = format!("stale-{name}");
+    let shard = format!("shard-{name}");
+    let w1 = held_lease(store, &app, &shard).await;
+    let day = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
+    let t = day + 23 * HOUR_MS + 50 * MINUTE_MS; // 23:50, so that Y rolls hour and day
+    let posts: Vec<String> = (0..10).map(|i| format!("p{i}-{name}")).collect();
+    let x: Vec<(String, PostDelta)> = posts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.clone(), delta(&[(t + i as i64 * MINUTE_MS, 1 + i as i64)])))
+        .collect();
+    let x_dedup = DedupRecord {
+        max_arrival: 10,
+        ids: vec![7, 8],
+    };
+    let x_end = seq("100");
+    store
+        .begin_window(&w1, None, &x_end, HORIZON_MS)
+        .await
+        .unwrap();
+    store
+        .apply_posts(at(&w1, &x_end), &x[..5])
+        .await
+        .unwrap();
+    // Worker 1 stalls; its lease expires and worker 2 takes it over, finding X pending.
+    let w2 = store
+        .take_lease(&app, &shard, w1.epoch, "w2", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let st = store.shard_state(&app, &shard).await.unwrap();
+    assert_eq!(st.pending.map(|p| p.end), Some(x_end.clone()));
+    let redo = store.apply_posts(at(&w2, &x_end), &x).await.unwrap();
+    assert!(redo.refused >= 5, "what worker 1 wrote is refused: {redo:?}");
+    let x_total: i64 = x.iter().map(|(_, d)| d.total()).sum();
+    let rest = Rest {
+        dead: &[],
+        total: x_total,
+        dedup: &x_dedup,
+    };
+    store.apply_rest(at(&w2, &x_end), rest_of(&rest)).await.unwrap();
+    store
+        .finish_window(&w2, &x_end, 10, false)
+        .await
+        .unwrap();
+    // Y: the same posts, 20 minutes later (the next day's first hour).
+    let y: Vec<(String, PostDelta)> = posts
+        .iter()
+        .map(|p| (p.clone(), delta(&[(t + 20 * MINUTE_MS, 10)])))
+        .collect();
+    let y_end = seq("200");
+    let y_dedup = no_ids(20);
+    let y_rest = Rest {
+        dead: &[],
+        total: 10 * posts.len() as i64,
+        dedup: &y_dedup,
+    };
+    window(store, &w2, Some(&x_end), &y_end, &y, y_rest, false).await;
+    // Worker 1 wakes: the rest of X, and all of X again.
+    let late = store.apply_posts(at(&w1, &x_end), &x[5..]).await.unwrap();
+    let all = store.apply_posts(at(&w1, &x_end), &x).await.unwrap();
+    let r = store.apply_rest(at(&w1, &x_end), rest_of(&rest)).await.unwrap();
+    assert_eq!(
+        (late.written, all.written, r.written),
+        (0, 0, 0),
+        "a stale writer's writes are all refused: {late:?} {all:?} {r:?}"
+    );
+    assert!(matches!(
+        store.finish_window(&w1, &x_end, 10, false).await,
+        Err(PortError::Fenced { .. })
+    ));
+    for (i, p) in posts.iter().enumerate() {
+        let c = store.post_count(p, Some(day)).await.unwrap();
+        assert_eq!((c.total, c.since), (1 + i as i64 + 10, Some(1 + i as i64 + 10)), "{p}");
+        let next_day = store.post_count(p, Some(day + DAY_MS)).await.unwrap();
+        assert_eq!(next_day.since, Some(10), "{p}");
+    }
+    // The dedup record of X is worker 2's and worker 1's alike, stored once.
+    let recs = store
+        .load_dedup(&app, std::slice::from_ref(&shard), i64::MIN)
+        .await
+        .unwrap();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!((recs[0].end.clone(), recs[0].record.clone()), (x_end, x_dedup));
 }
 
 /// Analytics store: a snapshot and its checkpoint land together, fenced by the lease.

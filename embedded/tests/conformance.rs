@@ -28,9 +28,9 @@ async fn counter() {
 }
 
 #[tokio::test]
-async fn largest_chunk() {
+async fn largest_window() {
     let (_d, e) = store(1);
-    tally_conformance::the_largest_chunk_fits_one_atomic_write(&e, "embedded").await;
+    tally_conformance::the_largest_window_fits_the_store(&e, "embedded").await;
 }
 
 #[tokio::test]
@@ -112,4 +112,10 @@ async fn dedup_expiry() {
 async fn gaps() {
     let (_d, e) = store(1);
     tally_conformance::gaps_are_recorded_with_the_checkpoint(&e, "embedded").await;
+}
+
+#[tokio::test]
+async fn stale_writer() {
+    let (_d, e) = store(1);
+    tally_conformance::a_paused_stale_writer_counts_nothing_twice(&e, "embedded").await;
 }

@@ -49,6 +49,8 @@ pub fn counter_config(s: &Settings) -> CounterConfig {
     c.window_time = Settings::ms(s.counter.window_ms);
     c.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
     c.posts_per_batch = s.counter.posts_per_batch;
+    c.crash_after_batches =
+        (s.counter.crash_after_batches > 0).then_some(s.counter.crash_after_batches);
     c.emf = emf(s);
     c
 }

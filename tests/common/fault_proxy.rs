@@ -20,8 +20,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 pub enum Fault {
     /// Answer with this AWS error (`__type`), HTTP 400, without forwarding.
     Error(&'static str),
-    /// A TransactWriteItems cancellation with these reasons, without forwarding.
-    Cancelled(&'static [&'static str]),
     /// Forward, then drop the connection without an answer.
     DropAfterForward,
     /// PutRecords: forward only every other entry and report the rest as throttled.
@@ -157,16 +155,6 @@ async fn handle(
     let mut dropped: Vec<usize> = Vec::new();
     match fault {
         Some(Fault::Error(kind)) => return Ok(aws_error(kind, serde_json::json!({}))),
-        Some(Fault::Cancelled(reasons)) => {
-            let r: Vec<_> = reasons
-                .iter()
-                .map(|c| serde_json::json!({"Code": c, "Message": "injected"}))
-                .collect();
-            return Ok(aws_error(
-                "TransactionCanceledException",
-                serde_json::json!({"CancellationReasons": r}),
-            ));
-        }
         Some(Fault::PartialPut) => {
             let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
             let records = v["Records"].as_array().unwrap().clone();

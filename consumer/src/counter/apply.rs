@@ -46,6 +46,11 @@ impl CounterShard {
             .await
             .map_err(|e| window_err(w, &fence.shard_id, e))?;
             spent.merge(&done);
+            let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
+                eprintln!("failpoint: aborting after {batches} batches of post writes");
+                std::process::abort();
+            }
         }
         let rest = WindowRest {
             dead_letters: &w.dead_letters,

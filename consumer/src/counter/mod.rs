@@ -58,6 +58,8 @@ pub struct CounterConfig {
     pub posts_per_batch: usize,
     /// Backoff for retryable store errors.
     pub backoff: Backoff,
+    /// Test failpoint: abort the process right after this many batches of post writes.
+    pub crash_after_batches: Option<u64>,
     /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
     pub emf: crate::emf::Emf,
 }
@@ -72,6 +74,7 @@ impl CounterConfig {
             dedup_horizon: Duration::from_secs(600),
             posts_per_batch: 1_000,
             backoff: Backoff::default(),
+            crash_after_batches: None,
             emf: crate::emf::Emf::default(),
         }
     }
@@ -85,6 +88,8 @@ pub struct CounterMetrics {
     pub duplicates: AtomicU64,
     pub malformed: AtomicU64,
     pub windows: AtomicU64,
+    /// Store calls that wrote a batch of posts' items.
+    pub batches: AtomicU64,
     /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
     /// letter, the lease row's pending end and checkpoint, the dedup record, the global total).
     pub items_written: AtomicU64,
