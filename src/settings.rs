@@ -283,8 +283,18 @@ impl Settings {
         }
         range("shards", self.shards, 1, 1_000)?;
         // Kinesis allows 24 hours to 365 days.
-        range("stream_retention_hours", self.stream_retention_hours, 24, 8_760)?;
-        range("counter.posts_per_batch", self.counter.posts_per_batch, 1, 100_000)?;
+        range(
+            "stream_retention_hours",
+            self.stream_retention_hours,
+            24,
+            8_760,
+        )?;
+        range(
+            "counter.posts_per_batch",
+            self.counter.posts_per_batch,
+            1,
+            100_000,
+        )?;
         range(
             "counter.window_records",
             self.counter.window_records,

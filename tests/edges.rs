@@ -281,15 +281,37 @@ fn stored_dedup_records(t: &Target, shard: &str, horizon_ms: i64) -> (usize, usi
                 dynamodb_endpoint_url: Some(arg("--dynamodb-endpoint-url")),
             };
             let aws = tally_aws::Aws::connect(&s).await.unwrap();
-            let clock = aws.tables.shard_state("counter", shard).await.unwrap().lease.max_arrival;
-            let all = aws.tables.load_dedup("counter", &shards, i64::MIN).await.unwrap();
-            let live = aws.tables.load_dedup("counter", &shards, clock - horizon_ms).await.unwrap();
+            let clock = aws
+                .tables
+                .shard_state("counter", shard)
+                .await
+                .unwrap()
+                .lease
+                .max_arrival;
+            let all = aws
+                .tables
+                .load_dedup("counter", &shards, i64::MIN)
+                .await
+                .unwrap();
+            let live = aws
+                .tables
+                .load_dedup("counter", &shards, clock - horizon_ms)
+                .await
+                .unwrap();
             (live.len(), all.len())
         } else {
             let e = tally_embedded::Embedded::open(t.dir.path(), 1).unwrap();
-            let clock = e.shard_state("counter", shard).await.unwrap().lease.max_arrival;
+            let clock = e
+                .shard_state("counter", shard)
+                .await
+                .unwrap()
+                .lease
+                .max_arrival;
             let all = e.load_dedup("counter", &shards, i64::MIN).await.unwrap();
-            let live = e.load_dedup("counter", &shards, clock - horizon_ms).await.unwrap();
+            let live = e
+                .load_dedup("counter", &shards, clock - horizon_ms)
+                .await
+                .unwrap();
             (live.len(), all.len())
         }
     })

@@ -41,7 +41,10 @@ fn replay_count_query_is_exact(t: Target, shards: usize) {
         assert_eq!(q["read_units"], 3, "{q}");
     }
     let q = t.json(&["query", "post-0", "--json"]);
-    assert_eq!(q["read_units"], 1, "a total is one Query of the live items: {q}");
+    assert_eq!(
+        q["read_units"], 1,
+        "a total is one Query of the live items: {q}"
+    );
     // A post nobody liked counts zero.
     assert_eq!(t.count("never-liked"), 0);
 

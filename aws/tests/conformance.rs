@@ -109,3 +109,60 @@ async fn stale_writer() {
     let f = fresh("stale", 1).await;
     tally_conformance::a_paused_stale_writer_counts_nothing_twice(&f.aws.tables, "aws").await;
 }
+
+/// DynamoDB only: a dedup record carries a TTL of its clock + the horizon + the stream's
+/// retention + a day — the latest time a restore can need it — so that it is removed for nothing,
+/// never by a delete charged at its size; and within that time no restore selects it anyway once
+/// the clock has passed its horizon (the conformance suite checks the selection).
+#[tokio::test]
+async fn dedup_records_carry_their_ttl() {
+    use tally_core::dedup::DedupRecord;
+    use tally_core::ports::{CounterStore, LeaseStore, ShardInfo, WindowRef, WindowRest};
+    let f = fresh("dedupttl", 1).await;
+    let t = &f.aws.tables;
+    let shard = ShardInfo {
+        shard_id: "s".into(),
+        parents: vec![],
+        closed: false,
+    };
+    t.ensure_leases("counter", &[shard]).await.unwrap();
+    let fence = t
+        .take_lease("counter", "s", 0, "w", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let end = tally_core::SeqNo::parse("42").unwrap();
+    let max_arrival = 1_700_000_000_000i64;
+    t.begin_window(&fence, None, &end, 600_000).await.unwrap();
+    let dedup = DedupRecord {
+        max_arrival,
+        ids: vec![1, 2],
+    };
+    let at = WindowRef {
+        app: "counter",
+        shard_id: "s",
+        end: &end,
+    };
+    let rest = WindowRest {
+        dead_letters: &[],
+        total_delta: 0,
+        dedup: &dedup,
+        horizon_ms: 600_000,
+    };
+    t.apply_rest(at, rest).await.unwrap();
+    let items = t
+        .client()
+        .scan()
+        .table_name(t.table("dedup"))
+        .send()
+        .await
+        .unwrap();
+    let expires: Vec<i64> = items
+        .items()
+        .iter()
+        .filter_map(|i| i.get("expires_at")?.as_n().ok()?.parse().ok())
+        .collect();
+    let want =
+        (max_arrival + 600_000) / 1000 + 24 * 3600 + tally_aws::dynamo::DEDUP_TTL_MARGIN_SECS;
+    assert_eq!(expires, vec![want]);
+}

@@ -608,13 +608,13 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     // in archives: two hours and a day.
     assert_eq!((first.written, first.refused), (4, 0), "{first:?}");
     assert_eq!(
-        (first.units.get(Purpose::Counts), first.units.get(Purpose::Buckets)),
+        (
+            first.units.get(Purpose::Counts),
+            first.units.get(Purpose::Buckets)
+        ),
         (1, 3)
     );
-    let again = store
-        .apply_posts(at(&fence, &end), &posts)
-        .await
-        .unwrap();
+    let again = store.apply_posts(at(&fence, &end), &posts).await.unwrap();
     assert_eq!(again.written, 1, "only post b is new: {again:?}");
     assert!(again.units.get(Purpose::FailedConditions) >= 1);
     // A worker whose lease was taken cannot move the checkpoint; the new owner can.
@@ -623,10 +623,19 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         .await
         .unwrap()
         .unwrap();
-    let r = store.apply_rest(at(&stolen, &end), rest_of(&rest())).await.unwrap();
-    assert_eq!(r.written, 3, "dead letter, global total, dedup record: {r:?}");
+    let r = store
+        .apply_rest(at(&stolen, &end), rest_of(&rest()))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.written, 3,
+        "dead letter, global total, dedup record: {r:?}"
+    );
     // Sent again, the dedup record is not replaced and the total not added twice.
-    let r = store.apply_rest(at(&stolen, &end), rest_of(&rest())).await.unwrap();
+    let r = store
+        .apply_rest(at(&stolen, &end), rest_of(&rest()))
+        .await
+        .unwrap();
     assert_eq!(r.refused, 2, "{r:?}");
     assert!(matches!(
         store.finish_window(&fence, &end, 1_000, false).await,
@@ -660,8 +669,14 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     assert_eq!(count(&format!("nobody-{name}"), None).await.total, 0);
     // Since 10:30 the same day: everything of post a; since 11:00: the 11:30 like and the next day's.
     assert_eq!(count(&post_a, Some(t0)).await.since, Some(6));
-    assert_eq!(count(&post_a, Some(t0 + 30 * MINUTE_MS)).await.since, Some(3));
-    assert_eq!(count(&post_a, Some(t0 + HOUR_MS + MINUTE_MS)).await.since, Some(1));
+    assert_eq!(
+        count(&post_a, Some(t0 + 30 * MINUTE_MS)).await.since,
+        Some(3)
+    );
+    assert_eq!(
+        count(&post_a, Some(t0 + HOUR_MS + MINUTE_MS)).await.since,
+        Some(1)
+    );
     assert_eq!(count(&post_a, Some(t0 + 2 * DAY_MS)).await.since, Some(0));
     let c = count(&post_a, Some(t0)).await;
     assert_eq!(c.read_units, 3, "three Queries of small items: {c:?}");
@@ -679,7 +694,14 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         dedup: &dedup2,
     };
     window(store, &stolen, Some(&end), &end2, &[], rest2, true).await;
-    assert!(store.shard_state(&app, &shard).await.unwrap().lease.finished);
+    assert!(
+        store
+            .shard_state(&app, &shard)
+            .await
+            .unwrap()
+            .lease
+            .finished
+    );
     let dls = store.dead_letters(10_000).await.unwrap();
     assert_eq!(
         dls.iter()
@@ -721,7 +743,12 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     let x: Vec<(String, PostDelta)> = posts
         .iter()
         .enumerate()
-        .map(|(i, p)| (p.clone(), delta(&[(t + i as i64 * MINUTE_MS, 1 + i as i64)])))
+        .map(|(i, p)| {
+            (
+                p.clone(),
+                delta(&[(t + i as i64 * MINUTE_MS, 1 + i as i64)]),
+            )
+        })
         .collect();
     let x_dedup = DedupRecord {
         max_arrival: 10,
@@ -732,10 +759,7 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
         .begin_window(&w1, None, &x_end, HORIZON_MS)
         .await
         .unwrap();
-    store
-        .apply_posts(at(&w1, &x_end), &x[..5])
-        .await
-        .unwrap();
+    store.apply_posts(at(&w1, &x_end), &x[..5]).await.unwrap();
     // Worker 1 stalls; its lease expires and worker 2 takes it over, finding X pending.
     let w2 = store
         .take_lease(&app, &shard, w1.epoch, "w2", i64::MAX / 2)
@@ -745,18 +769,21 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(st.pending.map(|p| p.end), Some(x_end.clone()));
     let redo = store.apply_posts(at(&w2, &x_end), &x).await.unwrap();
-    assert!(redo.refused >= 5, "what worker 1 wrote is refused: {redo:?}");
+    assert!(
+        redo.refused >= 5,
+        "what worker 1 wrote is refused: {redo:?}"
+    );
     let x_total: i64 = x.iter().map(|(_, d)| d.total()).sum();
     let rest = Rest {
         dead: &[],
         total: x_total,
         dedup: &x_dedup,
     };
-    store.apply_rest(at(&w2, &x_end), rest_of(&rest)).await.unwrap();
     store
-        .finish_window(&w2, &x_end, 10, false)
+        .apply_rest(at(&w2, &x_end), rest_of(&rest))
         .await
         .unwrap();
+    store.finish_window(&w2, &x_end, 10, false).await.unwrap();
     // Y: the same posts, 20 minutes later (the next day's first hour).
     let y: Vec<(String, PostDelta)> = posts
         .iter()
@@ -773,7 +800,10 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     // Worker 1 wakes: the rest of X, and all of X again.
     let late = store.apply_posts(at(&w1, &x_end), &x[5..]).await.unwrap();
     let all = store.apply_posts(at(&w1, &x_end), &x).await.unwrap();
-    let r = store.apply_rest(at(&w1, &x_end), rest_of(&rest)).await.unwrap();
+    let r = store
+        .apply_rest(at(&w1, &x_end), rest_of(&rest))
+        .await
+        .unwrap();
     assert_eq!(
         (late.written, all.written, r.written),
         (0, 0, 0),
@@ -785,7 +815,11 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     ));
     for (i, p) in posts.iter().enumerate() {
         let c = store.post_count(p, Some(day)).await.unwrap();
-        assert_eq!((c.total, c.since), (1 + i as i64 + 10, Some(1 + i as i64 + 10)), "{p}");
+        assert_eq!(
+            (c.total, c.since),
+            (1 + i as i64 + 10, Some(1 + i as i64 + 10)),
+            "{p}"
+        );
         let next_day = store.post_count(p, Some(day + DAY_MS)).await.unwrap();
         assert_eq!(next_day.since, Some(10), "{p}");
     }
@@ -795,7 +829,10 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
         .await
         .unwrap();
     assert_eq!(recs.len(), 1, "{recs:?}");
-    assert_eq!((recs[0].end.clone(), recs[0].record.clone()), (x_end, x_dedup));
+    assert_eq!(
+        (recs[0].end.clone(), recs[0].record.clone()),
+        (x_end, x_dedup)
+    );
 }
 
 /// Analytics store: a snapshot and its checkpoint land together, fenced by the lease.

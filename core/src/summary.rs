@@ -250,9 +250,7 @@ pub fn plan(shard: &str, delta: &PostDelta, end: &str, known: &Known) -> Plan {
     };
     let new_hour = prior_hour.map_or(max_hour, |h| h.max(max_hour));
     let rolled_from = prior_hour.filter(|&h| h < new_hour);
-    let day_rolled_from = rolled_from
-        .map(day_of)
-        .filter(|&d| d < day_of(new_hour));
+    let day_rolled_from = rolled_from.map(day_of).filter(|&d| d < day_of(new_hour));
     let mut writes = Vec::new();
 
     // Rolling: the old hour (and day) move out to archives, with this window's events of them.
@@ -424,17 +422,16 @@ pub fn item_size(pk: &str, sk: &str, attrs: &Attrs) -> usize {
     let val = |v: &Val| match v {
         Val::S(s) => s.len(),
         Val::N(n) => {
-            let digits = n.unsigned_abs().to_string().trim_end_matches('0').len().max(1);
+            let digits = n
+                .unsigned_abs()
+                .to_string()
+                .trim_end_matches('0')
+                .len()
+                .max(1);
             digits.div_ceil(2) + 1
         }
     };
-    2 + pk.len()
-        + 2
-        + sk.len()
-        + attrs
-            .iter()
-            .map(|(k, v)| k.len() + val(v))
-            .sum::<usize>()
+    2 + pk.len() + 2 + sk.len() + attrs.iter().map(|(k, v)| k.len() + val(v)).sum::<usize>()
 }
 
 /// Write units of writing an item of this size once (1 KB each): summary items stay at one.
@@ -500,12 +497,7 @@ pub fn since(items: &Items, t_ms: i64) -> i64 {
     let t_slot = hour_of_day(t_hour);
     let hour_pre = hour_prefix(t_hour);
     let day_pre = day_prefix(t_day);
-    let minutes_from = |a: &Attrs| -> i64 {
-        slots(a, 'm')
-            .range(t_minute..)
-            .map(|(_, n)| n)
-            .sum()
-    };
+    let minutes_from = |a: &Attrs| -> i64 { slots(a, 'm').range(t_minute..).map(|(_, n)| n).sum() };
     let hours_after = |a: &Attrs| -> i64 {
         slots(a, 'h')
             .range(t_slot.saturating_add(1)..)
@@ -550,7 +542,13 @@ mod tests {
     impl Post {
         /// Applies a window's delta as a writer knowing `known` would, re-planning on a stale
         /// assumption; returns how many writes were refused.
-        fn apply_window(&mut self, shard: &str, delta: &PostDelta, end: &str, mut known: Known) -> u32 {
+        fn apply_window(
+            &mut self,
+            shard: &str,
+            delta: &PostDelta,
+            end: &str,
+            mut known: Known,
+        ) -> u32 {
             let mut refused = 0;
             for _ in 0..4 {
                 match plan(shard, delta, end, &known) {
@@ -633,7 +631,12 @@ mod tests {
     fn rolling_hours_and_days_archive_once_and_late_events_find_their_bucket() {
         let mut p = Post::default();
         let h10 = DAY0 + 10 * HOUR_MS;
-        p.apply_window("s1", &delta(&[(h10 + 5 * MINUTE_MS, 3)]), &end(1), Known::Unknown);
+        p.apply_window(
+            "s1",
+            &delta(&[(h10 + 5 * MINUTE_MS, 3)]),
+            &end(1),
+            Known::Unknown,
+        );
         // Hour 11 rolls hour 10 out; an event of 10:59 in the same window goes with it.
         p.apply_window(
             "s1",
@@ -643,7 +646,12 @@ mod tests {
         );
         // Next day; then a late event of 10:30 the day before.
         p.apply_window("s1", &delta(&[(h10 + DAY_MS, 4)]), &end(3), Known::Unknown);
-        p.apply_window("s1", &delta(&[(h10 + 30 * MINUTE_MS, 5)]), &end(4), Known::Unknown);
+        p.apply_window(
+            "s1",
+            &delta(&[(h10 + 30 * MINUTE_MS, 5)]),
+            &end(4),
+            Known::Unknown,
+        );
         let items = p.items();
         let keys: Vec<&str> = items.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys.len(), 4, "{keys:?}"); // day archive, two hour archives, live
@@ -671,7 +679,11 @@ mod tests {
         for h in 0..24 {
             a.insert(hour_attr(h), Val::N(-1_234_567_891));
         }
-        let size = item_size(&"p".repeat(crate::event::MAX_ID), &live_sk("shardId-000000000000"), &a);
+        let size = item_size(
+            &"p".repeat(crate::event::MAX_ID),
+            &live_sk("shardId-000000000000"),
+            &a,
+        );
         assert!(size <= 1024, "{size} bytes");
     }
 

@@ -306,10 +306,7 @@ mod tests {
             size: n as u64,
         };
         assert_eq!(dead_letter_units(&dl(10)), 1);
-        assert_eq!(
-            dead_letter_units(&dl(DEAD_LETTER_MAX_BYTES)),
-            5
-        );
+        assert_eq!(dead_letter_units(&dl(DEAD_LETTER_MAX_BYTES)), 5);
         assert_eq!(
             dedup_write_units(&DedupRecord {
                 max_arrival: 0,

@@ -7,9 +7,9 @@
 #![allow(clippy::unwrap_used)]
 
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 use tally_core::dedup::{Dedup, DedupRecord};
 use tally_core::event::decode;
-use std::collections::BTreeMap;
 
 use tally_core::buckets::{PostDelta, DAY_MS, MINUTE_MS};
 use tally_core::ports::StreamRecord;
@@ -244,7 +244,13 @@ const BASE: i64 = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
 fn window_events() -> impl Strategy<Value = (&'static str, Vec<(i64, i64)>)> {
     (
         prop::sample::select(vec!["s1", "s2"]),
-        prop::collection::vec((0i64..4 * 24 * 60, prop::sample::select(vec![1i64, 1, 1, -1])), 1..8),
+        prop::collection::vec(
+            (
+                0i64..4 * 24 * 60,
+                prop::sample::select(vec![1i64, 1, 1, -1]),
+            ),
+            1..8,
+        ),
     )
         .prop_map(|(shard, ev)| {
             (

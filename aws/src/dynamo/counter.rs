@@ -142,7 +142,10 @@ impl DynamoStore {
         match r {
             Ok(_) => Ok(Outcome::Written),
             Err(SdkError::ServiceError(se))
-                if matches!(se.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+                if matches!(
+                    se.err(),
+                    UpdateItemError::ConditionalCheckFailedException(_)
+                ) =>
             {
                 let UpdateItemError::ConditionalCheckFailedException(e) = se.err() else {
                     unreachable!()
@@ -174,10 +177,13 @@ impl DynamoStore {
                 Plan::Skip => return Ok(out),
                 Plan::NeedItem => {
                     let item = self
-                        .get("counts", HashMap::from([
-                            ("pk".to_owned(), s(post)),
-                            ("sk".to_owned(), s(summary::live_sk(shard))),
-                        ]))
+                        .get(
+                            "counts",
+                            HashMap::from([
+                                ("pk".to_owned(), s(post)),
+                                ("sk".to_owned(), s(summary::live_sk(shard))),
+                            ]),
+                        )
                         .await?;
                     out.reads += 1;
                     known = known_from(item.as_ref())?;
@@ -260,10 +266,13 @@ impl CounterStore for DynamoStore {
         posts: &[(String, PostDelta)],
     ) -> PortResult<Applied> {
         let end = summary::marker(w.end);
-        type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = PortResult<Applied>> + Send + 'a>>;
+        type Fut<'a> =
+            std::pin::Pin<Box<dyn std::future::Future<Output = PortResult<Applied>> + Send + 'a>>;
         let writes: Vec<Fut<'_>> = posts
             .iter()
-            .map(|(post, delta)| Box::pin(self.apply_post(w.shard_id, post, delta, &end)) as Fut<'_>)
+            .map(|(post, delta)| {
+                Box::pin(self.apply_post(w.shard_id, post, delta, &end)) as Fut<'_>
+            })
             .collect();
         let results: Vec<PortResult<Applied>> = stream::iter(writes)
             .buffer_unordered(WRITES_IN_FLIGHT)
@@ -436,7 +445,9 @@ impl CounterStore for DynamoStore {
     }
 
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
-        let mut items = self.post_items(post_id, "begins_with(sk, :a)", &[summary::LIVE_PREFIX]).await?;
+        let mut items = self
+            .post_items(post_id, "begins_with(sk, :a)", &[summary::LIVE_PREFIX])
+            .await?;
         let mut read_units = query_units(post_id, &items);
         let total = summary::total(&items);
         let since = match since_ms {
@@ -554,7 +565,13 @@ impl DynamoStore {
             values.insert((*name).to_owned(), s(*v));
         }
         let items = self
-            .query_all("counts", &format!("pk = :p AND {sk_cond}"), values, None, None)
+            .query_all(
+                "counts",
+                &format!("pk = :p AND {sk_cond}"),
+                values,
+                None,
+                None,
+            )
             .await?;
         Ok(items
             .iter()

@@ -128,17 +128,13 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn mark_finished(&self, fence: &Fence) -> PortResult<()> {
-        self.lease_update(
-            fence,
-            " AND attribute_not_exists(pending_end)",
-            |x| {
-                format!(
-                    "SET {} = {}",
-                    x.name("finished"),
-                    x.val(AttributeValue::Bool(true))
-                )
-            },
-        )
+        self.lease_update(fence, " AND attribute_not_exists(pending_end)", |x| {
+            format!(
+                "SET {} = {}",
+                x.name("finished"),
+                x.val(AttributeValue::Bool(true))
+            )
+        })
         .await
     }
 }

@@ -58,9 +58,11 @@ impl CounterShard {
             dedup: &w.dedup,
             horizon_ms,
         };
-        let done = with_backoff(&self.cfg.backoff, "write a window's dead letters and dedup record", || {
-            self.store.apply_rest(at, rest)
-        })
+        let done = with_backoff(
+            &self.cfg.backoff,
+            "write a window's dead letters and dedup record",
+            || self.store.apply_rest(at, rest),
+        )
         .await
         .map_err(|e| window_err(w, &fence.shard_id, e))?;
         spent.merge(&done);
@@ -114,10 +116,7 @@ impl CounterShard {
             Err(PortError::Fenced { .. }) => {
                 spent.refused += 1;
                 spent.units.add(Purpose::FailedConditions, 1);
-                let st = self
-                    .store
-                    .shard_state(&fence.app, &fence.shard_id)
-                    .await?;
+                let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
                 let mine = st.lease.owner.as_deref() == Some(fence.owner.as_str())
                     && st.lease.epoch == fence.epoch;
                 let landed = match step {
@@ -177,10 +176,7 @@ fn window_err(w: &ClosedWindow, shard_id: &str, e: PortError) -> ConsumerError {
             .start_after
             .as_ref()
             .map_or_else(|| "the shard's start".to_owned(), |s| s.to_string()),
-        end: w
-            .end
-            .as_ref()
-            .map_or_else(String::new, |s| s.to_string()),
+        end: w.end.as_ref().map_or_else(String::new, |s| s.to_string()),
         source: Box::new(e),
     }
 }

@@ -204,7 +204,9 @@ impl CounterShard {
         let closed = window.close(&mut self.dedup);
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
-        let spent = self.apply(&closed, replaying, shard_end, horizon_ms).await?;
+        let spent = self
+            .apply(&closed, replaying, shard_end, horizon_ms)
+            .await?;
         self.emit_cost(&spent.units);
         if self.dedup.take_evicted() {
             self.expire_dedup(horizon_ms).await;

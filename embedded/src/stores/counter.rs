@@ -48,7 +48,9 @@ fn query(c: &Connection, pk: &str, lo: &str, hi: &str) -> PortResult<Vec<(String
         .map(|(sk, j)| {
             serde_json::from_str(&j)
                 .map(|a| (sk.clone(), a))
-                .map_err(|e| PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}")))
+                .map_err(|e| {
+                    PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}"))
+                })
         })
         .collect()
 }
@@ -60,13 +62,20 @@ fn query_units(pk: &str, items: &[(String, Attrs)]) -> u64 {
 
 /// Applies one conditional write, charging it as DynamoDB would; `Err(Refused::Stale)` asks for a
 /// re-plan.
-fn write(c: &Connection, pk: &str, w: &Write, end: &str, out: &mut Applied) -> PortResult<Result<(), Refused>> {
+fn write(
+    c: &Connection,
+    pk: &str,
+    w: &Write,
+    end: &str,
+    out: &mut Applied,
+) -> PortResult<Result<(), Refused>> {
     let item = get_item(c, pk, &w.sk)?;
     match summary::apply(item.as_ref(), w, end) {
         Ok(a) => {
             put_item(c, pk, &w.sk, &a)?;
             out.written += 1;
-            out.units.add(w.purpose, summary::write_units(pk, &w.sk, &a));
+            out.units
+                .add(w.purpose, summary::write_units(pk, &w.sk, &a));
             Ok(Ok(()))
         }
         Err(r) => {
@@ -78,14 +87,23 @@ fn write(c: &Connection, pk: &str, w: &Write, end: &str, out: &mut Applied) -> P
     }
 }
 
-fn apply_post(c: &Connection, shard: &str, post: &str, delta: &PostDelta, end: &str, out: &mut Applied) -> PortResult<()> {
+fn apply_post(
+    c: &Connection,
+    shard: &str,
+    post: &str,
+    delta: &PostDelta,
+    end: &str,
+    out: &mut Applied,
+) -> PortResult<()> {
     let live_sk = summary::live_sk(shard);
     // Reads are free here; the plan is made from the item as it is, like a writer that has it.
     for _ in 0..3 {
         let known = match get_item(c, post, &live_sk)? {
             None => Known::Absent,
             Some(a) => Known::Item(LiveState::from_attrs(&a).ok_or_else(|| {
-                PortError::Other(format!("embedded store: corrupt live item {post}/{live_sk}"))
+                PortError::Other(format!(
+                    "embedded store: corrupt live item {post}/{live_sk}"
+                ))
             })?),
         };
         let writes = match summary::plan(shard, delta, end, &known) {
@@ -136,10 +154,20 @@ impl CounterStore for Embedded {
         .await
     }
 
-    async fn apply_posts(&self, w: WindowRef<'_>, posts: &[(String, PostDelta)]) -> PortResult<Applied> {
-        let (shard, end, posts) = (w.shard_id.to_owned(), summary::marker(w.end), posts.to_vec());
+    async fn apply_posts(
+        &self,
+        w: WindowRef<'_>,
+        posts: &[(String, PostDelta)],
+    ) -> PortResult<Applied> {
+        let (shard, end, posts) = (
+            w.shard_id.to_owned(),
+            summary::marker(w.end),
+            posts.to_vec(),
+        );
         self.run(move |c| {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let tx = c
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
             let mut out = Applied::default();
             for (post, delta) in &posts {
                 apply_post(&tx, &shard, post, delta, &end, &mut out)?;
@@ -153,7 +181,12 @@ impl CounterStore for Embedded {
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied> {
         let (app, shard, seq_end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.clone());
         let end = summary::marker(w.end);
-        let (dead, total_delta, dedup, horizon_ms) = (rest.dead_letters.to_vec(), rest.total_delta, rest.dedup.clone(), rest.horizon_ms);
+        let (dead, total_delta, dedup, horizon_ms) = (
+            rest.dead_letters.to_vec(),
+            rest.total_delta,
+            rest.dedup.clone(),
+            rest.horizon_ms,
+        );
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let mut out = Applied::default();
@@ -186,7 +219,13 @@ impl CounterStore for Embedded {
         .await
     }
 
-    async fn finish_window(&self, fence: &Fence, end: &SeqNo, max_arrival: i64, shard_finished: bool) -> PortResult<()> {
+    async fn finish_window(
+        &self,
+        fence: &Fence,
+        end: &SeqNo,
+        max_arrival: i64,
+        shard_finished: bool,
+    ) -> PortResult<()> {
         let (fence, end) = (fence.clone(), end.clone());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
@@ -228,16 +267,23 @@ impl CounterStore for Embedded {
     async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
         let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
         self.run(move |c| {
-            c.prepare_cached("DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3")
-                .map_err(sql_err)?
-                .execute(params![app, shard_id, before])
-                .map_err(sql_err)?;
+            c.prepare_cached(
+                "DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3",
+            )
+            .map_err(sql_err)?
+            .execute(params![app, shard_id, before])
+            .map_err(sql_err)?;
             Ok(())
         })
         .await
     }
 
-    async fn load_dedup(&self, app: &str, shard_ids: &[String], min_arrival: i64) -> PortResult<Vec<StoredDedup>> {
+    async fn load_dedup(
+        &self,
+        app: &str,
+        shard_ids: &[String],
+        min_arrival: i64,
+    ) -> PortResult<Vec<StoredDedup>> {
         let (app, shard_ids) = (app.to_owned(), shard_ids.to_vec());
         self.run(move |c| {
             let mut out = Vec::new();
@@ -278,7 +324,11 @@ impl CounterStore for Embedded {
                     Some(summary::since(&items, t))
                 }
             };
-            Ok(PostCount { total, since, read_units })
+            Ok(PostCount {
+                total,
+                since,
+                read_units,
+            })
         })
         .await
     }

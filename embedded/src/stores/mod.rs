@@ -10,8 +10,8 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit,
-    LeaseStore, Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
+    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
+    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
 };
 use tally_core::window::DeadLetter;
 use tally_core::SeqNo;
