@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks (numbers, not pass/fail): the embedded demo end to end, and store writes per like on
-# a long tail and on a viral post. Prints one line per run; BENCHMARKS.md records a run.
+# Benchmarks (numbers, not pass/fail): the embedded demo end to end, and write units per like on a
+# long tail and on a viral post beside the two patterns tally replaces. Prints one line per run; BENCHMARKS.md records a run.
 # Usage: scripts/bench.sh [runs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,18 +12,12 @@ echo "# demo --events 1000000 (4 shards, 1000 posts, Zipf 1.1): elapsed_secs eve
 for i in $(seq 1 "$runs"); do
   "$bin" demo --events 1000000 --json | field elapsed_secs events_per_sec writes_per_event exact
 done
-echo "# writes per like by traffic shape (200000 events): posts zipf -> writes_per_event dynamodb_wcu_per_event windows exact"
-for shape in "100000 0.9" "100000 1.1" "100000 1.3" "1000 1.1" "10 2.0"; do
-  set -- $shape
-  echo -n "$1 $2 -> "
-  "$bin" demo --events 200000 --posts "$1" --zipf "$2" --json | field writes_per_event dynamodb_wcu_per_event windows exact
-done
-echo "# side by side, one run each (100000 events, embedded): posts zipf -> tally, update per like, transaction per like"
+echo "# side by side, one run each (embedded): posts zipf shards events -> tally, update per like, transaction per like"
 echo "#   each: write units per event, items per event, records/s, exact"
-for shape in "100000 1.1" "1000 1.1" "10 2.0"; do
+for shape in "100000 1.1 2 40000" "100000 1.1 4 100000" "1000 1.1 4 100000" "10 2.0 4 100000" "1 1.0 4 100000"; do
   set -- $shape
-  echo -n "$1 $2 -> "
-  "$bin" demo --events 100000 --posts "$1" --zipf "$2" --baselines --json | python3 -c "
+  echo -n "$1 $2 $3 $4 -> "
+  "$bin" demo --events "$4" --posts "$1" --zipf "$2" --shards "$3" --baselines --json | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
 b = d['baselines']

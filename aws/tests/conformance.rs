@@ -166,3 +166,43 @@ async fn dedup_records_carry_their_ttl() {
         (max_arrival + 600_000) / 1000 + 24 * 3600 + tally_aws::dynamo::DEDUP_TTL_MARGIN_SECS;
     assert_eq!(expires, vec![want]);
 }
+
+/// DynamoDB only: a writer plans from the hour it remembers of a live item; when another process
+/// has moved the item on since (a lease that moved and came back), the write is refused, the item
+/// comes back with the refusal (`ReturnValuesOnConditionCheckFailure`), and the post is planned
+/// again — counted once, in the right buckets.
+#[tokio::test]
+async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
+    use tally_core::buckets::{PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
+    use tally_core::ports::{CounterStore, WindowRef};
+    let f = fresh("hours", 1).await;
+    let other = Aws::connect(&f.settings).await.unwrap();
+    let (a, b) = (&f.aws.tables, &other.tables);
+    let day = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
+    let h10 = day + 10 * HOUR_MS;
+    let window = |t: i64, n: i64| {
+        let mut d = PostDelta::default();
+        d.add(t, n);
+        vec![("p".to_owned(), d)]
+    };
+    fn at(end: &tally_core::SeqNo) -> WindowRef<'_> {
+        WindowRef {
+            app: "counter",
+            shard_id: "s",
+            end,
+        }
+    }
+    let [e10, e20, e30] = ["10", "20", "30"].map(|e| tally_core::SeqNo::parse(e).unwrap());
+    // Process a writes 10:05 (and remembers hour 10); process b, knowing nothing, writes 11:05
+    // (its optimistic write is refused, it reads the item from the refusal and rolls hour 10 out).
+    a.apply_posts(at(&e10), &window(h10 + 5 * MINUTE_MS, 1)).await.unwrap();
+    let rolled = b.apply_posts(at(&e20), &window(h10 + HOUR_MS + 5 * MINUTE_MS, 2)).await.unwrap();
+    assert_eq!((rolled.written, rolled.refused), (2, 1), "{rolled:?}");
+    // Process a, still remembering hour 10, writes a 10:30 like: refused, planned again as late.
+    let late = a.apply_posts(at(&e30), &window(h10 + 30 * MINUTE_MS, 4)).await.unwrap();
+    assert_eq!((late.written, late.refused), (2, 1), "{late:?}");
+    let c = a.post_count("p", Some(h10 + 30 * MINUTE_MS)).await.unwrap();
+    assert_eq!((c.total, c.since), (7, Some(6)));
+    let c = b.post_count("p", Some(h10 + HOUR_MS)).await.unwrap();
+    assert_eq!(c.since, Some(2));
+}
