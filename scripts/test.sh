@@ -4,9 +4,21 @@
 # 127.0.0.1 by scripts/local-aws.sh, and stopped again at the end if this script started them).
 #
 # Usage: scripts/test.sh [extra cargo test args]
-#   NO_LOCAL_AWS=1 scripts/test.sh   embedded only, no Node.js or Python needed
+#   NO_LOCAL_AWS=1 scripts/test.sh   embedded only, no Node.js or Java needed
+# The dashboard test needs Chromium; as root on Debian this script installs it (apt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The dashboard test drives headless Chromium (Debian's package).
+if ! command -v "${CHROMIUM:-chromium}" >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test: installing chromium for the dashboard test" >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+  else
+    echo "test: the dashboard test needs Chromium: apt-get install chromium (or set CHROMIUM=/path)" >&2
+    exit 1
+  fi
+fi
 
 features=()
 if [ "${NO_LOCAL_AWS:-}" != 1 ]; then

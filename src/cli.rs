@@ -64,6 +64,8 @@ pub enum Command {
     DeadLetters(DeadLetterArgs),
     /// Each shard's lease owner and checkpoint.
     Leases(LeasesArgs),
+    /// Serve the read side over HTTP: a JSON API, Prometheus /metrics, health checks, a dashboard.
+    Serve(ServeArgs),
     /// Create the stream and tables if missing and wait until they are active.
     Setup(SetupArgs),
     /// Delete the stream and tables (or the embedded store): development and tests only.
@@ -223,6 +225,16 @@ pub struct ConsumeArgs {
     /// Print a JSON summary on exit.
     #[arg(long)]
     pub json: bool,
+    /// Serve this worker's /metrics (Prometheus), /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where to listen (port 0: any free port; the address is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: std::net::SocketAddr,
 }
 
 #[derive(Args, Debug)]

@@ -3,6 +3,7 @@
 mod backend;
 mod cli;
 mod commands;
+mod serve;
 mod settings;
 
 use anyhow::Result;
@@ -73,6 +74,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Latency(a) => commands::read::latency(&b, a).await,
         Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
         Command::Leases(a) => commands::read::leases(&b, a).await,
+        Command::Serve(a) => serve::serve(&settings, b, a.addr).await,
         Command::Demo(_)
         | Command::Setup(_)
         | Command::Teardown(_)

@@ -63,7 +63,11 @@ fn replay_count_query_is_exact(t: Target, shards: usize) {
     let a = t.json(&["analytics", "--until-idle", "--json"]);
     assert_eq!(a["records"], exp.lines as u64);
     let top = t.json(&["top", "--k", "5", "--json"]);
-    let top = top.as_array().unwrap();
+    assert!(
+        top["applied_through"]["arrival_ms"].as_i64().unwrap() > 0,
+        "{top}"
+    );
+    let top = top["trending"].as_array().unwrap();
     assert_eq!(top.len(), 5);
     let hot: Vec<&str> = top.iter().map(|e| e["post_id"].as_str().unwrap()).collect();
     for p in &hot {

@@ -195,11 +195,19 @@ async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
     let [e10, e20, e30] = ["10", "20", "30"].map(|e| tally_core::SeqNo::parse(e).unwrap());
     // Process a writes 10:05 (and remembers hour 10); process b, knowing nothing, writes 11:05
     // (its optimistic write is refused, it reads the item from the refusal and rolls hour 10 out).
-    a.apply_posts(at(&e10), &window(h10 + 5 * MINUTE_MS, 1)).await.unwrap();
-    let rolled = b.apply_posts(at(&e20), &window(h10 + HOUR_MS + 5 * MINUTE_MS, 2)).await.unwrap();
+    a.apply_posts(at(&e10), &window(h10 + 5 * MINUTE_MS, 1))
+        .await
+        .unwrap();
+    let rolled = b
+        .apply_posts(at(&e20), &window(h10 + HOUR_MS + 5 * MINUTE_MS, 2))
+        .await
+        .unwrap();
     assert_eq!((rolled.written, rolled.refused), (2, 1), "{rolled:?}");
     // Process a, still remembering hour 10, writes a 10:30 like: refused, planned again as late.
-    let late = a.apply_posts(at(&e30), &window(h10 + 30 * MINUTE_MS, 4)).await.unwrap();
+    let late = a
+        .apply_posts(at(&e30), &window(h10 + 30 * MINUTE_MS, 4))
+        .await
+        .unwrap();
     assert_eq!((late.written, late.refused), (2, 1), "{late:?}");
     let c = a.post_count("p", Some(h10 + 30 * MINUTE_MS)).await.unwrap();
     assert_eq!((c.total, c.since), (7, Some(6)));

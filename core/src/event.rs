@@ -82,6 +82,12 @@ fn string_field(field: &'static str, v: Option<serde_json::Value>) -> Result<Str
 
 fn id_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String, DecodeError> {
     let s = string_field(field, v)?;
+    check_id(field, &s)?;
+    Ok(s)
+}
+
+/// Checks a `post_id` or `user_id` against the contract: 1–128 characters of `[A-Za-z0-9_.:-]`.
+pub fn check_id(field: &'static str, s: &str) -> Result<(), DecodeError> {
     if s.is_empty() || s.len() > MAX_ID {
         return Err(field_err(
             field,
@@ -97,7 +103,7 @@ fn id_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String,
             format!("character {c:?} is not one of [A-Za-z0-9_.:-]"),
         ));
     }
-    Ok(s)
+    Ok(())
 }
 
 /// Decodes and validates one record's bytes against contract v1.

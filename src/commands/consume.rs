@@ -25,8 +25,8 @@ async fn run_app(
     factory: Arc<dyn ProcessorFactory>,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
+    leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
-    let leases = Arc::new(LeaseMetrics::default());
     let deps = WorkerDeps {
         stream: b.stream.clone(),
         leases: b.leases.clone(),
@@ -43,9 +43,29 @@ pub async fn run_counter(
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
-    let metrics = Arc::new(CounterMetrics::default());
+    run_counter_with(s, b, idle, shutdown, Default::default(), Default::default()).await
+}
+
+/// [`run_counter`] reporting into these metrics (a worker's `--http` endpoint reads them live).
+pub async fn run_counter_with(
+    s: &Settings,
+    b: &Backend,
+    idle: Arc<IdleExit>,
+    shutdown: impl Future<Output = ()>,
+    metrics: Arc<CounterMetrics>,
+    leases: Arc<LeaseMetrics>,
+) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
     let factory = Counter::new(b.counter.clone(), counter_config(s), metrics.clone());
-    let leases = run_app(s, b, apps::COUNTER, Arc::new(factory), idle, shutdown).await?;
+    let leases = run_app(
+        s,
+        b,
+        apps::COUNTER,
+        Arc::new(factory),
+        idle,
+        shutdown,
+        leases,
+    )
+    .await?;
     Ok((metrics, leases))
 }
 
@@ -56,9 +76,29 @@ pub async fn run_analytics(
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
-    let metrics = Arc::new(AnalyticsMetrics::default());
+    run_analytics_with(s, b, idle, shutdown, Default::default(), Default::default()).await
+}
+
+/// [`run_analytics`] reporting into these metrics.
+pub async fn run_analytics_with(
+    s: &Settings,
+    b: &Backend,
+    idle: Arc<IdleExit>,
+    shutdown: impl Future<Output = ()>,
+    metrics: Arc<AnalyticsMetrics>,
+    leases: Arc<LeaseMetrics>,
+) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
     let factory = Analytics::new(b.analytics.clone(), analytics_config(s), metrics.clone());
-    let leases = run_app(s, b, apps::ANALYTICS, Arc::new(factory), idle, shutdown).await?;
+    let leases = run_app(
+        s,
+        b,
+        apps::ANALYTICS,
+        Arc::new(factory),
+        idle,
+        shutdown,
+        leases,
+    )
+    .await?;
     Ok((metrics, leases))
 }
 
@@ -98,8 +138,59 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
     })
 }
 
+/// Serves a worker's `/metrics`, `/healthz` and `/readyz` on `--http`, until dropped.
+struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
+
+impl WorkerHttp {
+    fn start(
+        a: &ConsumeArgs,
+        b: &Backend,
+        app: &'static str,
+        render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
+    ) -> WorkerHttp {
+        let Some(addr) = a.http else {
+            return WorkerHttp(None);
+        };
+        let leases = b.leases.clone();
+        let router = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let render = render.clone();
+                    async move { crate::serve::prom::text(render()) }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let leases = leases.clone();
+                    async move { crate::serve::ready_for(leases.as_ref(), app).await }
+                }),
+            );
+        WorkerHttp(Some(tokio::spawn(async move {
+            if let Err(e) = crate::serve::run(addr, router, std::future::pending()).await {
+                tracing::error!(error = %format!("{e:#}"), "the worker's HTTP endpoint stopped");
+            }
+        })))
+    }
+}
+
+impl Drop for WorkerHttp {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
+}
+
 pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
-    let (m, l) = run_counter(s, b, idle_for(a), shutdown_signal()).await?;
+    let (m, l): (Arc<CounterMetrics>, Arc<LeaseMetrics>) = Default::default();
+    let _http = WorkerHttp::start(a, b, apps::COUNTER, {
+        let (m, l) = (m.clone(), l.clone());
+        move || crate::serve::prom::counter_metrics(&m, &l)
+    });
+    let (m, l) = run_counter_with(s, b, idle_for(a), shutdown_signal(), m, l).await?;
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
         "counted": m.counted.load(Ordering::Relaxed),
@@ -124,7 +215,12 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
 }
 
 pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
-    let (m, l) = run_analytics(s, b, idle_for(a), shutdown_signal()).await?;
+    let (m, l): (Arc<AnalyticsMetrics>, Arc<LeaseMetrics>) = Default::default();
+    let _http = WorkerHttp::start(a, b, apps::ANALYTICS, {
+        let (m, l) = (m.clone(), l.clone());
+        move || crate::serve::prom::analytics_metrics(&m, &l)
+    });
+    let (m, l) = run_analytics_with(s, b, idle_for(a), shutdown_signal(), m, l).await?;
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
         "likes": m.likes.load(Ordering::Relaxed),

@@ -14,13 +14,15 @@ use crate::backend::Backend;
 use crate::cli::{
     DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
 };
+use crate::serve::applied_through;
 use crate::settings::Settings;
 
 pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
     let since_ms = a.since.map(|d| now_ms() - d.as_millis() as i64);
     let c = b.counter.post_count(&a.post_id, since_ms).await?;
     if a.json {
-        let mut v = json!({"post_id": a.post_id, "count": c.total, "read_units": c.read_units});
+        let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
+        let mut v = json!({"post_id": a.post_id, "count": c.total, "read_units": c.read_units, "applied_through": fresh});
         if let (Some(since), Some(n)) = (since_ms, c.since) {
             v["since_ms"] = json!(since);
             v["count_since"] = json!(n);
@@ -37,14 +39,28 @@ pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
             ),
             _ => println!("{}: {} likes", a.post_id, c.total),
         }
+        let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
+        println!("{}", freshness_line("counted", &fresh));
     }
     Ok(())
+}
+
+/// How fresh an answer is, in words: `counted through records that arrived 3.2s ago`.
+fn freshness_line(what: &str, f: &serde_json::Value) -> String {
+    match f["lag_ms"].as_i64() {
+        Some(lag) => format!(
+            "({what} through records that arrived {} ago)",
+            humantime::format_duration(Duration::from_millis(lag as u64 / 100 * 100))
+        ),
+        None => format!("({what}: some shards have applied nothing yet)"),
+    }
 }
 
 pub async fn total(b: &Backend, a: &JsonArgs) -> Result<()> {
     let t = b.counter.global_total().await?;
     if a.json {
-        print_json(&json!({"total": t}));
+        let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
+        print_json(&json!({"total": t, "applied_through": fresh}));
     } else {
         println!("{t} likes in total");
     }
@@ -60,10 +76,14 @@ pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
     )
     .await?;
     if a.json {
-        print_json(&json!(top
-            .iter()
-            .map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error}))
-            .collect::<Vec<_>>()));
+        let fresh = applied_through(b.leases.as_ref(), apps::ANALYTICS).await?;
+        print_json(&json!({
+            "trending": top
+                .iter()
+                .map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error}))
+                .collect::<Vec<_>>(),
+            "applied_through": fresh,
+        }));
     } else if top.is_empty() {
         println!("no trending data yet: run `tally analytics`");
     } else {
@@ -71,6 +91,8 @@ pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
         for (i, e) in top.iter().enumerate() {
             println!("{:>4}  {:<24} {:>12.2}", i + 1, e.post_id, e.score);
         }
+        let fresh = applied_through(b.leases.as_ref(), apps::ANALYTICS).await?;
+        println!("{}", freshness_line("analytics", &fresh));
     }
     Ok(())
 }

@@ -1,0 +1,279 @@
+//! `tally serve`: the read side over HTTP — a JSON API, Prometheus metrics, health checks and a
+//! dashboard page — on either backend; and the small endpoint a consumer worker exposes with
+//! `--http` (its own metrics and health).
+//!
+//! Layout: this module holds the server, the routes and the JSON answers; `freshness` says how far
+//! each app has applied the stream; `prom` renders Prometheus text; `dashboard.html` is the page
+//! (no external assets: it works offline and reads the same JSON API).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tally_consumer::worker::now_ms;
+use tally_core::apps;
+
+use crate::backend::Backend;
+use crate::settings::Settings;
+
+pub mod freshness;
+pub mod prom;
+
+pub use freshness::applied_through;
+
+/// What every route reads from.
+#[derive(Clone)]
+pub struct Ctx {
+    pub backend: Backend,
+    pub settings: Arc<Settings>,
+}
+
+/// An error answer: a status and a one-line message, as JSON.
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({"error": self.1}))).into_response()
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> ApiError {
+        ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))
+    }
+}
+
+impl From<tally_core::ports::PortError> for ApiError {
+    fn from(e: tally_core::ports::PortError) -> ApiError {
+        ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    }
+}
+
+fn bad_request(msg: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, msg.into())
+}
+
+type ApiResult = std::result::Result<Json<Value>, ApiError>;
+
+/// The read side's routes.
+pub fn router(ctx: Ctx) -> Router {
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/api/posts/{id}", get(post))
+        .route("/api/total", get(total))
+        .route("/api/trending", get(trending))
+        .route("/api/latency", get(latency))
+        .route("/api/leases", get(leases))
+        .route("/api/dead-letters", get(dead_letters))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(ctx)
+}
+
+/// Binds `addr` and serves `router` until `shutdown`; prints the address it listens on.
+pub async fn run(
+    addr: SocketAddr,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr} for HTTP"))?;
+    let local = listener.local_addr()?;
+    eprintln!("serving on http://{local}/");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("HTTP server")
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(include_str!("dashboard.html"))
+}
+
+#[derive(Deserialize)]
+struct PostParams {
+    /// Count likes created at or after this time (ms since the epoch)…
+    since_ms: Option<i64>,
+    /// …or in this last duration (`15m`, `2h`).
+    since: Option<String>,
+    /// Count likes created before this time: the count as it stood then.
+    as_of_ms: Option<i64>,
+}
+
+fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
+    humantime::parse_duration(v)
+        .map(|d| now_ms() - d.as_millis() as i64)
+        .map_err(|e| bad_request(format!("`{name}` must be a duration like 15m or 2h: {e}")))
+}
+
+async fn post(
+    State(c): State<Ctx>,
+    Path(id): Path<String>,
+    Query(p): Query<PostParams>,
+) -> ApiResult {
+    tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
+    let since_ms = match (&p.since, p.since_ms) {
+        (Some(s), _) => Some(duration_param("since", s)?),
+        (None, t) => t,
+    };
+    let counter = &c.backend.counter;
+    let now = counter.post_count(&id, since_ms).await?;
+    let mut v = json!({
+        "post_id": id,
+        "count": now.total,
+        "read_units": now.read_units,
+        "applied_through": applied_through(c.backend.leases.as_ref(), apps::COUNTER).await?,
+    });
+    if let (Some(t), Some(n)) = (since_ms, now.since) {
+        v["since_ms"] = json!(t);
+        v["count_since"] = json!(n);
+    }
+    if let Some(t) = p.as_of_ms {
+        // Likes created before T's minute: the total less those created since.
+        let later = counter.post_count(&id, Some(t)).await?;
+        v["as_of_ms"] = json!(t);
+        v["count_as_of"] = json!(later.total - later.since.unwrap_or(0));
+        v["read_units"] = json!(now.read_units + later.read_units);
+    }
+    Ok(Json(v))
+}
+
+async fn total(State(c): State<Ctx>) -> ApiResult {
+    Ok(Json(json!({
+        "total": c.backend.counter.global_total().await?,
+        "applied_through": applied_through(c.backend.leases.as_ref(), apps::COUNTER).await?,
+    })))
+}
+
+#[derive(Deserialize)]
+struct TrendingParams {
+    k: Option<usize>,
+}
+
+async fn trending(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> ApiResult {
+    let k = p.k.unwrap_or(10);
+    if k == 0 || k > 1_000 {
+        return Err(bad_request("`k` must be between 1 and 1000"));
+    }
+    let top = tally_analytics::top(
+        c.backend.analytics.as_ref(),
+        apps::ANALYTICS,
+        Duration::from_secs(c.settings.analytics.half_life_secs),
+        k,
+    )
+    .await?;
+    Ok(Json(json!({
+        "trending": top.iter().map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error})).collect::<Vec<_>>(),
+        "applied_through": applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?,
+    })))
+}
+
+#[derive(Deserialize)]
+struct LatencyParams {
+    since_ms: Option<i64>,
+    since: Option<String>,
+}
+
+async fn latency(State(c): State<Ctx>, Query(p): Query<LatencyParams>) -> ApiResult {
+    let since = match (&p.since, p.since_ms) {
+        (Some(s), _) => duration_param("since", s)?,
+        (None, t) => t.unwrap_or(0),
+    };
+    let r = tally_analytics::latency(c.backend.analytics.as_ref(), apps::ANALYTICS, since).await?;
+    let mut v = serde_json::to_value(r)
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    v["since_ms"] = json!(since);
+    v["applied_through"] = applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?;
+    Ok(Json(v))
+}
+
+#[derive(Deserialize)]
+struct LeasesParams {
+    app: Option<String>,
+}
+
+async fn leases(State(c): State<Ctx>, Query(p): Query<LeasesParams>) -> ApiResult {
+    let app = p.app.unwrap_or_else(|| apps::COUNTER.to_owned());
+    if app != apps::COUNTER && app != apps::ANALYTICS {
+        return Err(bad_request(format!(
+            "`app` must be `{}` or `{}`",
+            apps::COUNTER,
+            apps::ANALYTICS
+        )));
+    }
+    Ok(Json(
+        freshness::lease_rows(c.backend.leases.as_ref(), &app).await?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct PageParams {
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiResult {
+    let (limit, offset) = (p.limit.unwrap_or(50), p.offset.unwrap_or(0));
+    if limit == 0 || limit > 10_000 {
+        return Err(bad_request("`limit` must be between 1 and 10000"));
+    }
+    let total = c.backend.counter.dead_letter_count().await?;
+    let page = c.backend.counter.dead_letters(offset + limit).await?;
+    let items: Vec<Value> = page
+        .iter()
+        .skip(offset)
+        .map(|d| {
+            json!({
+                "shard_id": d.shard_id,
+                "sequence_number": d.seq.as_str(),
+                "arrival_ms": d.arrival_ms,
+                "reason": d.reason,
+                "size": d.size,
+                "truncated": (d.data.len() as u64) < d.size,
+                "data": String::from_utf8_lossy(&d.data),
+            })
+        })
+        .collect();
+    Ok(Json(
+        json!({"total": total, "offset": offset, "limit": limit, "dead_letters": items}),
+    ))
+}
+
+async fn metrics(State(c): State<Ctx>) -> Response {
+    match prom::store_metrics(&c).await {
+        Ok(text) => ([(header::CONTENT_TYPE, prom::CONTENT_TYPE)], text).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// Ready when the store answers.
+async fn ready(State(c): State<Ctx>) -> Response {
+    ready_for(c.backend.leases.as_ref(), apps::COUNTER).await
+}
+
+/// 200 when the lease store answers for `app` (a worker competes for leases through it), else 503.
+pub async fn ready_for(leases: &dyn tally_core::ports::LeaseStore, app: &str) -> Response {
+    match leases.list_leases(app).await {
+        Ok(_) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response(),
+    }
+}
+
+/// `tally serve`: the read side until Ctrl-C or SIGTERM.
+pub async fn serve(s: &Settings, b: Backend, addr: SocketAddr) -> Result<()> {
+    let ctx = Ctx {
+        backend: b,
+        settings: Arc::new(s.clone()),
+    };
+    run(addr, router(ctx), crate::commands::shutdown_signal()).await
+}

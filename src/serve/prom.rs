@@ -1,0 +1,262 @@
+//! Prometheus text for `/metrics`: the store's view (`tally serve`) and a worker's own counters
+//! (`tally count --http`, `tally analytics --http`), encoded by `prometheus-client`.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tally_analytics::AnalyticsMetrics;
+use tally_consumer::counter::CounterMetrics;
+use tally_consumer::worker::{now_ms, LeaseMetrics};
+use tally_core::apps;
+
+use super::Ctx;
+
+/// The content type of Prometheus text exposition format 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A `/metrics` answer.
+pub fn text(r: anyhow::Result<String>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match r {
+        Ok(t) => ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], t).into_response(),
+        Err(e) => (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{e:#}\n"),
+        )
+            .into_response(),
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+fn gauge(reg: &mut Registry, name: &str, help: &str, v: i64) {
+    let g = Gauge::<i64, AtomicI64>::default();
+    g.set(v);
+    reg.register(name, help, g);
+}
+
+fn counter(reg: &mut Registry, name: &str, help: &str, labels: &[(&str, &str)], v: u64) {
+    let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    f.get_or_create(
+        &labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+    .inc_by(v);
+    reg.register(name, help, f);
+}
+
+fn render(reg: &Registry) -> anyhow::Result<String> {
+    let mut out = String::new();
+    encode(&mut out, reg)?;
+    Ok(out)
+}
+
+/// What the store says: totals, dead letters, per-shard progress and lag, leases per worker,
+/// latency percentiles.
+pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
+    let b = &c.backend;
+    let mut reg = Registry::with_prefix("tally");
+    gauge(
+        &mut reg,
+        "likes",
+        "The global total of likes counted",
+        b.counter.global_total().await?,
+    );
+    gauge(
+        &mut reg,
+        "dead_letters",
+        "Records dead-lettered (malformed, or lost to retention as gaps)",
+        b.counter.dead_letter_count().await? as i64,
+    );
+    let applied = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let lag = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let held = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let shards = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let now = now_ms();
+    for app in [apps::COUNTER, apps::ANALYTICS] {
+        for l in b.leases.list_leases(app).await? {
+            let shard = vec![
+                ("app".to_owned(), app.to_owned()),
+                ("shard".to_owned(), l.shard_id.clone()),
+            ];
+            let state = if l.finished {
+                "finished"
+            } else if l.is_held(now) {
+                "held"
+            } else {
+                "free"
+            };
+            shards
+                .get_or_create(&vec![
+                    ("app".to_owned(), app.to_owned()),
+                    ("state".to_owned(), state.to_owned()),
+                ])
+                .inc();
+            if let Some(owner) = l.owner.as_ref().filter(|_| l.is_held(now)) {
+                held.get_or_create(&vec![
+                    ("app".to_owned(), app.to_owned()),
+                    ("owner".to_owned(), owner.clone()),
+                ])
+                .inc();
+            }
+            if l.max_arrival != i64::MIN {
+                applied.get_or_create(&shard).set(l.max_arrival);
+                if !l.finished {
+                    lag.get_or_create(&shard).set((now - l.max_arrival).max(0));
+                }
+            }
+        }
+    }
+    reg.register(
+        "shard_applied_arrival_ms",
+        "Arrival time of the latest record a shard has applied (ms since the epoch)",
+        applied,
+    );
+    reg.register(
+        "shard_lag_ms",
+        "How far behind now a shard's applied records are (ms)",
+        lag,
+    );
+    reg.register("leases_held", "Leases held, by app and worker", held);
+    reg.register(
+        "shards",
+        "Shards by app and state (held, free, finished)",
+        shards,
+    );
+    let lat =
+        tally_analytics::latency(b.analytics.as_ref(), apps::ANALYTICS, now - 3_600_000).await?;
+    let q = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    for (kind, p) in [
+        ("creation", lat.creation_ms),
+        ("arrival", lat.arrival_ms),
+        ("iterator_age", lat.iterator_age_ms),
+    ] {
+        for (quantile, v) in [
+            ("0.5", p.p50),
+            ("0.9", p.p90),
+            ("0.99", p.p99),
+            ("0.999", p.p999),
+            ("1", p.max),
+        ] {
+            q.get_or_create(&vec![
+                ("kind".to_owned(), kind.to_owned()),
+                ("quantile".to_owned(), quantile.to_owned()),
+            ])
+            .set(v as i64);
+        }
+    }
+    reg.register(
+        "latency_ms",
+        "Latency over the last hour's analytics windows (HdrHistogram quantiles): creation → processing, arrival → processing, iterator age",
+        q,
+    );
+    gauge(
+        &mut reg,
+        "latency_windows",
+        "Analytics windows merged into latency_ms",
+        lat.windows as i64,
+    );
+    render(&reg)
+}
+
+/// A worker's leases.
+fn lease_metrics(reg: &mut Registry, app: &str, l: &LeaseMetrics) {
+    let a = [("app", app)];
+    for (name, help, v) in [
+        ("leases_taken", "Leases taken", &l.taken),
+        (
+            "leases_stolen",
+            "Leases stolen from a more loaded worker",
+            &l.stolen,
+        ),
+        ("leases_released", "Leases released", &l.released),
+        ("leases_lost", "Leases lost to another worker", &l.lost),
+        ("leases_renewed", "Lease renewals", &l.renewed),
+        (
+            "shards_finished",
+            "Shards read to their end and finished",
+            &l.finished,
+        ),
+    ] {
+        counter(reg, name, help, &a, v.load(Ordering::Relaxed));
+    }
+    gauge(
+        reg,
+        "leases_held",
+        "Leases this worker holds",
+        l.held.load(Ordering::Relaxed) as i64,
+    );
+}
+
+/// A counter worker's own metrics.
+pub fn counter_metrics(m: &CounterMetrics, l: &LeaseMetrics) -> anyhow::Result<String> {
+    let mut reg = Registry::with_prefix("tally");
+    let a = [("app", apps::COUNTER)];
+    for (name, help, v) in [
+        ("records", "Records read", &m.records),
+        ("counted", "Events counted (first seen)", &m.counted),
+        (
+            "duplicates",
+            "Producer retries recognised and dropped",
+            &m.duplicates,
+        ),
+        (
+            "malformed",
+            "Records dead-lettered as malformed",
+            &m.malformed,
+        ),
+        ("windows", "Windows applied", &m.windows),
+        ("items_written", "Store items written", &m.items_written),
+        (
+            "writes_refused",
+            "Writes refused as already applied",
+            &m.writes_refused,
+        ),
+    ] {
+        counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
+    }
+    let units = crate::commands::consume::cost(m, l);
+    let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for p in tally_core::cost::Purpose::ALL {
+        f.get_or_create(&vec![("purpose".to_owned(), p.name().to_owned())])
+            .inc_by(units.get(p));
+    }
+    reg.register(
+        "write_units",
+        "DynamoDB write units spent, by purpose (by DynamoDB's rules)",
+        f,
+    );
+    gauge(
+        &mut reg,
+        "iterator_age_max_ms",
+        "The largest iterator age seen (ms)",
+        m.max_iterator_age_ms.load(Ordering::Relaxed) as i64,
+    );
+    lease_metrics(&mut reg, apps::COUNTER, l);
+    render(&reg)
+}
+
+/// An analytics worker's own metrics.
+pub fn analytics_metrics(m: &AnalyticsMetrics, l: &LeaseMetrics) -> anyhow::Result<String> {
+    let mut reg = Registry::with_prefix("tally");
+    let a = [("app", apps::ANALYTICS)];
+    for (name, help, v) in [
+        ("records", "Records read", &m.records),
+        (
+            "likes",
+            "Like events folded into trending and latency",
+            &m.likes,
+        ),
+        ("snapshots", "Analytics snapshots stored", &m.snapshots),
+    ] {
+        counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
+    }
+    lease_metrics(&mut reg, apps::ANALYTICS, l);
+    render(&reg)
+}

@@ -1,0 +1,449 @@
+//! The read side over HTTP (`tally serve`, a worker's `--http`): the JSON API answers a store of
+//! known contents exactly and says how fresh it is, `/metrics` parses with a real Prometheus
+//! parser and agrees with the API, and the dashboard page — loaded in headless Chromium — shows
+//! the known numbers and follows new events without a reload.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{file_in, write_contract_file, Bg, Expected, Target};
+use serde_json::Value;
+
+/// The address a `tally serve` or `--http` process printed ("serving on http://ADDR/").
+fn served_addr(bg: &Bg) -> String {
+    let start = Instant::now();
+    loop {
+        let log = bg.log_text();
+        if let Some(rest) = log.split("serving on http://").nth(1) {
+            return rest.split('/').next().unwrap().to_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the server did not start:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One HTTP/1.1 GET to 127.0.0.1: the status and the body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    try_get(addr, path).unwrap_or_else(|| panic!("GET {path} from {addr}: no HTTP answer"))
+}
+
+/// [`get`], or `None` when the connection closes without an answer.
+fn try_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    // Read the head, then the body by its length (a server may keep the connection open).
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    match length {
+        Some(len) => {
+            while raw.len() < head_end + len {
+                let n = s.read(&mut buf).ok()?;
+                if n == 0 {
+                    break;
+                }
+                raw.extend_from_slice(&buf[..n]);
+            }
+        }
+        None => {
+            s.read_to_end(&mut raw).ok()?;
+        }
+    }
+    let body = String::from_utf8_lossy(&raw[head_end..]).into_owned();
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(&body)
+    } else {
+        body
+    };
+    Some((status, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+fn get_json(addr: &str, path: &str) -> Value {
+    let (status, body) = get(addr, path);
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Parses `/metrics` with a real Prometheus parser; the value of `name` with these labels.
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+}
+
+/// A store with known contents: a replayed contract file, counted and analysed.
+fn known_store(t: &Target, seed: u64) -> Expected {
+    let file = file_in(t, "likes.ndjson");
+    let exp = write_contract_file(&file, 1_500, 40, seed);
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    t.run(&["analytics", "--until-idle"]);
+    exp
+}
+
+fn the_api_answers_a_known_store(t: Target) {
+    let exp = known_store(&t, 31);
+    let serve = t.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let addr = served_addr(&serve);
+    for (post, n) in exp.counts.iter().take(8) {
+        let v = get_json(&addr, &format!("/api/posts/{post}?since=1h"));
+        assert_eq!(v["count"], *n, "{post}: {v}");
+        assert_eq!(
+            v["count_since"],
+            exp.recent.get(post).copied().unwrap_or(0),
+            "{post}: {v}"
+        );
+        assert!(
+            v["applied_through"]["arrival_ms"].as_i64().unwrap() > 0,
+            "{v}"
+        );
+        assert!(v["applied_through"]["lag_ms"].as_i64().unwrap() >= 0, "{v}");
+        // As of an hour ago: the likes created before the last hour.
+        let then = common::now_ms() - 3_600_000;
+        let v = get_json(&addr, &format!("/api/posts/{post}?as_of_ms={then}"));
+        assert_eq!(
+            v["count_as_of"],
+            *n - exp.recent.get(post).copied().unwrap_or(0),
+            "{post}: {v}"
+        );
+    }
+    assert_eq!(get_json(&addr, "/api/total")["total"], exp.total());
+    let dl = get_json(&addr, "/api/dead-letters?limit=2&offset=1");
+    assert_eq!(dl["total"], exp.malformed as u64);
+    assert_eq!(dl["dead_letters"].as_array().unwrap().len(), 2);
+    let top = get_json(&addr, "/api/trending?k=3");
+    assert_eq!(top["trending"].as_array().unwrap().len(), 3, "{top}");
+    let leases = get_json(&addr, "/api/leases?app=counter");
+    assert!(
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["checkpoint"].is_string()),
+        "{leases}"
+    );
+    let lat = get_json(&addr, "/api/latency");
+    assert!(lat["creation_ms"]["count"].as_u64().unwrap() > 0, "{lat}");
+    // Bad input is a 400 that says what was expected.
+    let (status, body) = get(&addr, "/api/posts/bad%20id");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("A-Za-z0-9"), "{body}");
+    assert_eq!(get(&addr, "/api/trending?k=0").0, 400);
+    assert_eq!(get(&addr, "/api/leases?app=nope").0, 400);
+    assert_eq!(get(&addr, "/healthz").0, 200);
+    assert_eq!(get(&addr, "/readyz").0, 200);
+    // Prometheus: parses, and agrees with the API.
+    let (status, text) = get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(
+        metric(&text, "tally_likes", &[]),
+        Some(exp.total() as f64),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "tally_dead_letters", &[]),
+        Some(exp.malformed as f64)
+    );
+    assert!(
+        metric(&text, "tally_shard_lag_ms", &[("app", "counter")]).is_some(),
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            "tally_latency_ms",
+            &[("kind", "creation"), ("quantile", "0.99")]
+        )
+        .unwrap()
+            > 0.0,
+        "{text}"
+    );
+}
+
+#[test]
+fn the_api_answers_a_known_store_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    the_api_answers_a_known_store(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn the_api_answers_a_known_store_aws() {
+    the_api_answers_a_known_store(Target::aws("serve", 2));
+}
+
+/// A worker's `--http` endpoint: its own counters as Prometheus text, and health.
+#[test]
+fn a_worker_serves_its_metrics() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 800, 20, 5);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let mut w = t.spawn("count", &["count", "--http", "127.0.0.1:0"], &[]);
+    let addr = served_addr(&w);
+    let counted = (exp.lines - exp.malformed - exp.duplicates) as f64;
+    t.eventually(
+        "the worker to count everything",
+        Duration::from_secs(60),
+        &[&w],
+        || {
+            let (_, text) = get(&addr, "/metrics");
+            metric(&text, "tally_counted_total", &[("app", "counter")]) == Some(counted)
+        },
+    );
+    let (_, text) = get(&addr, "/metrics");
+    assert_eq!(
+        metric(&text, "tally_duplicates_total", &[("app", "counter")]),
+        Some(exp.duplicates as f64)
+    );
+    assert!(metric(&text, "tally_write_units_total", &[("purpose", "counts")]).unwrap() > 0.0);
+    assert_eq!(metric(&text, "tally_leases_held", &[]), Some(2.0), "{text}");
+    assert_eq!(get(&addr, "/healthz").0, 200);
+    assert_eq!(get(&addr, "/readyz").0, 200);
+    w.signal("TERM");
+    assert!(w.wait(Duration::from_secs(30)).success());
+}
+
+/// Headless Chromium, driven over the DevTools protocol (a WebSocket on 127.0.0.1).
+struct Browser {
+    child: std::process::Child,
+    ws: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    /// Opens `url` in a fresh headless Chromium (`chromium`, or `$CHROMIUM`).
+    fn open(url: &str) -> Browser {
+        let bin = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+        let profile = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(&bin)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--window-size=1280,900",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+                &format!("--user-data-dir={}", profile.path().display()),
+                url,
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start {bin} ({e}): scripts/test.sh installs Debian's chromium")
+            });
+        // "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/…"
+        let mut err = child.stderr.take().unwrap();
+        let mut seen = String::new();
+        let port = loop {
+            let mut buf = [0u8; 512];
+            let n = err.read(&mut buf).unwrap();
+            assert!(n > 0, "chromium exited: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if let Some(rest) = seen.split("ws://127.0.0.1:").nth(1) {
+                if let Some(p) = rest.split('/').next().filter(|p| rest.len() > p.len()) {
+                    break p.to_owned();
+                }
+            }
+        };
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        let devtools = format!("127.0.0.1:{port}");
+        let start = Instant::now();
+        let page_ws = loop {
+            let body = try_get(&devtools, "/json/list")
+                .map(|(_, b)| b)
+                .unwrap_or_default();
+            let pages: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            if let Some(ws) = pages.as_array().and_then(|ps| {
+                ps.iter()
+                    .find(|p| p["type"] == "page")
+                    .and_then(|p| p["webSocketDebuggerUrl"].as_str().map(str::to_owned))
+            }) {
+                break ws;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no page target: {body}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let (ws, _) = tungstenite::connect(page_ws.as_str()).unwrap();
+        Browser {
+            child,
+            ws,
+            next_id: 0,
+            _profile: profile,
+        }
+    }
+
+    /// Calls a DevTools method and returns its result.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = serde_json::json!({"id": id, "method": method, "params": params});
+        self.ws
+            .send(tungstenite::Message::text(msg.to_string()))
+            .unwrap();
+        loop {
+            let m = self.ws.read().unwrap();
+            if let tungstenite::Message::Text(t) = m {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                if v["id"] == id {
+                    assert!(v.get("error").is_none(), "{method}: {v}");
+                    return v["result"].clone();
+                }
+            }
+        }
+    }
+
+    /// The text of an element of the page.
+    fn text(&mut self, id: &str) -> String {
+        let r = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": format!("document.getElementById('{id}')?.innerText ?? ''"), "returnByValue": true}),
+        );
+        r["result"]["value"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Waits until `id`'s text satisfies `ok`.
+    fn wait_for(&mut self, id: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let t = self.text(id);
+            if ok(&t) {
+                return t;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the page's #{id} never showed {what}; it shows {t:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn screenshot(&mut self, path: &std::path::Path) {
+        use base64::Engine;
+        let r = self.call(
+            "Page.captureScreenshot",
+            serde_json::json!({"format": "png"}),
+        );
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().unwrap())
+            .unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn grouped(n: i64) -> String {
+    let s = n.abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+/// The dashboard in headless Chromium: it loads, shows the store's known total, trending posts
+/// and dead letters, then follows new likes as they are counted, without a reload. The test saves
+/// a screenshot to `target/dashboard.png`.
+#[test]
+fn the_dashboard_shows_the_numbers_and_follows_new_likes() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let exp = known_store(&t, 44);
+    let serve = t.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let addr = served_addr(&serve);
+    let mut b = Browser::open(&format!("http://{addr}/?refresh_ms=300"));
+    let total = grouped(exp.total());
+    b.wait_for("total", &total, |t| t == total);
+    let dead = exp.malformed.to_string();
+    b.wait_for("dead-total", &dead, |t| t == dead);
+    let top = get_json(&addr, "/api/trending?k=1")["trending"][0]["post_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    b.wait_for("trending", &top, |t| t.contains(&top));
+    // New likes, counted while the page is open.
+    let more = file_in(&t, "more.ndjson");
+    let later = write_contract_file(&more, 300, 40, 45);
+    t.run(&["replay", more.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let now_total = grouped(exp.total() + later.total());
+    b.wait_for("total", &now_total, |t| t == now_total);
+    let polls: u64 = b.text("polls").parse().unwrap();
+    assert!(polls >= 2, "the page polled {polls} times");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    b.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    drop(serve);
+}
