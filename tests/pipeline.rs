@@ -316,3 +316,44 @@ fn a_viral_post_fans_out_over_the_shards_embedded() {
 fn a_viral_post_fans_out_over_the_shards_aws() {
     a_viral_post_fans_out_over_the_shards(Target::aws("viral", 2), "1500", "1000", 2);
 }
+
+/// Analytics counts a producer retry once, across restarts, like the counter: replaying a file a
+/// second time (every event a retry, within the dedup horizon) leaves trending and latency as
+/// they were, although a new analytics process reads it.
+fn analytics_counts_a_replayed_file_once(t: Target) {
+    let file = common::file_in(&t, "likes.ndjson");
+    let exp = common::write_contract_file(&file, 1_200, 30, 23);
+    let distinct = (exp.lines - exp.malformed - exp.duplicates) as u64;
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["analytics", "--until-idle"]);
+    let top = t.json(&["top", "--k", "5", "--json"]);
+    let lat = t.json(&["latency", "--json"]);
+    assert_eq!(lat["creation_ms"]["count"], distinct, "{lat}");
+    // The same file again, read by a new analytics process.
+    t.run(&["replay", file.to_str().unwrap()]);
+    let again = t.json(&["analytics", "--until-idle", "--json"]);
+    assert_eq!(again["records"], exp.lines as u64, "{again}");
+    assert_eq!(
+        again["likes"], 0,
+        "every retried like is recognised: {again}"
+    );
+    assert_eq!(
+        t.json(&["latency", "--json"])["creation_ms"]["count"],
+        distinct
+    );
+    let after = t.json(&["top", "--k", "5", "--json"]);
+    assert_eq!(after["trending"], top["trending"], "trending is unchanged");
+}
+
+#[test]
+fn analytics_counts_a_replayed_file_once_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    analytics_counts_a_replayed_file_once(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn analytics_counts_a_replayed_file_once_aws() {
+    analytics_counts_a_replayed_file_once(Target::aws("anadedup", 2));
+}

@@ -4,8 +4,9 @@
 //! Per shard it folds likes into a bounded trending sketch ([`tally_core::trending`]) and
 //! records latencies ([`tally_core::latency`]); every window (size or time) it stores the sketch
 //! and the window's histograms atomically with its checkpoint. Reading commands merge the shards'
-//! sketches and histograms. Duplicates are filtered in memory (they are not persisted across
-//! restarts: analytics is approximate by nature, the counter is the exact one).
+//! sketches and histograms. Producer retries count once, with the counter's semantics: each
+//! window's first-seen event ids are stored with its snapshot, and a restart (or a lease move)
+//! restores the filter across the shard's lineage within the dedup horizon.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +59,8 @@ pub struct AnalyticsConfig {
     pub window_time: Duration,
     /// Each stored window's latency percentiles as CloudWatch embedded metric format, when on.
     pub emf: Emf,
+    /// A retry of an event is recognised for this long after the event arrived (the counter's).
+    pub dedup_horizon: Duration,
 }
 
 impl AnalyticsConfig {
@@ -69,6 +72,7 @@ impl AnalyticsConfig {
             window_records: 20_000,
             window_time: Duration::from_secs(5),
             emf: Emf::default(),
+            dedup_horizon: Duration::from_secs(600),
         }
     }
 }
@@ -114,7 +118,7 @@ impl ProcessorFactory for Analytics {
                 self.cfg.sketch_capacity,
                 self.cfg.half_life.as_millis() as i64,
             ),
-            dedup: Dedup::new(600_000),
+            dedup: Dedup::new(self.cfg.dedup_horizon.as_millis() as i64),
             latency: Latency::default(),
             end: None,
             records_in_window: 0,
@@ -177,7 +181,9 @@ impl AnalyticsShard {
         );
     }
 
+    /// Stores the window: its sketch, histograms and first-seen ids, with its checkpoint.
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        let dedup = self.dedup.seal();
         let Some(fence) = self.fence.clone() else {
             return Ok(());
         };
@@ -195,9 +201,21 @@ impl AnalyticsShard {
             trending: self.trending.entries(),
             trending_at_ms: self.trending.now_ms().max(0),
             latency: self.latency.encode(),
+            dedup,
+            horizon_ms: self.dedup.horizon_ms(),
             shard_finished: shard_end,
         };
         self.store.save_snapshot(&fence, &snap).await?;
+        if self.dedup.take_evicted() {
+            tally_consumer::dedup::expire(
+                self.store.as_ref(),
+                &fence,
+                &self.dedup,
+                self.dedup.horizon_ms(),
+                &tally_core::retry::Backoff::default(),
+            )
+            .await;
+        }
         self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
         self.emit_latency(snap.taken_at_ms);
         self.latency = Latency::default();
@@ -216,6 +234,13 @@ impl ShardProcessor for AnalyticsShard {
     ) -> Result<StartPosition, ConsumerError> {
         self.fence = Some(fence.clone());
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+        self.dedup = tally_consumer::dedup::restore(
+            self.store.as_ref(),
+            fence,
+            &st.lease,
+            self.cfg.dedup_horizon.as_millis() as i64,
+        )
+        .await?;
         let sketches = self.store.trending_sketches(&fence.app).await?;
         if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| s == &self.shard_id) {
             self.trending = Trending::restore(
@@ -250,7 +275,6 @@ impl ShardProcessor for AnalyticsShard {
                 }
             }
             if self.records_in_window >= self.cfg.window_records {
-                self.dedup.seal();
                 self.snapshot(false).await?;
             }
         }
@@ -261,14 +285,12 @@ impl ShardProcessor for AnalyticsShard {
         if self.records_in_window > 0
             && now - self.opened_at_ms >= self.cfg.window_time.as_millis() as i64
         {
-            self.dedup.seal();
             self.snapshot(false).await?;
         }
         Ok(())
     }
 
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
-        self.dedup.seal();
         self.snapshot(shard_end).await
     }
 

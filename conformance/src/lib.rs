@@ -835,7 +835,8 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     );
 }
 
-/// Analytics store: a snapshot and its checkpoint land together, fenced by the lease.
+/// Analytics store: a snapshot, its dedup record and its checkpoint land together, fenced by the
+/// lease.
 pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &str) {
     let app = format!("analytics-{name}");
     let shard = format!("shard-{name}");
@@ -859,9 +860,23 @@ pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &s
         ],
         trending_at_ms: 900,
         latency: vec![1, 2, 3],
+        dedup: DedupRecord {
+            max_arrival: 7,
+            ids: vec![5, 6],
+        },
+        horizon_ms: HORIZON_MS,
         shard_finished: false,
     };
     store.save_snapshot(&fence, &snap).await.unwrap();
+    let stored = store
+        .load_dedup(&app, std::slice::from_ref(&shard), i64::MIN)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        (stored[0].end.clone(), stored[0].record.clone()),
+        (seq("42"), snap.dedup.clone())
+    );
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(st.lease.checkpoint, Some(seq("42")));
     let sk = store.trending_sketches(&app).await.unwrap();
@@ -882,12 +897,25 @@ pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &s
         .unwrap();
     let stale = AnalyticsSnapshot {
         end: seq("50"),
+        dedup: DedupRecord {
+            max_arrival: 8,
+            ids: vec![9],
+        },
         ..snap
     };
     assert!(matches!(
         store.save_snapshot(&fence, &stale).await,
         Err(PortError::Fenced { .. })
     ));
+    assert_eq!(
+        store
+            .load_dedup(&app, std::slice::from_ref(&shard), i64::MIN)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "a fenced snapshot stores no dedup record"
+    );
     assert_eq!(
         store
             .shard_state(&app, &shard)

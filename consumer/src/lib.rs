@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod counter;
+pub mod dedup;
 pub mod emf;
 pub mod retry;
 pub mod worker;

@@ -300,7 +300,7 @@ pub struct PostCount {
 /// `finish_window` moves the checkpoint to the end (fenced, and only if that window is pending).
 /// See [`crate::summary`] for why this is exact without a transaction.
 #[async_trait]
-pub trait CounterStore: LeaseStore {
+pub trait CounterStore: LeaseStore + DedupStore {
     /// Records `end` as the pending window after `start_after` (which must be the checkpoint,
     /// with no window pending); `Fenced` if a condition failed.
     async fn begin_window(
@@ -329,6 +329,17 @@ pub trait CounterStore: LeaseStore {
     ) -> PortResult<()>;
     /// Gives up records the stream no longer has, on record; `Fenced` if a condition failed.
     async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
+    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount>;
+    /// The sum of every post's count.
+    async fn global_total(&self) -> PortResult<i64>;
+    async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>>;
+    async fn dead_letter_count(&self) -> PortResult<u64>;
+}
+
+/// The duplicate filters' records, per application and shard: each window's first-seen ids,
+/// stored with the window (the counter: before its checkpoint; analytics: with its snapshot).
+#[async_trait]
+pub trait DedupStore: Send + Sync {
     /// Drops the shard's dedup records with `max_arrival < before`: those its arrival clock has
     /// passed by more than the horizon. Idempotent and free (DynamoDB: the records' TTL does it;
     /// embedded: a delete).
@@ -340,11 +351,6 @@ pub trait CounterStore: LeaseStore {
         shard_ids: &[String],
         min_arrival: i64,
     ) -> PortResult<Vec<StoredDedup>>;
-    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount>;
-    /// The sum of every post's count.
-    async fn global_total(&self) -> PortResult<i64>;
-    async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>>;
-    async fn dead_letter_count(&self) -> PortResult<u64>;
 }
 
 /// A post's decayed like rate, as trending reports it.
@@ -371,12 +377,17 @@ pub struct AnalyticsSnapshot {
     pub trending_at_ms: i64,
     /// The window's latency histograms, serialized (see `latency`).
     pub latency: Vec<u8>,
+    /// The window's first-seen event ids (not stored when empty), so that a restart still
+    /// recognises producer retries.
+    pub dedup: DedupRecord,
+    /// The dedup horizon, for the record's expiry.
+    pub horizon_ms: i64,
     pub shard_finished: bool,
 }
 
 /// The analytics consumer's store.
 #[async_trait]
-pub trait AnalyticsStore: LeaseStore {
+pub trait AnalyticsStore: LeaseStore + DedupStore {
     /// Stores a snapshot and moves the checkpoint to its end, fenced by the lease.
     async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()>;
     /// The latest trending sketch of each shard: `(shard_id, entries, at_ms)`.

@@ -63,6 +63,7 @@ pub fn analytics_config(s: &Settings) -> AnalyticsConfig {
     a.window_records = s.analytics.window_records;
     a.window_time = Settings::ms(s.analytics.window_ms);
     a.emf = emf(s);
+    a.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
     a
 }
 

@@ -1,5 +1,5 @@
-//! [`AnalyticsStore`] on the leases and analytics tables: a snapshot and its checkpoint in one
-//! `TransactWriteItems`.
+//! [`AnalyticsStore`] on the leases, analytics and dedup tables: a snapshot, its dedup record and
+//! its checkpoint in one `TransactWriteItems`.
 
 use super::*;
 
@@ -55,15 +55,22 @@ impl AnalyticsStore for DynamoStore {
             )
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
-        self.transact(
-            (&fence.app, &fence.shard_id),
-            vec![
-                lease,
-                TransactWriteItem::builder().put(latency).build(),
-                TransactWriteItem::builder().put(trending).build(),
-            ],
-        )
-        .await
+        let mut items = vec![
+            lease,
+            TransactWriteItem::builder().put(latency).build(),
+            TransactWriteItem::builder().put(trending).build(),
+        ];
+        if !snap.dedup.ids.is_empty() {
+            let dedup = self.dedup_put(
+                &fence.app,
+                &fence.shard_id,
+                &snap.end,
+                &snap.dedup,
+                snap.horizon_ms,
+            )?;
+            items.push(TransactWriteItem::builder().put(dedup).build());
+        }
+        self.transact((&fence.app, &fence.shard_id), items).await
     }
 
     async fn trending_sketches(

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
-use tally_core::ports::{Applied, StoredDedup, WindowRef, WindowRest};
+use tally_core::ports::{Applied, DedupStore, StoredDedup, WindowRef, WindowRest};
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::window::{dead_letter_units, dedup_write_units};
 
@@ -315,20 +315,12 @@ impl CounterStore for DynamoStore {
         if !rest.dedup.ids.is_empty() {
             let units = dedup_write_units(rest.dedup);
             // Written once: an overwrite by a late writer could replace it with other content.
-            // Expires by TTL, which costs nothing, once no restore can need it: past the horizon
-            // of its clock plus the stream's retention (nothing older can still be read).
-            let expires = (rest.dedup.max_arrival.saturating_add(rest.horizon_ms)) / 1000
-                + self.retention_secs
-                + DEDUP_TTL_MARGIN_SECS;
+            let put = self.dedup_put(w.app, w.shard_id, w.end, rest.dedup, rest.horizon_ms)?;
             let r = self
                 .client
                 .put_item()
                 .table_name(self.table("dedup"))
-                .item("pk", s(format!("{}#{}", w.app, w.shard_id)))
-                .item("sk", s(dedup_sk(rest.dedup.max_arrival, w.end)))
-                .item("max_arrival", n(rest.dedup.max_arrival))
-                .item("ids", AttributeValue::B(Blob::new(rest.dedup.encode_ids())))
-                .item("expires_at", n(expires))
+                .set_item(Some(put.item().clone()))
                 .condition_expression("attribute_not_exists(pk)")
                 .send()
                 .await;
@@ -396,52 +388,6 @@ impl CounterStore for DynamoStore {
         ];
         self.transact((&g.fence.app, &g.fence.shard_id), items)
             .await
-    }
-
-    async fn expire_dedup(&self, _app: &str, _shard_id: &str, _before: i64) -> PortResult<()> {
-        // The records' TTL removes them, for nothing; a delete would cost their size again.
-        Ok(())
-    }
-
-    async fn load_dedup(
-        &self,
-        app: &str,
-        shard_ids: &[String],
-        min_arrival: i64,
-    ) -> PortResult<Vec<StoredDedup>> {
-        let mut out = Vec::new();
-        for shard in shard_ids {
-            // The key range reads only records within the horizon of the clock.
-            let values = HashMap::from([
-                (":p".to_owned(), s(format!("{app}#{shard}"))),
-                (":lo".to_owned(), s(arrival_key(min_arrival))),
-            ]);
-            let items = self
-                .query_all("dedup", "pk = :p AND sk >= :lo", values, None, None)
-                .await?;
-            for i in items {
-                let ids = i
-                    .get("ids")
-                    .and_then(|v| v.as_b().ok())
-                    .and_then(|b| DedupRecord::decode_ids(b.as_ref()));
-                let end = get_s(&i, "sk")
-                    .and_then(|sk| sk.split_once('#').and_then(|(_, e)| SeqNo::parse(e)));
-                match (ids, get_n(&i, "max_arrival"), end) {
-                    (Some(ids), Some(max_arrival), Some(end)) => out.push(StoredDedup {
-                        shard_id: shard.clone(),
-                        end,
-                        record: DedupRecord { max_arrival, ids },
-                    }),
-                    _ => {
-                        return Err(PortError::Other(format!(
-                            "corrupt dedup record of {app}/{shard} in {}",
-                            self.table("dedup")
-                        )))
-                    }
-                }
-            }
-        }
-        Ok(out)
     }
 
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
@@ -577,5 +523,54 @@ impl DynamoStore {
             .iter()
             .map(|i| (get_s(i, "sk").unwrap_or_default(), to_attrs(i)))
             .collect())
+    }
+}
+
+#[async_trait]
+impl DedupStore for DynamoStore {
+    async fn expire_dedup(&self, _app: &str, _shard_id: &str, _before: i64) -> PortResult<()> {
+        // The records' TTL removes them, for nothing; a delete would cost their size again.
+        Ok(())
+    }
+
+    async fn load_dedup(
+        &self,
+        app: &str,
+        shard_ids: &[String],
+        min_arrival: i64,
+    ) -> PortResult<Vec<StoredDedup>> {
+        let mut out = Vec::new();
+        for shard in shard_ids {
+            // The key range reads only records within the horizon of the clock.
+            let values = HashMap::from([
+                (":p".to_owned(), s(format!("{app}#{shard}"))),
+                (":lo".to_owned(), s(arrival_key(min_arrival))),
+            ]);
+            let items = self
+                .query_all("dedup", "pk = :p AND sk >= :lo", values, None, None)
+                .await?;
+            for i in items {
+                let ids = i
+                    .get("ids")
+                    .and_then(|v| v.as_b().ok())
+                    .and_then(|b| DedupRecord::decode_ids(b.as_ref()));
+                let end = get_s(&i, "sk")
+                    .and_then(|sk| sk.split_once('#').and_then(|(_, e)| SeqNo::parse(e)));
+                match (ids, get_n(&i, "max_arrival"), end) {
+                    (Some(ids), Some(max_arrival), Some(end)) => out.push(StoredDedup {
+                        shard_id: shard.clone(),
+                        end,
+                        record: DedupRecord { max_arrival, ids },
+                    }),
+                    _ => {
+                        return Err(PortError::Other(format!(
+                            "corrupt dedup record of {app}/{shard} in {}",
+                            self.table("dedup")
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 }

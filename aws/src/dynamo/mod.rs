@@ -335,6 +335,31 @@ impl DynamoStore {
         Ok(())
     }
 
+    /// A window's dedup record. It expires by TTL, which costs nothing, once no restore can need
+    /// it: past the horizon of its clock plus the stream's retention (nothing older can still be
+    /// read), plus a margin.
+    fn dedup_put(
+        &self,
+        app: &str,
+        shard_id: &str,
+        end: &SeqNo,
+        rec: &DedupRecord,
+        horizon_ms: i64,
+    ) -> PortResult<Put> {
+        let expires = rec.max_arrival.saturating_add(horizon_ms) / 1000
+            + self.retention_secs
+            + DEDUP_TTL_MARGIN_SECS;
+        Put::builder()
+            .table_name(self.table("dedup"))
+            .item("pk", s(format!("{app}#{shard_id}")))
+            .item("sk", s(dedup_sk(rec.max_arrival, end)))
+            .item("max_arrival", n(rec.max_arrival))
+            .item("ids", AttributeValue::B(Blob::new(rec.encode_ids())))
+            .item("expires_at", n(expires))
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))
+    }
+
     /// Every item of a Query, following pagination.
     async fn query_all(
         &self,

@@ -1,109 +1,29 @@
-//! The duplicate filter's life in the store: restored across the shard's lineage within the
-//! horizon, and expired as the arrival clock passes it.
-
-use std::collections::HashMap;
+//! The duplicate filter's life in the store for the counter (see `crate::dedup`).
 
 use super::*;
 
 impl CounterShard {
-    /// The duplicate filter as it stood at `row`'s checkpoint: this shard's dedup records within
-    /// the horizon of its clock, and those of every ancestor (across any number of reshards) that
-    /// can still hold an id within it. A shard that has not checkpointed yet starts at its
-    /// parents' clock, so a new child loads only their last `horizon` of ids, not their history.
+    /// The duplicate filter as it stood at `row`'s checkpoint (`crate::dedup::restore`).
     pub(super) async fn restore_dedup(
         &self,
         fence: &Fence,
         row: &Lease,
         horizon_ms: i64,
     ) -> Result<Dedup, ConsumerError> {
-        // The clock: this shard's own, or, before its first checkpoint, its parents' (through
-        // any ancestor that finished without a record of its own). Ancestors finished before
-        // this shard began, so their clocks are behind the shard's.
-        let mut clock = row.max_arrival;
-        let mut frontier = row.parents.clone();
-        let mut seen = std::collections::HashSet::new();
-        while let Some(id) = frontier.pop() {
-            if !seen.insert(id.clone()) {
-                continue;
-            }
-            if let Some(a) = self.lease_row(&fence.app, &id).await? {
-                if a.max_arrival == i64::MIN {
-                    frontier.extend(a.parents);
-                } else {
-                    clock = clock.max(a.max_arrival);
-                }
-            }
-        }
-        let min = Dedup::min_arrival_to_restore(horizon_ms, clock);
-        // Walk up the lineage; an ancestor whose clock is below `min` holds nothing newer, and
-        // neither do its own ancestors. A row that is gone was deleted only once every child's
-        // clock had passed its own by more than the horizon: nothing in it can matter here.
-        let mut shards = vec![fence.shard_id.clone()];
-        let mut checkpoints = HashMap::from([(fence.shard_id.clone(), row.checkpoint.clone())]);
-        let mut frontier = row.parents.clone();
-        while let Some(id) = frontier.pop() {
-            if shards.contains(&id) {
-                continue;
-            }
-            let Some(a) = self.lease_row(&fence.app, &id).await? else {
-                continue;
-            };
-            if a.max_arrival == i64::MIN || a.max_arrival >= min {
-                frontier.extend(a.parents);
-                checkpoints.insert(id.clone(), a.checkpoint);
-                shards.push(id);
-            }
-        }
-        // Only windows at or before each shard's checkpoint: a pending window's record may be
-        // stored before its checkpoint moves, and its ids are that window's own, not duplicates.
-        let records = self
-            .store
-            .load_dedup(&fence.app, &shards, min)
-            .await?
-            .into_iter()
-            .filter(|r| {
-                checkpoints
-                    .get(&r.shard_id)
-                    .is_some_and(|c| c.as_ref().is_some_and(|c| r.end <= *c))
-            })
-            .map(|r| r.record)
-            .collect();
-        let dedup = Dedup::restore(horizon_ms, clock, records);
-        tracing::info!(
-            ids = dedup.len(),
-            shards = ?shards,
-            clock,
-            horizon_ms,
-            "dedup filter restored"
-        );
-        Ok(dedup)
+        crate::dedup::restore(self.store.as_ref(), fence, row, horizon_ms).await
     }
 
-    /// A shard's lease row, `None` if it was cleaned up.
-    pub(super) async fn lease_row(
-        &self,
-        app: &str,
-        shard_id: &str,
-    ) -> Result<Option<Lease>, ConsumerError> {
-        match self.store.shard_state(app, shard_id).await {
-            Ok(st) => Ok(Some(st.lease)),
-            Err(PortError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Deletes this shard's dedup records that the checkpoint's clock has passed by more than the
-    /// horizon: no restore at this checkpoint or later can need them. Best effort — a record left
-    /// behind is skipped by every restore and removed by the store's backstop expiry.
+    /// Drops this shard's dedup records that the checkpoint's clock has passed by more than the
+    /// horizon (`crate::dedup::expire`).
     pub(super) async fn expire_dedup(&self, horizon_ms: i64) {
         let Ok(fence) = self.fence() else { return };
-        let before = Dedup::min_arrival_to_restore(horizon_ms, self.dedup.running_max());
-        let r = with_backoff(&self.cfg.backoff, "expire dedup records", || {
-            self.store.expire_dedup(&fence.app, &fence.shard_id, before)
-        })
-        .await;
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "expiring dedup records failed; restores skip them")
-        }
+        crate::dedup::expire(
+            self.store.as_ref(),
+            fence,
+            &self.dedup,
+            horizon_ms,
+            &self.cfg.backoff,
+        )
+        .await
     }
 }

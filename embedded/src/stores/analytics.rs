@@ -20,6 +20,13 @@ impl AnalyticsStore for Embedded {
                 params![fence.app, fence.shard_id, s.trending_at_ms, serde_json::to_string(&entries).unwrap_or_default()],
             )
             .map_err(sql_err)?;
+            if !s.dedup.ids.is_empty() {
+                tx.execute(
+                    "INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![fence.app, fence.shard_id, s.end.as_str(), s.dedup.max_arrival, s.dedup.max_arrival.saturating_add(s.horizon_ms), s.dedup.encode_ids()],
+                )
+                .map_err(sql_err)?;
+            }
             tx.execute(
                 "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
                 params![s.end.as_str(), s.max_arrival, s.shard_finished as i64, fence.app, fence.shard_id],

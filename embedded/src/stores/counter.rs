@@ -3,7 +3,7 @@
 
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
-use tally_core::ports::{Applied, StoredDedup, WindowRef, WindowRest};
+use tally_core::ports::{Applied, DedupStore, StoredDedup, WindowRef, WindowRest};
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::window::{dead_letter_units, dedup_write_units};
 
@@ -264,48 +264,6 @@ impl CounterStore for Embedded {
         .await
     }
 
-    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
-        let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
-        self.run(move |c| {
-            c.prepare_cached(
-                "DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3",
-            )
-            .map_err(sql_err)?
-            .execute(params![app, shard_id, before])
-            .map_err(sql_err)?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn load_dedup(
-        &self,
-        app: &str,
-        shard_ids: &[String],
-        min_arrival: i64,
-    ) -> PortResult<Vec<StoredDedup>> {
-        let (app, shard_ids) = (app.to_owned(), shard_ids.to_vec());
-        self.run(move |c| {
-            let mut out = Vec::new();
-            let mut st = c.prepare_cached("SELECT end_seq, max_arrival, ids FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival >= ?3").map_err(sql_err)?;
-            for s in &shard_ids {
-                let rows = st
-                    .query_map(params![app, s, min_arrival], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))
-                    .map_err(sql_err)?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(sql_err)?;
-                for (end, max_arrival, ids) in rows {
-                    let corrupt = || PortError::Other(format!("embedded store: corrupt dedup record of {s}"));
-                    let ids = DedupRecord::decode_ids(&ids).ok_or_else(corrupt)?;
-                    let end = SeqNo::parse(&end).ok_or_else(corrupt)?;
-                    out.push(StoredDedup { shard_id: s.clone(), end, record: DedupRecord { max_arrival, ids } });
-                }
-            }
-            Ok(out)
-        })
-        .await
-    }
-
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
         let post = post_id.to_owned();
         self.run(move |c| {
@@ -361,6 +319,51 @@ impl CounterStore for Embedded {
             })
             .map(|n| n as u64)
             .map_err(sql_err)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl DedupStore for Embedded {
+    async fn expire_dedup(&self, app: &str, shard_id: &str, before: i64) -> PortResult<()> {
+        let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
+        self.run(move |c| {
+            c.prepare_cached(
+                "DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival < ?3",
+            )
+            .map_err(sql_err)?
+            .execute(params![app, shard_id, before])
+            .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn load_dedup(
+        &self,
+        app: &str,
+        shard_ids: &[String],
+        min_arrival: i64,
+    ) -> PortResult<Vec<StoredDedup>> {
+        let (app, shard_ids) = (app.to_owned(), shard_ids.to_vec());
+        self.run(move |c| {
+            let mut out = Vec::new();
+            let mut st = c.prepare_cached("SELECT end_seq, max_arrival, ids FROM dedup WHERE app = ?1 AND shard_id = ?2 AND max_arrival >= ?3").map_err(sql_err)?;
+            for s in &shard_ids {
+                let rows = st
+                    .query_map(params![app, s, min_arrival], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))
+                    .map_err(sql_err)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(sql_err)?;
+                for (end, max_arrival, ids) in rows {
+                    let corrupt = || PortError::Other(format!("embedded store: corrupt dedup record of {s}"));
+                    let ids = DedupRecord::decode_ids(&ids).ok_or_else(corrupt)?;
+                    let end = SeqNo::parse(&end).ok_or_else(corrupt)?;
+                    out.push(StoredDedup { shard_id: s.clone(), end, record: DedupRecord { max_arrival, ids } });
+                }
+            }
+            Ok(out)
         })
         .await
     }
