@@ -157,6 +157,20 @@ fn the_api_answers_a_known_store(t: Target) {
         );
     }
     assert_eq!(get_json(&addr, "/api/total")["total"], exp.total());
+    // What the counting cost, kept in the shards' rows.
+    let cost = get_json(&addr, "/api/cost");
+    let distinct = (exp.lines - exp.malformed - exp.duplicates) as u64;
+    assert_eq!(cost["counted"], distinct, "{cost}");
+    assert!(
+        cost["write_units"]["counts"].as_u64().unwrap() > 0,
+        "{cost}"
+    );
+    assert!(
+        cost["write_units"]["checkpoints"].as_u64().unwrap() >= 2,
+        "{cost}"
+    );
+    let per_like = cost["units_per_like"].as_f64().unwrap();
+    assert!(per_like > 0.0 && per_like < 2.0, "{cost}");
     let dl = get_json(&addr, "/api/dead-letters?limit=2&offset=1");
     assert_eq!(dl["total"], exp.malformed as u64);
     assert_eq!(dl["dead_letters"].as_array().unwrap().len(), 2);
@@ -428,6 +442,9 @@ fn the_dashboard_shows_the_numbers_and_follows_new_likes() {
     b.wait_for("total", &total, |t| t == total);
     let dead = exp.malformed.to_string();
     b.wait_for("dead-total", &dead, |t| t == dead);
+    b.wait_for("cost", "a cost per like", |t| {
+        t.parse::<f64>().is_ok_and(|c| c > 0.0)
+    });
     let top = get_json(&addr, "/api/trending?k=1")["trending"][0]["post_id"]
         .as_str()
         .unwrap()

@@ -13,7 +13,7 @@ use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, Applied, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PutEntry, PutOutcome, ShardInfo, StartPosition, StoredDedup, Stream,
+    Pending, PortError, PutEntry, PutOutcome, ShardInfo, Spent, StartPosition, StoredDedup, Stream,
     StreamRecord, TrendingEntry, WindowRef, WindowRest,
 };
 use tally_core::window::{
@@ -286,7 +286,13 @@ async fn window(
     let mut out = store.apply_posts(at, posts).await.unwrap();
     out.merge(&store.apply_rest(at, rest_of(&rest)).await.unwrap());
     store
-        .finish_window(fence, end, rest.dedup.max_arrival, finished)
+        .finish_window(
+            fence,
+            end,
+            rest.dedup.max_arrival,
+            finished,
+            &Spent::default(),
+        )
         .await
         .unwrap();
     out
@@ -569,7 +575,9 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
 
     // No checkpoint moves for a window that is not pending; none is pending after another start.
     assert!(matches!(
-        store.finish_window(&fence, &end, 1_000, false).await,
+        store
+            .finish_window(&fence, &end, 1_000, false, &Spent::default())
+            .await,
         Err(PortError::Fenced { .. })
     ));
     assert!(matches!(
@@ -617,6 +625,12 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     let again = store.apply_posts(at(&fence, &end), &posts).await.unwrap();
     assert_eq!(again.written, 1, "only post b is new: {again:?}");
     assert!(again.units.get(Purpose::FailedConditions) >= 1);
+    // What the window spent and counted, kept in the shard's row with its checkpoint.
+    let mut spent = Spent {
+        counted: 3,
+        ..Spent::default()
+    };
+    spent.units.merge(&first.units);
     // A worker whose lease was taken cannot move the checkpoint; the new owner can.
     let stolen = store
         .take_lease(&app, &shard, 1, "w2", i64::MAX / 2)
@@ -638,11 +652,13 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         .unwrap();
     assert_eq!(r.refused, 2, "{r:?}");
     assert!(matches!(
-        store.finish_window(&fence, &end, 1_000, false).await,
+        store
+            .finish_window(&fence, &end, 1_000, false, &Spent::default())
+            .await,
         Err(PortError::Fenced { .. })
     ));
     store
-        .finish_window(&stolen, &end, 1_000, false)
+        .finish_window(&stolen, &end, 1_000, false, &spent)
         .await
         .unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
@@ -654,9 +670,12 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         ),
         (Some(end.clone()), None, 1_000)
     );
+    assert_eq!(st.spent, spent, "the row keeps what the window spent");
     // Finished once: the same window cannot be checkpointed again.
     assert!(matches!(
-        store.finish_window(&stolen, &end, 1_000, false).await,
+        store
+            .finish_window(&stolen, &end, 1_000, false, &spent)
+            .await,
         Err(PortError::Fenced { .. })
     ));
 
@@ -783,7 +802,10 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
         .apply_rest(at(&w2, &x_end), rest_of(&rest))
         .await
         .unwrap();
-    store.finish_window(&w2, &x_end, 10, false).await.unwrap();
+    store
+        .finish_window(&w2, &x_end, 10, false, &Spent::default())
+        .await
+        .unwrap();
     // Y: the same posts, 20 minutes later (the next day's first hour).
     let y: Vec<(String, PostDelta)> = posts
         .iter()
@@ -810,7 +832,9 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
         "a stale writer's writes are all refused: {late:?} {all:?} {r:?}"
     );
     assert!(matches!(
-        store.finish_window(&w1, &x_end, 10, false).await,
+        store
+            .finish_window(&w1, &x_end, 10, false, &Spent::default())
+            .await,
         Err(PortError::Fenced { .. })
     ));
     for (i, p) in posts.iter().enumerate() {

@@ -170,11 +170,31 @@ pub struct Pending {
     pub horizon_ms: Option<i64>,
 }
 
+/// What a shard's applied windows cost and counted so far, kept in its lease row (each window
+/// adds its own with its checkpoint, in the same write), so that any reader can say what a like
+/// costs without the workers' metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// Write units by purpose (the lease takes and renewals excepted: those are the workers').
+    pub units: Units,
+    /// Events counted (first seen).
+    pub counted: u64,
+}
+
+impl Spent {
+    pub fn merge(&mut self, o: &Spent) {
+        self.units.merge(&o.units);
+        self.counted += o.counted;
+    }
+}
+
 /// What a store knows of one shard of one application.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardState {
     pub lease: Lease,
     pub pending: Option<Pending>,
+    /// The counter's cumulative spending on the shard (zero for analytics).
+    pub spent: Spent,
 }
 
 /// Proof of lease ownership that every fenced write carries.
@@ -318,14 +338,16 @@ pub trait CounterStore: LeaseStore + DedupStore {
     ) -> PortResult<Applied>;
     /// Writes the window's dead letters, its global-total delta and its dedup record, each once.
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied>;
-    /// Moves the checkpoint to the pending window's end, with the shard's arrival clock;
-    /// `Fenced` if the lease was lost or that window is not the pending one.
+    /// Moves the checkpoint to the pending window's end, with the shard's arrival clock, and adds
+    /// what the window spent and counted to the shard's; `Fenced` if the lease was lost or that
+    /// window is not the pending one.
     async fn finish_window(
         &self,
         fence: &Fence,
         end: &SeqNo,
         max_arrival: i64,
         shard_finished: bool,
+        spent: &Spent,
     ) -> PortResult<()>;
     /// Gives up records the stream no longer has, on record; `Fenced` if a condition failed.
     async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;

@@ -65,6 +65,7 @@ fn prepare(conn: &Connection) -> PortResult<()> {
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("dead_letters", "size", "INTEGER NOT NULL DEFAULT 0"),
     ("leases", "pending_horizon_ms", "INTEGER"),
+    ("leases", "spent", "TEXT"),
 ];
 
 fn migrate(conn: &Connection) -> PortResult<()> {

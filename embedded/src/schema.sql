@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS leases (
     max_arrival   INTEGER NOT NULL DEFAULT -9223372036854775808,
     pending_end   TEXT,                 -- the window being applied (recorded before its writes)
     pending_horizon_ms INTEGER,         -- the dedup horizon it was built with
+    spent         TEXT,                 -- JSON: the counter's write units by purpose, and events counted
     finished      INTEGER NOT NULL DEFAULT 0,
     parents       TEXT NOT NULL,
     PRIMARY KEY (app, shard_id)

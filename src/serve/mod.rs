@@ -73,6 +73,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/api/latency", get(latency))
         .route("/api/leases", get(leases))
         .route("/api/dead-letters", get(dead_letters))
+        .route("/api/cost", get(cost))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -247,6 +248,24 @@ async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiR
     Ok(Json(
         json!({"total": total, "offset": offset, "limit": limit, "dead_letters": items}),
     ))
+}
+
+/// What the counter's writes cost, from its shards' rows: write units by purpose (DynamoDB's
+/// rules; lease takes and renewals are the workers' own, in their `/metrics`), events counted,
+/// and units per like.
+async fn cost(State(c): State<Ctx>) -> ApiResult {
+    let leases = &c.backend.leases;
+    let mut total = tally_core::ports::Spent::default();
+    for l in leases.list_leases(apps::COUNTER).await? {
+        total.merge(&leases.shard_state(apps::COUNTER, &l.shard_id).await?.spent);
+    }
+    let units = crate::commands::consume::cost_json(&total.units);
+    let per_like = (total.counted > 0).then(|| total.units.total() as f64 / total.counted as f64);
+    Ok(Json(json!({
+        "write_units": units,
+        "counted": total.counted,
+        "units_per_like": per_like,
+    })))
 }
 
 async fn metrics(State(c): State<Ctx>) -> Response {

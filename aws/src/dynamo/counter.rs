@@ -345,6 +345,7 @@ impl CounterStore for DynamoStore {
         end: &SeqNo,
         max_arrival: i64,
         shard_finished: bool,
+        spent: &Spent,
     ) -> PortResult<()> {
         let mut x = Expr::default();
         let (cp, pe, ph) = (
@@ -353,13 +354,26 @@ impl CounterStore for DynamoStore {
             x.name("pending_horizon_ms"),
         );
         let extra = x.seq_is(&pe, Some(end));
+        let mut adds = vec![format!(
+            "{} {}",
+            x.name("counted"),
+            x.val(n(spent.counted as i64))
+        )];
+        for p in Purpose::ALL {
+            adds.push(format!(
+                "{} {}",
+                x.name(&format!("wu_{}", p.name())),
+                x.val(n(spent.units.get(p) as i64))
+            ));
+        }
         let update = format!(
-            "SET {cp} = {}, {} = {}, {} = {} REMOVE {pe}, {ph}",
+            "SET {cp} = {}, {} = {}, {} = {} REMOVE {pe}, {ph} ADD {}",
             x.val(s(end.as_str())),
             x.name("max_arrival"),
             x.val(n(max_arrival)),
             x.name("finished"),
-            x.val(AttributeValue::Bool(shard_finished))
+            x.val(AttributeValue::Bool(shard_finished)),
+            adds.join(", ")
         );
         self.lease_write(fence, x, &extra, update).await
     }

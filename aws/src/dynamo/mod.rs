@@ -26,11 +26,12 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnConsumedCapacity, Select, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
+use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
+    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, Spent, TrendingEntry,
 };
 use tally_core::window::DeadLetter;
 use tally_core::SeqNo;
@@ -174,6 +175,17 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
             max_arrival: get_n(item, "max_arrival").unwrap_or(i64::MIN),
         },
         pending,
+        spent: {
+            let mut sp = Spent {
+                counted: get_n(item, "counted").unwrap_or(0).max(0) as u64,
+                ..Spent::default()
+            };
+            for p in Purpose::ALL {
+                let v = get_n(item, &format!("wu_{}", p.name())).unwrap_or(0).max(0);
+                sp.units.add(p, v as u64);
+            }
+            sp
+        },
     }
 }
 

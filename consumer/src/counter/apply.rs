@@ -66,9 +66,15 @@ impl CounterShard {
         .await
         .map_err(|e| window_err(w, &fence.shard_id, e))?;
         spent.merge(&done);
+        // The shard's row keeps what its windows spent (this finish included) and counted.
+        let mut kept = tally_core::ports::Spent {
+            units: spent.units,
+            counted: w.stats.counted,
+        };
+        kept.units.add(Purpose::Checkpoints, 1);
         self.fenced(Step::Finish, w, &mut spent, || {
             self.store
-                .finish_window(fence, end, w.dedup.max_arrival, shard_end)
+                .finish_window(fence, end, w.dedup.max_arrival, shard_end, &kept)
         })
         .await?;
         self.metrics.cost.add(&spent.units);

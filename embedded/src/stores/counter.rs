@@ -225,17 +225,20 @@ impl CounterStore for Embedded {
         end: &SeqNo,
         max_arrival: i64,
         shard_finished: bool,
+        spent: &Spent,
     ) -> PortResult<()> {
-        let (fence, end) = (fence.clone(), end.clone());
+        let (fence, end, spent) = (fence.clone(), end.clone(), *spent);
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let st = check_fence(&tx, &fence)?;
             if st.pending.map(|p| p.end) != Some(end.clone()) {
                 return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
             }
-            tx.prepare_cached("UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, finished = ?3 WHERE app = ?4 AND shard_id = ?5")
+            let mut total = st.spent;
+            total.merge(&spent);
+            tx.prepare_cached("UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, finished = ?3, spent = ?4 WHERE app = ?5 AND shard_id = ?6")
                 .map_err(sql_err)?
-                .execute(params![end.as_str(), max_arrival, shard_finished as i64, fence.app, fence.shard_id])
+                .execute(params![end.as_str(), max_arrival, shard_finished as i64, spent_json(&total), fence.app, fence.shard_id])
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })

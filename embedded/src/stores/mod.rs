@@ -7,11 +7,12 @@
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, TrendingEntry,
+    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, Spent, TrendingEntry,
 };
 use tally_core::window::DeadLetter;
 use tally_core::SeqNo;
@@ -23,7 +24,31 @@ mod baselines;
 mod counter;
 mod leases;
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent";
+
+/// `Spent` as stored: a JSON object of write units by purpose name, and `counted`.
+pub(crate) fn spent_json(sp: &Spent) -> String {
+    let mut o = serde_json::Map::new();
+    for p in Purpose::ALL {
+        o.insert(p.name().to_owned(), sp.units.get(p).into());
+    }
+    o.insert("counted".to_owned(), sp.counted.into());
+    serde_json::Value::Object(o).to_string()
+}
+
+fn spent_from(json: Option<String>) -> Spent {
+    let v: serde_json::Value = json
+        .and_then(|j| serde_json::from_str(&j).ok())
+        .unwrap_or_default();
+    let mut sp = Spent {
+        counted: v["counted"].as_u64().unwrap_or(0),
+        ..Spent::default()
+    };
+    for p in Purpose::ALL {
+        sp.units.add(p, v[p.name()].as_u64().unwrap_or(0));
+    }
+    sp
+}
 
 fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
     let checkpoint: Option<String> = r.get(5)?;
@@ -48,6 +73,7 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
             }),
             None => None,
         },
+        spent: spent_from(r.get(11)?),
     })
 }
 
