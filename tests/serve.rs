@@ -176,6 +176,18 @@ fn the_api_answers_a_known_store(t: Target) {
     assert_eq!(dl["dead_letters"].as_array().unwrap().len(), 2);
     let top = get_json(&addr, "/api/trending?k=3");
     assert_eq!(top["trending"].as_array().unwrap().len(), 3, "{top}");
+    // All-time most liked: ranked by the sketch, each with its exact count from the counter.
+    let liked = get_json(&addr, "/api/top-liked?k=3");
+    let liked = liked["top_liked"].as_array().unwrap().clone();
+    assert_eq!(liked.len(), 3, "{liked:?}");
+    for e in &liked {
+        let post = e["post_id"].as_str().unwrap();
+        assert_eq!(e["count"], exp.counts[post], "{e}");
+        assert!(
+            e["likes"].as_f64().unwrap() >= e["count"].as_f64().unwrap(),
+            "{e}"
+        );
+    }
     let leases = get_json(&addr, "/api/leases?app=counter");
     assert!(
         leases

@@ -22,7 +22,8 @@ use tally_core::event::{decode, Action};
 use tally_core::latency::{percentiles, Latency, Percentiles};
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch, StartPosition, TrendingEntry,
+    all_time, AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch, StartPosition,
+    TrendingEntry,
 };
 use tally_core::trending::{merge, Trending};
 use tally_core::SeqNo;
@@ -118,6 +119,7 @@ impl ProcessorFactory for Analytics {
                 self.cfg.sketch_capacity,
                 self.cfg.half_life.as_millis() as i64,
             ),
+            top_liked: Trending::new(self.cfg.sketch_capacity, ALL_TIME),
             dedup: Dedup::new(self.cfg.dedup_horizon.as_millis() as i64),
             latency: Latency::default(),
             end: None,
@@ -135,6 +137,8 @@ pub struct AnalyticsShard {
     shard_id: String,
     fence: Option<Fence>,
     trending: Trending,
+    /// All-time likes per post (the same sketch, never decayed).
+    top_liked: Trending,
     dedup: Dedup,
     /// The open window's histograms.
     latency: Latency,
@@ -200,6 +204,7 @@ impl AnalyticsShard {
             taken_at_ms: now_ms(),
             trending: self.trending.entries(),
             trending_at_ms: self.trending.now_ms().max(0),
+            top_liked: self.top_liked.entries(),
             latency: self.latency.encode(),
             dedup,
             horizon_ms: self.dedup.horizon_ms(),
@@ -250,6 +255,10 @@ impl ShardProcessor for AnalyticsShard {
                 *at,
             );
         }
+        let all = self.store.trending_sketches(&all_time(&fence.app)).await?;
+        if let Some((_, entries, at)) = all.iter().find(|(s, _, _)| s == &self.shard_id) {
+            self.top_liked = Trending::restore(self.cfg.sketch_capacity, ALL_TIME, entries, *at);
+        }
         Ok(StartPosition::after(st.lease.checkpoint.as_ref()))
     }
 
@@ -270,6 +279,7 @@ impl ShardProcessor for AnalyticsShard {
                     self.latency.record_event(ev.created_at, r.arrival_ms, now);
                     if ev.action == Action::Like {
                         self.trending.add(&ev.post_id, ev.created_at);
+                        self.top_liked.add(&ev.post_id, ev.created_at);
                         self.metrics.likes.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -298,6 +308,25 @@ impl ShardProcessor for AnalyticsShard {
         // Analytics are estimates over what was read: finishing the shard is all it takes.
         self.flush(true).await
     }
+}
+
+/// The "half-life" of the all-time sketch: long enough that nothing decays.
+const ALL_TIME: i64 = i64::MAX;
+
+/// The `k` posts liked most of all time across shards (likes received, unlikes aside), with the
+/// sketch's over-estimate bound; memory is bounded by `analytics.sketch_capacity` per shard.
+pub async fn top_liked(
+    store: &dyn AnalyticsStore,
+    app: &str,
+    k: usize,
+) -> PortResult<Vec<TrendingEntry>> {
+    let sketches: Vec<(Vec<TrendingEntry>, i64)> = store
+        .trending_sketches(&all_time(app))
+        .await?
+        .into_iter()
+        .map(|(_, e, at)| (e, at))
+        .collect();
+    Ok(merge(&sketches, ALL_TIME, k))
 }
 
 /// The top `k` posts across shards.

@@ -883,6 +883,11 @@ pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &s
             },
         ],
         trending_at_ms: 900,
+        top_liked: vec![TrendingEntry {
+            post_id: "p1".into(),
+            score: 7.0,
+            error: 0.0,
+        }],
         latency: vec![1, 2, 3],
         dedup: DedupRecord {
             max_arrival: 7,
@@ -903,6 +908,11 @@ pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &s
     );
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(st.lease.checkpoint, Some(seq("42")));
+    let all = store
+        .trending_sketches(&tally_core::ports::all_time(&app))
+        .await
+        .unwrap();
+    assert_eq!(all, vec![(shard.clone(), snap.top_liked.clone(), 900)]);
     let sk = store.trending_sketches(&app).await.unwrap();
     assert_eq!(sk, vec![(shard.clone(), snap.trending.clone(), 900)]);
     assert_eq!(

@@ -397,6 +397,9 @@ pub struct AnalyticsSnapshot {
     pub trending: Vec<TrendingEntry>,
     /// Event time the trending scores are decayed to.
     pub trending_at_ms: i64,
+    /// The shard's all-time most liked posts (likes, not decayed), bounded like the trending
+    /// sketch; stored beside it under the app [`all_time`]`(app)`.
+    pub top_liked: Vec<TrendingEntry>,
     /// The window's latency histograms, serialized (see `latency`).
     pub latency: Vec<u8>,
     /// The window's first-seen event ids (not stored when empty), so that a restart still
@@ -405,6 +408,11 @@ pub struct AnalyticsSnapshot {
     /// The dedup horizon, for the record's expiry.
     pub horizon_ms: i64,
     pub shard_finished: bool,
+}
+
+/// The name the all-time most-liked sketches are stored under, beside `app`'s trending ones.
+pub fn all_time(app: &str) -> String {
+    format!("{app}:all-time")
 }
 
 /// The analytics consumer's store.

@@ -70,6 +70,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/api/posts/{id}", get(post))
         .route("/api/total", get(total))
         .route("/api/trending", get(trending))
+        .route("/api/top-liked", get(top_liked))
         .route("/api/latency", get(latency))
         .route("/api/leases", get(leases))
         .route("/api/dead-letters", get(dead_letters))
@@ -175,6 +176,25 @@ async fn trending(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> ApiR
     .await?;
     Ok(Json(json!({
         "trending": top.iter().map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error})).collect::<Vec<_>>(),
+        "applied_through": applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?,
+    })))
+}
+
+/// All-time most liked: the analytics sketch ranks (bounded memory), the counter gives each
+/// post's exact count.
+async fn top_liked(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> ApiResult {
+    let k = p.k.unwrap_or(10);
+    if k == 0 || k > 1_000 {
+        return Err(bad_request("`k` must be between 1 and 1000"));
+    }
+    let top = tally_analytics::top_liked(c.backend.analytics.as_ref(), apps::ANALYTICS, k).await?;
+    let mut out = Vec::with_capacity(top.len());
+    for e in &top {
+        let exact = c.backend.counter.post_count(&e.post_id, None).await?;
+        out.push(json!({"post_id": e.post_id, "likes": e.score.round(), "error": e.error.round(), "count": exact.total}));
+    }
+    Ok(Json(json!({
+        "top_liked": out,
         "applied_through": applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?,
     })))
 }

@@ -55,10 +55,33 @@ impl AnalyticsStore for DynamoStore {
             )
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
+        let all: Vec<(&str, f64, f64)> = snap
+            .top_liked
+            .iter()
+            .map(|e| (e.post_id.as_str(), e.score, e.error))
+            .collect();
+        let top_liked = Put::builder()
+            .table_name(self.table("analytics"))
+            .item(
+                "pk",
+                s(format!(
+                    "{}#trending",
+                    tally_core::ports::all_time(&fence.app)
+                )),
+            )
+            .item("sk", s(&fence.shard_id))
+            .item("at_ms", n(snap.trending_at_ms))
+            .item(
+                "entries",
+                s(serde_json::to_string(&all).unwrap_or_default()),
+            )
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
         let mut items = vec![
             lease,
             TransactWriteItem::builder().put(latency).build(),
             TransactWriteItem::builder().put(trending).build(),
+            TransactWriteItem::builder().put(top_liked).build(),
         ];
         if !snap.dedup.ids.is_empty() {
             let dedup = self.dedup_put(

@@ -20,6 +20,12 @@ impl AnalyticsStore for Embedded {
                 params![fence.app, fence.shard_id, s.trending_at_ms, serde_json::to_string(&entries).unwrap_or_default()],
             )
             .map_err(sql_err)?;
+            let all: Vec<(&str, f64, f64)> = s.top_liked.iter().map(|e| (e.post_id.as_str(), e.score, e.error)).collect();
+            tx.execute(
+                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
+                params![tally_core::ports::all_time(&fence.app), fence.shard_id, s.trending_at_ms, serde_json::to_string(&all).unwrap_or_default()],
+            )
+            .map_err(sql_err)?;
             if !s.dedup.ids.is_empty() {
                 tx.execute(
                     "INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
