@@ -147,6 +147,12 @@ fn the_api_answers_a_known_store(t: Target) {
             "{v}"
         );
         assert!(v["applied_through"]["lag_ms"].as_i64().unwrap() >= 0, "{v}");
+        // In event time: the latest like counted on the slowest shard, within the file's times.
+        let event = v["applied_through"]["event_ms"].as_i64().unwrap();
+        assert!(
+            event > common::now_ms() - 30 * 60_000 && event <= common::now_ms(),
+            "{v}"
+        );
         // As of an hour ago: the likes created before the last hour.
         let then = common::now_ms() - 3_600_000;
         let v = get_json(&addr, &format!("/api/posts/{post}?as_of_ms={then}"));

@@ -13,8 +13,8 @@ use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, Applied, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PutEntry, PutOutcome, ShardInfo, Spent, StartPosition, StoredDedup, Stream,
-    StreamRecord, TrendingEntry, WindowRef, WindowRest,
+    Pending, PortError, PutEntry, PutOutcome, ShardInfo, ShardTally, StartPosition, StoredDedup,
+    Stream, StreamRecord, TrendingEntry, WindowRef, WindowRest,
 };
 use tally_core::window::{
     DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON, MAX_WINDOW_RECORDS,
@@ -291,7 +291,7 @@ async fn window(
             end,
             rest.dedup.max_arrival,
             finished,
-            &Spent::default(),
+            &ShardTally::default(),
         )
         .await
         .unwrap();
@@ -576,7 +576,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     // No checkpoint moves for a window that is not pending; none is pending after another start.
     assert!(matches!(
         store
-            .finish_window(&fence, &end, 1_000, false, &Spent::default())
+            .finish_window(&fence, &end, 1_000, false, &ShardTally::default())
             .await,
         Err(PortError::Fenced { .. })
     ));
@@ -626,9 +626,9 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     assert_eq!(again.written, 1, "only post b is new: {again:?}");
     assert!(again.units.get(Purpose::FailedConditions) >= 1);
     // What the window spent and counted, kept in the shard's row with its checkpoint.
-    let mut spent = Spent {
+    let mut spent = ShardTally {
         counted: 3,
-        ..Spent::default()
+        ..ShardTally::default()
     };
     spent.units.merge(&first.units);
     // A worker whose lease was taken cannot move the checkpoint; the new owner can.
@@ -653,7 +653,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     assert_eq!(r.refused, 2, "{r:?}");
     assert!(matches!(
         store
-            .finish_window(&fence, &end, 1_000, false, &Spent::default())
+            .finish_window(&fence, &end, 1_000, false, &ShardTally::default())
             .await,
         Err(PortError::Fenced { .. })
     ));
@@ -803,7 +803,7 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
         .await
         .unwrap();
     store
-        .finish_window(&w2, &x_end, 10, false, &Spent::default())
+        .finish_window(&w2, &x_end, 10, false, &ShardTally::default())
         .await
         .unwrap();
     // Y: the same posts, 20 minutes later (the next day's first hour).
@@ -833,7 +833,7 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     );
     assert!(matches!(
         store
-            .finish_window(&w1, &x_end, 10, false, &Spent::default())
+            .finish_window(&w1, &x_end, 10, false, &ShardTally::default())
             .await,
         Err(PortError::Fenced { .. })
     ));

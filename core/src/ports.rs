@@ -170,21 +170,25 @@ pub struct Pending {
     pub horizon_ms: Option<i64>,
 }
 
-/// What a shard's applied windows cost and counted so far, kept in its lease row (each window
-/// adds its own with its checkpoint, in the same write), so that any reader can say what a like
-/// costs without the workers' metrics.
+/// What a shard's applied windows cost and counted so far, and how far in event time they reach,
+/// kept in its lease row (each window adds its own with its checkpoint, in the same write), so
+/// that any reader can say what a like costs and how fresh a count is without the workers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Spent {
+pub struct ShardTally {
     /// Write units by purpose (the lease takes and renewals excepted: those are the workers').
     pub units: Units,
     /// Events counted (first seen).
     pub counted: u64,
+    /// The latest `created_at` of an event counted (ms; 0: none yet).
+    pub latest_created_ms: i64,
 }
 
-impl Spent {
-    pub fn merge(&mut self, o: &Spent) {
+impl ShardTally {
+    /// Adds a window's tally (costs and counts add up; the latest creation time is the later).
+    pub fn merge(&mut self, o: &ShardTally) {
         self.units.merge(&o.units);
         self.counted += o.counted;
+        self.latest_created_ms = self.latest_created_ms.max(o.latest_created_ms);
     }
 }
 
@@ -194,7 +198,7 @@ pub struct ShardState {
     pub lease: Lease,
     pub pending: Option<Pending>,
     /// The counter's cumulative spending on the shard (zero for analytics).
-    pub spent: Spent,
+    pub spent: ShardTally,
 }
 
 /// Proof of lease ownership that every fenced write carries.
@@ -347,7 +351,7 @@ pub trait CounterStore: LeaseStore + DedupStore {
         end: &SeqNo,
         max_arrival: i64,
         shard_finished: bool,
-        spent: &Spent,
+        spent: &ShardTally,
     ) -> PortResult<()>;
     /// Gives up records the stream no longer has, on record; `Fenced` if a condition failed.
     async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;

@@ -75,6 +75,8 @@ pub struct WindowStats {
     pub counted: u64,
     pub duplicates: u64,
     pub malformed: u64,
+    /// The latest `created_at` of an event counted (ms; 0: none).
+    pub latest_created_ms: i64,
 }
 
 /// A window being filled.
@@ -125,6 +127,7 @@ impl WindowBuilder {
             Ok(ev) => {
                 if dedup.observe(id_hash(&ev.event_id), record.arrival_ms) {
                     self.stats.counted += 1;
+                    self.stats.latest_created_ms = self.stats.latest_created_ms.max(ev.created_at);
                     self.deltas
                         .entry(ev.post_id)
                         .or_default()
@@ -240,7 +243,8 @@ mod tests {
                 records: 6,
                 counted: 4,
                 duplicates: 1,
-                malformed: 1
+                malformed: 1,
+                latest_created_ms: 1796021058123,
             }
         );
         assert_eq!(c.total_delta, 0);

@@ -10,27 +10,47 @@ fn clock(l: &Lease) -> Option<i64> {
     (l.max_arrival != i64::MIN).then_some(l.max_arrival)
 }
 
-/// How far `app` has applied the stream: every record that arrived up to `arrival_ms` on every
-/// shard still being read is applied (the smallest clock of the unfinished shards), and how far
-/// that is behind now. `arrival_ms` is null while some unfinished shard has applied nothing.
-/// Per shard: `tally leases` and `/api/leases`.
-pub async fn applied_through(leases: &dyn LeaseStore, app: &str) -> PortResult<Value> {
-    let rows = leases.list_leases(app).await?;
-    let active: Vec<&Lease> = rows.iter().filter(|l| !l.finished).collect();
-    let through = if active.is_empty() {
-        rows.iter().filter_map(clock).max()
-    } else if active.iter().any(|l| clock(l).is_none()) {
+/// The smallest of the unfinished shards' values (all shards' largest when every one is
+/// finished); `None` while some unfinished shard has none.
+fn through<T>(rows: &[(Lease, T)], value: impl Fn(&Lease, &T) -> Option<i64>) -> Option<i64> {
+    let active: Vec<&(Lease, T)> = rows.iter().filter(|(l, _)| !l.finished).collect();
+    if active.is_empty() {
+        rows.iter().filter_map(|(l, t)| value(l, t)).max()
+    } else if active.iter().any(|(l, t)| value(l, t).is_none()) {
         None
     } else {
-        active.iter().filter_map(|l| clock(l)).min()
-    };
+        active.iter().filter_map(|(l, t)| value(l, t)).min()
+    }
+}
+
+/// How far `app` has applied the stream: every record that arrived up to `arrival_ms` on every
+/// shard still being read is applied (the smallest arrival clock of the unfinished shards), and
+/// how far that is behind now; for the counter also `event_ms`, the smallest of the shards'
+/// latest counted `created_at` (likes created after it may not be counted yet). Null while some
+/// unfinished shard has applied nothing. Per shard: `tally leases` and `/api/leases`.
+pub async fn applied_through(leases: &dyn LeaseStore, app: &str) -> PortResult<Value> {
+    let mut rows = Vec::new();
+    for l in leases.list_leases(app).await? {
+        let latest = match leases.shard_state(app, &l.shard_id).await {
+            Ok(st) => st.spent.latest_created_ms,
+            Err(_) => 0,
+        };
+        rows.push((l, latest));
+    }
+    let arrival = through(&rows, |l, _| clock(l));
     let now = now_ms();
-    Ok(json!({
+    let mut v = json!({
         "app": app,
-        "arrival_ms": through,
-        "lag_ms": through.map(|t| (now - t).max(0)),
+        "arrival_ms": arrival,
+        "lag_ms": arrival.map(|t| (now - t).max(0)),
         "at_ms": now,
-    }))
+    });
+    if app == tally_core::apps::COUNTER {
+        let event = through(&rows, |_, t| (*t > 0).then_some(*t));
+        v["event_ms"] = json!(event);
+        v["event_lag_ms"] = json!(event.map(|t| (now - t).max(0)));
+    }
+    Ok(v)
 }
 
 /// Each shard's lease and progress, as JSON.

@@ -275,7 +275,7 @@ async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiR
 /// and units per like.
 async fn cost(State(c): State<Ctx>) -> ApiResult {
     let leases = &c.backend.leases;
-    let mut total = tally_core::ports::Spent::default();
+    let mut total = tally_core::ports::ShardTally::default();
     for l in leases.list_leases(apps::COUNTER).await? {
         total.merge(&leases.shard_state(apps::COUNTER, &l.shard_id).await?.spent);
     }

@@ -345,7 +345,7 @@ impl CounterStore for DynamoStore {
         end: &SeqNo,
         max_arrival: i64,
         shard_finished: bool,
-        spent: &Spent,
+        spent: &ShardTally,
     ) -> PortResult<()> {
         let mut x = Expr::default();
         let (cp, pe, ph) = (
@@ -366,13 +366,17 @@ impl CounterStore for DynamoStore {
                 x.val(n(spent.units.get(p) as i64))
             ));
         }
+        // The counter passes the shard's latest creation time so far (a maximum DynamoDB cannot
+        // take itself); only the lease holder's finish lands.
         let update = format!(
-            "SET {cp} = {}, {} = {}, {} = {} REMOVE {pe}, {ph} ADD {}",
+            "SET {cp} = {}, {} = {}, {} = {}, {} = {} REMOVE {pe}, {ph} ADD {}",
             x.val(s(end.as_str())),
             x.name("max_arrival"),
             x.val(n(max_arrival)),
             x.name("finished"),
             x.val(AttributeValue::Bool(shard_finished)),
+            x.name("latest_created"),
+            x.val(n(spent.latest_created_ms)),
             adds.join(", ")
         );
         self.lease_write(fence, x, &extra, update).await

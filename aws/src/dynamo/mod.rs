@@ -31,7 +31,7 @@ use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, Spent, TrendingEntry,
+    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
 use tally_core::window::DeadLetter;
 use tally_core::SeqNo;
@@ -176,9 +176,10 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
         },
         pending,
         spent: {
-            let mut sp = Spent {
+            let mut sp = ShardTally {
                 counted: get_n(item, "counted").unwrap_or(0).max(0) as u64,
-                ..Spent::default()
+                latest_created_ms: get_n(item, "latest_created").unwrap_or(0),
+                ..ShardTally::default()
             };
             for p in Purpose::ALL {
                 let v = get_n(item, &format!("wu_{}", p.name())).unwrap_or(0).max(0);

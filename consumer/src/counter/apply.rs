@@ -20,6 +20,7 @@ impl CounterShard {
         replaying: bool,
         shard_end: bool,
         horizon_ms: i64,
+        latest_created_ms: i64,
     ) -> Result<Applied, ConsumerError> {
         let fence = self.fence()?;
         let Some(end) = w.end.as_ref() else {
@@ -67,9 +68,10 @@ impl CounterShard {
         .map_err(|e| window_err(w, &fence.shard_id, e))?;
         spent.merge(&done);
         // The shard's row keeps what its windows spent (this finish included) and counted.
-        let mut kept = tally_core::ports::Spent {
+        let mut kept = tally_core::ports::ShardTally {
             units: spent.units,
             counted: w.stats.counted,
+            latest_created_ms,
         };
         kept.units.add(Purpose::Checkpoints, 1);
         self.fenced(Step::Finish, w, &mut spent, || {

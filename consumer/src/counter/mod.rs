@@ -163,6 +163,7 @@ impl ProcessorFactory for Counter {
             checkpoint: None,
             replay: None,
             tip_reads: 0,
+            latest_created_ms: 0,
         })
     }
 }
@@ -185,6 +186,8 @@ pub struct CounterShard {
     replay: Option<Pending>,
     /// Empty reads at the tip in a row while `replay` waits for its last record.
     tip_reads: u32,
+    /// The latest `created_at` counted on the shard, as its row keeps it (freshness in event time).
+    latest_created_ms: i64,
 }
 
 impl CounterShard {
@@ -204,9 +207,11 @@ impl CounterShard {
         let closed = window.close(&mut self.dedup);
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
+        let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
         let spent = self
-            .apply(&closed, replaying, shard_end, horizon_ms)
+            .apply(&closed, replaying, shard_end, horizon_ms, latest)
             .await?;
+        self.latest_created_ms = latest;
         self.emit_cost(&spent.units);
         if self.dedup.take_evicted() {
             self.expire_dedup(horizon_ms).await;
@@ -259,6 +264,7 @@ impl ShardProcessor for CounterShard {
         debug_assert_eq!(st.lease.parents, lease.parents);
         self.checkpoint = st.lease.checkpoint.clone();
         self.replay = st.pending.clone();
+        self.latest_created_ms = st.spent.latest_created_ms;
         self.window = None;
         // A pending window is rebuilt with the horizon it was built with; a child shard also
         // remembers its ancestors' recent ids, since a retry may land across reshards.

@@ -225,7 +225,7 @@ impl CounterStore for Embedded {
         end: &SeqNo,
         max_arrival: i64,
         shard_finished: bool,
-        spent: &Spent,
+        spent: &ShardTally,
     ) -> PortResult<()> {
         let (fence, end, spent) = (fence.clone(), end.clone(), *spent);
         self.run(move |c| {

@@ -12,7 +12,7 @@ use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, Spent, TrendingEntry,
+    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
 use tally_core::window::DeadLetter;
 use tally_core::SeqNo;
@@ -26,23 +26,25 @@ mod leases;
 
 const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent";
 
-/// `Spent` as stored: a JSON object of write units by purpose name, and `counted`.
-pub(crate) fn spent_json(sp: &Spent) -> String {
+/// `ShardTally` as stored: a JSON object of write units by purpose name, and `counted`.
+pub(crate) fn spent_json(sp: &ShardTally) -> String {
     let mut o = serde_json::Map::new();
     for p in Purpose::ALL {
         o.insert(p.name().to_owned(), sp.units.get(p).into());
     }
     o.insert("counted".to_owned(), sp.counted.into());
+    o.insert("latest_created_ms".to_owned(), sp.latest_created_ms.into());
     serde_json::Value::Object(o).to_string()
 }
 
-fn spent_from(json: Option<String>) -> Spent {
+fn spent_from(json: Option<String>) -> ShardTally {
     let v: serde_json::Value = json
         .and_then(|j| serde_json::from_str(&j).ok())
         .unwrap_or_default();
-    let mut sp = Spent {
+    let mut sp = ShardTally {
         counted: v["counted"].as_u64().unwrap_or(0),
-        ..Spent::default()
+        latest_created_ms: v["latest_created_ms"].as_i64().unwrap_or(0),
+        ..ShardTally::default()
     };
     for p in Purpose::ALL {
         sp.units.add(p, v[p.name()].as_u64().unwrap_or(0));
