@@ -175,6 +175,10 @@ pub struct DemoArgs {
     /// item — and report write units, items and throughput side by side.
     #[arg(long)]
     pub baselines: bool,
+    /// Afterwards, keep producing a trickle of likes, counting and analysing them, and serve the
+    /// dashboard and API on this address (default 127.0.0.1:8080) until Ctrl-C.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8080")]
+    pub serve: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args, Debug)]

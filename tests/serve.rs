@@ -482,3 +482,38 @@ fn the_dashboard_shows_the_numbers_and_follows_new_likes() {
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
     drop(serve);
 }
+
+/// `tally demo --serve`: after its check the demo keeps the pipeline going — new likes trickle in,
+/// are counted, and the API (and so the page) shows them — until SIGTERM, which it obeys.
+#[test]
+fn the_demo_keeps_serving_a_moving_pipeline() {
+    let t = Target::embedded();
+    let mut demo = t.spawn(
+        "demo",
+        &[
+            "demo",
+            "--events",
+            "3000",
+            "--posts",
+            "50",
+            "--shards",
+            "2",
+            "--serve",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let addr = served_addr(&demo);
+    let first = get_json(&addr, "/api/total")["total"].as_i64().unwrap();
+    assert!(first > 2_000, "the demo's likes are counted: {first}");
+    t.eventually(
+        "new likes to be counted",
+        Duration::from_secs(60),
+        &[&demo],
+        || get_json(&addr, "/api/total")["total"].as_i64().unwrap() > first + 50,
+    );
+    assert_eq!(get(&addr, "/").0, 200);
+    demo.signal("TERM");
+    let status = demo.wait(Duration::from_secs(30));
+    assert!(status.success(), "{}", demo.log_text());
+}

@@ -243,5 +243,50 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
             truth.malformed
         );
     }
+    if let Some(addr) = a.serve {
+        watch(s, &b, addr).await?;
+    }
     Ok(())
+}
+
+/// `--serve`: after the check, keeps the pipeline going on the demo's store — a trickle of new
+/// likes (the `--rate`, or 200 a second), the counter and analytics — and serves the dashboard
+/// and API until Ctrl-C or SIGTERM.
+async fn watch(s: &Settings, b: &Backend, addr: std::net::SocketAddr) -> Result<()> {
+    let mut s = s.clone();
+    // New event ids (another seed), at a pace a person can watch.
+    s.producer.seed = s.producer.seed.wrapping_add(1);
+    if s.producer.rate <= 0.0 {
+        s.producer.rate = 200.0;
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let counter = {
+        let (s, b, rx) = (s.clone(), b.clone(), stopped.clone());
+        tokio::spawn(async move { run_counter(&s, &b, Default::default(), until(rx)).await })
+    };
+    let analytics = {
+        let (s, b, rx) = (s.clone(), b.clone(), stopped.clone());
+        tokio::spawn(async move { run_analytics(&s, &b, Default::default(), until(rx)).await })
+    };
+    let producer = {
+        let (s, b) = (s.clone(), b.clone());
+        tokio::spawn(async move { produce(&s, &b, u64::MAX / 2, true).await })
+    };
+    eprintln!(
+        "demo: still producing {} likes a second, counting and analysing; Ctrl-C to stop",
+        s.producer.rate
+    );
+    let ctx = crate::serve::Ctx {
+        backend: b.clone(),
+        settings: Arc::new(s.clone()),
+    };
+    let served = crate::serve::run(addr, crate::serve::router(ctx), super::shutdown_signal()).await;
+    producer.abort();
+    let _ = stop.send(true);
+    counter.await??;
+    analytics.await??;
+    served
 }
