@@ -204,7 +204,16 @@ fn the_api_answers_a_known_store(t: Target) {
         "{leases}"
     );
     let lat = get_json(&addr, "/api/latency");
-    assert!(lat["creation_ms"]["count"].as_u64().unwrap() > 0, "{lat}");
+    let n = lat["creation_ms"]["count"].as_u64().unwrap();
+    assert!(n > 0, "{lat}");
+    assert_eq!(lat["buckets"]["creation_ms"]["count"], n, "{lat}");
+    let windows = lat["per_window"].as_array().unwrap();
+    assert_eq!(windows.len() as u64, lat["windows"].as_u64().unwrap());
+    let per_window: u64 = windows
+        .iter()
+        .map(|w| w["creation_ms"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_window, n, "the windows add up to the merge");
     // Bad input is a 400 that says what was expected.
     let (status, body) = get(&addr, "/api/posts/bad%20id");
     assert_eq!(status, 400, "{body}");
@@ -239,6 +248,19 @@ fn the_api_answers_a_known_store(t: Target) {
             > 0.0,
         "{text}"
     );
+    // The merged histogram, as a Prometheus histogram: its count is the API's.
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let h = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "tally_latency_histogram_ms" && s.labels.get("kind") == Some("creation")
+        })
+        .unwrap_or_else(|| panic!("no histogram in {text}"));
+    let prometheus_parse::Value::Histogram(buckets) = &h.value else {
+        panic!("{:?}", h.value)
+    };
+    assert_eq!(buckets.last().unwrap().count, n as f64, "{text}");
 }
 
 #[test]

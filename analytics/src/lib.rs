@@ -358,25 +358,61 @@ pub struct LatencyReport {
     pub windows: usize,
 }
 
+/// One stored window's percentiles.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct WindowLatency {
+    /// When the window was stored (ms since the epoch).
+    pub taken_at_ms: i64,
+    pub creation_ms: Percentiles,
+    pub arrival_ms: Percentiles,
+    pub iterator_age_ms: Percentiles,
+}
+
+/// The stored windows since a time: each one's percentiles, and their merge (histograms).
+#[derive(Debug, Clone, Default)]
+pub struct LatencyWindows {
+    pub windows: Vec<WindowLatency>,
+    pub merged: Latency,
+}
+
+impl LatencyWindows {
+    /// The merged percentiles.
+    pub fn report(&self) -> LatencyReport {
+        LatencyReport {
+            creation_ms: percentiles(&self.merged.creation),
+            arrival_ms: percentiles(&self.merged.arrival),
+            iterator_age_ms: percentiles(&self.merged.iterator_age),
+            windows: self.windows.len(),
+        }
+    }
+}
+
+/// Reads the stored latency windows since `since_ms`, oldest first, and merges them.
+pub async fn latency_windows(
+    store: &dyn AnalyticsStore,
+    app: &str,
+    since_ms: i64,
+) -> PortResult<LatencyWindows> {
+    let mut out = LatencyWindows::default();
+    for (at, bytes) in store.latency_snapshots(app, since_ms).await? {
+        if let Some(l) = Latency::decode(&bytes) {
+            out.windows.push(WindowLatency {
+                taken_at_ms: at,
+                creation_ms: percentiles(&l.creation),
+                arrival_ms: percentiles(&l.arrival),
+                iterator_age_ms: percentiles(&l.iterator_age),
+            });
+            out.merged.merge(&l);
+        }
+    }
+    Ok(out)
+}
+
 /// Merges the stored latency windows.
 pub async fn latency(
     store: &dyn AnalyticsStore,
     app: &str,
     since_ms: i64,
 ) -> PortResult<LatencyReport> {
-    let snaps = store.latency_snapshots(app, since_ms).await?;
-    let mut all = Latency::default();
-    let mut windows = 0;
-    for bytes in &snaps {
-        if let Some(l) = Latency::decode(bytes) {
-            all.merge(&l);
-            windows += 1;
-        }
-    }
-    Ok(LatencyReport {
-        creation_ms: percentiles(&all.creation),
-        arrival_ms: percentiles(&all.arrival),
-        iterator_age_ms: percentiles(&all.iterator_age),
-        windows,
-    })
+    Ok(latency_windows(store, app, since_ms).await?.report())
 }

@@ -917,7 +917,7 @@ pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &s
     assert_eq!(sk, vec![(shard.clone(), snap.trending.clone(), 900)]);
     assert_eq!(
         store.latency_snapshots(&app, 1_000).await.unwrap(),
-        vec![vec![1, 2, 3]]
+        vec![(1_000, vec![1, 2, 3])]
     );
     assert!(store
         .latency_snapshots(&app, 1_001)

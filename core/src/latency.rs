@@ -40,6 +40,23 @@ fn record(h: &mut Histogram<u64>, ms: i64) {
     h.saturating_record(ms.clamp(0, MAX_LATENCY_MS as i64) as u64);
 }
 
+/// The upper bounds (ms) of the histogram buckets reported by the API and `/metrics`.
+pub const BUCKETS_MS: &[u64] = &[
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000, 3_600_000,
+    86_400_000,
+];
+
+/// A histogram's cumulative counts at each of [`BUCKETS_MS`] (values ≤ the bound), then the total
+/// (the `+Inf` bucket), and the sum of its values (from its mean).
+pub fn buckets(h: &Histogram<u64>) -> (Vec<(u64, u64)>, u64, u64) {
+    let counts = BUCKETS_MS
+        .iter()
+        .map(|&le| (le, h.count_between(0, le)))
+        .collect();
+    let sum = (h.mean() * h.len() as f64).round() as u64;
+    (counts, h.len(), sum)
+}
+
 /// The percentiles of a histogram.
 pub fn percentiles(h: &Histogram<u64>) -> Percentiles {
     if h.is_empty() {

@@ -429,8 +429,9 @@ pub trait AnalyticsStore: LeaseStore + DedupStore {
         &self,
         app: &str,
     ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>>;
-    /// Serialized latency histograms of windows taken at or after `since_ms`.
-    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>>;
+    /// Serialized latency histograms of windows taken at or after `since_ms`, each with its time,
+    /// oldest first.
+    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<(i64, Vec<u8>)>>;
 }
 
 /// The two ways of counting likes that tally is measured against (`tally demo --baselines`), on

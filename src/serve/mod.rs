@@ -210,10 +210,24 @@ async fn latency(State(c): State<Ctx>, Query(p): Query<LatencyParams>) -> ApiRes
         (Some(s), _) => duration_param("since", s)?,
         (None, t) => t.unwrap_or(0),
     };
-    let r = tally_analytics::latency(c.backend.analytics.as_ref(), apps::ANALYTICS, since).await?;
-    let mut v = serde_json::to_value(r)
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let w = tally_analytics::latency_windows(c.backend.analytics.as_ref(), apps::ANALYTICS, since)
+        .await?;
+    let internal =
+        |e: serde_json::Error| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    let mut v = serde_json::to_value(w.report()).map_err(internal)?;
     v["since_ms"] = json!(since);
+    // The merged histograms' cumulative buckets, and each stored window (the latest 200).
+    let hist = |h: &hdrhistogram::Histogram<u64>| {
+        let (b, count, sum) = tally_core::latency::buckets(h);
+        json!({"le_ms": b.iter().map(|x| x.0).collect::<Vec<_>>(), "cumulative": b.iter().map(|x| x.1).collect::<Vec<_>>(), "count": count, "sum_ms": sum})
+    };
+    v["buckets"] = json!({
+        "creation_ms": hist(&w.merged.creation),
+        "arrival_ms": hist(&w.merged.arrival),
+        "iterator_age_ms": hist(&w.merged.iterator_age),
+    });
+    let skip = w.windows.len().saturating_sub(200);
+    v["per_window"] = serde_json::to_value(&w.windows[skip..]).map_err(internal)?;
     v["applied_through"] = applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?;
     Ok(Json(v))
 }

@@ -129,8 +129,10 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
         "Shards by app and state (held, free, finished)",
         shards,
     );
-    let lat =
-        tally_analytics::latency(b.analytics.as_ref(), apps::ANALYTICS, now - 3_600_000).await?;
+    let hist =
+        tally_analytics::latency_windows(b.analytics.as_ref(), apps::ANALYTICS, now - 3_600_000)
+            .await?;
+    let lat = hist.report();
     let q = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     for (kind, p) in [
         ("creation", lat.creation_ms),
@@ -162,7 +164,37 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
         "Analytics windows merged into latency_ms",
         lat.windows as i64,
     );
-    render(&reg)
+    let mut text = render(&reg)?;
+    // The merged histograms themselves, as a Prometheus histogram (cumulative buckets), written
+    // here because prometheus-client builds histograms from observations only.
+    if let Some(body) = text.strip_suffix("# EOF\n") {
+        text = body.to_owned();
+    }
+    text.push_str("# HELP tally_latency_histogram_ms Latency over the last hour's analytics windows, merged HdrHistograms.\n");
+    text.push_str("# TYPE tally_latency_histogram_ms histogram\n");
+    for (kind, h) in [
+        ("creation", &hist.merged.creation),
+        ("arrival", &hist.merged.arrival),
+        ("iterator_age", &hist.merged.iterator_age),
+    ] {
+        let (b, count, sum) = tally_core::latency::buckets(h);
+        for (le, n) in b {
+            text.push_str(&format!(
+                "tally_latency_histogram_ms_bucket{{kind=\"{kind}\",le=\"{le}\"}} {n}\n"
+            ));
+        }
+        text.push_str(&format!(
+            "tally_latency_histogram_ms_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {count}\n"
+        ));
+        text.push_str(&format!(
+            "tally_latency_histogram_ms_sum{{kind=\"{kind}\"}} {sum}\n"
+        ));
+        text.push_str(&format!(
+            "tally_latency_histogram_ms_count{{kind=\"{kind}\"}} {count}\n"
+        ));
+    }
+    text.push_str("# EOF\n");
+    Ok(text)
 }
 
 /// A worker's leases.

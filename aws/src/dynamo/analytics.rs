@@ -124,7 +124,7 @@ impl AnalyticsStore for DynamoStore {
             .collect())
     }
 
-    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>> {
+    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<(i64, Vec<u8>)>> {
         let values = HashMap::from([
             (":p".to_owned(), s(format!("{app}#latency"))),
             (":t".to_owned(), s(format!("{:013}", since_ms.max(0)))),
@@ -135,9 +135,11 @@ impl AnalyticsStore for DynamoStore {
         Ok(items
             .iter()
             .filter_map(|i| {
+                // The sort key starts with the 13-digit time the window was taken.
+                let at = get_s(i, "sk")?.get(..13)?.parse().ok()?;
                 i.get("latency")
                     .and_then(|v| v.as_b().ok())
-                    .map(|b| b.as_ref().to_vec())
+                    .map(|b| (at, b.as_ref().to_vec()))
             })
             .collect())
     }

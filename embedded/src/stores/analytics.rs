@@ -85,18 +85,18 @@ impl AnalyticsStore for Embedded {
         .await
     }
 
-    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<Vec<u8>>> {
+    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<(i64, Vec<u8>)>> {
         let app = app.to_owned();
         self.run(move |c| {
             let mut st = c
                 .prepare_cached(
-                    "SELECT latency FROM analytics_snapshots WHERE app = ?1 AND taken_at_ms >= ?2",
+                    "SELECT taken_at_ms, latency FROM analytics_snapshots WHERE app = ?1 AND taken_at_ms >= ?2 ORDER BY taken_at_ms",
                 )
                 .map_err(sql_err)?;
             let rows = st
-                .query_map(params![app, since_ms], |r| r.get(0))
+                .query_map(params![app, since_ms], |r| Ok((r.get(0)?, r.get(1)?)))
                 .map_err(sql_err)?
-                .collect::<Result<Vec<Vec<u8>>, _>>()
+                .collect::<Result<Vec<(i64, Vec<u8>)>, _>>()
                 .map_err(sql_err)?;
             Ok(rows)
         })
