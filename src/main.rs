@@ -20,8 +20,13 @@ fn init_logging(cli: &Cli) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only for a terminal (and never with NO_COLOR): logs piped to a file or a collector
+    // stay plain text.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if cli.log_json {
         builder.json().init();
@@ -32,6 +37,9 @@ fn init_logging(cli: &Cli) {
 
 #[tokio::main]
 async fn main() {
+    // Output into a closed pipe (`tally dead-letters | head -1`) ends the process quietly, as
+    // it does for other Unix tools, instead of a panic.
+    sigpipe::reset();
     let cli = Cli::parse();
     init_logging(&cli);
     if let Err(e) = run(cli).await {

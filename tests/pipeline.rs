@@ -357,3 +357,40 @@ fn analytics_counts_a_replayed_file_once_embedded() {
 fn analytics_counts_a_replayed_file_once_aws() {
     analytics_counts_a_replayed_file_once(Target::aws("anadedup", 2));
 }
+
+/// A reading command into a closed pipe (`tally dead-letters | head -1`) ends quietly, as Unix
+/// tools do (by SIGPIPE), not with a panic; logs into a pipe or file carry no colour codes.
+#[test]
+fn a_closed_pipe_ends_quietly_and_piped_logs_are_plain() {
+    use std::io::Read;
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let file = file_in(&t, "bad.ndjson");
+    std::fs::write(&file, "{bad\n".repeat(3_000)).unwrap();
+    t.run(&["replay", file.to_str().unwrap()]);
+    let mut c = t.cmd(&["count", "--until-idle"]);
+    c.env_remove("NO_COLOR").env("RUST_LOG", "info");
+    let out = common::output(c);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && log.contains("INFO"), "{log}");
+    assert!(!log.contains('\u{1b}'), "ANSI codes in piped logs: {log:?}");
+    let mut c = t.cmd(&["dead-letters"]);
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one line, then close the pipe.
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(status.code(), Some(101), "{err}");
+}
