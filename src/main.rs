@@ -18,7 +18,9 @@ fn init_logging(cli: &Cli) {
         Command::Count(_) | Command::Analytics(_) => "info",
         _ => "warn",
     };
+    // RUST_LOG, else TALLY_LOG, else the command's default.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env(settings::LOG_VAR))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only for a terminal (and never with NO_COLOR): logs piped to a file or a collector
     // stay plain text.

@@ -225,10 +225,52 @@ impl Default for ProducerSettings {
     }
 }
 
+/// The variable that sets the log filter when `RUST_LOG` is not set (not a setting).
+pub const LOG_VAR: &str = "TALLY_LOG";
+
+/// The `TALLY_*` environment variables that are settings. One that names no setting is an error
+/// that names it (`TALLY_LOG` aside: it sets the log filter), instead of an unknown-field error.
+fn settings_env() -> Result<std::collections::HashMap<String, String>> {
+    let keys = Settings::keys();
+    let mut out = std::collections::HashMap::new();
+    for (name, value) in std::env::vars() {
+        let Some(rest) = name.strip_prefix("TALLY_") else {
+            continue;
+        };
+        if name == LOG_VAR {
+            continue;
+        }
+        let top = rest.split("__").next().unwrap_or("").to_lowercase();
+        if !keys.contains(&top) {
+            let mut known: Vec<String> = keys
+                .iter()
+                .map(|k| format!("TALLY_{}", k.to_uppercase()))
+                .collect();
+            known.sort();
+            bail!(
+                "environment variable {name} is not a tally setting: settings variables are \
+                 TALLY_<KEY> with `__` between levels (e.g. TALLY_COUNTER__WINDOW_MS); top-level \
+                 keys: {}; {LOG_VAR} sets the log filter",
+                known.join(", ")
+            );
+        }
+        out.insert(name, value);
+    }
+    Ok(out)
+}
+
 /// A flag's override: the dotted key and its value.
 pub type Override = (&'static str, config::Value);
 
 impl Settings {
+    /// The top-level keys, as `TALLY_<KEY>` variables name them.
+    fn keys() -> Vec<String> {
+        match serde_json::to_value(Settings::default()) {
+            Ok(serde_json::Value::Object(o)) => o.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Loads the layers. `file`: an explicit `--config` (must exist) or `None` for `./tally.toml`
     /// if present.
     pub fn load(file: Option<&Path>, overrides: Vec<Override>) -> Result<Settings> {
@@ -258,7 +300,8 @@ impl Settings {
             config::Environment::with_prefix("TALLY")
                 .prefix_separator("_")
                 .separator("__")
-                .try_parsing(true),
+                .try_parsing(true)
+                .source(Some(settings_env()?)),
         );
         for (k, v) in overrides {
             b = b

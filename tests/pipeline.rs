@@ -160,6 +160,27 @@ fn bad_configuration_names_the_key() {
 
     let out = t.fail(&["--config", "/nonexistent/tally.toml", "total"], &[]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+
+    // A TALLY_ variable that is no setting is named; TALLY_LOG sets the log filter.
+    let out = t.fail(&["total"], &[("TALLY_WINDOW_MS", "5")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("TALLY_WINDOW_MS is not a tally setting") && err.contains("TALLY_COUNTER"),
+        "{err}"
+    );
+    let log = |level: Option<&str>| {
+        let mut c = t.cmd(&["count", "--until-idle"]);
+        c.env_remove("RUST_LOG").env("NO_COLOR", "1");
+        if let Some(l) = level {
+            c.env("TALLY_LOG", l);
+        }
+        let out = common::output(c);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err
+    };
+    assert!(log(None).contains(" INFO "), "the counter logs at info by default");
+    assert!(!log(Some("warn")).contains(" INFO "), "TALLY_LOG=warn quiets it");
 }
 
 /// The counter meters what its writes cost in DynamoDB write units, by purpose, by DynamoDB's
