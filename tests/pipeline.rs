@@ -179,8 +179,14 @@ fn bad_configuration_names_the_key() {
         assert!(out.status.success(), "{err}");
         err
     };
-    assert!(log(None).contains(" INFO "), "the counter logs at info by default");
-    assert!(!log(Some("warn")).contains(" INFO "), "TALLY_LOG=warn quiets it");
+    assert!(
+        log(None).contains(" INFO "),
+        "the counter logs at info by default"
+    );
+    assert!(
+        !log(Some("warn")).contains(" INFO "),
+        "TALLY_LOG=warn quiets it"
+    );
 }
 
 /// The counter meters what its writes cost in DynamoDB write units, by purpose, by DynamoDB's

@@ -322,7 +322,11 @@ impl Browser {
     fn open(url: &str) -> Browser {
         let bin = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
         let profile = tempfile::tempdir().unwrap();
+        // Its own process group: Debian's `chromium` is a wrapper script, and the browser it
+        // starts must end with the test too.
+        use std::os::unix::process::CommandExt;
         let mut child = std::process::Command::new(&bin)
+            .process_group(0)
             .args([
                 "--headless=new",
                 "--no-sandbox",
@@ -446,6 +450,10 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // The whole group this test started (the wrapper and the browser), by its id.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         self.child.kill().ok();
         self.child.wait().ok();
     }
