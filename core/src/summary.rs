@@ -470,6 +470,34 @@ pub fn read_units(sizes: impl IntoIterator<Item = usize>) -> u64 {
 /// A post's stored items, as the count reads them: sort key and attributes.
 pub type Items = [(String, Attrs)];
 
+/// The read units of one Query of partition `pk` that returned `items`, by the published rules.
+pub fn query_units(pk: &str, items: &Items) -> u64 {
+    read_units(items.iter().map(|(sk, a)| item_size(pk, sk, a)))
+}
+
+/// A post's count from what its Queries returned — `live`: the live items; `since`: for "since
+/// T", T with the hour archives and the day archives [`since_reads`] names — and what the Queries
+/// cost in read units. Every backend reads the same items and answers through this.
+pub fn post_count(
+    post_id: &str,
+    mut live: Vec<(String, Attrs)>,
+    since: Option<(i64, Vec<(String, Attrs)>, Vec<(String, Attrs)>)>,
+) -> crate::ports::PostCount {
+    let mut units = query_units(post_id, &live);
+    let total = total(&live);
+    let since = since.map(|(t, hours, days)| {
+        units += query_units(post_id, &hours) + query_units(post_id, &days);
+        live.extend(hours);
+        live.extend(days);
+        self::since(&live, t)
+    });
+    crate::ports::PostCount {
+        total,
+        since,
+        read_units: units,
+    }
+}
+
 /// The post's total: the sum of its live items (one per shard that wrote it).
 pub fn total(live: &Items) -> i64 {
     live.iter()

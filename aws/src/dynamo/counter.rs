@@ -409,11 +409,9 @@ impl CounterStore for DynamoStore {
     }
 
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
-        let mut items = self
+        let live = self
             .post_items(post_id, "begins_with(sk, :a)", &[summary::LIVE_PREFIX])
             .await?;
-        let mut read_units = query_units(post_id, &items);
-        let total = summary::total(&items);
         let since = match since_ms {
             None => None,
             Some(t) => {
@@ -424,17 +422,10 @@ impl CounterStore for DynamoStore {
                 let days = self
                     .post_items(post_id, "sk BETWEEN :a AND :b", &[lo.as_str(), hi.as_str()])
                     .await?;
-                read_units += query_units(post_id, &hours) + query_units(post_id, &days);
-                items.extend(hours);
-                items.extend(days);
-                Some(summary::since(&items, t))
+                Some((t, hours, days))
             }
         };
-        Ok(PostCount {
-            total,
-            since,
-            read_units,
-        })
+        Ok(summary::post_count(post_id, live, since))
     }
 
     async fn global_total(&self) -> PortResult<i64> {
@@ -509,11 +500,6 @@ impl CounterStore for DynamoStore {
             }
         }
     }
-}
-
-/// The read units of one Query that returned `items` of partition `pk`, by the published rules.
-fn query_units(pk: &str, items: &[(String, Attrs)]) -> u64 {
-    summary::read_units(items.iter().map(|(sk, a)| summary::item_size(pk, sk, a)))
 }
 
 impl DynamoStore {

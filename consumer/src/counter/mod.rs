@@ -114,12 +114,6 @@ impl CostMeter {
         }
     }
 
-    pub fn add_one(&self, p: Purpose, n: u64) {
-        let mut u = Units::default();
-        u.add(p, n);
-        self.add(&u);
-    }
-
     pub fn snapshot(&self) -> Units {
         let mut u = Units::default();
         for (i, p) in Purpose::ALL.iter().enumerate() {

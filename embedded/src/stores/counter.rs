@@ -55,11 +55,6 @@ fn query(c: &Connection, pk: &str, lo: &str, hi: &str) -> PortResult<Vec<(String
         .collect()
 }
 
-/// The read units of one Query that returned `items` of partition `pk`.
-fn query_units(pk: &str, items: &[(String, Attrs)]) -> u64 {
-    summary::read_units(items.iter().map(|(sk, a)| summary::item_size(pk, sk, a)))
-}
-
 /// Applies one conditional write, charging it as DynamoDB would; `Err(Refused::Stale)` asks for a
 /// re-plan.
 fn write(
@@ -270,26 +265,16 @@ impl CounterStore for Embedded {
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
         let post = post_id.to_owned();
         self.run(move |c| {
-            let mut items = query(c, &post, summary::LIVE_PREFIX, "L$")?;
-            let mut read_units = query_units(&post, &items);
-            let total = summary::total(&items);
+            let live = query(c, &post, summary::LIVE_PREFIX, "L$")?;
             let since = match since_ms {
                 None => None,
                 Some(t) => {
                     let (hour_prefix, (day_lo, day_hi)) = summary::since_reads(t);
                     let hours = query(c, &post, &hour_prefix, &format!("{hour_prefix}\u{10ffff}"))?;
-                    let days = query(c, &post, &day_lo, &day_hi)?;
-                    read_units += query_units(&post, &hours) + query_units(&post, &days);
-                    items.extend(hours);
-                    items.extend(days);
-                    Some(summary::since(&items, t))
+                    Some((t, hours, query(c, &post, &day_lo, &day_hi)?))
                 }
             };
-            Ok(PostCount {
-                total,
-                since,
-                read_units,
-            })
+            Ok(summary::post_count(&post, live, since))
         })
         .await
     }
