@@ -470,6 +470,9 @@ pub fn read_units(sizes: impl IntoIterator<Item = usize>) -> u64 {
 /// A post's stored items, as the count reads them: sort key and attributes.
 pub type Items = [(String, Attrs)];
 
+/// The items one Query returned.
+pub type Queried = Vec<(String, Attrs)>;
+
 /// The read units of one Query of partition `pk` that returned `items`, by the published rules.
 pub fn query_units(pk: &str, items: &Items) -> u64 {
     read_units(items.iter().map(|(sk, a)| item_size(pk, sk, a)))
@@ -480,8 +483,8 @@ pub fn query_units(pk: &str, items: &Items) -> u64 {
 /// cost in read units. Every backend reads the same items and answers through this.
 pub fn post_count(
     post_id: &str,
-    mut live: Vec<(String, Attrs)>,
-    since: Option<(i64, Vec<(String, Attrs)>, Vec<(String, Attrs)>)>,
+    mut live: Queried,
+    since: Option<(i64, Queried, Queried)>,
 ) -> crate::ports::PostCount {
     let mut units = query_units(post_id, &live);
     let total = total(&live);
