@@ -19,7 +19,7 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// Opens the configured backend.
+    /// Opens the configured backend; an embedded store is created if missing.
     pub async fn open(s: &Settings) -> Result<Backend> {
         match s.backend {
             BackendKind::Embedded => {
@@ -27,25 +27,42 @@ impl Backend {
                     tally_embedded::Embedded::open(&s.data_dir, s.shards).with_context(|| {
                         format!("opening the embedded store in {}", s.data_dir.display())
                     })?;
-                Ok(Backend {
-                    stream: Arc::new(e.clone()),
-                    counter: Arc::new(e.clone()),
-                    analytics: Arc::new(e.clone()),
-                    leases: Arc::new(e.clone()),
-                    baselines: Arc::new(e),
-                })
+                Ok(Backend::embedded(e))
             }
-            BackendKind::Aws => {
-                let aws = tally_aws::Aws::connect(&aws_settings(s)).await?;
-                Ok(Backend {
-                    stream: Arc::new(aws.stream.clone()),
-                    counter: Arc::new(aws.tables.clone()),
-                    analytics: Arc::new(aws.tables.clone()),
-                    leases: Arc::new(aws.tables.clone()),
-                    baselines: Arc::new(aws.tables),
-                })
-            }
+            BackendKind::Aws => Backend::aws(s).await,
         }
+    }
+
+    /// Opens the configured backend to read it: nothing is created (a missing embedded store is
+    /// an error naming its path), and a read-only store can be read.
+    pub async fn open_existing(s: &Settings) -> Result<Backend> {
+        match s.backend {
+            BackendKind::Embedded => Ok(Backend::embedded(
+                tally_embedded::Embedded::open_existing(&s.data_dir)?,
+            )),
+            BackendKind::Aws => Backend::aws(s).await,
+        }
+    }
+
+    fn embedded(e: tally_embedded::Embedded) -> Backend {
+        Backend {
+            stream: Arc::new(e.clone()),
+            counter: Arc::new(e.clone()),
+            analytics: Arc::new(e.clone()),
+            leases: Arc::new(e.clone()),
+            baselines: Arc::new(e),
+        }
+    }
+
+    async fn aws(s: &Settings) -> Result<Backend> {
+        let aws = tally_aws::Aws::connect(&aws_settings(s)).await?;
+        Ok(Backend {
+            stream: Arc::new(aws.stream.clone()),
+            counter: Arc::new(aws.tables.clone()),
+            analytics: Arc::new(aws.tables.clone()),
+            leases: Arc::new(aws.tables.clone()),
+            baselines: Arc::new(aws.tables),
+        })
     }
 }
 

@@ -6,34 +6,63 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::settings::{BackendKind, Override};
 
-/// tally: exact like counts and live analytics from a stream of like events.
+/// The heading of the flags every subcommand takes.
+const GLOBAL: &str = "Global options";
+
+const EXAMPLES: &str = "\
+Examples:
+  tally demo                               produce, count and check 100,000 events (a temp dir)
+  tally replay likes.ndjson                put each line of a file as one record (- reads stdin)
+  tally count --until-idle                 count everything in the stream, then exit
+  tally query p123 --since 1h              a post's total and its net change since an hour ago
+  tally serve                              dashboard, JSON API and /metrics on 127.0.0.1:8080
+  tally --backend aws --stream likes count run the counter on Kinesis and DynamoDB
+
+Configuration: defaults < tally.toml (or --config) < TALLY_* variables < flags; `tally config`
+prints the result. Logging: --log-level, else RUST_LOG or TALLY_LOG (e.g. debug); NO_COLOR.";
+
+/// Exact like counts and live analytics from a stream of like events.
+///
+/// Runs embedded on one machine by default (SQLite under --data-dir, no AWS account needed), or
+/// on Amazon Kinesis and DynamoDB with --backend aws.
 #[derive(Parser, Debug)]
-#[command(name = "tally", version, about, propagate_version = true)]
+#[command(
+    name = "tally",
+    version,
+    propagate_version = true,
+    after_help = EXAMPLES,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// Where the embedded backend keeps its data [default: ./data].
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// A TOML config file [default: ./tally.toml if present].
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Which engines to run on [default: embedded].
-    #[arg(long, global = true, value_enum)]
+    #[arg(long, global = true, help_heading = GLOBAL, value_enum)]
     pub backend: Option<BackendKind>,
     /// The Kinesis stream's name [default: tally-likes].
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "NAME")]
     pub stream: Option<String>,
     /// Prefix of the DynamoDB tables [default: tally].
-    #[arg(long, global = true, value_name = "PREFIX")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "PREFIX")]
     pub table_prefix: Option<String>,
     /// Kinesis endpoint override, e.g. a local API peer.
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "URL")]
     pub kinesis_endpoint_url: Option<String>,
     /// DynamoDB endpoint override, e.g. a local API peer.
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "URL")]
     pub dynamodb_endpoint_url: Option<String>,
     /// Log as JSON lines (for CloudWatch Logs).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub log_json: bool,
+    /// How much to log: error, warn, info, debug, trace, or a filter such as
+    /// `tally_consumer=debug` [default: info for count and analytics, warn otherwise; RUST_LOG or
+    /// TALLY_LOG when set].
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "LEVEL")]
+    pub log_level: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -41,18 +70,30 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run producer, counter and analytics together on a fresh data dir and check every count.
+    #[command(
+        after_help = "Examples:\n  tally demo\n  tally demo --events 1000000 --shards 8 --json\n  tally demo --serve                   then watch http://127.0.0.1:8080/"
+    )]
     Demo(DemoArgs),
     /// Put synthetic like events to the stream.
     Produce(ProduceArgs),
     /// Put each line of an NDJSON file (.gz too) as one record, valid or not.
+    #[command(
+        after_help = "Examples:\n  tally replay likes.ndjson\n  tally replay likes.ndjson.gz --rate 500\n  zcat export-*.gz | tally replay -"
+    )]
     Replay(ReplayArgs),
     /// Write every record of the stream to an NDJSON file, shard by shard.
     Record(RecordArgs),
     /// Run the exactly-once counter consumer.
+    #[command(
+        after_help = "Examples:\n  tally count                          until SIGTERM or Ctrl-C\n  tally count --until-idle --timeout 5m\n  tally count --http 127.0.0.1:9101   with /metrics, /healthz and /readyz"
+    )]
     Count(ConsumeArgs),
     /// Run the analytics consumer (trending, latency).
     Analytics(ConsumeArgs),
-    /// A post's total and its count since a time, from the summary buckets.
+    /// A post's total, and its net change since a time, from the summary items.
+    #[command(
+        after_help = "Examples:\n  tally query p123\n  tally query p123 --since 15m --json\n  tally --backend aws --stream likes query p123 --since 7d"
+    )]
     Query(QueryArgs),
     /// The global total of likes.
     Total(JsonArgs),
@@ -65,6 +106,9 @@ pub enum Command {
     /// Each shard's lease owner and checkpoint.
     Leases(LeasesArgs),
     /// Serve the read side over HTTP: a JSON API, Prometheus /metrics, health checks, a dashboard.
+    #[command(
+        after_help = "Examples:\n  tally serve                          http://127.0.0.1:8080/\n  tally serve --addr 0.0.0.0:8080     every interface (behind a proxy or in a task)\n  curl 127.0.0.1:8080/api/posts/p123?since=1h"
+    )]
     Serve(ServeArgs),
     /// Create the stream and tables if missing and wait until they are active.
     Setup(SetupArgs),
@@ -77,7 +121,18 @@ pub enum Command {
     /// A closed shard left without records is dropped too. On AWS the stream's retention does it.
     Trim(TrimArgs),
     /// Print the effective configuration (defaults, file, environment and flags) as TOML.
-    Config,
+    Config(JsonArgs),
+    /// Print a shell completion script (e.g. `tally completions bash > ~/.local/share/bash-completion/completions/tally`).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), e.g. `tally man | man -l -`.
+    Man,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
@@ -96,32 +151,33 @@ pub struct ReshardArgs {
 
 #[derive(Args, Debug)]
 pub struct JsonArgs {
-    /// Print JSON.
+    /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug, Default)]
 pub struct GenArgs {
-    /// Distinct posts, Zipf-distributed.
+    /// Distinct posts, Zipf-distributed [default: 1000].
     #[arg(long)]
     pub posts: Option<u64>,
-    /// Zipf exponent of post popularity.
+    /// Zipf exponent of post popularity [default: 1.1].
     #[arg(long)]
     pub zipf: Option<f64>,
-    /// Distinct users, uniform.
+    /// Distinct users, uniform [default: 100000].
     #[arg(long)]
     pub users: Option<u64>,
-    /// Share of events that are unlikes.
+    /// Share of events that are unlikes [default: 0.1].
     #[arg(long)]
     pub unlike_ratio: Option<f64>,
-    /// Share of extra records that resend a recent event (producer retries).
+    /// Share of extra records that resend a recent event (producer retries) [default: 0; demo:
+    /// 0.02].
     #[arg(long)]
     pub duplicate_ratio: Option<f64>,
-    /// Share of extra records that are malformed.
+    /// Share of extra records that are malformed [default: 0; demo: 0.001].
     #[arg(long)]
     pub malformed_ratio: Option<f64>,
-    /// Seed for a reproducible run.
+    /// Seed for a reproducible run [default: 1].
     #[arg(long)]
     pub seed: Option<u64>,
 }
@@ -156,10 +212,10 @@ impl GenArgs {
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Distinct like events to produce.
+    /// Like and unlike events to produce (retries and malformed records come on top).
     #[arg(long, default_value_t = 100_000)]
     pub events: u64,
-    /// Shards of the demo stream.
+    /// Shards of the demo stream [default: 4].
     #[arg(long)]
     pub shards: Option<usize>,
     #[command(flatten)]
@@ -183,10 +239,10 @@ pub struct DemoArgs {
 
 #[derive(Args, Debug)]
 pub struct ProduceArgs {
-    /// Distinct like events to produce.
+    /// Like and unlike events to produce (retries and malformed records come on top).
     #[arg(long)]
     pub events: u64,
-    /// Records per second (default: as fast as possible).
+    /// Records per second [default: as fast as possible].
     #[arg(long)]
     pub rate: Option<f64>,
     #[command(flatten)]
@@ -201,19 +257,21 @@ pub struct ProduceArgs {
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// NDJSON file, optionally gzip-compressed.
+    /// NDJSON file, gzip-compressed or not; `-` reads standard input.
     pub file: PathBuf,
-    /// Records per second (default: as fast as possible).
+    /// Records per second [default: as fast as possible].
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Output NDJSON file (.gz compresses).
+    /// Output NDJSON file (a name ending in .gz compresses it).
     pub file: PathBuf,
+    /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -223,7 +281,11 @@ pub struct ConsumeArgs {
     /// Exit once every shard is caught up and everything is flushed and checkpointed.
     #[arg(long)]
     pub until_idle: bool,
-    /// This worker's identity in lease rows.
+    /// With --until-idle: give up after this long (e.g. 30s, 5m) — what was read is still
+    /// applied and checkpointed — and exit with status 2, naming the shards not caught up.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, requires = "until_idle")]
+    pub timeout: Option<std::time::Duration>,
+    /// This worker's identity in lease rows [default: the ECS task id, else host name and pid].
     #[arg(long)]
     pub worker_id: Option<String>,
     /// Print a JSON summary on exit.
@@ -243,35 +305,43 @@ pub struct ServeArgs {
 
 #[derive(Args, Debug)]
 pub struct QueryArgs {
+    /// The post's id (1–128 characters of A-Z a-z 0-9 _ . : -).
     pub post_id: String,
-    /// Also count likes created in this last duration (e.g. 15m, 2h, 7d).
+    /// Also the net change from likes and unlikes created in this last duration (e.g. 15m, 2h,
+    /// 7d), counted from the start of that minute.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub since: Option<std::time::Duration>,
+    /// Print JSON (with the bound used, read units and how fresh the count is).
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct TopArgs {
-    #[arg(long, default_value_t = 10)]
-    pub k: usize,
+    /// How many posts to list (1–1000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub k: u16,
+    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
-    /// Only windows taken in this last duration (default: all).
+    /// Only windows taken in this last duration [default: all].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub since: Option<std::time::Duration>,
+    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct DeadLetterArgs {
+    /// Show at most this many (the total is always shown).
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
+    /// Print JSON: every field, the total, and whether the list was cut at --limit.
     #[arg(long)]
     pub json: bool,
 }
@@ -279,8 +349,9 @@ pub struct DeadLetterArgs {
 #[derive(Args, Debug)]
 pub struct LeasesArgs {
     /// Which application's leases.
-    #[arg(long, default_value = "counter")]
+    #[arg(long, default_value = "counter", value_parser = [tally_core::apps::COUNTER, tally_core::apps::ANALYTICS])]
     pub app: String,
+    /// Print JSON (with a window applied in part, `pending`).
     #[arg(long)]
     pub json: bool,
 }
@@ -294,7 +365,8 @@ pub struct TeardownArgs {
 
 #[derive(Args, Debug)]
 pub struct SetupArgs {
-    /// Shards of a stream created now.
+    /// Shards of a stream created now [default: 4]; an existing stream must already have as
+    /// many open shards.
     #[arg(long)]
     pub shards: Option<usize>,
 }

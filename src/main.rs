@@ -3,6 +3,7 @@
 mod backend;
 mod cli;
 mod commands;
+mod progress;
 mod serve;
 mod settings;
 
@@ -14,14 +15,25 @@ use crate::cli::{Cli, Command};
 use crate::settings::Settings;
 
 fn init_logging(cli: &Cli) {
+    // The SDK's credential and region providers warn at length when one of their sources is
+    // absent (IMDS off EC2); tally reports what is missing in one line instead.
     let default = match cli.command {
-        Command::Count(_) | Command::Analytics(_) => "info",
-        _ => "warn",
+        Command::Count(_) | Command::Analytics(_) => "info,aws_config=error",
+        _ => "warn,aws_config=error",
     };
-    // RUST_LOG, else TALLY_LOG, else the command's default.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env(settings::LOG_VAR))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // --log-level, else RUST_LOG, else TALLY_LOG, else the command's default.
+    let filter = match &cli.log_level {
+        Some(level) => tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
+            eprintln!(
+                "error: --log-level {level:?} is not a level (error, warn, info, debug, trace) \
+                 or a filter such as tally_consumer=debug: {e}"
+            );
+            std::process::exit(2);
+        }),
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .or_else(|_| tracing_subscriber::EnvFilter::try_from_env(settings::LOG_VAR))
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+    };
     // Colours only for a terminal (and never with NO_COLOR): logs piped to a file or a collector
     // stay plain text.
     use std::io::IsTerminal;
@@ -29,7 +41,7 @@ fn init_logging(cli: &Cli) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(|| progress::LogWriter);
     if cli.log_json {
         builder.json().init();
     } else {
@@ -46,23 +58,46 @@ async fn main() {
     init_logging(&cli);
     if let Err(e) = run(cli).await {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        let timed_out = e.is::<commands::consume::TimedOut>();
+        std::process::exit(if timed_out {
+            commands::consume::TimedOut::EXIT
+        } else {
+            1
+        });
     }
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    // What needs no configuration at all.
+    match &cli.command {
+        Command::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut cmd, "tally", &mut std::io::stdout());
+            return Ok(());
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
+            return Ok(());
+        }
+        _ => {}
+    }
     let settings = Settings::load(cli.config.as_deref(), cli.overrides())?;
     if let Command::Demo(a) = &cli.command {
         return commands::demo::demo(&settings, a, cli.data_dir.is_some()).await;
     }
-    if let Command::Setup(_) = &cli.command {
-        return commands::setup::setup(&settings).await;
+    if let Command::Setup(a) = &cli.command {
+        return commands::setup::setup(&settings, a).await;
     }
     if let Command::Teardown(a) = &cli.command {
         return commands::setup::teardown(&settings, a).await;
     }
-    if let Command::Config = &cli.command {
-        print!("{}", toml::to_string_pretty(&settings)?);
+    if let Command::Config(a) = &cli.command {
+        if a.json {
+            commands::print_json(&serde_json::to_value(&settings)?);
+        } else {
+            print!("{}", toml::to_string_pretty(&settings)?);
+        }
         return Ok(());
     }
     if let Command::Reshard(a) = &cli.command {
@@ -71,7 +106,23 @@ async fn run(cli: Cli) -> Result<()> {
     if let Command::Trim(a) = &cli.command {
         return commands::setup::trim(&settings, a);
     }
-    let b = Backend::open(&settings).await?;
+    // Reads never create a store; writers (producers, consumers) create one if missing.
+    let reads = matches!(
+        cli.command,
+        Command::Record(_)
+            | Command::Query(_)
+            | Command::Total(_)
+            | Command::Top(_)
+            | Command::Latency(_)
+            | Command::DeadLetters(_)
+            | Command::Leases(_)
+            | Command::Serve(_)
+    );
+    let b = if reads {
+        Backend::open_existing(&settings).await?
+    } else {
+        Backend::open(&settings).await?
+    };
     match &cli.command {
         Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
         Command::Replay(a) => commands::produce::run_replay(&settings, &b, a).await,
@@ -90,7 +141,9 @@ async fn run(cli: Cli) -> Result<()> {
         | Command::Teardown(_)
         | Command::Reshard(_)
         | Command::Trim(_)
-        | Command::Config => {
+        | Command::Config(_)
+        | Command::Completions(_)
+        | Command::Man => {
             unreachable!("handled above")
         }
     }

@@ -14,13 +14,23 @@ use tally_core::apps;
 use tally_producer::generate::GenConfig;
 
 /// Which engines the ports run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// SQLite under the data dir: no AWS account needed.
     Embedded,
     /// Amazon Kinesis and DynamoDB (or local API peers).
     Aws,
+}
+
+impl<'de> Deserialize<'de> for BackendKind {
+    /// By name, and an unknown name is answered with the valid ones.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        <BackendKind as clap::ValueEnum>::from_str(&name, false).map_err(|_| {
+            serde::de::Error::custom(format!("expected one of `embedded`, `aws`, got `{name}`"))
+        })
+    }
 }
 
 /// Everything configurable.
@@ -84,7 +94,9 @@ pub struct CounterSettings {
     /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
     /// DynamoDB: that many conditional writes, 32 in flight at a time).
     pub posts_per_batch: usize,
-    /// Test failpoint: abort after this many batches of post writes (0: off).
+    /// Test failpoint: abort after this many batches of post writes (0: off). Not shown by
+    /// `tally config` unless set.
+    #[serde(skip_serializing_if = "is_zero")]
     pub crash_after_batches: u64,
 }
 
@@ -225,6 +237,10 @@ impl Default for ProducerSettings {
     }
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// The variable that sets the log filter when `RUST_LOG` is not set (not a setting).
 pub const LOG_VAR: &str = "TALLY_LOG";
 
@@ -240,7 +256,16 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
         if name == LOG_VAR {
             continue;
         }
-        let top = rest.split("__").next().unwrap_or("").to_lowercase();
+        let path: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
+        let top = path[0].clone();
+        if keys.contains(&top) && !is_setting(&path) {
+            bail!(
+                "environment variable {name} is not a tally setting: `{}` has no key `{}` (see \
+                 `tally config` for every key)",
+                path[..path.len() - 1].join("."),
+                path[path.len() - 1]
+            );
+        }
         if !keys.contains(&top) {
             let mut known: Vec<String> = keys
                 .iter()
@@ -259,8 +284,67 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
     Ok(out)
 }
 
+/// Whether a dotted path (lower case, from a `TALLY_A__B` variable) names a setting.
+fn is_setting(path: &[String]) -> bool {
+    let mut v = match serde_json::to_value(Settings::default()) {
+        Ok(v) => v,
+        Err(_) => return true,
+    };
+    for (i, k) in path.iter().enumerate() {
+        match v.get(k.as_str()) {
+            Some(next) => v = next.clone(),
+            // A field left out of the defaults' serialization (the failpoint) is a setting too.
+            None => return i == path.len() - 1 && k == "crash_after_batches",
+        }
+    }
+    true
+}
+
+/// Serde's words for our types, in the user's: `expected struct CounterSettings` is a table.
+fn plain(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find("expected struct ") {
+        out.push_str(&rest[..i]);
+        out.push_str("expected a table");
+        rest = &rest[i + "expected struct ".len()..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(rest.len());
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    for (rust, words) in [
+        ("expected usize", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected u32", "expected a whole number"),
+        ("expected f64", "expected a number"),
+    ] {
+        out = out.replace(rust, words);
+    }
+    out
+}
+
 /// A flag's override: the dotted key and its value.
 pub type Override = (&'static str, config::Value);
+
+/// Reads a config file alone, so that an unknown key or a bad value is reported with the file's
+/// name, line and column.
+fn check_file(f: &Path) -> Result<()> {
+    if !f.exists() {
+        bail!("config file {} does not exist", f.display());
+    }
+    let text = std::fs::read_to_string(f)
+        .with_context(|| format!("reading config file {}", f.display()))?;
+    if let Err(e) = toml::from_str::<Settings>(&text) {
+        bail!(
+            "invalid configuration in {}: {}",
+            f.display(),
+            plain(e.to_string().trim_end())
+        );
+    }
+    Ok(())
+}
 
 impl Settings {
     /// The top-level keys, as `TALLY_<KEY>` variables name them.
@@ -277,11 +361,12 @@ impl Settings {
         let mut b = config::Config::builder().add_source(
             config::Config::try_from(&Settings::default()).context("default settings")?,
         );
+        let default_file = Path::new("tally.toml");
+        if let Some(f) = file.or(default_file.exists().then_some(default_file)) {
+            check_file(f)?;
+        }
         match file {
             Some(f) => {
-                if !f.exists() {
-                    bail!("config file {} does not exist", f.display());
-                }
                 b = b.add_source(
                     config::File::from(f)
                         .format(config::FileFormat::Toml)
@@ -311,7 +396,7 @@ impl Settings {
         let cfg = b.build().context("reading configuration")?;
         let s: Settings = cfg
             .try_deserialize()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {}", plain(&e.to_string())))?;
         s.validate()?;
         Ok(s)
     }

@@ -22,7 +22,7 @@ fn check_exact(t: &Target, exp: &common::Expected) {
     assert_eq!(t.mismatches(&exp.counts), vec![]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     assert_eq!(
-        t.json(&["dead-letters", "--json"])["count"],
+        t.json(&["dead-letters", "--json"])["total"],
         exp.malformed as u64
     );
 }

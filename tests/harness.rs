@@ -194,7 +194,7 @@ fn harness(t: Target, pace: Pace) {
         t.json(&["total", "--json"])["total"],
         counts.values().sum::<i64>()
     );
-    assert_eq!(t.json(&["dead-letters", "--json"])["count"], malformed);
+    assert_eq!(t.json(&["dead-letters", "--json"])["total"], malformed);
 }
 
 #[test]

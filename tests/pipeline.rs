@@ -49,7 +49,7 @@ fn replay_count_query_is_exact(t: Target, shards: usize) {
     assert_eq!(t.count("never-liked"), 0);
 
     let dl = t.json(&["dead-letters", "--json"]);
-    assert_eq!(dl["count"], exp.malformed as u64);
+    assert_eq!(dl["total"], exp.malformed as u64);
     let first = &dl["dead_letters"][0];
     assert!(first["shard_id"].as_str().unwrap().starts_with("shardId-"));
     assert!(!first["sequence_number"].as_str().unwrap().is_empty());
@@ -109,9 +109,13 @@ fn gzip_replay_and_record_round_trip() {
     t2.run(&["count", "--until-idle"]);
     assert_eq!(t2.mismatches(&exp.counts), vec![]);
 
-    // Teardown asks first, then deletes the store: a fresh one counts nothing.
+    // Teardown asks first, then deletes the store: reads then say there is none, and a fresh
+    // one counts nothing.
     assert!(!t2.fail(&["teardown"], &[]).status.success());
     assert!(t2.run(&["teardown", "--yes"]).contains("tally.db"));
+    let err = t2.fail(&["total"], &[]);
+    assert!(String::from_utf8_lossy(&err.stderr).contains("tally.db does not exist"));
+    t2.run(&["setup"]);
     assert_eq!(t2.json(&["total", "--json"])["total"], 0);
 }
 

@@ -67,7 +67,7 @@ fn resharding_keeps_counts_exact(t: Target, parent: &str) {
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     // Malformed lines were put twice, at different sequence numbers: two dead letters each.
     assert_eq!(
-        t.json(&["dead-letters", "--json"])["count"],
+        t.json(&["dead-letters", "--json"])["total"],
         2 * exp.malformed as u64
     );
 

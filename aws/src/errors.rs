@@ -41,10 +41,14 @@ where
 {
     match &err {
         SdkError::DispatchFailure(d) => {
+            let cause = root_cause(&err);
+            if mentions_credentials(&err) {
+                return PortError::Other(no_credentials(call, resource, &cause));
+            }
             let detail = if d.is_timeout() {
                 "connection timed out".to_owned()
             } else {
-                aws_smithy_types::error::display::DisplayErrorContext(&err).to_string()
+                cause
             };
             PortError::Unavailable {
                 endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
@@ -72,11 +76,48 @@ where
                 None => PortError::Other(format!("{call} on {resource}: HTTP {status} {message}")),
             }
         }
-        _ => PortError::Other(format!(
-            "{call} on {resource}: {}",
-            aws_smithy_types::error::display::DisplayErrorContext(&err)
-        )),
+        _ if mentions_credentials(&err) => {
+            PortError::Other(no_credentials(call, resource, &root_cause(&err)))
+        }
+        _ => PortError::Other(format!("{call} on {resource}: {}", root_cause(&err))),
     }
+}
+
+/// The innermost cause of an error, in one line: what went wrong, without the SDK's chain of
+/// wrappers and debug dumps.
+pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut e = err;
+    while let Some(next) = e.source() {
+        e = next;
+    }
+    let text = e.to_string();
+    let line = text.lines().next().unwrap_or("").trim();
+    if line.is_empty() {
+        err.to_string()
+    } else {
+        line.to_owned()
+    }
+}
+
+/// Whether any error in the chain is about resolving credentials.
+fn mentions_credentials(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut e = Some(err);
+    while let Some(x) = e {
+        let t = x.to_string().to_lowercase();
+        if t.contains("credential") || t.contains("identity") {
+            return true;
+        }
+        e = x.source();
+    }
+    false
+}
+
+/// What to do when no credentials were found.
+pub fn no_credentials(call: &str, resource: &str, cause: &str) -> String {
+    format!(
+        "no AWS credentials for {call} on {resource} ({cause}): set AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with an IAM role (on ECS, the task role)"
+    )
 }
 
 /// Maps an AWS error code.

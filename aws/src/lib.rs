@@ -86,6 +86,18 @@ pub async fn sdk_config() -> PortResult<SdkConfig> {
             "no AWS region configured: set AWS_REGION (or a profile's region)".into(),
         ));
     }
+    // Credentials are resolved once up front, so that their absence is one clear message
+    // rather than a failure of whichever call comes first.
+    if let Some(p) = config.credentials_provider() {
+        use aws_credential_types::provider::ProvideCredentials;
+        if let Err(e) = p.provide_credentials().await {
+            return Err(PortError::Other(format!(
+                "no AWS credentials found ({}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+                 or AWS_PROFILE, or run with an IAM role (on ECS, the task role)",
+                errors::root_cause(&e)
+            )));
+        }
+    }
     Ok(config)
 }
 

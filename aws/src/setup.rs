@@ -106,6 +106,27 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     })
 }
 
+/// The stream's open shards, or `None` when it does not exist.
+pub async fn open_shard_count(s: &AwsSettings) -> PortResult<Option<usize>> {
+    let sdk = sdk_config().await?;
+    let stream = KinesisStream::new(&sdk, s);
+    match stream
+        .client()
+        .describe_stream_summary()
+        .stream_name(stream.name())
+        .send()
+        .await
+        .map_err(|e| stream.err("DescribeStreamSummary", e))
+    {
+        Ok(r) => Ok(r
+            .stream_description_summary()
+            .map(|d| d.open_shard_count())
+            .map(|n| n as usize)),
+        Err(PortError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 async fn wait_stream(stream: &KinesisStream) -> PortResult<()> {
     let start = tokio::time::Instant::now();
     loop {

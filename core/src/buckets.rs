@@ -45,6 +45,12 @@ pub fn minute_of_hour(ms: i64) -> u8 {
     (ms.rem_euclid(HOUR_MS) / MINUTE_MS) as u8
 }
 
+/// The start of the minute of a time in milliseconds: counts are kept per minute, so "since T"
+/// and "as of T" are answered from the start of T's minute.
+pub fn minute_start(ms: i64) -> i64 {
+    ms - ms.rem_euclid(MINUTE_MS)
+}
+
 /// The per-post net change of one window, by minute of `created_at`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PostDelta {
@@ -55,10 +61,7 @@ pub struct PostDelta {
 impl PostDelta {
     /// Adds one distinct event.
     pub fn add(&mut self, created_at: i64, delta: i64) {
-        *self
-            .by_minute
-            .entry(created_at - created_at.rem_euclid(MINUTE_MS))
-            .or_default() += delta;
+        *self.by_minute.entry(minute_start(created_at)).or_default() += delta;
     }
 
     /// Net change over all minutes.

@@ -106,8 +106,27 @@ pub fn check_id(field: &'static str, s: &str) -> Result<(), DecodeError> {
     Ok(())
 }
 
+/// What kind of JSON value the bytes start with, by the first byte that is not white space.
+fn json_kind(data: &[u8]) -> Option<&'static str> {
+    Some(match data.iter().find(|b| !b.is_ascii_whitespace())? {
+        b'{' => "an object",
+        b'[' => "an array",
+        b'"' => "a string",
+        b't' | b'f' => "a boolean",
+        b'n' => "null",
+        b'-' | b'0'..=b'9' => "a number",
+        _ => return None,
+    })
+}
+
 /// Decodes and validates one record's bytes against contract v1.
 pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
+    // serde would also read a struct from an array: say what the record is instead.
+    if let Some(kind) = json_kind(data).filter(|k| *k != "an object") {
+        if serde_json::from_slice::<serde::de::IgnoredAny>(data).is_ok() {
+            return Err(DecodeError::NotJson(format!("got {kind}")));
+        }
+    }
     let raw: Raw = serde_json::from_slice(data).map_err(|e| DecodeError::NotJson(e.to_string()))?;
     let event_id = string_field("event_id", raw.event_id)?;
     let n = event_id.chars().count();
@@ -202,8 +221,14 @@ mod tests {
             r#"{"event_id":"e","post_id":"p.1:a-b_c","user_id":"u","action":"unlike","created_at":0,"extra":{"x":1}}"#,
             Ok(()),
         );
-        check("not json", Err("not a JSON object"));
-        check("[1,2]", Err("not a JSON object"));
+        check(
+            "not json",
+            Err("not a JSON object: expected ident at line 1 column 2"),
+        );
+        check("[1,2]", Err("not a JSON object: got an array"));
+        check("[1,2,3,4,5]", Err("not a JSON object: got an array"));
+        check("42", Err("not a JSON object: got a number"));
+        check(" \"x\"", Err("not a JSON object: got a string"));
         check(
             r#"{"post_id":"p","user_id":"u","action":"like","created_at":1}"#,
             Err("`event_id`: missing"),

@@ -109,6 +109,17 @@ impl Embedded {
         let path = dir.join(DB_FILE);
         let conn = Connection::open(&path)
             .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
+        if conn
+            .is_readonly(rusqlite::DatabaseName::Main)
+            .unwrap_or(false)
+        {
+            return Err(PortError::Other(format!(
+                "{} is read-only (a read-only file or filesystem): producing, counting and setup \
+                 write to the store; the reading commands (query, total, top, latency, leases, \
+                 dead-letters, serve, record) work on it",
+                path.display()
+            )));
+        }
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(sql_err)?;
         // Switching a new file to WAL takes an exclusive lock and does not wait for the busy
@@ -139,6 +150,75 @@ impl Embedded {
         Ok(store)
     }
 
+    /// Opens the store in `dir` for reading, creating nothing: a missing store is an error that
+    /// names the path. On a read-only file or filesystem the store is opened read-only (and, when
+    /// SQLite cannot create its shared-memory file there, as an immutable file: the state last
+    /// checkpointed into it).
+    pub fn open_existing(dir: &Path) -> PortResult<Embedded> {
+        let path = dir.join(DB_FILE);
+        if !path.is_file() {
+            return Err(PortError::NotFound {
+                what: path.display().to_string(),
+                hint: ": no tally store there; pass the store's --data-dir, or create one with \
+                       `tally setup` or by producing into it"
+                    .into(),
+            });
+        }
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let cannot =
+            |e: rusqlite::Error| PortError::Other(format!("cannot open {}: {e}", path.display()));
+        let conn = Connection::open_with_flags(&path, flags).map_err(cannot)?;
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(sql_err)?;
+        let read_only = conn
+            .is_readonly(rusqlite::DatabaseName::Main)
+            .map_err(sql_err)?;
+        let conn = if !read_only {
+            prepare(&conn)?;
+            conn
+        } else if conn
+            .query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
+            .is_ok()
+        {
+            conn
+        } else {
+            // WAL mode needs a shared-memory file beside the store; where it cannot be created,
+            // read the file as it stands.
+            drop(conn);
+            let uri = format!("file:{}?immutable=1", path.display());
+            let conn = Connection::open_with_flags(
+                uri,
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(cannot)?;
+            conn.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
+                .map_err(cannot)?;
+            conn
+        };
+        Ok(Embedded {
+            conn: Arc::new(Mutex::new(conn)),
+            path,
+        })
+    }
+
+    /// Whether the store holds anything: a record, a lease or a count.
+    pub fn holds_data(&self) -> PortResult<bool> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT EXISTS(SELECT 1 FROM records) OR EXISTS(SELECT 1 FROM leases) \
+                 OR EXISTS(SELECT 1 FROM items)",
+                [],
+                |r| r.get::<_, bool>(0),
+            )
+            .map_err(sql_err)
+        })
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -165,6 +245,17 @@ impl Embedded {
         tokio::task::spawn_blocking(move || this.with(f))
             .await
             .map_err(|e| PortError::Other(format!("embedded store task failed: {e}")))?
+    }
+
+    /// How many shards of the stream are open.
+    pub fn open_shard_count(&self) -> PortResult<usize> {
+        self.with(|c| {
+            c.query_row("SELECT COUNT(*) FROM shards WHERE closed = 0", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as usize)
+            .map_err(sql_err)
+        })
     }
 
     /// How many shards the stream has (open and closed).

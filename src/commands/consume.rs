@@ -1,7 +1,7 @@
 //! `tally count` and `tally analytics`: the long-running consumers.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -102,6 +102,99 @@ pub async fn run_analytics_with(
     Ok((metrics, leases))
 }
 
+/// SIGINT/SIGTERM, or `--timeout` running out (then `timed_out` is set).
+fn stop_on(a: &ConsumeArgs, timed_out: Arc<AtomicBool>) -> impl Future<Output = ()> {
+    let timeout = a.timeout;
+    async move {
+        match timeout {
+            Some(t) => {
+                tokio::select! {
+                    _ = shutdown_signal() => {}
+                    _ = tokio::time::sleep(t) => {
+                        timed_out.store(true, Ordering::Relaxed);
+                        tracing::info!("--timeout reached: finishing open windows, checkpointing and releasing leases");
+                    }
+                }
+            }
+            None => shutdown_signal().await,
+        }
+    }
+}
+
+/// After `--timeout` ran out: which shards were not caught up, and why, as the error.
+async fn timed_out_error(s: &Settings, b: &Backend, app: &str, a: &ConsumeArgs) -> TimedOut {
+    let t = humantime::format_duration(a.timeout.unwrap_or_default());
+    let me = super::worker_config(s, app).worker_id;
+    let now = tally_consumer::worker::now_ms();
+    let held: Vec<String> = match b.leases.list_leases(app).await {
+        Ok(ls) => ls
+            .iter()
+            .filter(|l| !l.finished && l.is_held(now) && l.owner.as_deref() != Some(&me))
+            .map(|l| {
+                format!(
+                    "{} (held by {})",
+                    l.shard_id,
+                    l.owner.as_deref().unwrap_or("?")
+                )
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    TimedOut(if held.is_empty() {
+        format!(
+            "not caught up after {t} (--timeout): the shards were still being read; what was read \
+             is applied and checkpointed"
+        )
+    } else {
+        format!(
+            "not caught up after {t} (--timeout): other workers hold the leases of {}; what this \
+             worker read is applied and checkpointed",
+            held.join(", ")
+        )
+    })
+}
+
+/// `--until-idle` cut short by `--timeout`: the process exits with [`TimedOut::EXIT`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TimedOut(String);
+
+impl TimedOut {
+    pub const EXIT: i32 = 2;
+}
+
+/// While `--until-idle` runs: a counter of the records read, on a terminal.
+struct IdleProgress(Option<(indicatif::ProgressBar, tokio::task::JoinHandle<()>)>);
+
+impl IdleProgress {
+    fn start(a: &ConsumeArgs, records: impl Fn() -> u64 + Send + 'static) -> IdleProgress {
+        if !a.until_idle || a.json {
+            return IdleProgress(None);
+        }
+        let pb = crate::progress::start(None, "records read", false);
+        pb.set_message("until every shard is caught up");
+        let ticker = {
+            let pb = pb.clone();
+            tokio::spawn(async move {
+                loop {
+                    pb.set_position(records());
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            })
+        };
+        IdleProgress(Some((pb, ticker)))
+    }
+}
+
+impl Drop for IdleProgress {
+    fn drop(&mut self) {
+        if let Some((pb, ticker)) = self.0.take() {
+            ticker.abort();
+            crate::progress::finish(&pb);
+        }
+    }
+}
+
 fn idle_for(a: &ConsumeArgs) -> Arc<IdleExit> {
     let idle = Arc::new(IdleExit::default());
     if a.until_idle {
@@ -190,7 +283,14 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
         let (m, l) = (m.clone(), l.clone());
         move || crate::serve::prom::counter_metrics(&m, &l)
     });
-    let (m, l) = run_counter_with(s, b, idle_for(a), shutdown_signal(), m, l).await?;
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let stop = stop_on(a, timed_out.clone());
+    let progress = IdleProgress::start(a, {
+        let m = m.clone();
+        move || m.records.load(Ordering::Relaxed)
+    });
+    let (m, l) = run_counter_with(s, b, idle_for(a), stop, m, l).await?;
+    drop(progress);
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
         "counted": m.counted.load(Ordering::Relaxed),
@@ -211,6 +311,9 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
             v["records"], v["counted"], v["duplicates"], v["malformed"], v["windows"]
         );
     }
+    if timed_out.load(Ordering::Relaxed) {
+        return Err(timed_out_error(s, b, apps::COUNTER, a).await.into());
+    }
     Ok(())
 }
 
@@ -220,7 +323,14 @@ pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()>
         let (m, l) = (m.clone(), l.clone());
         move || crate::serve::prom::analytics_metrics(&m, &l)
     });
-    let (m, l) = run_analytics_with(s, b, idle_for(a), shutdown_signal(), m, l).await?;
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let stop = stop_on(a, timed_out.clone());
+    let progress = IdleProgress::start(a, {
+        let m = m.clone();
+        move || m.records.load(Ordering::Relaxed)
+    });
+    let (m, l) = run_analytics_with(s, b, idle_for(a), stop, m, l).await?;
+    drop(progress);
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
         "likes": m.likes.load(Ordering::Relaxed),
@@ -234,6 +344,9 @@ pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()>
             "analytics stopped: {} records, {} likes, {} snapshots",
             v["records"], v["likes"], v["snapshots"]
         );
+    }
+    if timed_out.load(Ordering::Relaxed) {
+        return Err(timed_out_error(s, b, apps::ANALYTICS, a).await.into());
     }
     Ok(())
 }

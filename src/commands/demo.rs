@@ -30,7 +30,9 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
     match s.backend {
         BackendKind::Embedded => {
             let _tmp;
-            if !explicit_data_dir {
+            if explicit_data_dir {
+                refuse_a_store_with_data(&s)?;
+            } else {
                 let t = tempfile::Builder::new().prefix("tally-demo-").tempdir()?;
                 s.data_dir = t.path().to_owned();
                 _tmp = t;
@@ -62,6 +64,24 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
             result
         }
     }
+}
+
+/// The demo puts its own events and then checks every count against them: in a store that
+/// already holds data it would both damage the store and report wrong counts. Refused, before
+/// anything is written.
+fn refuse_a_store_with_data(s: &Settings) -> Result<()> {
+    if !s.data_dir.join(tally_embedded::DB_FILE).exists() {
+        return Ok(());
+    }
+    if tally_embedded::Embedded::open_existing(&s.data_dir)?.holds_data()? {
+        bail!(
+            "{} already holds a tally store with data; the demo needs an empty one (it puts its \
+             own events and checks every count). Leave out --data-dir (the demo then uses a fresh \
+             temporary directory) or name a new directory",
+            s.data_dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Runs the demo on a store that holds nothing yet.

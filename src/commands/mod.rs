@@ -9,7 +9,6 @@ pub mod setup;
 
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tally_analytics::AnalyticsConfig;
 use tally_consumer::counter::CounterConfig;
 use tally_consumer::worker::{default_worker_id, WorkerConfig};
@@ -87,25 +86,6 @@ pub fn gen_config(s: &Settings, events: u64) -> GenConfig {
         malformed_ratio: p.malformed_ratio,
         seed: p.seed,
     }
-}
-
-/// A progress bar on stderr, hidden when `quiet` or stderr is not a terminal.
-pub fn progress(len: Option<u64>, quiet: bool) -> ProgressBar {
-    let pb = match len {
-        Some(n) => ProgressBar::new(n),
-        None => ProgressBar::new_spinner(),
-    };
-    if quiet {
-        pb.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    let template = match len {
-        Some(_) => "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records ({per_sec})",
-        None => "{spinner} {elapsed_precise} {pos} records ({per_sec})",
-    };
-    let style =
-        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
-    pb.set_style(style.progress_chars("=> "));
-    pb
 }
 
 /// Resolves at the first SIGINT or SIGTERM; a second one exits the process at once (nothing is

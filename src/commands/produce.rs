@@ -14,21 +14,22 @@ use tally_producer::put::{
     batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
 };
 
-use super::{gen_config, print_json, progress};
+use super::{gen_config, print_json};
 use crate::backend::Backend;
 use crate::cli::{ProduceArgs, ReplayArgs};
+use crate::progress;
 use crate::settings::Settings;
 
-/// Puts everything `records` yields, in PutRecords batches, at `rate` records/s.
+/// Puts everything `records` yields, in PutRecords batches, at `rate` records/s; `pb` follows
+/// the records put, unless the caller counts something else (`count_records` false).
 pub async fn put_all(
     stream: &dyn Stream,
     hot: &HotPosts,
     records: impl Iterator<Item = PutEntry>,
     rate: f64,
-    quiet: bool,
-    len: Option<u64>,
+    pb: &indicatif::ProgressBar,
+    count_records: bool,
 ) -> Result<PutStats> {
-    let pb = progress(len, quiet);
     let mut stats = PutStats::default();
     let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
     let backoff = Backoff::default();
@@ -40,10 +41,11 @@ pub async fn put_all(
             let n = batch.len() as u64;
             pacer.wait(n).await;
             put_batch(stream, batch, &backoff, &mut stats).await?;
-            pb.inc(n);
+            if count_records {
+                pb.inc(n);
+            }
         }
     }
-    pb.finish_and_clear();
     Ok(stats)
 }
 
@@ -63,16 +65,25 @@ pub async fn produce(
     quiet: bool,
 ) -> Result<(Truth, PutStats)> {
     let mut gen = Generator::new(gen_config(s, events));
+    // The bar follows the events (retries and malformed records come on top).
+    let pb = progress::start(Some(events), "events", quiet);
     let stats = put_all(
         backend.stream.as_ref(),
         &hot_posts(s),
-        gen.by_ref().map(|(_, e)| e),
+        gen.by_ref()
+            .inspect(|(kind, _)| {
+                if *kind == tally_producer::generate::Kind::Event {
+                    pb.inc(1);
+                }
+            })
+            .map(|(_, e)| e),
         s.producer.rate,
-        quiet,
-        None,
+        &pb,
+        false,
     )
-    .await?;
-    Ok((gen.truth(), stats))
+    .await;
+    progress::finish(&pb);
+    Ok((gen.truth(), stats?))
 }
 
 pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Result<()> {
@@ -101,69 +112,139 @@ pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Re
     Ok(())
 }
 
-/// Opens a file, decompressing gzip (by magic bytes, whatever the name).
-fn open_maybe_gz(path: &Path) -> Result<Box<dyn BufRead>> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut magic = [0u8; 2];
-    let n = f.read(&mut magic)?;
-    let f = std::fs::File::open(path)?;
-    if n == 2 && magic == [0x1f, 0x8b] {
-        Ok(Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(
-            f,
-        ))))
+/// Opens the input (`-`: standard input), decompressing gzip (by its magic bytes, whatever the
+/// name).
+fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
+    let raw: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin())
     } else {
-        Ok(Box::new(BufReader::new(f)))
+        Box::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?)
+    };
+    let mut r = BufReader::with_capacity(1 << 16, raw);
+    let gz = r.fill_buf()?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gz {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            flate2::bufread::MultiGzDecoder::new(r),
+        ))
+    } else {
+        Box::new(r)
+    })
+}
+
+/// A UTF-8 byte-order mark, as many exporters write at the start of a file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// The lines of a replay input as records: one per non-blank line (a leading byte-order mark
+/// and a trailing `\r` removed), keyed by its `post_id` when it has one. Blank lines are
+/// counted, not put; a read error ends the lines and is kept for [`ReplayLines::finish`].
+pub struct ReplayLines {
+    reader: Box<dyn BufRead>,
+    line_no: u64,
+    pub blank: u64,
+    error: Option<anyhow::Error>,
+}
+
+impl ReplayLines {
+    pub fn open(path: &Path) -> Result<ReplayLines> {
+        Ok(ReplayLines {
+            reader: open_input(path)?,
+            line_no: 0,
+            blank: 0,
+            error: None,
+        })
+    }
+
+    /// The read error that ended the lines early, if any.
+    pub fn finish(self) -> Result<u64> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.blank),
+        }
     }
 }
 
-/// One record per non-empty line, keyed by its `post_id` when it has one.
-pub fn replay_entries(path: &Path) -> Result<impl Iterator<Item = Result<PutEntry>>> {
-    let reader = open_maybe_gz(path)?;
-    let mut line_no = 0u64;
-    Ok(reader.split(b'\n').filter_map(move |line| {
-        line_no += 1;
-        match line {
-            Err(e) => Some(Err(anyhow::anyhow!("reading line {line_no}: {e}"))),
-            Ok(mut l) => {
-                if l.last() == Some(&b'\r') {
-                    l.pop();
-                }
-                if l.iter().all(u8::is_ascii_whitespace) {
+impl Iterator for ReplayLines {
+    type Item = PutEntry;
+
+    fn next(&mut self) -> Option<PutEntry> {
+        loop {
+            let mut l = Vec::new();
+            match self.reader.read_until(b'\n', &mut l) {
+                Ok(0) => return None,
+                Err(e) => {
+                    self.error = Some(anyhow::anyhow!("reading line {}: {e}", self.line_no + 1));
                     return None;
                 }
-                let key = partition_key_of(&l).unwrap_or_else(|| format!("line-{line_no}"));
-                Some(Ok(PutEntry {
-                    partition_key: key,
-                    data: l,
-                }))
+                Ok(_) => {}
             }
+            self.line_no += 1;
+            if l.last() == Some(&b'\n') {
+                l.pop();
+            }
+            if l.last() == Some(&b'\r') {
+                l.pop();
+            }
+            if self.line_no == 1 && l.starts_with(BOM) {
+                l.drain(..BOM.len());
+            }
+            if l.iter().all(u8::is_ascii_whitespace) {
+                self.blank += 1;
+                continue;
+            }
+            let key = partition_key_of(&l).unwrap_or_else(|| format!("line-{}", self.line_no));
+            return Some(PutEntry {
+                partition_key: key,
+                data: l,
+            });
         }
-    }))
+    }
 }
 
 pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Result<()> {
-    // Count lines first for the progress bar and to surface read errors before any put.
-    let entries: Vec<PutEntry> = replay_entries(&a.file)?.collect::<Result<_>>()?;
-    let n = entries.len() as u64;
+    // A file is read once first: for the progress bar's length, and so that a file that cannot
+    // be read (a truncated .gz) fails before anything is put. Standard input is read once.
+    let len = if a.file == Path::new("-") {
+        None
+    } else {
+        let mut lines = ReplayLines::open(&a.file)?;
+        let n = lines.by_ref().count() as u64;
+        lines.finish()?;
+        Some(n)
+    };
+    let mut lines = ReplayLines::open(&a.file)?;
+    let pb = progress::start(len, "records", a.json);
     let stats = put_all(
         backend.stream.as_ref(),
         &hot_posts(s),
-        entries.into_iter(),
+        lines.by_ref(),
         s.producer.rate,
-        a.json,
-        Some(n),
+        &pb,
+        true,
     )
-    .await?;
+    .await;
+    progress::finish(&pb);
+    let stats = stats?;
+    let blank = lines.finish()?;
+    let name = if a.file == Path::new("-") {
+        "standard input".to_owned()
+    } else {
+        a.file.display().to_string()
+    };
     if a.json {
         print_json(
-            &json!({"records": stats.records, "put_calls": stats.calls, "resent": stats.resent}),
+            &json!({"records": stats.records, "blank_lines": blank, "put_calls": stats.calls, "resent": stats.resent}),
         );
     } else {
         println!(
-            "replayed {} records from {} in {} calls",
+            "replayed {} records from {name} in {} calls{}",
             stats.records,
-            a.file.display(),
-            stats.calls
+            stats.calls,
+            if blank > 0 {
+                format!(" ({blank} blank lines skipped)")
+            } else {
+                String::new()
+            }
         );
     }
     Ok(())

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use tally_consumer::worker::now_ms;
 use tally_core::apps;
+use tally_core::buckets::minute_start;
 use tally_core::ports::{StartPosition, Stream};
 
 use super::print_json;
@@ -18,28 +19,35 @@ use crate::serve::applied_through;
 use crate::settings::Settings;
 
 pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
-    let since_ms = a.since.map(|d| now_ms() - d.as_millis() as i64);
-    let c = b.counter.post_count(&a.post_id, since_ms).await?;
+    tally_core::event::check_id("post_id", &a.post_id)
+        .with_context(|| format!("{:?} is not a post id", a.post_id))?;
+    if a.since.is_some_and(|d| d.is_zero()) {
+        anyhow::bail!("--since must be longer than 0 (e.g. 15m, 2h, 7d)");
+    }
+    let requested = a.since.map(|d| now_ms() - d.as_millis() as i64);
+    let c = b.counter.post_count(&a.post_id, requested).await?;
+    // Counts are kept per minute: "since T" counts from the start of T's minute.
+    let bound = requested.map(minute_start);
+    let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
     if a.json {
-        let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
         let mut v = json!({"post_id": a.post_id, "count": c.total, "read_units": c.read_units, "applied_through": fresh});
-        if let (Some(since), Some(n)) = (since_ms, c.since) {
+        if let (Some(since), Some(asked), Some(n)) = (bound, requested, c.since) {
             v["since_ms"] = json!(since);
+            v["since_requested_ms"] = json!(asked);
             v["count_since"] = json!(n);
         }
         print_json(&v);
     } else {
-        match (a.since, c.since) {
-            (Some(d), Some(n)) => println!(
-                "{}: {} likes ({} in the last {})",
+        match (bound, c.since) {
+            (Some(t), Some(n)) => println!(
+                "{}: {} likes ({n:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
                 a.post_id,
                 c.total,
-                n,
-                humantime::format_duration(d)
+                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
+                humantime::format_duration(a.since.unwrap_or_default()),
             ),
             _ => println!("{}: {} likes", a.post_id, c.total),
         }
-        let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
         println!("{}", freshness_line("counted", &fresh));
     }
     Ok(())
@@ -72,7 +80,7 @@ pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
         b.analytics.as_ref(),
         apps::ANALYTICS,
         Duration::from_secs(s.analytics.half_life_secs),
-        a.k,
+        usize::from(a.k),
     )
     .await?;
     if a.json {
@@ -102,6 +110,12 @@ pub async fn latency(b: &Backend, a: &LatencyArgs) -> Result<()> {
     let r = tally_analytics::latency(b.analytics.as_ref(), apps::ANALYTICS, since).await?;
     if a.json {
         print_json(&serde_json::to_value(r)?);
+    } else if r.windows == 0 {
+        println!(
+            "no latency data yet{}: run `tally analytics` (it stores one window of percentiles per \
+             shard every analytics.window_ms)",
+            if a.since.is_some() { " in that time" } else { "" }
+        );
     } else {
         println!("{} windows", r.windows);
         for (name, p) in [
@@ -124,9 +138,11 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
     if a.json {
         let items: Vec<_> = dl
             .iter()
-            .map(|d| json!({"shard_id": d.shard_id, "sequence_number": d.seq.as_str(), "arrival_ms": d.arrival_ms, "reason": d.reason, "size": d.size, "truncated": (d.data.len() as u64) < d.size, "data": String::from_utf8_lossy(&d.data)}))
+            .map(|d| json!({"shard_id": d.shard_id, "sequence_number": d.seq.as_str(), "arrival_ms": d.arrival_ms, "reason": d.reason, "size": d.size, "data_truncated": (d.data.len() as u64) < d.size, "data": String::from_utf8_lossy(&d.data)}))
             .collect();
-        print_json(&json!({"count": n, "dead_letters": items}));
+        print_json(
+            &json!({"total": n, "shown": items.len(), "truncated": (items.len() as u64) < n, "dead_letters": items}),
+        );
     } else {
         println!("{n} dead letters");
         for d in &dl {
@@ -134,12 +150,36 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
                 "{} {} {}: {}",
                 d.shard_id,
                 d.seq,
-                d.reason,
-                String::from_utf8_lossy(&d.data[..d.data.len().min(120)])
+                printable(d.reason.as_bytes(), usize::MAX),
+                printable(&d.data, 120)
+            );
+        }
+        if (dl.len() as u64) < n {
+            println!(
+                "… {} more (--limit N shows more, --json for every field)",
+                n - dl.len() as u64
             );
         }
     }
     Ok(())
+}
+
+/// A payload for a terminal: at most `max` bytes, as UTF-8 (invalid bytes replaced), with every
+/// control character escaped — a record's bytes never move the cursor or recolour the screen.
+pub fn printable(bytes: &[u8], max: usize) -> String {
+    let cut = &bytes[..bytes.len().min(max)];
+    let mut out = String::with_capacity(cut.len());
+    for c in String::from_utf8_lossy(cut).chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    if cut.len() < bytes.len() {
+        out.push('…');
+    }
+    out
 }
 
 pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
@@ -193,6 +233,7 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
         Box::new(std::io::BufWriter::new(file))
     };
     let mut n = 0u64;
+    let pb = crate::progress::start(None, "records", a.json);
     // Parents first: a shard is written after every shard it lists as a parent.
     let mut done: Vec<String> = Vec::new();
     let mut todo = shards.clone();
@@ -206,7 +247,7 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
                 .all(|p| done.contains(p) || !shards.iter().any(|s| &s.shard_id == p));
             if ready {
                 let s = todo.remove(i);
-                n += dump_shard(b.stream.as_ref(), &s.shard_id, &mut out).await?;
+                n += dump_shard(b.stream.as_ref(), &s.shard_id, &mut out, &pb).await?;
                 done.push(s.shard_id);
             } else {
                 i += 1;
@@ -221,6 +262,7 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     }
     out.flush()?;
     drop(out);
+    crate::progress::finish(&pb);
     if a.json {
         print_json(&json!({"records": n, "file": a.file}));
     } else {
@@ -229,7 +271,12 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
-async fn dump_shard(stream: &dyn Stream, shard_id: &str, out: &mut dyn Write) -> Result<u64> {
+async fn dump_shard(
+    stream: &dyn Stream,
+    shard_id: &str,
+    out: &mut dyn Write,
+    pb: &indicatif::ProgressBar,
+) -> Result<u64> {
     let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
     let mut n = 0;
     loop {
@@ -239,6 +286,7 @@ async fn dump_shard(stream: &dyn Stream, shard_id: &str, out: &mut dyn Write) ->
             out.write_all(b"\n")?;
             n += 1;
         }
+        pb.inc(batch.records.len() as u64);
         if batch.shard_end
             || (batch.records.is_empty() && batch.millis_behind_latest.unwrap_or(0) == 0)
         {

@@ -8,14 +8,37 @@ use anyhow::Result;
 use crate::backend::aws_settings;
 use crate::settings::{BackendKind, Settings};
 
-pub async fn setup(s: &Settings) -> Result<()> {
+pub async fn setup(s: &Settings, a: &crate::cli::SetupArgs) -> Result<()> {
+    // `--shards` shapes a new stream only; an existing one with another count is not resharded
+    // behind the user's back, nor silently left as it is.
+    if let Some(wanted) = a.shards {
+        let existing = match s.backend {
+            BackendKind::Embedded => match tally_embedded::Embedded::open_existing(&s.data_dir) {
+                Ok(e) => Some(e.open_shard_count()?),
+                Err(tally_core::ports::PortError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            },
+            BackendKind::Aws => tally_aws::setup::open_shard_count(&aws_settings(s)).await?,
+        };
+        if let Some(n) = existing.filter(|n| *n != wanted) {
+            anyhow::bail!(
+                "the stream already exists with {n} open shards; --shards {wanted} only shapes a \
+                 new stream (split a shard with `tally reshard --split SHARD_ID`{})",
+                if s.backend == BackendKind::Aws {
+                    ", or UpdateShardCount"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     match s.backend {
         BackendKind::Embedded => {
             let e = tally_embedded::Embedded::open(&s.data_dir, s.shards)?;
             println!(
-                "embedded store ready at {} with {} shards",
+                "embedded store ready at {} with {} open shards",
                 e.path().display(),
-                e.shard_count()?
+                e.open_shard_count()?
             );
         }
         BackendKind::Aws => {
@@ -65,11 +88,7 @@ pub async fn teardown(s: &Settings, a: &crate::cli::TeardownArgs) -> Result<()> 
 pub fn trim(s: &Settings, a: &crate::cli::TrimArgs) -> Result<()> {
     match s.backend {
         BackendKind::Embedded => {
-            let db = s.data_dir.join(tally_embedded::DB_FILE);
-            if !db.exists() {
-                anyhow::bail!("no embedded store at {}", db.display());
-            }
-            let e = tally_embedded::Embedded::open(&s.data_dir, s.shards)?;
+            let e = tally_embedded::Embedded::open_existing(&s.data_dir)?;
             let cutoff = tally_consumer::worker::now_ms() - a.older_than.as_millis() as i64;
             let (records, shards) = e.trim(cutoff)?;
             println!("trimmed {records} records; dropped {shards} empty closed shards");
@@ -86,7 +105,7 @@ pub async fn reshard(s: &Settings, a: &crate::cli::ReshardArgs) -> Result<()> {
     let children = match s.backend {
         BackendKind::Embedded => {
             let (a1, a2) =
-                tally_embedded::Embedded::open(&s.data_dir, s.shards)?.split_shard(&a.split)?;
+                tally_embedded::Embedded::open_existing(&s.data_dir)?.split_shard(&a.split)?;
             vec![a1, a2]
         }
         BackendKind::Aws => tally_aws::setup::split_shard(&aws_settings(s), &a.split).await?,

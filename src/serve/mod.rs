@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tally_consumer::worker::now_ms;
 use tally_core::apps;
+use tally_core::buckets::minute_start;
 
 use crate::backend::Backend;
 use crate::settings::Settings;
@@ -113,9 +114,13 @@ struct PostParams {
 }
 
 fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
-    humantime::parse_duration(v)
-        .map(|d| now_ms() - d.as_millis() as i64)
-        .map_err(|e| bad_request(format!("`{name}` must be a duration like 15m or 2h: {e}")))
+    match humantime::parse_duration(v) {
+        Ok(d) if !d.is_zero() => Ok(now_ms() - d.as_millis() as i64),
+        Ok(_) => Err(bad_request(format!("`{name}` must be longer than 0"))),
+        Err(e) => Err(bad_request(format!(
+            "`{name}` must be a duration like 15m or 2h: {e}"
+        ))),
+    }
 }
 
 async fn post(
@@ -136,14 +141,17 @@ async fn post(
         "read_units": now.read_units,
         "applied_through": applied_through(c.backend.leases.as_ref(), apps::COUNTER).await?,
     });
+    // Counts are kept per minute: the bounds answered are the starts of the asked times' minutes.
     if let (Some(t), Some(n)) = (since_ms, now.since) {
-        v["since_ms"] = json!(t);
+        v["since_ms"] = json!(minute_start(t));
+        v["since_requested_ms"] = json!(t);
         v["count_since"] = json!(n);
     }
     if let Some(t) = p.as_of_ms {
         // Likes created before T's minute: the total less those created since.
         let later = counter.post_count(&id, Some(t)).await?;
-        v["as_of_ms"] = json!(t);
+        v["as_of_ms"] = json!(minute_start(t));
+        v["as_of_requested_ms"] = json!(t);
         v["count_as_of"] = json!(later.total - later.since.unwrap_or(0));
         v["read_units"] = json!(now.read_units + later.read_units);
     }
@@ -274,7 +282,7 @@ async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiR
                 "arrival_ms": d.arrival_ms,
                 "reason": d.reason,
                 "size": d.size,
-                "truncated": (d.data.len() as u64) < d.size,
+                "data_truncated": (d.data.len() as u64) < d.size,
                 "data": String::from_utf8_lossy(&d.data),
             })
         })

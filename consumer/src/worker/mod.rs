@@ -247,7 +247,12 @@ struct Worker {
     /// When lease metrics were last reported, and what they were.
     last_stats: Instant,
     reported: LeaseCounts,
+    /// When an armed idle exit last said what it waits for.
+    last_wait_report: Option<Instant>,
 }
+
+/// How long an armed idle exit waits before saying what it waits for, and how often it repeats.
+const IDLE_WAIT_REPORT: Duration = Duration::from_secs(5);
 
 async fn run_inner(
     deps: WorkerDeps,
@@ -269,6 +274,7 @@ async fn run_inner(
         finished_since: HashMap::new(),
         last_stats: Instant::now(),
         reported: LeaseCounts::default(),
+        last_wait_report: None,
     };
     let result = loop {
         match w.iterate().await {
@@ -509,20 +515,68 @@ impl Worker {
 
     /// Until idle: every shard finished, or ours, caught up and flushed. A shard another worker
     /// holds is not known to be caught up: wait until it is released or expires.
-    fn all_idle(&self, leases: &[Lease]) -> bool {
+    fn all_idle(&mut self, leases: &[Lease]) -> bool {
         let Some(armed) = self.idle_exit.armed_at() else {
             return false;
         };
-        leases.iter().all(|l| {
-            l.finished
-                || self.running.get(&l.shard_id).is_some_and(|r| {
-                    r.idle_at
-                        .lock()
-                        .ok()
-                        .and_then(|t| *t)
-                        .is_some_and(|t| t > armed)
-                })
-        })
+        let waiting: Vec<&Lease> = leases
+            .iter()
+            .filter(|l| {
+                !(l.finished
+                    || self.running.get(&l.shard_id).is_some_and(|r| {
+                        r.idle_at
+                            .lock()
+                            .ok()
+                            .and_then(|t| *t)
+                            .is_some_and(|t| t > armed)
+                    }))
+            })
+            .collect();
+        if !waiting.is_empty() && armed.elapsed() >= IDLE_WAIT_REPORT {
+            self.report_waiting(&waiting);
+        }
+        waiting.is_empty()
+    }
+
+    /// Says what an armed idle exit is waiting for, at most every [`IDLE_WAIT_REPORT`]: shards
+    /// still being read here, and shards whose leases other workers hold (this worker cannot
+    /// take a lease that its owner renews, so it waits for as long as that worker runs).
+    fn report_waiting(&mut self, waiting: &[&Lease]) {
+        if self
+            .last_wait_report
+            .is_some_and(|t| t.elapsed() < IDLE_WAIT_REPORT)
+        {
+            return;
+        }
+        self.last_wait_report = Some(Instant::now());
+        let now = now_ms();
+        let mut reading = Vec::new();
+        let mut elsewhere = Vec::new();
+        let mut unowned = Vec::new();
+        for l in waiting {
+            if self.running.contains_key(&l.shard_id) {
+                reading.push(l.shard_id.clone());
+            } else if l.is_held(now) {
+                let owner = l.owner.as_deref().unwrap_or("?");
+                elsewhere.push(format!("{} (held by {owner})", l.shard_id));
+            } else {
+                unowned.push(l.shard_id.clone());
+            }
+        }
+        if elsewhere.is_empty() {
+            info!(
+                reading = %reading.join(", "),
+                not_yet_taken = %unowned.join(", "),
+                "waiting until every shard is caught up"
+            );
+        } else {
+            warn!(
+                held_elsewhere = %elsewhere.join(", "),
+                reading = %reading.join(", "),
+                "waiting until every shard is caught up: other workers hold some shards' leases, \
+                 so this worker exits only once they stop (or bound the wait with --timeout)"
+            );
+        }
     }
 
     /// Graceful stop: flush, checkpoint and release every held lease together. Returns the

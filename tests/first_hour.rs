@@ -1,0 +1,464 @@
+//! What a new user meets in the first hour, on the embedded backend: reads that never create a
+//! store, a demo that never touches one with data, replays of files as exporters write them,
+//! "since" answered with the bound actually used, `--until-idle` that says what it waits for and
+//! can be bounded, and input checked before it is used.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{now_ms, Target};
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// One like line of contract v1.
+fn like(event: &str, post: &str, user: &str, created_at: i64) -> String {
+    format!(
+        r#"{{"event_id":"{event}","post_id":"{post}","user_id":"{user}","action":"like","created_at":{created_at}}}"#
+    )
+}
+
+#[test]
+fn reads_never_create_a_store() {
+    let t = Target::embedded();
+    let missing = t.dir.path().join("mistyped");
+    let dir = missing.to_str().unwrap();
+    for args in [
+        vec!["query", "p1"],
+        vec!["total"],
+        vec!["top"],
+        vec!["latency"],
+        vec!["leases"],
+        vec!["dead-letters"],
+        vec!["record", "out.ndjson"],
+        vec!["trim", "--older-than", "1d"],
+        vec!["reshard", "--split", "shardId-000000000000"],
+    ] {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
+        c.args(&args)
+            .args(["--data-dir", dir])
+            .current_dir(t.dir.path());
+        let out = common::output(c);
+        assert!(
+            !out.status.success(),
+            "{args:?} succeeded on a missing store"
+        );
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{dir}/tally.db does not exist")) && err.contains("--data-dir"),
+            "{args:?}: {err}"
+        );
+        assert!(!missing.exists(), "{args:?} created {dir}");
+    }
+}
+
+/// A store on a read-only filesystem (a bind mount made read-only in a private mount namespace,
+/// as `unshare` gives an unprivileged user) is read; writers say it is read-only.
+#[test]
+fn a_store_on_a_read_only_filesystem_is_read() {
+    let unshare_works = std::process::Command::new("unshare")
+        .args(["-rm", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !unshare_works {
+        eprintln!("skipped: `unshare -rm` (user and mount namespaces) is not available here");
+        return;
+    }
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let file = t.dir.path().join("likes.ndjson");
+    let now = now_ms();
+    let lines: Vec<String> = (0..10)
+        .map(|i| like(&format!("e{i}"), "p1", &format!("u{i}"), now))
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let dir = t.dir.path().display().to_string();
+    let bin = env!("CARGO_BIN_EXE_tally");
+    let in_read_only = |cmd: &str| {
+        let script = format!("mount -o bind,ro {dir} {dir} && {bin} --data-dir {dir} {cmd}");
+        let mut c = std::process::Command::new("unshare");
+        c.args(["-rm", "sh", "-c", &script]).env("RUST_LOG", "warn");
+        common::output(c)
+    };
+    let out = in_read_only("query p1 --json");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["count"], 10, "{v}");
+    let out = in_read_only("total");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("10 likes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = in_read_only("count --until-idle");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is read-only"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_demo_never_touches_a_store_with_data() {
+    let t = Target::embedded();
+    t.run(&["produce", "--events", "50"]);
+    let before = t.json(&["leases", "--json"]);
+    let total = t.run(&["total"]);
+    let out = t.fail(&["demo", "--events", "100"], &[]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("already holds a tally store with data") && err.contains("--data-dir"),
+        "{err}"
+    );
+    assert_eq!(t.run(&["total"]), total);
+    assert_eq!(t.json(&["leases", "--json"]), before);
+    // An empty store is fine.
+    let fresh = Target::embedded();
+    fresh.run(&["setup", "--shards", "2"]);
+    let v = fresh.json(&["demo", "--events", "300", "--shards", "2", "--json"]);
+    assert_eq!(v["exact"], true, "{v}");
+}
+
+/// A leading UTF-8 byte-order mark is stripped (the first like is counted, not dead-lettered),
+/// blank lines are counted and reported, and `-` reads standard input (gzip too).
+#[test]
+fn replay_reads_files_as_exporters_write_them() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let now = now_ms();
+    let mut text = Vec::from(&b"\xEF\xBB\xBF"[..]);
+    text.extend(like("e1", "p1", "u1", now).as_bytes());
+    text.extend(b"\r\n\n   \r\n");
+    text.extend(like("e2", "p1", "u2", now).as_bytes());
+    text.extend(b"\n\n");
+    let file = t.dir.path().join("exported.ndjson");
+    std::fs::write(&file, &text).unwrap();
+    let v = t.json(&["replay", file.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        (v["records"].as_u64(), v["blank_lines"].as_u64()),
+        (Some(2), Some(3)),
+        "{v}"
+    );
+
+    // The same again through standard input, gzip-compressed: the same events, so a retry.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&text).unwrap();
+    let gz = gz.finish().unwrap();
+    let mut c = t.cmd(&["replay", "-", "--json"]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(&gz).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["records"], 2, "{v}");
+
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.count("p1"), 2);
+    assert_eq!(t.json(&["dead-letters", "--json"])["total"], 0);
+}
+
+/// Counts are kept per minute: "since T" counts from the start of T's minute, and the answer
+/// says so — the bound used, and the time asked for.
+#[test]
+fn since_reports_the_bound_it_used() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let now = now_ms();
+    let minute = 60_000;
+    // Likes at 3 h, 90 min, 30 min and 1 min ago.
+    let lines: Vec<String> = [180, 90, 30, 1]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| like(&format!("e{i}"), "p1", &format!("u{i}"), now - m * minute))
+        .collect();
+    let file = t.dir.path().join("likes.ndjson");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let v = t.json(&["query", "p1", "--since", "1h", "--json"]);
+    let (bound, asked) = (
+        v["since_ms"].as_i64().unwrap(),
+        v["since_requested_ms"].as_i64().unwrap(),
+    );
+    assert_eq!(bound % minute, 0, "{v}");
+    assert!(bound <= asked && asked - bound < minute, "{v}");
+    assert!((asked - (now - 60 * minute)).abs() < 60_000, "{v}");
+    assert_eq!(
+        (v["count"].as_i64(), v["count_since"].as_i64()),
+        (Some(4), Some(2)),
+        "{v}"
+    );
+    let text = t.run(&["query", "p1", "--since", "2h"]);
+    assert!(
+        text.contains("p1: 4 likes (+3 net") && text.contains("the start of the minute 2h ago"),
+        "{text}"
+    );
+    let err = stderr(&t.fail(&["query", "p1", "--since", "0s"], &[]));
+    assert!(err.contains("--since must be longer than 0"), "{err}");
+}
+
+/// `--until-idle` beside a worker that holds some shards says what it waits for, and
+/// `--timeout` bounds the wait: exit status 2, naming the shards and their holder; what it read is
+/// applied.
+#[test]
+fn until_idle_says_what_it_waits_for_and_can_be_bounded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let mut other = t.spawn(
+        "other",
+        &["count", "--worker-id", "other-worker"],
+        &[("TALLY_LEASE__MAX_PER_WORKER", "1")],
+    );
+    t.eventually(
+        "the other worker holds a lease",
+        Duration::from_secs(30),
+        &[&other],
+        || {
+            t.json(&["leases", "--json"])
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["owner"] == "other-worker" && l["held"] == true)
+        },
+    );
+    let mut c = t.cmd(&[
+        "count",
+        "--until-idle",
+        "--timeout",
+        "8s",
+        "--worker-id",
+        "me",
+    ]);
+    c.env("RUST_LOG", "info").env("NO_COLOR", "1");
+    let out = common::output(c);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("waiting until every shard is caught up")
+            && err.contains("held by other-worker"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "not caught up after 8s (--timeout): other workers hold the leases of shardId-"
+        ) && err.contains("(held by other-worker)"),
+        "{err}"
+    );
+    other.signal("TERM");
+    assert!(other.wait(Duration::from_secs(60)).success());
+    // With the other worker gone, the same command is idle at once.
+    t.run(&["count", "--until-idle", "--timeout", "60s"]);
+}
+
+#[test]
+fn input_is_checked_before_it_is_used() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "4"]);
+    let err = stderr(&t.fail(&["setup", "--shards", "8"], &[]));
+    assert!(err.contains("already exists with 4 open shards"), "{err}");
+    t.run(&["setup", "--shards", "4"]);
+    t.run(&["setup"]);
+    let err = stderr(&t.fail(&["query", "bad id!"], &[]));
+    assert!(err.contains("\"bad id!\" is not a post id"), "{err}");
+}
+
+/// `--help` has examples and keeps the global flags apart; completions and a man page are
+/// generated from the same definition; `--log-level` sets how much is logged.
+#[test]
+fn help_completions_man_page_and_log_level() {
+    let t = Target::embedded();
+    let help = t.run(&["--help"]);
+    assert!(
+        help.contains("Examples:") && help.contains("Global options:"),
+        "{help}"
+    );
+    assert!(
+        help.contains("Runs embedded on one machine by default"),
+        "{help}"
+    );
+    let query = t.run(&["query", "--help"]);
+    assert!(
+        query.contains("The post's id") && query.contains("Examples:"),
+        "{query}"
+    );
+    let produce = t.run(&["produce", "--help"]);
+    assert!(
+        produce.contains("[default: 1000]") && produce.contains("Like and unlike events"),
+        "{produce}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let script = t.run(&["completions", shell]);
+        assert!(
+            script.contains("dead-letters")
+                && script.contains("since")
+                && script.contains("until-idle"),
+            "{shell}"
+        );
+    }
+    let man = t.run(&["man"]);
+    assert!(
+        man.contains(".TH tally 1") && man.contains("dead\\-letters"),
+        "{man}"
+    );
+
+    t.run(&["setup", "--shards", "1"]);
+    t.run(&["produce", "--events", "20"]);
+    let logs = |level: &str| {
+        let mut c = t.cmd(&["count", "--until-idle", "--log-level", level]);
+        c.env("RUST_LOG", "info").env("NO_COLOR", "1");
+        let out = common::output(c);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    assert!(logs("debug").contains(" DEBUG "));
+    assert!(
+        !logs("warn").contains(" INFO "),
+        "--log-level beats RUST_LOG"
+    );
+    let out = t.fail(&["total", "--log-level", "loud=very=much"], &[]);
+    assert!(stderr(&out).contains("--log-level"), "{}", stderr(&out));
+}
+
+/// Reading commands check their input and say when there is nothing to show.
+#[test]
+fn reading_commands_check_input_and_say_when_empty() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let err = stderr(&t.fail(&["top", "--k", "0"], &[]));
+    assert!(err.contains("--k") && err.contains("1..=1000"), "{err}");
+    let err = stderr(&t.fail(&["leases", "--app", "countr"], &[]));
+    assert!(err.contains("possible values: counter, analytics"), "{err}");
+    let latency = t.run(&["latency"]);
+    assert!(latency.contains("no latency data yet"), "{latency}");
+    assert_eq!(t.json(&["latency", "--json"])["windows"], 0);
+}
+
+/// A dead letter's payload never reaches the terminal raw (escape sequences, bells); the JSON
+/// says how many there are and whether the list was cut.
+#[test]
+fn dead_letters_are_safe_to_print() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let file = t.dir.path().join("bad.ndjson");
+    std::fs::write(
+        &file,
+        "{\"x\":\"\x1b[31mred\x07\"}\n\x1b]0;title\x07\n{bad\n",
+    )
+    .unwrap();
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let text = t.run(&["dead-letters"]);
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    assert!(text.contains("\\u{1b}[31mred\\u{7}"), "{text}");
+    let v = t.json(&["dead-letters", "--json", "--limit", "2"]);
+    assert_eq!(
+        (
+            v["total"].as_u64(),
+            v["shown"].as_u64(),
+            v["truncated"].as_bool()
+        ),
+        (Some(3), Some(2), Some(true)),
+        "{v}"
+    );
+    let text = t.run(&["dead-letters", "--limit", "1"]);
+    assert!(text.contains("… 2 more"), "{text}");
+}
+
+/// Configuration errors list what is valid and name where the bad value came from; `config`
+/// prints JSON too and keeps the test failpoint out of sight unless it is set.
+#[test]
+fn configuration_errors_say_what_is_valid_and_where() {
+    let t = Target::embedded();
+    let err = stderr(&t.fail(&["total"], &[("TALLY_BACKEND", "azure")]));
+    assert!(
+        err.contains("expected one of `embedded`, `aws`, got `azure`"),
+        "{err}"
+    );
+    assert!(!err.contains("BackendKind"), "{err}");
+    let cfg = t.dir.path().join("tally.toml");
+    std::fs::write(&cfg, "shards = 2\n[counter]\nwindw_ms = 5\n").unwrap();
+    let err = stderr(&t.fail(&["--config", cfg.to_str().unwrap(), "total"], &[]));
+    assert!(
+        err.contains("tally.toml")
+            && err.contains("line 3")
+            && err.contains("unknown field `windw_ms`"),
+        "{err}"
+    );
+    std::fs::write(&cfg, "counter = 5\n").unwrap();
+    let err = stderr(&t.fail(&["--config", cfg.to_str().unwrap(), "total"], &[]));
+    assert!(
+        err.contains("expected a table") && !err.contains("CounterSettings"),
+        "{err}"
+    );
+    let err = stderr(&t.fail(&["total"], &[("TALLY_COUNTER__WINDW_MS", "5")]));
+    assert!(
+        err.contains("TALLY_COUNTER__WINDW_MS") && err.contains("`counter` has no key `windw_ms`"),
+        "{err}"
+    );
+
+    let v = t.json(&["config", "--json"]);
+    assert_eq!(v["shards"], 4, "{v}");
+    assert!(v["counter"].get("crash_after_batches").is_none(), "{v}");
+    assert!(!t.run(&["config"]).contains("crash_after_batches"));
+    let v = t.json_env(
+        &["config", "--json"],
+        &[("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3")],
+    );
+    assert_eq!(v["counter"]["crash_after_batches"], 3, "{v}");
+}
+
+/// AWS set-up problems are one line each, with the cause: no region, no credentials, an
+/// endpoint that does not answer. (Nothing leaves 127.0.0.1: instance metadata is off and the
+/// profile files are empty.)
+#[test]
+fn aws_setup_problems_are_one_clear_line() {
+    let t = Target::aws_at("errs", "http://127.0.0.1:1", "http://127.0.0.1:1");
+    let empty = t.dir.path().join("empty-aws-profile");
+    std::fs::write(&empty, "").unwrap();
+    let run = |env: &[(&str, Option<&str>)]| {
+        let mut c = t.cmd(&["total"]);
+        c.env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_CONFIG_FILE", &empty)
+            .env("AWS_SHARED_CREDENTIALS_FILE", &empty)
+            .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+            .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+            .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+            .env_remove("AWS_DEFAULT_REGION")
+            .env_remove("AWS_PROFILE")
+            .env_remove("RUST_LOG");
+        for (k, v) in env {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        let out = common::output(c);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.len() < 400, "{err}");
+        err
+    };
+    let err = run(&[("AWS_REGION", None)]);
+    assert!(
+        err.contains("no AWS region configured: set AWS_REGION"),
+        "{err}"
+    );
+    let err = run(&[("AWS_ACCESS_KEY_ID", None), ("AWS_SECRET_ACCESS_KEY", None)]);
+    assert!(
+        err.contains("no AWS credentials found") && err.contains("AWS_ACCESS_KEY_ID"),
+        "{err}"
+    );
+    let err = run(&[]);
+    assert!(
+        err.contains("could not reach Kinesis endpoint http://127.0.0.1:1 (DescribeStreamSummary)")
+            && err.contains("Connection refused"),
+        "{err}"
+    );
+}
