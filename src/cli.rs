@@ -122,10 +122,19 @@ pub enum Command {
     Trim(TrimArgs),
     /// Print the effective configuration (defaults, file, environment and flags) as TOML.
     Config(JsonArgs),
+    /// Exit 0 if an http:// URL answers 200 within 3 s, else 1: the container health check
+    /// (`tally probe http://127.0.0.1:9100/healthz`; images carry no curl).
+    Probe(ProbeArgs),
     /// Print a shell completion script (e.g. `tally completions bash > ~/.local/share/bash-completion/completions/tally`).
     Completions(CompletionsArgs),
     /// Print the manual page (roff), e.g. `tally man | man -l -`.
     Man,
+}
+
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// The URL to ask (plain http://, e.g. a worker's --http address).
+    pub url: String,
 }
 
 #[derive(Args, Debug)]

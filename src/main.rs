@@ -80,6 +80,7 @@ async fn run(cli: Cli) -> Result<()> {
             clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
             return Ok(());
         }
+        Command::Probe(a) => return serve::probe(&a.url),
         _ => {}
     }
     let settings = Settings::load(cli.config.as_deref(), cli.overrides())?;
@@ -143,6 +144,7 @@ async fn run(cli: Cli) -> Result<()> {
         | Command::Trim(_)
         | Command::Config(_)
         | Command::Completions(_)
+        | Command::Probe(_)
         | Command::Man => {
             unreachable!("handled above")
         }

@@ -1,7 +1,7 @@
 resource "aws_dynamodb_table" "tally" {
   for_each = local.tables
 
-  name         = "${var.table_prefix}-${each.key}"
+  name         = "${local.table_prefix}-${each.key}"
   billing_mode = "PAY_PER_REQUEST"
   hash_key     = each.value.hash_key
   range_key    = each.value.range_key

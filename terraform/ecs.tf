@@ -33,10 +33,15 @@ resource "aws_ecs_task_definition" "service" {
   family                   = "${local.name}-${each.key}"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
-  cpu                      = 512
-  memory                   = 1024
-  task_role_arn            = aws_iam_role.task.arn
+  cpu                      = var.task_size[each.key].cpu
+  memory                   = var.task_size[each.key].memory
+  task_role_arn            = aws_iam_role.task[each.key].arn
   execution_role_arn       = aws_iam_role.execution.arn
+
+  runtime_platform {
+    operating_system_family = "LINUX"
+    cpu_architecture        = var.cpu_architecture
+  }
 
   container_definitions = jsonencode([
     {
@@ -46,9 +51,17 @@ resource "aws_ecs_task_definition" "service" {
       essential              = true
       readonlyRootFilesystem = true
       # ECS sends SIGTERM, then SIGKILL after stopTimeout: tally flushes, checkpoints and
-      # releases its leases well inside it (lease.shutdown_timeout_ms = 20 s).
-      stopTimeout = 30
+      # releases its leases inside it (lease.shutdown_timeout_ms is this less 10 s; main.tf).
+      stopTimeout = var.stop_timeout_secs
       environment = [for k, v in local.tally_env : { name = k, value = v }]
+      # The worker's own /healthz (`--http`), asked from inside the task by the same binary.
+      healthCheck = {
+        command     = ["CMD", "/usr/local/bin/tally", "probe", "http://127.0.0.1:${local.health_port}/healthz"]
+        interval    = 30
+        timeout     = 5
+        retries     = 3
+        startPeriod = 30
+      }
       logConfiguration = {
         logDriver = "awslogs"
         options = {
@@ -74,9 +87,29 @@ resource "aws_ecs_service" "service" {
   deployment_minimum_healthy_percent = 100
   deployment_maximum_percent         = 200
 
+  # A deploy whose tasks keep failing (health check, crash loop) stops and rolls back by itself…
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = true
+  }
+  # …and so does one during which the application stops holding leases.
+  alarms {
+    enable      = true
+    rollback    = true
+    alarm_names = [aws_cloudwatch_metric_alarm.app["${each.key}-no-leases-held"].alarm_name]
+  }
+
   network_configuration {
     subnets          = var.subnet_ids
     security_groups  = [aws_security_group.tasks.id]
     assign_public_ip = false
   }
+
+  # Autoscaling owns the task count after creation (autoscaling.tf).
+  lifecycle {
+    ignore_changes = [desired_count]
+  }
+
+  # The tasks' permissions exist before the first task starts (and outlive the last one).
+  depends_on = [aws_iam_role_policy.task, aws_iam_role_policy_attachment.execution]
 }

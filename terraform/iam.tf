@@ -1,6 +1,7 @@
-# Least privilege: each statement lists exactly the API calls the code makes (the lists mirror
-# tally_aws::KINESIS_CONSUMER_ACTIONS, KINESIS_PRODUCER_ACTIONS and DYNAMODB_ACTIONS;
-# tests/terraform.rs fails on drift), on the stream and the tables only.
+# Least privilege: one task role per application, each statement listing exactly the API calls
+# that application makes (the lists mirror tally_aws::KINESIS_CONSUMER_ACTIONS,
+# DYNAMODB_COUNTER_ACTIONS, DYNAMODB_ANALYTICS_ACTIONS, the producer's and the operator's;
+# tests/terraform.rs fails on drift either way), on the stream, the tables and the key only.
 
 data "aws_iam_policy_document" "assume_ecs_tasks" {
   statement {
@@ -17,8 +18,8 @@ data "aws_iam_policy_document" "assume_ecs_tasks" {
   }
 }
 
-# The consumers (counter and analytics tasks).
-data "aws_iam_policy_document" "consumer" {
+# The counter's tasks.
+data "aws_iam_policy_document" "counter" {
   statement {
     sid       = "ReadStream"
     actions   = ["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"]
@@ -26,17 +27,38 @@ data "aws_iam_policy_document" "consumer" {
   }
   statement {
     sid       = "Tables"
-    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:Query", "dynamodb:Scan"]
+    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"]
     resources = [for t in aws_dynamodb_table.tally : t.arn]
   }
+  # Reading a KMS-encrypted stream decrypts; the tables' encryption is DynamoDB's own grant.
   statement {
     sid       = "EncryptionKey"
-    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    actions   = ["kms:Decrypt"]
     resources = [aws_kms_key.tally.arn]
   }
 }
 
-# Producers (attach to whatever puts like events; not an ECS service of this stack).
+# The analytics tasks.
+data "aws_iam_policy_document" "analytics" {
+  statement {
+    sid       = "ReadStream"
+    actions   = ["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"]
+    resources = [aws_kinesis_stream.likes.arn]
+  }
+  statement {
+    sid       = "Tables"
+    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"]
+    resources = [for t in aws_dynamodb_table.tally : t.arn]
+  }
+  statement {
+    sid       = "EncryptionKey"
+    actions   = ["kms:Decrypt"]
+    resources = [aws_kms_key.tally.arn]
+  }
+}
+
+# Producers (attach to whatever puts like events; not an ECS service of this stack). Writing to a
+# KMS-encrypted stream generates data keys.
 data "aws_iam_policy_document" "producer" {
   statement {
     sid       = "WriteStream"
@@ -55,20 +77,54 @@ data "aws_iam_policy_document" "producer" {
   }
 }
 
+# Operators: the reading commands (`tally leases`, `dead-letters`, `query`, `total`, `top`,
+# `latency`, `serve`, `record`), e.g. as one-off ECS tasks or from a workstation. Read only.
+data "aws_iam_policy_document" "operator" {
+  statement {
+    sid       = "ReadStream"
+    actions   = ["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"]
+    resources = [aws_kinesis_stream.likes.arn]
+  }
+  statement {
+    sid       = "ReadTables"
+    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"]
+    resources = [for t in aws_dynamodb_table.tally : t.arn]
+  }
+  statement {
+    sid       = "EncryptionKey"
+    actions   = ["kms:Decrypt"]
+    resources = [aws_kms_key.tally.arn]
+  }
+}
+
+locals {
+  app_policies = {
+    counter   = data.aws_iam_policy_document.counter.json
+    analytics = data.aws_iam_policy_document.analytics.json
+  }
+}
+
 resource "aws_iam_role" "task" {
-  name               = "${local.name}-task"
+  for_each           = local.services
+  name               = "${local.name}-${each.key}-task"
   assume_role_policy = data.aws_iam_policy_document.assume_ecs_tasks.json
 }
 
-resource "aws_iam_role_policy" "consumer" {
-  name   = "consumer"
-  role   = aws_iam_role.task.id
-  policy = data.aws_iam_policy_document.consumer.json
+resource "aws_iam_role_policy" "task" {
+  for_each = local.services
+  name     = each.key
+  role     = aws_iam_role.task[each.key].id
+  policy   = local.app_policies[each.key]
 }
 
 resource "aws_iam_policy" "producer" {
   name   = "${local.name}-producer"
   policy = data.aws_iam_policy_document.producer.json
+}
+
+resource "aws_iam_policy" "operator" {
+  name   = "${local.name}-operator"
+  policy = data.aws_iam_policy_document.operator.json
 }
 
 # The task execution role: pull the image, write logs.

@@ -2,6 +2,10 @@ resource "aws_kms_key" "tally" {
   description             = "Encrypts tally's stream, tables, logs and alarm topic"
   deletion_window_in_days = 30
   enable_key_rotation     = true
+  # Everything tally stores is encrypted with it: losing the key loses the data.
+  lifecycle {
+    prevent_destroy = true
+  }
   policy = jsonencode({
     Version = "2012-10-17"
     Statement = [

@@ -1,6 +1,10 @@
 locals {
   name = "tally-${var.environment}"
 
+  # Names default to the environment's, so that two environments can share an account.
+  stream_name  = coalesce(var.stream_name, "tally-${var.environment}-likes")
+  table_prefix = coalesce(var.table_prefix, "tally-${var.environment}")
+
   # The DynamoDB tables: suffix => keys and TTL attribute. Mirrors tally_aws::dynamo::TABLES
   # (tests/terraform.rs fails on drift).
   tables = {
@@ -11,20 +15,33 @@ locals {
     "analytics"    = { hash_key = "pk", range_key = "sk", ttl = "expires_at" }
   }
 
+  # Where each worker serves /healthz (and /metrics) inside its task: the container health check
+  # asks it there; nothing outside the task can reach it (no inbound rule).
+  health_port = 9100
+
   # The environment every tally task gets (each key is a tally setting; tests/terraform.rs checks).
+  # One value decides both when ECS kills a task and how long tally flushes before it gives up:
+  # the flush gets the stop timeout less 10 s, which leaves room to release the leases.
   tally_env = {
     TALLY_BACKEND                    = "aws"
-    TALLY_STREAM                     = var.stream_name
-    TALLY_TABLE_PREFIX               = var.table_prefix
-    TALLY_LEASE__SHUTDOWN_TIMEOUT_MS = "20000"
+    TALLY_STREAM                     = local.stream_name
+    TALLY_TABLE_PREFIX               = local.table_prefix
+    TALLY_STREAM_RETENTION_HOURS     = tostring(var.retention_hours)
+    TALLY_LEASE__SHUTDOWN_TIMEOUT_MS = tostring((var.stop_timeout_secs - 10) * 1000)
     TALLY_METRICS__EMF               = "true"
     TALLY_METRICS__NAMESPACE         = var.metrics_namespace
     AWS_REGION                       = var.region
   }
 
-  # The consumer applications as ECS services.
+  # The consumer applications as ECS services; each has its own task role (iam.tf).
   services = {
-    counter   = { command = ["count", "--log-json"], tasks = var.counter_tasks }
-    analytics = { command = ["analytics", "--log-json"], tasks = var.analytics_tasks }
+    counter = {
+      command = ["count", "--log-json", "--http", "127.0.0.1:${local.health_port}"]
+      tasks   = var.counter_tasks
+    }
+    analytics = {
+      command = ["analytics", "--log-json", "--http", "127.0.0.1:${local.health_port}"]
+      tasks   = var.analytics_tasks
+    }
   }
 }

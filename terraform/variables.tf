@@ -1,91 +1,225 @@
 variable "region" {
   description = "AWS region of the stack."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z]{2}(-[a-z]+)+-[0-9]$", var.region))
+    error_message = "region must be an AWS region name such as eu-west-1."
+  }
 }
 
 variable "environment" {
-  description = "Environment name (prod, staging, …); part of every resource name."
+  description = "Environment name (prod, staging, …); part of every resource name, so two environments can share an account."
   type        = string
   default     = "prod"
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,15}$", var.environment))
+    error_message = "environment must be 1-16 characters of a-z, 0-9 and -, starting with a letter."
+  }
 }
 
 variable "stream_name" {
-  description = "Name of the Kinesis data stream of like events."
+  description = "Name of the Kinesis data stream of like events [default: tally-<environment>-likes]."
   type        = string
-  default     = "tally-likes"
+  default     = null
+  validation {
+    condition     = var.stream_name == null || can(regex("^[a-zA-Z0-9_.-]{1,128}$", var.stream_name))
+    error_message = "stream_name must be 1-128 characters of a-z, A-Z, 0-9, _, . and -."
+  }
 }
 
 variable "table_prefix" {
-  description = "Prefix of the DynamoDB tables: <prefix>-leases, -counts, -dedup, -dead-letters, -analytics."
+  description = "Prefix of the DynamoDB tables: <prefix>-leases, -counts, -dedup, -dead-letters, -analytics [default: tally-<environment>]."
   type        = string
-  default     = "tally"
+  default     = null
+  validation {
+    condition     = var.table_prefix == null || can(regex("^[a-zA-Z0-9_.-]{1,200}$", var.table_prefix))
+    error_message = "table_prefix must be 1-200 characters of a-z, A-Z, 0-9, _, . and -."
+  }
+}
+
+variable "stream_mode" {
+  description = "PROVISIONED (shard_count shards, cheapest at a steady rate) or ON_DEMAND (Kinesis scales the shards; no shard_count)."
+  type        = string
+  default     = "PROVISIONED"
+  validation {
+    condition     = contains(["PROVISIONED", "ON_DEMAND"], var.stream_mode)
+    error_message = "stream_mode must be PROVISIONED or ON_DEMAND."
+  }
 }
 
 variable "shard_count" {
-  description = "Shards of the stream (1 MB/s or 1,000 records/s of writes each)."
+  description = "Shards of a PROVISIONED stream (1 MB/s or 1,000 records/s of writes each); with ON_DEMAND, the most tasks a consumer scales to."
   type        = number
   default     = 4
+  validation {
+    condition     = var.shard_count >= 1 && var.shard_count <= 10000 && floor(var.shard_count) == var.shard_count
+    error_message = "shard_count must be a whole number from 1 to 10000."
+  }
 }
 
 variable "retention_hours" {
-  description = "How long the stream keeps records: how long a consumer may be down without losing data."
+  description = "How long the stream keeps records: how long a consumer may be down without losing data. Also how long DynamoDB keeps dedup records past their horizon."
   type        = number
   default     = 48
+  validation {
+    condition     = var.retention_hours >= 24 && var.retention_hours <= 8760
+    error_message = "retention_hours must be between 24 and 8760 (Kinesis allows 1 to 365 days)."
+  }
 }
 
 variable "image" {
-  description = "Container image with the tally binary as its entrypoint."
+  description = "Container image with the tally binary as its entrypoint, pinned by digest: <registry>/tally@sha256:<64 hex>."
   type        = string
+  validation {
+    condition     = can(regex("@sha256:[0-9a-f]{64}$", var.image))
+    error_message = "image must be pinned by digest (…@sha256:<64 hex digits>), so that every task of a deploy runs the same build."
+  }
+}
+
+variable "cpu_architecture" {
+  description = "CPU architecture of the image and the Fargate tasks: X86_64 or ARM64 (Graviton, cheaper per vCPU)."
+  type        = string
+  default     = "X86_64"
+  validation {
+    condition     = contains(["X86_64", "ARM64"], var.cpu_architecture)
+    error_message = "cpu_architecture must be X86_64 or ARM64."
+  }
 }
 
 variable "counter_tasks" {
-  description = "Fargate tasks of the counter; each takes about shards / tasks leases."
+  description = "Fargate tasks of the counter at creation, and the fewest autoscaling keeps; each takes about shards / tasks leases."
   type        = number
   default     = 2
+  validation {
+    condition     = var.counter_tasks >= 1 && var.counter_tasks <= var.shard_count
+    error_message = "counter_tasks must be at least 1 and at most shard_count: a task without a lease only waits."
+  }
 }
 
 variable "analytics_tasks" {
-  description = "Fargate tasks of the analytics consumer."
+  description = "Fargate tasks of the analytics consumer at creation, and the fewest autoscaling keeps."
   type        = number
   default     = 1
+  validation {
+    condition     = var.analytics_tasks >= 1 && var.analytics_tasks <= var.shard_count
+    error_message = "analytics_tasks must be at least 1 and at most shard_count."
+  }
+}
+
+variable "task_size" {
+  description = "Fargate CPU units and memory (MiB) per task of each application."
+  type = map(object({
+    cpu    = number
+    memory = number
+  }))
+  default = {
+    counter   = { cpu = 512, memory = 1024 }
+    analytics = { cpu = 256, memory = 512 }
+  }
+  validation {
+    condition     = alltrue([for app in ["counter", "analytics"] : contains(keys(var.task_size), app)])
+    error_message = "task_size must have an entry for counter and for analytics."
+  }
+  validation {
+    condition     = alltrue([for s in values(var.task_size) : contains([256, 512, 1024, 2048, 4096, 8192, 16384], s.cpu) && s.memory >= 512])
+    error_message = "each task_size cpu must be a Fargate size (256 … 16384) and memory at least 512 MiB."
+  }
+}
+
+variable "stop_timeout_secs" {
+  description = "How long ECS waits after SIGTERM before SIGKILL (Fargate allows up to 120). tally flushes within this less 10 s, leaving room to release its leases."
+  type        = number
+  default     = 60
+  validation {
+    condition     = var.stop_timeout_secs >= 20 && var.stop_timeout_secs <= 120
+    error_message = "stop_timeout_secs must be between 20 and 120 (the Fargate maximum)."
+  }
+}
+
+variable "scale_on_iterator_age_ms" {
+  description = "Autoscaling keeps each application's iterator age near this; the task count stays between its *_tasks variable and shard_count."
+  type        = number
+  default     = 10000
+  validation {
+    condition     = var.scale_on_iterator_age_ms >= 1000
+    error_message = "scale_on_iterator_age_ms must be at least 1000."
+  }
 }
 
 variable "vpc_id" {
   description = "VPC of the tasks."
   type        = string
+  validation {
+    condition     = can(regex("^vpc-[0-9a-f]+$", var.vpc_id))
+    error_message = "vpc_id must be a VPC id (vpc-…)."
+  }
 }
 
 variable "subnet_ids" {
-  description = "Private subnets of the tasks (with a NAT gateway or VPC endpoints for Kinesis, DynamoDB, CloudWatch Logs and ECR)."
+  description = "Private subnets of the tasks, in at least two availability zones (with a NAT gateway, or VPC endpoints for Kinesis, DynamoDB, CloudWatch Logs, ECR and the S3 gateway for image layers)."
   type        = list(string)
+  validation {
+    condition     = length(var.subnet_ids) >= 2 && alltrue([for s in var.subnet_ids : can(regex("^subnet-[0-9a-f]+$", s))])
+    error_message = "subnet_ids must list at least two subnets (subnet-…), so that one zone's outage leaves tasks running."
+  }
+}
+
+variable "alarm_emails" {
+  description = "Addresses told when an alarm fires and when it recovers (each confirms the subscription by email)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for e in var.alarm_emails : can(regex("^[^@ ]+@[^@ ]+\\.[^@ ]+$", e))])
+    error_message = "alarm_emails must be email addresses."
+  }
 }
 
 variable "iterator_age_alarm_ms" {
-  description = "Alarm when a consumer falls this far behind the stream (GetRecords.IteratorAgeMilliseconds)."
+  description = "Alarm when a consumer falls this far behind the stream."
   type        = number
   default     = 60000
+  validation {
+    condition     = var.iterator_age_alarm_ms >= 1000
+    error_message = "iterator_age_alarm_ms must be at least 1000."
+  }
 }
 
 variable "log_retention_days" {
   description = "Retention of the tasks' logs."
   type        = number
   default     = 365
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be a value CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, …, 365, …, 3653)."
+  }
 }
 
 variable "metrics_namespace" {
   description = "CloudWatch namespace of tally's own metrics (embedded metric format in the task logs)."
   type        = string
   default     = "tally"
+  validation {
+    condition     = length(var.metrics_namespace) >= 1 && length(var.metrics_namespace) <= 255 && !startswith(var.metrics_namespace, ":")
+    error_message = "metrics_namespace must be 1-255 characters, not starting with a colon."
+  }
 }
 
 variable "leases_lost_alarm" {
   description = "Alarm when an application loses more leases than this in 5 minutes."
   type        = number
   default     = 5
+  validation {
+    condition     = var.leases_lost_alarm >= 0
+    error_message = "leases_lost_alarm must not be negative."
+  }
 }
 
 variable "like_latency_alarm_ms" {
   description = "Alarm when the p99 time from a like's creation to its processing exceeds this."
   type        = number
   default     = 30000
+  validation {
+    condition     = var.like_latency_alarm_ms >= 1000
+    error_message = "like_latency_alarm_ms must be at least 1000."
+  }
 }

@@ -1,9 +1,11 @@
 terraform {
-  required_version = ">= 1.5.0"
+  # 1.9: validations that refer to other variables; 1.10: S3 state locking without DynamoDB.
+  required_version = ">= 1.10.0"
   required_providers {
     aws = {
-      source  = "hashicorp/aws"
-      version = ">= 5.40, < 7.0"
+      source = "hashicorp/aws"
+      # One major version: a new major is an upgrade someone reads the notes of.
+      version = "~> 6.0"
     }
   }
 }

@@ -305,8 +305,14 @@ fn a_worker_serves_its_metrics() {
     assert_eq!(metric(&text, "tally_leases_held", &[]), Some(2.0), "{text}");
     assert_eq!(get(&addr, "/healthz").0, 200);
     assert_eq!(get(&addr, "/readyz").0, 200);
+    // The container health check (terraform/ecs.tf) asks /healthz with `tally probe`.
+    t.run(&["probe", &format!("http://{addr}/healthz")]);
+    let out = t.fail(&["probe", &format!("http://{addr}/nowhere")], &[]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
     w.signal("TERM");
     assert!(w.wait(Duration::from_secs(30)).success());
+    let out = t.fail(&["probe", &format!("http://{addr}/healthz")], &[]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect"));
 }
 
 /// Headless Chromium, driven over the DevTools protocol (a WebSocket on 127.0.0.1).

@@ -131,56 +131,501 @@ fn set(a: &[&str]) -> BTreeSet<String> {
 }
 
 #[test]
-fn iam_grants_exactly_what_the_code_calls() {
+fn iam_grants_each_role_exactly_what_the_code_calls() {
     let bodies = terraform();
-    let consumer = policy_actions(&bodies, "consumer");
-    assert_eq!(
-        only(&consumer, "kinesis"),
-        set(tally_aws::KINESIS_CONSUMER_ACTIONS)
-    );
-    assert_eq!(
-        only(&consumer, "dynamodb"),
-        set(tally_aws::DYNAMODB_CONSUMER_ACTIONS)
-    );
-    let producer = policy_actions(&bodies, "producer");
-    assert_eq!(
-        only(&producer, "kinesis"),
-        set(tally_aws::KINESIS_PRODUCER_ACTIONS)
-    );
-    assert_eq!(
-        only(&producer, "dynamodb"),
-        set(tally_aws::DYNAMODB_PRODUCER_ACTIONS)
-    );
-    for a in consumer.iter().chain(&producer) {
-        assert!(!a.contains('*'), "no wildcard actions: {a}");
+    let roles: [(&str, &[&str], &[&str]); 4] = [
+        (
+            "counter",
+            tally_aws::KINESIS_CONSUMER_ACTIONS,
+            tally_aws::DYNAMODB_COUNTER_ACTIONS,
+        ),
+        (
+            "analytics",
+            tally_aws::KINESIS_CONSUMER_ACTIONS,
+            tally_aws::DYNAMODB_ANALYTICS_ACTIONS,
+        ),
+        (
+            "producer",
+            tally_aws::KINESIS_PRODUCER_ACTIONS,
+            tally_aws::DYNAMODB_PRODUCER_ACTIONS,
+        ),
+        (
+            "operator",
+            tally_aws::KINESIS_OPERATOR_ACTIONS,
+            tally_aws::DYNAMODB_OPERATOR_ACTIONS,
+        ),
+    ];
+    for (role, kinesis, dynamodb) in roles {
+        let actions = policy_actions(&bodies, role);
+        assert_eq!(only(&actions, "kinesis"), set(kinesis), "{role}");
+        assert_eq!(only(&actions, "dynamodb"), set(dynamodb), "{role}");
+        for a in &actions {
+            assert!(!a.contains('*'), "no wildcard actions: {role}: {a}");
+        }
+        // A worker reads the KMS-encrypted stream (Decrypt); only a producer writes to it.
+        let kms = only(&actions, "kms");
+        let expected = if role == "producer" {
+            "kms:GenerateDataKey"
+        } else {
+            "kms:Decrypt"
+        };
+        assert_eq!(kms, set(&[expected]), "{role}");
     }
+    // The workers neither scan nor check conditions apart: listing dead letters is the
+    // operator's, and no transaction has a ConditionCheck part.
+    for a in ["dynamodb:Scan", "dynamodb:ConditionCheckItem"] {
+        assert!(!tally_aws::DYNAMODB_COUNTER_ACTIONS.contains(&a));
+        assert!(!tally_aws::DYNAMODB_ANALYTICS_ACTIONS.contains(&a));
+    }
+}
+
+/// The SDK operations the AWS adapter calls, read from its source (`.put_item()`, and a
+/// transaction's parts, `TransactWriteItem::builder().put(…)`), as IAM actions. `setup.rs` (the
+/// development `tally setup`) and `baselines.rs` (the demo's comparison) run nowhere in
+/// production and are left out.
+fn actions_called_in_source() -> BTreeSet<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/src");
+    let mut files = vec![dir.join("kinesis.rs"), dir.join("lib.rs")];
+    for e in std::fs::read_dir(dir.join("dynamo")).unwrap() {
+        let p = e.unwrap().path();
+        if !p.ends_with("baselines.rs") {
+            files.push(p);
+        }
+    }
+    let ops: &[(&str, &str)] = &[
+        (
+            ".describe_stream_summary()",
+            "kinesis:DescribeStreamSummary",
+        ),
+        (".list_shards()", "kinesis:ListShards"),
+        (".get_shard_iterator()", "kinesis:GetShardIterator"),
+        (".get_records()", "kinesis:GetRecords"),
+        (".put_records()", "kinesis:PutRecords"),
+        (".describe_table()", "dynamodb:DescribeTable"),
+        (".get_item()", "dynamodb:GetItem"),
+        (".put_item()", "dynamodb:PutItem"),
+        (".update_item()", "dynamodb:UpdateItem"),
+        (".delete_item()", "dynamodb:DeleteItem"),
+        (".query()", "dynamodb:Query"),
+        (".scan()", "dynamodb:Scan"),
+        ("builder().put(", "dynamodb:PutItem"),
+        ("builder().update(", "dynamodb:UpdateItem"),
+        ("builder().delete(", "dynamodb:DeleteItem"),
+        ("builder().condition_check(", "dynamodb:ConditionCheckItem"),
+        (".batch_write_item()", "dynamodb:BatchWriteItem"),
+        (".batch_get_item()", "dynamodb:BatchGetItem"),
+    ];
+    let mut called = BTreeSet::new();
+    for f in files {
+        let text: String = std::fs::read_to_string(&f)
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        for (call, action) in ops {
+            let call: String = call.split_whitespace().collect();
+            if text.contains(&call) {
+                called.insert(action.to_string());
+            }
+        }
+    }
+    called
+}
+
+/// Every action granted to some role is called by the code, and every call is granted: an
+/// over-grant (an action nothing calls) fails as surely as a missing one.
+#[test]
+fn the_grants_are_the_code_s_calls() {
+    let granted: BTreeSet<String> = [
+        tally_aws::KINESIS_CONSUMER_ACTIONS,
+        tally_aws::KINESIS_PRODUCER_ACTIONS,
+        tally_aws::KINESIS_OPERATOR_ACTIONS,
+        tally_aws::DYNAMODB_COUNTER_ACTIONS,
+        tally_aws::DYNAMODB_ANALYTICS_ACTIONS,
+        tally_aws::DYNAMODB_PRODUCER_ACTIONS,
+        tally_aws::DYNAMODB_OPERATOR_ACTIONS,
+    ]
+    .iter()
+    .flat_map(|a| a.iter().map(|s| s.to_string()))
+    .collect();
+    assert_eq!(granted, actions_called_in_source());
+}
+
+/// The variables' defaults, with values for those that have none (as a tfvars file would give),
+/// as the `var` object; then `local` as far as the env needs it: what Terraform would compute.
+fn eval_context(bodies: &[Body], given: &[(&str, hcl::Value)]) -> hcl::eval::Context<'static> {
+    use hcl::eval::{Context, Evaluate, FuncArgs, FuncDef, ParamType};
+    let mut var = hcl::Map::new();
+    for v in blocks(bodies, "variable") {
+        let name = v.labels()[0].as_str().to_owned();
+        if let Some(d) = v.body().attributes().find(|a| a.key() == "default") {
+            var.insert(name, d.expr().evaluate(&Context::new()).unwrap());
+        }
+    }
+    for (k, v) in given {
+        var.insert(k.to_string(), v.clone());
+    }
+    let mut ctx = Context::new();
+    ctx.declare_var("var", hcl::Value::Object(var));
+    ctx.declare_func(
+        "tostring",
+        FuncDef::new(
+            |a: FuncArgs| {
+                Ok(match &a[0] {
+                    hcl::Value::String(s) => hcl::Value::String(s.clone()),
+                    hcl::Value::Number(n) => hcl::Value::String(n.to_string()),
+                    other => hcl::Value::String(other.to_string()),
+                })
+            },
+            [ParamType::Any],
+        ),
+    );
+    ctx.declare_func(
+        "coalesce",
+        FuncDef::builder()
+            .variadic_param(ParamType::Any)
+            .build(|a: FuncArgs| {
+                a.iter()
+                    .find(|v| !v.is_null())
+                    .cloned()
+                    .ok_or_else(|| "coalesce: all null".to_string())
+            }),
+    );
+    let mut local = hcl::Map::new();
+    for name in ["name", "stream_name", "table_prefix", "health_port"] {
+        let v = local_expr(bodies, name).evaluate(&ctx).unwrap();
+        local.insert(name.to_owned(), v);
+    }
+    ctx.declare_var("local", hcl::Value::Object(local));
+    ctx
+}
+
+fn local_expr(bodies: &[Body], name: &str) -> Expression {
+    local(bodies, name)
+}
+
+/// The tasks' environment as Terraform would set it, with these variable values.
+fn task_env(bodies: &[Body], given: &[(&str, hcl::Value)]) -> BTreeMap<String, String> {
+    use hcl::eval::Evaluate;
+    let ctx = eval_context(bodies, given);
+    object(&local(bodies, "tally_env"))
+        .into_iter()
+        .map(|(k, e)| match e.evaluate(&ctx).unwrap() {
+            hcl::Value::String(s) => (k, s),
+            other => panic!("{k} = {other:?} is not a string"),
+        })
+        .collect()
+}
+
+fn required_vars() -> Vec<(&'static str, hcl::Value)> {
+    vec![
+        ("region", "eu-west-1".into()),
+        ("image", format!("r/tally@sha256:{}", "0".repeat(64)).into()),
+        ("vpc_id", "vpc-1".into()),
+        (
+            "subnet_ids",
+            hcl::Value::Array(vec!["subnet-1".into(), "subnet-2".into()]),
+        ),
+    ]
 }
 
 #[test]
 fn task_environment_is_valid_tally_configuration() {
     let bodies = terraform();
-    let env = object(&local(&bodies, "tally_env"));
+    let mut given = required_vars();
+    given.push(("environment", "staging".into()));
+    given.push(("stop_timeout_secs", 90.into()));
+    given.push(("retention_hours", 72.into()));
+    let env = task_env(&bodies, &given);
+    // Names follow the environment, so that two environments can share an account.
+    assert_eq!(env["TALLY_STREAM"], "tally-staging-likes");
+    assert_eq!(env["TALLY_TABLE_PREFIX"], "tally-staging");
+    // The dedup records' TTL follows the stream's retention.
+    assert_eq!(env["TALLY_STREAM_RETENTION_HOURS"], "72");
+    // One value decides both the stop timeout and the flush deadline, with room for the release.
+    assert_eq!(env["TALLY_LEASE__SHUTDOWN_TIMEOUT_MS"], "80000");
+    let tf = text("ecs.tf");
     assert!(
-        env.contains_key("TALLY_BACKEND")
-            && env.contains_key("TALLY_STREAM")
-            && env.contains_key("TALLY_TABLE_PREFIX")
+        tf.contains("stopTimeout = var.stop_timeout_secs"),
+        "stopTimeout from the variable"
     );
-    // tally itself judges the keys: an unknown TALLY_* key or a bad value fails `tally config`.
+    // tally itself judges the keys and values: an unknown TALLY_* key or a bad value fails.
     let t = common::Target::embedded();
-    let vars: Vec<(String, String)> = env
+    let vars: Vec<(&str, &str)> = env
         .iter()
         .filter(|(k, _)| k.starts_with("TALLY_"))
-        .map(|(k, v)| {
-            let v = match v {
-                Expression::String(s) => s.clone(),
-                _ => "tally-test".to_string(), // a variable reference
-            };
-            (k.clone(), v)
-        })
+        .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let env_refs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let out = t.run_env(&["config"], &env_refs);
-    assert!(out.contains("backend = \"aws\""), "{out}");
+    let v = t.json_env(&["config", "--json"], &vars);
+    assert_eq!(v["backend"], "aws", "{v}");
+    assert_eq!(v["lease"]["shutdown_timeout_ms"], 80_000, "{v}");
+    assert_eq!(v["stream_retention_hours"], 72, "{v}");
+}
+
+fn text(file: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("terraform");
+    // One space between tokens, so that checks do not depend on alignment.
+    std::fs::read_to_string(dir.join(file))
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn resource<'a>(bodies: &'a [Body], kind: &str, name: &str) -> &'a Block {
+    blocks(bodies, "resource")
+        .find(|b| b.labels().iter().map(|l| l.as_str()).collect::<Vec<_>>() == [kind, name])
+        .unwrap_or_else(|| panic!("resource {kind}.{name}"))
+}
+
+fn has_block(b: &Block, name: &str) -> bool {
+    b.body().blocks().any(|x| x.identifier() == name)
+}
+
+fn attr_text(b: &Block, name: &str) -> Option<String> {
+    b.body()
+        .attributes()
+        .find(|a| a.key() == name)
+        .map(|a| hcl::format::to_string(a.expr()).unwrap())
+}
+
+/// Every alarm reaches someone when it fires and when it recovers; the table alarms use metrics
+/// DynamoDB publishes per table, and the system-errors sum covers every operation tally calls.
+#[test]
+fn alarms_can_fire_and_reach_someone() {
+    let bodies = terraform();
+    let alarms: Vec<&Block> = blocks(&bodies, "resource")
+        .filter(|b| b.labels()[0].as_str() == "aws_cloudwatch_metric_alarm")
+        .collect();
+    assert!(alarms.len() >= 6);
+    for a in &alarms {
+        let name = a.labels()[1].as_str();
+        for k in ["alarm_actions", "ok_actions"] {
+            assert!(attr_text(a, k).is_some(), "alarm {name} has no {k}");
+        }
+    }
+    let sub = resource(&bodies, "aws_sns_topic_subscription", "alarm_email");
+    assert!(attr_text(sub, "for_each")
+        .unwrap()
+        .contains("var.alarm_emails"));
+    // Per-table metrics only: ThrottledRequests and SystemErrors come per operation.
+    let per_table = object(&local(&bodies, "table_alarm_metrics"));
+    let metrics: BTreeSet<String> = per_table.values().map(string).collect();
+    assert_eq!(metrics, set(&["ReadThrottleEvents", "WriteThrottleEvents"]));
+    let errors = resource(
+        &bodies,
+        "aws_cloudwatch_metric_alarm",
+        "table_system_errors",
+    );
+    assert!(has_block(errors, "metric_query") || has_block(errors, "dynamic"));
+    let ops: BTreeSet<String> = match local(&bodies, "dynamodb_operations") {
+        Expression::Array(a) => a.iter().map(string).collect(),
+        other => panic!("{other:?}"),
+    };
+    let mut called: BTreeSet<String> = actions_called_in_source()
+        .iter()
+        .filter_map(|a| a.strip_prefix("dynamodb:"))
+        .filter(|a| *a != "DescribeTable")
+        .map(str::to_owned)
+        .collect();
+    // A transaction's parts are one TransactWriteItems request.
+    let tx = text("../aws/src/dynamo/mod.rs").contains(".transact_write_items()");
+    if tx {
+        called.insert("TransactWriteItems".into());
+    }
+    assert!(
+        called.is_subset(&ops),
+        "operations tally calls: {called:?}, summed: {ops:?}"
+    );
+    assert!(
+        blocks(&bodies, "resource").any(|b| b.labels()[0].as_str() == "aws_cloudwatch_dashboard")
+    );
+}
+
+/// State goes to S3 with locking, the provider is pinned to one major version, and nothing that
+/// holds state or account details can be committed or copied into the image.
+#[test]
+fn state_pins_and_ignores() {
+    let bodies = terraform();
+    let tf = blocks(&bodies, "terraform").collect::<Vec<_>>();
+    assert!(
+        tf.iter().any(|b| b
+            .body()
+            .blocks()
+            .any(|x| x.identifier() == "backend"
+                && x.labels().first().map(|l| l.as_str()) == Some("s3"))),
+        "an S3 backend"
+    );
+    let example = text("backend.hcl.example");
+    assert!(example.contains("use_lockfile = true") && example.contains("encrypt = true"));
+    let versions = text("versions.tf");
+    assert!(
+        versions.contains("version = \"~> 6.0\""),
+        "one major version of the provider"
+    );
+    assert!(versions.contains("required_version = \">= 1.10.0\""));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (file, entries) in [
+        (
+            ".gitignore",
+            &[
+                ".terraform/",
+                "*.tfstate",
+                "*.tfstate.*",
+                "*.tfvars",
+                "!*.tfvars.example",
+                "backend.hcl",
+            ][..],
+        ),
+        (
+            ".dockerignore",
+            &[".terraform", "*.tfstate", "*.tfvars"][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        for e in entries {
+            assert!(text.lines().any(|l| l.trim() == *e), "{file} lacks {e}");
+        }
+    }
+}
+
+/// The variables an operator could get wrong are checked before anything is planned; the example
+/// tfvars sets every variable that has no default, and only declared ones.
+#[test]
+fn variables_are_validated_and_the_example_is_complete() {
+    let bodies = terraform();
+    let vars: BTreeMap<String, &Block> = blocks(&bodies, "variable")
+        .map(|v| (v.labels()[0].as_str().to_owned(), v))
+        .collect();
+    for name in [
+        "retention_hours",
+        "shard_count",
+        "counter_tasks",
+        "analytics_tasks",
+        "subnet_ids",
+        "image",
+        "environment",
+        "stream_mode",
+        "stop_timeout_secs",
+        "task_size",
+    ] {
+        assert!(
+            has_block(vars[name], "validation"),
+            "variable {name} has no validation"
+        );
+    }
+    let cond = |name: &str| {
+        vars[name]
+            .body()
+            .blocks()
+            .filter(|b| b.identifier() == "validation")
+            .filter_map(|b| attr_text(b, "condition"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(cond("counter_tasks").contains("var.shard_count"));
+    assert!(cond("image").contains("@sha256:"));
+    assert!(cond("retention_hours").contains("24") && cond("retention_hours").contains("8760"));
+    assert!(cond("subnet_ids").contains(">= 2"));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("terraform");
+    let example: Body =
+        hcl::from_str(&std::fs::read_to_string(dir.join("terraform.tfvars.example")).unwrap())
+            .unwrap();
+    let set_in_example: BTreeSet<String> =
+        example.attributes().map(|a| a.key().to_owned()).collect();
+    for k in &set_in_example {
+        assert!(
+            vars.contains_key(k),
+            "the example sets {k}, which is no variable"
+        );
+    }
+    for (name, v) in &vars {
+        if !v.body().attributes().any(|a| a.key() == "default") {
+            assert!(set_in_example.contains(name), "the example lacks {name}");
+        }
+    }
+}
+
+/// Safe rollouts: tasks that fail roll back by themselves, the task count belongs to autoscaling
+/// (on the iterator age tally emits, capped at the shard count), the container has a health check
+/// on the worker's own endpoint, and data-holding resources cannot be destroyed by accident.
+#[test]
+fn rollouts_scaling_and_health() {
+    let bodies = terraform();
+    let svc = resource(&bodies, "aws_ecs_service", "service");
+    for b in [
+        "deployment_circuit_breaker",
+        "alarms",
+        "lifecycle",
+        "network_configuration",
+    ] {
+        assert!(has_block(svc, b), "the services have {b}");
+    }
+    let ecs = text("ecs.tf");
+    assert!(ecs.contains("ignore_changes = [desired_count]"));
+    assert!(ecs.contains(
+        "depends_on = [aws_iam_role_policy.task, aws_iam_role_policy_attachment.execution]"
+    ));
+    let td = resource(&bodies, "aws_ecs_task_definition", "service");
+    assert!(has_block(td, "runtime_platform"));
+    assert!(attr_text(td, "task_role_arn")
+        .unwrap()
+        .contains("aws_iam_role.task[each.key]"));
+    // The health check asks the port the worker serves on.
+    let port = match local(&bodies, "health_port") {
+        Expression::Number(n) => n.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert!(ecs.contains(
+        "\"CMD\", \"/usr/local/bin/tally\", \"probe\", \"http://127.0.0.1:${local.health_port}/healthz\""
+    ));
+    let dockerfile = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile"),
+    )
+    .unwrap();
+    assert!(
+        dockerfile.contains("/usr/local/bin/tally"),
+        "the image puts tally where the check runs it"
+    );
+    let main = text("main.tf");
+    assert!(
+        main.contains("\"--http\", \"127.0.0.1:${local.health_port}\""),
+        "workers serve /healthz"
+    );
+    assert_eq!(port, "9100");
+    // Autoscaling.
+    let target = resource(&bodies, "aws_appautoscaling_target", "service");
+    assert_eq!(
+        attr_text(target, "max_capacity").unwrap(),
+        "var.shard_count"
+    );
+    let scaling = text("autoscaling.tf");
+    assert!(scaling.contains("metric_name = \"IteratorAgeMs\""));
+    assert!(tally_consumer::worker::metric::ALL.contains(&"IteratorAgeMs"));
+    for (kind, name) in [("aws_kinesis_stream", "likes"), ("aws_kms_key", "tally")] {
+        let r = resource(&bodies, kind, name);
+        let lifecycle = r.body().blocks().find(|b| b.identifier() == "lifecycle");
+        assert_eq!(
+            lifecycle
+                .and_then(|l| attr_text(l, "prevent_destroy"))
+                .as_deref(),
+            Some("true"),
+            "{kind}.{name} is protected"
+        );
+    }
+    let outputs: BTreeSet<String> = blocks(&bodies, "output")
+        .map(|o| o.labels()[0].as_str().to_owned())
+        .collect();
+    for o in [
+        "cluster_name",
+        "service_names",
+        "log_groups",
+        "task_role_arns",
+        "kms_key_arn",
+        "operator_policy_arn",
+    ] {
+        assert!(outputs.contains(o), "output {o}");
+    }
 }
 
 #[test]

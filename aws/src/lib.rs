@@ -24,33 +24,59 @@ use tally_core::ports::{PortError, PortResult};
 
 pub use dynamo::DynamoStore;
 
-/// Kinesis calls the consumers make (Terraform's task role grants exactly these).
+// What each role may call. Terraform grants exactly these (tests/terraform.rs compares the two, and
+// checks them against the SDK calls in this crate's source, so that an unused grant fails too).
+// A TransactWriteItems needs the actions of its parts (here Put and Update).
+
+/// Kinesis calls the consumers make (both applications).
 pub const KINESIS_CONSUMER_ACTIONS: &[&str] = &[
     "kinesis:DescribeStreamSummary",
     "kinesis:ListShards",
     "kinesis:GetShardIterator",
     "kinesis:GetRecords",
 ];
-/// Kinesis calls a producer makes (`produce`, `replay`; `ListShards` for `record`).
+/// Kinesis calls a producer makes (`produce`, `replay`).
 pub const KINESIS_PRODUCER_ACTIONS: &[&str] = &[
     "kinesis:DescribeStreamSummary",
     "kinesis:ListShards",
     "kinesis:PutRecords",
 ];
-/// DynamoDB actions the consumers need: the calls they make, and for TransactWriteItems the
-/// actions of its parts (Put, Update, ConditionCheck).
-pub const DYNAMODB_CONSUMER_ACTIONS: &[&str] = &[
+/// DynamoDB calls of the counter's workers: leases and checkpoints, summary items, dedup records,
+/// dead letters (written, never listed: listing is the operator's Scan).
+pub const DYNAMODB_COUNTER_ACTIONS: &[&str] = &[
     "dynamodb:DescribeTable",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
-    "dynamodb:ConditionCheckItem",
     "dynamodb:Query",
-    "dynamodb:Scan",
+];
+/// DynamoDB calls of the analytics workers: leases, snapshots (a transaction of Puts), dedup.
+pub const DYNAMODB_ANALYTICS_ACTIONS: &[&str] = &[
+    "dynamodb:DescribeTable",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Query",
 ];
 /// DynamoDB actions a producer needs (the start-up check that the tables exist).
 pub const DYNAMODB_PRODUCER_ACTIONS: &[&str] = &["dynamodb:DescribeTable"];
+/// What an operator's reading commands call (`query`, `total`, `top`, `latency`, `leases`,
+/// `dead-letters`, `serve`, `record`): reads only.
+pub const KINESIS_OPERATOR_ACTIONS: &[&str] = &[
+    "kinesis:DescribeStreamSummary",
+    "kinesis:ListShards",
+    "kinesis:GetShardIterator",
+    "kinesis:GetRecords",
+];
+/// DynamoDB reads of the operator's commands; `Scan` lists dead letters.
+pub const DYNAMODB_OPERATOR_ACTIONS: &[&str] = &[
+    "dynamodb:DescribeTable",
+    "dynamodb:GetItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+];
 pub use kinesis::KinesisStream;
 
 /// Settings of the AWS adapters.
