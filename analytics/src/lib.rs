@@ -9,6 +9,8 @@
 //! restores the filter across the shard's lineage within the dedup horizon.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod fold;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +19,6 @@ use async_trait::async_trait;
 use tally_consumer::emf::{Emf, Unit};
 use tally_consumer::worker::{now_ms, ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
-use tally_core::dedup::{id_hash, Dedup};
-use tally_core::event::{decode, Action};
 use tally_core::latency::{percentiles, Latency, Percentiles};
 use tally_core::lease::Lease;
 use tally_core::ports::{
@@ -26,6 +26,8 @@ use tally_core::ports::{
     TrendingEntry,
 };
 use tally_core::trending::{merge, Trending};
+
+use crate::fold::Fold;
 use tally_core::SeqNo;
 
 /// The names of the metrics analytics emits per stored window (dimension `App`), in
@@ -115,13 +117,12 @@ impl ProcessorFactory for Analytics {
             metrics: self.metrics.clone(),
             shard_id: shard_id.to_owned(),
             fence: None,
-            trending: Trending::new(
+            fold: Fold::new(
                 self.cfg.sketch_capacity,
                 self.cfg.half_life.as_millis() as i64,
+                ALL_TIME,
+                self.cfg.dedup_horizon.as_millis() as i64,
             ),
-            top_liked: Trending::new(self.cfg.sketch_capacity, ALL_TIME),
-            dedup: Dedup::new(self.cfg.dedup_horizon.as_millis() as i64),
-            latency: Latency::default(),
             end: None,
             records_in_window: 0,
             opened_at_ms: 0,
@@ -136,12 +137,8 @@ pub struct AnalyticsShard {
     metrics: Arc<AnalyticsMetrics>,
     shard_id: String,
     fence: Option<Fence>,
-    trending: Trending,
-    /// All-time likes per post (the same sketch, never decayed).
-    top_liked: Trending,
-    dedup: Dedup,
-    /// The open window's histograms.
-    latency: Latency,
+    /// Sketches, dedup filter and the open window's histograms.
+    fold: Fold,
     /// The last record folded and not yet checkpointed.
     end: Option<SeqNo>,
     records_in_window: usize,
@@ -151,8 +148,8 @@ pub struct AnalyticsShard {
 impl AnalyticsShard {
     /// The stored window's latency percentiles as EMF (nothing when off or the window is empty).
     fn emit_latency(&self, at_ms: i64) {
-        let creation = percentiles(&self.latency.creation);
-        let arrival = percentiles(&self.latency.arrival);
+        let creation = percentiles(&self.fold.latency.creation);
+        let arrival = percentiles(&self.fold.latency.arrival);
         if creation.count == 0 {
             return;
         }
@@ -187,7 +184,7 @@ impl AnalyticsShard {
 
     /// Stores the window: its sketch, histograms and first-seen ids, with its checkpoint.
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
-        let dedup = self.dedup.seal();
+        let dedup = self.fold.dedup.seal();
         let Some(fence) = self.fence.clone() else {
             return Ok(());
         };
@@ -200,30 +197,30 @@ impl AnalyticsShard {
         let snap = AnalyticsSnapshot {
             shard_id: self.shard_id.clone(),
             end,
-            max_arrival: self.dedup.running_max(),
+            max_arrival: self.fold.dedup.running_max(),
             taken_at_ms: now_ms(),
-            trending: self.trending.entries(),
-            trending_at_ms: self.trending.now_ms().max(0),
-            top_liked: self.top_liked.entries(),
-            latency: self.latency.encode(),
+            trending: self.fold.trending.entries(),
+            trending_at_ms: self.fold.trending.now_ms().max(0),
+            top_liked: self.fold.top_liked.entries(),
+            latency: self.fold.latency.encode(),
             dedup,
-            horizon_ms: self.dedup.horizon_ms(),
+            horizon_ms: self.fold.dedup.horizon_ms(),
             shard_finished: shard_end,
         };
         self.store.save_snapshot(&fence, &snap).await?;
-        if self.dedup.take_evicted() {
+        if self.fold.dedup.take_evicted() {
             tally_consumer::dedup::expire(
                 self.store.as_ref(),
                 &fence,
-                &self.dedup,
-                self.dedup.horizon_ms(),
+                &self.fold.dedup,
+                self.fold.dedup.horizon_ms(),
                 &tally_core::retry::Backoff::default(),
             )
             .await;
         }
         self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
         self.emit_latency(snap.taken_at_ms);
-        self.latency = Latency::default();
+        self.fold.latency = Latency::default();
         self.end = None;
         self.records_in_window = 0;
         Ok(())
@@ -239,7 +236,7 @@ impl ShardProcessor for AnalyticsShard {
     ) -> Result<StartPosition, ConsumerError> {
         self.fence = Some(fence.clone());
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
-        self.dedup = tally_consumer::dedup::restore(
+        self.fold.dedup = tally_consumer::dedup::restore(
             self.store.as_ref(),
             fence,
             &st.lease,
@@ -248,7 +245,7 @@ impl ShardProcessor for AnalyticsShard {
         .await?;
         let sketches = self.store.trending_sketches(&fence.app).await?;
         if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| s == &self.shard_id) {
-            self.trending = Trending::restore(
+            self.fold.trending = Trending::restore(
                 self.cfg.sketch_capacity,
                 self.cfg.half_life.as_millis() as i64,
                 entries,
@@ -257,32 +254,28 @@ impl ShardProcessor for AnalyticsShard {
         }
         let all = self.store.trending_sketches(&all_time(&fence.app)).await?;
         if let Some((_, entries, at)) = all.iter().find(|(s, _, _)| s == &self.shard_id) {
-            self.top_liked = Trending::restore(self.cfg.sketch_capacity, ALL_TIME, entries, *at);
+            self.fold.top_liked =
+                Trending::restore(self.cfg.sketch_capacity, ALL_TIME, entries, *at);
         }
         Ok(StartPosition::after(st.lease.checkpoint.as_ref()))
     }
 
     async fn process(&mut self, batch: &ReadBatch, now: i64) -> Result<(), ConsumerError> {
         if let Some(age) = batch.millis_behind_latest {
-            self.latency.record_iterator_age(age);
+            self.fold.latency.record_iterator_age(age);
         }
         for r in &batch.records {
             if self.records_in_window == 0 {
                 self.opened_at_ms = now;
             }
             self.records_in_window += 1;
-            self.end = Some(r.seq.clone());
+            match &mut self.end {
+                Some(end) => end.clone_from(&r.seq),
+                None => self.end = Some(r.seq.clone()),
+            }
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            // Malformed records are the counter's to dead-letter; analytics skips them.
-            if let Ok(ev) = decode(&r.data) {
-                if self.dedup.observe(id_hash(&ev.event_id), r.arrival_ms) {
-                    self.latency.record_event(ev.created_at, r.arrival_ms, now);
-                    if ev.action == Action::Like {
-                        self.trending.add(&ev.post_id, ev.created_at);
-                        self.top_liked.add(&ev.post_id, ev.created_at);
-                        self.metrics.likes.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+            if self.fold.push(r, now) {
+                self.metrics.likes.fetch_add(1, Ordering::Relaxed);
             }
             if self.records_in_window >= self.cfg.window_records {
                 self.snapshot(false).await?;

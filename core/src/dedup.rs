@@ -67,7 +67,7 @@ pub struct Dedup {
     /// Sealed windows still inside the horizon, oldest first.
     windows: VecDeque<DedupRecord>,
     /// Every id remembered: sealed windows plus the open one.
-    seen: HashSet<u128>,
+    seen: HashSet<u128, ahash::RandomState>,
     /// Ids first seen in the open window.
     current: Vec<u128>,
     /// Whether a stored window was evicted since the last [`Dedup::take_evicted`].
@@ -82,7 +82,7 @@ impl Dedup {
         Dedup {
             horizon_ms,
             windows: VecDeque::new(),
-            seen: HashSet::new(),
+            seen: HashSet::default(),
             current: Vec::new(),
             evicted: false,
             running_max: i64::MIN,

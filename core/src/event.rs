@@ -4,7 +4,10 @@
 //! Unknown extra fields are ignored; anything else that does not fit is a malformed record, which
 //! the consumers dead-letter with the reason given by [`DecodeError`].
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 /// Whether an event adds or removes a like.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -51,13 +54,44 @@ pub enum DecodeError {
     },
 }
 
+/// A record's fields as the JSON text they were written in, borrowed from the record: nothing is
+/// allocated or converted until a field is checked.
 #[derive(Deserialize)]
-struct Raw {
-    event_id: Option<serde_json::Value>,
-    post_id: Option<serde_json::Value>,
-    user_id: Option<serde_json::Value>,
-    action: Option<serde_json::Value>,
-    created_at: Option<serde_json::Value>,
+struct Raw<'a> {
+    #[serde(borrow)]
+    event_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    post_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    user_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    action: Option<&'a RawValue>,
+    #[serde(borrow)]
+    created_at: Option<&'a RawValue>,
+}
+
+/// A validated event borrowed from its record's bytes (a string with escapes is the only thing
+/// copied): what the counter's fold reads, without allocating per record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRef<'a> {
+    pub event_id: Cow<'a, str>,
+    pub post_id: Cow<'a, str>,
+    pub user_id: Cow<'a, str>,
+    pub action: Action,
+    pub created_at: i64,
+}
+
+impl EventRef<'_> {
+    /// The owned event.
+    pub fn into_owned(self) -> LikeEvent {
+        LikeEvent {
+            event_id: self.event_id.into_owned(),
+            post_id: self.post_id.into_owned(),
+            user_id: self.user_id.into_owned(),
+            action: self.action,
+            created_at: self.created_at,
+        }
+    }
 }
 
 /// The longest an `event_id` may be.
@@ -72,15 +106,24 @@ fn field_err(field: &'static str, problem: impl Into<String>) -> DecodeError {
     }
 }
 
-fn string_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String, DecodeError> {
-    match v {
-        None => Err(field_err(field, "missing")),
-        Some(serde_json::Value::String(s)) => Ok(s),
-        Some(other) => Err(field_err(field, format!("expected a string, got {other}"))),
+fn string_field<'a>(
+    field: &'static str,
+    v: Option<&'a RawValue>,
+) -> Result<Cow<'a, str>, DecodeError> {
+    let text = v.ok_or_else(|| field_err(field, "missing"))?.get();
+    match text.as_bytes() {
+        // The usual case: a string without escapes is its text between the quotes.
+        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => {
+            Ok(Cow::Borrowed(&text[1..text.len() - 1]))
+        }
+        [b'"', ..] => serde_json::from_str::<String>(text)
+            .map(Cow::Owned)
+            .map_err(|e| field_err(field, e.to_string())),
+        _ => Err(field_err(field, format!("expected a string, got {text}"))),
     }
 }
 
-fn id_field(field: &'static str, v: Option<serde_json::Value>) -> Result<String, DecodeError> {
+fn id_field<'a>(field: &'static str, v: Option<&'a RawValue>) -> Result<Cow<'a, str>, DecodeError> {
     let s = string_field(field, v)?;
     check_id(field, &s)?;
     Ok(s)
@@ -94,10 +137,12 @@ pub fn check_id(field: &'static str, s: &str) -> Result<(), DecodeError> {
             format!("expected 1–{MAX_ID} characters, got {}", s.len()),
         ));
     }
-    if let Some(c) = s
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
-    {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-');
+    // Every allowed character is ASCII: a byte scan decides, the message names the character.
+    if s.bytes().all(allowed) {
+        return Ok(());
+    }
+    if let Some(c) = s.chars().find(|c| !(c.is_ascii() && allowed(*c as u8))) {
         return Err(field_err(
             field,
             format!("character {c:?} is not one of [A-Za-z0-9_.:-]"),
@@ -121,6 +166,11 @@ fn json_kind(data: &[u8]) -> Option<&'static str> {
 
 /// Decodes and validates one record's bytes against contract v1.
 pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
+    decode_ref(data).map(EventRef::into_owned)
+}
+
+/// [`decode`], borrowing the event's strings from `data`.
+pub fn decode_ref(data: &[u8]) -> Result<EventRef<'_>, DecodeError> {
     // serde would also read a struct from an array: say what the record is instead.
     if let Some(kind) = json_kind(data).filter(|k| *k != "an object") {
         if serde_json::from_slice::<serde::de::IgnoredAny>(data).is_ok() {
@@ -129,7 +179,11 @@ pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
     }
     let raw: Raw = serde_json::from_slice(data).map_err(|e| DecodeError::NotJson(e.to_string()))?;
     let event_id = string_field("event_id", raw.event_id)?;
-    let n = event_id.chars().count();
+    let n = if event_id.is_ascii() {
+        event_id.len()
+    } else {
+        event_id.chars().count()
+    };
     if n == 0 || n > MAX_EVENT_ID {
         return Err(field_err(
             "event_id",
@@ -138,7 +192,7 @@ pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
     }
     let post_id = id_field("post_id", raw.post_id)?;
     let user_id = id_field("user_id", raw.user_id)?;
-    let action = match string_field("action", raw.action)?.as_str() {
+    let action = match string_field("action", raw.action)?.as_ref() {
         "like" => Action::Like,
         "unlike" => Action::Unlike,
         other => {
@@ -152,25 +206,27 @@ pub fn decode(data: &[u8]) -> Result<LikeEvent, DecodeError> {
             ))
         }
     };
-    let created_at = match raw.created_at {
+    let created_at = match raw.created_at.map(RawValue::get) {
         None => return Err(field_err("created_at", "missing")),
-        Some(serde_json::Value::Number(n)) => match n.as_i64() {
-            Some(v) if v >= 0 => v,
-            _ => {
-                return Err(field_err(
-                    "created_at",
-                    format!("expected a non-negative integer of milliseconds, got {n}"),
-                ))
+        Some(t) if t.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
+            match t.parse::<i64>() {
+                Ok(v) if v >= 0 => v,
+                _ => {
+                    return Err(field_err(
+                        "created_at",
+                        format!("expected a non-negative integer of milliseconds, got {t}"),
+                    ))
+                }
             }
-        },
-        Some(other) => {
+        }
+        Some(t) => {
             return Err(field_err(
                 "created_at",
-                format!("expected an integer, got {other}"),
+                format!("expected an integer, got {t}"),
             ))
         }
     };
-    Ok(LikeEvent {
+    Ok(EventRef {
         event_id,
         post_id,
         user_id,

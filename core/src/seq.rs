@@ -9,9 +9,20 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// A sequence number as the stream gave it, ordered numerically.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct SeqNo(String);
+
+impl Clone for SeqNo {
+    fn clone(&self) -> SeqNo {
+        SeqNo(self.0.clone())
+    }
+
+    /// Reuses the allocation: a window remembers its last record's number once per record.
+    fn clone_from(&mut self, source: &SeqNo) {
+        self.0.clone_from(&source.0);
+    }
+}
 
 impl SeqNo {
     /// Wraps a decimal string. Returns `None` unless it is 1–129 ASCII digits.

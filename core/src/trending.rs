@@ -101,10 +101,14 @@ impl Trending {
             self.rescale(t_ms);
         }
         let w = ((t_ms - self.landmark_ms) as f64 * self.lambda).exp();
-        if let Some((old, err)) = self.entries.get(post_id).copied() {
-            self.order.remove(&(Score(old), post_id.to_owned()));
-            self.entries.insert(post_id.to_owned(), (old + w, err));
-            self.order.insert((Score(old + w), post_id.to_owned()));
+        if let Some(entry) = self.entries.get_mut(post_id) {
+            // A post already kept: its weight grows, and its place in the order moves, reusing
+            // the key the order held (one allocation for the lookup, none kept).
+            let old = entry.0;
+            entry.0 = old + w;
+            let probe = (Score(old), post_id.to_owned());
+            let key = self.order.take(&probe).map_or(probe.1, |(_, k)| k);
+            self.order.insert((Score(old + w), key));
         } else if self.entries.len() < self.capacity {
             self.entries.insert(post_id.to_owned(), (w, 0.0));
             self.order.insert((Score(w), post_id.to_owned()));

@@ -7,11 +7,11 @@
 //! the same duplicate filter, always give the same window: that is what lets whoever applies a
 //! pending window — a restarted owner, a successor, a stale owner — write the same deltas.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use crate::buckets::PostDelta;
 use crate::dedup::{id_hash, Dedup, DedupRecord};
-use crate::event::decode;
+use crate::event::decode_ref;
 use crate::ports::StreamRecord;
 use crate::seq::SeqNo;
 
@@ -86,8 +86,8 @@ pub struct WindowBuilder {
     start_after: Option<SeqNo>,
     /// The last record added.
     end: Option<SeqNo>,
-    /// Net change per post.
-    deltas: BTreeMap<String, PostDelta>,
+    /// Net change per post (sorted when the window closes).
+    deltas: HashMap<String, PostDelta, ahash::RandomState>,
     dead_letters: Vec<DeadLetter>,
     stats: WindowStats,
     /// When the window opened (caller's clock, ms), for closing on time.
@@ -100,7 +100,7 @@ impl WindowBuilder {
         WindowBuilder {
             start_after,
             end: None,
-            deltas: BTreeMap::new(),
+            deltas: HashMap::default(),
             dead_letters: Vec::new(),
             stats: WindowStats::default(),
             opened_at_ms,
@@ -110,8 +110,11 @@ impl WindowBuilder {
     /// Decodes, dedups and folds one record.
     pub fn push(&mut self, shard_id: &str, record: &StreamRecord, dedup: &mut Dedup) {
         self.stats.records += 1;
-        self.end = Some(record.seq.clone());
-        match decode(&record.data) {
+        match &mut self.end {
+            Some(end) => end.clone_from(&record.seq),
+            None => self.end = Some(record.seq.clone()),
+        }
+        match decode_ref(&record.data) {
             Err(e) => {
                 self.stats.malformed += 1;
                 let keep = record.data.len().min(DEAD_LETTER_MAX_BYTES);
@@ -128,10 +131,17 @@ impl WindowBuilder {
                 if dedup.observe(id_hash(&ev.event_id), record.arrival_ms) {
                     self.stats.counted += 1;
                     self.stats.latest_created_ms = self.stats.latest_created_ms.max(ev.created_at);
-                    self.deltas
-                        .entry(ev.post_id)
-                        .or_default()
-                        .add(ev.created_at, ev.action.delta());
+                    // Looked up by the borrowed id: a post already in the window costs no
+                    // allocation.
+                    let delta = ev.action.delta();
+                    match self.deltas.get_mut(ev.post_id.as_ref()) {
+                        Some(d) => d.add(ev.created_at, delta),
+                        None => {
+                            let mut d = PostDelta::default();
+                            d.add(ev.created_at, delta);
+                            self.deltas.insert(ev.post_id.into_owned(), d);
+                        }
+                    }
                 } else {
                     self.stats.duplicates += 1;
                 }
@@ -166,14 +176,18 @@ impl WindowBuilder {
             start_after: self.start_after,
             end: self.end,
             // A like and its unlike in the same minute cancel out: nothing to write.
-            posts: self
-                .deltas
-                .into_iter()
-                .filter_map(|(post, mut d)| {
-                    d.by_minute.retain(|_, n| *n != 0);
-                    (!d.by_minute.is_empty()).then_some((post, d))
-                })
-                .collect(),
+            posts: {
+                let mut posts: Vec<(String, PostDelta)> = self
+                    .deltas
+                    .into_iter()
+                    .filter_map(|(post, mut d)| {
+                        d.by_minute.retain(|_, n| *n != 0);
+                        (!d.by_minute.is_empty()).then_some((post, d))
+                    })
+                    .collect();
+                posts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                posts
+            },
             dead_letters: self.dead_letters,
             total_delta,
             dedup: dedup.seal(),

@@ -1,0 +1,51 @@
+//! The per-record work of analytics, without I/O: decode, dedup, latency, trending. The shard
+//! processor feeds it and stores what it holds each window; the benchmark measures it alone.
+
+use tally_core::dedup::{id_hash, Dedup};
+use tally_core::event::{decode_ref, Action};
+use tally_core::latency::Latency;
+use tally_core::ports::StreamRecord;
+use tally_core::trending::Trending;
+
+/// One shard's analytics state between snapshots.
+#[derive(Debug)]
+pub struct Fold {
+    /// Decayed like rate per post (bounded).
+    pub trending: Trending,
+    /// All-time likes per post (the same sketch, never decayed).
+    pub top_liked: Trending,
+    /// Producer retries count once.
+    pub dedup: Dedup,
+    /// The open window's histograms.
+    pub latency: Latency,
+}
+
+impl Fold {
+    /// An empty fold: `capacity` posts per sketch, the trending half-life, the dedup horizon.
+    pub fn new(capacity: usize, half_life_ms: i64, all_time_ms: i64, horizon_ms: i64) -> Fold {
+        Fold {
+            trending: Trending::new(capacity, half_life_ms),
+            top_liked: Trending::new(capacity, all_time_ms),
+            dedup: Dedup::new(horizon_ms),
+            latency: Latency::default(),
+        }
+    }
+
+    /// Folds one record processed at `now`; `true` when it was a like seen for the first time.
+    /// Malformed records are the counter's to dead-letter: analytics skips them.
+    pub fn push(&mut self, r: &StreamRecord, now: i64) -> bool {
+        let Ok(ev) = decode_ref(&r.data) else {
+            return false;
+        };
+        if !self.dedup.observe(id_hash(&ev.event_id), r.arrival_ms) {
+            return false;
+        }
+        self.latency.record_event(ev.created_at, r.arrival_ms, now);
+        if ev.action != Action::Like {
+            return false;
+        }
+        self.trending.add(&ev.post_id, ev.created_at);
+        self.top_liked.add(&ev.post_id, ev.created_at);
+        true
+    }
+}
