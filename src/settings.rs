@@ -89,6 +89,8 @@ pub struct CounterSettings {
     pub window_records: usize,
     /// …or this many milliseconds after it opened.
     pub window_ms: u64,
+    /// …or as soon as a read reaches the shard's tip (fresher counts at low rates, more windows).
+    pub close_when_caught_up: bool,
     /// A producer retry is recognised for this long after the original arrived.
     pub dedup_horizon_secs: u64,
     /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
@@ -182,6 +184,7 @@ impl Default for CounterSettings {
         CounterSettings {
             window_records: c.window_records,
             window_ms: c.window_time.as_millis() as u64,
+            close_when_caught_up: c.close_when_caught_up,
             dedup_horizon_secs: c.dedup_horizon.as_secs(),
             posts_per_batch: c.posts_per_batch,
             crash_after_batches: 0,

@@ -425,3 +425,60 @@ fn a_closed_pipe_ends_quietly_and_piped_logs_are_plain() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(status.code(), Some(101), "{err}");
 }
+
+/// `counter.close_when_caught_up`: a window closes as soon as a read reaches the shard's tip, so
+/// counts appear within a poll even with a ten-minute window — and stay exact (retries once,
+/// malformed records dead-lettered).
+fn counts_appear_at_the_tip(t: Target) {
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 1_500, 30, 21);
+    let env = [
+        ("TALLY_COUNTER__WINDOW_MS", "600000"),
+        ("TALLY_COUNTER__CLOSE_WHEN_CAUGHT_UP", "true"),
+    ];
+    let mut w = t.spawn("tip", &["count", "--worker-id", "tip"], &env);
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.eventually(
+        "every count, long before the window's time",
+        std::time::Duration::from_secs(60),
+        &[&w],
+        || t.json(&["total", "--json"])["total"] == exp.total(),
+    );
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+    assert_eq!(
+        t.json(&["dead-letters", "--json"])["total"],
+        exp.malformed as u64
+    );
+    // A second copy of the file: all retries, nothing changes.
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.eventually(
+        "the copy to be read",
+        std::time::Duration::from_secs(60),
+        &[&w],
+        || {
+            t.json(&["leases", "--json"])
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|l| l["pending"].is_null())
+        },
+    );
+    w.signal("TERM");
+    assert!(w.wait(std::time::Duration::from_secs(60)).success());
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+}
+
+#[test]
+fn counts_appear_at_the_tip_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    counts_appear_at_the_tip(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn counts_appear_at_the_tip_aws() {
+    counts_appear_at_the_tip(Target::aws("tip", 2));
+}

@@ -46,6 +46,7 @@ pub fn counter_config(s: &Settings) -> CounterConfig {
     let mut c = CounterConfig::new(apps::COUNTER);
     c.window_records = s.counter.window_records;
     c.window_time = Settings::ms(s.counter.window_ms);
+    c.close_when_caught_up = s.counter.close_when_caught_up;
     c.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
     c.posts_per_batch = s.counter.posts_per_batch;
     c.crash_after_batches =

@@ -51,6 +51,10 @@ pub struct CounterConfig {
     pub window_records: usize,
     /// …or this long after it opened, whichever comes first.
     pub window_time: Duration,
+    /// Also close a window as soon as a read reaches the shard's tip: counts are visible within
+    /// a poll at low rates, at the price of more (smaller) windows; at high rates windows fill
+    /// before the tip is reached, so nothing changes there.
+    pub close_when_caught_up: bool,
     /// A retry of an event is recognised for this long after the event arrived.
     pub dedup_horizon: Duration,
     /// Posts whose items one store call writes (the embedded store: one SQLite transaction;
@@ -71,6 +75,7 @@ impl CounterConfig {
             app: app.to_owned(),
             window_records: 5_000,
             window_time: Duration::from_secs(1),
+            close_when_caught_up: false,
             dedup_horizon: Duration::from_secs(600),
             posts_per_batch: 1_000,
             backoff: Backoff::default(),
@@ -308,6 +313,14 @@ impl ShardProcessor for CounterShard {
                 }
                 None => {}
             }
+        }
+        let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
+        if self.cfg.close_when_caught_up
+            && at_tip
+            && self.replay.is_none()
+            && self.window.as_ref().is_some_and(|w| !w.is_empty())
+        {
+            self.close_and_apply(false).await?;
         }
         Ok(())
     }

@@ -1,0 +1,224 @@
+//! How soon a like is visible in its post's count after it was put, at a low rate (about 2 likes
+//! per second, one shard), and how long a new worker takes to count the first record; for the
+//! default settings beside `counter.close_when_caught_up` (with the default and a shorter idle
+//! poll), with the write units each setting spends per like. The embedded backend always; the
+//! local AWS API peers too when `TEST_KINESIS_ENDPOINT` and `TEST_DYNAMODB_ENDPOINT` are set
+//! (`eval "$(scripts/local-aws.sh env)"`). Prints numbers; asserts nothing about time.
+//!
+//! Run: `cargo bench --bench freshness` (a test build of it exits at once).
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tally_core::ports::{CounterStore, PutEntry, Stream};
+
+/// Likes put per setting.
+const LIKES: usize = 40;
+/// Pause between puts: about 2 likes per second.
+const GAP: Duration = Duration::from_millis(500);
+
+struct Backend {
+    name: &'static str,
+    args: Vec<String>,
+    stream: Arc<dyn Stream>,
+    counter: Arc<dyn CounterStore>,
+    _dir: tempfile::TempDir,
+}
+
+fn tally(args: &[String], cmd: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
+    c.args(cmd)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
+    c
+}
+
+async fn embedded() -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let e = tally_embedded::Embedded::open(dir.path(), 1).unwrap();
+    Backend {
+        name: "embedded",
+        args: vec!["--data-dir".into(), dir.path().display().to_string()],
+        stream: Arc::new(e.clone()),
+        counter: Arc::new(e),
+        _dir: dir,
+    }
+}
+
+async fn aws(kinesis: &str, dynamodb: &str, run: &str) -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let unique = format!("fresh-{run}-{}", std::process::id());
+    let args: Vec<String> = [
+        "--backend",
+        "aws",
+        "--stream",
+        &format!("s-{unique}"),
+        "--table-prefix",
+        &format!("t-{unique}"),
+        "--kinesis-endpoint-url",
+        kinesis,
+        "--dynamodb-endpoint-url",
+        dynamodb,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut setup: Vec<String> = args.clone();
+    setup.extend(["--data-dir".into(), dir.path().display().to_string()]);
+    let ok = tally(&setup, &["setup", "--shards", "1"]).status().unwrap();
+    assert!(ok.success(), "setup on the local peers");
+    let aws = tally_aws::Aws::connect(&tally_aws::AwsSettings {
+        stream: format!("s-{unique}"),
+        table_prefix: format!("t-{unique}"),
+        kinesis_endpoint_url: Some(kinesis.into()),
+        dynamodb_endpoint_url: Some(dynamodb.into()),
+        stream_retention_hours: 24,
+    })
+    .await
+    .unwrap();
+    Backend {
+        name: "local AWS peers",
+        args,
+        stream: Arc::new(aws.stream),
+        counter: Arc::new(aws.tables),
+        _dir: dir,
+    }
+}
+
+async fn put(b: &Backend, post: &str, i: usize) {
+    let now = tally_consumer::worker::now_ms();
+    let data = format!(
+        r#"{{"event_id":"{post}-{i}","post_id":"{post}","user_id":"u{i}","action":"like","created_at":{now}}}"#
+    );
+    let out = b
+        .stream
+        .put_records(&[PutEntry {
+            partition_key: post.into(),
+            data: data.into_bytes(),
+        }])
+        .await
+        .unwrap();
+    assert!(
+        out.iter()
+            .all(|o| matches!(o, tally_core::ports::PutOutcome::Ok { .. })),
+        "put failed"
+    );
+}
+
+/// Waits until `post` counts `n`; returns how long that took.
+async fn visible(b: &Backend, post: &str, n: i64, since: Instant) -> Duration {
+    loop {
+        if b.counter.post_count(post, None).await.unwrap().total >= n {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "{post} never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn pct(sorted: &[Duration], p: f64) -> u128 {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_millis()
+}
+
+async fn measure(b: &Backend, setting: &str, env: &[(&str, &str)]) {
+    let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
+    // Start-up: a record is already in the stream when the worker starts.
+    let first = format!("first-{tag}");
+    put(b, &first, 0).await;
+    let spawned = Instant::now();
+    let mut c = tally(&b.args, &["count", "--json", "--worker-id", &tag]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let worker: Child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let startup = visible(b, &first, 1, spawned).await;
+
+    let mut lat = Vec::with_capacity(LIKES);
+    for i in 0..LIKES {
+        let post = format!("{tag}-{i}");
+        let t0 = Instant::now();
+        put(b, &post, i).await;
+        lat.push(visible(b, &post, 1, t0).await);
+        if let Some(rest) = GAP.checked_sub(t0.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
+    }
+    Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
+    let out = worker.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let units = v["write_units"]["total"].as_f64().unwrap_or(f64::NAN);
+    let counted = v["counted"].as_f64().unwrap_or(f64::NAN);
+    lat.sort();
+    println!(
+        "{:<16} {:<44} p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  start-up to first record {:>5} ms  write units per like {:.2}",
+        b.name,
+        setting,
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        lat.last().unwrap().as_millis(),
+        startup.as_millis(),
+        units / counted
+    );
+}
+
+async fn run(b: Backend) {
+    let settings: [(&str, &[(&str, &str)]); 3] = [
+        ("default (window 1 s, idle poll 500 ms)", &[]),
+        (
+            "close_when_caught_up",
+            &[("TALLY_COUNTER__CLOSE_WHEN_CAUGHT_UP", "true")],
+        ),
+        (
+            "close_when_caught_up, idle poll 100 ms",
+            &[
+                ("TALLY_COUNTER__CLOSE_WHEN_CAUGHT_UP", "true"),
+                ("TALLY_LEASE__IDLE_POLL_MS", "100"),
+            ],
+        ),
+    ];
+    for (name, env) in settings {
+        measure(&b, name, env).await;
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    // `cargo test --all-targets` builds and runs benches as tests: nothing to measure then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    println!(
+        "put → visible in the post's count, {LIKES} likes at about 2/s on one shard; each worker \
+         started with one record waiting"
+    );
+    run(embedded().await).await;
+    match (
+        std::env::var("TEST_KINESIS_ENDPOINT"),
+        std::env::var("TEST_DYNAMODB_ENDPOINT"),
+    ) {
+        (Ok(k), Ok(d)) => {
+            let b = aws(&k, &d, "1").await;
+            let args = b.args.clone();
+            run(b).await;
+            // The peers cap shards in total: leave nothing behind.
+            let _ = tally(&args, &["teardown", "--yes"]).status();
+        }
+        _ => println!(
+            "(local AWS peers not set: eval \"$(scripts/local-aws.sh env)\" to measure them too)"
+        ),
+    }
+}
