@@ -3,6 +3,7 @@
 
 use tally_core::dedup::{id_hash, Dedup};
 use tally_core::event::{decode_ref, Action};
+use tally_core::kpl::{user_records, UserRecords};
 use tally_core::latency::Latency;
 use tally_core::ports::StreamRecord;
 use tally_core::trending::Trending;
@@ -31,16 +32,28 @@ impl Fold {
         }
     }
 
-    /// Folds one record processed at `now`; `true` when it was a like seen for the first time.
-    /// Malformed records are the counter's to dead-letter: analytics skips them.
-    pub fn push(&mut self, r: &StreamRecord, now: i64) -> bool {
-        let Ok(ev) = decode_ref(&r.data) else {
+    /// Folds one Kinesis record processed at `now` (every user record of a KPL aggregate); returns
+    /// the likes seen for the first time. Malformed records are the counter's to dead-letter:
+    /// analytics skips them.
+    pub fn push(&mut self, r: &StreamRecord, now: i64) -> u64 {
+        match user_records(&r.data) {
+            Ok(UserRecords::One(data)) => u64::from(self.fold_event(data, r.arrival_ms, now)),
+            Ok(UserRecords::Aggregated(users)) => users
+                .iter()
+                .map(|d| u64::from(self.fold_event(d, r.arrival_ms, now)))
+                .sum(),
+            Err(_) => 0,
+        }
+    }
+
+    fn fold_event(&mut self, data: &[u8], arrival_ms: i64, now: i64) -> bool {
+        let Ok(ev) = decode_ref(data) else {
             return false;
         };
-        if !self.dedup.observe(id_hash(&ev.event_id), r.arrival_ms) {
+        if !self.dedup.observe(id_hash(&ev.event_id), arrival_ms) {
             return false;
         }
-        self.latency.record_event(ev.created_at, r.arrival_ms, now);
+        self.latency.record_event(ev.created_at, arrival_ms, now);
         if ev.action != Action::Like {
             return false;
         }

@@ -274,9 +274,8 @@ impl ShardProcessor for AnalyticsShard {
                 None => self.end = Some(r.seq.clone()),
             }
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            if self.fold.push(r, now) {
-                self.metrics.likes.fetch_add(1, Ordering::Relaxed);
-            }
+            let likes = self.fold.push(r, now);
+            self.metrics.likes.fetch_add(likes, Ordering::Relaxed);
             if self.records_in_window >= self.cfg.window_records {
                 self.snapshot(false).await?;
             }

@@ -13,6 +13,7 @@ pub mod cost;
 pub mod dedup;
 pub mod event;
 pub mod hashing;
+pub mod kpl;
 pub mod latency;
 pub mod lease;
 pub mod ports;

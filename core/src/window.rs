@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use crate::buckets::PostDelta;
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::event::decode_ref;
+use crate::kpl::{user_records, UserRecords};
 use crate::ports::StreamRecord;
 use crate::seq::SeqNo;
 
@@ -90,6 +91,8 @@ pub struct WindowBuilder {
     deltas: HashMap<String, PostDelta, ahash::RandomState>,
     dead_letters: Vec<DeadLetter>,
     stats: WindowStats,
+    /// User records folded (more than `stats.records` when records are KPL aggregates).
+    user_records: usize,
     /// When the window opened (caller's clock, ms), for closing on time.
     opened_at_ms: i64,
 }
@@ -103,55 +106,95 @@ impl WindowBuilder {
             deltas: HashMap::default(),
             dead_letters: Vec::new(),
             stats: WindowStats::default(),
+            user_records: 0,
             opened_at_ms,
         }
     }
 
-    /// Decodes, dedups and folds one record.
+    /// Decodes, dedups and folds one Kinesis record: its one event, or every user record of a
+    /// KPL aggregate (all into this window, so that the window ends at a whole record).
     pub fn push(&mut self, shard_id: &str, record: &StreamRecord, dedup: &mut Dedup) {
         self.stats.records += 1;
         match &mut self.end {
             Some(end) => end.clone_from(&record.seq),
             None => self.end = Some(record.seq.clone()),
         }
-        match decode_ref(&record.data) {
-            Err(e) => {
-                self.stats.malformed += 1;
-                let keep = record.data.len().min(DEAD_LETTER_MAX_BYTES);
-                self.dead_letters.push(DeadLetter {
-                    shard_id: shard_id.to_owned(),
-                    seq: record.seq.clone(),
-                    arrival_ms: record.arrival_ms,
-                    reason: truncate_utf8(&e.to_string(), DEAD_LETTER_MAX_REASON),
-                    data: record.data[..keep].to_vec(),
-                    size: record.data.len() as u64,
-                });
+        match user_records(&record.data) {
+            Ok(UserRecords::One(data)) => {
+                self.user_records += 1;
+                if let Err(e) = self.fold_event(data, record.arrival_ms, dedup) {
+                    self.stats.malformed += 1;
+                    self.dead_letter(shard_id, record, &record.data, e.to_string());
+                }
             }
-            Ok(ev) => {
-                if dedup.observe(id_hash(&ev.event_id), record.arrival_ms) {
-                    self.stats.counted += 1;
-                    self.stats.latest_created_ms = self.stats.latest_created_ms.max(ev.created_at);
-                    // Looked up by the borrowed id: a post already in the window costs no
-                    // allocation.
-                    let delta = ev.action.delta();
-                    match self.deltas.get_mut(ev.post_id.as_ref()) {
-                        Some(d) => d.add(ev.created_at, delta),
-                        None => {
-                            let mut d = PostDelta::default();
-                            d.add(ev.created_at, delta);
-                            self.deltas.insert(ev.post_id.into_owned(), d);
+            Ok(UserRecords::Aggregated(users)) => {
+                let n = users.len();
+                self.user_records += n;
+                let mut lettered = false;
+                for (i, data) in users.iter().enumerate() {
+                    if let Err(e) = self.fold_event(data, record.arrival_ms, dedup) {
+                        self.stats.malformed += 1;
+                        // One dead letter per Kinesis record (its key is the sequence number):
+                        // the first malformed user record, named by its place.
+                        if !lettered {
+                            lettered = true;
+                            let reason = format!("KPL user record {} of {n}: {e}", i + 1);
+                            self.dead_letter(shard_id, record, data, reason);
                         }
                     }
-                } else {
-                    self.stats.duplicates += 1;
                 }
+            }
+            Err(reason) => {
+                self.user_records += 1;
+                self.stats.malformed += 1;
+                self.dead_letter(shard_id, record, &record.data, reason);
             }
         }
     }
 
-    /// Records folded so far.
+    /// Folds one user record's event; a malformed one is returned for its dead letter.
+    fn fold_event(
+        &mut self,
+        data: &[u8],
+        arrival_ms: i64,
+        dedup: &mut Dedup,
+    ) -> Result<(), crate::event::DecodeError> {
+        let ev = decode_ref(data)?;
+        if !dedup.observe(id_hash(&ev.event_id), arrival_ms) {
+            self.stats.duplicates += 1;
+            return Ok(());
+        }
+        self.stats.counted += 1;
+        self.stats.latest_created_ms = self.stats.latest_created_ms.max(ev.created_at);
+        // Looked up by the borrowed id: a post already in the window costs no allocation.
+        let delta = ev.action.delta();
+        match self.deltas.get_mut(ev.post_id.as_ref()) {
+            Some(d) => d.add(ev.created_at, delta),
+            None => {
+                let mut d = PostDelta::default();
+                d.add(ev.created_at, delta);
+                self.deltas.insert(ev.post_id.into_owned(), d);
+            }
+        }
+        Ok(())
+    }
+
+    fn dead_letter(&mut self, shard_id: &str, record: &StreamRecord, data: &[u8], reason: String) {
+        let keep = data.len().min(DEAD_LETTER_MAX_BYTES);
+        self.dead_letters.push(DeadLetter {
+            shard_id: shard_id.to_owned(),
+            seq: record.seq.clone(),
+            arrival_ms: record.arrival_ms,
+            reason: truncate_utf8(&reason, DEAD_LETTER_MAX_REASON),
+            data: data[..keep].to_vec(),
+            size: data.len() as u64,
+        });
+    }
+
+    /// User records folded so far (a KPL aggregate counts each of its records): what the
+    /// window's size limit counts, since each may add an id to the dedup record.
     pub fn len(&self) -> usize {
-        self.stats.records as usize
+        self.user_records
     }
 
     /// Whether no record was folded.

@@ -1,0 +1,166 @@
+//! Records aggregated by the Kinesis Producer Library's format, written by AWS's own aggregator
+//! (PyPI aws-kinesis-agg, through scripts/kpl-aggregate.sh), not by tally: the counter and
+//! analytics count every user record exactly once — across producer retries inside and between
+//! aggregates, a crash between two windows, and a second run — and a corrupt aggregate is
+//! dead-lettered whole without blocking its shard.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use base64::Engine;
+use common::{file_in, write_contract_file, Target};
+use tally_core::ports::{PutEntry, PutOutcome, Stream};
+
+/// The target's stream, opened through the same adapter tally uses.
+fn stream(t: &Target, rt: &tokio::runtime::Runtime) -> Arc<dyn Stream> {
+    let arg = |name: &str| {
+        let i = t.args.iter().position(|a| a == name)?;
+        t.args.get(i + 1).cloned()
+    };
+    if t.is_aws() {
+        let aws = rt
+            .block_on(tally_aws::Aws::connect(&tally_aws::AwsSettings {
+                stream: arg("--stream").unwrap(),
+                table_prefix: arg("--table-prefix").unwrap(),
+                kinesis_endpoint_url: arg("--kinesis-endpoint-url"),
+                dynamodb_endpoint_url: arg("--dynamodb-endpoint-url"),
+                stream_retention_hours: 24,
+            }))
+            .unwrap();
+        Arc::new(aws.stream)
+    } else {
+        Arc::new(tally_embedded::Embedded::open(t.dir.path(), 2).unwrap())
+    }
+}
+
+/// `lines` aggregated by aws-kinesis-agg, `per` user records per Kinesis record.
+fn aggregate(lines: &[u8], per: usize) -> Vec<PutEntry> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kpl-aggregate.sh");
+    let mut child = std::process::Command::new(script)
+        .arg(per.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Written from another thread: the aggregator prints while it reads.
+    let mut stdin = child.stdin.take().unwrap();
+    let input = lines.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input).unwrap());
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(out.status.success(), "the aggregator failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (key, b64) = l.split_once('\t').unwrap();
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap();
+            assert_eq!(&data[..4], &tally_core::kpl::MAGIC, "an aggregate");
+            PutEntry {
+                partition_key: key.to_owned(),
+                data,
+            }
+        })
+        .collect()
+}
+
+fn put(stream: &dyn Stream, rt: &tokio::runtime::Runtime, entries: &[PutEntry]) {
+    for chunk in entries.chunks(100) {
+        let out = rt.block_on(stream.put_records(chunk)).unwrap();
+        assert!(out.iter().all(|o| matches!(o, PutOutcome::Ok { .. })));
+    }
+}
+
+fn aggregated_records_count_exactly(t: Target) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 2_000, 40, 77);
+    let lines = std::fs::read(&file).unwrap();
+    let mut entries = aggregate(&lines, 25);
+    assert!(entries.len() >= 2_000 / 25, "{} aggregates", entries.len());
+    assert!(
+        entries.len() < 2_000 / 2,
+        "most records hold several user records"
+    );
+    // A producer retry of whole aggregates: every user record in them is a duplicate.
+    let retried: Vec<PutEntry> = entries[..5].to_vec();
+    entries.extend(retried);
+    // A corrupt aggregate (one byte flipped: its MD5 no longer matches), of events that are in
+    // no expected count: dead-lettered whole.
+    let lost = b"{\"event_id\":\"lost-1\",\"post_id\":\"lost\",\"user_id\":\"u\",\"action\":\"like\",\"created_at\":1}\n";
+    let mut corrupt = aggregate(lost, 10).remove(0);
+    let mid = corrupt.data.len() / 2;
+    corrupt.data[mid] ^= 0x55;
+    entries.insert(entries.len() / 2, corrupt);
+    let s = stream(&t, &rt);
+    put(s.as_ref(), &rt, &entries);
+
+    // The counter dies after its first batch of post writes, mid-stream, with small windows
+    // (a window always ends at a whole Kinesis record); the next run completes it.
+    let crash = [
+        ("TALLY_COUNTER__WINDOW_RECORDS", "200"),
+        ("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3"),
+    ];
+    let out = common::output({
+        let mut c = t.cmd(&["count", "--until-idle"]);
+        for (k, v) in crash {
+            c.env(k, v);
+        }
+        c
+    });
+    assert!(!out.status.success(), "the failpoint ends the first run");
+    let v = t.json_env(
+        &["count", "--until-idle", "--json"],
+        &[("TALLY_COUNTER__WINDOW_RECORDS", "200")],
+    );
+    assert!(v["records"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    assert_eq!(t.count("lost"), 0);
+    let dl = t.json(&["dead-letters", "--json", "--limit", "1000"]);
+    let reasons: Vec<&str> = dl["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("KPL aggregate: MD5")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.starts_with("KPL user record ")),
+        "a malformed line inside an aggregate names its place: {reasons:?}"
+    );
+    // A second run finds nothing new.
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+
+    // Analytics sees each distinct event once.
+    t.run(&["analytics", "--until-idle"]);
+    let lat = t.json(&["latency", "--json"]);
+    assert_eq!(
+        lat["creation_ms"]["count"],
+        (exp.lines - exp.malformed - exp.duplicates) as u64,
+        "{lat}"
+    );
+}
+
+#[test]
+fn aggregated_records_count_exactly_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    aggregated_records_count_exactly(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn aggregated_records_count_exactly_aws() {
+    aggregated_records_count_exactly(Target::aws("kpl", 2));
+}
