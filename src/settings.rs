@@ -250,7 +250,11 @@ pub const LOG_VAR: &str = "TALLY_LOG";
 /// The `TALLY_*` environment variables that are settings. One that names no setting is an error
 /// that names it (`TALLY_LOG` aside: it sets the log filter), instead of an unknown-field error.
 fn settings_env() -> Result<std::collections::HashMap<String, String>> {
-    let keys = Settings::keys();
+    let defaults = serde_json::to_value(Settings::default()).unwrap_or_default();
+    let keys: Vec<String> = defaults
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
     let mut out = std::collections::HashMap::new();
     for (name, value) in std::env::vars() {
         let Some(rest) = name.strip_prefix("TALLY_") else {
@@ -261,7 +265,7 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
         }
         let path: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
         let top = path[0].clone();
-        if keys.contains(&top) && !is_setting(&path) {
+        if keys.contains(&top) && !is_setting(&defaults, &path) {
             bail!(
                 "environment variable {name} is not a tally setting: `{}` has no key `{}` (see \
                  `tally config` for every key)",
@@ -287,15 +291,13 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
     Ok(out)
 }
 
-/// Whether a dotted path (lower case, from a `TALLY_A__B` variable) names a setting.
-fn is_setting(path: &[String]) -> bool {
-    let mut v = match serde_json::to_value(Settings::default()) {
-        Ok(v) => v,
-        Err(_) => return true,
-    };
+/// Whether a dotted path (lower case, from a `TALLY_A__B` variable) names a setting of
+/// `defaults` (the default settings as JSON).
+fn is_setting(defaults: &serde_json::Value, path: &[String]) -> bool {
+    let mut v = defaults;
     for (i, k) in path.iter().enumerate() {
         match v.get(k.as_str()) {
-            Some(next) => v = next.clone(),
+            Some(next) => v = next,
             // A field left out of the defaults' serialization (the failpoint) is a setting too.
             None => return i == path.len() - 1 && k == "crash_after_batches",
         }
@@ -350,14 +352,6 @@ fn check_file(f: &Path) -> Result<()> {
 }
 
 impl Settings {
-    /// The top-level keys, as `TALLY_<KEY>` variables name them.
-    fn keys() -> Vec<String> {
-        match serde_json::to_value(Settings::default()) {
-            Ok(serde_json::Value::Object(o)) => o.keys().cloned().collect(),
-            _ => Vec::new(),
-        }
-    }
-
     /// Loads the layers. `file`: an explicit `--config` (must exist) or `None` for `./tally.toml`
     /// if present.
     pub fn load(file: Option<&Path>, overrides: Vec<Override>) -> Result<Settings> {

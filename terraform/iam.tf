@@ -1,5 +1,5 @@
 # Least privilege: one task role per application, each statement listing exactly the API calls
-# that application makes (the lists mirror tally_aws::KINESIS_CONSUMER_ACTIONS,
+# the applications make (the lists mirror tally_aws::KINESIS_CONSUMER_ACTIONS,
 # DYNAMODB_COUNTER_ACTIONS, DYNAMODB_ANALYTICS_ACTIONS, the producer's and the operator's;
 # tests/terraform.rs fails on drift either way), on the stream, the tables and the key only.
 
@@ -18,8 +18,10 @@ data "aws_iam_policy_document" "assume_ecs_tasks" {
   }
 }
 
-# The counter's tasks.
-data "aws_iam_policy_document" "counter" {
+# The workers' tasks. The counter and analytics make the same calls today
+# (tally_aws::DYNAMODB_COUNTER_ACTIONS = DYNAMODB_ANALYTICS_ACTIONS), so one document serves both
+# roles; if they diverge, this becomes one document per application.
+data "aws_iam_policy_document" "worker" {
   statement {
     sid       = "ReadStream"
     actions   = ["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"]
@@ -31,25 +33,6 @@ data "aws_iam_policy_document" "counter" {
     resources = [for t in aws_dynamodb_table.tally : t.arn]
   }
   # Reading a KMS-encrypted stream decrypts; the tables' encryption is DynamoDB's own grant.
-  statement {
-    sid       = "EncryptionKey"
-    actions   = ["kms:Decrypt"]
-    resources = [aws_kms_key.tally.arn]
-  }
-}
-
-# The analytics tasks.
-data "aws_iam_policy_document" "analytics" {
-  statement {
-    sid       = "ReadStream"
-    actions   = ["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"]
-    resources = [aws_kinesis_stream.likes.arn]
-  }
-  statement {
-    sid       = "Tables"
-    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"]
-    resources = [for t in aws_dynamodb_table.tally : t.arn]
-  }
   statement {
     sid       = "EncryptionKey"
     actions   = ["kms:Decrypt"]
@@ -97,13 +80,6 @@ data "aws_iam_policy_document" "operator" {
   }
 }
 
-locals {
-  app_policies = {
-    counter   = data.aws_iam_policy_document.counter.json
-    analytics = data.aws_iam_policy_document.analytics.json
-  }
-}
-
 resource "aws_iam_role" "task" {
   for_each           = local.services
   name               = "${local.name}-${each.key}-task"
@@ -114,7 +90,7 @@ resource "aws_iam_role_policy" "task" {
   for_each = local.services
   name     = each.key
   role     = aws_iam_role.task[each.key].id
-  policy   = local.app_policies[each.key]
+  policy   = data.aws_iam_policy_document.worker.json
 }
 
 resource "aws_iam_policy" "producer" {

@@ -134,13 +134,14 @@ fn set(a: &[&str]) -> BTreeSet<String> {
 fn iam_grants_each_role_exactly_what_the_code_calls() {
     let bodies = terraform();
     let roles: [(&str, &[&str], &[&str]); 4] = [
+        // Both applications' roles carry the one worker document (terraform/iam.tf).
         (
-            "counter",
+            "worker",
             tally_aws::KINESIS_CONSUMER_ACTIONS,
             tally_aws::DYNAMODB_COUNTER_ACTIONS,
         ),
         (
-            "analytics",
+            "worker",
             tally_aws::KINESIS_CONSUMER_ACTIONS,
             tally_aws::DYNAMODB_ANALYTICS_ACTIONS,
         ),
@@ -290,17 +291,13 @@ fn eval_context(bodies: &[Body], given: &[(&str, hcl::Value)]) -> hcl::eval::Con
                     .ok_or_else(|| "coalesce: all null".to_string())
             }),
     );
-    let mut local = hcl::Map::new();
+    let mut locals = hcl::Map::new();
     for name in ["name", "stream_name", "table_prefix", "health_port"] {
-        let v = local_expr(bodies, name).evaluate(&ctx).unwrap();
-        local.insert(name.to_owned(), v);
+        let v = local(bodies, name).evaluate(&ctx).unwrap();
+        locals.insert(name.to_owned(), v);
     }
-    ctx.declare_var("local", hcl::Value::Object(local));
+    ctx.declare_var("local", hcl::Value::Object(locals));
     ctx
-}
-
-fn local_expr(bodies: &[Body], name: &str) -> Expression {
-    local(bodies, name)
 }
 
 /// The tasks' environment as Terraform would set it, with these variable values.

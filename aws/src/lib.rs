@@ -51,25 +51,14 @@ pub const DYNAMODB_COUNTER_ACTIONS: &[&str] = &[
     "dynamodb:DeleteItem",
     "dynamodb:Query",
 ];
-/// DynamoDB calls of the analytics workers: leases, snapshots (a transaction of Puts), dedup.
-pub const DYNAMODB_ANALYTICS_ACTIONS: &[&str] = &[
-    "dynamodb:DescribeTable",
-    "dynamodb:GetItem",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:Query",
-];
+/// DynamoDB calls of the analytics workers (leases, snapshots as a transaction of Puts, dedup):
+/// today the counter's set, so both roles share one policy document in Terraform.
+pub const DYNAMODB_ANALYTICS_ACTIONS: &[&str] = DYNAMODB_COUNTER_ACTIONS;
 /// DynamoDB actions a producer needs (the start-up check that the tables exist).
 pub const DYNAMODB_PRODUCER_ACTIONS: &[&str] = &["dynamodb:DescribeTable"];
-/// What an operator's reading commands call (`query`, `total`, `top`, `latency`, `leases`,
-/// `dead-letters`, `serve`, `record`): reads only.
-pub const KINESIS_OPERATOR_ACTIONS: &[&str] = &[
-    "kinesis:DescribeStreamSummary",
-    "kinesis:ListShards",
-    "kinesis:GetShardIterator",
-    "kinesis:GetRecords",
-];
+/// What an operator's reading commands call on Kinesis (`record` reads the stream as a consumer
+/// does): the consumers' reads.
+pub const KINESIS_OPERATOR_ACTIONS: &[&str] = KINESIS_CONSUMER_ACTIONS;
 /// DynamoDB reads of the operator's commands; `Scan` lists dead letters.
 pub const DYNAMODB_OPERATOR_ACTIONS: &[&str] = &[
     "dynamodb:DescribeTable",

@@ -81,9 +81,10 @@ pub fn user_records(data: &[u8]) -> Result<UserRecords<'_>, String> {
     Ok(UserRecords::Aggregated(out))
 }
 
-/// An aggregate of `user_records`, each with partition key `key` (tests and benchmarks; tally's
-/// producer puts one event per record).
-pub fn aggregate(key: &str, user_records: &[&[u8]]) -> Vec<u8> {
+/// An aggregate of `user_records`, each with partition key `key`, for the unit tests (the
+/// end-to-end test uses AWS's own aggregator; tally's producer puts one event per record).
+#[cfg(test)]
+fn aggregate(key: &str, user_records: &[&[u8]]) -> Vec<u8> {
     let agg = AggregatedRecord {
         partition_key_table: vec![key.to_owned()],
         explicit_hash_key_table: Vec::new(),
