@@ -3,9 +3,11 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use tally_core::ports::{AnalyticsStore, BaselineWriters, CounterStore, LeaseStore, Stream};
+use tally_core::ports::{
+    AnalyticsStore, BaselineWriters, CounterStore, LeaseStore, PortError, Stream,
+};
 
-use crate::settings::{BackendKind, Settings};
+use crate::settings::{BackendKind, ReadMode, Settings};
 
 /// The ports, wired to one backend.
 #[derive(Clone)]
@@ -16,6 +18,8 @@ pub struct Backend {
     pub leases: Arc<dyn LeaseStore>,
     /// The patterns tally is measured against (`demo --baselines`).
     pub baselines: Arc<dyn BaselineWriters>,
+    /// The Kinesis stream itself, on AWS (enhanced fan-out registers consumers on it).
+    kinesis: Option<tally_aws::KinesisStream>,
 }
 
 impl Backend {
@@ -51,6 +55,7 @@ impl Backend {
             analytics: Arc::new(e.clone()),
             leases: Arc::new(e.clone()),
             baselines: Arc::new(e),
+            kinesis: None,
         }
     }
 
@@ -62,7 +67,42 @@ impl Backend {
             analytics: Arc::new(aws.tables.clone()),
             leases: Arc::new(aws.tables.clone()),
             baselines: Arc::new(aws.tables),
+            kinesis: Some(aws.stream),
         })
+    }
+
+    /// The stream as `app` reads it: polled, or through its enhanced fan-out consumer when
+    /// `read_mode = "efo"` on Kinesis. When the account or the stream refuses fan-out (no
+    /// permission, the consumer limit reached, a peer without it), the app reads by polling and
+    /// says so in one log line; an endpoint that does not answer is an error as for any call.
+    pub async fn stream_for(&self, s: &Settings, app: &str) -> Result<Arc<dyn Stream>> {
+        if s.read_mode(app) == ReadMode::Polling {
+            return Ok(self.stream.clone());
+        }
+        let Some(kinesis) = &self.kinesis else {
+            tracing::info!(
+                app,
+                "read_mode = \"efo\" is for Kinesis; the embedded stream is read directly"
+            );
+            return Ok(self.stream.clone());
+        };
+        let name = s.consumer_name(app);
+        let wait = Settings::ms(s.lease.idle_poll_ms);
+        match tally_aws::fan_out::FanOut::register(kinesis, &name, wait).await {
+            Ok(f) => Ok(Arc::new(f)),
+            Err(e @ (PortError::Unavailable { .. } | PortError::Timeout(_))) => {
+                Err(anyhow::Error::new(e).context(format!("registering consumer {name}")))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    app,
+                    consumer = %name,
+                    "enhanced fan-out is not available ({e}); reading stream {} by polling GetRecords instead",
+                    s.stream
+                );
+                Ok(self.stream.clone())
+            }
+        }
     }
 }
 

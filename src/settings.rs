@@ -33,6 +33,27 @@ impl<'de> Deserialize<'de> for BackendKind {
     }
 }
 
+/// How an application reads Kinesis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadMode {
+    /// GetRecords: 5 reads/s and 2 MB/s per shard, shared by every application on the stream.
+    #[default]
+    Polling,
+    /// Enhanced fan-out: a consumer registered for the application, records pushed over
+    /// SubscribeToShard (2 MB/s per shard of its own).
+    Efo,
+}
+
+impl<'de> Deserialize<'de> for ReadMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        <ReadMode as clap::ValueEnum>::from_str(&name, false).map_err(|_| {
+            serde::de::Error::custom(format!("expected one of `polling`, `efo`, got `{name}`"))
+        })
+    }
+}
+
 /// Everything configurable.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -91,6 +112,8 @@ pub struct CounterSettings {
     pub window_ms: u64,
     /// …or as soon as a read reaches the shard's tip (fresher counts at low rates, more windows).
     pub close_when_caught_up: bool,
+    /// How the counter reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
+    pub read_mode: ReadMode,
     /// A producer retry is recognised for this long after the original arrived.
     pub dedup_horizon_secs: u64,
     /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
@@ -111,6 +134,8 @@ pub struct AnalyticsSettings {
     pub half_life_secs: u64,
     pub window_records: usize,
     pub window_ms: u64,
+    /// How analytics reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
+    pub read_mode: ReadMode,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -185,6 +210,7 @@ impl Default for CounterSettings {
             window_records: c.window_records,
             window_ms: c.window_time.as_millis() as u64,
             close_when_caught_up: c.close_when_caught_up,
+            read_mode: ReadMode::Polling,
             dedup_horizon_secs: c.dedup_horizon.as_secs(),
             posts_per_batch: c.posts_per_batch,
             crash_after_batches: 0,
@@ -200,6 +226,7 @@ impl Default for AnalyticsSettings {
             half_life_secs: a.half_life.as_secs(),
             window_records: a.window_records,
             window_ms: a.window_time.as_millis() as u64,
+            read_mode: ReadMode::Polling,
         }
     }
 }
@@ -352,6 +379,21 @@ fn check_file(f: &Path) -> Result<()> {
 }
 
 impl Settings {
+    /// How `app` reads Kinesis.
+    pub fn read_mode(&self, app: &str) -> ReadMode {
+        if app == tally_core::apps::ANALYTICS {
+            self.analytics.read_mode
+        } else {
+            self.counter.read_mode
+        }
+    }
+
+    /// The enhanced fan-out consumer of `app`: one per deployment (table prefix) and application,
+    /// the name Terraform registers too.
+    pub fn consumer_name(&self, app: &str) -> String {
+        tally_aws::fan_out::consumer_name(&self.table_prefix, app)
+    }
+
     /// Loads the layers. `file`: an explicit `--config` (must exist) or `None` for `./tally.toml`
     /// if present.
     pub fn load(file: Option<&Path>, overrides: Vec<Override>) -> Result<Settings> {

@@ -5,13 +5,11 @@
 #![cfg(feature = "aws-local")]
 
 mod common;
-#[path = "common/fault_proxy.rs"]
-mod fault_proxy;
 
 use std::collections::BTreeMap;
 
+use common::fault_proxy::{Fault, FaultProxy};
 use common::{file_in, write_contract_file, Target};
-use fault_proxy::{Fault, FaultProxy};
 
 fn endpoints() -> (String, String) {
     (

@@ -38,6 +38,12 @@ fn sigkill_at_random_moments_keeps_counts_exact_aws() {
     sigkill_at_random_moments_keeps_counts_exact(Target::aws("sigkill", 2), 2_000, 4);
 }
 
+#[cfg(feature = "aws-local")]
+#[test]
+fn sigkill_at_random_moments_keeps_counts_exact_aws_efo() {
+    sigkill_at_random_moments_keeps_counts_exact(Target::aws_efo("sigkill-efo", 2), 2_000, 4);
+}
+
 fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower: u64) {
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, events, 60, 11);
@@ -74,6 +80,7 @@ fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower
     );
     t.run_env(&["count", "--until-idle", "--worker-id", "final"], CHUNKY);
     check_exact(&t, &exp);
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -85,6 +92,12 @@ fn crash_between_two_batches_resumes_the_window_embedded() {
 #[test]
 fn crash_between_two_batches_resumes_the_window_aws() {
     crash_between_two_batches_resumes_the_window(Target::aws("batches", 2));
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn crash_between_two_batches_resumes_the_window_aws_efo() {
+    crash_between_two_batches_resumes_the_window(Target::aws_efo("batches-efo", 2));
 }
 
 fn crash_between_two_batches_resumes_the_window(t: Target) {
@@ -110,6 +123,7 @@ fn crash_between_two_batches_resumes_the_window(t: Target) {
     // …and a restart applies the window again: what was written is refused, the rest written.
     t.run_env(&["count", "--until-idle", "--worker-id", "w"], CHUNKY);
     check_exact(&t, &exp);
+    t.assert_read_as_configured();
 }
 
 #[test]

@@ -170,6 +170,7 @@ fn a_retry_two_reshards_later_counts_once(t: Target) {
     assert_eq!(v["counted"], 0, "every event was counted before: {v}");
     assert_eq!(t.mismatches(&exp.counts), vec![]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -183,6 +184,12 @@ fn a_retry_two_reshards_later_counts_once_embedded() {
 #[test]
 fn a_retry_two_reshards_later_counts_once_aws() {
     a_retry_two_reshards_later_counts_once(Target::aws("retry2", 1));
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn a_retry_two_reshards_later_counts_once_aws_efo() {
+    a_retry_two_reshards_later_counts_once(Target::aws_efo("retry2-efo", 1));
 }
 
 /// The ids each shard's duplicate filter was restored with, from the counter's log.

@@ -196,6 +196,7 @@ fn fleet_keeps_counts_exact(
     assert!(d.wait(Duration::from_secs(30)).success());
     // After a clean stop every lease is released at once.
     assert!(owners(&t).values().all(Option::is_none), "{:?}", owners(&t));
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -210,6 +211,18 @@ fn fleet_keeps_counts_exact_embedded() {
 fn fleet_keeps_counts_exact_aws() {
     fleet_keeps_counts_exact(
         Target::aws("fleet", 4),
+        "shardId-000000000002",
+        "600",
+        "3000",
+        FAST_AWS,
+    );
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn fleet_keeps_counts_exact_aws_efo() {
+    fleet_keeps_counts_exact(
+        Target::aws_efo("fleet-efo", 4),
         "shardId-000000000002",
         "600",
         "3000",
@@ -283,6 +296,18 @@ fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
     assert!(field(" records") > 0, "{summary}");
     assert_eq!(field(" windows"), 0, "{summary}");
     assert!(!owners(&t).values().any(|o| o.as_deref() == Some("stale")));
+    if t.kinesis_proxy.is_some() {
+        // Fan-out: the paused worker's subscriptions stay open, and kinesis-local never lets a
+        // new subscription take an open one over (Kinesis does after 5 s): the fresh worker
+        // reads those shards by polling once refused for 20 s, and says so.
+        assert!(
+            fresh
+                .log_text()
+                .contains("reading it by polling GetRecords"),
+            "{}",
+            fresh.log_text()
+        );
+    }
 }
 
 #[test]
@@ -297,6 +322,12 @@ fn stale_worker_cannot_apply_embedded() {
 #[test]
 fn stale_worker_cannot_apply_aws() {
     stale_worker_cannot_apply(Target::aws("stale", 2), FAST_AWS);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn stale_worker_cannot_apply_aws_efo() {
+    stale_worker_cannot_apply(Target::aws_efo("stale-efo", 2), FAST_AWS);
 }
 
 /// With `metrics.emf` on, a worker's lease and shard metrics are CloudWatch embedded metric format

@@ -195,6 +195,7 @@ fn harness(t: Target, pace: Pace) {
         counts.values().sum::<i64>()
     );
     assert_eq!(t.json(&["dead-letters", "--json"])["total"], malformed);
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -221,6 +222,22 @@ fn crashes_and_stale_writers_keep_counts_exact_aws() {
             events_per_part: 400,
             posts_per_batch: "2",
             kill_after_ms: 60..600,
+            slower: 2,
+        },
+    );
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn crashes_and_stale_writers_keep_counts_exact_aws_efo() {
+    harness(
+        Target::aws_efo("harness-efo", 2),
+        Pace {
+            events_per_part: 400,
+            posts_per_batch: "2",
+            // kinesis-local pushes an event a second: a kill before the first one lands
+            // before any reading.
+            kill_after_ms: 1_100..2_600,
             slower: 2,
         },
     );

@@ -150,6 +150,7 @@ fn aggregated_records_count_exactly(t: Target) {
         (exp.lines - exp.malformed - exp.duplicates) as u64,
         "{lat}"
     );
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -163,4 +164,10 @@ fn aggregated_records_count_exactly_embedded() {
 #[test]
 fn aggregated_records_count_exactly_aws() {
     aggregated_records_count_exactly(Target::aws("kpl", 2));
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn aggregated_records_count_exactly_aws_efo() {
+    aggregated_records_count_exactly(Target::aws_efo("kpl-efo", 2));
 }

@@ -17,6 +17,12 @@ fn replay_count_query_is_exact_aws() {
     replay_count_query_is_exact(Target::aws("replay", 2), 2);
 }
 
+#[cfg(feature = "aws-local")]
+#[test]
+fn replay_count_query_is_exact_aws_efo() {
+    replay_count_query_is_exact(Target::aws_efo("replay-efo", 2), 2);
+}
+
 fn replay_count_query_is_exact(t: Target, shards: usize) {
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, 3_000, 40, 7);
@@ -82,6 +88,7 @@ fn replay_count_query_is_exact(t: Target, shards: usize) {
     assert!(lat["windows"].as_u64().unwrap() >= 1);
     let leases = t.json(&["leases", "--json"]);
     assert_eq!(leases.as_array().unwrap().len(), shards);
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -374,6 +381,7 @@ fn analytics_counts_a_replayed_file_once(t: Target) {
     );
     let after = t.json(&["top", "--k", "5", "--json"]);
     assert_eq!(after["trending"], top["trending"], "trending is unchanged");
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -387,6 +395,12 @@ fn analytics_counts_a_replayed_file_once_embedded() {
 #[test]
 fn analytics_counts_a_replayed_file_once_aws() {
     analytics_counts_a_replayed_file_once(Target::aws("anadedup", 2));
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn analytics_counts_a_replayed_file_once_aws_efo() {
+    analytics_counts_a_replayed_file_once(Target::aws_efo("anadedup-efo", 2));
 }
 
 /// A reading command into a closed pipe (`tally dead-letters | head -1`) ends quietly, as Unix
@@ -468,6 +482,7 @@ fn counts_appear_at_the_tip(t: Target) {
     t.run(&["count", "--until-idle"]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     assert_eq!(t.mismatches(&exp.counts), vec![]);
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -481,4 +496,10 @@ fn counts_appear_at_the_tip_embedded() {
 #[test]
 fn counts_appear_at_the_tip_aws() {
     counts_appear_at_the_tip(Target::aws("tip", 2));
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn counts_appear_at_the_tip_aws_efo() {
+    counts_appear_at_the_tip(Target::aws_efo("tip-efo", 2));
 }

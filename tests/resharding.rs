@@ -100,6 +100,7 @@ fn resharding_keeps_counts_exact(t: Target, parent: &str) {
     );
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     assert_eq!(t.mismatches(&exp.counts), vec![]);
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -111,4 +112,10 @@ fn resharding_keeps_counts_exact_embedded() {
 #[test]
 fn resharding_keeps_counts_exact_aws() {
     resharding_keeps_counts_exact(Target::aws("reshard", 2), "shardId-000000000000");
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn resharding_keeps_counts_exact_aws_efo() {
+    resharding_keeps_counts_exact(Target::aws_efo("reshard-efo", 2), "shardId-000000000000");
 }

@@ -139,7 +139,11 @@ pub fn from_code(
         | "KMSThrottlingException" => {
             PortError::Throttled(format!("{call} on {resource}: {detail}"))
         }
-        "TransactionConflictException" | "TransactionInProgressException" => {
+        // ResourceInUseException: busy (a consumer being registered, a shard with another
+        // subscription still active); the same call succeeds later.
+        "TransactionConflictException"
+        | "TransactionInProgressException"
+        | "ResourceInUseException" => {
             PortError::Conflict(format!("{call} on {resource}: {detail}"))
         }
         "ExpiredIteratorException" => PortError::IteratorExpired(format!("{resource}: {detail}")),

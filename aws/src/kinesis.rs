@@ -70,6 +70,45 @@ impl KinesisStream {
         map(&self.target, call, &self.resource(), e)
     }
 
+    /// An error of `call` on another resource than the stream (a consumer, a shard).
+    pub(crate) fn err_on<E>(
+        &self,
+        call: &str,
+        resource: &str,
+        e: aws_smithy_runtime_api::client::result::SdkError<
+            E,
+            aws_smithy_runtime_api::http::Response,
+        >,
+    ) -> PortError
+    where
+        E: aws_smithy_types::error::metadata::ProvideErrorMetadata
+            + std::error::Error
+            + Send
+            + Sync
+            + 'static,
+    {
+        map(&self.target, call, resource, e)
+    }
+
+    /// The stream's ARN (enhanced fan-out registers consumers by it).
+    pub async fn arn(&self) -> PortResult<String> {
+        let d = self
+            .client
+            .describe_stream_summary()
+            .stream_name(&self.name)
+            .send()
+            .await
+            .map_err(|e| self.err("DescribeStreamSummary", e))?;
+        d.stream_description_summary()
+            .map(|s| s.stream_arn().to_owned())
+            .ok_or_else(|| {
+                PortError::Other(format!(
+                    "DescribeStreamSummary on {} returned no description",
+                    self.resource()
+                ))
+            })
+    }
+
     /// Checks that the stream exists and the endpoint answers.
     pub async fn check(&self) -> PortResult<()> {
         self.client
@@ -82,7 +121,7 @@ impl KinesisStream {
     }
 }
 
-fn seq(s: &str) -> PortResult<SeqNo> {
+pub(crate) fn seq(s: &str) -> PortResult<SeqNo> {
     SeqNo::parse(s).ok_or_else(|| {
         PortError::Invalid(format!(
             "Kinesis returned a sequence number that is not decimal: {s:?}"
@@ -256,18 +295,11 @@ impl ShardReader for KinesisReader {
             }
             other => other?,
         };
-        let mut records = Vec::with_capacity(resp.records().len());
-        for r in resp.records() {
-            records.push(StreamRecord {
-                seq: seq(r.sequence_number())?,
-                arrival_ms: r
-                    .approximate_arrival_timestamp()
-                    .and_then(|t| t.to_millis().ok())
-                    .unwrap_or(0),
-                partition_key: r.partition_key().unwrap_or_default().to_owned(),
-                data: r.data().as_ref().to_vec(),
-            });
-        }
+        let records = resp
+            .records()
+            .iter()
+            .map(record)
+            .collect::<PortResult<Vec<_>>>()?;
         if let Some(last) = records.last() {
             self.last = Some(last.seq.clone());
         }
@@ -283,4 +315,17 @@ impl ShardReader for KinesisReader {
                 .collect(),
         })
     }
+}
+
+/// A Kinesis record as the ports see it (polling and fan-out alike).
+pub(crate) fn record(r: &aws_sdk_kinesis::types::Record) -> PortResult<StreamRecord> {
+    Ok(StreamRecord {
+        seq: seq(r.sequence_number())?,
+        arrival_ms: r
+            .approximate_arrival_timestamp()
+            .and_then(|t| t.to_millis().ok())
+            .unwrap_or(0),
+        partition_key: r.partition_key().unwrap_or_default().to_owned(),
+        data: r.data().as_ref().to_vec(),
+    })
 }

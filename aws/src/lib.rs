@@ -4,6 +4,8 @@
 //!   from the standard chain, optional endpoint overrides for local API peers, timeouts).
 //! - [`kinesis`]: the stream port on Kinesis (ListShards, GetShardIterator, GetRecords,
 //!   PutRecords).
+//! - [`fan_out`]: enhanced fan-out (RegisterStreamConsumer, SubscribeToShard): the stream port
+//!   with records pushed to a consumer registered per application.
 //! - [`dynamo`]: the lease, counter and analytics stores on DynamoDB; windows are applied with
 //!   TransactWriteItems fenced by the lease row. The table design is in ARCHITECTURE.md.
 //! - [`setup`]: creates the stream and tables for development and tests.
@@ -12,6 +14,7 @@
 
 pub mod dynamo;
 pub mod errors;
+pub mod fan_out;
 pub mod kinesis;
 pub mod setup;
 

@@ -232,7 +232,7 @@ pub async fn teardown(s: &AwsSettings) -> PortResult<String> {
     let sdk = sdk_config().await?;
     let stream = KinesisStream::new(&sdk, s);
     let tables = DynamoStore::new(&sdk, s);
-    let mut deleted = Vec::new();
+    let mut deleted = deregister_consumers(&stream, &s.table_prefix).await?;
     match stream
         .client()
         .delete_stream()
@@ -266,4 +266,32 @@ pub async fn teardown(s: &AwsSettings) -> PortResult<String> {
     } else {
         format!("deleted: {}", deleted.join(", "))
     })
+}
+
+/// Deregisters the applications' enhanced fan-out consumers, whichever exist (deleting the stream
+/// would remove them too, but a teardown says what it removed).
+async fn deregister_consumers(stream: &KinesisStream, prefix: &str) -> PortResult<Vec<String>> {
+    let arn = match stream.arn().await {
+        Ok(a) => a,
+        Err(PortError::NotFound { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut gone = Vec::new();
+    for app in [tally_core::apps::COUNTER, tally_core::apps::ANALYTICS] {
+        let name = crate::fan_out::consumer_name(prefix, app);
+        match stream
+            .client()
+            .deregister_stream_consumer()
+            .stream_arn(&arn)
+            .consumer_name(&name)
+            .send()
+            .await
+            .map_err(|e| stream.err("DeregisterStreamConsumer", e))
+        {
+            Ok(_) => gone.push(format!("consumer {name}")),
+            Err(PortError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(gone)
 }

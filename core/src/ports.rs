@@ -157,6 +157,12 @@ pub trait Stream: Send + Sync {
 pub trait ShardReader: Send {
     /// The next records, at most `limit`; an empty batch means caught up (or shard end).
     async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch>;
+
+    /// Whether an empty answer already waited for records (records are pushed, as by enhanced
+    /// fan-out), so the caller reads again at once instead of pausing between polls.
+    fn waits_for_records(&self) -> bool {
+        false
+    }
 }
 
 /// A checkpoint's window in progress: its end is recorded in the lease row before any of its

@@ -28,7 +28,7 @@ async fn run_app(
     leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
     let deps = WorkerDeps {
-        stream: b.stream.clone(),
+        stream: b.stream_for(s, app).await?,
         leases: b.leases.clone(),
         factory,
     };

@@ -1,11 +1,13 @@
 //! A fault-injecting HTTP proxy in front of a local AWS API peer: no emulator ever throttles, so
 //! the tests make it. It forwards every request to the peer, except that a queued fault for the
 //! request's `X-Amz-Target` is applied first: an AWS error response, a dropped connection after
-//! the request was forwarded (the write happened, its answer is lost), or a PutRecords answer in
-//! which some entries failed (and were really not written).
+//! the request was forwarded (the write happened, its answer is lost), a PutRecords answer in
+//! which some entries failed (and were really not written), or a SubscribeToShard event stream
+//! ended early. SubscribeToShard answers are streamed through as they come.
 
 use std::collections::{HashMap, VecDeque};
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -24,6 +26,39 @@ pub enum Fault {
     DropAfterForward,
     /// PutRecords: forward only every other entry and report the rest as throttled.
     PartialPut,
+    /// SubscribeToShard: stream the answer through, then end it after this long (as Kinesis ends
+    /// every subscription after 5 minutes, or a connection breaks).
+    EndStreamAfter(std::time::Duration),
+}
+
+/// A response body: a whole one, or a stream passed through.
+type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+fn whole(b: Bytes) -> Body {
+    Full::new(b).map_err(|never| match never {}).boxed()
+}
+
+/// A streamed body that ends at a deadline.
+struct Cut {
+    inner: Incoming,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for Cut {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(None);
+        }
+        std::pin::Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(std::io::Error::other)
+    }
 }
 
 type Queue = Arc<Mutex<HashMap<String, VecDeque<Fault>>>>;
@@ -102,7 +137,7 @@ impl FaultProxy {
             .sum()
     }
 
-    /// Requests seen for an operation.
+    /// Requests seen for an operation (`GetRecords:poll`: GetRecords for more than one record).
     pub fn seen(&self, operation: &str) -> usize {
         self.seen
             .lock()
@@ -113,7 +148,7 @@ impl FaultProxy {
     }
 }
 
-fn aws_error(kind: &str, extra: serde_json::Value) -> Response<Full<Bytes>> {
+fn aws_error(kind: &str, extra: serde_json::Value) -> Response<Body> {
     let mut body = serde_json::json!({"__type": format!("com.amazonaws.injected#{kind}"), "message": "injected by the test's fault proxy"});
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
@@ -122,7 +157,7 @@ fn aws_error(kind: &str, extra: serde_json::Value) -> Response<Full<Bytes>> {
         .status(400)
         .header("content-type", "application/x-amz-json-1.0")
         .header("x-amzn-errortype", kind)
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(whole(Bytes::from(body.to_string())))
         .unwrap()
 }
 
@@ -132,7 +167,7 @@ async fn handle(
     seen: Arc<Mutex<HashMap<String, usize>>>,
     upstream: String,
     client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
-) -> Result<Response<Full<Bytes>>, std::io::Error> {
+) -> Result<Response<Body>, std::io::Error> {
     let target = req
         .headers()
         .get("x-amz-target")
@@ -152,6 +187,19 @@ async fn handle(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    if op == "GetRecords" {
+        // A read of one record is a question (has the shard ended?); more is polling.
+        let limit = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["Limit"].as_u64());
+        if limit != Some(1) {
+            *seen
+                .lock()
+                .unwrap()
+                .entry("GetRecords:poll".into())
+                .or_default() += 1;
+        }
+    }
     let mut dropped: Vec<usize> = Vec::new();
     match fault {
         Some(Fault::Error(kind)) => return Ok(aws_error(kind, serde_json::json!({}))),
@@ -183,6 +231,24 @@ async fn handle(
         .await
         .map_err(std::io::Error::other)?;
     let (rparts, rbody) = resp.into_parts();
+    let mut out = Response::builder().status(rparts.status);
+    for (k, v) in rparts.headers.iter() {
+        if k != "content-length" {
+            out = out.header(k, v);
+        }
+    }
+    if op == "SubscribeToShard" {
+        // An event stream: pass it through as it comes, cut short if asked.
+        let body = match fault {
+            Some(Fault::EndStreamAfter(d)) => Cut {
+                inner: rbody,
+                deadline: Box::pin(tokio::time::sleep(d)),
+            }
+            .boxed(),
+            _ => rbody.map_err(std::io::Error::other).boxed(),
+        };
+        return Ok(out.body(body).unwrap());
+    }
     let mut rbytes = rbody
         .collect()
         .await
@@ -210,11 +276,5 @@ async fn handle(
         v["Records"] = serde_json::Value::Array(merged);
         rbytes = Bytes::from(v.to_string());
     }
-    let mut out = Response::builder().status(rparts.status);
-    for (k, v) in rparts.headers.iter() {
-        if k != "content-length" {
-            out = out.header(k, v);
-        }
-    }
-    Ok(out.body(Full::new(rbytes)).unwrap())
+    Ok(out.body(whole(rbytes)).unwrap())
 }

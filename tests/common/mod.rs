@@ -10,6 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+pub mod fault_proxy;
+
 /// Where a test's data lives: a temp dir (embedded) or fresh stream/table names (AWS).
 pub struct Target {
     /// Global flags selecting the backend.
@@ -18,6 +20,10 @@ pub struct Target {
     pub dir: tempfile::TempDir,
     /// Delete the stream and tables when the test ends (the local peers cap shards in total).
     pub teardown: bool,
+    /// Environment of every command (settings as `TALLY_*` variables).
+    pub env: Vec<(String, String)>,
+    /// With enhanced fan-out: the proxy every Kinesis call goes through, to see which were made.
+    pub kinesis_proxy: Option<fault_proxy::FaultProxy>,
 }
 
 impl Drop for Target {
@@ -38,6 +44,8 @@ impl Target {
             args,
             dir,
             teardown: false,
+            env: Vec::new(),
+            kinesis_proxy: None,
         }
     }
 
@@ -52,6 +60,39 @@ impl Target {
         t.run(&["setup", "--shards", &shards.to_string()]);
         t.teardown = true;
         t
+    }
+
+    /// As [`Target::aws`], with both applications reading by enhanced fan-out, their Kinesis calls
+    /// going through a proxy so that [`Target::assert_read_as_configured`] can see them.
+    pub fn aws_efo(name: &str, shards: usize) -> Target {
+        let kinesis = std::env::var("TEST_KINESIS_ENDPOINT")
+            .unwrap_or_else(|_| "http://127.0.0.1:4568".into());
+        let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT")
+            .unwrap_or_else(|_| "http://127.0.0.1:8000".into());
+        let proxy = fault_proxy::FaultProxy::start(&kinesis);
+        let mut t = Target::aws_at(name, &proxy.url, &dynamodb);
+        t.kinesis_proxy = Some(proxy);
+        for app in ["COUNTER", "ANALYTICS"] {
+            t.env
+                .push((format!("TALLY_{app}__READ_MODE"), "efo".to_owned()));
+        }
+        t.run(&["setup", "--shards", &shards.to_string()]);
+        t.teardown = true;
+        t
+    }
+
+    /// With enhanced fan-out, that the shards were read by subscriptions, not by polling after a
+    /// silent fallback: SubscribeToShard was called, and GetRecords only ever asked for one
+    /// record (the reader's "has this shard ended?" question), never polled.
+    pub fn assert_read_as_configured(&self) {
+        let Some(p) = &self.kinesis_proxy else {
+            return;
+        };
+        let (subscribed, polled) = (p.seen("SubscribeToShard"), p.seen("GetRecords:poll"));
+        assert!(
+            p.seen("RegisterStreamConsumer") > 0 && subscribed > 0 && polled == 0,
+            "not read by enhanced fan-out: {subscribed} subscriptions, {polled} polling GetRecords"
+        );
     }
 
     /// Fresh stream and table names at these endpoints, not yet created.
@@ -76,6 +117,8 @@ impl Target {
             args,
             dir,
             teardown: false,
+            env: Vec::new(),
+            kinesis_proxy: None,
         }
     }
 
@@ -92,6 +135,7 @@ impl Target {
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_REGION", "us-east-1");
         c.env_remove("AWS_PROFILE").env("RUST_LOG", "warn");
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c.stdin(Stdio::null());
         c
     }

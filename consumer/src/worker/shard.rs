@@ -142,7 +142,9 @@ impl ShardTask {
                 // a shard): read on without the idle pause (at Kinesis' 5 reads per second per
                 // shard), and never count the shard as idle.
                 processor.tick(now_ms()).await?;
-                tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
+                if !reader.waits_for_records() {
+                    tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
+                }
             } else if batch.records.is_empty() {
                 if self.idle_exit.armed_at().is_some() {
                     processor.flush(false).await?;
@@ -155,9 +157,12 @@ impl ShardTask {
                 } else {
                     processor.tick(now_ms()).await?;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(self.cfg.idle_poll) => {}
-                    _ = self.stop.changed() => {}
+                // A pushed stream's read already waited; a polled one pauses between reads.
+                if !reader.waits_for_records() {
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.cfg.idle_poll) => {}
+                        _ = self.stop.changed() => {}
+                    }
                 }
             } else {
                 if let Ok(mut t) = self.idle_at.lock() {
