@@ -27,6 +27,18 @@ data "aws_iam_policy_document" "worker" {
     actions   = ["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"]
     resources = [aws_kinesis_stream.likes.arn]
   }
+  # Enhanced fan-out (read_mode "efo"): register the app's consumer if Terraform has not, then
+  # subscribe through it. Only tally's own consumers, by name.
+  statement {
+    sid       = "RegisterFanOutConsumer"
+    actions   = ["kinesis:RegisterStreamConsumer"]
+    resources = [aws_kinesis_stream.likes.arn]
+  }
+  statement {
+    sid       = "ReadFanOut"
+    actions   = ["kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"]
+    resources = ["${aws_kinesis_stream.likes.arn}/consumer/${local.table_prefix}-*"]
+  }
   statement {
     sid       = "Tables"
     actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"]

@@ -30,7 +30,16 @@ locals {
     TALLY_LEASE__SHUTDOWN_TIMEOUT_MS = tostring((var.stop_timeout_secs - 10) * 1000)
     TALLY_METRICS__EMF               = "true"
     TALLY_METRICS__NAMESPACE         = var.metrics_namespace
+    TALLY_COUNTER__READ_MODE         = var.counter_read_mode
+    TALLY_ANALYTICS__READ_MODE       = var.analytics_read_mode
     AWS_REGION                       = var.region
+  }
+
+  # How each application reads the stream: "polling" (GetRecords, shared by both) or "efo"
+  # (enhanced fan-out: a consumer of its own, kinesis.tf).
+  read_modes = {
+    counter   = var.counter_read_mode
+    analytics = var.analytics_read_mode
   }
 
   # The consumer applications as ECS services; each has its own task role (iam.tf).

@@ -223,3 +223,23 @@ variable "like_latency_alarm_ms" {
     error_message = "like_latency_alarm_ms must be at least 1000."
   }
 }
+
+variable "counter_read_mode" {
+  description = "How the counter reads the stream: \"polling\" (GetRecords: 5 reads/s and 2 MB/s per shard, shared with analytics) or \"efo\" (enhanced fan-out: 2 MB/s per shard of its own, records pushed; billed per consumer-shard hour and per GB)."
+  type        = string
+  default     = "polling"
+  validation {
+    condition     = contains(["polling", "efo"], var.counter_read_mode)
+    error_message = "counter_read_mode must be \"polling\" or \"efo\"."
+  }
+}
+
+variable "analytics_read_mode" {
+  description = "How the analytics consumer reads the stream: \"polling\" or \"efo\" (see counter_read_mode)."
+  type        = string
+  default     = "polling"
+  validation {
+    condition     = contains(["polling", "efo"], var.analytics_read_mode)
+    error_message = "analytics_read_mode must be \"polling\" or \"efo\"."
+  }
+}

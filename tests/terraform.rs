@@ -186,7 +186,11 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
 /// production and are left out.
 fn actions_called_in_source() -> BTreeSet<String> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/src");
-    let mut files = vec![dir.join("kinesis.rs"), dir.join("lib.rs")];
+    let mut files = vec![
+        dir.join("kinesis.rs"),
+        dir.join("fan_out.rs"),
+        dir.join("lib.rs"),
+    ];
     for e in std::fs::read_dir(dir.join("dynamo")).unwrap() {
         let p = e.unwrap().path();
         if !p.ends_with("baselines.rs") {
@@ -202,6 +206,15 @@ fn actions_called_in_source() -> BTreeSet<String> {
         (".get_shard_iterator()", "kinesis:GetShardIterator"),
         (".get_records()", "kinesis:GetRecords"),
         (".put_records()", "kinesis:PutRecords"),
+        (
+            ".register_stream_consumer()",
+            "kinesis:RegisterStreamConsumer",
+        ),
+        (
+            ".describe_stream_consumer()",
+            "kinesis:DescribeStreamConsumer",
+        ),
+        (".subscribe_to_shard()", "kinesis:SubscribeToShard"),
         (".describe_table()", "dynamodb:DescribeTable"),
         (".get_item()", "dynamodb:GetItem"),
         (".put_item()", "dynamodb:PutItem"),
@@ -332,6 +345,7 @@ fn task_environment_is_valid_tally_configuration() {
     given.push(("environment", "staging".into()));
     given.push(("stop_timeout_secs", 90.into()));
     given.push(("retention_hours", 72.into()));
+    given.push(("counter_read_mode", "efo".into()));
     let env = task_env(&bodies, &given);
     // Names follow the environment, so that two environments can share an account.
     assert_eq!(env["TALLY_STREAM"], "tally-staging-likes");
@@ -356,6 +370,51 @@ fn task_environment_is_valid_tally_configuration() {
     assert_eq!(v["backend"], "aws", "{v}");
     assert_eq!(v["lease"]["shutdown_timeout_ms"], 80_000, "{v}");
     assert_eq!(v["stream_retention_hours"], 72, "{v}");
+    assert_eq!(v["counter"]["read_mode"], "efo", "{v}");
+    assert_eq!(v["analytics"]["read_mode"], "polling", "{v}");
+}
+
+/// The fan-out consumers Terraform registers carry the names tally looks for, so the workers use
+/// them instead of registering others; the workers may subscribe only through tally's consumers.
+#[test]
+fn fan_out_consumers_are_the_ones_tally_uses() {
+    use hcl::eval::Evaluate;
+    let bodies = terraform();
+    let mut given = required_vars();
+    given.push(("environment", "staging".into()));
+    let mut ctx = eval_context(&bodies, &given);
+    let consumer = resource(&bodies, "aws_kinesis_stream_consumer", "app");
+    let name = consumer
+        .body()
+        .attributes()
+        .find(|a| a.key() == "name")
+        .unwrap()
+        .expr()
+        .clone();
+    for app in [tally_core::apps::COUNTER, tally_core::apps::ANALYTICS] {
+        let mut each = hcl::Map::new();
+        each.insert("key".to_owned(), hcl::Value::from(app));
+        ctx.declare_var("each", hcl::Value::Object(each));
+        assert_eq!(
+            name.evaluate(&ctx).unwrap(),
+            hcl::Value::from(tally_aws::fan_out::consumer_name("tally-staging", app))
+        );
+    }
+    // Registered only for the applications that read by "efo".
+    let for_each = attr_text(consumer, "for_each").unwrap();
+    assert!(for_each.contains("if mode == \"efo\""), "{for_each}");
+    let read_modes = object(&local(&bodies, "read_modes"));
+    assert_eq!(
+        read_modes.keys().cloned().collect::<BTreeSet<_>>(),
+        set(&[tally_core::apps::COUNTER, tally_core::apps::ANALYTICS])
+    );
+    let iam = text("iam.tf");
+    assert!(
+        iam.contains(
+            "resources = [\"${aws_kinesis_stream.likes.arn}/consumer/${local.table_prefix}-*\"]"
+        ),
+        "SubscribeToShard only through tally's consumers"
+    );
 }
 
 fn text(file: &str) -> String {

@@ -31,12 +31,15 @@ pub use dynamo::DynamoStore;
 // checks them against the SDK calls in this crate's source, so that an unused grant fails too).
 // A TransactWriteItems needs the actions of its parts (here Put and Update).
 
-/// Kinesis calls the consumers make (both applications).
+/// Kinesis calls the consumers make (both applications), polling or by enhanced fan-out.
 pub const KINESIS_CONSUMER_ACTIONS: &[&str] = &[
     "kinesis:DescribeStreamSummary",
     "kinesis:ListShards",
     "kinesis:GetShardIterator",
     "kinesis:GetRecords",
+    "kinesis:RegisterStreamConsumer",
+    "kinesis:DescribeStreamConsumer",
+    "kinesis:SubscribeToShard",
 ];
 /// Kinesis calls a producer makes (`produce`, `replay`).
 pub const KINESIS_PRODUCER_ACTIONS: &[&str] = &[
@@ -59,9 +62,13 @@ pub const DYNAMODB_COUNTER_ACTIONS: &[&str] = &[
 pub const DYNAMODB_ANALYTICS_ACTIONS: &[&str] = DYNAMODB_COUNTER_ACTIONS;
 /// DynamoDB actions a producer needs (the start-up check that the tables exist).
 pub const DYNAMODB_PRODUCER_ACTIONS: &[&str] = &["dynamodb:DescribeTable"];
-/// What an operator's reading commands call on Kinesis (`record` reads the stream as a consumer
-/// does): the consumers' reads.
-pub const KINESIS_OPERATOR_ACTIONS: &[&str] = KINESIS_CONSUMER_ACTIONS;
+/// What an operator's reading commands call on Kinesis (`record` reads the stream by polling).
+pub const KINESIS_OPERATOR_ACTIONS: &[&str] = &[
+    "kinesis:DescribeStreamSummary",
+    "kinesis:ListShards",
+    "kinesis:GetShardIterator",
+    "kinesis:GetRecords",
+];
 /// DynamoDB reads of the operator's commands; `Scan` lists dead letters.
 pub const DYNAMODB_OPERATOR_ACTIONS: &[&str] = &[
     "dynamodb:DescribeTable",
