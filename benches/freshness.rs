@@ -1,7 +1,8 @@
 //! How soon a like is visible in its post's count after it was put, at a low rate (about 2 likes
 //! per second, one shard), and how long a new worker takes to count the first record; for the
 //! default settings beside `counter.close_when_caught_up` (with the default and a shorter idle
-//! poll), with the write units each setting spends per like. The embedded backend always; the
+//! poll; on Kinesis also read by enhanced fan-out), with the write units each setting spends per
+//! like. The embedded backend always; the
 //! local AWS API peers too when `TEST_KINESIS_ENDPOINT` and `TEST_DYNAMODB_ENDPOINT` are set
 //! (`eval "$(scripts/local-aws.sh env)"`). Prints numbers; asserts nothing about time.
 //!
@@ -192,6 +193,19 @@ async fn run(b: Backend) {
     ];
     for (name, env) in settings {
         measure(&b, name, env).await;
+    }
+    if b.name != "embedded" {
+        // Enhanced fan-out: records pushed instead of polled (kinesis-local pushes an event a
+        // second; Kinesis pushes as records arrive).
+        measure(
+            &b,
+            "read_mode efo, close_when_caught_up",
+            &[
+                ("TALLY_COUNTER__READ_MODE", "efo"),
+                ("TALLY_COUNTER__CLOSE_WHEN_CAUGHT_UP", "true"),
+            ],
+        )
+        .await;
     }
 }
 

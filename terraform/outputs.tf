@@ -72,3 +72,8 @@ output "security_group_id" {
   description = "The tasks' security group (one-off operator tasks can use it too)."
   value       = aws_security_group.tasks.id
 }
+
+output "fan_out_consumers" {
+  description = "Enhanced fan-out consumers by application (those with read mode \"efo\")."
+  value       = { for app, c in aws_kinesis_stream_consumer.app : app => c.arn }
+}
