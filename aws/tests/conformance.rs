@@ -68,6 +68,22 @@ async fn stream() {
     tally_conformance::stream_put_and_read(&f.aws.stream).await;
 }
 
+/// The same contract read by enhanced fan-out: a consumer registered on the stream, each shard
+/// read by SubscribeToShard from every start position.
+#[tokio::test]
+async fn stream_by_fan_out() {
+    let f = fresh("fanout", 2).await;
+    let fan_out = tally_aws::fan_out::FanOut::register(
+        &f.aws.stream,
+        "conformance",
+        std::time::Duration::from_millis(500),
+    )
+    .await
+    .unwrap();
+    assert!(fan_out.consumer_arn().contains("/consumer/conformance"));
+    tally_conformance::stream_put_and_read(&fan_out).await;
+}
+
 #[tokio::test]
 async fn leases() {
     let f = fresh("leases", 1).await;
