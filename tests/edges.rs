@@ -44,6 +44,7 @@ fn an_oversized_bad_record_never_stalls_its_shard(t: Target, size: usize) {
     assert!(d["reason"].as_str().unwrap().len() <= 512, "{d}");
     assert!(d["reason"].as_str().unwrap().contains("`action`"), "{d}");
     assert!(d["sequence_number"].as_str().is_some_and(|s| !s.is_empty()));
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -57,6 +58,13 @@ fn an_oversized_bad_record_never_stalls_its_shard_aws() {
     // 450 KB, as reproduced; and Kinesis' default largest record, 1 MiB with its partition key.
     an_oversized_bad_record_never_stalls_its_shard(Target::aws("huge", 1), 450 * 1024);
     an_oversized_bad_record_never_stalls_its_shard(Target::aws("huge1m", 1), 1_000_000);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn an_oversized_bad_record_never_stalls_its_shard_aws_efo() {
+    // A 1 MB record arrives inside one SubscribeToShard event.
+    an_oversized_bad_record_never_stalls_its_shard(Target::aws_efo("huge1m-efo", 1), 1_000_000);
 }
 
 /// Three generations of shards, each split once its predecessors finished: a shard whose records

@@ -157,3 +157,34 @@ fn teardown_deregisters_the_consumers() {
         2
     );
 }
+
+/// Registration is throttled at 5 calls a second per stream, which a fleet starting together
+/// meets: a throttled registration is tried again, and the app still reads by fan-out.
+#[test]
+fn throttled_registration_is_tried_again() {
+    let t = Target::aws_efo("throttled", 1);
+    let proxy = t.kinesis_proxy.as_ref().unwrap();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 300, 10, 37);
+    t.run(&["replay", file.to_str().unwrap()]);
+    proxy.inject(
+        "RegisterStreamConsumer",
+        Fault::Error("LimitExceededException"),
+        2,
+    );
+    proxy.inject(
+        "DescribeStreamConsumer",
+        Fault::Error("LimitExceededException"),
+        1,
+    );
+    let mut c = t.cmd(&["count", "--until-idle"]);
+    c.env("RUST_LOG", "warn");
+    let out = common::output(c);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("not available"), "{err}");
+    assert_eq!(proxy.remaining(), 0);
+    assert_eq!(proxy.seen("RegisterStreamConsumer"), 3);
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+    t.assert_read_as_configured();
+}

@@ -342,6 +342,7 @@ fn a_viral_post_fans_out_over_the_shards(t: Target, events: &str, rate: &str, sh
         progressed, shards,
         "one post's likes on every shard: {leases}"
     );
+    t.assert_read_as_configured();
 }
 
 #[test]
@@ -353,6 +354,12 @@ fn a_viral_post_fans_out_over_the_shards_embedded() {
 #[test]
 fn a_viral_post_fans_out_over_the_shards_aws() {
     a_viral_post_fans_out_over_the_shards(Target::aws("viral", 2), "1500", "1000", 2);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn a_viral_post_fans_out_over_the_shards_aws_efo() {
+    a_viral_post_fans_out_over_the_shards(Target::aws_efo("viral-efo", 2), "1500", "1000", 2);
 }
 
 /// Analytics counts a producer retry once, across restarts, like the counter: replaying a file a

@@ -36,13 +36,15 @@ use crate::kinesis::{record, seq, KinesisStream};
 /// Kinesis accepts one `SubscribeToShard` per second per shard and consumer.
 const SUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 /// How long a caught-up reader waits between asking `GetRecords` whether its shard has ended.
-pub const END_PROBE_EVERY: Duration = Duration::from_secs(5);
+const END_PROBE_EVERY: Duration = Duration::from_secs(5);
 /// A subscription that delivers no event for this long is presumed broken and replaced (Kinesis
 /// sends an event at least every 5 seconds, even an empty one).
 const SILENT_FOR: Duration = Duration::from_secs(30);
 /// A shard no subscription could be made to for this long is read by polling for the rest of
 /// its lease.
 const POLL_AFTER: Duration = Duration::from_secs(20);
+/// Throttled registrations tried again (after 0.5, 1, 2, 4 s) before fan-out is given up.
+const REGISTER_TRIES: u32 = 4;
 /// How long registration may take before it is an error (it takes seconds on Kinesis).
 const REGISTER_WITHIN: Duration = Duration::from_secs(120);
 
@@ -74,25 +76,37 @@ impl FanOut {
     ) -> PortResult<FanOut> {
         let stream_arn = stream.arn().await?;
         let resource = format!("consumer {consumer_name} of stream {}", stream.name());
-        let registered = stream
-            .client()
-            .register_stream_consumer()
-            .stream_arn(&stream_arn)
-            .consumer_name(consumer_name)
-            .send()
-            .await;
-        let (mut arn, mut status) = match registered {
-            Ok(r) => match r.consumer() {
-                Some(c) => (c.consumer_arn().to_owned(), c.consumer_status().clone()),
-                None => (String::new(), ConsumerStatus::Creating),
-            },
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_resource_in_use_exception()) =>
-            {
-                (String::new(), ConsumerStatus::Creating)
+        // Registration is limited to 5 calls a second per stream: a fleet starting together is
+        // throttled, and tries again; the 20-consumer limit answers the same way, and stays.
+        let mut attempt = 0u32;
+        let (mut arn, mut status) = loop {
+            let registered = stream
+                .client()
+                .register_stream_consumer()
+                .stream_arn(&stream_arn)
+                .consumer_name(consumer_name)
+                .send()
+                .await;
+            match registered {
+                Ok(r) => match r.consumer() {
+                    Some(c) => break (c.consumer_arn().to_owned(), c.consumer_status().clone()),
+                    None => break (String::new(), ConsumerStatus::Creating),
+                },
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_resource_in_use_exception()) =>
+                {
+                    // Registered already (another worker, Terraform): find it.
+                    break (String::new(), ConsumerStatus::Creating);
+                }
+                Err(e) => match stream.err_on("RegisterStreamConsumer", &resource, e) {
+                    PortError::Throttled(_) if attempt < REGISTER_TRIES => {
+                        attempt += 1;
+                        tokio::time::sleep(Duration::from_millis(250) * 2u32.pow(attempt)).await;
+                    }
+                    e => return Err(e),
+                },
             }
-            Err(e) => return Err(stream.err_on("RegisterStreamConsumer", &resource, e)),
         };
         let deadline = Instant::now() + REGISTER_WITHIN;
         let mut pause = Duration::from_millis(50);
@@ -102,14 +116,24 @@ impl FanOut {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
-            let d = stream
+            let d = match stream
                 .client()
                 .describe_stream_consumer()
                 .stream_arn(&stream_arn)
                 .consumer_name(consumer_name)
                 .send()
                 .await
-                .map_err(|e| stream.err_on("DescribeStreamConsumer", &resource, e))?;
+                .map_err(|e| stream.err_on("DescribeStreamConsumer", &resource, e))
+            {
+                Ok(d) => d,
+                // 20 calls a second per stream: a fleet starting together waits its turn.
+                Err(PortError::Throttled(_)) if Instant::now() < deadline => {
+                    arn = String::new();
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let c = d.consumer_description().ok_or_else(|| {
                 PortError::Other(format!(
                     "DescribeStreamConsumer on {resource} returned no description"
