@@ -9,6 +9,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::ports::TrendingEntry;
 
@@ -37,10 +38,13 @@ pub struct Trending {
     landmark_ms: i64,
     /// Latest event time seen: scores are reported decayed to it.
     now_ms: i64,
-    /// Post → (weight, error).
-    entries: HashMap<String, (f64, f64)>,
-    /// (weight, post) in ascending order, to find the minimum in O(log n).
-    order: BTreeSet<(Score, String)>,
+    /// Post → (weight, error). A post's id is allocated once, when it enters the sketch, and
+    /// shared with `order`: a like of a kept post allocates nothing.
+    entries: HashMap<Arc<str>, (f64, f64), ahash::RandomState>,
+    /// (weight, post) in ascending order, to find the minimum in O(log n); ties by post id, so
+    /// that the sketch's choices depend on its contents alone (a restored sketch evicts as the
+    /// original would).
+    order: BTreeSet<(Score, Arc<str>)>,
 }
 
 impl Trending {
@@ -58,7 +62,7 @@ impl Trending {
             lambda: std::f64::consts::LN_2 / half_life_ms as f64,
             landmark_ms: 0,
             now_ms: i64::MIN,
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             order: BTreeSet::new(),
         }
     }
@@ -74,8 +78,9 @@ impl Trending {
         t.landmark_ms = at_ms;
         t.now_ms = at_ms;
         for e in entries.iter().take(capacity) {
-            t.entries.insert(e.post_id.clone(), (e.score, e.error));
-            t.order.insert((Score(e.score), e.post_id.clone()));
+            let post: Arc<str> = Arc::from(e.post_id.as_str());
+            t.entries.insert(post.clone(), (e.score, e.error));
+            t.order.insert((Score(e.score), post));
         }
         t
     }
@@ -101,21 +106,23 @@ impl Trending {
             self.rescale(t_ms);
         }
         let w = ((t_ms - self.landmark_ms) as f64 * self.lambda).exp();
-        if let Some(entry) = self.entries.get_mut(post_id) {
-            // A post already kept: its weight grows, and its place in the order moves, reusing
-            // the key the order held (one allocation for the lookup, none kept).
-            let old = entry.0;
-            entry.0 = old + w;
-            let probe = (Score(old), post_id.to_owned());
-            let key = self.order.take(&probe).map_or(probe.1, |(_, k)| k);
-            self.order.insert((Score(old + w), key));
+        if let Some((post, &(old, error))) = self.entries.get_key_value(post_id) {
+            // A post already kept: its weight grows, and its place in the order moves.
+            let post = post.clone();
+            self.order.remove(&(Score(old), post.clone()));
+            self.order.insert((Score(old + w), post.clone()));
+            self.entries.insert(post, (old + w, error));
         } else if self.entries.len() < self.capacity {
-            self.entries.insert(post_id.to_owned(), (w, 0.0));
-            self.order.insert((Score(w), post_id.to_owned()));
+            let post: Arc<str> = Arc::from(post_id);
+            self.entries.insert(post.clone(), (w, 0.0));
+            self.order.insert((Score(w), post));
         } else if let Some((min, victim)) = self.order.pop_first() {
+            // Space-Saving: the newcomer takes the least post's place and weight, which bounds
+            // its over-estimate (its error).
             self.entries.remove(&victim);
-            self.entries.insert(post_id.to_owned(), (min.0 + w, min.0));
-            self.order.insert((Score(min.0 + w), post_id.to_owned()));
+            let post: Arc<str> = Arc::from(post_id);
+            self.entries.insert(post.clone(), (min.0 + w, min.0));
+            self.order.insert((Score(min.0 + w), post));
         }
     }
 
@@ -135,9 +142,9 @@ impl Trending {
             .iter()
             .rev()
             .map(|(s, post)| TrendingEntry {
-                post_id: post.clone(),
+                post_id: post.to_string(),
                 score: s.0 * f,
-                error: self.entries.get(post).map_or(0.0, |e| e.1 * f),
+                error: self.entries.get(post.as_ref()).map_or(0.0, |e| e.1 * f),
             })
             .collect()
     }
@@ -244,6 +251,55 @@ mod tests {
             .map(|i| (-(99_999 - i) as f64 * lambda).exp())
             .sum();
         assert!(close(top.score, exact), "{} vs {exact}", top.score);
+    }
+
+    /// The sketch makes the choices of the textbook Space-Saving (evict the least weight, ties
+    /// by the least id), kept here as a sorted list: same posts, scores and errors after every
+    /// step of a long, tie-heavy stream (equal creation times make equal weights).
+    #[test]
+    fn evicts_as_the_textbook_sketch() {
+        let cap = 16;
+        let mut t = Trending::new(cap, 60_000);
+        // (weight, post, error), the least first.
+        let mut reference: Vec<(f64, String, f64)> = Vec::new();
+        let mut x: u64 = 12345;
+        for step in 0..20_000i64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let post = format!("p{}", (x >> 33) % 97);
+            // The first half at one creation time: whole-number weights, ties everywhere.
+            let at = (step - 10_000).max(0) / 50 * 1_000;
+            t.add(&post, at);
+            let w = ((at - t.landmark_ms) as f64 * t.lambda).exp();
+            if let Some(e) = reference.iter_mut().find(|e| e.1 == post) {
+                e.0 += w;
+            } else if reference.len() < cap {
+                reference.push((w, post, 0.0));
+            } else {
+                let min = reference.remove(0);
+                reference.push((min.0 + w, post, min.0));
+            }
+            reference.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            if step % 997 == 0 || step == 19_999 {
+                let mut got: Vec<(String, f64)> = t
+                    .entries
+                    .iter()
+                    .map(|(p, (w, e))| (p.to_string(), w + e))
+                    .collect();
+                got.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut want: Vec<(String, f64)> = reference
+                    .iter()
+                    .map(|(w, p, e)| (p.clone(), w + e))
+                    .collect();
+                want.sort_by(|a, b| a.0.cmp(&b.0));
+                assert_eq!(got.len(), want.len());
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(g.0, w.0, "step {step}");
+                    assert!(close(g.1, w.1), "step {step}: {g:?} vs {w:?}");
+                }
+            }
+        }
     }
 
     #[test]
