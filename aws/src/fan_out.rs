@@ -1,7 +1,9 @@
 //! Enhanced fan-out: a stream consumer registered per application, each shard read by
-//! `SubscribeToShard`, which pushes records over one long-lived HTTP/2 response instead of
-//! the application polling `GetRecords` (2 MB/s per shard per consumer of its own, and records
-//! pushed as they arrive rather than at the next poll).
+//! `SubscribeToShard`, which pushes records over one long-lived response instead of the
+//! application polling `GetRecords` (2 MB/s per shard per consumer of its own, and records pushed
+//! as they arrive rather than at the next poll). Over TLS the SDK's client negotiates HTTP/2, as
+//! Kinesis requires; a plain-http local peer is spoken to in HTTP/1.1 (chunked), which
+//! kinesis-local accepts.
 //!
 //! A subscription lasts at most 5 minutes, or ends early on an error; the reader then subscribes
 //! again after the last record it received (the continuation sequence number), at most once a
