@@ -62,6 +62,9 @@ struct Pace {
     events_per_part: usize,
     posts_per_batch: &'static str,
     kill_after_ms: std::ops::Range<u64>,
+    /// Count the kill's delay from when the worker's log first shows this line, not from its
+    /// start (how long a worker takes to start reading varies more than its work).
+    kill_after_log: Option<&'static str>,
     /// Timeouts scale with it.
     slower: u64,
 }
@@ -71,6 +74,7 @@ fn harness(t: Target, pace: Pace) {
         events_per_part,
         posts_per_batch,
         kill_after_ms,
+        kill_after_log,
         slower,
     } = pace;
     let mut chunky = CHUNKY.to_vec();
@@ -110,6 +114,14 @@ fn harness(t: Target, pace: Pace) {
             chunky,
         );
         let delay = kill_after_ms.start + rng.below(kill_after_ms.end - kill_after_ms.start);
+        if let Some(line) = kill_after_log {
+            t.eventually(
+                "the worker to start",
+                Duration::from_secs(30),
+                &[&bg],
+                || bg.log_text().contains(line),
+            );
+        }
         std::thread::sleep(Duration::from_millis(delay));
         assert!(
             bg.child.try_wait().unwrap().is_none(),
@@ -208,6 +220,7 @@ fn crashes_and_stale_writers_keep_counts_exact_embedded() {
             events_per_part: 2_500,
             posts_per_batch: "1",
             kill_after_ms: 20..250,
+            kill_after_log: None,
             slower: 1,
         },
     );
@@ -222,6 +235,7 @@ fn crashes_and_stale_writers_keep_counts_exact_aws() {
             events_per_part: 400,
             posts_per_batch: "2",
             kill_after_ms: 60..600,
+            kill_after_log: None,
             slower: 2,
         },
     );
@@ -235,9 +249,10 @@ fn crashes_and_stale_writers_keep_counts_exact_aws_efo() {
         Pace {
             events_per_part: 400,
             posts_per_batch: "2",
-            // kinesis-local pushes an event a second: a kill before the first one lands
-            // before any reading.
-            kill_after_ms: 1_100..2_600,
+            // kinesis-local pushes an event a second after a subscription: a kill before the
+            // first one lands before any reading; counted from the first lease taken.
+            kill_after_ms: 900..2_400,
+            kill_after_log: Some("lease taken"),
             slower: 2,
         },
     );
