@@ -12,6 +12,19 @@ use std::time::Duration;
 use common::fault_proxy::Fault;
 use common::{file_in, write_contract_file, Target};
 
+/// Runs `count --until-idle`, which must succeed; returns its warnings.
+fn count_until_idle_warnings(t: &Target) -> String {
+    let mut c = t.cmd(&["count", "--until-idle"]);
+    c.env("RUST_LOG", "warn");
+    let out = common::output(c);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Refused, cut and broken subscriptions while records keep arriving: every record is counted
 /// once, and the counter subscribed again each time.
 #[test]
@@ -106,11 +119,7 @@ fn refused_fan_out_falls_back_to_polling() {
         Fault::Error("AccessDeniedException"),
         1,
     );
-    let mut c = t.cmd(&["count", "--until-idle"]);
-    c.env("RUST_LOG", "warn");
-    let out = common::output(c);
-    assert!(out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = count_until_idle_warnings(&t);
     assert!(
         err.contains("enhanced fan-out is not available")
             && err.contains("RegisterStreamConsumer")
@@ -177,11 +186,7 @@ fn throttled_registration_is_tried_again() {
         Fault::Error("LimitExceededException"),
         1,
     );
-    let mut c = t.cmd(&["count", "--until-idle"]);
-    c.env("RUST_LOG", "warn");
-    let out = common::output(c);
-    assert!(out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = count_until_idle_warnings(&t);
     assert!(!err.contains("not available"), "{err}");
     assert_eq!(proxy.remaining(), 0);
     assert_eq!(proxy.seen("RegisterStreamConsumer"), 3);

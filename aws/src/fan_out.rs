@@ -28,6 +28,7 @@ use tally_core::ports::{
     PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
     Stream, StreamRecord,
 };
+use tally_core::retry::Backoff;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -45,8 +46,19 @@ const SILENT_FOR: Duration = Duration::from_secs(30);
 /// A shard no subscription could be made to for this long is read by polling for the rest of
 /// its lease.
 const POLL_AFTER: Duration = Duration::from_secs(20);
-/// Throttled registrations tried again (after 0.5, 1, 2, 4 s) before fan-out is given up.
-const REGISTER_TRIES: u32 = 4;
+/// Throttled registrations are tried again (after 0.5, 1, 2, 4 s) before fan-out is given up.
+const REGISTER_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(500),
+    cap: Duration::from_secs(4),
+    max_retries: 4,
+};
+/// Refused subscriptions are tried again after 1, 2, 4, 8, then every 10 s (never more often
+/// than [`SUBSCRIBE_EVERY`]).
+const SUBSCRIBE_BACKOFF: Backoff = Backoff {
+    base: SUBSCRIBE_EVERY,
+    cap: Duration::from_secs(10),
+    max_retries: u32::MAX,
+};
 /// How long registration may take before it is an error (it takes seconds on Kinesis).
 const REGISTER_WITHIN: Duration = Duration::from_secs(120);
 
@@ -102,9 +114,9 @@ impl FanOut {
                     break (String::new(), ConsumerStatus::Creating);
                 }
                 Err(e) => match stream.err_on("RegisterStreamConsumer", &resource, e) {
-                    PortError::Throttled(_) if attempt < REGISTER_TRIES => {
+                    PortError::Throttled(_) if attempt < REGISTER_BACKOFF.max_retries => {
+                        tokio::time::sleep(REGISTER_BACKOFF.ceiling(attempt)).await;
                         attempt += 1;
-                        tokio::time::sleep(Duration::from_millis(250) * 2u32.pow(attempt)).await;
                     }
                     e => return Err(e),
                 },
@@ -187,8 +199,7 @@ impl Stream for FanOut {
         let mut reader = FanOutReader {
             rx,
             held: VecDeque::new(),
-            held_batch: ReadBatch::default(),
-            holding: false,
+            held_batch: None,
             wait: self.wait,
             behind: None,
             task: tokio::spawn(sub.run()),
@@ -222,10 +233,9 @@ struct FanOutReader {
     rx: mpsc::Receiver<PortResult<ReadBatch>>,
     /// Records of the last event not yet handed out (an event may hold more than a read's limit).
     held: VecDeque<StreamRecord>,
-    /// The rest of that event (lag, shard end, children), handed out with its last records.
-    held_batch: ReadBatch,
-    /// Whether an event (perhaps without records) is held, not yet handed out whole.
-    holding: bool,
+    /// The rest of the event being handed out (lag, shard end, children), handed out with its
+    /// last records; `None` when no event is held.
+    held_batch: Option<ReadBatch>,
     wait: Duration,
     /// The lag the last event reported.
     behind: Option<i64>,
@@ -237,8 +247,7 @@ impl FanOutReader {
     fn hold(&mut self, mut b: ReadBatch) {
         self.behind = b.millis_behind_latest;
         self.held = std::mem::take(&mut b.records).into();
-        self.held_batch = b;
-        self.holding = true;
+        self.held_batch = Some(b);
     }
 }
 
@@ -252,7 +261,7 @@ impl Drop for FanOutReader {
 #[async_trait]
 impl ShardReader for FanOutReader {
     async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch> {
-        if !self.holding {
+        if self.held_batch.is_none() {
             match tokio::time::timeout(self.wait, self.rx.recv()).await {
                 // Nothing pushed for a while: caught up, as far as the last event said.
                 Err(_) => {
@@ -272,18 +281,20 @@ impl ShardReader for FanOutReader {
         }
         let n = limit.max(1).min(self.held.len());
         let records: Vec<StreamRecord> = self.held.drain(..n).collect();
-        if self.held.is_empty() {
-            self.holding = false;
-            let mut b = std::mem::take(&mut self.held_batch);
-            b.records = records;
-            Ok(b)
-        } else {
-            // More of this event to come: behind by at least those records.
-            Ok(ReadBatch {
-                records,
-                millis_behind_latest: self.behind,
-                ..ReadBatch::default()
-            })
+        match self.held_batch.take() {
+            Some(mut b) if self.held.is_empty() => {
+                b.records = records;
+                Ok(b)
+            }
+            held => {
+                // More of this event to come: behind by at least those records.
+                self.held_batch = held;
+                Ok(ReadBatch {
+                    records,
+                    millis_behind_latest: self.behind,
+                    ..ReadBatch::default()
+                })
+            }
         }
     }
 
@@ -342,7 +353,7 @@ impl Subscription {
                     } else {
                         debug!(shard_id = %self.shard_id, error = %e, "SubscribeToShard failed; retrying");
                     }
-                    tokio::time::sleep(SUBSCRIBE_EVERY * failures.min(10)).await;
+                    tokio::time::sleep(SUBSCRIBE_BACKOFF.ceiling(failures - 1)).await;
                     continue;
                 }
                 Err(e) => {

@@ -67,7 +67,7 @@ impl KinesisStream {
             + Sync
             + 'static,
     {
-        map(&self.target, call, &self.resource(), e)
+        self.err_on(call, &self.resource(), e)
     }
 
     /// An error of `call` on another resource than the stream (a consumer, a shard).
@@ -111,13 +111,7 @@ impl KinesisStream {
 
     /// Checks that the stream exists and the endpoint answers.
     pub async fn check(&self) -> PortResult<()> {
-        self.client
-            .describe_stream_summary()
-            .stream_name(&self.name)
-            .send()
-            .await
-            .map_err(|e| self.err("DescribeStreamSummary", e))?;
-        Ok(())
+        self.arn().await.map(|_| ())
     }
 }
 

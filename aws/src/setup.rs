@@ -286,8 +286,10 @@ async fn deregister_consumers(stream: &KinesisStream, prefix: &str) -> PortResul
             .consumer_name(&name)
             .send()
             .await
-            .map_err(|e| stream.err("DeregisterStreamConsumer", e))
-        {
+            .map_err(|e| {
+                let resource = format!("consumer {name} of stream {}", stream.name());
+                stream.err_on("DeregisterStreamConsumer", &resource, e)
+            }) {
             Ok(_) => gone.push(format!("consumer {name}")),
             Err(PortError::NotFound { .. }) => {}
             Err(e) => return Err(e),

@@ -271,7 +271,9 @@ mod tests {
             // The first half at one creation time: whole-number weights, ties everywhere.
             let at = (step - 10_000).max(0) / 50 * 1_000;
             t.add(&post, at);
-            let w = ((at - t.landmark_ms) as f64 * t.lambda).exp();
+            // Weights as the design defines them, not read from the sketch: landmark 0 (the
+            // first like), never rescaled (199 s is 3.3 half-lives).
+            let w = (at as f64 * std::f64::consts::LN_2 / 60_000.0).exp();
             if let Some(e) = reference.iter_mut().find(|e| e.1 == post) {
                 e.0 += w;
             } else if reference.len() < cap {
