@@ -488,11 +488,12 @@ impl Settings {
             1,
             30 * 86_400,
         )?;
+        // A window's first-seen ids are one store item, as the counter's are.
         range(
             "analytics.window_records",
             self.analytics.window_records,
             1,
-            1_000_000,
+            tally_core::window::MAX_WINDOW_RECORDS,
         )?;
         range("analytics.window_ms", self.analytics.window_ms, 1, 600_000)?;
         range("lease.duration_ms", self.lease.duration_ms, 100, 3_600_000)?;

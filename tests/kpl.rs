@@ -1,8 +1,9 @@
 //! Records aggregated by the Kinesis Producer Library's format, written by AWS's own aggregator
 //! (PyPI aws-kinesis-agg, through scripts/kpl-aggregate.sh), not by tally: the counter and
 //! analytics count every user record exactly once — across producer retries inside and between
-//! aggregates, a crash between two windows, and a second run — and a corrupt aggregate is
-//! dead-lettered whole without blocking its shard.
+//! aggregates, windows and checkpoints that end inside an aggregate, a crash while applying such
+//! a window, and a second run — and a corrupt aggregate is dead-lettered whole without blocking
+//! its shard.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -101,43 +102,69 @@ fn aggregated_records_count_exactly(t: Target) {
     let s = stream(&t, &rt);
     put(s.as_ref(), &rt, &entries);
 
-    // The counter dies after its first batch of post writes, mid-stream, with small windows
-    // (a window always ends at a whole Kinesis record); the next run completes it.
-    let crash = [
-        ("TALLY_COUNTER__WINDOW_RECORDS", "200"),
-        ("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3"),
+    // Windows of 40 user records over aggregates of 25: a shard's first four windows end inside
+    // an aggregate (user record 15 of the second, 5 of the fourth, …), and so do their
+    // checkpoints. The counter dies after its third batch of post writes, in the middle of
+    // applying a window that ends inside an aggregate; the next run rebuilds that window to the
+    // same user record, then goes on from the next one. No time-closed windows (they would end
+    // at whole records): only the size decides here.
+    let windows = [
+        ("TALLY_COUNTER__WINDOW_RECORDS", "40"),
+        ("TALLY_COUNTER__WINDOW_MS", "600000"),
     ];
     let out = common::output({
         let mut c = t.cmd(&["count", "--until-idle"]);
-        for (k, v) in crash {
-            c.env(k, v);
-        }
+        c.envs(windows)
+            .env("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3");
         c
     });
     assert!(!out.status.success(), "the failpoint ends the first run");
-    let v = t.json_env(
-        &["count", "--until-idle", "--json"],
-        &[("TALLY_COUNTER__WINDOW_RECORDS", "200")],
+    let leases = t.json(&["leases", "--json"]);
+    let rows = leases.as_array().unwrap();
+    let inside = |v: &serde_json::Value| v.as_str().is_some_and(|s| s.contains(':'));
+    assert!(
+        rows.iter().any(|l| inside(&l["pending"]["end"])),
+        "the crash left a window pending that ends inside an aggregate: {leases}"
     );
+    assert!(
+        rows.iter().any(|l| inside(&l["checkpoint"])),
+        "a checkpoint inside an aggregate: {leases}"
+    );
+    let v = t.json_env(&["count", "--until-idle", "--json"], &windows);
     assert!(v["records"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(t.mismatches(&exp.counts), vec![]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     assert_eq!(t.count("lost"), 0);
-    let dl = t.json(&["dead-letters", "--json", "--limit", "1000"]);
-    let reasons: Vec<&str> = dl["dead_letters"]
-        .as_array()
-        .unwrap()
+    // Every malformed user record is dead-lettered at its own place (sequence and sub-sequence
+    // number), the corrupt aggregate whole: as many as the aggregates put hold.
+    let malformed_users: usize = entries
         .iter()
-        .map(|d| d["reason"].as_str().unwrap())
-        .collect();
+        .filter_map(|e| match tally_core::kpl::user_records(&e.data) {
+            Ok(tally_core::kpl::UserRecords::Aggregated(users)) => Some(users),
+            _ => None,
+        })
+        .flatten()
+        .filter(|u| tally_core::event::decode(u).is_err())
+        .count();
+    assert!(
+        malformed_users > exp.malformed,
+        "retried aggregates hold some too"
+    );
+    let dl = t.json(&["dead-letters", "--json", "--limit", "1000"]);
+    let dead = dl["dead_letters"].as_array().unwrap();
+    assert_eq!(dead.len(), malformed_users + 1, "{dl}");
+    let reasons: Vec<&str> = dead.iter().map(|d| d["reason"].as_str().unwrap()).collect();
     assert!(
         reasons.iter().any(|r| r.contains("KPL aggregate: MD5")),
         "{reasons:?}"
     );
-    assert!(
-        reasons.iter().any(|r| r.starts_with("KPL user record ")),
-        "a malformed line inside an aggregate names its place: {reasons:?}"
-    );
+    for d in dead {
+        let in_aggregate = d["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("KPL user record ");
+        assert_eq!(d["sub_sequence_number"].is_u64(), in_aggregate, "{d}");
+    }
     // A second run finds nothing new.
     t.run(&["count", "--until-idle"]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());

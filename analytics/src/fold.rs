@@ -3,10 +3,21 @@
 
 use tally_core::dedup::{id_hash, Dedup};
 use tally_core::event::{decode_ref, Action};
-use tally_core::kpl::{user_records, UserRecords};
+use tally_core::kpl::{user_records, Took};
 use tally_core::latency::Latency;
 use tally_core::ports::StreamRecord;
 use tally_core::trending::Trending;
+
+/// What [`Fold::push_part`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// Likes seen for the first time.
+    pub likes: u64,
+    /// User records folded (each may add an id to the window's dedup record).
+    pub folded: usize,
+    /// How much of the record that took.
+    pub took: Took,
+}
 
 /// One shard's analytics state between snapshots.
 #[derive(Debug)]
@@ -36,13 +47,31 @@ impl Fold {
     /// the likes seen for the first time. Malformed records are the counter's to dead-letter:
     /// analytics skips them.
     pub fn push(&mut self, r: &StreamRecord, now: i64) -> u64 {
+        self.push_part(r, 0, usize::MAX, now).likes
+    }
+
+    /// Folds the user records of `r` from index `from` on, at most `max` (at least one): a
+    /// window may end inside a KPL aggregate, as the counter's do.
+    pub fn push_part(&mut self, r: &StreamRecord, from: u32, max: usize, now: i64) -> Pushed {
         match user_records(&r.data) {
-            Ok(UserRecords::One(data)) => u64::from(self.fold_event(data, r.arrival_ms, now)),
-            Ok(UserRecords::Aggregated(users)) => users
-                .iter()
-                .map(|d| u64::from(self.fold_event(d, r.arrival_ms, now)))
-                .sum(),
-            Err(_) => 0,
+            Ok(users) => {
+                let (range, took) = users.part(from, max);
+                let folded = range.len();
+                let likes = range
+                    .map(|i| u64::from(self.fold_event(users.get(i), r.arrival_ms, now)))
+                    .sum();
+                Pushed {
+                    likes,
+                    folded,
+                    took,
+                }
+            }
+            // A corrupt aggregate: one user record, skipped.
+            Err(_) => Pushed {
+                likes: 0,
+                folded: usize::from(from == 0),
+                took: Took::Whole,
+            },
         }
     }
 

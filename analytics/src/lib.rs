@@ -28,7 +28,8 @@ use tally_core::ports::{
 use tally_core::trending::{merge, Trending};
 
 use crate::fold::Fold;
-use tally_core::SeqNo;
+use tally_core::kpl::Took;
+use tally_core::Position;
 
 /// The names of the metrics analytics emits per stored window (dimension `App`), in
 /// milliseconds; the CloudWatch alarms in `terraform/` use them.
@@ -56,7 +57,8 @@ pub struct AnalyticsConfig {
     pub sketch_capacity: usize,
     /// Half-life of the decayed like rate.
     pub half_life: Duration,
-    /// A snapshot is stored after this many records…
+    /// A snapshot is stored after this many user records (a KPL aggregate's count one by one; at
+    /// most `tally_core::window::MAX_WINDOW_RECORDS`, as its first-seen ids are one store item)…
     pub window_records: usize,
     /// …or this long after the window opened.
     pub window_time: Duration,
@@ -124,7 +126,8 @@ impl ProcessorFactory for Analytics {
                 self.cfg.dedup_horizon.as_millis() as i64,
             ),
             end: None,
-            records_in_window: 0,
+            checkpoint: None,
+            users_in_window: 0,
             opened_at_ms: 0,
         })
     }
@@ -139,9 +142,12 @@ pub struct AnalyticsShard {
     fence: Option<Fence>,
     /// Sketches, dedup filter and the open window's histograms.
     fold: Fold,
-    /// The last record folded and not yet checkpointed.
-    end: Option<SeqNo>,
-    records_in_window: usize,
+    /// The last record (or user record of an aggregate) folded and not yet checkpointed.
+    end: Option<Position>,
+    /// The last one checkpointed.
+    checkpoint: Option<Position>,
+    /// User records folded into the open window.
+    users_in_window: usize,
     opened_at_ms: i64,
 }
 
@@ -221,8 +227,8 @@ impl AnalyticsShard {
         self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
         self.emit_latency(snap.taken_at_ms);
         self.fold.latency = Latency::default();
-        self.end = None;
-        self.records_in_window = 0;
+        self.checkpoint = self.end.take();
+        self.users_in_window = 0;
         Ok(())
     }
 }
@@ -257,7 +263,10 @@ impl ShardProcessor for AnalyticsShard {
             self.fold.top_liked =
                 Trending::restore(self.cfg.sketch_capacity, ALL_TIME, entries, *at);
         }
-        Ok(StartPosition::after(st.lease.checkpoint.as_ref()))
+        self.checkpoint = st.lease.checkpoint.clone();
+        self.end = None;
+        self.users_in_window = 0;
+        Ok(StartPosition::after(self.checkpoint.as_ref()))
     }
 
     async fn process(&mut self, batch: &ReadBatch, now: i64) -> Result<(), ConsumerError> {
@@ -265,27 +274,44 @@ impl ShardProcessor for AnalyticsShard {
             self.fold.latency.record_iterator_age(age);
         }
         for r in &batch.records {
-            if self.records_in_window == 0 {
-                self.opened_at_ms = now;
-            }
-            self.records_in_window += 1;
-            match &mut self.end {
-                Some(end) => end.clone_from(&r.seq),
-                None => self.end = Some(r.seq.clone()),
-            }
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            let likes = self.fold.push(r, now);
-            self.metrics.likes.fetch_add(likes, Ordering::Relaxed);
-            if self.records_in_window >= self.cfg.window_records {
-                self.snapshot(false).await?;
+            // A window ends after `window_records` user records, inside a KPL aggregate if need
+            // be (its dedup record is one store item), and a checkpoint there resumes inside it.
+            let mut from = Position::resume_in(self.checkpoint.as_ref(), &r.seq);
+            loop {
+                if self.users_in_window == 0 {
+                    self.opened_at_ms = now;
+                }
+                let room = self.cfg.window_records.saturating_sub(self.users_in_window);
+                let done = self.fold.push_part(r, from, room, now);
+                self.users_in_window += done.folded;
+                self.metrics.likes.fetch_add(done.likes, Ordering::Relaxed);
+                match &mut self.end {
+                    Some(end) => {
+                        end.seq.clone_from(&r.seq);
+                        end.sub = done.took.sub();
+                    }
+                    None => {
+                        self.end = Some(Position {
+                            seq: r.seq.clone(),
+                            sub: done.took.sub(),
+                        })
+                    }
+                }
+                if self.users_in_window >= self.cfg.window_records {
+                    self.snapshot(false).await?;
+                }
+                match done.took {
+                    Took::Whole => break,
+                    Took::Through(k) => from = k + 1,
+                }
             }
         }
         Ok(())
     }
 
     async fn tick(&mut self, now: i64) -> Result<(), ConsumerError> {
-        if self.records_in_window > 0
-            && now - self.opened_at_ms >= self.cfg.window_time.as_millis() as i64
+        if self.end.is_some() && now - self.opened_at_ms >= self.cfg.window_time.as_millis() as i64
         {
             self.snapshot(false).await?;
         }

@@ -428,6 +428,9 @@ impl Subscription {
             StartPosition::AfterSequence(s) => {
                 at(ShardIteratorType::AfterSequenceNumber).sequence_number(s.as_str())
             }
+            StartPosition::AtSequence(s) => {
+                at(ShardIteratorType::AtSequenceNumber).sequence_number(s.as_str())
+            }
         }
         .build()
         .map_err(|e| PortError::Invalid(format!("SubscribeToShard starting position: {e}")))?;

@@ -239,6 +239,9 @@ impl KinesisReader {
             StartPosition::AfterSequence(s) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                 .starting_sequence_number(s.as_str()),
+            StartPosition::AtSequence(s) => req
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+                .starting_sequence_number(s.as_str()),
         };
         let resp = req
             .send()

@@ -147,7 +147,7 @@ async fn dedup_records_carry_their_ttl() {
         .await
         .unwrap()
         .unwrap();
-    let end = tally_core::SeqNo::parse("42").unwrap();
+    let end = tally_core::Position::parse("42").unwrap();
     let max_arrival = 1_700_000_000_000i64;
     t.begin_window(&fence, None, &end, 600_000).await.unwrap();
     let dedup = DedupRecord {
@@ -201,14 +201,14 @@ async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
         d.add(t, n);
         vec![("p".to_owned(), d)]
     };
-    fn at(end: &tally_core::SeqNo) -> WindowRef<'_> {
+    fn at(end: &tally_core::Position) -> WindowRef<'_> {
         WindowRef {
             app: "counter",
             shard_id: "s",
             end,
         }
     }
-    let [e10, e20, e30] = ["10", "20", "30"].map(|e| tally_core::SeqNo::parse(e).unwrap());
+    let [e10, e20, e30] = ["10", "20", "30"].map(|e| tally_core::Position::parse(e).unwrap());
     // Process a writes 10:05 (and remembers hour 10); process b, knowing nothing, writes 11:05
     // (its optimistic write is refused, it reads the item from the refusal and rolls hour 10 out).
     a.apply_posts(at(&e10), &window(h10 + 5 * MINUTE_MS, 1))

@@ -19,13 +19,13 @@ use tally_core::ports::{
 use tally_core::window::{
     DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON, MAX_WINDOW_RECORDS,
 };
-use tally_core::SeqNo;
+use tally_core::Position;
 
 /// The dedup horizon every window of these checks is recorded with.
 const HORIZON_MS: i64 = 600_000;
 
-fn seq(s: &str) -> SeqNo {
-    SeqNo::parse(s).unwrap()
+fn seq(s: &str) -> Position {
+    Position::parse(s).unwrap()
 }
 
 async fn read_all(stream: &dyn Stream, shard: &str, from: StartPosition) -> Vec<StreamRecord> {
@@ -109,6 +109,17 @@ pub async fn stream_put_and_read(stream: &dyn Stream) {
                 after,
                 recs[recs.len() / 2 + 1..].to_vec(),
                 "AFTER_SEQUENCE_NUMBER resumes right after"
+            );
+            let at_seq = read_all(
+                stream,
+                &s.shard_id,
+                StartPosition::AtSequence(mid.seq.clone()),
+            )
+            .await;
+            assert_eq!(
+                at_seq,
+                recs[recs.len() / 2..].to_vec(),
+                "AT_SEQUENCE_NUMBER resumes at the record (a checkpoint inside an aggregate)"
             );
             let at = read_all(
                 stream,
@@ -272,8 +283,8 @@ struct Rest<'a> {
 async fn window(
     store: &dyn CounterStore,
     fence: &Fence,
-    start_after: Option<&SeqNo>,
-    end: &SeqNo,
+    start_after: Option<&Position>,
+    end: &Position,
     posts: &[(String, PostDelta)],
     rest: Rest<'_>,
     finished: bool,
@@ -298,7 +309,7 @@ async fn window(
     out
 }
 
-fn at<'a>(fence: &'a Fence, end: &'a SeqNo) -> WindowRef<'a> {
+fn at<'a>(fence: &'a Fence, end: &'a Position) -> WindowRef<'a> {
     WindowRef {
         app: &fence.app,
         shard_id: &fence.shard_id,
@@ -381,10 +392,10 @@ pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &st
     // Arrival times of a backlog from long ago: 1, 1.5 and 1 + 24 h (in ms since 1970, + 1e6).
     let windows = [
         ("11", 1_000_000),
-        ("22", 1_500_000),
+        ("22:4", 1_500_000),
         ("133", 1_000_000 + day),
     ];
-    let mut start: Option<SeqNo> = None;
+    let mut start: Option<Position> = None;
     for (i, (end, max_arrival)) in windows.iter().enumerate() {
         let end = seq(end);
         let dedup = DedupRecord {
@@ -412,9 +423,9 @@ pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &st
         v.into_iter().map(|(i, _)| i).collect::<Vec<_>>()
     };
     let all = store.load_dedup(&app, &shards, i64::MIN).await.unwrap();
-    let mut ends: Vec<SeqNo> = all.iter().map(|r| r.end.clone()).collect();
+    let mut ends: Vec<Position> = all.iter().map(|r| r.end.clone()).collect();
     ends.sort();
-    assert_eq!(ends, vec![seq("11"), seq("22"), seq("133")]);
+    assert_eq!(ends, vec![seq("11"), seq("22:4"), seq("133")]);
     assert!(all.iter().all(|r| r.shard_id == shard));
     assert_eq!(ids(all), [0, 1, 2]);
     // A restore within the horizon of the second record's clock reads from it on.
@@ -556,13 +567,16 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     ];
     let dead = DeadLetter {
         shard_id: shard.clone(),
-        seq: seq("7"),
+        // A user record inside a KPL aggregate: its place includes its sub-sequence number.
+        seq: seq("7:2"),
         arrival_ms: 5,
         reason: "not a JSON object".into(),
         data: b"{oops".to_vec(),
         size: 5,
     };
-    let end = seq("9");
+    // The window ends inside an aggregate (its user records 0..=4): the pending end, the
+    // markers and the checkpoint keep the sub-sequence number.
+    let end = seq("9:4");
     let dedup = DedupRecord {
         max_arrival: 1_000,
         ids: vec![1, 2, 3],

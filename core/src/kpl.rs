@@ -2,9 +2,11 @@
 //! user records. The format: 4 magic bytes, a protobuf `AggregatedRecord`, and the MD5 of the
 //! protobuf bytes. A record without the magic bytes is one user record, as written.
 //!
-//! The counter and analytics fold every user record of one Kinesis record into the same window,
-//! so a window's end — and so a checkpoint — is always a whole Kinesis record: a crash can never
-//! fall between two user records of one aggregate, and no sub-sequence number is needed.
+//! A user record's place in its aggregate is its sub-sequence number (from 0): the counter's
+//! windows, and so its checkpoints, may end between two user records of one Kinesis record
+//! ([`crate::seq::Position`]).
+
+use std::ops::Range;
 
 use md5::{Digest, Md5};
 
@@ -51,6 +53,62 @@ pub enum UserRecords<'a> {
     Aggregated(Vec<Vec<u8>>),
 }
 
+impl UserRecords<'_> {
+    /// How many user records.
+    pub fn len(&self) -> usize {
+        match self {
+            UserRecords::One(_) => 1,
+            UserRecords::Aggregated(v) => v.len(),
+        }
+    }
+
+    /// Whether there are none (an aggregate of no records).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// User record `i`'s bytes.
+    pub fn get(&self, i: usize) -> &[u8] {
+        match self {
+            UserRecords::One(d) => d,
+            UserRecords::Aggregated(v) => &v[i],
+        }
+    }
+
+    /// The user records from index `from` on, at most `max` of them (at least one): their
+    /// indexes, and how much of the record that takes. A window that took part of an aggregate
+    /// goes on from the next index in the next window.
+    pub fn part(&self, from: u32, max: usize) -> (Range<usize>, Took) {
+        let n = self.len();
+        let start = (from as usize).min(n);
+        let stop = start.saturating_add(max.max(1)).min(n);
+        let took = match self {
+            UserRecords::Aggregated(_) if stop < n => Took::Through(stop as u32 - 1),
+            _ => Took::Whole,
+        };
+        (start..stop, took)
+    }
+}
+
+/// How much of a Kinesis record a window took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Took {
+    /// The record, to its last user record.
+    Whole,
+    /// Its user records through this sub-sequence number; the next window goes on after it.
+    Through(u32),
+}
+
+impl Took {
+    /// The sub-sequence number of a position ending here (`None`: the whole record).
+    pub fn sub(self) -> Option<u32> {
+        match self {
+            Took::Whole => None,
+            Took::Through(k) => Some(k),
+        }
+    }
+}
+
 /// Splits a Kinesis record into its user records. An aggregate that is corrupt (bad digest,
 /// undecodable protobuf, a partition-key index outside its table) is an error naming why: the
 /// caller dead-letters the whole record.
@@ -81,10 +139,9 @@ pub fn user_records(data: &[u8]) -> Result<UserRecords<'_>, String> {
     Ok(UserRecords::Aggregated(out))
 }
 
-/// An aggregate of `user_records`, each with partition key `key`, for the unit tests (the
-/// end-to-end test uses AWS's own aggregator; tally's producer puts one event per record).
-#[cfg(test)]
-fn aggregate(key: &str, user_records: &[&[u8]]) -> Vec<u8> {
+/// An aggregate of `user_records`, each with partition key `key`, for tests and benchmarks
+/// (tally's producer puts one event per record; the end-to-end tests use AWS's own aggregator).
+pub fn aggregate(key: &str, user_records: &[&[u8]]) -> Vec<u8> {
     let agg = AggregatedRecord {
         partition_key_table: vec![key.to_owned()],
         explicit_hash_key_table: Vec::new(),
@@ -111,7 +168,22 @@ mod tests {
 
     #[test]
     fn plain_records_pass_through() {
-        assert_eq!(user_records(b"{}"), Ok(UserRecords::One(&b"{}"[..])));
+        let one = user_records(b"{}").unwrap();
+        assert_eq!(one, UserRecords::One(&b"{}"[..]));
+        assert_eq!(one.part(0, 5), (0..1, Took::Whole));
+        assert_eq!(one.part(1, 5), (1..1, Took::Whole), "nothing left of it");
+    }
+
+    #[test]
+    fn parts_of_an_aggregate() {
+        let a = aggregate("p", &[b"0", b"1", b"2", b"3", b"4"]);
+        let users = user_records(&a).unwrap();
+        assert_eq!(users.part(0, 2), (0..2, Took::Through(1)));
+        assert_eq!(users.part(2, 2), (2..4, Took::Through(3)));
+        assert_eq!(users.part(4, 2), (4..5, Took::Whole));
+        assert_eq!(users.part(0, 5), (0..5, Took::Whole));
+        assert_eq!(users.part(3, 0), (3..4, Took::Through(3)), "at least one");
+        assert_eq!(users.get(3), b"3");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::seq::SeqNo;
+use crate::seq::Position;
 
 /// One lease row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,7 +17,7 @@ pub struct Lease {
     /// Wall-clock expiry (ms) set by the holder's last renewal.
     pub expires_ms: i64,
     /// Last record whose effects are durable; `None` before the first.
-    pub checkpoint: Option<SeqNo>,
+    pub checkpoint: Option<Position>,
     /// The shard was read to its end and everything was applied.
     pub finished: bool,
     pub parents: Vec<String>,

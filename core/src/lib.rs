@@ -23,7 +23,7 @@ pub mod summary;
 pub mod trending;
 pub mod window;
 
-pub use seq::SeqNo;
+pub use seq::{Position, SeqNo};
 
 /// Names of the consumer applications; each has its own leases and checkpoints.
 pub mod apps {

@@ -9,7 +9,7 @@ use crate::buckets::PostDelta;
 use crate::cost::Units;
 use crate::dedup::DedupRecord;
 use crate::lease::Lease;
-use crate::seq::SeqNo;
+use crate::seq::{Position, SeqNo};
 use crate::window::DeadLetter;
 
 /// Every error a port returns.
@@ -94,14 +94,20 @@ pub enum StartPosition {
     /// Arrival time in milliseconds since the epoch.
     AtTimestamp(i64),
     AfterSequence(SeqNo),
+    /// The record itself first: a checkpoint inside a KPL aggregate resumes there.
+    AtSequence(SeqNo),
 }
 
 impl StartPosition {
-    /// Where to resume after a checkpoint (`None`: from the oldest record).
-    pub fn after(checkpoint: Option<&SeqNo>) -> StartPosition {
-        checkpoint.map_or(StartPosition::TrimHorizon, |s| {
-            StartPosition::AfterSequence(s.clone())
-        })
+    /// Where to resume after a checkpoint (`None`: from the oldest record): after its record, or
+    /// at it when the checkpoint covers only part of an aggregate (the reader of the records
+    /// skips the user records covered, [`Position::resume_in`]).
+    pub fn after(checkpoint: Option<&Position>) -> StartPosition {
+        match checkpoint {
+            None => StartPosition::TrimHorizon,
+            Some(Position { seq, sub: None }) => StartPosition::AfterSequence(seq.clone()),
+            Some(Position { seq, sub: Some(_) }) => StartPosition::AtSequence(seq.clone()),
+        }
     }
 }
 
@@ -170,7 +176,7 @@ pub trait ShardReader: Send {
 /// applies it builds the same deltas.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
-    pub end: SeqNo,
+    pub end: Position,
     /// The dedup horizon its duplicate decisions were made with (ms), so that a rebuild after a
     /// settings change decides the same (`None`: recorded by an older tally that did not store it).
     pub horizon_ms: Option<i64>,
@@ -249,7 +255,7 @@ pub trait LeaseStore: Send + Sync {
 pub struct WindowRef<'a> {
     pub app: &'a str,
     pub shard_id: &'a str,
-    pub end: &'a SeqNo,
+    pub end: &'a Position,
 }
 
 /// What a window writes besides its posts' items.
@@ -290,7 +296,7 @@ impl Applied {
 pub struct StoredDedup {
     pub shard_id: String,
     /// The window's end: a restore at a checkpoint takes only records at or before it.
-    pub end: SeqNo,
+    pub end: Position,
     pub record: DedupRecord,
 }
 
@@ -301,11 +307,11 @@ pub struct StoredDedup {
 pub struct GapCommit<'a> {
     pub fence: &'a Fence,
     /// The stored checkpoint (a condition).
-    pub start_after: Option<&'a SeqNo>,
+    pub start_after: Option<&'a Position>,
     /// The pending window given up, if any (a condition: its end must be the stored one).
-    pub pending_end: Option<&'a SeqNo>,
+    pub pending_end: Option<&'a Position>,
     /// The new checkpoint: the given-up window's end (`None`: unchanged).
-    pub through: Option<&'a SeqNo>,
+    pub through: Option<&'a Position>,
     /// Whether the shard is finished with it (it is gone from the stream).
     pub finished: bool,
     /// The record of the gap.
@@ -336,8 +342,8 @@ pub trait CounterStore: LeaseStore + DedupStore {
     async fn begin_window(
         &self,
         fence: &Fence,
-        start_after: Option<&SeqNo>,
-        end: &SeqNo,
+        start_after: Option<&Position>,
+        end: &Position,
         horizon_ms: i64,
     ) -> PortResult<()>;
     /// Writes the posts' deltas to their summary items, each once.
@@ -354,7 +360,7 @@ pub trait CounterStore: LeaseStore + DedupStore {
     async fn finish_window(
         &self,
         fence: &Fence,
-        end: &SeqNo,
+        end: &Position,
         max_arrival: i64,
         shard_finished: bool,
         spent: &ShardTally,
@@ -400,7 +406,7 @@ pub struct TrendingEntry {
 pub struct AnalyticsSnapshot {
     pub shard_id: String,
     /// The window's last record (new checkpoint).
-    pub end: SeqNo,
+    pub end: Position,
     pub max_arrival: i64,
     pub taken_at_ms: i64,
     /// The shard's whole sketch, so that a restart resumes it.

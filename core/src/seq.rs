@@ -1,7 +1,10 @@
-//! Kinesis sequence numbers: decimal strings of up to 129 digits.
+//! Kinesis sequence numbers, and positions in a shard.
 //!
-//! They are never parsed into integers. Two sequence numbers compare by length first, then by
-//! bytes, which is numeric order for decimal strings without leading zeros.
+//! A sequence number is a decimal string of up to 129 digits, never parsed into an integer: two
+//! compare by length first, then by bytes, which is numeric order for decimal strings without
+//! leading zeros. A [`Position`] is a sequence number, or one user record inside the KPL
+//! aggregate at that sequence number (its sub-sequence number): checkpoints and window ends are
+//! positions, so that they can fall between two user records of one Kinesis record.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -64,6 +67,123 @@ impl fmt::Display for SeqNo {
     }
 }
 
+/// A place in a shard, up to which records are covered: a whole Kinesis record (`sub: None`), or
+/// the user records `0..=k` of the KPL aggregate at `seq` (`sub: Some(k)`, its sub-sequence
+/// number), the rest of that aggregate not yet. Ordered as the shard is read: by sequence number,
+/// then sub-sequence number, a whole record after every part of it.
+///
+/// Stored and shown as `seq` or `seq:k`, so that a position written by a tally that knew only
+/// whole records reads back as the same position.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Position {
+    pub seq: SeqNo,
+    pub sub: Option<u32>,
+}
+
+impl Position {
+    /// The whole record `seq`.
+    pub fn whole(seq: SeqNo) -> Position {
+        Position { seq, sub: None }
+    }
+
+    /// Parses `seq` or `seq:k`.
+    pub fn parse(s: &str) -> Option<Position> {
+        match s.split_once(':') {
+            None => SeqNo::parse(s).map(Position::whole),
+            Some((seq, sub)) => {
+                let sub = sub
+                    .parse()
+                    .ok()
+                    .filter(|_| sub.bytes().all(|b| b.is_ascii_digit()))?;
+                Some(Position {
+                    seq: SeqNo::parse(seq)?,
+                    sub: Some(sub),
+                })
+            }
+        }
+    }
+
+    /// The first user record of `seq` not covered by this position, when it covers part of that
+    /// record: where reading the record resumes (0: the record is not covered at all).
+    pub fn resume_in(this: Option<&Position>, seq: &SeqNo) -> u32 {
+        match this {
+            Some(Position {
+                seq: s,
+                sub: Some(k),
+            }) if s == seq => k + 1,
+            _ => 0,
+        }
+    }
+}
+
+impl Ord for Position {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // `None` (the whole record) sorts after every `Some`.
+        let rank = |p: &Position| (p.sub.is_none(), p.sub);
+        self.seq
+            .cmp(&other.seq)
+            .then_with(|| rank(self).cmp(&rank(other)))
+    }
+}
+
+impl PartialOrd for Position {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.sub {
+            None => f.write_str(self.seq.as_str()),
+            Some(k) => write!(f, "{}:{k}", self.seq.as_str()),
+        }
+    }
+}
+
+impl fmt::Debug for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Position({self})")
+    }
+}
+
+impl Serialize for Position {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Position {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Position, D::Error> {
+        let s = String::deserialize(d)?;
+        Position::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("not a position (`seq` or `seq:k`): {s:?}"))
+        })
+    }
+}
+
+impl SeqNo {
+    /// The decimal number one below, `""` for zero: what lets a position inside an aggregate have
+    /// a marker below the whole record's (`summary::marker`).
+    pub fn predecessor(&self) -> String {
+        let mut digits = self.0.clone().into_bytes();
+        for d in digits.iter_mut().rev() {
+            if *d == b'0' {
+                *d = b'9';
+            } else {
+                *d -= 1;
+                break;
+            }
+        }
+        if self.0.bytes().all(|b| b == b'0') {
+            return String::new();
+        }
+        // Only a leading 1 that became 0 can be a leading zero (10…0 → 09…9).
+        let start = usize::from(digits.len() > 1 && digits[0] == b'0');
+        String::from_utf8(digits[start..].to_vec()).unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,11 +218,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn positions_round_trip_and_order_as_read() {
+        for s in ["7", "7:0", "7:12", &"9".repeat(129)] {
+            assert_eq!(Position::parse(s).unwrap().to_string(), s);
+        }
+        for bad in ["", "7:", ":1", "7:x", "7:-1", "7:+1", "7:1:2", "a:1"] {
+            assert!(Position::parse(bad).is_none(), "{bad:?}");
+        }
+        let p = |s: &str| Position::parse(s).unwrap();
+        let read_order = ["6", "7:0", "7:1", "7:10", "7", "8:0", "8", "10:3"];
+        for w in read_order.windows(2) {
+            assert!(p(w[0]) < p(w[1]), "{} < {}", w[0], w[1]);
+        }
+        let seven = SeqNo::parse("7").unwrap();
+        assert_eq!(Position::resume_in(Some(&p("7:3")), &seven), 4);
+        assert_eq!(Position::resume_in(Some(&p("7")), &seven), 0);
+        assert_eq!(Position::resume_in(Some(&p("6:3")), &seven), 0);
+        assert_eq!(Position::resume_in(None, &seven), 0);
+        let json = serde_json::to_string(&p("7:3")).unwrap();
+        assert_eq!(json, "\"7:3\"");
+        assert_eq!(serde_json::from_str::<Position>(&json).unwrap(), p("7:3"));
+    }
+
+    #[test]
+    fn predecessors() {
+        let pred = |s: &str| SeqNo::parse(s).unwrap().predecessor();
+        assert_eq!(pred("0"), "");
+        assert_eq!(pred("1"), "0");
+        assert_eq!(pred("10"), "9");
+        assert_eq!(pred("1000"), "999");
+        assert_eq!(
+            pred("49590338271490256608559692538361571095921575989136588900"),
+            "49590338271490256608559692538361571095921575989136588899"
+        );
+    }
+
     proptest! {
         #[test]
         fn agrees_with_integer_order(a in 0u128.., b in 0u128..) {
             let (sa, sb) = (SeqNo::parse(&a.to_string()).unwrap(), SeqNo::parse(&b.to_string()).unwrap());
             prop_assert_eq!(sa.cmp(&sb), a.cmp(&b));
+        }
+
+        #[test]
+        fn predecessor_is_one_below(a in 1u128..) {
+            prop_assert_eq!(SeqNo::parse(&a.to_string()).unwrap().predecessor(), (a - 1).to_string());
         }
     }
 }

@@ -28,6 +28,8 @@ use std::collections::BTreeMap;
 
 use crate::buckets::{day_key, hour_key, minute_of_hour, PostDelta, DAY_MS, HOUR_MS};
 use crate::cost::Purpose;
+use crate::seq::Position;
+#[cfg(test)]
 use crate::seq::SeqNo;
 
 /// An attribute value: a number or a string.
@@ -44,10 +46,21 @@ pub type Attrs = BTreeMap<String, Val>;
 /// The partition of the global totals (`#` cannot start a post id); one item per app and shard.
 pub const GLOBAL_PK: &str = "#global";
 
-/// A window's marker: its end in a form whose string order is the sequence numbers' numeric
-/// order (a fixed-width length, then the digits), so that a store compares markers as strings.
-pub fn marker(end: &SeqNo) -> String {
-    format!("{:03}{}", end.as_str().len(), end.as_str())
+/// A window's marker: its end in a form whose string order is the positions' order, so that a
+/// store compares markers as strings. A whole record's is a fixed-width length, then the digits
+/// (numeric order). A position inside the aggregate at `S` is marked as the number below `S`
+/// followed by `.` and its sub-sequence number at fixed width: above every mark of a record
+/// before `S` (it extends the mark of `S - 1`), below the whole of `S` (a smaller number), in
+/// sub-sequence order among themselves — and a whole record keeps the mark it always had.
+pub fn marker(end: &Position) -> String {
+    let seq = end.seq.as_str();
+    match end.sub {
+        None => format!("{:03}{seq}", seq.len()),
+        Some(k) => {
+            let below = end.seq.predecessor();
+            format!("{:03}{below}.{k:010}", below.len())
+        }
+    }
 }
 
 /// The sort key of a post's live item on a shard.
@@ -630,14 +643,38 @@ mod tests {
     }
 
     fn end(n: u64) -> String {
-        marker(&SeqNo::parse(&n.to_string()).unwrap())
+        marker(&Position::parse(&n.to_string()).unwrap())
     }
 
     #[test]
     fn markers_sort_as_sequence_numbers() {
-        let s = |x: &str| marker(&SeqNo::parse(x).unwrap());
+        let s = |x: &str| marker(&Position::parse(x).unwrap());
         assert!(s("9") < s("10"));
         assert!(s("49590338271490256608559692538361571095921575989136588898") > s("99"));
+        assert_eq!(
+            s("10"),
+            "00210",
+            "a whole record's mark is the one it always had"
+        );
+        assert_eq!(s("10:3"), "0019.0000000003");
+    }
+
+    proptest::proptest! {
+        /// Markers compare as strings exactly as their positions do, whole records and parts of
+        /// aggregates mixed, neighbours and powers of ten included.
+        #[test]
+        fn markers_sort_as_positions(
+            a in (0u64..40, proptest::option::of(0u32..12)),
+            b in (0u64..40, proptest::option::of(0u32..12)),
+            scale in proptest::sample::select(vec![1u64, 10, 1_000, 1 << 40]),
+        ) {
+            let pos = |(n, sub): (u64, Option<u32>)| Position {
+                seq: SeqNo::parse(&(n * scale + n % 3).to_string()).unwrap(),
+                sub,
+            };
+            let (pa, pb) = (pos(a), pos(b));
+            proptest::prop_assert_eq!(marker(&pa).cmp(&marker(&pb)), pa.cmp(&pb), "{} vs {}", pa, pb);
+        }
     }
 
     #[test]

@@ -12,14 +12,18 @@ use std::collections::HashMap;
 use crate::buckets::PostDelta;
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::event::decode_ref;
+pub use crate::kpl::Took;
 use crate::kpl::{user_records, UserRecords};
 use crate::ports::StreamRecord;
+use crate::seq::Position;
+#[cfg(test)]
 use crate::seq::SeqNo;
 
 /// The longest prefix of a malformed record's bytes that is kept in its dead letter.
 pub const DEAD_LETTER_MAX_BYTES: usize = 4096;
-/// The most records a counter window may hold: its dedup record (12 bytes per id) is one store
-/// item, which must stay below DynamoDB's 400 KB item limit with room to spare.
+/// The most user records a window (the counter's or analytics') may hold: its dedup record (12
+/// bytes per id) is one store item, which must stay below DynamoDB's 400 KB item limit with room
+/// to spare. Windows end inside a KPL aggregate when they must, so this bound is exact.
 pub const MAX_WINDOW_RECORDS: usize = 20_000;
 /// The longest reason kept in a dead letter (a decode error may quote the offending value).
 pub const DEAD_LETTER_MAX_REASON: usize = 512;
@@ -36,13 +40,23 @@ pub fn truncate_utf8(s: &str, max: usize) -> String {
     format!("{}…", &s[..cut])
 }
 
+/// Where a window closes.
+#[derive(Clone, Copy, Debug)]
+pub enum Bound<'a> {
+    /// After this many user records: a new window.
+    Size(usize),
+    /// At this position: a pending window rebuilt, whose end was fixed when it was recorded.
+    End(&'a Position),
+}
+
 /// A malformed record, kept with where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
     /// The shard it was read from.
     pub shard_id: String,
-    /// Its sequence number: with the shard, the dead letter's identity (stored idempotently).
-    pub seq: SeqNo,
+    /// Its sequence number, with the user record's sub-sequence number inside a KPL aggregate:
+    /// with the shard, the dead letter's identity (stored idempotently).
+    pub seq: Position,
     /// Its arrival time in the stream.
     pub arrival_ms: i64,
     /// Why it was rejected.
@@ -57,7 +71,7 @@ pub struct DeadLetter {
 /// DynamoDB write units (1 KB each) of writing a dead letter once: it carries up to 4 KiB of raw
 /// bytes.
 pub fn dead_letter_units(d: &DeadLetter) -> u64 {
-    units(d.data.len() + d.reason.len() + d.shard_id.len() + d.seq.as_str().len() + 64)
+    units(d.data.len() + d.reason.len() + d.shard_id.len() + d.seq.to_string().len() + 64)
 }
 
 /// Write units of a window's dedup record (its ids plus its key and attributes).
@@ -84,9 +98,9 @@ pub struct WindowStats {
 #[derive(Debug)]
 pub struct WindowBuilder {
     /// The checkpoint before the window: the window holds records strictly after it.
-    start_after: Option<SeqNo>,
-    /// The last record added.
-    end: Option<SeqNo>,
+    start_after: Option<Position>,
+    /// The last record (or user record of an aggregate) added.
+    end: Option<Position>,
     /// Net change per post (sorted when the window closes).
     deltas: HashMap<String, PostDelta, ahash::RandomState>,
     dead_letters: Vec<DeadLetter>,
@@ -99,7 +113,7 @@ pub struct WindowBuilder {
 
 impl WindowBuilder {
     /// An empty window after `start_after`.
-    pub fn new(start_after: Option<SeqNo>, opened_at_ms: i64) -> WindowBuilder {
+    pub fn new(start_after: Option<Position>, opened_at_ms: i64) -> WindowBuilder {
         WindowBuilder {
             start_after,
             end: None,
@@ -111,45 +125,101 @@ impl WindowBuilder {
         }
     }
 
-    /// Decodes, dedups and folds one Kinesis record: its one event, or every user record of a
-    /// KPL aggregate (all into this window, so that the window ends at a whole record).
+    /// Decodes, dedups and folds one Kinesis record whole: its one event, or every user record of
+    /// a KPL aggregate.
     pub fn push(&mut self, shard_id: &str, record: &StreamRecord, dedup: &mut Dedup) {
-        self.stats.records += 1;
-        match &mut self.end {
-            Some(end) => end.clone_from(&record.seq),
-            None => self.end = Some(record.seq.clone()),
+        self.push_part(shard_id, record, 0, usize::MAX, dedup);
+    }
+
+    /// Folds the user records of `record` from index `from` on (its sub-sequence numbers: a
+    /// checkpoint or the previous window covered those before), as many as fit before `bound`,
+    /// and says whether the record is done or the window ends inside it.
+    pub fn push_to(
+        &mut self,
+        shard_id: &str,
+        record: &StreamRecord,
+        from: u32,
+        bound: Bound<'_>,
+        dedup: &mut Dedup,
+    ) -> Took {
+        let max = match bound {
+            Bound::Size(n) => n.saturating_sub(self.len()),
+            Bound::End(end) if end.seq == record.seq => end
+                .sub
+                .map_or(usize::MAX, |k| (k + 1).saturating_sub(from) as usize),
+            Bound::End(_) => usize::MAX,
+        };
+        self.push_part(shard_id, record, from, max, dedup)
+    }
+
+    /// Whether the window has reached `bound` and closes.
+    pub fn reached(&self, bound: Bound<'_>) -> bool {
+        match bound {
+            Bound::Size(n) => self.len() >= n,
+            Bound::End(end) => self.end.as_ref() == Some(end),
         }
-        match user_records(&record.data) {
-            Ok(UserRecords::One(data)) => {
-                self.user_records += 1;
-                if let Err(e) = self.fold_event(data, record.arrival_ms, dedup) {
-                    self.stats.malformed += 1;
-                    self.dead_letter(shard_id, record, &record.data, e.to_string());
-                }
-            }
-            Ok(UserRecords::Aggregated(users)) => {
-                let n = users.len();
-                self.user_records += n;
-                let mut lettered = false;
-                for (i, data) in users.iter().enumerate() {
+    }
+
+    /// Folds user records `from..` of `record`, at most `max` of them (at least one). A record
+    /// that is not an aggregate — or a corrupt one, dead-lettered whole — is one user record.
+    fn push_part(
+        &mut self,
+        shard_id: &str,
+        record: &StreamRecord,
+        from: u32,
+        max: usize,
+        dedup: &mut Dedup,
+    ) -> Took {
+        if from == 0 {
+            self.stats.records += 1;
+        }
+        let took = match user_records(&record.data) {
+            Ok(users) => {
+                let (range, took) = users.part(from, max);
+                let aggregated = matches!(users, UserRecords::Aggregated(_));
+                for i in range {
+                    self.user_records += 1;
+                    let data = users.get(i);
                     if let Err(e) = self.fold_event(data, record.arrival_ms, dedup) {
                         self.stats.malformed += 1;
-                        // One dead letter per Kinesis record (its key is the sequence number):
-                        // the first malformed user record, named by its place.
-                        if !lettered {
-                            lettered = true;
-                            let reason = format!("KPL user record {} of {n}: {e}", i + 1);
-                            self.dead_letter(shard_id, record, data, reason);
-                        }
+                        let (at, reason) = if aggregated {
+                            let n = users.len();
+                            let at = Position {
+                                seq: record.seq.clone(),
+                                sub: Some(i as u32),
+                            };
+                            (at, format!("KPL user record {} of {n}: {e}", i + 1))
+                        } else {
+                            (Position::whole(record.seq.clone()), e.to_string())
+                        };
+                        self.dead_letter(shard_id, at, record, data, reason);
                     }
                 }
+                took
             }
             Err(reason) => {
-                self.user_records += 1;
-                self.stats.malformed += 1;
-                self.dead_letter(shard_id, record, &record.data, reason);
+                if from == 0 {
+                    self.user_records += 1;
+                    self.stats.malformed += 1;
+                    let at = Position::whole(record.seq.clone());
+                    self.dead_letter(shard_id, at, record, &record.data, reason);
+                }
+                Took::Whole
+            }
+        };
+        match &mut self.end {
+            Some(e) => {
+                e.seq.clone_from(&record.seq);
+                e.sub = took.sub();
+            }
+            None => {
+                self.end = Some(Position {
+                    seq: record.seq.clone(),
+                    sub: took.sub(),
+                })
             }
         }
+        took
     }
 
     /// Folds one user record's event; a malformed one is returned for its dead letter.
@@ -179,11 +249,18 @@ impl WindowBuilder {
         Ok(())
     }
 
-    fn dead_letter(&mut self, shard_id: &str, record: &StreamRecord, data: &[u8], reason: String) {
+    fn dead_letter(
+        &mut self,
+        shard_id: &str,
+        at: Position,
+        record: &StreamRecord,
+        data: &[u8],
+        reason: String,
+    ) {
         let keep = data.len().min(DEAD_LETTER_MAX_BYTES);
         self.dead_letters.push(DeadLetter {
             shard_id: shard_id.to_owned(),
-            seq: record.seq.clone(),
+            seq: at,
             arrival_ms: record.arrival_ms,
             reason: truncate_utf8(&reason, DEAD_LETTER_MAX_REASON),
             data: data[..keep].to_vec(),
@@ -208,7 +285,7 @@ impl WindowBuilder {
     }
 
     /// The last sequence number folded, if any.
-    pub fn end(&self) -> Option<&SeqNo> {
+    pub fn end(&self) -> Option<&Position> {
         self.end.as_ref()
     }
 
@@ -243,9 +320,10 @@ impl WindowBuilder {
 #[derive(Clone, Debug)]
 pub struct ClosedWindow {
     /// The checkpoint before the window.
-    pub start_after: Option<SeqNo>,
-    /// The window's last record; `None` only for a window of no records (a shard-end flush).
-    pub end: Option<SeqNo>,
+    pub start_after: Option<Position>,
+    /// The window's last record (or user record of an aggregate); `None` only for a window of no
+    /// records (a shard-end flush).
+    pub end: Option<Position>,
     /// Net change per post, by post id.
     pub posts: Vec<(String, PostDelta)>,
     /// Malformed records, by sequence number.
@@ -305,7 +383,7 @@ mod tests {
             }
         );
         assert_eq!(c.total_delta, 0);
-        assert_eq!(c.end.as_ref().unwrap().as_str(), "6");
+        assert_eq!(c.end.as_ref().unwrap().to_string(), "6");
         let totals: Vec<(String, i64)> = c
             .posts
             .iter()
@@ -315,11 +393,87 @@ mod tests {
         let dead: Vec<&DeadLetter> = c.dead_letters.iter().collect();
         assert_eq!(dead.len(), 1);
         assert_eq!(
-            (dead[0].shard_id.as_str(), dead[0].seq.as_str()),
-            ("shard-0", "4")
+            (dead[0].shard_id.as_str(), dead[0].seq.to_string()),
+            ("shard-0", "4".to_owned())
         );
         assert!(dead[0].reason.contains("JSON"), "{}", dead[0].reason);
         assert_eq!(c.dedup.ids.len(), 4);
+    }
+
+    #[test]
+    fn a_window_can_end_inside_an_aggregate() {
+        let users: Vec<String> = (0..5)
+            .map(|i| {
+                if i == 3 {
+                    "{oops".to_owned()
+                } else {
+                    ev(&i.to_string(), "a", "like")
+                }
+            })
+            .collect();
+        let refs: Vec<&[u8]> = users.iter().map(|u| u.as_bytes()).collect();
+        let agg = StreamRecord {
+            data: crate::kpl::aggregate("k", &refs),
+            ..rec(7, "")
+        };
+        let mut dedup = Dedup::new(600_000);
+        // Window one: a plain record, then two user records of the aggregate.
+        let mut w = WindowBuilder::new(None, 0);
+        w.push("s", &rec(6, &ev("x", "b", "like")), &mut dedup);
+        assert_eq!(
+            w.push_to("s", &agg, 0, Bound::Size(3), &mut dedup),
+            Took::Through(1)
+        );
+        assert_eq!(w.len(), 3);
+        assert!(w.reached(Bound::Size(3)));
+        let one = w.close(&mut dedup);
+        assert_eq!(one.end, Position::parse("7:1"));
+        assert_eq!(one.total_delta, 3);
+        // Window two goes on after it, to the record's end; its malformed user record is
+        // dead-lettered at its own place.
+        let mut w = WindowBuilder::new(one.end.clone(), 0);
+        let from = Position::resume_in(one.end.as_ref(), &agg.seq);
+        assert_eq!(from, 2);
+        assert_eq!(
+            w.push_to("s", &agg, from, Bound::Size(10), &mut dedup),
+            Took::Whole
+        );
+        assert!(!w.reached(Bound::Size(10)));
+        let two = w.close(&mut dedup);
+        assert_eq!(two.end, Position::parse("7"));
+        assert_eq!((two.total_delta, two.stats.malformed), (2, 1));
+        assert_eq!(two.dead_letters[0].seq, Position::parse("7:3").unwrap());
+        assert!(two.dead_letters[0]
+            .reason
+            .starts_with("KPL user record 4 of 5"));
+        // Rebuilt to a recorded end inside the aggregate, the first window is the same.
+        let mut dedup = Dedup::new(600_000);
+        let mut w = WindowBuilder::new(None, 0);
+        let end = one.end.clone().unwrap();
+        w.push_to(
+            "s",
+            &rec(6, &ev("x", "b", "like")),
+            0,
+            Bound::End(&end),
+            &mut dedup,
+        );
+        assert!(!w.reached(Bound::End(&end)));
+        assert_eq!(
+            w.push_to("s", &agg, 0, Bound::End(&end), &mut dedup),
+            Took::Through(1)
+        );
+        assert!(w.reached(Bound::End(&end)));
+        assert_eq!(w.close(&mut dedup).posts, one.posts);
+        // Together: the aggregate whole, once.
+        let mut w = WindowBuilder::new(None, 0);
+        let mut dedup = Dedup::new(600_000);
+        w.push("s", &agg, &mut dedup);
+        let whole = w.close(&mut dedup);
+        assert_eq!(whole.total_delta, one.total_delta + two.total_delta - 1);
+        assert_eq!(
+            whole.dedup.ids.len(),
+            one.dedup.ids.len() + two.dedup.ids.len() - 1
+        );
     }
 
     #[test]
@@ -360,7 +514,7 @@ mod tests {
     fn write_units_follow_item_size() {
         let dl = |n: usize| DeadLetter {
             shard_id: "s".into(),
-            seq: SeqNo::parse("1").unwrap(),
+            seq: Position::parse("1").unwrap(),
             arrival_ms: 0,
             reason: "r".into(),
             data: vec![0; n],

@@ -15,9 +15,9 @@ use tally_core::buckets::{PostDelta, DAY_MS, MINUTE_MS};
 use tally_core::ports::StreamRecord;
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused};
 use tally_core::window::{
-    ClosedWindow, WindowBuilder, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
+    Bound, ClosedWindow, Took, WindowBuilder, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
 };
-use tally_core::SeqNo;
+use tally_core::{Position, SeqNo};
 
 fn record(i: usize, arrival_ms: i64, data: Vec<u8>) -> StreamRecord {
     StreamRecord {
@@ -44,11 +44,28 @@ fn payload() -> impl Strategy<Value = Vec<u8>> {
     let event = (id, post, action, created).prop_map(|(id, post, action, created)| {
         format!(r#"{{"event_id":"e{id}","post_id":"{post}","user_id":"u","action":"{action}","created_at":{created}}}"#).into_bytes()
     });
-    prop_oneof![
+    let single = prop_oneof![
         6 => event,
         1 => prop::collection::vec(any::<u8>(), 0..64),
         1 => "\\PC{0,40}".prop_map(String::into_bytes),
-    ]
+    ];
+    // KPL aggregates of such records (user records that windows and checkpoints may split), and
+    // now and then a corrupt one.
+    let aggregate = (
+        prop::collection::vec(single.clone(), 1..9),
+        any::<bool>(),
+        0u8..10,
+    )
+        .prop_map(|(users, corrupt, at)| {
+            let refs: Vec<&[u8]> = users.iter().map(Vec::as_slice).collect();
+            let mut data = tally_core::kpl::aggregate("k", &refs);
+            if corrupt && at == 0 {
+                let mid = data.len() / 2;
+                data[mid] ^= 0x55;
+            }
+            data
+        });
+    prop_oneof![4 => single, 1 => aggregate]
 }
 
 /// A stream: payloads with arrival times that mostly rise, sometimes jump, sometimes go back.
@@ -65,24 +82,36 @@ fn stream() -> impl Strategy<Value = Vec<StreamRecord>> {
     })
 }
 
-/// Folds `records` into windows of `size` records with a filter of `horizon_ms`, as a counter
-/// would, storing each sealed dedup record; returns the windows and what was stored.
+/// Folds `records` into windows of `size` user records with a filter of `horizon_ms`, as a
+/// counter would (a window may end inside an aggregate), storing each sealed dedup record;
+/// returns the windows and what was stored.
 fn fold(
     records: &[StreamRecord],
     size: usize,
     mut dedup: Dedup,
-    start_after: Option<SeqNo>,
 ) -> (Vec<ClosedWindow>, Vec<DedupRecord>) {
     let (mut windows, mut stored) = (Vec::new(), Vec::new());
-    let mut checkpoint = start_after;
-    for chunk in records.chunks(size) {
-        let mut w = WindowBuilder::new(checkpoint.clone(), 0);
-        for r in chunk {
-            w.push("shard-0", r, &mut dedup);
+    let mut w = WindowBuilder::new(None, 0);
+    for r in records {
+        let mut from = 0;
+        loop {
+            let took = w.push_to("shard-0", r, from, Bound::Size(size), &mut dedup);
+            if w.reached(Bound::Size(size)) {
+                let closed =
+                    std::mem::replace(&mut w, WindowBuilder::new(None, 0)).close(&mut dedup);
+                stored.push(closed.dedup.clone());
+                w = WindowBuilder::new(closed.end.clone(), 0);
+                windows.push(closed);
+            }
+            match took {
+                Took::Whole => break,
+                Took::Through(k) => from = k + 1,
+            }
         }
+    }
+    if !w.is_empty() {
         let closed = w.close(&mut dedup);
         stored.push(closed.dedup.clone());
-        checkpoint = closed.end.clone();
         windows.push(closed);
     }
     (windows, stored)
@@ -117,12 +146,16 @@ proptest! {
         for r in &all {
             w.push("shard-0", r, &mut dedup);
         }
+        let users = w.len() as u64;
         let closed = w.close(&mut dedup);
         let s = closed.stats;
         prop_assert_eq!(s.records, all.len() as u64);
-        prop_assert_eq!(s.counted + s.duplicates + s.malformed, s.records);
+        prop_assert_eq!(s.counted + s.duplicates + s.malformed, users);
         let dead: Vec<_> = closed.dead_letters.iter().collect();
         prop_assert_eq!(dead.len() as u64, s.malformed);
+        // Each has its own identity (stored idempotently by it): none is lost to another.
+        let places: std::collections::HashSet<_> = dead.iter().map(|d| &d.seq).collect();
+        prop_assert_eq!(places.len(), dead.len());
         for d in dead {
             prop_assert!(d.data.len() <= DEAD_LETTER_MAX_BYTES);
             prop_assert!(d.reason.len() <= DEAD_LETTER_MAX_REASON);
@@ -139,7 +172,7 @@ proptest! {
         crash_at in 0usize..8,
     ) {
         // The first run: every window.
-        let (windows, stored) = fold(&records, size, Dedup::new(horizon_ms), None);
+        let (windows, stored) = fold(&records, size, Dedup::new(horizon_ms));
         let k = crash_at.min(windows.len() - 1);
         let pending = &windows[k];
         // The restart, whatever its settings now: it restores what was stored up to the checkpoint
@@ -149,13 +182,17 @@ proptest! {
         let mut dedup = restore(horizon_ms, &stored[..k]);
         let start = pending.start_after.clone();
         let mut w = WindowBuilder::new(start, 0);
-        let from = records
+        // The reader starts after the checkpoint's record, or at it when the checkpoint is
+        // inside an aggregate, whose covered user records are skipped.
+        let first = records
             .iter()
-            .position(|r| pending.start_after.as_ref().is_none_or(|c| &r.seq > c))
+            .position(|r| pending.start_after.as_ref().is_none_or(|c| r.seq > c.seq || (r.seq == c.seq && c.sub.is_some())))
             .unwrap();
-        for r in &records[from..] {
-            w.push("shard-0", r, &mut dedup);
-            if Some(&r.seq) == pending.end.as_ref() {
+        let end = pending.end.clone().unwrap();
+        for r in &records[first..] {
+            let from = Position::resume_in(pending.start_after.as_ref(), &r.seq);
+            w.push_to("shard-0", r, from, Bound::End(&end), &mut dedup);
+            if w.reached(Bound::End(&end)) {
                 break;
             }
         }
@@ -185,7 +222,11 @@ proptest! {
         let mut stale: Option<(Vec<summary::Write>, String)> = None;
         for (i, ((shard, events), (fault, cut))) in windows.iter().zip(&faults).enumerate() {
             let delta = delta_of(events);
-            let end = summary::marker(&SeqNo::parse(&(100 + i).to_string()).unwrap());
+            // Window ends as a shard's reader meets them: some inside aggregates.
+            let end = summary::marker(&Position {
+                seq: SeqNo::parse(&(100 + i / 3).to_string()).unwrap(),
+                sub: (i % 3 != 2).then_some((i % 3) as u32),
+            });
             let known = cache.get(shard).cloned().unwrap_or(Known::Unknown);
             match fault {
                 // A crash after `cut` writes; the restarted owner knows nothing and applies it all.

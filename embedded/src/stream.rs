@@ -147,6 +147,11 @@ impl Stream for Embedded {
                     StartPosition::AfterSequence(s) => {
                         s.as_str().parse::<i64>().map_err(|_| PortError::Invalid(format!("sequence number {s} is not one of the embedded stream's")))
                     }
+                    StartPosition::AtSequence(s) => s
+                        .as_str()
+                        .parse::<i64>()
+                        .map(|n| n - 1)
+                        .map_err(|_| PortError::Invalid(format!("sequence number {s} is not one of the embedded stream's"))),
                     StartPosition::Latest => c
                         .query_row("SELECT COALESCE(MAX(seq), 0) FROM records WHERE shard_id = ?1", [&shard], |r| r.get(0))
                         .map_err(sql_err),

@@ -138,7 +138,7 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
     if a.json {
         let items: Vec<_> = dl
             .iter()
-            .map(|d| json!({"shard_id": d.shard_id, "sequence_number": d.seq.as_str(), "arrival_ms": d.arrival_ms, "reason": d.reason, "size": d.size, "data_truncated": (d.data.len() as u64) < d.size, "data": String::from_utf8_lossy(&d.data)}))
+            .map(|d| json!({"shard_id": d.shard_id, "sequence_number": d.seq.seq.as_str(), "sub_sequence_number": d.seq.sub, "arrival_ms": d.arrival_ms, "reason": d.reason, "size": d.size, "data_truncated": (d.data.len() as u64) < d.size, "data": String::from_utf8_lossy(&d.data)}))
             .collect();
         print_json(
             &json!({"total": n, "shown": items.len(), "truncated": (items.len() as u64) < n, "dead_letters": items}),
@@ -192,11 +192,11 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
             let pending = match b.leases.shard_state(&a.app, &l.shard_id).await {
                 Ok(st) => st
                     .pending
-                    .map(|p| json!({"end": p.end.as_str(), "horizon_ms": p.horizon_ms})),
+                    .map(|p| json!({"end": p.end.to_string(), "horizon_ms": p.horizon_ms})),
                 Err(_) => None,
             };
             items.push(json!({"shard_id": l.shard_id, "owner": l.owner, "held": l.is_held(now), "epoch": l.epoch, "expires_ms": l.expires_ms,
-                   "checkpoint": l.checkpoint.as_ref().map(|c| c.as_str()), "pending": pending, "finished": l.finished, "parents": l.parents}));
+                   "checkpoint": l.checkpoint.as_ref().map(|c| c.to_string()), "pending": pending, "finished": l.finished, "parents": l.parents}));
         }
         print_json(&json!(items));
     } else {
@@ -211,7 +211,9 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
                 l.owner.as_deref().unwrap_or("-"),
                 l.is_held(now),
                 l.finished,
-                l.checkpoint.as_ref().map_or("-", |c| c.as_str())
+                l.checkpoint
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |c| c.to_string())
             );
         }
     }

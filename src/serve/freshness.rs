@@ -61,7 +61,7 @@ pub async fn lease_rows(leases: &dyn LeaseStore, app: &str) -> PortResult<Value>
         let pending = match leases.shard_state(app, &l.shard_id).await {
             Ok(st) => st
                 .pending
-                .map(|p| json!({"end": p.end.as_str(), "horizon_ms": p.horizon_ms})),
+                .map(|p| json!({"end": p.end.to_string(), "horizon_ms": p.horizon_ms})),
             Err(_) => None,
         };
         let c = clock(&l);
@@ -71,7 +71,7 @@ pub async fn lease_rows(leases: &dyn LeaseStore, app: &str) -> PortResult<Value>
             "held": l.is_held(now),
             "epoch": l.epoch,
             "expires_ms": l.expires_ms,
-            "checkpoint": l.checkpoint.as_ref().map(|c| c.as_str()),
+            "checkpoint": l.checkpoint.as_ref().map(|c| c.to_string()),
             "applied_arrival_ms": c,
             "lag_ms": if l.finished { None } else { c.map(|t| (now - t).max(0)) },
             "pending": pending,

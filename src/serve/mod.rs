@@ -278,7 +278,8 @@ async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiR
         .map(|d| {
             json!({
                 "shard_id": d.shard_id,
-                "sequence_number": d.seq.as_str(),
+                "sequence_number": d.seq.seq.as_str(),
+                "sub_sequence_number": d.seq.sub,
                 "arrival_ms": d.arrival_ms,
                 "reason": d.reason,
                 "size": d.size,

@@ -15,7 +15,7 @@ impl AnalyticsStore for DynamoStore {
         );
         let update = format!(
             "SET {cp} = {}, {ma} = {}, {fin} = {}",
-            x.val(s(snap.end.as_str())),
+            x.val(s(snap.end.to_string())),
             x.val(n(snap.max_arrival)),
             x.val(AttributeValue::Bool(snap.shard_finished))
         );

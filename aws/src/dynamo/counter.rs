@@ -228,7 +228,7 @@ impl DynamoStore {
         Put::builder()
             .table_name(self.table("dead-letters"))
             .item("shard_id", s(&d.shard_id))
-            .item("seq", s(d.seq.as_str()))
+            .item("seq", s(d.seq.to_string()))
             .item("arrival_ms", n(d.arrival_ms))
             .item("reason", s(&d.reason))
             .item("data", AttributeValue::B(Blob::new(d.data.clone())))
@@ -243,8 +243,8 @@ impl CounterStore for DynamoStore {
     async fn begin_window(
         &self,
         fence: &Fence,
-        start_after: Option<&SeqNo>,
-        end: &SeqNo,
+        start_after: Option<&Position>,
+        end: &Position,
         horizon_ms: i64,
     ) -> PortResult<()> {
         let mut x = Expr::default();
@@ -253,7 +253,7 @@ impl CounterStore for DynamoStore {
         extra.push_str(&format!(" AND attribute_not_exists({pe})"));
         let update = format!(
             "SET {pe} = {}, {} = {}",
-            x.val(s(end.as_str())),
+            x.val(s(end.to_string())),
             x.name("pending_horizon_ms"),
             x.val(n(horizon_ms))
         );
@@ -342,7 +342,7 @@ impl CounterStore for DynamoStore {
     async fn finish_window(
         &self,
         fence: &Fence,
-        end: &SeqNo,
+        end: &Position,
         max_arrival: i64,
         shard_finished: bool,
         spent: &ShardTally,
@@ -370,7 +370,7 @@ impl CounterStore for DynamoStore {
         // take itself); only the lease holder's finish lands.
         let update = format!(
             "SET {cp} = {}, {} = {}, {} = {}, {} = {} REMOVE {pe}, {ph} ADD {}",
-            x.val(s(end.as_str())),
+            x.val(s(end.to_string())),
             x.name("max_arrival"),
             x.val(n(max_arrival)),
             x.name("finished"),
@@ -395,7 +395,7 @@ impl CounterStore for DynamoStore {
         cond.push_str(&x.seq_is(&pe, g.pending_end));
         let mut update = format!("SET {fin} = {}", x.val(AttributeValue::Bool(g.finished)));
         if let Some(t) = g.through {
-            update.push_str(&format!(", {cp} = {}", x.val(s(t.as_str()))));
+            update.push_str(&format!(", {cp} = {}", x.val(s(t.to_string()))));
         }
         update.push_str(&format!(" REMOVE {pe}, {ph}"));
         let items = vec![
@@ -452,7 +452,7 @@ impl CounterStore for DynamoStore {
             for i in resp.items() {
                 if let (Some(shard_id), Some(seq)) = (
                     get_s(i, "shard_id"),
-                    get_s(i, "seq").as_deref().and_then(SeqNo::parse),
+                    get_s(i, "seq").as_deref().and_then(Position::parse),
                 ) {
                     out.push(DeadLetter {
                         shard_id,
@@ -559,7 +559,7 @@ impl DedupStore for DynamoStore {
                     .and_then(|v| v.as_b().ok())
                     .and_then(|b| DedupRecord::decode_ids(b.as_ref()));
                 let end = get_s(&i, "sk")
-                    .and_then(|sk| sk.split_once('#').and_then(|(_, e)| SeqNo::parse(e)));
+                    .and_then(|sk| sk.split_once('#').and_then(|(_, e)| Position::parse(e)));
                 match (ids, get_n(&i, "max_arrival"), end) {
                     (Some(ids), Some(max_arrival), Some(end)) => out.push(StoredDedup {
                         shard_id: shard.clone(),

@@ -34,7 +34,7 @@ use tally_core::ports::{
     Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
 use tally_core::window::DeadLetter;
-use tally_core::SeqNo;
+use tally_core::Position;
 
 use crate::errors::{map, Target};
 use crate::AwsSettings;
@@ -60,7 +60,7 @@ pub const DEDUP_TTL_MARGIN_SECS: i64 = 86_400;
 
 /// A dedup record's sort key: its clock, 20 digits so that keys sort by it (restores and expiry
 /// are key ranges), then its window's end.
-pub(crate) fn dedup_sk(max_arrival: i64, end: &SeqNo) -> String {
+pub(crate) fn dedup_sk(max_arrival: i64, end: &Position) -> String {
     format!("{}#{end}", arrival_key(max_arrival))
 }
 
@@ -129,10 +129,10 @@ impl Expr {
 
     /// ` AND <attr> = <v>`, or ` AND attribute_not_exists(<attr>)` when `v` is `None`: a stored
     /// sequence number (a checkpoint, a pending end) that must still be the expected one.
-    fn seq_is(&mut self, attr: &str, v: Option<&SeqNo>) -> String {
+    fn seq_is(&mut self, attr: &str, v: Option<&Position>) -> String {
         match v {
             None => format!(" AND attribute_not_exists({attr})"),
-            Some(v) => format!(" AND {attr} = {}", self.val(s(v.as_str()))),
+            Some(v) => format!(" AND {attr} = {}", self.val(s(v.to_string()))),
         }
     }
 
@@ -153,7 +153,7 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
         .unwrap_or_default();
     let pending = get_s(item, "pending_end")
         .as_deref()
-        .and_then(SeqNo::parse)
+        .and_then(Position::parse)
         .map(|end| Pending {
             end,
             horizon_ms: get_n(item, "pending_horizon_ms"),
@@ -165,7 +165,9 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
             owner: get_s(item, "owner"),
             epoch: get_n(item, "epoch").unwrap_or(0) as u64,
             expires_ms: get_n(item, "expires_ms").unwrap_or(0),
-            checkpoint: get_s(item, "checkpoint").as_deref().and_then(SeqNo::parse),
+            checkpoint: get_s(item, "checkpoint")
+                .as_deref()
+                .and_then(Position::parse),
             finished: item
                 .get("finished")
                 .and_then(|v| v.as_bool().ok())
@@ -355,7 +357,7 @@ impl DynamoStore {
         &self,
         app: &str,
         shard_id: &str,
-        end: &SeqNo,
+        end: &Position,
         rec: &DedupRecord,
         horizon_ms: i64,
     ) -> PortResult<Put> {

@@ -34,7 +34,7 @@ impl CounterShard {
             .as_ref()
             .map(|p| p.end.clone())
             .or_else(|| self.checkpoint.clone())
-            .or_else(|| SeqNo::parse("0"))
+            .or_else(|| Position::parse("0"))
             .ok_or_else(|| ConsumerError::Inconsistent {
                 shard_id: self.shard_id.clone(),
                 detail: "no sequence number for a gap".into(),

@@ -23,13 +23,14 @@ use async_trait::async_trait;
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
 use tally_core::lease::Lease;
+use tally_core::ports::StreamRecord;
 use tally_core::ports::{
     Applied, CounterStore, Fence, GapCommit, Pending, PortError, ReadBatch, StartPosition,
     WindowRef, WindowRest,
 };
 use tally_core::retry::Backoff;
-use tally_core::window::{ClosedWindow, DeadLetter, WindowBuilder};
-use tally_core::SeqNo;
+use tally_core::window::{Bound, ClosedWindow, DeadLetter, Took, WindowBuilder};
+use tally_core::Position;
 use tracing::debug;
 
 use crate::retry::with_backoff;
@@ -178,8 +179,8 @@ pub struct CounterShard {
     dedup: Dedup,
     /// The open window.
     window: Option<WindowBuilder>,
-    /// The last record whose window is fully applied.
-    checkpoint: Option<SeqNo>,
+    /// The last record (or user record of an aggregate) whose window is fully applied.
+    checkpoint: Option<Position>,
     /// A window found pending at start: it is rebuilt up to `end` and applied again (what was
     /// written is refused).
     replay: Option<Pending>,
@@ -235,6 +236,31 @@ impl CounterShard {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Folds one record into windows: the open one, closed and applied when it reaches its bound
+    /// (its size, or the pending window's recorded end), then the next — a window may end inside
+    /// a KPL aggregate, whose rest goes on in the next one. A checkpoint inside the record (a
+    /// restart there reads the record again) skips the user records it covers.
+    async fn fold(&mut self, record: &StreamRecord, now_ms: i64) -> Result<(), ConsumerError> {
+        let mut from = Position::resume_in(self.checkpoint.as_ref(), &record.seq);
+        loop {
+            let window = self
+                .window
+                .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
+            let bound = match &self.replay {
+                Some(p) => Bound::End(&p.end),
+                None => Bound::Size(self.cfg.window_records),
+            };
+            let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
+            if window.reached(bound) {
+                self.close_and_apply(false).await?;
+            }
+            match took {
+                Took::Whole => return Ok(()),
+                Took::Through(k) => from = k + 1,
+            }
+        }
     }
 
     /// The dedup horizon of windows built now, from the current settings.
@@ -293,26 +319,11 @@ impl ShardProcessor for CounterShard {
             self.tip_reads = 0;
         }
         for record in &batch.records {
-            if self.replay.as_ref().is_some_and(|p| record.seq > p.end) {
+            if self.replay.as_ref().is_some_and(|p| record.seq > p.end.seq) {
                 self.give_up(false, TRIMMED).await?;
             }
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            let window = self
-                .window
-                .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
-            window.push(&self.shard_id, record, &mut self.dedup);
-            match &self.replay {
-                Some(p) if record.seq == p.end => self.close_and_apply(false).await?,
-                Some(_) => {}
-                None if self
-                    .window
-                    .as_ref()
-                    .is_some_and(|w| w.len() >= self.cfg.window_records) =>
-                {
-                    self.close_and_apply(false).await?
-                }
-                None => {}
-            }
+            self.fold(record, now_ms).await?;
         }
         let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
         if self.cfg.close_when_caught_up

@@ -80,7 +80,7 @@ mod tests {
 
     fn progressed(id: &str) -> Lease {
         Lease {
-            checkpoint: tally_core::SeqNo::parse("5"),
+            checkpoint: tally_core::Position::parse("5"),
             ..row(id)
         }
     }

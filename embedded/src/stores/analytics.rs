@@ -11,7 +11,7 @@ impl AnalyticsStore for Embedded {
             check_fence(&tx, &fence)?;
             tx.execute(
                 "INSERT OR REPLACE INTO analytics_snapshots (app, shard_id, end_seq, taken_at_ms, latency) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![fence.app, fence.shard_id, s.end.as_str(), s.taken_at_ms, s.latency],
+                params![fence.app, fence.shard_id, s.end.to_string(), s.taken_at_ms, s.latency],
             )
             .map_err(sql_err)?;
             let entries: Vec<(&str, f64, f64)> = s.trending.iter().map(|e| (e.post_id.as_str(), e.score, e.error)).collect();
@@ -29,13 +29,13 @@ impl AnalyticsStore for Embedded {
             if !s.dedup.ids.is_empty() {
                 tx.execute(
                     "INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![fence.app, fence.shard_id, s.end.as_str(), s.dedup.max_arrival, s.dedup.max_arrival.saturating_add(s.horizon_ms), s.dedup.encode_ids()],
+                    params![fence.app, fence.shard_id, s.end.to_string(), s.dedup.max_arrival, s.dedup.max_arrival.saturating_add(s.horizon_ms), s.dedup.encode_ids()],
                 )
                 .map_err(sql_err)?;
             }
             tx.execute(
                 "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
-                params![s.end.as_str(), s.max_arrival, s.shard_finished as i64, fence.app, fence.shard_id],
+                params![s.end.to_string(), s.max_arrival, s.shard_finished as i64, fence.app, fence.shard_id],
             )
             .map_err(sql_err)?;
             tx.commit().map_err(sql_err)

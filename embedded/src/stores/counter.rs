@@ -129,8 +129,8 @@ impl CounterStore for Embedded {
     async fn begin_window(
         &self,
         fence: &Fence,
-        start_after: Option<&SeqNo>,
-        end: &SeqNo,
+        start_after: Option<&Position>,
+        end: &Position,
         horizon_ms: i64,
     ) -> PortResult<()> {
         let (fence, start_after, end) = (fence.clone(), start_after.cloned(), end.clone());
@@ -142,7 +142,7 @@ impl CounterStore for Embedded {
             }
             tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2 WHERE app = ?3 AND shard_id = ?4")
                 .map_err(sql_err)?
-                .execute(params![end.as_str(), horizon_ms, fence.app, fence.shard_id])
+                .execute(params![end.to_string(), horizon_ms, fence.app, fence.shard_id])
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
@@ -197,7 +197,7 @@ impl CounterStore for Embedded {
                 // Written once (a second write would replace it); expires by arrival, not wall clock.
                 let n = tx.prepare_cached("INSERT OR IGNORE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                     .map_err(sql_err)?
-                    .execute(params![app, shard, seq_end.as_str(), dedup.max_arrival, dedup.max_arrival.saturating_add(horizon_ms), dedup.encode_ids()])
+                    .execute(params![app, shard, seq_end.to_string(), dedup.max_arrival, dedup.max_arrival.saturating_add(horizon_ms), dedup.encode_ids()])
                     .map_err(sql_err)?;
                 let units = dedup_write_units(&dedup);
                 if n == 1 {
@@ -217,7 +217,7 @@ impl CounterStore for Embedded {
     async fn finish_window(
         &self,
         fence: &Fence,
-        end: &SeqNo,
+        end: &Position,
         max_arrival: i64,
         shard_finished: bool,
         spent: &ShardTally,
@@ -233,7 +233,7 @@ impl CounterStore for Embedded {
             total.merge(&spent);
             tx.prepare_cached("UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, finished = ?3, spent = ?4 WHERE app = ?5 AND shard_id = ?6")
                 .map_err(sql_err)?
-                .execute(params![end.as_str(), max_arrival, shard_finished as i64, spent_json(&total), fence.app, fence.shard_id])
+                .execute(params![end.to_string(), max_arrival, shard_finished as i64, spent_json(&total), fence.app, fence.shard_id])
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
@@ -254,7 +254,7 @@ impl CounterStore for Embedded {
             write_dead_letter(&tx, &gap)?;
             tx.execute(
                 "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_horizon_ms = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
-                params![checkpoint.as_ref().map(|s| s.as_str()), finished as i64, fence.app, fence.shard_id],
+                params![checkpoint.as_ref().map(|s| s.to_string()), finished as i64, fence.app, fence.shard_id],
             )
             .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
@@ -294,7 +294,7 @@ impl CounterStore for Embedded {
                 .map_err(sql_err)?;
             Ok(rows
                 .into_iter()
-                .filter_map(|(shard_id, seq, arrival_ms, reason, data, size)| Some(DeadLetter { shard_id, seq: SeqNo::parse(&seq)?, arrival_ms, reason, data, size: size.max(0) as u64 }))
+                .filter_map(|(shard_id, seq, arrival_ms, reason, data, size)| Some(DeadLetter { shard_id, seq: Position::parse(&seq)?, arrival_ms, reason, data, size: size.max(0) as u64 }))
                 .collect())
         })
         .await
@@ -347,7 +347,7 @@ impl DedupStore for Embedded {
                 for (end, max_arrival, ids) in rows {
                     let corrupt = || PortError::Other(format!("embedded store: corrupt dedup record of {s}"));
                     let ids = DedupRecord::decode_ids(&ids).ok_or_else(corrupt)?;
-                    let end = SeqNo::parse(&end).ok_or_else(corrupt)?;
+                    let end = Position::parse(&end).ok_or_else(corrupt)?;
                     out.push(StoredDedup { shard_id: s.clone(), end, record: DedupRecord { max_arrival, ids } });
                 }
             }

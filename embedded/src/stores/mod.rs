@@ -15,7 +15,7 @@ use tally_core::ports::{
     Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
 use tally_core::window::DeadLetter;
-use tally_core::SeqNo;
+use tally_core::Position;
 
 use crate::{sql_err, Embedded};
 
@@ -63,12 +63,12 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
             owner: r.get(2)?,
             epoch: r.get::<_, i64>(3)? as u64,
             expires_ms: r.get(4)?,
-            checkpoint: checkpoint.as_deref().and_then(SeqNo::parse),
+            checkpoint: checkpoint.as_deref().and_then(Position::parse),
             finished: r.get::<_, i64>(6)? != 0,
             parents: serde_json::from_str(&parents).unwrap_or_default(),
             max_arrival: r.get(8)?,
         },
-        pending: match pending_end.as_deref().and_then(SeqNo::parse) {
+        pending: match pending_end.as_deref().and_then(Position::parse) {
             Some(end) => Some(Pending {
                 end,
                 horizon_ms: r.get(10)?,
@@ -108,7 +108,7 @@ fn check_fence(tx: &Transaction<'_>, fence: &Fence) -> PortResult<ShardState> {
 fn write_dead_letter(tx: &Transaction<'_>, d: &DeadLetter) -> PortResult<()> {
     tx.prepare_cached("INSERT OR IGNORE INTO dead_letters (shard_id, seq, arrival_ms, reason, data, size) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
         .map_err(sql_err)?
-        .execute(params![d.shard_id, d.seq.as_str(), d.arrival_ms, d.reason, d.data, d.size as i64])
+        .execute(params![d.shard_id, d.seq.to_string(), d.arrival_ms, d.reason, d.data, d.size as i64])
         .map_err(sql_err)?;
     Ok(())
 }
