@@ -1,12 +1,15 @@
 //! The per-record work of analytics, without I/O: decode, dedup, latency, trending. The shard
 //! processor feeds it and stores what it holds each window; the benchmark measures it alone.
 
+use std::collections::HashMap;
+
+use smol_str::SmolStr;
 use tally_core::dedup::{id_hash, Dedup};
 use tally_core::event::{decode_ref, Action};
 use tally_core::kpl::{user_records, Took};
 use tally_core::latency::Latency;
 use tally_core::ports::StreamRecord;
-use tally_core::trending::Trending;
+use tally_core::trending::{Trending, MAX_EXPONENT};
 
 /// What [`Fold::push_part`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +33,13 @@ pub struct Fold {
     pub dedup: Dedup,
     /// The open window's histograms.
     pub latency: Latency,
+    /// The open window's likes per post, not yet in the sketches (which are read only when a
+    /// window is stored, after [`Fold::settle`]): each post's weight for `trending` and for
+    /// `top_liked` against a like at `gathered_at`. One map update per like, as the counter's
+    /// per-post deltas; the sketches then take one step per post, not per like.
+    gathered: HashMap<SmolStr, (f64, f64), ahash::RandomState>,
+    gathered_at: i64,
+    gathered_latest: i64,
 }
 
 impl Fold {
@@ -40,6 +50,51 @@ impl Fold {
             top_liked: Trending::new(capacity, all_time_ms),
             dedup: Dedup::new(horizon_ms),
             latency: Latency::default(),
+            gathered: HashMap::default(),
+            gathered_at: 0,
+            gathered_latest: i64::MIN,
+        }
+    }
+
+    /// Adds the window's gathered likes to the sketches, posts in id order (so that the same
+    /// records always make the same sketch).
+    pub fn settle(&mut self) {
+        if self.gathered.is_empty() {
+            return;
+        }
+        let mut posts: Vec<(&SmolStr, &(f64, f64))> = self.gathered.iter().collect();
+        posts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let (at, latest) = (self.gathered_at, self.gathered_latest);
+        self.trending
+            .add_gathered(at, latest, posts.iter().map(|(p, w)| (p.as_str(), w.0)));
+        self.top_liked
+            .add_gathered(at, latest, posts.iter().map(|(p, w)| (p.as_str(), w.1)));
+        self.gathered.clear();
+    }
+
+    /// Gathers one like of `post` created at `t`.
+    fn gather(&mut self, post: &str, t: i64) {
+        if self.gathered.is_empty() {
+            self.gathered_at = t;
+        } else if self.trending.exponent(self.gathered_at, t) > MAX_EXPONENT {
+            // So far after the first that its weight would overflow: the sketches take what
+            // came before, and gathering starts again from here.
+            self.settle();
+            self.gathered_at = t;
+        }
+        self.gathered_latest = self.gathered_latest.max(t);
+        let w = (
+            self.trending.weight_at(self.gathered_at, t),
+            self.top_liked.weight_at(self.gathered_at, t),
+        );
+        match self.gathered.get_mut(post) {
+            Some(sum) => {
+                sum.0 += w.0;
+                sum.1 += w.1;
+            }
+            None => {
+                self.gathered.insert(SmolStr::new(post), w);
+            }
         }
     }
 
@@ -86,8 +141,7 @@ impl Fold {
         if ev.action != Action::Like {
             return false;
         }
-        self.trending.add(&ev.post_id, ev.created_at);
-        self.top_liked.add(&ev.post_id, ev.created_at);
+        self.gather(&ev.post_id, ev.created_at);
         true
     }
 }

@@ -190,6 +190,7 @@ impl AnalyticsShard {
 
     /// Stores the window: its sketch, histograms and first-seen ids, with its checkpoint.
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        self.fold.settle();
         let dedup = self.fold.dedup.seal();
         let Some(fence) = self.fence.clone() else {
             return Ok(());

@@ -7,9 +7,10 @@
 //! over-estimated by at most its `error`, and any post whose true decayed count exceeds
 //! `total / capacity` is in the sketch.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+
+use smol_str::SmolStr;
 
 use crate::ports::TrendingEntry;
 
@@ -27,6 +28,33 @@ impl Ord for Score {
     }
 }
 
+/// The largest exponent a weight is computed with (`e^300` ≈ 1.9e130: sums of many stay finite);
+/// past it the landmark moves up.
+pub const MAX_EXPONENT: f64 = 300.0;
+
+/// A kept post in `Trending::least`: its weight then its id, the id's first eight bytes compared
+/// as an integer before the string itself (the same order, read without following the pointer:
+/// an all-time sketch is all ties).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Least {
+    weight: Score,
+    prefix: u64,
+    post: SmolStr,
+}
+
+impl Least {
+    fn new(weight: f64, post: SmolStr) -> Least {
+        let mut head = [0u8; 8];
+        let n = post.len().min(8);
+        head[..n].copy_from_slice(&post.as_bytes()[..n]);
+        Least {
+            weight: Score(weight),
+            prefix: u64::from_be_bytes(head),
+            post,
+        }
+    }
+}
+
 /// The sketch.
 #[derive(Debug, Clone)]
 pub struct Trending {
@@ -38,13 +66,18 @@ pub struct Trending {
     landmark_ms: i64,
     /// Latest event time seen: scores are reported decayed to it.
     now_ms: i64,
-    /// Post → (weight, error). A post's id is allocated once, when it enters the sketch, and
-    /// shared with `order`: a like of a kept post allocates nothing.
-    entries: HashMap<Arc<str>, (f64, f64), ahash::RandomState>,
-    /// (weight, post) in ascending order, to find the minimum in O(log n); ties by post id, so
-    /// that the sketch's choices depend on its contents alone (a restored sketch evicts as the
-    /// original would).
-    order: BTreeSet<(Score, Arc<str>)>,
+    /// Post → (weight, error). A post's id is stored once, when it enters the sketch (inline up to
+    /// 23 bytes, else one shared allocation), and shared with `least`: a like of a kept post
+    /// copies nothing.
+    entries: HashMap<SmolStr, (f64, f64), ahash::RandomState>,
+    /// One (weight, post) per kept post, the least on top, ties by post id (so that the sketch's
+    /// choices depend on its contents alone: a restored sketch evicts as the original would). A
+    /// weight here may be stale — below the post's current one, as weights only grow between
+    /// rescales — and is brought up to date when it reaches the top at an eviction. A like of a
+    /// kept post is then one map update, O(1); an eviction pops stale entries (each paid for by a
+    /// like since its last push) until a current one is on top, and that one is the least: every
+    /// other post weighs at least its entry here.
+    least: BinaryHeap<Reverse<Least>>,
 }
 
 impl Trending {
@@ -62,8 +95,8 @@ impl Trending {
             lambda: std::f64::consts::LN_2 / half_life_ms as f64,
             landmark_ms: 0,
             now_ms: i64::MIN,
-            entries: HashMap::default(),
-            order: BTreeSet::new(),
+            entries: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+            least: BinaryHeap::with_capacity(capacity),
         }
     }
 
@@ -78,9 +111,9 @@ impl Trending {
         t.landmark_ms = at_ms;
         t.now_ms = at_ms;
         for e in entries.iter().take(capacity) {
-            let post: Arc<str> = Arc::from(e.post_id.as_str());
+            let post = SmolStr::new(&e.post_id);
             t.entries.insert(post.clone(), (e.score, e.error));
-            t.order.insert((Score(e.score), post));
+            t.least.push(Reverse(Least::new(e.score, post)));
         }
         t
     }
@@ -88,42 +121,99 @@ impl Trending {
     fn rescale(&mut self, new_landmark: i64) {
         let f = (-(new_landmark - self.landmark_ms) as f64 * self.lambda).exp();
         self.landmark_ms = new_landmark;
-        self.order.clear();
-        for (post, (w, e)) in self.entries.iter_mut() {
+        for (w, e) in self.entries.values_mut() {
             *w *= f;
             *e *= f;
-            self.order.insert((Score(*w), post.clone()));
         }
+        self.least = self
+            .entries
+            .iter()
+            .map(|(post, (w, _))| Reverse(Least::new(*w, post.clone())))
+            .collect();
+    }
+
+    /// Removes the least-weighted post (ties: the least id) and returns its weight.
+    fn evict_least(&mut self) -> Option<f64> {
+        while let Some(Reverse(mut least)) = self.least.pop() {
+            let Some(&(current, _)) = self.entries.get(&least.post) else {
+                continue;
+            };
+            // The same bits as when pushed: current. Otherwise it grew since: back in its place.
+            if current.to_bits() == least.weight.0.to_bits() {
+                self.entries.remove(&least.post);
+                return Some(current);
+            }
+            least.weight = Score(current);
+            self.least.push(Reverse(least));
+        }
+        None
+    }
+
+    /// Moves the sketch's clock to `t_ms` (the first like sets the landmark; a landmark too far
+    /// behind is moved up, so that weights stay finite).
+    fn advance(&mut self, first_ms: i64, t_ms: i64) {
+        if self.entries.is_empty() && self.now_ms == i64::MIN {
+            self.landmark_ms = first_ms;
+        }
+        self.now_ms = self.now_ms.max(t_ms);
+        if self.exponent(self.landmark_ms, t_ms) > MAX_EXPONENT {
+            self.rescale(t_ms);
+        }
+    }
+
+    /// `(t − at) · ln 2 / half-life`: a like at `t_ms` weighs `e` to that against one at `at_ms`.
+    pub fn exponent(&self, at_ms: i64, t_ms: i64) -> f64 {
+        (t_ms - at_ms) as f64 * self.lambda
+    }
+
+    /// What a like created at `t_ms` weighs against one at `at_ms`: `2^((t − at) / half-life)`.
+    pub fn weight_at(&self, at_ms: i64, t_ms: i64) -> f64 {
+        self.exponent(at_ms, t_ms).exp()
     }
 
     /// Adds one like created at `t_ms`.
     pub fn add(&mut self, post_id: &str, t_ms: i64) {
-        if self.entries.is_empty() && self.now_ms == i64::MIN {
-            self.landmark_ms = t_ms;
+        self.advance(t_ms, t_ms);
+        self.add_weight(post_id, self.weight_at(self.landmark_ms, t_ms));
+    }
+
+    /// Adds likes gathered apart from the sketch (a window's, per post) at once: each post's
+    /// weight is `Σ 2^((t − at_ms) / half-life)` over its likes ([`Trending::weight_at`]), the
+    /// latest created at `latest_ms`. The weights are those of adding the likes one by one; only
+    /// the order of Space-Saving's steps among them differs (a post's likes enter together, posts
+    /// in the order given).
+    pub fn add_gathered<'a>(
+        &mut self,
+        at_ms: i64,
+        latest_ms: i64,
+        weights: impl IntoIterator<Item = (&'a str, f64)>,
+    ) {
+        self.advance(at_ms, latest_ms);
+        let f = self.weight_at(self.landmark_ms, at_ms);
+        for (post, w) in weights {
+            self.add_weight(post, w * f);
         }
-        self.now_ms = self.now_ms.max(t_ms);
-        if (t_ms - self.landmark_ms) as f64 * self.lambda > 300.0 {
-            self.rescale(t_ms);
+    }
+
+    /// The Space-Saving step: `w` (relative to the landmark) more for `post_id`.
+    fn add_weight(&mut self, post_id: &str, w: f64) {
+        if let Some((weight, _)) = self.entries.get_mut(post_id) {
+            // A post already kept: its weight grows (its entry in `least` catches up lazily).
+            *weight += w;
+            return;
         }
-        let w = ((t_ms - self.landmark_ms) as f64 * self.lambda).exp();
-        if let Some((post, &(old, error))) = self.entries.get_key_value(post_id) {
-            // A post already kept: its weight grows, and its place in the order moves.
-            let post = post.clone();
-            self.order.remove(&(Score(old), post.clone()));
-            self.order.insert((Score(old + w), post.clone()));
-            self.entries.insert(post, (old + w, error));
-        } else if self.entries.len() < self.capacity {
-            let post: Arc<str> = Arc::from(post_id);
-            self.entries.insert(post.clone(), (w, 0.0));
-            self.order.insert((Score(w), post));
-        } else if let Some((min, victim)) = self.order.pop_first() {
+        let (weight, error) = if self.entries.len() < self.capacity {
+            (w, 0.0)
+        } else if let Some(min) = self.evict_least() {
             // Space-Saving: the newcomer takes the least post's place and weight, which bounds
             // its over-estimate (its error).
-            self.entries.remove(&victim);
-            let post: Arc<str> = Arc::from(post_id);
-            self.entries.insert(post.clone(), (min.0 + w, min.0));
-            self.order.insert((Score(min.0 + w), post));
-        }
+            (min + w, min)
+        } else {
+            return;
+        };
+        let post = SmolStr::new(post_id);
+        self.entries.insert(post.clone(), (weight, error));
+        self.least.push(Reverse(Least::new(weight, post)));
     }
 
     /// The event time scores are decayed to.
@@ -138,13 +228,14 @@ impl Trending {
         } else {
             (-(self.now_ms - self.landmark_ms) as f64 * self.lambda).exp()
         };
-        self.order
-            .iter()
-            .rev()
-            .map(|(s, post)| TrendingEntry {
+        let mut kept: Vec<(&SmolStr, &(f64, f64))> = self.entries.iter().collect();
+        // Highest first; ties by post id, the greater first.
+        kept.sort_unstable_by(|a, b| (Score(b.1 .0), b.0).cmp(&(Score(a.1 .0), a.0)));
+        kept.into_iter()
+            .map(|(post, (w, e))| TrendingEntry {
                 post_id: post.to_string(),
-                score: s.0 * f,
-                error: self.entries.get(post.as_ref()).map_or(0.0, |e| e.1 * f),
+                score: w * f,
+                error: e * f,
             })
             .collect()
     }
@@ -301,6 +392,39 @@ mod tests {
                     assert!(close(g.1, w.1), "step {step}: {g:?} vs {w:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn gathered_likes_weigh_as_likes_added_one_by_one() {
+        let likes: Vec<(&str, i64)> = (0..2_000i64)
+            .map(|i| (["a", "b", "c", "d"][(i * 7 % 4) as usize], 1_000 + i * 37))
+            .collect();
+        let mut one = Trending::new(10, 60_000);
+        for (p, t) in &likes {
+            one.add(p, *t);
+        }
+        let mut batch = Trending::new(10, 60_000);
+        // Two windows gathered apart, the second's anchor later than the first's likes.
+        for part in likes.chunks(1_200) {
+            let at = part[0].1;
+            let latest = part.iter().map(|l| l.1).max().unwrap();
+            let mut sums: Vec<(&str, f64)> = Vec::new();
+            for (p, t) in part {
+                let w = batch.weight_at(at, *t);
+                match sums.iter_mut().find(|s| s.0 == *p) {
+                    Some(s) => s.1 += w,
+                    None => sums.push((p, w)),
+                }
+            }
+            batch.add_gathered(at, latest, sums);
+        }
+        assert_eq!(batch.now_ms(), one.now_ms());
+        let (a, b) = (one.entries(), batch.entries());
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.post_id, y.post_id);
+            assert!(close(x.score, y.score), "{x:?} vs {y:?}");
         }
     }
 
