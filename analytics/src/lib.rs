@@ -23,7 +23,7 @@ use tally_core::latency::{percentiles, Latency, Percentiles};
 use tally_core::lease::Lease;
 use tally_core::ports::{
     all_time, AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch, StartPosition,
-    TrendingEntry,
+    StreamRecord, TrendingEntry,
 };
 use tally_core::trending::{merge, Trending};
 
@@ -188,6 +188,30 @@ impl AnalyticsShard {
         );
     }
 
+    /// Folds one record into windows: a window ends after `window_records` user records, inside
+    /// a KPL aggregate if need be (its dedup record is one store item), and the rest of the
+    /// record goes on in the next; a checkpoint inside the record skips what it covers.
+    async fn fold_record(&mut self, r: &StreamRecord, now: i64) -> Result<(), ConsumerError> {
+        let mut from = Position::resume_in(self.checkpoint.as_ref(), &r.seq);
+        loop {
+            if self.users_in_window == 0 {
+                self.opened_at_ms = now;
+            }
+            let room = self.cfg.window_records.saturating_sub(self.users_in_window);
+            let done = self.fold.push_part(r, from, room, now);
+            self.users_in_window += done.folded;
+            self.metrics.likes.fetch_add(done.likes, Ordering::Relaxed);
+            Position::move_to(&mut self.end, &r.seq, done.took.sub());
+            if self.users_in_window >= self.cfg.window_records {
+                self.snapshot(false).await?;
+            }
+            match done.took {
+                Took::Whole => return Ok(()),
+                Took::Through(k) => from = k + 1,
+            }
+        }
+    }
+
     /// Stores the window: its sketch, histograms and first-seen ids, with its checkpoint.
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         self.fold.settle();
@@ -276,37 +300,7 @@ impl ShardProcessor for AnalyticsShard {
         }
         for r in &batch.records {
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            // A window ends after `window_records` user records, inside a KPL aggregate if need
-            // be (its dedup record is one store item), and a checkpoint there resumes inside it.
-            let mut from = Position::resume_in(self.checkpoint.as_ref(), &r.seq);
-            loop {
-                if self.users_in_window == 0 {
-                    self.opened_at_ms = now;
-                }
-                let room = self.cfg.window_records.saturating_sub(self.users_in_window);
-                let done = self.fold.push_part(r, from, room, now);
-                self.users_in_window += done.folded;
-                self.metrics.likes.fetch_add(done.likes, Ordering::Relaxed);
-                match &mut self.end {
-                    Some(end) => {
-                        end.seq.clone_from(&r.seq);
-                        end.sub = done.took.sub();
-                    }
-                    None => {
-                        self.end = Some(Position {
-                            seq: r.seq.clone(),
-                            sub: done.took.sub(),
-                        })
-                    }
-                }
-                if self.users_in_window >= self.cfg.window_records {
-                    self.snapshot(false).await?;
-                }
-                match done.took {
-                    Took::Whole => break,
-                    Took::Through(k) => from = k + 1,
-                }
-            }
+            self.fold_record(r, now).await?;
         }
         Ok(())
     }

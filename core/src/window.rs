@@ -207,18 +207,7 @@ impl WindowBuilder {
                 Took::Whole
             }
         };
-        match &mut self.end {
-            Some(e) => {
-                e.seq.clone_from(&record.seq);
-                e.sub = took.sub();
-            }
-            None => {
-                self.end = Some(Position {
-                    seq: record.seq.clone(),
-                    sub: took.sub(),
-                })
-            }
-        }
+        Position::move_to(&mut self.end, &record.seq, took.sub());
         took
     }
 

@@ -23,10 +23,9 @@ use async_trait::async_trait;
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
 use tally_core::lease::Lease;
-use tally_core::ports::StreamRecord;
 use tally_core::ports::{
     Applied, CounterStore, Fence, GapCommit, Pending, PortError, ReadBatch, StartPosition,
-    WindowRef, WindowRest,
+    StreamRecord, WindowRef, WindowRest,
 };
 use tally_core::retry::Backoff;
 use tally_core::window::{Bound, ClosedWindow, DeadLetter, Took, WindowBuilder};
