@@ -80,7 +80,7 @@ async fn run(cli: Cli) -> Result<()> {
             clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
             return Ok(());
         }
-        Command::Probe(a) => return serve::probe(&a.url),
+        Command::Probe(a) => return serve::probe(&a.url).await,
         _ => {}
     }
     let settings = Settings::load(cli.config.as_deref(), cli.overrides())?;

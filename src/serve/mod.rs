@@ -340,33 +340,29 @@ pub async fn serve(s: &Settings, b: Backend, addr: SocketAddr) -> Result<()> {
     run(addr, router(ctx), crate::commands::shutdown_signal()).await
 }
 
-/// `tally probe URL`: one GET over plain HTTP/1.0 with a 3 s bound; Ok only for status 200.
-pub fn probe(url: &str) -> Result<()> {
-    use std::io::{Read, Write};
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow::anyhow!("probe: {url:?} is not an http:// URL"))?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
+/// `tally probe URL`: one GET (hyper's HTTP/1.1 client) bounded by 3 s; Ok only for status 200.
+pub async fn probe(url: &str) -> Result<()> {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let uri: hyper::Uri = url
+        .parse()
+        .with_context(|| format!("probe: {url:?} is not a URL"))?;
+    if uri.scheme_str() != Some("http") {
+        anyhow::bail!("probe: {url:?} is not an http:// URL");
+    }
+    let client =
+        Client::builder(TokioExecutor::new()).build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(3), client.get(uri))
+        .await
+        .map_err(|_| anyhow::anyhow!("probe: {url} did not answer within 3 s"))?;
+    let status = match answer {
+        Ok(resp) => resp.status(),
+        Err(e) if e.is_connect() => anyhow::bail!("probe: cannot connect to {url}: {e}"),
+        Err(e) => anyhow::bail!("probe: {url}: {e}"),
     };
-    let timeout = std::time::Duration::from_secs(3);
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(host)
-        .with_context(|| format!("probe: cannot resolve {host}"))?
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("probe: {host} has no address"))?;
-    let mut conn = std::net::TcpStream::connect_timeout(&addr, timeout)
-        .with_context(|| format!("probe: cannot connect to {host}"))?;
-    conn.set_read_timeout(Some(timeout))?;
-    conn.set_write_timeout(Some(timeout))?;
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
-    let mut head = [0u8; 64];
-    let n = conn.read(&mut head)?;
-    let status = String::from_utf8_lossy(&head[..n]);
-    let line = status.lines().next().unwrap_or("");
-    if line.split_whitespace().nth(1) == Some("200") {
+    if status == hyper::StatusCode::OK {
         Ok(())
     } else {
-        anyhow::bail!("probe: {url} answered {line:?}")
+        anyhow::bail!("probe: {url} answered {status}")
     }
 }
