@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{file_in, write_contract_file, Target};
 
 /// Small windows written in many store calls, so that kills land inside windows.
@@ -49,31 +47,7 @@ fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower
     let exp = write_contract_file(&file, events, 60, 11);
     t.run(&["replay", file.to_str().unwrap()]);
 
-    // Kill after a varying delay; a fixed seed keeps the schedule reproducible.
-    let delays = [120u64, 310, 90, 450, 200, 600];
-    let mut killed = 0;
-    for (i, d) in delays.iter().enumerate() {
-        let mut c = t.cmd(&[
-            "count",
-            "--until-idle",
-            "--worker-id",
-            &format!("w{}", i % 2),
-        ]);
-        for (k, v) in CHUNKY {
-            c.env(k, v);
-        }
-        let mut child = c
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(*d * slower));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap(); // SIGKILL
-            killed += 1;
-        }
-        child.wait().unwrap();
-    }
+    let killed = common::count_killed_at(&t, &[120, 310, 90, 450, 200, 600], slower, CHUNKY);
     assert!(
         killed >= 3,
         "the kills must land while the counter runs (killed {killed})"

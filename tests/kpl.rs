@@ -198,3 +198,49 @@ fn aggregated_records_count_exactly_aws() {
 fn aggregated_records_count_exactly_aws_efo() {
     aggregated_records_count_exactly(Target::aws_efo("kpl-efo", 2));
 }
+
+/// Windows of 40 user records over aggregates of 25, written a few posts per store call: the
+/// counter SIGKILLed at six moments (two workers in turn, leases moving between them), then run
+/// to the end — every count exact, each malformed user record dead-lettered once, wherever the
+/// kills fell (inside windows that end inside aggregates, between their writes).
+fn sigkill_inside_aggregates_keeps_counts_exact(t: Target, events: usize, slower: u64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, events, 60, 31);
+    let entries = aggregate(&std::fs::read(&file).unwrap(), 25);
+    put(stream(&t, &rt).as_ref(), &rt, &entries);
+    let env = [
+        ("TALLY_COUNTER__WINDOW_RECORDS", "40"),
+        ("TALLY_COUNTER__WINDOW_MS", "600000"),
+        ("TALLY_COUNTER__POSTS_PER_BATCH", "3"),
+        ("TALLY_LEASE__DURATION_MS", "1000"),
+        ("TALLY_LEASE__RENEW_MS", "200"),
+        ("TALLY_LEASE__POLL_MS", "100"),
+    ];
+    let killed = common::count_killed_at(&t, &[150, 330, 110, 470, 240, 620], slower, &env);
+    assert!(
+        killed >= 3,
+        "the kills must land while the counter runs (killed {killed})"
+    );
+    t.run_env(&["count", "--until-idle", "--worker-id", "final"], &env);
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+    assert_eq!(
+        t.json(&["dead-letters", "--json"])["total"],
+        exp.malformed as u64
+    );
+    t.assert_read_as_configured();
+}
+
+#[test]
+fn sigkill_inside_aggregates_keeps_counts_exact_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    sigkill_inside_aggregates_keeps_counts_exact(t, 40_000, 1);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn sigkill_inside_aggregates_keeps_counts_exact_aws() {
+    sigkill_inside_aggregates_keeps_counts_exact(Target::aws("kpl-kill", 2), 6_000, 4);
+}

@@ -370,6 +370,34 @@ impl Expected {
 
 /// Writes `n` events over `posts` posts to `path` as someone else's producer would: its own ids,
 /// extra fields, unlikes, verbatim retries and malformed lines. A small LCG keeps it reproducible.
+/// Runs `tally count --until-idle` once per delay (workers w0 and w1 in turn, with `env`) and
+/// SIGKILLs it after that many milliseconds (times `slower`) if it still runs; returns how many
+/// runs were killed. A fixed schedule keeps a failure reproducible.
+pub fn count_killed_at(t: &Target, delays: &[u64], slower: u64, env: &[(&str, &str)]) -> usize {
+    let mut killed = 0;
+    for (i, d) in delays.iter().enumerate() {
+        let mut c = t.cmd(&[
+            "count",
+            "--until-idle",
+            "--worker-id",
+            &format!("w{}", i % 2),
+        ]);
+        c.envs(env.iter().copied());
+        let mut child = c
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(*d * slower));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            killed += 1;
+        }
+        child.wait().unwrap();
+    }
+    killed
+}
+
 pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Expected {
     let mut state = seed
         .wrapping_mul(6364136223846793005)
