@@ -318,7 +318,7 @@ pub struct QueryArgs {
     pub post_id: String,
     /// Also the net change from likes and unlikes created in this last duration (e.g. 15m, 2h,
     /// 7d), counted from the start of that minute.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = since_duration)]
     pub since: Option<std::time::Duration>,
     /// Print JSON (with the bound used, read units and how fresh the count is).
     #[arg(long)]
@@ -338,7 +338,7 @@ pub struct TopArgs {
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
     /// Only windows taken in this last duration [default: all].
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = since_duration)]
     pub since: Option<std::time::Duration>,
     /// Print JSON.
     #[arg(long)]
@@ -441,5 +441,14 @@ impl Cli {
             _ => {}
         }
         o
+    }
+}
+
+/// A duration longer than zero, as `--since` and the API's `since` take it (15m, 2h, 7d).
+pub fn since_duration(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be longer than 0 (e.g. 15m, 2h, 7d)".into()),
+        Err(e) => Err(format!("must be a duration like 15m or 2h: {e}")),
     }
 }

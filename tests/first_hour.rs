@@ -200,7 +200,10 @@ fn since_reports_the_bound_it_used() {
         "{text}"
     );
     let err = stderr(&t.fail(&["query", "p1", "--since", "0s"], &[]));
-    assert!(err.contains("--since must be longer than 0"), "{err}");
+    assert!(
+        err.contains("'--since <SINCE>': must be longer than 0"),
+        "{err}"
+    );
 }
 
 /// `--until-idle` beside a worker that holds some shards says what it waits for, and

@@ -42,7 +42,31 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// Journal mode and schema, idempotent; several processes may run it at once.
+/// Sets a writable store up: WAL, the schema, migrations — for `open` and `open_existing` alike.
+/// Switching a new file to WAL takes an exclusive lock and does not wait for the busy handler:
+/// when several processes open a fresh store at once, the losers retry.
 fn prepare(conn: &Connection) -> PortResult<()> {
+    let backoff = Backoff {
+        base: Duration::from_millis(10),
+        cap: Duration::from_secs(1),
+        max_retries: 40,
+    };
+    let mut attempt = 0;
+    loop {
+        match prepare_once(conn) {
+            Err(PortError::Conflict(_)) if attempt < backoff.max_retries => {
+                if !conn.is_autocommit() {
+                    conn.execute_batch("ROLLBACK").map_err(sql_err)?;
+                }
+                std::thread::sleep(backoff.ceiling(attempt));
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn prepare_once(conn: &Connection) -> PortResult<()> {
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(sql_err)?;
     conn.pragma_update(None, "synchronous", "NORMAL")
@@ -122,26 +146,7 @@ impl Embedded {
         }
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(sql_err)?;
-        // Switching a new file to WAL takes an exclusive lock and does not wait for the busy
-        // handler: when several processes open a fresh store at once, the losers retry.
-        let backoff = Backoff {
-            base: Duration::from_millis(10),
-            cap: Duration::from_secs(1),
-            max_retries: 40,
-        };
-        let mut attempt = 0;
-        loop {
-            match prepare(&conn) {
-                Err(PortError::Conflict(_)) if attempt < backoff.max_retries => {
-                    if !conn.is_autocommit() {
-                        conn.execute_batch("ROLLBACK").map_err(sql_err)?;
-                    }
-                    std::thread::sleep(backoff.ceiling(attempt));
-                    attempt += 1;
-                }
-                other => break other?,
-            }
-        }
+        prepare(&conn)?;
         let store = Embedded {
             conn: Arc::new(Mutex::new(conn)),
             path,

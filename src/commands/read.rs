@@ -21,9 +21,6 @@ use crate::settings::Settings;
 pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
     tally_core::event::check_id("post_id", &a.post_id)
         .with_context(|| format!("{:?} is not a post id", a.post_id))?;
-    if a.since.is_some_and(|d| d.is_zero()) {
-        anyhow::bail!("--since must be longer than 0 (e.g. 15m, 2h, 7d)");
-    }
     let requested = a.since.map(|d| now_ms() - d.as_millis() as i64);
     let c = b.counter.post_count(&a.post_id, requested).await?;
     // Counts are kept per minute: "since T" counts from the start of T's minute.

@@ -114,13 +114,9 @@ struct PostParams {
 }
 
 fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
-    match humantime::parse_duration(v) {
-        Ok(d) if !d.is_zero() => Ok(now_ms() - d.as_millis() as i64),
-        Ok(_) => Err(bad_request(format!("`{name}` must be longer than 0"))),
-        Err(e) => Err(bad_request(format!(
-            "`{name}` must be a duration like 15m or 2h: {e}"
-        ))),
-    }
+    crate::cli::since_duration(v)
+        .map(|d| now_ms() - d.as_millis() as i64)
+        .map_err(|e| bad_request(format!("`{name}` {e}")))
 }
 
 async fn post(
