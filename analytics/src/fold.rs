@@ -70,6 +70,7 @@ impl Fold {
         self.top_liked
             .add_gathered(at, latest, posts.iter().map(|(p, w)| (p.as_str(), w.1)));
         self.gathered.clear();
+        self.gathered_latest = i64::MIN;
     }
 
     /// Gathers one like of `post` created at `t`.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tally_analytics::{latency_windows, Analytics, AnalyticsConfig, AnalyticsMetrics};
-use tally_consumer::worker::ProcessorFactory;
+use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_core::kpl::aggregate;
 use tally_core::lease::Lease;
 use tally_core::ports::{LeaseStore, PutEntry, PutOutcome, ReadBatch, StartPosition, Stream};
@@ -32,6 +32,25 @@ fn entry(data: Vec<u8>) -> PutEntry {
 async fn lease(store: &Embedded, shard: &str) -> Lease {
     let all = store.list_leases("analytics").await.unwrap();
     all.into_iter().find(|l| l.shard_id == shard).unwrap()
+}
+
+/// A worker `owner` takes the shard's lease (from `epoch`) and starts its processor; returns the
+/// processor, the lease's epoch and where the processor asked to read from.
+async fn start(
+    store: &Embedded,
+    factory: &Analytics,
+    shard: &str,
+    epoch: u64,
+    owner: &str,
+) -> (Box<dyn ShardProcessor>, u64, StartPosition) {
+    let fence = store
+        .take_lease("analytics", shard, epoch, owner, i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut p = factory.create(shard);
+    let from = p.start(&fence, &lease(store, shard).await).await.unwrap();
+    (p, fence.epoch, from)
 }
 
 #[tokio::test]
@@ -66,16 +85,7 @@ async fn a_checkpoint_inside_an_aggregate_resumes_at_the_next_user_record() {
 
     // The first worker folds the first aggregate only: one window of its user records 0..=3
     // is stored, record 4 is in the open window when the worker dies.
-    let fence = store
-        .take_lease("analytics", shard_id, 0, "w1", i64::MAX / 2)
-        .await
-        .unwrap()
-        .unwrap();
-    let mut p = factory.create(shard_id);
-    let from = p
-        .start(&fence, &lease(&store, shard_id).await)
-        .await
-        .unwrap();
+    let (mut p, epoch, from) = start(&store, &factory, shard_id, 0, "w1").await;
     assert_eq!(from, StartPosition::TrimHorizon);
     let mut reader = store.open(shard_id, from).await.unwrap();
     let batch = reader.next_batch(1).await.unwrap();
@@ -92,16 +102,7 @@ async fn a_checkpoint_inside_an_aggregate_resumes_at_the_next_user_record() {
     );
 
     // The next worker starts at that record and goes on from its user record 4.
-    let fence = store
-        .take_lease("analytics", shard_id, fence.epoch, "w2", i64::MAX / 2)
-        .await
-        .unwrap()
-        .unwrap();
-    let mut p = factory.create(shard_id);
-    let from = p
-        .start(&fence, &lease(&store, shard_id).await)
-        .await
-        .unwrap();
+    let (mut p, _, from) = start(&store, &factory, shard_id, epoch, "w2").await;
     assert_eq!(from, StartPosition::AtSequence(first));
     let mut reader = store.open(shard_id, from).await.unwrap();
     let batch: ReadBatch = reader.next_batch(100).await.unwrap();

@@ -72,8 +72,8 @@ impl fmt::Display for SeqNo {
 /// number), the rest of that aggregate not yet. Ordered as the shard is read: by sequence number,
 /// then sub-sequence number, a whole record after every part of it.
 ///
-/// Stored and shown as `seq` or `seq:k`, so that a position written by a tally that knew only
-/// whole records reads back as the same position.
+/// Stored and shown as `seq` or `seq:k` (its `Display` and [`Position::parse`]), so that a
+/// position written by a tally that knew only whole records reads back as the same position.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Position {
     pub seq: SeqNo,
@@ -164,21 +164,6 @@ impl fmt::Debug for Position {
     }
 }
 
-impl Serialize for Position {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Position {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Position, D::Error> {
-        let s = String::deserialize(d)?;
-        Position::parse(&s).ok_or_else(|| {
-            serde::de::Error::custom(format!("not a position (`seq` or `seq:k`): {s:?}"))
-        })
-    }
-}
-
 impl SeqNo {
     /// The decimal number one below, `""` for zero: what lets a position inside an aggregate have
     /// a marker below the whole record's (`summary::marker`).
@@ -253,9 +238,6 @@ mod tests {
         assert_eq!(Position::resume_in(Some(&p("7")), &seven), 0);
         assert_eq!(Position::resume_in(Some(&p("6:3")), &seven), 0);
         assert_eq!(Position::resume_in(None, &seven), 0);
-        let json = serde_json::to_string(&p("7:3")).unwrap();
-        assert_eq!(json, "\"7:3\"");
-        assert_eq!(serde_json::from_str::<Position>(&json).unwrap(), p("7:3"));
     }
 
     #[test]

@@ -171,8 +171,10 @@ impl Trending {
         self.exponent(at_ms, t_ms).exp()
     }
 
-    /// Adds one like created at `t_ms`.
-    pub fn add(&mut self, post_id: &str, t_ms: i64) {
+    /// Adds one like created at `t_ms` — what [`Trending::add_gathered`] must equal; analytics
+    /// itself gathers a window's likes first.
+    #[cfg(test)]
+    fn add(&mut self, post_id: &str, t_ms: i64) {
         self.advance(t_ms, t_ms);
         self.add_weight(post_id, self.weight_at(self.landmark_ms, t_ms));
     }

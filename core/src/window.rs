@@ -12,8 +12,7 @@ use std::collections::HashMap;
 use crate::buckets::PostDelta;
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::event::decode_ref;
-pub use crate::kpl::Took;
-use crate::kpl::{user_records, UserRecords};
+use crate::kpl::{user_records, Took, UserRecords};
 use crate::ports::StreamRecord;
 use crate::seq::Position;
 #[cfg(test)]

@@ -12,10 +12,11 @@ use tally_core::dedup::{Dedup, DedupRecord};
 use tally_core::event::decode;
 
 use tally_core::buckets::{PostDelta, DAY_MS, MINUTE_MS};
+use tally_core::kpl::Took;
 use tally_core::ports::StreamRecord;
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused};
 use tally_core::window::{
-    Bound, ClosedWindow, Took, WindowBuilder, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
+    Bound, ClosedWindow, WindowBuilder, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
 };
 use tally_core::{Position, SeqNo};
 

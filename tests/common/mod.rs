@@ -398,6 +398,17 @@ pub fn count_killed_at(t: &Target, delays: &[u64], slower: u64, env: &[(&str, &s
     killed
 }
 
+/// The malformed lines a contract file holds, in turn: how a test knows them without tally's
+/// decoder.
+pub const MALFORMED_LINES: [&str; 6] = [
+    "not json at all",
+    r#"{"event_id":"m1","post_id":"post-1","user_id":"u1","action":"love","created_at":1}"#,
+    r#"{"event_id":"m2","post_id":"post 1","user_id":"u1","action":"like","created_at":1}"#,
+    r#"{"event_id":"m3","post_id":"post-1","user_id":"u1","action":"like","created_at":"yesterday"}"#,
+    r#"{"post_id":"post-2","user_id":"u1","action":"like","created_at":1}"#,
+    "[1,2,3]",
+];
+
 pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Expected {
     let mut state = seed
         .wrapping_mul(6364136223846793005)
@@ -412,17 +423,9 @@ pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Ex
     let mut exp = Expected::default();
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut recent_lines: Vec<String> = Vec::new();
-    let malformed = [
-        "not json at all".to_string(),
-        r#"{"event_id":"m1","post_id":"post-1","user_id":"u1","action":"love","created_at":1}"#.to_string(),
-        r#"{"event_id":"m2","post_id":"post 1","user_id":"u1","action":"like","created_at":1}"#.to_string(),
-        r#"{"event_id":"m3","post_id":"post-1","user_id":"u1","action":"like","created_at":"yesterday"}"#.to_string(),
-        r#"{"post_id":"post-2","user_id":"u1","action":"like","created_at":1}"#.to_string(),
-        "[1,2,3]".to_string(),
-    ];
     for i in 0..n {
         if i % 97 == 13 {
-            writeln!(f, "{}", malformed[(i / 97) % malformed.len()]).unwrap();
+            writeln!(f, "{}", MALFORMED_LINES[(i / 97) % MALFORMED_LINES.len()]).unwrap();
             exp.malformed += 1;
             exp.lines += 1;
         }

@@ -22,13 +22,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
+use tally_core::kpl::Took;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     Applied, CounterStore, Fence, GapCommit, Pending, PortError, ReadBatch, StartPosition,
     StreamRecord, WindowRef, WindowRest,
 };
 use tally_core::retry::Backoff;
-use tally_core::window::{Bound, ClosedWindow, DeadLetter, Took, WindowBuilder};
+use tally_core::window::{Bound, ClosedWindow, DeadLetter, WindowBuilder};
 use tally_core::Position;
 use tracing::debug;
 
