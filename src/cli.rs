@@ -149,6 +149,9 @@ pub struct TrimArgs {
     /// Drop records that arrived longer ago than this (e.g. `24h`, `7d`).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub older_than: std::time::Duration,
+    /// Confirm dropping records an application has not applied yet: each records them as a gap.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Args, Debug)]

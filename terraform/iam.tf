@@ -41,7 +41,7 @@ data "aws_iam_policy_document" "worker" {
   }
   statement {
     sid       = "Tables"
-    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"]
+    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"]
     resources = [for t in aws_dynamodb_table.tally : t.arn]
   }
   # Reading a KMS-encrypted stream decrypts; the tables' encryption is DynamoDB's own grant.

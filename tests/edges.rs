@@ -428,7 +428,7 @@ fn a_trimmed_pending_window_is_recorded_as_a_gap_and_the_shard_goes_on() {
     let new = file_in(&t, "new.ndjson");
     let expected = write_likes(&new, "fresh", 300);
     t.run(&["replay", new.to_str().unwrap()]);
-    let trimmed = t.run(&["trim", "--older-than", "1s"]);
+    let trimmed = t.run(&["trim", "--older-than", "1s", "--yes"]);
     assert!(trimmed.starts_with("trimmed 2"), "{trimmed}");
     let mut c = t.cmd(&["count", "--until-idle"]);
     c.envs(SMALL_WINDOWS.iter().copied())
@@ -476,7 +476,7 @@ fn a_parent_gone_past_retention_is_recorded_as_a_gap_and_its_children_go_on() {
     let b = file_in(&t, "b.ndjson");
     let later = write_likes(&b, "b", 300);
     t.run(&["replay", b.to_str().unwrap()]);
-    let trimmed = t.run(&["trim", "--older-than", "1s"]);
+    let trimmed = t.run(&["trim", "--older-than", "1s", "--yes"]);
     assert!(trimmed.contains("dropped 1 "), "{trimmed}");
     t.run(&["count", "--until-idle"]);
     assert_eq!(t.mismatches(&counted), vec![]);
@@ -524,11 +524,57 @@ fn a_trimmed_pending_window_at_the_tip_is_recorded_as_a_gap() {
     let mut env = SMALL_WINDOWS.to_vec();
     env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "2"));
     t.fail(&["count", "--until-idle"], &env);
-    let trimmed = t.run(&["trim", "--older-than", "0s"]);
+    let trimmed = t.run(&["trim", "--older-than", "0s", "--yes"]);
     assert!(trimmed.starts_with("trimmed 10"), "{trimmed}");
     t.run_env(&["count", "--until-idle"], SMALL_WINDOWS);
     let g = gaps(&t);
     assert_eq!(g.len(), 1, "{g:?}");
     let leases = t.json(&["leases", "--json"]);
     assert!(leases[0]["pending"].is_null(), "{leases}");
+}
+
+/// `created_at` at the bounds of the contract: the last millisecond of year 9999 is counted and
+/// found by "since T"; a millisecond later is dead-lettered with the valid range in its reason
+/// (its hour and day keys would have five-digit years, which sort below every other and drop out
+/// of "since T").
+fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t: Target) {
+    let path = file_in(&t, "bounds.ndjson");
+    let now = common::now_ms();
+    let last = 253_402_300_799_999_i64;
+    let mut f = std::fs::File::create(&path).unwrap();
+    for (i, at) in [now, last, last + 1, 0].iter().enumerate() {
+        writeln!(
+            f,
+            r#"{{"event_id":"b{i}","post_id":"pbound","user_id":"u","action":"like","created_at":{at}}}"#
+        )
+        .unwrap();
+    }
+    drop(f);
+    t.run(&["replay", path.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let q = t.json(&["query", "pbound", "--since", "1h", "--json"]);
+    assert_eq!(q["count"], 3, "{q}");
+    assert_eq!(q["count_since"], 2, "now and year 9999: {q}");
+    let dead = t.json(&["dead-letters", "--json"]);
+    let letters = dead["dead_letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 1, "{dead}");
+    let reason = letters[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("created_at") && reason.contains("9999-12-31T23:59:59.999Z"),
+        "{reason}"
+    );
+    assert_eq!(t.json(&["total", "--json"])["total"], 3);
+}
+
+#[test]
+fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it_aws() {
+    created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(Target::aws("bounds", 1));
 }

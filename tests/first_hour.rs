@@ -465,3 +465,19 @@ fn aws_setup_problems_are_one_clear_line() {
         "{err}"
     );
 }
+
+/// A worker's `--http` address already in use stops it at start, naming the address, instead of
+/// running on without the endpoint its container's health check probes.
+#[test]
+fn a_worker_s_http_address_in_use_stops_it_at_start() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for app in ["count", "analytics"] {
+        let out = t.fail(&[app, "--until-idle", "--http", &addr], &[]);
+        assert_eq!(out.status.code(), Some(1), "{app}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(&format!("binding {addr} for HTTP")), "{app}: {err}");
+    }
+}

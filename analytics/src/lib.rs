@@ -295,6 +295,12 @@ impl ShardProcessor for AnalyticsShard {
     }
 
     async fn process(&mut self, batch: &ReadBatch, now: i64) -> Result<(), ConsumerError> {
+        if let Some(t) = &batch.trimmed_through {
+            // What was folded comes before the trimmed records: stored first, then the loss.
+            self.snapshot(false).await?;
+            let through = Position::whole(t.clone());
+            self.give_up(Some(through), UNREAD).await?;
+        }
         if let Some(age) = batch.millis_behind_latest {
             self.fold.latency.record_iterator_age(age);
         }
@@ -318,8 +324,61 @@ impl ShardProcessor for AnalyticsShard {
     }
 
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
-        // Analytics are estimates over what was read: finishing the shard is all it takes.
-        self.flush(true).await
+        self.snapshot(false).await?;
+        self.give_up(
+            None,
+            "the shard is gone from the stream (past its retention) before it was read to its end",
+        )
+        .await
+    }
+}
+
+/// Why records were never read: the stream said they were trimmed.
+const UNREAD: &str = "the stream's retention trimmed records before they were read";
+
+impl AnalyticsShard {
+    /// Puts records the stream no longer has on record as a gap of this application, in one
+    /// atomic write with the checkpoint: moved to `through`, or the shard finished when `None`
+    /// (it is gone). Trending and latency then describe what was read, and say what was not.
+    async fn give_up(&mut self, through: Option<Position>, why: &str) -> Result<(), ConsumerError> {
+        let Some(fence) = self.fence.clone() else {
+            return Ok(());
+        };
+        let after = self
+            .checkpoint
+            .as_ref()
+            .map_or_else(|| "the shard's start".to_owned(), |c| c.to_string());
+        let what = match &through {
+            Some(t) => format!("records after {after} through {t} were never read"),
+            None => format!("records after {after} were never read"),
+        };
+        let gap = tally_core::dead_letter::DeadLetter::gap(
+            &self.shard_id,
+            &fence.app,
+            self.checkpoint.as_ref(),
+            through.as_ref(),
+            now_ms(),
+            &format!("{why}: {what}"),
+        );
+        let commit = tally_core::ports::GapCommit {
+            fence: &fence,
+            start_after: self.checkpoint.as_ref(),
+            pending_end: None,
+            through: through.as_ref(),
+            finished: through.is_none(),
+            gap: &gap,
+        };
+        tally_consumer::retry::with_backoff(
+            &tally_core::retry::Backoff::default(),
+            "record a gap",
+            || self.store.commit_gap(commit.clone()),
+        )
+        .await?;
+        tracing::error!(reason = %gap.reason, "records lost to the stream's retention; recorded as a gap");
+        if let Some(t) = through {
+            self.checkpoint = Some(t);
+        }
+        Ok(())
     }
 }
 

@@ -529,6 +529,8 @@ impl Subscription {
                 .iter()
                 .map(|c| c.shard_id().to_owned())
                 .collect(),
+            // Kinesis sequence numbers have holes: a trimmed record cannot be told from none.
+            trimmed_through: None,
         })
     }
 

@@ -27,7 +27,8 @@ pub struct KinesisStream {
 impl KinesisStream {
     /// A client for the configured stream.
     pub fn new(sdk: &SdkConfig, s: &AwsSettings) -> KinesisStream {
-        let mut b = aws_sdk_kinesis::config::Builder::from(sdk);
+        let mut b = aws_sdk_kinesis::config::Builder::from(sdk)
+            .retry_partition(crate::retry_partition("tally-kinesis"));
         if let Some(url) = &s.kinesis_endpoint_url {
             b = b.endpoint_url(url);
         }
@@ -310,6 +311,8 @@ impl ShardReader for KinesisReader {
                 .iter()
                 .map(|c| c.shard_id().to_owned())
                 .collect(),
+            // Kinesis sequence numbers have holes: a trimmed record cannot be told from none.
+            trimmed_through: None,
         })
     }
 }

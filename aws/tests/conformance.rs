@@ -149,7 +149,9 @@ async fn dedup_records_carry_their_ttl() {
         .unwrap();
     let end = tally_core::Position::parse("42").unwrap();
     let max_arrival = 1_700_000_000_000i64;
-    t.begin_window(&fence, None, &end, 600_000).await.unwrap();
+    t.begin_window(&fence, None, &end.seq, &end, 600_000)
+        .await
+        .unwrap();
     let dedup = DedupRecord {
         max_arrival,
         ids: vec![1, 2],
@@ -217,13 +219,15 @@ async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
     let rolled = b
         .apply_posts(at(&e20), &window(h10 + HOUR_MS + 5 * MINUTE_MS, 2))
         .await
-        .unwrap();
+        .unwrap()
+        .applied;
     assert_eq!((rolled.written, rolled.refused), (2, 1), "{rolled:?}");
     // Process a, still remembering hour 10, writes a 10:30 like: refused, planned again as late.
     let late = a
         .apply_posts(at(&e30), &window(h10 + 30 * MINUTE_MS, 4))
         .await
-        .unwrap();
+        .unwrap()
+        .applied;
     assert_eq!((late.written, late.refused), (2, 1), "{late:?}");
     let c = a.post_count("p", Some(h10 + 30 * MINUTE_MS)).await.unwrap();
     assert_eq!((c.total, c.since), (7, Some(6)));

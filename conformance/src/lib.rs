@@ -16,9 +16,8 @@ use tally_core::ports::{
     Pending, PortError, PutEntry, PutOutcome, ShardInfo, ShardTally, StartPosition, StoredDedup,
     Stream, StreamRecord, TrendingEntry, WindowRef, WindowRest,
 };
-use tally_core::window::{
-    DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON, MAX_WINDOW_RECORDS,
-};
+use tally_core::dead_letter::{DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON};
+use tally_core::window::MAX_WINDOW_RECORDS;
 use tally_core::Position;
 
 /// The dedup horizon every window of these checks is recorded with.
@@ -237,12 +236,40 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
             .lease
             .finished
     );
+    // A worker lists the rows (shard-a finished, its row still there), another cleans shard-a
+    // up, then the first makes sure the shards it listed have rows, from its stale listing: the
+    // cleaned-up row does not come back (it would be read again from the oldest record, with no
+    // checkpoint and no duplicate filter, and its children would wait for it for ever).
+    let stale_view = store.list_leases(&app).await.unwrap();
+    assert!(stale_view.iter().any(|l| l.shard_id == "shard-a" && l.finished));
     store.delete_lease(&app, "shard-a").await.unwrap();
-    assert_eq!(store.list_leases(&app).await.unwrap().len(), 1);
+    let stale_shards: Vec<ShardInfo> = stale_view
+        .iter()
+        .map(|l| ShardInfo {
+            shard_id: l.shard_id.clone(),
+            parents: l.parents.clone(),
+            closed: l.shard_id == "shard-a",
+        })
+        .collect();
+    store.ensure_leases(&app, &stale_shards).await.unwrap();
+    let ls = store.list_leases(&app).await.unwrap();
+    assert_eq!(
+        ls.iter().map(|l| l.shard_id.as_str()).collect::<Vec<_>>(),
+        ["shard-b"],
+        "the cleaned-up row stays gone, and no tombstone is listed as a lease"
+    );
     assert!(matches!(
         store.shard_state(&app, "shard-a").await,
         Err(PortError::NotFound { .. })
     ));
+    // A shard never seen before still gets its row.
+    let new = ShardInfo {
+        shard_id: "shard-c".into(),
+        parents: vec!["shard-b".into()],
+        closed: false,
+    };
+    store.ensure_leases(&app, &[new]).await.unwrap();
+    assert_eq!(store.list_leases(&app).await.unwrap().len(), 2);
 }
 
 fn delta(deltas: &[(i64, i64)]) -> PostDelta {
@@ -290,11 +317,11 @@ async fn window(
     finished: bool,
 ) -> Applied {
     store
-        .begin_window(fence, start_after, end, HORIZON_MS)
+        .begin_window(fence, start_after, &end.seq, end, HORIZON_MS)
         .await
         .unwrap();
     let at = at(fence, end);
-    let mut out = store.apply_posts(at, posts).await.unwrap();
+    let mut out = done(store.apply_posts(at, posts).await.unwrap());
     out.merge(&store.apply_rest(at, rest_of(&rest)).await.unwrap());
     store
         .finish_window(
@@ -307,6 +334,12 @@ async fn window(
         .await
         .unwrap();
     out
+}
+
+/// What an `apply_posts` call did, all of whose posts must be done (no fault is injected here).
+fn done(p: tally_core::ports::PostsApplied) -> Applied {
+    assert!(p.retry.is_empty() && p.error.is_none(), "{p:?}");
+    p.applied
 }
 
 fn at<'a>(fence: &'a Fence, end: &'a Position) -> WindowRef<'a> {
@@ -346,12 +379,13 @@ pub async fn the_largest_window_fits_the_store(store: &dyn CounterStore, name: &
             seq: seq(&format!("{}", 100 + i)),
             arrival_ms: i as i64,
             // A multi-byte reason at its byte cap, and raw bytes at theirs.
-            reason: tally_core::window::truncate_utf8(
+            reason: tally_core::dead_letter::truncate_utf8(
                 &"é".repeat(DEAD_LETTER_MAX_REASON),
                 DEAD_LETTER_MAX_REASON,
             ),
             data: vec![0xff; DEAD_LETTER_MAX_BYTES],
             size: 10 << 20,
+            gap: None,
         })
         .collect();
     let dedup = DedupRecord {
@@ -453,14 +487,32 @@ pub async fn dedup_records_expire_by_arrival(store: &dyn CounterStore, name: &st
 
 /// Counter store: a gap gives a pending window up on record — the checkpoint moves past it, the
 /// pending window is gone, the gap is a dead letter — only for the lease holder and only for the
-/// window it names; a gap can also finish a shard.
+/// window it names; a gap can also finish a shard. Every letter keeps its own place: a gap that
+/// starts at a checkpoint whose record was malformed, a second gap after the first, and another
+/// application's gap over the same records never replace one another.
 pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, name: &str) {
     let app = format!("gaps-{name}");
     let shard = format!("shard-{name}");
     let fence = held_lease(store, &app, &shard).await;
-    let end = seq("40");
+    // The first window ends at a malformed record: its dead letter sits at the checkpoint.
+    let (first_end, end) = (seq("30"), seq("40"));
+    let malformed = DeadLetter {
+        shard_id: shard.clone(),
+        seq: first_end.clone(),
+        arrival_ms: 1,
+        reason: "not a JSON object: got a number".into(),
+        data: b"42".to_vec(),
+        size: 2,
+        gap: None,
+    };
+    let rest = Rest {
+        dead: std::slice::from_ref(&malformed),
+        total: 0,
+        dedup: &no_ids(1),
+    };
+    window(store, &fence, None, &first_end, &[], rest, false).await;
     store
-        .begin_window(&fence, None, &end, HORIZON_MS)
+        .begin_window(&fence, Some(&first_end), &seq("31").seq, &end, HORIZON_MS)
         .await
         .unwrap();
     store
@@ -470,19 +522,12 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
         )
         .await
         .unwrap();
-    let gap = DeadLetter {
-        shard_id: shard.clone(),
-        seq: end.clone(),
-        arrival_ms: 1,
-        reason: "gap: trimmed".into(),
-        data: vec![],
-        size: 0,
-    };
+    let gap = DeadLetter::gap(&shard, &app, Some(&first_end), Some(&end), 2, "trimmed");
     let wrong_end = seq("39");
     // Naming another window, or without the lease, is refused.
     let bad = GapCommit {
         fence: &fence,
-        start_after: None,
+        start_after: Some(&first_end),
         pending_end: Some(&wrong_end),
         through: Some(&wrong_end),
         finished: false,
@@ -498,7 +543,7 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
     };
     let good = |f| GapCommit {
         fence: f,
-        start_after: None,
+        start_after: Some(&first_end),
         pending_end: Some(&end),
         through: Some(&end),
         finished: false,
@@ -518,15 +563,26 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
         store.commit_gap(good(&fence)).await,
         Err(PortError::Fenced { .. })
     ));
-    // A shard gone from the stream: finished on record, checkpoint unchanged.
-    let gone = DeadLetter {
-        reason: "gap: gone".into(),
-        ..gap.clone()
-    };
+    // Records trimmed after a checkpoint with nothing pending: the checkpoint moves past them.
+    let lost_through = seq("55");
+    let trimmed = DeadLetter::gap(&shard, &app, Some(&end), Some(&lost_through), 3, "trimmed");
     store
         .commit_gap(GapCommit {
             fence: &fence,
             start_after: Some(&end),
+            pending_end: None,
+            through: Some(&lost_through),
+            finished: false,
+            gap: &trimmed,
+        })
+        .await
+        .unwrap();
+    // A shard gone from the stream: finished on record, checkpoint unchanged.
+    let gone = DeadLetter::gap(&shard, &app, Some(&lost_through), None, 4, "gone");
+    store
+        .commit_gap(GapCommit {
+            fence: &fence,
+            start_after: Some(&lost_through),
             pending_end: None,
             through: None,
             finished: true,
@@ -536,15 +592,26 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
         .unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert!(st.lease.finished);
-    assert_eq!(st.lease.checkpoint, Some(end.clone()));
+    assert_eq!(st.lease.checkpoint, Some(lost_through.clone()));
+    // Another application gives up the same records on the same shard.
+    let other = format!("{app}-other");
+    let fence2 = held_lease(store, &other, &shard).await;
+    let theirs = DeadLetter::gap(&shard, &other, None, Some(&end), 5, "trimmed");
+    store
+        .commit_gap(GapCommit {
+            fence: &fence2,
+            start_after: None,
+            pending_end: None,
+            through: Some(&end),
+            finished: false,
+            gap: &theirs,
+        })
+        .await
+        .unwrap();
     let dead = store.dead_letters(100_000).await.unwrap();
-    let mine: Vec<&DeadLetter> = dead.iter().filter(|d| d.shard_id == shard).collect();
-    assert_eq!(
-        mine.len(),
-        1,
-        "one gap per (shard, sequence number): {mine:?}"
-    );
-    assert!(mine[0].reason.starts_with("gap:"));
+    let mut mine: Vec<DeadLetter> = dead.into_iter().filter(|d| d.shard_id == shard).collect();
+    mine.sort_by_key(|d| d.arrival_ms);
+    assert_eq!(mine, vec![malformed, gap, trimmed, gone, theirs]);
 }
 
 /// Counter store: a window is pending before its writes and checkpointed after them, both only
@@ -573,10 +640,12 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         reason: "not a JSON object".into(),
         data: b"{oops".to_vec(),
         size: 5,
+        gap: None,
     };
     // The window ends inside an aggregate (its user records 0..=4): the pending end, the
-    // markers and the checkpoint keep the sub-sequence number.
+    // markers and the checkpoint keep the sub-sequence number. It starts at the record 5.
     let end = seq("9:4");
+    let window_first = seq("5").seq;
     let dedup = DedupRecord {
         max_arrival: 1_000,
         ids: vec![1, 2, 3],
@@ -596,12 +665,12 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     ));
     assert!(matches!(
         store
-            .begin_window(&fence, Some(&seq("3")), &end, HORIZON_MS)
+            .begin_window(&fence, Some(&seq("3")), &end.seq, &end, HORIZON_MS)
             .await,
         Err(PortError::Fenced { .. })
     ));
     store
-        .begin_window(&fence, None, &end, HORIZON_MS)
+        .begin_window(&fence, None, &window_first, &end, HORIZON_MS)
         .await
         .unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
@@ -609,23 +678,24 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         st.pending,
         Some(Pending {
             end: end.clone(),
+            first: Some(window_first.clone()),
             horizon_ms: Some(HORIZON_MS)
         }),
-        "the pending window keeps the horizon it was built with"
+        "the pending window keeps its first record and the horizon it was built with"
     );
     assert_eq!(st.lease.checkpoint, None);
     // A second window cannot begin while one is pending.
     assert!(matches!(
         store
-            .begin_window(&fence, None, &seq("12"), HORIZON_MS)
+            .begin_window(&fence, None, &window_first, &seq("12"), HORIZON_MS)
             .await,
         Err(PortError::Fenced { .. })
     ));
     // The first post's writes, then all of them (a replay): the first ones are refused.
-    let first = store
+    let first = done(store
         .apply_posts(at(&fence, &end), &posts[..1])
         .await
-        .unwrap();
+        .unwrap());
     // Post a: the live item at its latest hour (the next day's 10:00), and its earlier events
     // in archives: two hours and a day.
     assert_eq!((first.written, first.refused), (4, 0), "{first:?}");
@@ -636,7 +706,7 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         ),
         (1, 3)
     );
-    let again = store.apply_posts(at(&fence, &end), &posts).await.unwrap();
+    let again = done(store.apply_posts(at(&fence, &end), &posts).await.unwrap());
     assert_eq!(again.written, 1, "only post b is new: {again:?}");
     assert!(again.units.get(Purpose::FailedConditions) >= 1);
     // What the window spent and counted, kept in the shard's row with its checkpoint.
@@ -789,10 +859,10 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     };
     let x_end = seq("100");
     store
-        .begin_window(&w1, None, &x_end, HORIZON_MS)
+        .begin_window(&w1, None, &x_end.seq, &x_end, HORIZON_MS)
         .await
         .unwrap();
-    store.apply_posts(at(&w1, &x_end), &x[..5]).await.unwrap();
+    done(store.apply_posts(at(&w1, &x_end), &x[..5]).await.unwrap());
     // Worker 1 stalls; its lease expires and worker 2 takes it over, finding X pending.
     let w2 = store
         .take_lease(&app, &shard, w1.epoch, "w2", i64::MAX / 2)
@@ -801,7 +871,7 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
         .unwrap();
     let st = store.shard_state(&app, &shard).await.unwrap();
     assert_eq!(st.pending.map(|p| p.end), Some(x_end.clone()));
-    let redo = store.apply_posts(at(&w2, &x_end), &x).await.unwrap();
+    let redo = done(store.apply_posts(at(&w2, &x_end), &x).await.unwrap());
     assert!(
         redo.refused >= 5,
         "what worker 1 wrote is refused: {redo:?}"
@@ -834,8 +904,8 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     };
     window(store, &w2, Some(&x_end), &y_end, &y, y_rest, false).await;
     // Worker 1 wakes: the rest of X, and all of X again.
-    let late = store.apply_posts(at(&w1, &x_end), &x[5..]).await.unwrap();
-    let all = store.apply_posts(at(&w1, &x_end), &x).await.unwrap();
+    let late = done(store.apply_posts(at(&w1, &x_end), &x[5..]).await.unwrap());
+    let all = done(store.apply_posts(at(&w1, &x_end), &x).await.unwrap());
     let r = store
         .apply_rest(at(&w1, &x_end), rest_of(&rest))
         .await

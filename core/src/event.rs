@@ -42,6 +42,12 @@ pub struct LikeEvent {
     pub created_at: i64,
 }
 
+/// The latest `created_at` of contract v1: 9999-12-31T23:59:59.999Z. Summary items key hours and
+/// days as `YYYYMMDDHH` and `YYYYMMDD`, whose string order is time order only for four-digit years;
+/// a later time is dead-lettered with this bound in its reason, never counted out of reach of
+/// "since T".
+pub const MAX_CREATED_AT: i64 = 253_402_300_799_999;
+
 /// Why a record is malformed. The message is what lands in the dead-letter store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -200,7 +206,7 @@ pub fn decode_ref(data: &[u8]) -> Result<EventRef<'_>, DecodeError> {
                 "action",
                 format!(
                     "expected \"like\" or \"unlike\", got {:?} ({} bytes)",
-                    crate::window::truncate_utf8(other, 64),
+                    crate::dead_letter::truncate_utf8(other, 64),
                     other.len()
                 ),
             ))
@@ -210,11 +216,15 @@ pub fn decode_ref(data: &[u8]) -> Result<EventRef<'_>, DecodeError> {
         None => return Err(field_err("created_at", "missing")),
         Some(t) if t.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
             match t.parse::<i64>() {
-                Ok(v) if v >= 0 => v,
+                Ok(v) if (0..=MAX_CREATED_AT).contains(&v) => v,
                 _ => {
                     return Err(field_err(
                         "created_at",
-                        format!("expected a non-negative integer of milliseconds, got {t}"),
+                        format!(
+                            "expected milliseconds since the epoch from 0 to {MAX_CREATED_AT} \
+                             (9999-12-31T23:59:59.999Z), got {}",
+                            crate::dead_letter::truncate_utf8(t, 64)
+                        ),
                     ))
                 }
             }
@@ -324,6 +334,14 @@ mod tests {
             r#"{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":-1}"#,
             Err("`created_at`"),
         );
+        // The bounds of `created_at`: the epoch and the last millisecond of year 9999.
+        let at = |t: &str| {
+            format!(r#"{{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":{t}}}"#)
+        };
+        check(&at("253402300799999"), Ok(()));
+        check(&at("253402300800000"), Err("from 0 to 253402300799999"));
+        check(&at("9223372036854775807"), Err("from 0 to 253402300799999"));
+        check(&at("99999999999999999999999"), Err("`created_at`"));
         check(
             r#"{"event_id":7,"post_id":"p","user_id":"u","action":"like","created_at":1}"#,
             Err("`event_id`"),

@@ -2,7 +2,7 @@
 //!
 //! Everything here is synchronous and free of I/O except the port traits, which the backends
 //! implement: the event contract ([`event`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
-//! windows ([`window`]), what writes cost ([`cost`]), time buckets ([`buckets`]), the summary items and
+//! dead letters and gaps ([`dead_letter`]), windows ([`window`]), what writes cost ([`cost`]), time buckets ([`buckets`]), the summary items and
 //! their exactly-once writes ([`summary`]), lease decisions ([`lease`]),
 //! trending ([`trending`]), latency ([`latency`]), backoff ([`retry`]), shard hashing
 //! ([`hashing`]) and the ports themselves ([`ports`]).
@@ -10,6 +10,7 @@
 
 pub mod buckets;
 pub mod cost;
+pub mod dead_letter;
 pub mod dedup;
 pub mod event;
 pub mod hashing;

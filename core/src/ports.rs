@@ -10,7 +10,7 @@ use crate::cost::Units;
 use crate::dedup::DedupRecord;
 use crate::lease::Lease;
 use crate::seq::{Position, SeqNo};
-use crate::window::DeadLetter;
+use crate::dead_letter::DeadLetter;
 
 /// Every error a port returns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -131,6 +131,12 @@ pub struct ReadBatch {
     pub shard_end: bool,
     /// The shards that continue this one, when it ended by a reshard.
     pub child_shards: Vec<String>,
+    /// Records of this shard after the reader's position (its start, or the last record it
+    /// delivered) through this sequence number are gone: the stream's retention trimmed them
+    /// before they were read. Said once, by the read that first finds it; the batch's records
+    /// come after it. Only a stream that can tell says so (the embedded one, whose sequence
+    /// numbers have no holes); Kinesis's cannot be told from a sparse shard.
+    pub trimmed_through: Option<SeqNo>,
 }
 
 /// A record to put.
@@ -177,6 +183,11 @@ pub trait ShardReader: Send {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
     pub end: Position,
+    /// The Kinesis record the window's first user record is in: a rebuild that does not meet it
+    /// first has lost the window's head to the stream's retention, and gives the window up on
+    /// record instead of applying what is left as if it were whole (`None`: recorded by an older
+    /// tally that did not store it).
+    pub first: Option<SeqNo>,
     /// The dedup horizon its duplicate decisions were made with (ms), so that a rebuild after a
     /// settings change decides the same (`None`: recorded by an older tally that did not store it).
     pub horizon_ms: Option<i64>,
@@ -248,6 +259,9 @@ pub trait LeaseStore: Send + Sync {
     /// Marks a held shard finished (read to its end, nothing left to apply); `Fenced` if the lease
     /// was lost or a window is still pending.
     async fn mark_finished(&self, fence: &Fence) -> PortResult<()>;
+    /// Gives up records the stream no longer has, on record (either application: each has its
+    /// own checkpoints, so each its own gaps); `Fenced` if a condition failed.
+    async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
 }
 
 /// A window's identity in its writes: whose it is, and its end (each item's marker).
@@ -291,6 +305,17 @@ impl Applied {
     }
 }
 
+/// What one [`CounterStore::apply_posts`] call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PostsApplied {
+    /// The writes of the posts that are done (written, or refused as applied already).
+    pub applied: Applied,
+    /// Indexes (into the posts passed) of those not done for a retryable reason, in order.
+    pub retry: Vec<usize>,
+    /// The last of their errors, for the retry's pause and its log.
+    pub error: Option<PortError>,
+}
+
 /// A stored dedup record, with whose window it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredDedup {
@@ -301,8 +326,9 @@ pub struct StoredDedup {
 }
 
 /// Records that can no longer be applied — the stream's retention trimmed them first — written
-/// as a dead letter (`reason` starting with `gap:`) in one atomic write with the checkpoint row:
-/// the shard moves on, and the loss is on record instead of a shard stalled for ever.
+/// as a dead letter ([`DeadLetter::gap`], `reason` starting with `gap:`) in one atomic write with
+/// the checkpoint row: the shard moves on, and the loss is on record instead of a shard stalled
+/// for ever.
 #[derive(Clone, Debug)]
 pub struct GapCommit<'a> {
     pub fence: &'a Fence,
@@ -338,20 +364,25 @@ pub struct PostCount {
 #[async_trait]
 pub trait CounterStore: LeaseStore + DedupStore {
     /// Records `end` as the pending window after `start_after` (which must be the checkpoint,
-    /// with no window pending); `Fenced` if a condition failed.
+    /// with no window pending), whose first user record is in the record `first`; `Fenced` if a
+    /// condition failed.
     async fn begin_window(
         &self,
         fence: &Fence,
         start_after: Option<&Position>,
+        first: &SeqNo,
         end: &Position,
         horizon_ms: i64,
     ) -> PortResult<()>;
-    /// Writes the posts' deltas to their summary items, each once.
+    /// Writes the posts' deltas to their summary items, each once. A post whose writes failed
+    /// for a reason a retry may mend is named in [`PostsApplied::retry`] while the others are
+    /// done, so that the caller sends only it again (a store that writes a batch atomically
+    /// fails the call instead); a failure no retry mends fails the call.
     async fn apply_posts(
         &self,
         w: WindowRef<'_>,
         posts: &[(String, PostDelta)],
-    ) -> PortResult<Applied>;
+    ) -> PortResult<PostsApplied>;
     /// Writes the window's dead letters, its global-total delta and its dedup record, each once.
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied>;
     /// Moves the checkpoint to the pending window's end, with the shard's arrival clock, and adds
@@ -365,8 +396,6 @@ pub trait CounterStore: LeaseStore + DedupStore {
         shard_finished: bool,
         spent: &ShardTally,
     ) -> PortResult<()>;
-    /// Gives up records the stream no longer has, on record; `Fenced` if a condition failed.
-    async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount>;
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;

@@ -81,6 +81,12 @@ pub struct Position {
 }
 
 impl Position {
+    /// Before every record of a shard (`0`: no Kinesis or embedded sequence number is that low),
+    /// where a gap that starts at the shard's start is said to come after.
+    pub fn start() -> Position {
+        Position::whole(SeqNo("0".to_owned()))
+    }
+
     /// The whole record `seq`.
     pub fn whole(seq: SeqNo) -> Position {
         Position { seq, sub: None }

@@ -10,34 +10,17 @@
 use std::collections::HashMap;
 
 use crate::buckets::PostDelta;
+use crate::dead_letter::{truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON};
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::event::decode_ref;
 use crate::kpl::{user_records, Took, UserRecords};
 use crate::ports::StreamRecord;
-use crate::seq::Position;
-#[cfg(test)]
-use crate::seq::SeqNo;
+use crate::seq::{Position, SeqNo};
 
-/// The longest prefix of a malformed record's bytes that is kept in its dead letter.
-pub const DEAD_LETTER_MAX_BYTES: usize = 4096;
 /// The most user records a window (the counter's or analytics') may hold: its dedup record (12
 /// bytes per id) is one store item, which must stay below DynamoDB's 400 KB item limit with room
 /// to spare. Windows end inside a KPL aggregate when they must, so this bound is exact.
 pub const MAX_WINDOW_RECORDS: usize = 20_000;
-/// The longest reason kept in a dead letter (a decode error may quote the offending value).
-pub const DEAD_LETTER_MAX_REASON: usize = 512;
-
-/// `s` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
-pub fn truncate_utf8(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut cut = max.saturating_sub('…'.len_utf8());
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &s[..cut])
-}
 
 /// Where a window closes.
 #[derive(Clone, Copy, Debug)]
@@ -46,31 +29,6 @@ pub enum Bound<'a> {
     Size(usize),
     /// At this position: a pending window rebuilt, whose end was fixed when it was recorded.
     End(&'a Position),
-}
-
-/// A malformed record, kept with where it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The shard it was read from.
-    pub shard_id: String,
-    /// Its sequence number, with the user record's sub-sequence number inside a KPL aggregate:
-    /// with the shard, the dead letter's identity (stored idempotently).
-    pub seq: Position,
-    /// Its arrival time in the stream.
-    pub arrival_ms: i64,
-    /// Why it was rejected.
-    pub reason: String,
-    /// Its first [`DEAD_LETTER_MAX_BYTES`] bytes.
-    pub data: Vec<u8>,
-    /// Its full size in bytes: `data` and `reason` are cut so that a record of any size Kinesis
-    /// accepts (up to 10 MiB) fits one store item (DynamoDB: 400 KB), and this says how much was.
-    pub size: u64,
-}
-
-/// DynamoDB write units (1 KB each) of writing a dead letter once: it carries up to 4 KiB of raw
-/// bytes.
-pub fn dead_letter_units(d: &DeadLetter) -> u64 {
-    units(d.data.len() + d.reason.len() + d.shard_id.len() + d.seq.to_string().len() + 64)
 }
 
 /// Write units of a window's dedup record (its ids plus its key and attributes).
@@ -98,6 +56,8 @@ pub struct WindowStats {
 pub struct WindowBuilder {
     /// The checkpoint before the window: the window holds records strictly after it.
     start_after: Option<Position>,
+    /// The record the first user record came from: a rebuild must meet it first.
+    first: Option<SeqNo>,
     /// The last record (or user record of an aggregate) added.
     end: Option<Position>,
     /// Net change per post (sorted when the window closes).
@@ -115,6 +75,7 @@ impl WindowBuilder {
     pub fn new(start_after: Option<Position>, opened_at_ms: i64) -> WindowBuilder {
         WindowBuilder {
             start_after,
+            first: None,
             end: None,
             deltas: HashMap::default(),
             dead_letters: Vec::new(),
@@ -171,6 +132,9 @@ impl WindowBuilder {
     ) -> Took {
         if from == 0 {
             self.stats.records += 1;
+        }
+        if self.first.is_none() {
+            self.first = Some(record.seq.clone());
         }
         let took = match user_records(&record.data) {
             Ok(users) => {
@@ -253,6 +217,7 @@ impl WindowBuilder {
             reason: truncate_utf8(&reason, DEAD_LETTER_MAX_REASON),
             data: data[..keep].to_vec(),
             size: data.len() as u64,
+            gap: None,
         });
     }
 
@@ -262,9 +227,10 @@ impl WindowBuilder {
         self.user_records
     }
 
-    /// Whether no record was folded.
+    /// Whether nothing was folded: no record, nor the rest of an aggregate a previous window
+    /// ended inside (which counts no new record, but must be applied and checkpointed).
     pub fn is_empty(&self) -> bool {
-        self.stats.records == 0
+        self.end.is_none()
     }
 
     /// When the window opened.
@@ -277,11 +243,17 @@ impl WindowBuilder {
         self.end.as_ref()
     }
 
+    /// The record the window's first user record came from, if any.
+    pub fn first(&self) -> Option<&SeqNo> {
+        self.first.as_ref()
+    }
+
     /// Closes the window, sealing its first-seen ids.
     pub fn close(self, dedup: &mut Dedup) -> ClosedWindow {
         let total_delta = self.deltas.values().map(PostDelta::total).sum();
         ClosedWindow {
             start_after: self.start_after,
+            first: self.first,
             end: self.end,
             // A like and its unlike in the same minute cancel out: nothing to write.
             posts: {
@@ -309,6 +281,8 @@ impl WindowBuilder {
 pub struct ClosedWindow {
     /// The checkpoint before the window.
     pub start_after: Option<Position>,
+    /// The record its first user record came from (`None` with `end`).
+    pub first: Option<SeqNo>,
     /// The window's last record (or user record of an aggregate); `None` only for a window of no
     /// records (a shard-end flush).
     pub end: Option<Position>,
@@ -326,6 +300,7 @@ pub struct ClosedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dead_letter::dead_letter_units;
 
     fn rec(seq: u64, data: &str) -> StreamRecord {
         StreamRecord {
@@ -427,7 +402,12 @@ mod tests {
             Took::Whole
         );
         assert!(!w.reached(Bound::Size(10)));
+        // Holding only the rest of an aggregate, it counts no new record, yet it is not empty:
+        // a flush at the shard's end (or when caught up) must apply it, not skip it.
+        assert_eq!(w.first(), Some(&agg.seq));
+        assert!(!w.is_empty());
         let two = w.close(&mut dedup);
+        assert_eq!(two.first, Some(agg.seq.clone()));
         assert_eq!(two.end, Position::parse("7"));
         assert_eq!((two.total_delta, two.stats.malformed), (2, 1));
         assert_eq!(two.dead_letters[0].seq, Position::parse("7:3").unwrap());
@@ -491,25 +471,7 @@ mod tests {
     }
 
     #[test]
-    fn truncation_keeps_characters_whole() {
-        assert_eq!(truncate_utf8("abc", 3), "abc");
-        assert_eq!(truncate_utf8("abcdef", 5), "ab…");
-        let t = truncate_utf8(&"é".repeat(100), 10);
-        assert!(t.len() <= 10 && t.ends_with('…'), "{t}");
-    }
-
-    #[test]
-    fn write_units_follow_item_size() {
-        let dl = |n: usize| DeadLetter {
-            shard_id: "s".into(),
-            seq: Position::parse("1").unwrap(),
-            arrival_ms: 0,
-            reason: "r".into(),
-            data: vec![0; n],
-            size: n as u64,
-        };
-        assert_eq!(dead_letter_units(&dl(10)), 1);
-        assert_eq!(dead_letter_units(&dl(DEAD_LETTER_MAX_BYTES)), 5);
+    fn dedup_write_units_follow_the_record_s_size() {
         assert_eq!(
             dedup_write_units(&DedupRecord {
                 max_arrival: 0,

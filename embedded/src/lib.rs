@@ -15,6 +15,8 @@
 mod stores;
 mod stream;
 
+pub use stream::Unapplied;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -90,6 +92,8 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("dead_letters", "size", "INTEGER NOT NULL DEFAULT 0"),
     ("leases", "pending_horizon_ms", "INTEGER"),
     ("leases", "spent", "TEXT"),
+    ("leases", "pending_first", "TEXT"),
+    ("shards", "trimmed_through", "INTEGER"),
 ];
 
 fn migrate(conn: &Connection) -> PortResult<()> {

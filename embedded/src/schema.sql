@@ -3,7 +3,14 @@ CREATE TABLE IF NOT EXISTS shards (
     parents    TEXT NOT NULL,           -- JSON array of parent shard ids
     hash_start TEXT NOT NULL,           -- decimal u128
     hash_end   TEXT NOT NULL,
-    closed     INTEGER NOT NULL DEFAULT 0
+    closed     INTEGER NOT NULL DEFAULT 0,
+    trimmed_through INTEGER             -- the shard's last record `trim` dropped (the stream's retention)
+);
+-- What outlives the stream's rows: `next_shard`, the number a split gives its first child (`trim`
+-- deletes closed shards' rows, and a shard id is never given twice).
+CREATE TABLE IF NOT EXISTS stream_meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS records (
     seq           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -23,6 +30,7 @@ CREATE TABLE IF NOT EXISTS leases (
     max_arrival   INTEGER NOT NULL DEFAULT -9223372036854775808,
     pending_end   TEXT,                 -- the window being applied (recorded before its writes)
     pending_horizon_ms INTEGER,         -- the dedup horizon it was built with
+    pending_first TEXT,                 -- the record its first user record is in
     spent         TEXT,                 -- JSON: the counter's write units by purpose, and events counted
     finished      INTEGER NOT NULL DEFAULT 0,
     parents       TEXT NOT NULL,
@@ -47,7 +55,7 @@ CREATE TABLE IF NOT EXISTS dedup (
 );
 CREATE TABLE IF NOT EXISTS dead_letters (
     shard_id   TEXT NOT NULL,
-    seq        TEXT NOT NULL,
+    seq        TEXT NOT NULL,               -- the letter's key (tally_core::dead_letter): a position, or a gap's range
     arrival_ms INTEGER NOT NULL,
     reason     TEXT NOT NULL,
     data       BLOB NOT NULL,

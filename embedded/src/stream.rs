@@ -64,6 +64,26 @@ fn open_shards(c: &Connection) -> PortResult<Vec<OpenShard>> {
         .collect()
 }
 
+/// The number of the next shard to create: never one given before, although `trim` deletes
+/// closed shards' rows — the stored counter, and for a store from before it was kept, past every
+/// shard id the stream or a lease row still names.
+fn next_shard_number(tx: &Connection) -> PortResult<i64> {
+    let stored: Option<i64> = tx
+        .query_row("SELECT value FROM stream_meta WHERE key = 'next_shard'", [], |r| r.get(0))
+        .optional()
+        .map_err(sql_err)?;
+    let named: Option<i64> = tx
+        .query_row(
+            "SELECT MAX(CAST(substr(shard_id, 9) AS INTEGER)) FROM \
+             (SELECT shard_id FROM shards UNION SELECT shard_id FROM leases) \
+             WHERE shard_id LIKE 'shardId-%'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    Ok(stored.unwrap_or(0).max(named.map_or(0, |n| n + 1)))
+}
+
 impl Embedded {
     /// Splits an open shard at the middle of its hash range into two children, closing it — the
     /// embedded twin of Kinesis's SplitShard, for resharding tests and demos.
@@ -72,9 +92,10 @@ impl Embedded {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let shards = open_shards(&tx)?;
             let s = shards.iter().find(|s| s.id == shard_id).ok_or_else(|| PortError::NotFound { what: format!("open shard {shard_id}"), hint: String::new() })?;
-            let total: i64 = tx.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get(0)).map_err(sql_err)?;
+            let next = next_shard_number(&tx)?;
+            tx.execute("INSERT OR REPLACE INTO stream_meta (key, value) VALUES ('next_shard', ?1)", [next + 2]).map_err(sql_err)?;
             let mid = s.lo + (s.hi - s.lo) / 2;
-            let (a, b) = (shard_name(total as usize), shard_name(total as usize + 1));
+            let (a, b) = (shard_name(next as usize), shard_name(next as usize + 1));
             let parents = serde_json::to_string(&[shard_id]).unwrap_or_default();
             tx.execute("UPDATE shards SET closed = 1 WHERE shard_id = ?1", params![shard_id]).map_err(sql_err)?;
             for (id, lo, hi) in [(&a, s.lo, mid), (&b, mid + 1, s.hi)] {
@@ -87,14 +108,103 @@ impl Embedded {
     }
 }
 
+/// Records of one shard that a trim would drop before an application applied them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unapplied {
+    pub app: String,
+    pub shard_id: String,
+    pub records: u64,
+}
+
+/// The last record a trim at `cutoff_ms` drops: the stream is trimmed as Kinesis trims it, a
+/// prefix in sequence order, up to the last record that arrived before the cutoff (0: none).
+fn trim_bound(c: &Connection, cutoff_ms: i64) -> PortResult<i64> {
+    c.query_row(
+        "SELECT COALESCE(MAX(seq), 0) FROM records WHERE arrival_ms < ?1",
+        [cutoff_ms],
+        |r| r.get(0),
+    )
+    .map_err(sql_err)
+}
+
 impl Embedded {
-    /// Drops the records that arrived before `cutoff_ms`, as a Kinesis stream's retention does,
-    /// and the closed shards left without a record (Kinesis stops listing a closed shard once
-    /// its records are past retention). Returns (records, shards) dropped.
+    /// What [`Embedded::trim`] at `cutoff_ms` would drop that an application has not applied:
+    /// per application with lease rows and per shard, the records after its checkpoint (all of
+    /// them where it has no checkpoint yet; none of a shard it finished).
+    pub fn unapplied_before(&self, cutoff_ms: i64) -> PortResult<Vec<Unapplied>> {
+        self.with(|c| {
+            let bound = trim_bound(c, cutoff_ms)?;
+            let shards: Vec<String> = c
+                .prepare("SELECT DISTINCT shard_id FROM records WHERE seq <= ?1 ORDER BY shard_id")
+                .map_err(sql_err)?
+                .query_map([bound], |r| r.get(0))
+                .map_err(sql_err)?
+                .collect::<Result<_, _>>()
+                .map_err(sql_err)?;
+            // Lease tombstones live under `<app>#…`: they are no application.
+            let apps: Vec<String> = c
+                .prepare("SELECT DISTINCT app FROM leases WHERE app NOT LIKE '%#%' ORDER BY app")
+                .map_err(sql_err)?
+                .query_map([], |r| r.get(0))
+                .map_err(sql_err)?
+                .collect::<Result<_, _>>()
+                .map_err(sql_err)?;
+            let mut out = Vec::new();
+            for app in &apps {
+                for shard in &shards {
+                    let row: Option<(Option<String>, i64)> = c
+                        .query_row(
+                            "SELECT checkpoint, finished FROM leases WHERE app = ?1 AND shard_id = ?2",
+                            params![app, shard],
+                            |r| Ok((r.get(0)?, r.get(1)?)),
+                        )
+                        .optional()
+                        .map_err(sql_err)?;
+                    // Records after this one are not applied (a checkpoint inside an aggregate
+                    // leaves the rest of that record unapplied).
+                    let applied_through = match &row {
+                        Some((_, finished)) if *finished != 0 => continue,
+                        Some((Some(cp), _)) => match tally_core::Position::parse(cp) {
+                            Some(p) => {
+                                let s: i64 = p.seq.as_str().parse().unwrap_or(0);
+                                if p.sub.is_some() { s - 1 } else { s }
+                            }
+                            None => 0,
+                        },
+                        _ => 0,
+                    };
+                    let records: i64 = c
+                        .query_row(
+                            "SELECT COUNT(*) FROM records WHERE shard_id = ?1 AND seq > ?2 AND seq <= ?3",
+                            params![shard, applied_through, bound],
+                            |r| r.get(0),
+                        )
+                        .map_err(sql_err)?;
+                    if records > 0 {
+                        out.push(Unapplied { app: app.clone(), shard_id: shard.clone(), records: records as u64 });
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Drops the records that arrived before `cutoff_ms`, as a Kinesis stream's retention does (a
+    /// prefix in sequence order), and the closed shards left without a record (Kinesis stops
+    /// listing a closed shard once its records are past retention). Each shard keeps the last
+    /// record dropped, so that a reader that had not reached it is told what it lost
+    /// ([`ReadBatch::trimmed_through`]). Returns (records, shards) dropped.
     pub fn trim(&self, cutoff_ms: i64) -> PortResult<(usize, usize)> {
         self.with(|c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
-            let records = tx.execute("DELETE FROM records WHERE arrival_ms < ?1", params![cutoff_ms]).map_err(sql_err)?;
+            let bound = trim_bound(&tx, cutoff_ms)?;
+            tx.execute(
+                "UPDATE shards SET trimmed_through = (SELECT MAX(seq) FROM records r WHERE r.shard_id = shards.shard_id AND r.seq <= ?1) \
+                 WHERE EXISTS (SELECT 1 FROM records r WHERE r.shard_id = shards.shard_id AND r.seq <= ?1)",
+                [bound],
+            )
+            .map_err(sql_err)?;
+            let records = tx.execute("DELETE FROM records WHERE seq <= ?1", [bound]).map_err(sql_err)?;
             let shards = tx
                 .execute("DELETE FROM shards WHERE closed = 1 AND NOT EXISTS (SELECT 1 FROM records r WHERE r.shard_id = shards.shard_id)", [])
                 .map_err(sql_err)?;
@@ -233,6 +343,15 @@ impl ShardReader for EmbeddedReader {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(sql_err)?;
                 let mut batch = ReadBatch { millis_behind_latest: Some(0), ..ReadBatch::default() };
+                let trimmed: Option<i64> = c
+                    .query_row("SELECT trimmed_through FROM shards WHERE shard_id = ?1", [&shard], |r| r.get(0))
+                    .optional()
+                    .map_err(sql_err)?
+                    .flatten();
+                // Records after our position were trimmed before we read them: say so, once.
+                if let Some(t) = trimmed.filter(|t| *t > after) {
+                    batch.trimmed_through = SeqNo::parse(&t.to_string());
+                }
                 if records.len() == limit {
                     if let Some(last) = records.last() {
                         batch.millis_behind_latest = Some((now_ms() - last.arrival_ms).max(0));
@@ -254,6 +373,9 @@ impl ShardReader for EmbeddedReader {
                 Ok(batch)
             })
             .await?;
+        if let Some(t) = &batch.trimmed_through {
+            self.after = self.after.max(t.as_str().parse().unwrap_or(self.after));
+        }
         if let Some(last) = batch.records.last() {
             self.after = last.seq.as_str().parse().unwrap_or(self.after);
         }

@@ -235,15 +235,18 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
 struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
 
 impl WorkerHttp {
-    fn start(
+    /// Binds `--http` first: an address in use stops the worker at start, naming it, since a
+    /// health check would otherwise probe nothing (or another process).
+    async fn start(
         a: &ConsumeArgs,
         b: &Backend,
         app: &'static str,
         render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
-    ) -> WorkerHttp {
+    ) -> Result<WorkerHttp> {
         let Some(addr) = a.http else {
-            return WorkerHttp(None);
+            return Ok(WorkerHttp(None));
         };
+        let listener = crate::serve::bind(addr).await?;
         let leases = b.leases.clone();
         let router = axum::Router::new()
             .route(
@@ -261,11 +264,12 @@ impl WorkerHttp {
                     async move { crate::serve::ready_for(leases.as_ref(), app).await }
                 }),
             );
-        WorkerHttp(Some(tokio::spawn(async move {
-            if let Err(e) = crate::serve::run(addr, router, std::future::pending()).await {
+        Ok(WorkerHttp(Some(tokio::spawn(async move {
+            if let Err(e) = crate::serve::serve_on(listener, router, std::future::pending()).await
+            {
                 tracing::error!(error = %format!("{e:#}"), "the worker's HTTP endpoint stopped");
             }
-        })))
+        }))))
     }
 }
 
@@ -282,7 +286,8 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
     let _http = WorkerHttp::start(a, b, apps::COUNTER, {
         let (m, l) = (m.clone(), l.clone());
         move || crate::serve::prom::counter_metrics(&m, &l)
-    });
+    })
+    .await?;
     let timed_out = Arc::new(AtomicBool::new(false));
     let stop = stop_on(a, timed_out.clone());
     let progress = IdleProgress::start(a, {
@@ -322,7 +327,8 @@ pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()>
     let _http = WorkerHttp::start(a, b, apps::ANALYTICS, {
         let (m, l) = (m.clone(), l.clone());
         move || crate::serve::prom::analytics_metrics(&m, &l)
-    });
+    })
+    .await?;
     let timed_out = Arc::new(AtomicBool::new(false));
     let stop = stop_on(a, timed_out.clone());
     let progress = IdleProgress::start(a, {

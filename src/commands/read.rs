@@ -133,20 +133,27 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
     let n = b.counter.dead_letter_count().await?;
     let dl = b.counter.dead_letters(a.limit).await?;
     if a.json {
-        let items: Vec<_> = dl
-            .iter()
-            .map(|d| json!({"shard_id": d.shard_id, "sequence_number": d.seq.seq.as_str(), "sub_sequence_number": d.seq.sub, "arrival_ms": d.arrival_ms, "reason": d.reason, "size": d.size, "data_truncated": (d.data.len() as u64) < d.size, "data": String::from_utf8_lossy(&d.data)}))
-            .collect();
+        let items: Vec<_> = dl.iter().map(dead_letter_json).collect();
         print_json(
             &json!({"total": n, "shown": items.len(), "truncated": (items.len() as u64) < n, "dead_letters": items}),
         );
     } else {
         println!("{n} dead letters");
         for d in &dl {
+            let at = match &d.gap {
+                None => d.seq.to_string(),
+                Some(g) => format!(
+                    "{}: after {} through {}",
+                    g.app,
+                    d.seq,
+                    g.through
+                        .as_ref()
+                        .map_or_else(|| "the shard's end".to_owned(), |t| t.to_string())
+                ),
+            };
             println!(
-                "{} {} {}: {}",
+                "{} {at} {}: {}",
                 d.shard_id,
-                d.seq,
                 printable(d.reason.as_bytes(), usize::MAX),
                 printable(&d.data, 120)
             );
@@ -159,6 +166,27 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A dead letter as the JSON answers show it (`tally dead-letters --json`, `/api/dead-letters`):
+/// a malformed record's place, or for a gap (`gap` not null) the application that lost the
+/// records and their range — after `sequence_number` (`"0"`: the shard's start) through
+/// `gap.through` (null: the shard's end).
+pub fn dead_letter_json(d: &tally_core::dead_letter::DeadLetter) -> serde_json::Value {
+    json!({
+        "shard_id": d.shard_id,
+        "sequence_number": d.seq.seq.as_str(),
+        "sub_sequence_number": d.seq.sub,
+        "arrival_ms": d.arrival_ms,
+        "reason": d.reason,
+        "size": d.size,
+        "data_truncated": (d.data.len() as u64) < d.size,
+        "data": String::from_utf8_lossy(&d.data),
+        "gap": d.gap.as_ref().map(|g| json!({
+            "app": g.app,
+            "through": g.through.as_ref().map(ToString::to_string),
+        })),
+    })
 }
 
 /// A payload for a terminal: at most `max` bytes, as UTF-8 (invalid bytes replaced), with every
@@ -189,7 +217,7 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
             let pending = match b.leases.shard_state(&a.app, &l.shard_id).await {
                 Ok(st) => st
                     .pending
-                    .map(|p| json!({"end": p.end.to_string(), "horizon_ms": p.horizon_ms})),
+                    .map(|p| json!({"end": p.end.to_string(), "first": p.first.as_ref().map(ToString::to_string), "horizon_ms": p.horizon_ms})),
                 Err(_) => None,
             };
             items.push(json!({"shard_id": l.shard_id, "owner": l.owner, "held": l.is_held(now), "epoch": l.epoch, "expires_ms": l.expires_ms,

@@ -90,6 +90,29 @@ pub fn trim(s: &Settings, a: &crate::cli::TrimArgs) -> Result<()> {
         BackendKind::Embedded => {
             let e = tally_embedded::Embedded::open_existing(&s.data_dir)?;
             let cutoff = tally_consumer::worker::now_ms() - a.older_than.as_millis() as i64;
+            let unapplied = e.unapplied_before(cutoff)?;
+            if !unapplied.is_empty() {
+                let mut by_app: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+                for u in &unapplied {
+                    by_app
+                        .entry(u.app.as_str())
+                        .or_default()
+                        .push(format!("{} on {}", u.records, u.shard_id));
+                }
+                let what: Vec<String> = by_app
+                    .iter()
+                    .map(|(app, v)| format!("{app}: {}", v.join(", ")))
+                    .collect();
+                if !a.yes {
+                    anyhow::bail!(
+                        "trim would drop records not applied yet ({}); each application would \
+                         record them as a gap (`tally dead-letters`) and its counts would miss \
+                         them: run the applications first, or add --yes to drop them anyway",
+                        what.join("; ")
+                    );
+                }
+                eprintln!("dropping records not applied yet ({})", what.join("; "));
+            }
             let (records, shards) = e.trim(cutoff)?;
             println!("trimmed {records} records; dropped {shards} empty closed shards");
             Ok(())

@@ -61,7 +61,7 @@ pub async fn lease_rows(leases: &dyn LeaseStore, app: &str) -> PortResult<Value>
         let pending = match leases.shard_state(app, &l.shard_id).await {
             Ok(st) => st
                 .pending
-                .map(|p| json!({"end": p.end.to_string(), "horizon_ms": p.horizon_ms})),
+                .map(|p| json!({"end": p.end.to_string(), "first": p.first.as_ref().map(ToString::to_string), "horizon_ms": p.horizon_ms})),
             Err(_) => None,
         };
         let c = clock(&l);

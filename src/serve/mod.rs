@@ -88,9 +88,23 @@ pub async fn run(
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
+    serve_on(bind(addr).await?, router, shutdown).await
+}
+
+/// Binds `addr` for HTTP: an address in use (or not ours) is an error naming it, before anything
+/// else starts.
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding {addr} for HTTP"))?;
+        .with_context(|| format!("binding {addr} for HTTP"))
+}
+
+/// Serves `router` on a bound listener until `shutdown`; prints the address it listens on.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let local = listener.local_addr()?;
     eprintln!("serving on http://{local}/");
     axum::serve(listener, router)
@@ -271,18 +285,7 @@ async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiR
     let items: Vec<Value> = page
         .iter()
         .skip(offset)
-        .map(|d| {
-            json!({
-                "shard_id": d.shard_id,
-                "sequence_number": d.seq.seq.as_str(),
-                "sub_sequence_number": d.seq.sub,
-                "arrival_ms": d.arrival_ms,
-                "reason": d.reason,
-                "size": d.size,
-                "data_truncated": (d.data.len() as u64) < d.size,
-                "data": String::from_utf8_lossy(&d.data),
-            })
-        })
+        .map(crate::commands::read::dead_letter_json)
         .collect();
     Ok(Json(
         json!({"total": total, "offset": offset, "limit": limit, "dead_letters": items}),

@@ -4,6 +4,10 @@
 //! the request was forwarded (the write happened, its answer is lost), a PutRecords answer in
 //! which some entries failed (and were really not written), or a SubscribeToShard event stream
 //! ended early. SubscribeToShard answers are streamed through as they come.
+//!
+//! Beside the queued faults, a [`FaultMix`] draws one per request at random (seeded): answers
+//! lost after the peer applied the request, HTTP 500s, throttles, delays and expired iterators,
+//! the mix a service under load answers with.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -29,6 +33,80 @@ pub enum Fault {
     /// SubscribeToShard: stream the answer through, then end it after this long (as Kinesis ends
     /// every subscription after 5 minutes, or a connection breaks).
     EndStreamAfter(std::time::Duration),
+    /// Answer HTTP 500 (an internal error), without forwarding.
+    ServerError,
+    /// Forward after this long.
+    Delay(std::time::Duration),
+    /// Forward untouched: a queued pass keeps a pattern of faults in step with the requests.
+    Pass,
+}
+
+/// The chances, per request, of each fault drawn at random (on every operation but
+/// SubscribeToShard; an expired iterator only on GetRecords).
+#[derive(Clone, Debug, Default)]
+pub struct FaultMix {
+    pub seed: u64,
+    /// Forward, then drop the connection: the request took effect, its answer is lost.
+    pub lost_answer: f64,
+    /// HTTP 500.
+    pub server_error: f64,
+    /// ProvisionedThroughputExceededException.
+    pub throttle: f64,
+    /// Forward after 0.2–2 s.
+    pub delay: f64,
+    /// GetRecords: ExpiredIteratorException.
+    pub expired_iterator: f64,
+}
+
+impl FaultMix {
+    /// Requests faulted of every hundred, all kinds together.
+    pub fn percent(&self) -> f64 {
+        100.0 * (self.lost_answer + self.server_error + self.throttle + self.expired_iterator)
+    }
+}
+
+/// What draws the mix's faults.
+struct Mixer {
+    mix: FaultMix,
+    rng: rand::rngs::StdRng,
+}
+
+impl Mixer {
+    fn draw(&mut self, op: &str) -> Option<Fault> {
+        use rand::Rng;
+        if op == "SubscribeToShard" {
+            return None;
+        }
+        let x: f64 = self.rng.gen();
+        let m = &self.mix;
+        let mut at = 0.0;
+        let mut hit = |p: f64| {
+            at += p;
+            x < at
+        };
+        if hit(m.lost_answer) {
+            Some(Fault::DropAfterForward)
+        } else if hit(m.server_error) {
+            Some(Fault::ServerError)
+        } else if hit(m.throttle) {
+            Some(Fault::Error("ProvisionedThroughputExceededException"))
+        } else if op == "GetRecords" && hit(m.expired_iterator) {
+            Some(Fault::Error("ExpiredIteratorException"))
+        } else if hit(m.delay) {
+            let ms = self.rng.gen_range(200..2_000);
+            Some(Fault::Delay(std::time::Duration::from_millis(ms)))
+        } else {
+            None
+        }
+    }
+}
+
+/// Faults queued for requests of one operation whose body contains a string.
+struct Matching {
+    op: String,
+    needle: String,
+    fault: Fault,
+    times: usize,
 }
 
 /// A response body: a whole one, or a stream passed through.
@@ -61,21 +139,45 @@ impl hyper::body::Body for Cut {
     }
 }
 
-type Queue = Arc<Mutex<HashMap<String, VecDeque<Fault>>>>;
+/// What the proxy applies: queued faults per operation, faults for matching requests, a mix.
+#[derive(Default)]
+struct Plan {
+    queued: HashMap<String, VecDeque<Fault>>,
+    matching: Vec<Matching>,
+    mixer: Option<Mixer>,
+}
+
+type Queue = Arc<Mutex<Plan>>;
 
 /// A running proxy.
 pub struct FaultProxy {
     /// Where clients connect.
     pub url: String,
     faults: Queue,
-    /// Requests seen per operation.
+    /// Requests seen per operation, and faults applied (`fault:<kind>`).
     seen: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl FaultProxy {
     /// Starts a proxy on 127.0.0.1 in front of `upstream` (e.g. `http://127.0.0.1:8000`).
     pub fn start(upstream: &str) -> FaultProxy {
-        let faults: Queue = Arc::default();
+        FaultProxy::start_with(upstream, None)
+    }
+
+    /// Starts a proxy that also applies `mix` to every request.
+    pub fn with_mix(upstream: &str, mix: FaultMix) -> FaultProxy {
+        FaultProxy::start_with(upstream, Some(mix))
+    }
+
+    fn start_with(upstream: &str, mix: Option<FaultMix>) -> FaultProxy {
+        use rand::SeedableRng;
+        let faults: Queue = Arc::new(Mutex::new(Plan {
+            mixer: mix.map(|mix| Mixer {
+                rng: rand::rngs::StdRng::seed_from_u64(mix.seed),
+                mix,
+            }),
+            ..Plan::default()
+        }));
         let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
         let (tx, rx) = std::sync::mpsc::channel();
         let (f2, s2, up) = (
@@ -121,20 +223,33 @@ impl FaultProxy {
     /// Queues `times` faults for the operation (`GetRecords`, `TransactWriteItems`, …).
     pub fn inject(&self, operation: &str, fault: Fault, times: usize) {
         let mut f = self.faults.lock().unwrap();
-        let q = f.entry(operation.to_owned()).or_default();
+        let q = f.queued.entry(operation.to_owned()).or_default();
         for _ in 0..times {
             q.push_back(fault.clone());
         }
     }
 
-    /// Faults not yet applied.
+    /// Applies `fault` to the next `times` requests of the operation whose body contains
+    /// `needle` (before any queued fault of the operation).
+    pub fn inject_matching(&self, operation: &str, needle: &str, fault: Fault, times: usize) {
+        self.faults.lock().unwrap().matching.push(Matching {
+            op: operation.to_owned(),
+            needle: needle.to_owned(),
+            fault,
+            times,
+        });
+    }
+
+    /// Queued faults not yet applied.
     pub fn remaining(&self) -> usize {
-        self.faults
-            .lock()
-            .unwrap()
-            .values()
-            .map(VecDeque::len)
-            .sum()
+        let f = self.faults.lock().unwrap();
+        f.queued.values().map(VecDeque::len).sum::<usize>()
+            + f.matching.iter().map(|m| m.times).sum::<usize>()
+    }
+
+    /// Stops drawing faults from the mix (queued ones still apply).
+    pub fn calm(&self) {
+        self.faults.lock().unwrap().mixer = None;
     }
 
     /// Requests seen for an operation (`GetRecords:poll`: GetRecords for more than one record).
@@ -176,17 +291,34 @@ async fn handle(
         .to_owned();
     let op = target.rsplit('.').next().unwrap_or("").to_owned();
     *seen.lock().unwrap().entry(op.clone()).or_default() += 1;
-    let fault = faults
-        .lock()
-        .unwrap()
-        .get_mut(&op)
-        .and_then(VecDeque::pop_front);
     let (parts, body) = req.into_parts();
     let mut body = body
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    let fault = {
+        let mut plan = faults.lock().unwrap();
+        let text = String::from_utf8_lossy(&body);
+        let matched = plan
+            .matching
+            .iter_mut()
+            .find(|m| m.times > 0 && m.op == op && text.contains(&m.needle));
+        match matched {
+            Some(m) => {
+                m.times -= 1;
+                Some(m.fault.clone())
+            }
+            None => match plan.queued.get_mut(&op).and_then(VecDeque::pop_front) {
+                Some(f) => Some(f),
+                None => plan.mixer.as_mut().and_then(|m| m.draw(&op)),
+            },
+        }
+    };
+    if let Some(f) = &fault {
+        let kind = format!("fault:{}", format!("{f:?}").split('(').next().unwrap_or(""));
+        *seen.lock().unwrap().entry(kind).or_default() += 1;
+    }
     if op == "GetRecords" {
         // A read of one record is a question (has the shard ended?); more is polling.
         let limit = serde_json::from_slice::<serde_json::Value>(&body)
@@ -203,6 +335,12 @@ async fn handle(
     let mut dropped: Vec<usize> = Vec::new();
     match fault {
         Some(Fault::Error(kind)) => return Ok(aws_error(kind, serde_json::json!({}))),
+        Some(Fault::ServerError) => {
+            let mut r = aws_error("InternalServerError", serde_json::json!({}));
+            *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+            return Ok(r);
+        }
+        Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::PartialPut) => {
             let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
             let records = v["Records"].as_array().unwrap().clone();

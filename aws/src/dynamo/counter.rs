@@ -9,9 +9,13 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
-use tally_core::ports::{Applied, DedupStore, StoredDedup, WindowRef, WindowRest};
+use tally_core::ports::{
+    Applied, DedupStore, PostsApplied, StoredDedup, WindowRef, WindowRest,
+};
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
-use tally_core::window::{dead_letter_units, dedup_write_units};
+use tally_core::dead_letter::dead_letter_units;
+use tally_core::window::dedup_write_units;
+use tally_core::SeqNo;
 
 use super::*;
 
@@ -224,11 +228,11 @@ impl DynamoStore {
         )))
     }
 
-    fn dead_letter_put(&self, d: &DeadLetter) -> PortResult<Put> {
+    pub(super) fn dead_letter_put(&self, d: &DeadLetter) -> PortResult<Put> {
         Put::builder()
             .table_name(self.table("dead-letters"))
             .item("shard_id", s(&d.shard_id))
-            .item("seq", s(d.seq.to_string()))
+            .item("seq", s(d.key()))
             .item("arrival_ms", n(d.arrival_ms))
             .item("reason", s(&d.reason))
             .item("data", AttributeValue::B(Blob::new(d.data.clone())))
@@ -244,6 +248,7 @@ impl CounterStore for DynamoStore {
         &self,
         fence: &Fence,
         start_after: Option<&Position>,
+        first: &SeqNo,
         end: &Position,
         horizon_ms: i64,
     ) -> PortResult<()> {
@@ -252,10 +257,12 @@ impl CounterStore for DynamoStore {
         let mut extra = x.seq_is(&cp, start_after);
         extra.push_str(&format!(" AND attribute_not_exists({pe})"));
         let update = format!(
-            "SET {pe} = {}, {} = {}",
+            "SET {pe} = {}, {} = {}, {} = {}",
             x.val(s(end.to_string())),
             x.name("pending_horizon_ms"),
-            x.val(n(horizon_ms))
+            x.val(n(horizon_ms)),
+            x.name("pending_first"),
+            x.val(s(first.as_str()))
         );
         self.lease_write(fence, x, &extra, update).await
     }
@@ -264,23 +271,37 @@ impl CounterStore for DynamoStore {
         &self,
         w: WindowRef<'_>,
         posts: &[(String, PostDelta)],
-    ) -> PortResult<Applied> {
+    ) -> PortResult<PostsApplied> {
         let end = summary::marker(w.end);
-        type Fut<'a> =
-            std::pin::Pin<Box<dyn std::future::Future<Output = PortResult<Applied>> + Send + 'a>>;
+        type Fut<'a> = std::pin::Pin<
+            Box<dyn std::future::Future<Output = (usize, PortResult<Applied>)> + Send + 'a>,
+        >;
         let writes: Vec<Fut<'_>> = posts
             .iter()
-            .map(|(post, delta)| {
-                Box::pin(self.apply_post(w.shard_id, post, delta, &end)) as Fut<'_>
+            .enumerate()
+            .map(|(i, (post, delta))| {
+                let end = &end;
+                Box::pin(async move { (i, self.apply_post(w.shard_id, post, delta, end).await) })
+                    as Fut<'_>
             })
             .collect();
-        let results: Vec<PortResult<Applied>> = stream::iter(writes)
+        let mut results: Vec<(usize, PortResult<Applied>)> = stream::iter(writes)
             .buffer_unordered(WRITES_IN_FLIGHT)
             .collect()
             .await;
-        let mut out = Applied::default();
-        for r in results {
-            out.merge(&r?);
+        results.sort_by_key(|(i, _)| *i);
+        // Each post's writes stand on their own (a marker per item): what landed is kept, and
+        // only the posts that failed for a passing reason are sent again.
+        let mut out = PostsApplied::default();
+        for (i, r) in results {
+            match r {
+                Ok(a) => out.applied.merge(&a),
+                Err(e) if e.is_retryable() => {
+                    out.retry.push(i);
+                    out.error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(out)
     }
@@ -288,7 +309,7 @@ impl CounterStore for DynamoStore {
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied> {
         let mut out = Applied::default();
         for d in rest.dead_letters {
-            // Keyed by shard and sequence number: a second write is the same item again.
+            // Keyed by shard and position: a second write is the same item again.
             let p = self.dead_letter_put(d)?;
             self.client
                 .put_item()
@@ -348,10 +369,11 @@ impl CounterStore for DynamoStore {
         spent: &ShardTally,
     ) -> PortResult<()> {
         let mut x = Expr::default();
-        let (cp, pe, ph) = (
+        let (cp, pe, ph, pf) = (
             x.name("checkpoint"),
             x.name("pending_end"),
             x.name("pending_horizon_ms"),
+            x.name("pending_first"),
         );
         let extra = x.seq_is(&pe, Some(end));
         let mut adds = vec![format!(
@@ -369,7 +391,7 @@ impl CounterStore for DynamoStore {
         // The counter passes the shard's latest creation time so far (a maximum DynamoDB cannot
         // take itself); only the lease holder's finish lands.
         let update = format!(
-            "SET {cp} = {}, {} = {}, {} = {}, {} = {} REMOVE {pe}, {ph} ADD {}",
+            "SET {cp} = {}, {} = {}, {} = {}, {} = {} REMOVE {pe}, {ph}, {pf} ADD {}",
             x.val(s(end.to_string())),
             x.name("max_arrival"),
             x.val(n(max_arrival)),
@@ -380,32 +402,6 @@ impl CounterStore for DynamoStore {
             adds.join(", ")
         );
         self.lease_write(fence, x, &extra, update).await
-    }
-
-    async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
-        let mut x = Expr::default();
-        let mut cond = Self::fence_cond(&mut x, g.fence);
-        let (cp, pe, ph, fin) = (
-            x.name("checkpoint"),
-            x.name("pending_end"),
-            x.name("pending_horizon_ms"),
-            x.name("finished"),
-        );
-        cond.push_str(&x.seq_is(&cp, g.start_after));
-        cond.push_str(&x.seq_is(&pe, g.pending_end));
-        let mut update = format!("SET {fin} = {}", x.val(AttributeValue::Bool(g.finished)));
-        if let Some(t) = g.through {
-            update.push_str(&format!(", {cp} = {}", x.val(s(t.to_string()))));
-        }
-        update.push_str(&format!(" REMOVE {pe}, {ph}"));
-        let items = vec![
-            self.fenced_update(g.fence, x, cond, update)?,
-            TransactWriteItem::builder()
-                .put(self.dead_letter_put(g.gap)?)
-                .build(),
-        ];
-        self.transact((&g.fence.app, &g.fence.shard_id), items)
-            .await
     }
 
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
@@ -450,13 +446,14 @@ impl CounterStore for DynamoStore {
                 .await
                 .map_err(|e| self.err("Scan", "dead-letters", e))?;
             for i in resp.items() {
-                if let (Some(shard_id), Some(seq)) = (
+                if let (Some(shard_id), Some((seq, gap))) = (
                     get_s(i, "shard_id"),
-                    get_s(i, "seq").as_deref().and_then(Position::parse),
+                    get_s(i, "seq").as_deref().and_then(DeadLetter::parse_key),
                 ) {
                     out.push(DeadLetter {
                         shard_id,
                         seq,
+                        gap,
                         arrival_ms: get_n(i, "arrival_ms").unwrap_or(0),
                         reason: get_s(i, "reason").unwrap_or_default(),
                         data: i

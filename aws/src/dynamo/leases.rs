@@ -1,15 +1,25 @@
 //! [`LeaseStore`] on the leases table: one row per application and shard, the lease and the
 //! checkpoint together so that one condition fences both.
 
+use aws_sdk_dynamodb::types::{ConditionCheck, Delete};
+
 use super::*;
+
+/// Where an application's lease tombstones are kept: items under their own partition, so that no
+/// listing of the application (a `Query` of its partition) reads them. One per cleaned-up shard,
+/// never removed: a deleted row is never created again (ARCHITECTURE.md, "Leases and the fleet").
+fn tombstones(app: &str) -> String {
+    format!("{app}#gone")
+}
 
 #[async_trait]
 impl LeaseStore for DynamoStore {
     async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()> {
         for sh in shards {
-            let r = self
-                .client
-                .put_item()
+            // Created only if absent and never cleaned up before: the shard's tombstone is checked
+            // in the same transaction, so a listing made before a clean-up cannot bring the row
+            // back (one transaction per row, once per shard and application).
+            let row = Put::builder()
                 .table_name(self.table("leases"))
                 .item("app", s(app))
                 .item("shard_id", s(&sh.shard_id))
@@ -22,10 +32,23 @@ impl LeaseStore for DynamoStore {
                     AttributeValue::L(sh.parents.iter().map(s).collect()),
                 )
                 .condition_expression("attribute_not_exists(app)")
-                .send()
-                .await;
-            match r.map_err(|e| self.err("PutItem", "leases", e)) {
-                Ok(_) | Err(PortError::Fenced { .. }) => {}
+                .build()
+                .map_err(|e| PortError::Invalid(e.to_string()))?;
+            let never_cleaned = ConditionCheck::builder()
+                .table_name(self.table("leases"))
+                .set_key(Some(Self::lease_key(&tombstones(app), &sh.shard_id)))
+                .condition_expression("attribute_not_exists(app)")
+                .build()
+                .map_err(|e| PortError::Invalid(e.to_string()))?;
+            let items = vec![
+                TransactWriteItem::builder().put(row).build(),
+                TransactWriteItem::builder()
+                    .condition_check(never_cleaned)
+                    .build(),
+            ];
+            match self.transact((app, &sh.shard_id), items).await {
+                // There already, or cleaned up for good.
+                Ok(()) | Err(PortError::Fenced { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -107,14 +130,24 @@ impl LeaseStore for DynamoStore {
         // A row is deleted once every child's clock is past the shard's horizon: its dedup
         // records can matter to no one any more.
         self.delete_dedup_below(app, shard_id, i64::MAX).await?;
-        self.client
-            .delete_item()
+        // The row and its tombstone in one transaction: discovery checks the tombstone.
+        let delete = Delete::builder()
             .table_name(self.table("leases"))
             .set_key(Some(Self::lease_key(app, shard_id)))
-            .send()
-            .await
-            .map_err(|e| self.err("DeleteItem", "leases", e))?;
-        Ok(())
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        let tombstone = Put::builder()
+            .table_name(self.table("leases"))
+            .item("app", s(tombstones(app)))
+            .item("shard_id", s(shard_id))
+            .item("finished", AttributeValue::Bool(true))
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        let items = vec![
+            TransactWriteItem::builder().delete(delete).build(),
+            TransactWriteItem::builder().put(tombstone).build(),
+        ];
+        self.transact((app, shard_id), items).await
     }
 
     async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
@@ -136,5 +169,32 @@ impl LeaseStore for DynamoStore {
             )
         })
         .await
+    }
+
+    async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
+        let mut x = Expr::default();
+        let mut cond = Self::fence_cond(&mut x, g.fence);
+        let (cp, pe, ph, pf, fin) = (
+            x.name("checkpoint"),
+            x.name("pending_end"),
+            x.name("pending_horizon_ms"),
+            x.name("pending_first"),
+            x.name("finished"),
+        );
+        cond.push_str(&x.seq_is(&cp, g.start_after));
+        cond.push_str(&x.seq_is(&pe, g.pending_end));
+        let mut update = format!("SET {fin} = {}", x.val(AttributeValue::Bool(g.finished)));
+        if let Some(t) = g.through {
+            update.push_str(&format!(", {cp} = {}", x.val(s(t.to_string()))));
+        }
+        update.push_str(&format!(" REMOVE {pe}, {ph}, {pf}"));
+        let items = vec![
+            self.fenced_update(g.fence, x, cond, update)?,
+            TransactWriteItem::builder()
+                .put(self.dead_letter_put(g.gap)?)
+                .build(),
+        ];
+        self.transact((&g.fence.app, &g.fence.shard_id), items)
+            .await
     }
 }

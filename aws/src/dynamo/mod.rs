@@ -33,7 +33,7 @@ use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
     Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
-use tally_core::window::DeadLetter;
+use tally_core::dead_letter::DeadLetter;
 use tally_core::Position;
 
 use crate::errors::{map, Target};
@@ -156,6 +156,9 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
         .and_then(Position::parse)
         .map(|end| Pending {
             end,
+            first: get_s(item, "pending_first")
+                .as_deref()
+                .and_then(tally_core::SeqNo::parse),
             horizon_ms: get_n(item, "pending_horizon_ms"),
         });
     ShardState {
@@ -243,7 +246,8 @@ fn transact_err(
 impl DynamoStore {
     /// A client for the tables with the configured prefix.
     pub fn new(sdk: &SdkConfig, st: &AwsSettings) -> DynamoStore {
-        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk);
+        let mut b = aws_sdk_dynamodb::config::Builder::from(sdk)
+            .retry_partition(crate::retry_partition("tally-dynamodb"));
         if let Some(url) = &st.dynamodb_endpoint_url {
             b = b.endpoint_url(url);
         }

@@ -1,6 +1,7 @@
 //! Applying a closed window: its pending end, its items, its checkpoint, and what they cost.
 
 use super::*;
+use crate::retry::Retry;
 
 /// Which fenced write of the lease row.
 #[derive(Clone, Copy, Debug)]
@@ -23,7 +24,7 @@ impl CounterShard {
         latest_created_ms: i64,
     ) -> Result<Applied, ConsumerError> {
         let fence = self.fence()?;
-        let Some(end) = w.end.as_ref() else {
+        let (Some(end), Some(first)) = (w.end.as_ref(), w.first.as_ref()) else {
             return Ok(Applied::default());
         };
         debug!(end = %end, posts = w.posts.len(), replaying, "applying window");
@@ -31,7 +32,7 @@ impl CounterShard {
         if !replaying {
             self.fenced(Step::Begin, w, &mut spent, || {
                 self.store
-                    .begin_window(fence, w.start_after.as_ref(), end, horizon_ms)
+                    .begin_window(fence, w.start_after.as_ref(), first, end, horizon_ms)
             })
             .await?;
         }
@@ -41,11 +42,10 @@ impl CounterShard {
             end,
         };
         for batch in w.posts.chunks(self.cfg.posts_per_batch.max(1)) {
-            let done = with_backoff(&self.cfg.backoff, "write a window's summary items", || {
-                self.store.apply_posts(at, batch)
-            })
-            .await
-            .map_err(|e| window_err(w, &fence.shard_id, e))?;
+            let done = self
+                .apply_batch(at, batch)
+                .await
+                .map_err(|e| window_err(w, &fence.shard_id, e))?;
             spent.merge(&done);
             let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
             if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
@@ -90,6 +90,37 @@ impl CounterShard {
             .items_read
             .fetch_add(spent.reads, Ordering::Relaxed);
         Ok(spent)
+    }
+
+    /// Writes one batch of posts' items: what a call leaves undone for a passing reason is sent
+    /// again, and only that (as the producer resends only failed PutRecords entries) — a batch
+    /// resent whole would succeed only if every one of its posts did in the same pass.
+    async fn apply_batch(
+        &self,
+        at: WindowRef<'_>,
+        batch: &[(String, tally_core::buckets::PostDelta)],
+    ) -> tally_core::ports::PortResult<Applied> {
+        let mut retry = Retry::new(&self.cfg.backoff, "write a window's summary items");
+        let mut todo: std::borrow::Cow<'_, [(String, tally_core::buckets::PostDelta)]> =
+            batch.into();
+        let mut spent = Applied::default();
+        loop {
+            match self.store.apply_posts(at, &todo).await {
+                Ok(done) => {
+                    spent.merge(&done.applied);
+                    if done.retry.is_empty() {
+                        return Ok(spent);
+                    }
+                    let left = done.retry.iter().map(|&i| todo[i].clone()).collect();
+                    todo = std::borrow::Cow::Owned(left);
+                    let e = done.error.unwrap_or_else(|| {
+                        tally_core::ports::PortError::Other("posts left unwritten".into())
+                    });
+                    retry.pause(e).await?;
+                }
+                Err(e) => retry.pause(e).await?,
+            }
+        }
     }
 
     /// One fenced write of the lease row, retrying retryable errors. A failed condition is told

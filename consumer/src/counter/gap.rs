@@ -6,53 +6,66 @@ use super::*;
 /// never met is taken as trimmed.
 pub(super) const TIP_READS_FOR_A_GAP: u32 = 3;
 
-/// Why a pending window cannot be completed.
+/// Why a pending window cannot be completed: its last records are gone.
 pub(super) const TRIMMED: &str =
     "the stream's retention trimmed the pending window's records before it was completed";
 
+/// Why a pending window cannot be rebuilt whole: its first records are gone.
+pub(super) const HEAD_TRIMMED: &str =
+    "the stream's retention trimmed the pending window's first records before it was completed";
+
+/// Why records were never read: the stream said they were trimmed.
+pub(super) const UNREAD: &str = "the stream's retention trimmed records before they were read";
+
+/// Why a shard's remaining records were never read.
+pub(super) const GONE: &str =
+    "the shard is gone from the stream (past its retention) before it was read to its end";
+
 impl CounterShard {
     /// Puts records the stream no longer has on record as a gap (a dead letter whose reason
-    /// starts with `gap:`), in one atomic write that moves the checkpoint past them (and finishes
-    /// the shard when `finished`), then goes on from there. Never a silent stall; never silent
-    /// loss either: `tally dead-letters` lists the gap with its sequence range.
-    pub(super) async fn give_up(&mut self, finished: bool, why: &str) -> Result<(), ConsumerError> {
+    /// starts with `gap:`), in one atomic write that moves the checkpoint past them — past the
+    /// pending window if there is one, and past `trimmed_through` if the stream named the last
+    /// record it trimmed — or finishes the shard (`finished`: it is gone, or ended before the
+    /// pending window's end); then goes on from there. Never a silent stall; never silent loss
+    /// either: `tally dead-letters` lists the gap with its range.
+    pub(super) async fn give_up(
+        &mut self,
+        finished: bool,
+        why: &str,
+        trimmed_through: Option<Position>,
+    ) -> Result<(), ConsumerError> {
         let fence = self.fence()?.clone();
         let pending = self.replay.clone();
+        let through = match (pending.as_ref().map(|p| p.end.clone()), trimmed_through) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         let after = self
             .checkpoint
             .as_ref()
             .map_or_else(|| "the shard's start".to_owned(), |c| c.to_string());
-        let what = match &pending {
-            Some(p) => format!(
-                "records after {after} through {} are lost to that window (its writes had begun, \
-                 so its likes may be partly counted)",
-                p.end
+        let what = match (&pending, &through) {
+            (Some(_), Some(t)) => format!(
+                "records after {after} through {t} are lost to the window pending there (its \
+                 writes had begun, so its likes may be partly counted)"
             ),
-            None => format!("records after {after} were never read"),
+            (None, Some(t)) => format!("records after {after} through {t} were never read"),
+            (_, None) => format!("records after {after} were never read"),
         };
-        let at = pending
-            .as_ref()
-            .map(|p| p.end.clone())
-            .or_else(|| self.checkpoint.clone())
-            .or_else(|| Position::parse("0"))
-            .ok_or_else(|| ConsumerError::Inconsistent {
-                shard_id: self.shard_id.clone(),
-                detail: "no sequence number for a gap".into(),
-            })?;
-        let gap = DeadLetter {
-            shard_id: self.shard_id.clone(),
-            seq: at,
-            arrival_ms: crate::worker::now_ms(),
-            reason: format!("gap: {why}: {what}"),
-            data: Vec::new(),
-            size: 0,
-        };
-        let end = pending.as_ref().map(|p| p.end.clone());
+        let gap = DeadLetter::gap(
+            &self.shard_id,
+            &fence.app,
+            self.checkpoint.as_ref(),
+            if finished { None } else { through.as_ref() },
+            crate::worker::now_ms(),
+            &format!("{why}: {what}"),
+        );
+        let pending_end = pending.as_ref().map(|p| p.end.clone());
         let commit = GapCommit {
             fence: &fence,
             start_after: self.checkpoint.as_ref(),
-            pending_end: end.as_ref(),
-            through: end.as_ref(),
+            pending_end: pending_end.as_ref(),
+            through: through.as_ref(),
             finished,
             gap: &gap,
         };
@@ -67,8 +80,8 @@ impl CounterShard {
             &[&["App"]],
             &[(crate::worker::metric::GAPS, crate::emf::Unit::Count, 1.0)],
         );
-        if let Some(end) = end {
-            self.checkpoint = Some(end);
+        if let Some(t) = through {
+            self.checkpoint = Some(t);
         }
         self.replay = None;
         self.window = None;
@@ -79,5 +92,19 @@ impl CounterShard {
             .restore_dedup(&fence, &st.lease, self.horizon_ms())
             .await?;
         Ok(())
+    }
+
+    /// The stream says the records after our position through `through` were trimmed before we
+    /// read them. A pending window cannot be rebuilt whole then; an open window holds only
+    /// records before them and is applied first; either way the loss is put on record.
+    pub(super) async fn records_trimmed(&mut self, through: &SeqNo) -> Result<(), ConsumerError> {
+        let through = Position::whole(through.clone());
+        if self.replay.is_some() {
+            return self.give_up(false, HEAD_TRIMMED, Some(through)).await;
+        }
+        if self.window.as_ref().is_some_and(|w| !w.is_empty()) {
+            self.close_and_apply(false).await?;
+        }
+        self.give_up(false, UNREAD, Some(through)).await
     }
 }

@@ -29,8 +29,9 @@ use tally_core::ports::{
     StreamRecord, WindowRef, WindowRest,
 };
 use tally_core::retry::Backoff;
-use tally_core::window::{Bound, ClosedWindow, DeadLetter, WindowBuilder};
-use tally_core::Position;
+use tally_core::dead_letter::DeadLetter;
+use tally_core::window::{Bound, ClosedWindow, WindowBuilder};
+use tally_core::{Position, SeqNo};
 use tracing::debug;
 
 use crate::retry::with_backoff;
@@ -41,7 +42,7 @@ mod apply;
 mod gap;
 mod restore;
 
-use gap::{TIP_READS_FOR_A_GAP, TRIMMED};
+use gap::{GONE, HEAD_TRIMMED, TIP_READS_FOR_A_GAP, TRIMMED};
 
 /// The counter's settings.
 #[derive(Clone, Debug)]
@@ -307,22 +308,41 @@ impl ShardProcessor for CounterShard {
                 .max_iterator_age_ms
                 .fetch_max(age.max(0) as u64, Ordering::Relaxed);
         }
+        if let Some(t) = &batch.trimmed_through {
+            self.records_trimmed(t).await?;
+        }
         if self.replay.is_some() && batch.is_caught_up() {
             // At the shard's tip without having met the pending window's last record: the
             // stream no longer has it. Several reads in a row must say so, so that one early
             // empty answer from a stream is not taken for it.
             self.tip_reads += 1;
             if self.tip_reads >= TIP_READS_FOR_A_GAP {
-                self.give_up(false, TRIMMED).await?;
+                self.give_up(false, TRIMMED, None).await?;
             }
         } else if !batch.records.is_empty() {
             self.tip_reads = 0;
         }
         for record in &batch.records {
-            if self.replay.as_ref().is_some_and(|p| record.seq > p.end.seq) {
-                self.give_up(false, TRIMMED).await?;
-            }
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = &self.replay {
+                let rebuilding = self.window.as_ref().is_some_and(|w| !w.is_empty());
+                if record.seq > p.end.seq {
+                    // Past the pending window's end without meeting it: its end is gone.
+                    self.give_up(false, TRIMMED, None).await?;
+                } else if !rebuilding && p.first.as_ref().is_some_and(|f| *f != record.seq) {
+                    // The rebuild does not start at the window's first record: its head is gone,
+                    // and what is left must not be applied as if it were the whole window.
+                    self.give_up(false, HEAD_TRIMMED, None).await?;
+                }
+            }
+            if self
+                .checkpoint
+                .as_ref()
+                .is_some_and(|c| Position::whole(record.seq.clone()) <= *c)
+            {
+                // Given up with its window.
+                continue;
+            }
             self.fold(record, now_ms).await?;
         }
         let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
@@ -350,7 +370,7 @@ impl ShardProcessor for CounterShard {
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         if self.replay.is_some() {
             if shard_end {
-                return self.give_up(true, TRIMMED).await;
+                return self.give_up(true, TRIMMED, None).await;
             }
             // The rest of the pending window is not read yet; the next owner completes it.
             return Ok(());
@@ -370,10 +390,6 @@ impl ShardProcessor for CounterShard {
     }
 
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
-        self.give_up(
-            true,
-            "the shard is gone from the stream (past its retention) before it was read to its end",
-        )
-        .await
+        self.give_up(true, GONE, None).await
     }
 }

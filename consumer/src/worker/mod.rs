@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
 
 use crate::emf::{Emf, Unit};
-use crate::retry::{with_backoff, Retry};
+use crate::retry::{with_backoff, with_bounded_backoff, Retry};
 use crate::ConsumerError;
 
 mod discovery;
@@ -249,6 +249,8 @@ struct Worker {
     reported: LeaseCounts,
     /// When an armed idle exit last said what it waits for.
     last_wait_report: Option<Instant>,
+    /// When a failed lease listing was last logged.
+    last_list_warning: Option<Instant>,
 }
 
 /// How long an armed idle exit waits before saying what it waits for, and how often it repeats.
@@ -275,6 +277,7 @@ async fn run_inner(
         last_stats: Instant::now(),
         reported: LeaseCounts::default(),
         last_wait_report: None,
+        last_list_warning: None,
     };
     let result = loop {
         match w.iterate().await {
@@ -321,10 +324,17 @@ impl Worker {
         {
             self.discover().await?;
         }
-        let leases = with_backoff(&self.cfg.backoff, "list leases", || {
-            self.deps.leases.list_leases(&self.cfg.app)
-        })
-        .await?;
+        // A passing failure skips this round (the next poll lists again): the loop must go on
+        // to see a shutdown, and the shard tasks go on meanwhile.
+        let leases = match self.deps.leases.list_leases(&self.cfg.app).await {
+            Ok(l) => l,
+            Err(e) if e.is_retryable() => {
+                crate::retry::Retry::new(&self.cfg.backoff, "list leases")
+                    .note(&e, &mut self.last_list_warning);
+                return Ok(Step::Continue);
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.take_leases(&leases).await;
         self.clean_up_finished(&leases).await;
         Ok(if self.all_idle(&leases) {
@@ -361,8 +371,9 @@ impl Worker {
                     warn!(shard_id = %shard, "lease lost; shard stopped");
                 }
                 Ok(ShardEnd::Failed(e)) if e.is_retryable() => {
-                    // Retries exhausted on a passing fault: the lease was given back, and this
-                    // or another worker takes the shard again at its next poll.
+                    // A passing fault outside the retry loops (a shard task retries them for as
+                    // long as it holds its lease): the lease was given back, and this or another
+                    // worker takes the shard again at its next poll.
                     warn!(shard_id = %shard, error = %e, "shard task failed; the shard will be retried");
                 }
                 Ok(ShardEnd::Failed(e)) => {
@@ -381,14 +392,17 @@ impl Worker {
     async fn discover(&mut self) -> Result<(), ConsumerError> {
         let (deps, cfg) = (&self.deps, &self.cfg);
         let discovered = async {
+            // Bounded: the first discovery's failure ends the worker with a clear error, and a
+            // later one is logged and tried again at the next discovery.
             let shards =
-                with_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards()).await?;
-            let rows = with_backoff(&cfg.backoff, "list leases", || {
+                with_bounded_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards())
+                    .await?;
+            let rows = with_bounded_backoff(&cfg.backoff, "list leases", || {
                 deps.leases.list_leases(&cfg.app)
             })
             .await?;
             let shards = shards_needing_rows(shards, &rows);
-            with_backoff(&cfg.backoff, "create lease rows", || {
+            with_bounded_backoff(&cfg.backoff, "create lease rows", || {
                 deps.leases.ensure_leases(&cfg.app, &shards)
             })
             .await

@@ -87,15 +87,36 @@ impl ShardTask {
         &mut self,
         processor: &mut dyn ShardProcessor,
     ) -> Result<ShardEnd, ConsumerError> {
-        // Renewal runs beside the processing, so a slow commit never lets the lease lapse.
-        let (lost_tx, lost) = watch::channel(false);
-        let renewer = AbortOnDrop(tokio::spawn(renew_loop(
+        // Renewal runs beside the processing, so a slow commit never lets the lease lapse; the
+        // moment a renewal is fenced the processing is dropped where it is (every write it makes
+        // is fenced or idempotent, so this is a crash of the shard's work and nothing more), even
+        // while it waits out a lasting throttle.
+        let (lost_tx, mut lost) = watch::channel(false);
+        let _renewer = AbortOnDrop(tokio::spawn(renew_loop(
             self.deps.leases.clone(),
             self.fence.clone(),
             self.cfg.clone(),
             lost_tx,
             self.metrics.clone(),
         )));
+        let fenced = PortError::Fenced {
+            app: self.fence.app.clone(),
+            shard_id: self.fence.shard_id.clone(),
+        };
+        tokio::select! {
+            biased;
+            // Raised, or the renewal stopped: either way the lease is not held any more.
+            _ = lost.wait_for(|l| *l) => Err(fenced.into()),
+            end = self.work(processor) => end,
+        }
+    }
+
+    /// The shard's work under a held lease: start the processor, open the shard, read and
+    /// process until the shard ends or a stop is asked for.
+    async fn work(
+        &mut self,
+        processor: &mut dyn ShardProcessor,
+    ) -> Result<ShardEnd, ConsumerError> {
         let from = processor.start(&self.fence, &self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
         let stream = self.deps.stream.clone();
@@ -113,16 +134,8 @@ impl ShardTask {
             Err(e) => return Err(e.into()),
         };
         loop {
-            if *lost.borrow() {
-                return Err(PortError::Fenced {
-                    app: self.fence.app.clone(),
-                    shard_id: self.fence.shard_id.clone(),
-                }
-                .into());
-            }
             if *self.stop.borrow() {
                 processor.flush(false).await?;
-                drop(renewer);
                 return Ok(ShardEnd::Stopped);
             }
             let read_started = Instant::now();
@@ -177,7 +190,8 @@ impl ShardTask {
     /// as opposed to a stream that is missing or unreachable.
     async fn gone_from_stream(&self) -> Result<bool, ConsumerError> {
         let stream = self.deps.stream.clone();
-        let shards = with_backoff(&self.cfg.backoff, "ListShards", || stream.list_shards()).await?;
+        let shards =
+            with_bounded_backoff(&self.cfg.backoff, "ListShards", || stream.list_shards()).await?;
         Ok(!shards.iter().any(|s| s.shard_id == self.fence.shard_id))
     }
 

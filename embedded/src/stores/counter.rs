@@ -3,9 +3,10 @@
 
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
-use tally_core::ports::{Applied, DedupStore, StoredDedup, WindowRef, WindowRest};
+use tally_core::ports::{Applied, DedupStore, PostsApplied, StoredDedup, WindowRef, WindowRest};
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
-use tally_core::window::{dead_letter_units, dedup_write_units};
+use tally_core::dead_letter::dead_letter_units;
+use tally_core::window::dedup_write_units;
 
 use super::*;
 
@@ -130,19 +131,21 @@ impl CounterStore for Embedded {
         &self,
         fence: &Fence,
         start_after: Option<&Position>,
+        first: &SeqNo,
         end: &Position,
         horizon_ms: i64,
     ) -> PortResult<()> {
         let (fence, start_after, end) = (fence.clone(), start_after.cloned(), end.clone());
+        let first = first.to_string();
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let st = check_fence(&tx, &fence)?;
             if st.lease.checkpoint != start_after || st.pending.is_some() {
                 return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
             }
-            tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2 WHERE app = ?3 AND shard_id = ?4")
+            tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2, pending_first = ?3 WHERE app = ?4 AND shard_id = ?5")
                 .map_err(sql_err)?
-                .execute(params![end.to_string(), horizon_ms, fence.app, fence.shard_id])
+                .execute(params![end.to_string(), horizon_ms, first, fence.app, fence.shard_id])
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
@@ -153,7 +156,7 @@ impl CounterStore for Embedded {
         &self,
         w: WindowRef<'_>,
         posts: &[(String, PostDelta)],
-    ) -> PortResult<Applied> {
+    ) -> PortResult<PostsApplied> {
         let (shard, end, posts) = (
             w.shard_id.to_owned(),
             summary::marker(w.end),
@@ -168,7 +171,8 @@ impl CounterStore for Embedded {
                 apply_post(&tx, &shard, post, delta, &end, &mut out)?;
             }
             tx.commit().map_err(sql_err)?;
-            Ok(out)
+            // One transaction: every post is done, or the call failed.
+            Ok(PostsApplied { applied: out, ..PostsApplied::default() })
         })
         .await
     }
@@ -231,32 +235,10 @@ impl CounterStore for Embedded {
             }
             let mut total = st.spent;
             total.merge(&spent);
-            tx.prepare_cached("UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, finished = ?3, spent = ?4 WHERE app = ?5 AND shard_id = ?6")
+            tx.prepare_cached("UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?3, spent = ?4 WHERE app = ?5 AND shard_id = ?6")
                 .map_err(sql_err)?
                 .execute(params![end.to_string(), max_arrival, shard_finished as i64, spent_json(&total), fence.app, fence.shard_id])
                 .map_err(sql_err)?;
-            tx.commit().map_err(sql_err)
-        })
-        .await
-    }
-
-    async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
-        let fence = g.fence.clone();
-        let (start_after, pending_end) = (g.start_after.cloned(), g.pending_end.cloned());
-        let checkpoint = g.through.cloned().or_else(|| start_after.clone());
-        let (finished, gap) = (g.finished, g.gap.clone());
-        self.run(move |c| {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
-            let st = check_fence(&tx, &fence)?;
-            if st.lease.checkpoint != start_after || st.pending.map(|p| p.end) != pending_end {
-                return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
-            }
-            write_dead_letter(&tx, &gap)?;
-            tx.execute(
-                "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_horizon_ms = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
-                params![checkpoint.as_ref().map(|s| s.to_string()), finished as i64, fence.app, fence.shard_id],
-            )
-            .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
         .await
@@ -294,7 +276,10 @@ impl CounterStore for Embedded {
                 .map_err(sql_err)?;
             Ok(rows
                 .into_iter()
-                .filter_map(|(shard_id, seq, arrival_ms, reason, data, size)| Some(DeadLetter { shard_id, seq: Position::parse(&seq)?, arrival_ms, reason, data, size: size.max(0) as u64 }))
+                .filter_map(|(shard_id, key, arrival_ms, reason, data, size)| {
+                    let (seq, gap) = DeadLetter::parse_key(&key)?;
+                    Some(DeadLetter { shard_id, seq, arrival_ms, reason, data, size: size.max(0) as u64, gap })
+                })
                 .collect())
         })
         .await

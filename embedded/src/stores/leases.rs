@@ -2,6 +2,13 @@
 
 use super::*;
 
+/// Where an application's lease tombstones are kept: rows under their own application name, so
+/// that no listing of the application reads them. One per cleaned-up shard, never removed: a
+/// deleted row is never created again (ARCHITECTURE.md, "Leases and the fleet").
+pub(crate) fn tombstones(app: &str) -> String {
+    format!("{app}#gone")
+}
+
 #[async_trait]
 impl LeaseStore for Embedded {
     async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()> {
@@ -11,14 +18,18 @@ impl LeaseStore for Embedded {
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(sql_err)?;
             for s in &shards {
+                // Never again for a shard whose row was cleaned up: its tombstone says so, however
+                // old the listing that asked for the row.
                 tx.prepare_cached(
-                    "INSERT OR IGNORE INTO leases (app, shard_id, parents) VALUES (?1, ?2, ?3)",
+                    "INSERT OR IGNORE INTO leases (app, shard_id, parents) SELECT ?1, ?2, ?3 \
+                     WHERE NOT EXISTS (SELECT 1 FROM leases WHERE app = ?4 AND shard_id = ?2)",
                 )
                 .map_err(sql_err)?
                 .execute(params![
                     app,
                     s.shard_id,
-                    serde_json::to_string(&s.parents).unwrap_or_default()
+                    serde_json::to_string(&s.parents).unwrap_or_default(),
+                    tombstones(&app)
                 ])
                 .map_err(sql_err)?;
             }
@@ -96,19 +107,27 @@ impl LeaseStore for Embedded {
     async fn delete_lease(&self, app: &str, shard_id: &str) -> PortResult<()> {
         let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
         self.run(move |c| {
+            let tx = c
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql_err)?;
             // A row is deleted once every child's clock is past the shard's horizon: its dedup
             // records can matter to no one any more.
-            c.execute(
+            tx.execute(
                 "DELETE FROM dedup WHERE app = ?1 AND shard_id = ?2",
                 params![app, shard_id],
             )
             .map_err(sql_err)?;
-            c.execute(
+            tx.execute(
                 "DELETE FROM leases WHERE app = ?1 AND shard_id = ?2",
                 params![app, shard_id],
             )
-            .map(|_| ())
-            .map_err(sql_err)
+            .map_err(sql_err)?;
+            tx.execute(
+                "INSERT OR IGNORE INTO leases (app, shard_id, parents, finished) VALUES (?1, ?2, '[]', 1)",
+                params![tombstones(&app), shard_id],
+            )
+            .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)
         })
         .await
     }
@@ -128,6 +147,28 @@ impl LeaseStore for Embedded {
                 )
                 .map_err(sql_err)?;
             if n == 1 { Ok(()) } else { Err(PortError::Fenced { app: f.app, shard_id: f.shard_id }) }
+        })
+        .await
+    }
+
+    async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
+        let fence = g.fence.clone();
+        let (start_after, pending_end) = (g.start_after.cloned(), g.pending_end.cloned());
+        let checkpoint = g.through.cloned().or_else(|| start_after.clone());
+        let (finished, gap) = (g.finished, g.gap.clone());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            let st = check_fence(&tx, &fence)?;
+            if st.lease.checkpoint != start_after || st.pending.map(|p| p.end) != pending_end {
+                return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
+            }
+            write_dead_letter(&tx, &gap)?;
+            tx.execute(
+                "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
+                params![checkpoint.as_ref().map(|s| s.to_string()), finished as i64, fence.app, fence.shard_id],
+            )
+            .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)
         })
         .await
     }

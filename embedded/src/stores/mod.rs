@@ -14,8 +14,8 @@ use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
     Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
-use tally_core::window::DeadLetter;
-use tally_core::Position;
+use tally_core::dead_letter::DeadLetter;
+use tally_core::{Position, SeqNo};
 
 use crate::{sql_err, Embedded};
 
@@ -24,7 +24,7 @@ mod baselines;
 mod counter;
 mod leases;
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first";
 
 /// `ShardTally` as stored: a JSON object of write units by purpose name, and `counted`.
 pub(crate) fn spent_json(sp: &ShardTally) -> String {
@@ -71,6 +71,7 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
         pending: match pending_end.as_deref().and_then(Position::parse) {
             Some(end) => Some(Pending {
                 end,
+                first: r.get::<_, Option<String>>(12)?.as_deref().and_then(SeqNo::parse),
                 horizon_ms: r.get(10)?,
             }),
             None => None,
@@ -105,10 +106,11 @@ fn check_fence(tx: &Transaction<'_>, fence: &Fence) -> PortResult<ShardState> {
     Ok(st)
 }
 
+/// Writes a dead letter under its own key; a second write of it (a retried window) changes nothing.
 fn write_dead_letter(tx: &Transaction<'_>, d: &DeadLetter) -> PortResult<()> {
     tx.prepare_cached("INSERT OR IGNORE INTO dead_letters (shard_id, seq, arrival_ms, reason, data, size) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
         .map_err(sql_err)?
-        .execute(params![d.shard_id, d.seq.to_string(), d.arrival_ms, d.reason, d.data, d.size as i64])
+        .execute(params![d.shard_id, d.key(), d.arrival_ms, d.reason, d.data, d.size as i64])
         .map_err(sql_err)?;
     Ok(())
 }
