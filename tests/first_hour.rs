@@ -478,6 +478,9 @@ fn a_worker_s_http_address_in_use_stops_it_at_start() {
         let out = t.fail(&[app, "--until-idle", "--http", &addr], &[]);
         assert_eq!(out.status.code(), Some(1), "{app}: {}", stderr(&out));
         let err = stderr(&out);
-        assert!(err.contains(&format!("binding {addr} for HTTP")), "{app}: {err}");
+        assert!(
+            err.contains(&format!("binding {addr} for HTTP")),
+            "{app}: {err}"
+        );
     }
 }

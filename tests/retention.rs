@@ -113,7 +113,10 @@ fn a_gap_at_a_malformed_record_keeps_both_letters() {
     assert_eq!(letters.len(), 2, "{letters:?}");
     let malformed = &letters[0];
     assert!(malformed["gap"].is_null(), "{malformed}");
-    assert!(malformed["reason"].as_str().unwrap().starts_with("not a JSON object"));
+    assert!(malformed["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("not a JSON object"));
     let gap = &letters[1];
     assert_eq!(gap["gap"]["app"], "counter", "{gap}");
     assert!(gap["gap"]["through"].is_null(), "to the shard's end: {gap}");
@@ -165,12 +168,19 @@ fn a_pending_window_whose_head_was_trimmed_is_a_gap_not_a_short_count() {
     t.fail(&["count", "--until-idle"], &crash);
     let leases = t.json(&["leases", "--json"]);
     let pending = &leases[0]["pending"];
-    assert!(pending["end"].is_string() && pending["first"].is_string(), "{leases}");
+    assert!(
+        pending["end"].is_string() && pending["first"].is_string(),
+        "{leases}"
+    );
     assert_eq!(t.count("pA"), 15, "pA was written before the crash");
     let trimmed = t.run(&["trim", "--older-than", "4s", "--yes"]);
     assert!(trimmed.starts_with("trimmed 20 "), "{trimmed}");
     t.run_env(&["count", "--until-idle"], window);
-    assert_eq!(t.count("pB"), 0, "the window's tail is not applied as if it were whole");
+    assert_eq!(
+        t.count("pB"),
+        0,
+        "the window's tail is not applied as if it were whole"
+    );
     let g = gaps(&t);
     assert_eq!(g.len(), 1, "{g:?}");
     let reason = g[0]["reason"].as_str().unwrap();
@@ -215,7 +225,11 @@ fn trimming_unapplied_records_asks_first_and_puts_the_loss_on_record() {
         .map(|p| p.split(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(named, 300, "{err}");
-    assert_eq!(t.json(&["total", "--json"])["total"], 300, "nothing was trimmed");
+    assert_eq!(
+        t.json(&["total", "--json"])["total"],
+        300,
+        "nothing was trimmed"
+    );
     let trimmed = t.run(&["trim", "--older-than", "1s", "--yes"]);
     assert!(trimmed.starts_with("trimmed 600 "), "{trimmed}");
     let later = replay(&t, "later.ndjson", "c", 300);
@@ -227,11 +241,18 @@ fn trimming_unapplied_records_asks_first_and_puts_the_loss_on_record() {
     assert_eq!(t.mismatches(&zero), vec![]);
     assert_eq!(t.json(&["total", "--json"])["total"], 600);
     let g = gaps(&t);
-    let apps: Vec<&str> = g.iter().map(|d| d["gap"]["app"].as_str().unwrap()).collect();
+    let apps: Vec<&str> = g
+        .iter()
+        .map(|d| d["gap"]["app"].as_str().unwrap())
+        .collect();
     // One gap per application and shard that had records lost.
     let shards_with_lost = g.iter().filter(|d| d["gap"]["app"] == "counter").count();
     assert!(shards_with_lost >= 1, "{g:?}");
-    assert_eq!(apps.iter().filter(|a| **a == "analytics").count(), shards_with_lost, "{g:?}");
+    assert_eq!(
+        apps.iter().filter(|a| **a == "analytics").count(),
+        shards_with_lost,
+        "{g:?}"
+    );
     assert_eq!(g.len(), 2 * shards_with_lost, "{g:?}");
     for d in &g {
         assert!(d["gap"]["through"].is_string(), "{d}");

@@ -24,9 +24,9 @@ pub mod setup;
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::retry::{RetryPartition, TokenBucket};
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::config::retry::{RetryPartition, TokenBucket};
 use tally_core::ports::{PortError, PortResult};
 
 pub use dynamo::DynamoStore;

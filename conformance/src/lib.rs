@@ -10,13 +10,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use tally_core::buckets::{PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
 use tally_core::cost::Purpose;
+use tally_core::dead_letter::{DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON};
 use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, Applied, CounterStore, Fence, GapCommit, LeaseStore,
     Pending, PortError, PutEntry, PutOutcome, ShardInfo, ShardTally, StartPosition, StoredDedup,
     Stream, StreamRecord, TrendingEntry, WindowRef, WindowRest,
 };
-use tally_core::dead_letter::{DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON};
 use tally_core::window::MAX_WINDOW_RECORDS;
 use tally_core::Position;
 
@@ -241,7 +241,9 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
     // cleaned-up row does not come back (it would be read again from the oldest record, with no
     // checkpoint and no duplicate filter, and its children would wait for it for ever).
     let stale_view = store.list_leases(&app).await.unwrap();
-    assert!(stale_view.iter().any(|l| l.shard_id == "shard-a" && l.finished));
+    assert!(stale_view
+        .iter()
+        .any(|l| l.shard_id == "shard-a" && l.finished));
     store.delete_lease(&app, "shard-a").await.unwrap();
     let stale_shards: Vec<ShardInfo> = stale_view
         .iter()
@@ -692,10 +694,12 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
         Err(PortError::Fenced { .. })
     ));
     // The first post's writes, then all of them (a replay): the first ones are refused.
-    let first = done(store
-        .apply_posts(at(&fence, &end), &posts[..1])
-        .await
-        .unwrap());
+    let first = done(
+        store
+            .apply_posts(at(&fence, &end), &posts[..1])
+            .await
+            .unwrap(),
+    );
     // Post a: the live item at its latest hour (the next day's 10:00), and its earlier events
     // in archives: two hours and a day.
     assert_eq!((first.written, first.refused), (4, 0), "{first:?}");

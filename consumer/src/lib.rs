@@ -3,9 +3,11 @@
 //! - [`worker`]: the runtime every consumer application runs on — shard discovery, lease taking,
 //!   stealing and renewal, one task per held shard, graceful shutdown, `--until-idle`. It is
 //!   generic over a [`worker::ShardProcessor`], so analytics uses it without knowing the counter.
-//! - [`counter`]: the counter's processor — decode, dedup, window, and apply each window's chunks
-//!   atomically with the checkpoint, fenced by the lease.
-//! - [`retry`]: the one backoff loop for retryable port errors.
+//! - [`counter`]: the counter's processor — decode, dedup, window, and apply each window in four
+//!   steps: its end recorded as pending in the lease row (fenced), its items by writes
+//!   conditioned on their markers (a second write of one is refused), the checkpoint moved to its
+//!   end (fenced); records the stream lost are given up on record as gaps.
+//! - [`retry`]: the one backoff loop for retryable port errors, which are never fatal.
 //! - [`emf`]: lease and shard metrics as CloudWatch embedded metric format lines.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 

@@ -96,10 +96,18 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
         async move { store.post_count(post, None).await.unwrap().total }
     };
     assert_eq!(count("pA").await, 10, "written before the crash");
-    assert_eq!(count("pB").await, 0, "what is left of the window is not applied as the window");
+    assert_eq!(
+        count("pB").await,
+        0,
+        "what is left of the window is not applied as the window"
+    );
     let dead = store.dead_letters(100).await.unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     let gap = dead[0].gap.as_ref().expect("a gap");
     assert_eq!(gap.through, Some(end));
-    assert!(dead[0].reason.contains("first records"), "{}", dead[0].reason);
+    assert!(
+        dead[0].reason.contains("first records"),
+        "{}",
+        dead[0].reason
+    );
 }

@@ -192,7 +192,11 @@ mod tests {
                 d.key()
             );
         }
-        assert_eq!(letters[0].key(), "17", "a record's key is its position, as before");
+        assert_eq!(
+            letters[0].key(),
+            "17",
+            "a record's key is its position, as before"
+        );
         assert_eq!(letters[6].seq, Position::start());
         assert!(letters[2].reason.starts_with("gap: "));
         assert_eq!(DeadLetter::parse_key("17/gap/counter/x"), None);

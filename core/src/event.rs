@@ -336,7 +336,9 @@ mod tests {
         );
         // The bounds of `created_at`: the epoch and the last millisecond of year 9999.
         let at = |t: &str| {
-            format!(r#"{{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":{t}}}"#)
+            format!(
+                r#"{{"event_id":"e","post_id":"p","user_id":"u","action":"like","created_at":{t}}}"#
+            )
         };
         check(&at("253402300799999"), Ok(()));
         check(&at("253402300800000"), Err("from 0 to 253402300799999"));

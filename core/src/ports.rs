@@ -7,10 +7,10 @@ use async_trait::async_trait;
 
 use crate::buckets::PostDelta;
 use crate::cost::Units;
+use crate::dead_letter::DeadLetter;
 use crate::dedup::DedupRecord;
 use crate::lease::Lease;
 use crate::seq::{Position, SeqNo};
-use crate::dead_letter::DeadLetter;
 
 /// Every error a port returns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

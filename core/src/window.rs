@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 
 use crate::buckets::PostDelta;
-use crate::dead_letter::{truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON};
+use crate::dead_letter::{
+    truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
+};
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::event::decode_ref;
 use crate::kpl::{user_records, Took, UserRecords};

@@ -69,7 +69,11 @@ fn open_shards(c: &Connection) -> PortResult<Vec<OpenShard>> {
 /// shard id the stream or a lease row still names.
 fn next_shard_number(tx: &Connection) -> PortResult<i64> {
     let stored: Option<i64> = tx
-        .query_row("SELECT value FROM stream_meta WHERE key = 'next_shard'", [], |r| r.get(0))
+        .query_row(
+            "SELECT value FROM stream_meta WHERE key = 'next_shard'",
+            [],
+            |r| r.get(0),
+        )
         .optional()
         .map_err(sql_err)?;
     let named: Option<i64> = tx

@@ -265,8 +265,7 @@ impl WorkerHttp {
                 }),
             );
         Ok(WorkerHttp(Some(tokio::spawn(async move {
-            if let Err(e) = crate::serve::serve_on(listener, router, std::future::pending()).await
-            {
+            if let Err(e) = crate::serve::serve_on(listener, router, std::future::pending()).await {
                 tracing::error!(error = %format!("{e:#}"), "the worker's HTTP endpoint stopped");
             }
         }))))

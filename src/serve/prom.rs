@@ -200,6 +200,13 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
 /// A worker's leases.
 fn lease_metrics(reg: &mut Registry, app: &str, l: &LeaseMetrics) {
     let a = [("app", app)];
+    counter(
+        reg,
+        "retries",
+        "Throttled, failed or unanswered store and stream calls tried again",
+        &a,
+        tally_consumer::retry::retries(),
+    );
     for (name, help, v) in [
         ("leases_taken", "Leases taken", &l.taken),
         (

@@ -122,6 +122,26 @@ impl Target {
         }
     }
 
+    /// The same stream and tables reached at other endpoints (a proxy in front of the peers);
+    /// the original target tears them down.
+    pub fn through(&self, kinesis: &str, dynamodb: &str) -> Target {
+        let mut args = self.args.clone();
+        for (flag, url) in [
+            ("--kinesis-endpoint-url", kinesis),
+            ("--dynamodb-endpoint-url", dynamodb),
+        ] {
+            let i = args.iter().position(|a| a == flag).expect("an AWS target");
+            args[i + 1] = url.to_owned();
+        }
+        Target {
+            args,
+            dir: tempfile::tempdir().expect("temp dir"),
+            teardown: false,
+            env: self.env.clone(),
+            kinesis_proxy: None,
+        }
+    }
+
     /// Whether this target is the AWS one.
     pub fn is_aws(&self) -> bool {
         self.args.iter().any(|a| a == "aws")

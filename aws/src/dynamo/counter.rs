@@ -9,11 +9,9 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
-use tally_core::ports::{
-    Applied, DedupStore, PostsApplied, StoredDedup, WindowRef, WindowRest,
-};
-use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::dead_letter::dead_letter_units;
+use tally_core::ports::{Applied, DedupStore, PostsApplied, StoredDedup, WindowRef, WindowRest};
+use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::window::dedup_write_units;
 use tally_core::SeqNo;
 

@@ -27,13 +27,13 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use tally_core::cost::Purpose;
+use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
     Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
-use tally_core::dead_letter::DeadLetter;
 use tally_core::Position;
 
 use crate::errors::{map, Target};

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tally_core::cost::{Purpose, Units};
+use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::Dedup;
 use tally_core::kpl::Took;
 use tally_core::lease::Lease;
@@ -29,7 +30,6 @@ use tally_core::ports::{
     StreamRecord, WindowRef, WindowRest,
 };
 use tally_core::retry::Backoff;
-use tally_core::dead_letter::DeadLetter;
 use tally_core::window::{Bound, ClosedWindow, WindowBuilder};
 use tally_core::{Position, SeqNo};
 use tracing::debug;

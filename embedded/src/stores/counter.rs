@@ -3,9 +3,9 @@
 
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
+use tally_core::dead_letter::dead_letter_units;
 use tally_core::ports::{Applied, DedupStore, PostsApplied, StoredDedup, WindowRef, WindowRest};
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
-use tally_core::dead_letter::dead_letter_units;
 use tally_core::window::dedup_write_units;
 
 use super::*;
@@ -172,7 +172,10 @@ impl CounterStore for Embedded {
             }
             tx.commit().map_err(sql_err)?;
             // One transaction: every post is done, or the call failed.
-            Ok(PostsApplied { applied: out, ..PostsApplied::default() })
+            Ok(PostsApplied {
+                applied: out,
+                ..PostsApplied::default()
+            })
         })
         .await
     }

@@ -8,13 +8,13 @@
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::cost::Purpose;
+use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
     Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
 };
-use tally_core::dead_letter::DeadLetter;
 use tally_core::{Position, SeqNo};
 
 use crate::{sql_err, Embedded};
@@ -71,7 +71,10 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
         pending: match pending_end.as_deref().and_then(Position::parse) {
             Some(end) => Some(Pending {
                 end,
-                first: r.get::<_, Option<String>>(12)?.as_deref().and_then(SeqNo::parse),
+                first: r
+                    .get::<_, Option<String>>(12)?
+                    .as_deref()
+                    .and_then(SeqNo::parse),
                 horizon_ms: r.get(10)?,
             }),
             None => None,
