@@ -317,8 +317,14 @@ pub struct ServeArgs {
 
 #[derive(Args, Debug)]
 pub struct QueryArgs {
-    /// The post's id (1–128 characters of A-Z a-z 0-9 _ . : -).
-    pub post_id: String,
+    /// The post's id (1–128 characters of A-Z a-z 0-9 _ . : -); several ids (at most 100) are
+    /// read side by side, one answer each.
+    #[arg(value_name = "POST_ID", required = true, num_args = 1..)]
+    pub post_ids: Vec<String>,
+    /// Read eventually consistent (half the read units on DynamoDB; a write of the last second
+    /// may not be seen yet).
+    #[arg(long)]
+    pub eventual: bool,
     /// Also the net change from likes and unlikes created in this last duration (e.g. 15m, 2h,
     /// 7d), counted from the start of that minute.
     #[arg(long, value_parser = since_duration)]

@@ -36,12 +36,29 @@ fn get(addr: &str, path: &str) -> (u16, String) {
 
 /// [`get`], or `None` when the connection closes without an answer.
 fn try_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    request(addr, "GET", path, None)
+}
+
+/// One HTTP/1.1 POST of a JSON body: the status and the body.
+fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
+    request(addr, "POST", path, Some(body))
+        .unwrap_or_else(|| panic!("POST {path} to {addr}: no HTTP answer"))
+}
+
+fn request(addr: &str, method: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
+    match body {
+        None => write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        ),
+        Some(b) => write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        ),
+    }
     .ok()?;
     // Read the head, then the body by its length (a server may keep the connection open).
     let mut raw = Vec::new();
@@ -177,9 +194,85 @@ fn the_api_answers_a_known_store(t: Target) {
     );
     let per_like = cost["units_per_like"].as_f64().unwrap();
     assert!(per_like > 0.0 && per_like < 2.0, "{cost}");
-    let dl = get_json(&addr, "/api/dead-letters?limit=2&offset=1");
-    assert_eq!(dl["total"], exp.malformed as u64);
-    assert_eq!(dl["dead_letters"].as_array().unwrap().len(), 2);
+    // A feed page's counts in one call, GET and POST alike, each exactly as alone; eventually
+    // consistent at half the read units, as the answer says.
+    let ids: Vec<&String> = exp.counts.keys().take(20).collect();
+    let list = ids.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",");
+    let many = get_json(&addr, &format!("/api/counts?ids={list}&since=1h"));
+    let counts = many["counts"].as_array().unwrap();
+    assert_eq!(counts.len(), ids.len(), "{many}");
+    for (c, id) in counts.iter().zip(&ids) {
+        assert_eq!(c["post_id"], id.as_str());
+        assert_eq!(c["count"], exp.counts[*id], "{c}");
+        assert_eq!(
+            c["count_since"],
+            exp.recent.get(*id).copied().unwrap_or(0),
+            "{c}"
+        );
+    }
+    assert!(many["applied_through"]["lag_ms"].is_i64(), "{many}");
+    let strong = many["read_units"].as_f64().unwrap();
+    let body =
+        serde_json::json!({"ids": ids, "since": "1h", "consistency": "eventual"}).to_string();
+    let (status, text) = post(&addr, "/api/counts", &body);
+    assert_eq!(status, 200, "{text}");
+    let eventual: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(eventual["consistency"], "eventual");
+    assert_eq!(
+        eventual["counts"],
+        many["counts"]
+            .clone()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c["read_units"] = serde_json::json!(c["read_units"].as_f64().unwrap() / 2.0);
+                c
+            })
+            .collect::<Value>()
+    );
+    assert_eq!(eventual["read_units"].as_f64().unwrap(), strong / 2.0);
+    // Bad input names what is wrong: too many ids, an invalid one among valid ones.
+    let too_many: Vec<String> = (0..101).map(|i| format!("p{i}")).collect();
+    let (status, body) = get(&addr, &format!("/api/counts?ids={}", too_many.join(",")));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("at most 100") && body.contains("got 101"),
+        "{body}"
+    );
+    let (status, body) = get(&addr, "/api/counts?ids=p1,bad!id,p2");
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("bad!id") && body.contains("id 2 of 3"),
+        "{body}"
+    );
+    let (status, body) = post(&addr, "/api/counts", "{\"ids\": 3}");
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = get(&addr, "/api/counts?ids=p1&consistency=maybe");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("`strong` or `eventual`"), "{body}");
+    // Dead letters page by key: the pages follow one another, each letter once.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut url = "/api/dead-letters?limit=2".to_owned();
+    loop {
+        let dl = get_json(&addr, &url);
+        assert_eq!(dl["total"], exp.malformed as u64);
+        let page = dl["dead_letters"].as_array().unwrap();
+        assert!(page.len() <= 2, "{dl}");
+        for d in page {
+            let id = (d["shard_id"].to_string(), d["sequence_number"].to_string());
+            assert!(seen.insert(id), "a letter on two pages: {d}");
+        }
+        match dl["next"].as_str() {
+            Some(next) => url = format!("/api/dead-letters?limit=2&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), exp.malformed);
+    let (status, body) = get(&addr, "/api/dead-letters?offset=1");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("`after`"), "{body}");
     let top = get_json(&addr, "/api/trending?k=3");
     assert_eq!(top["trending"].as_array().unwrap().len(), 3, "{top}");
     // All-time most liked: ranked by the sketch, each with its exact count from the counter.
@@ -281,6 +374,75 @@ fn the_api_answers_a_known_store_aws() {
 }
 
 /// A worker's `--http` endpoint: its own counters as Prometheus text, and health.
+/// An idle, caught-up pipeline is not shown as lagging: with the counter running and read to the
+/// tip of every shard, lag is 0 in the CLI, the API and `/metrics`, however long ago the last
+/// record arrived — which is its own figure (`since_last_record_ms`), growing meanwhile.
+fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
+    let exp = known_store(&t, 5);
+    let worker = t.spawn("count", &["count"], &[]);
+    let serve = t.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let addr = served_addr(&serve);
+    // Wait until every shard's reader has reported the tip, then stay idle a while.
+    let start = Instant::now();
+    loop {
+        let q = t.json(&["query", exp.counts.keys().next().unwrap(), "--json"]);
+        if q["applied_through"]["lag_ms"] == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never at the tip: {q}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let q = t.json(&["query", exp.counts.keys().next().unwrap(), "--json"]);
+    let f = &q["applied_through"];
+    assert_eq!(f["lag_ms"], 0, "{q}");
+    assert!(f["since_last_record_ms"].as_i64().unwrap() >= 3_000, "{q}");
+    let text = t.run(&["query", exp.counts.keys().next().unwrap()]);
+    assert!(
+        text.contains("to the stream's tip on every shard"),
+        "{text}"
+    );
+    let shards = get_json(&addr, "/api/leases?app=counter");
+    for l in shards.as_array().unwrap() {
+        assert_eq!(l["lag_ms"], 0, "{l}");
+        assert!(l["since_last_record_ms"].as_i64().unwrap() >= 3_000, "{l}");
+    }
+    std::thread::sleep(Duration::from_millis(1_200)); // the read side's next listing
+    let total = get_json(&addr, "/api/total");
+    assert_eq!(total["applied_through"]["lag_ms"], 0, "{total}");
+    let (_, metrics) = get(&addr, "/metrics");
+    for l in shards.as_array().unwrap() {
+        let shard = l["shard_id"].as_str().unwrap();
+        let labels = [("app", "counter"), ("shard", shard)];
+        assert_eq!(
+            metric(&metrics, "tally_shard_lag_ms", &labels),
+            Some(0.0),
+            "{metrics}"
+        );
+        assert!(
+            metric(&metrics, "tally_shard_since_last_record_ms", &labels).unwrap() >= 3_000.0,
+            "{metrics}"
+        );
+    }
+    drop(worker);
+}
+
+#[test]
+fn an_idle_caught_up_pipeline_shows_no_lag_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    an_idle_caught_up_pipeline_shows_no_lag(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn an_idle_caught_up_pipeline_shows_no_lag_aws() {
+    an_idle_caught_up_pipeline_shows_no_lag(Target::aws("idle", 2));
+}
+
 #[test]
 fn a_worker_serves_its_metrics() {
     let t = Target::embedded();

@@ -199,7 +199,29 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
             .is_none(),
         "a stale epoch loses"
     );
-    store.renew_lease(&f1, i64::MAX / 2).await.unwrap();
+    let read = tally_core::ports::ReadProgress {
+        at_ms: 1_000,
+        behind_ms: 0,
+    };
+    store
+        .renew_lease(&f1, i64::MAX / 2, Some(read))
+        .await
+        .unwrap();
+    let states = store.list_states(&app).await.unwrap();
+    assert_eq!(states.len(), 2, "one listing, every row's state");
+    assert_eq!(states[0].lease.shard_id, "shard-a");
+    assert_eq!(
+        states[0].progress,
+        Some(read),
+        "the renewal's report is kept"
+    );
+    assert_eq!(states[1].progress, None);
+    // A renewal without a report keeps the last one.
+    store.renew_lease(&f1, i64::MAX / 2, None).await.unwrap();
+    assert_eq!(
+        store.shard_state(&app, "shard-a").await.unwrap().progress,
+        Some(read)
+    );
     let f2 = store
         .take_lease(&app, "shard-a", 1, "w2", i64::MAX / 2)
         .await
@@ -207,7 +229,7 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
         .expect("steal by epoch");
     assert!(
         matches!(
-            store.renew_lease(&f1, 1).await,
+            store.renew_lease(&f1, 1, None).await,
             Err(PortError::Fenced { .. })
         ),
         "the old holder is fenced"

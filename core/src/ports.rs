@@ -215,6 +215,17 @@ impl ShardTally {
     }
 }
 
+/// How far behind its shard's tip the lease holder's reader was, as its last renewal reported
+/// it: lag that means what it says — 0 for a shard read to its tip, however long ago its last
+/// record arrived (that is a different figure: the time since the last record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadProgress {
+    /// When it was reported (ms since the epoch).
+    pub at_ms: i64,
+    /// How far behind the tip the reader was then (ms; the stream's iterator age, 0 at the tip).
+    pub behind_ms: i64,
+}
+
 /// What a store knows of one shard of one application.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardState {
@@ -222,6 +233,8 @@ pub struct ShardState {
     pub pending: Option<Pending>,
     /// The counter's cumulative spending on the shard (zero for analytics).
     pub spent: ShardTally,
+    /// The holder's reader, as last reported with a renewal (`None`: never reported).
+    pub progress: Option<ReadProgress>,
 }
 
 /// Proof of lease ownership that every fenced write carries.
@@ -240,6 +253,9 @@ pub trait LeaseStore: Send + Sync {
     /// Creates the rows of shards that have none (idempotent).
     async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()>;
     async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>>;
+    /// Every shard's whole state, in one listing (what the read side shows: one store call per
+    /// refresh, whatever the shard count).
+    async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>>;
     /// Takes a lease if its epoch is still `expected_epoch`; `None` if someone else moved first.
     async fn take_lease(
         &self,
@@ -249,8 +265,14 @@ pub trait LeaseStore: Send + Sync {
         owner: &str,
         expires_ms: i64,
     ) -> PortResult<Option<Fence>>;
-    /// Extends a held lease; `Fenced` if it was lost.
-    async fn renew_lease(&self, fence: &Fence, expires_ms: i64) -> PortResult<()>;
+    /// Extends a held lease, with how far behind its shard's tip the holder reads (in the same
+    /// write: it costs nothing more); `Fenced` if it was lost.
+    async fn renew_lease(
+        &self,
+        fence: &Fence,
+        expires_ms: i64,
+        progress: Option<ReadProgress>,
+    ) -> PortResult<()>;
     /// Gives a lease up so that another worker can take it at once.
     async fn release_lease(&self, fence: &Fence) -> PortResult<()>;
     /// Removes the row of a finished shard.
@@ -344,6 +366,26 @@ pub struct GapCommit<'a> {
     pub gap: &'a DeadLetter,
 }
 
+/// Where a page of dead letters ends: the last letter's shard and key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LetterCursor {
+    pub shard_id: String,
+    pub key: String,
+}
+
+/// How a count is read: strongly consistent (every write acknowledged before it is seen, at one
+/// read unit per 4 KB) or eventually consistent (at half the units; a write of the last second
+/// may not be seen yet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Consistency {
+    #[default]
+    Strong,
+    Eventual,
+}
+
+/// The most posts one [`CounterStore::post_counts`] call reads: a feed page's worth.
+pub const MAX_POSTS_PER_CALL: usize = 100;
+
 /// A post's count.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PostCount {
@@ -396,10 +438,31 @@ pub trait CounterStore: LeaseStore + DedupStore {
         shard_finished: bool,
         spent: &ShardTally,
     ) -> PortResult<()>;
-    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount>;
+    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
+        let mut v = self
+            .post_counts(&[post_id.to_owned()], since_ms, Consistency::Strong)
+            .await?;
+        v.pop()
+            .ok_or_else(|| PortError::Other("a count of one post answered none".into()))
+    }
+    /// Several posts' counts, in order, read side by side (at most [`MAX_POSTS_PER_CALL`]).
+    async fn post_counts(
+        &self,
+        post_ids: &[String],
+        since_ms: Option<i64>,
+        consistency: Consistency,
+    ) -> PortResult<Vec<PostCount>>;
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>>;
+    /// One page of dead letters in key order (shard, then letter key): at most `limit`, after
+    /// the position `after` a previous page returned as its next. Reads only the page, however
+    /// many letters there are (an offset would read all it skips).
+    async fn dead_letter_page(
+        &self,
+        after: Option<&LetterCursor>,
+        limit: usize,
+    ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)>;
     async fn dead_letter_count(&self) -> PortResult<u64>;
 }
 

@@ -93,6 +93,8 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("leases", "pending_horizon_ms", "INTEGER"),
     ("leases", "spent", "TEXT"),
     ("leases", "pending_first", "TEXT"),
+    ("leases", "behind_ms", "INTEGER"),
+    ("leases", "behind_at_ms", "INTEGER"),
     ("shards", "trimmed_through", "INTEGER"),
 ];
 

@@ -31,6 +31,8 @@ CREATE TABLE IF NOT EXISTS leases (
     pending_end   TEXT,                 -- the window being applied (recorded before its writes)
     pending_horizon_ms INTEGER,         -- the dedup horizon it was built with
     pending_first TEXT,                 -- the record its first user record is in
+    behind_ms     INTEGER,              -- how far behind the tip the holder read, at its last renewal
+    behind_at_ms  INTEGER,              -- when that was reported
     spent         TEXT,                 -- JSON: the counter's write units by purpose, and events counted
     finished      INTEGER NOT NULL DEFAULT 0,
     parents       TEXT NOT NULL,

@@ -299,11 +299,9 @@ async fn watch(s: &Settings, b: &Backend, addr: std::net::SocketAddr) -> Result<
         "demo: still producing {} likes a second, counting and analysing; Ctrl-C to stop",
         s.producer.rate
     );
-    let ctx = crate::serve::Ctx {
-        backend: b.clone(),
-        settings: Arc::new(s.clone()),
-    };
+    let (ctx, refresher) = crate::serve::Ctx::start(b.clone(), &s).await?;
     let served = crate::serve::run(addr, crate::serve::router(ctx), super::shutdown_signal()).await;
+    refresher.abort();
     producer.abort();
     let _ = stop.send(true);
     counter.await??;

@@ -8,63 +8,85 @@ use serde_json::json;
 use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
-use tally_core::ports::{StartPosition, Stream};
+use tally_core::ports::{Consistency, StartPosition, Stream};
 
 use super::print_json;
 use crate::backend::Backend;
 use crate::cli::{
     DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
 };
-use crate::serve::applied_through;
+use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
 
 pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
-    tally_core::event::check_id("post_id", &a.post_id)
-        .with_context(|| format!("{:?} is not a post id", a.post_id))?;
+    crate::serve::check_ids(&a.post_ids)
+        .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
     let requested = a.since.map(|d| now_ms() - d.as_millis() as i64);
-    let c = b.counter.post_count(&a.post_id, requested).await?;
+    let consistency = if a.eventual {
+        Consistency::Eventual
+    } else {
+        Consistency::Strong
+    };
+    let counts = b
+        .counter
+        .post_counts(&a.post_ids, requested, consistency)
+        .await?;
     // Counts are kept per minute: "since T" counts from the start of T's minute.
     let bound = requested.map(minute_start);
-    let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
+    let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::COUNTER).await?);
     if a.json {
-        let mut v = json!({"post_id": a.post_id, "count": c.total, "read_units": c.read_units, "applied_through": fresh});
-        if let (Some(since), Some(asked), Some(n)) = (bound, requested, c.since) {
-            v["since_ms"] = json!(since);
-            v["since_requested_ms"] = json!(asked);
-            v["count_since"] = json!(n);
-        }
+        let v = if let [c] = counts.as_slice() {
+            // One post: its count at the top level, as ever.
+            let mut v = json!({"post_id": a.post_ids[0], "count": c.total, "read_units": crate::serve::read_units(c.read_units, consistency), "applied_through": fresh});
+            if let (Some(since), Some(asked), Some(n)) = (bound, requested, c.since) {
+                v["since_ms"] = json!(since);
+                v["since_requested_ms"] = json!(asked);
+                v["count_since"] = json!(n);
+            }
+            v
+        } else {
+            let mut v = crate::serve::counts_json(&a.post_ids, requested, &counts, consistency);
+            v["applied_through"] = fresh;
+            v
+        };
         print_json(&v);
     } else {
-        match (bound, c.since) {
-            (Some(t), Some(n)) => println!(
-                "{}: {} likes ({n:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
-                a.post_id,
-                c.total,
-                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
-                humantime::format_duration(a.since.unwrap_or_default()),
-            ),
-            _ => println!("{}: {} likes", a.post_id, c.total),
+        for (id, c) in a.post_ids.iter().zip(&counts) {
+            match (bound, c.since) {
+                (Some(t), Some(n)) => println!(
+                    "{id}: {} likes ({n:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
+                    c.total,
+                    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
+                    humantime::format_duration(a.since.unwrap_or_default()),
+                ),
+                _ => println!("{id}: {} likes", c.total),
+            }
         }
         println!("{}", freshness_line("counted", &fresh));
     }
     Ok(())
 }
 
-/// How fresh an answer is, in words: `counted through records that arrived 3.2s ago`.
+/// How fresh an answer is, in words: how far behind the stream's tip (lag), and how long ago the
+/// last record applied arrived (a different figure: an idle stream is not lagging).
 fn freshness_line(what: &str, f: &serde_json::Value) -> String {
+    let ago =
+        |ms: i64| humantime::format_duration(Duration::from_millis(ms.max(0) as u64 / 1000 * 1000));
+    let last = f["since_last_record_ms"]
+        .as_i64()
+        .map(|ms| format!("; the last record {what} arrived {} ago", ago(ms)))
+        .unwrap_or_default();
     match f["lag_ms"].as_i64() {
-        Some(lag) => format!(
-            "({what} through records that arrived {} ago)",
-            humantime::format_duration(Duration::from_millis(lag as u64 / 100 * 100))
-        ),
-        None => format!("({what}: some shards have applied nothing yet)"),
+        Some(0) => format!("({what} to the stream's tip on every shard{last})"),
+        Some(lag) => format!("({what} up to {} behind the stream's tip{last})", ago(lag)),
+        None => format!("({what}: some shards have not been read yet{last})"),
     }
 }
 
 pub async fn total(b: &Backend, a: &JsonArgs) -> Result<()> {
     let t = b.counter.global_total().await?;
     if a.json {
-        let fresh = applied_through(b.leases.as_ref(), apps::COUNTER).await?;
+        let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::COUNTER).await?);
         print_json(&json!({"total": t, "applied_through": fresh}));
     } else {
         println!("{t} likes in total");
@@ -81,7 +103,7 @@ pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
     )
     .await?;
     if a.json {
-        let fresh = applied_through(b.leases.as_ref(), apps::ANALYTICS).await?;
+        let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::ANALYTICS).await?);
         print_json(&json!({
             "trending": top
                 .iter()
@@ -96,7 +118,7 @@ pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
         for (i, e) in top.iter().enumerate() {
             println!("{:>4}  {:<24} {:>12.2}", i + 1, e.post_id, e.score);
         }
-        let fresh = applied_through(b.leases.as_ref(), apps::ANALYTICS).await?;
+        let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::ANALYTICS).await?);
         println!("{}", freshness_line("analytics", &fresh));
     }
     Ok(())
@@ -211,19 +233,8 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
     let ls = b.leases.list_leases(&a.app).await?;
     let now = now_ms();
     if a.json {
-        let mut items = Vec::with_capacity(ls.len());
-        for l in &ls {
-            // A window applied in part (a crash or a lease move between its atomic writes).
-            let pending = match b.leases.shard_state(&a.app, &l.shard_id).await {
-                Ok(st) => st
-                    .pending
-                    .map(|p| json!({"end": p.end.to_string(), "first": p.first.as_ref().map(ToString::to_string), "horizon_ms": p.horizon_ms})),
-                Err(_) => None,
-            };
-            items.push(json!({"shard_id": l.shard_id, "owner": l.owner, "held": l.is_held(now), "epoch": l.epoch, "expires_ms": l.expires_ms,
-                   "checkpoint": l.checkpoint.as_ref().map(|c| c.to_string()), "pending": pending, "finished": l.finished, "parents": l.parents}));
-        }
-        print_json(&json!(items));
+        let listing = Listing::fetch(b.leases.as_ref(), &a.app).await?;
+        print_json(&crate::serve::freshness::lease_rows(&listing));
     } else {
         println!(
             "{:<22} {:<28} {:<6} {:<9} checkpoint",

@@ -1,83 +1,202 @@
-//! How far an app has applied the stream: every answer says how fresh it is.
+//! How far an app has applied the stream: every answer says how fresh it is — from one listing of
+//! the app's lease rows, refreshed in the background ([`Listings`]), so that an answer costs the
+//! same whatever the shard count.
+//!
+//! Two figures, each with its own name: **lag** is how far behind its shard's tip a reader is (as
+//! the lease holder reports it with each renewal: the stream's iterator age, 0 once a read comes
+//! back empty at the tip); the **time since the last record** is how long ago the latest applied
+//! record arrived, which on an idle stream grows while nothing is behind.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tally_consumer::worker::now_ms;
+use tally_core::apps;
 use tally_core::lease::Lease;
-use tally_core::ports::{LeaseStore, PortResult};
+use tally_core::ports::{LeaseStore, PortResult, ShardState};
+
+/// One listing of an app's lease rows: what every answer about that app reads until the next.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    pub app: String,
+    pub states: Vec<ShardState>,
+    /// When it was listed.
+    pub at_ms: i64,
+}
+
+impl Listing {
+    /// Lists `app`'s rows now (one store call).
+    pub async fn fetch(leases: &dyn LeaseStore, app: &str) -> PortResult<Listing> {
+        Ok(Listing {
+            app: app.to_owned(),
+            states: leases.list_states(app).await?,
+            at_ms: now_ms(),
+        })
+    }
+}
+
+/// The listings the read side answers from, one per app, each refreshed every `every` by one
+/// background task: requests never list the leases themselves.
+pub struct Listings {
+    by_app: HashMap<&'static str, RwLock<Arc<Listing>>>,
+    leases: Arc<dyn LeaseStore>,
+}
+
+/// How often `tally serve` lists the lease rows.
+pub const REFRESH: Duration = Duration::from_secs(1);
+
+impl Listings {
+    /// Lists both apps once (an unreachable store fails here, before serving), then refreshes in
+    /// the background until the returned handle is dropped.
+    pub async fn start(
+        leases: Arc<dyn LeaseStore>,
+        every: Duration,
+    ) -> PortResult<(Arc<Listings>, tokio::task::JoinHandle<()>)> {
+        let mut by_app = HashMap::new();
+        for app in [apps::COUNTER, apps::ANALYTICS] {
+            let l = Listing::fetch(leases.as_ref(), app).await?;
+            by_app.insert(app, RwLock::new(Arc::new(l)));
+        }
+        let this = Arc::new(Listings { by_app, leases });
+        let bg = this.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                bg.refresh().await;
+            }
+        });
+        Ok((this, task))
+    }
+
+    /// Lists every app again; a failed listing keeps the last one (its `at_ms` says how old).
+    pub async fn refresh(&self) {
+        for (app, slot) in &self.by_app {
+            match Listing::fetch(self.leases.as_ref(), app).await {
+                Ok(l) => {
+                    if let Ok(mut s) = slot.write() {
+                        *s = Arc::new(l);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(app, error = %e, "listing the lease rows failed; answers keep the last listing")
+                }
+            }
+        }
+    }
+
+    /// The latest listing of `app`.
+    pub fn get(&self, app: &str) -> Arc<Listing> {
+        self.by_app
+            .get(app)
+            .and_then(|s| s.read().ok().map(|l| l.clone()))
+            .unwrap_or_else(|| {
+                Arc::new(Listing {
+                    app: app.to_owned(),
+                    states: Vec::new(),
+                    at_ms: 0,
+                })
+            })
+    }
+}
 
 /// A shard's arrival clock: the latest arrival time of a record it has applied, if any.
 fn clock(l: &Lease) -> Option<i64> {
     (l.max_arrival != i64::MIN).then_some(l.max_arrival)
 }
 
+/// How far behind its tip a shard is: as its reader last reported (`None`: never reported), and
+/// when.
+fn lag(s: &ShardState) -> Option<(i64, i64)> {
+    s.progress.map(|p| (p.behind_ms, p.at_ms))
+}
+
 /// The smallest of the unfinished shards' values (all shards' largest when every one is
 /// finished); `None` while some unfinished shard has none.
-fn through<T>(rows: &[(Lease, T)], value: impl Fn(&Lease, &T) -> Option<i64>) -> Option<i64> {
-    let active: Vec<&(Lease, T)> = rows.iter().filter(|(l, _)| !l.finished).collect();
+fn through(states: &[ShardState], value: impl Fn(&ShardState) -> Option<i64>) -> Option<i64> {
+    let active: Vec<&ShardState> = states.iter().filter(|s| !s.lease.finished).collect();
     if active.is_empty() {
-        rows.iter().filter_map(|(l, t)| value(l, t)).max()
-    } else if active.iter().any(|(l, t)| value(l, t).is_none()) {
+        states.iter().filter_map(&value).max()
+    } else if active.iter().any(|s| value(s).is_none()) {
         None
     } else {
-        active.iter().filter_map(|(l, t)| value(l, t)).min()
+        active.iter().filter_map(|s| value(s)).min()
     }
 }
 
-/// How far `app` has applied the stream: every record that arrived up to `arrival_ms` on every
-/// shard still being read is applied (the smallest arrival clock of the unfinished shards), and
-/// how far that is behind now; for the counter also `event_ms`, the smallest of the shards'
-/// latest counted `created_at` (likes created after it may not be counted yet). Null while some
-/// unfinished shard has applied nothing. Per shard: `tally leases` and `/api/leases`.
-pub async fn applied_through(leases: &dyn LeaseStore, app: &str) -> PortResult<Value> {
-    let mut rows = Vec::new();
-    for l in leases.list_leases(app).await? {
-        let latest = match leases.shard_state(app, &l.shard_id).await {
-            Ok(st) => st.spent.latest_created_ms,
-            Err(_) => 0,
-        };
-        rows.push((l, latest));
-    }
-    let arrival = through(&rows, |l, _| clock(l));
+/// How far the listing's app has applied the stream:
+/// - `lag_ms`: how far behind the tip the most lagging unfinished shard's reader is (0: every
+///   shard read to its tip), as of `lag_reported_ms` (the oldest of those reports); null while
+///   some unfinished shard's reader has not reported;
+/// - `arrival_ms`: every record that arrived up to then is applied on every shard still being
+///   read, and `since_last_record_ms` how long ago that is (on an idle stream this grows while
+///   `lag_ms` stays 0);
+/// - for the counter `event_ms`, the smallest of the shards' latest counted `created_at`;
+/// - `listed_ms`: when the lease rows behind this answer were listed.
+///
+/// Per shard: `tally leases` and `/api/leases`.
+pub fn applied_through(l: &Listing) -> Value {
     let now = now_ms();
+    let arrival = through(&l.states, |s| clock(&s.lease));
+    let active: Vec<&ShardState> = l.states.iter().filter(|s| !s.lease.finished).collect();
+    let (lag_ms, reported) = if l.states.is_empty() || active.iter().any(|s| lag(s).is_none()) {
+        (None, None)
+    } else {
+        (
+            active
+                .iter()
+                .filter_map(|s| lag(s))
+                .map(|(b, _)| b)
+                .max()
+                .or(Some(0)),
+            active.iter().filter_map(|s| lag(s)).map(|(_, t)| t).min(),
+        )
+    };
     let mut v = json!({
-        "app": app,
+        "app": l.app,
+        "lag_ms": lag_ms,
+        "lag_reported_ms": reported,
         "arrival_ms": arrival,
-        "lag_ms": arrival.map(|t| (now - t).max(0)),
+        "since_last_record_ms": arrival.map(|t| (now - t).max(0)),
+        "listed_ms": l.at_ms,
         "at_ms": now,
     });
-    if app == tally_core::apps::COUNTER {
-        let event = through(&rows, |_, t| (*t > 0).then_some(*t));
+    if l.app == apps::COUNTER {
+        let latest =
+            |s: &ShardState| (s.spent.latest_created_ms > 0).then_some(s.spent.latest_created_ms);
+        let event = through(&l.states, latest);
         v["event_ms"] = json!(event);
         v["event_lag_ms"] = json!(event.map(|t| (now - t).max(0)));
     }
-    Ok(v)
+    v
 }
 
 /// Each shard's lease and progress, as JSON.
-pub async fn lease_rows(leases: &dyn LeaseStore, app: &str) -> PortResult<Value> {
+pub fn lease_rows(l: &Listing) -> Value {
     let now = now_ms();
-    let mut out = Vec::new();
-    for l in leases.list_leases(app).await? {
-        let pending = match leases.shard_state(app, &l.shard_id).await {
-            Ok(st) => st
-                .pending
-                .map(|p| json!({"end": p.end.to_string(), "first": p.first.as_ref().map(ToString::to_string), "horizon_ms": p.horizon_ms})),
-            Err(_) => None,
-        };
-        let c = clock(&l);
-        out.push(json!({
-            "shard_id": l.shard_id,
-            "owner": l.owner,
-            "held": l.is_held(now),
-            "epoch": l.epoch,
-            "expires_ms": l.expires_ms,
-            "checkpoint": l.checkpoint.as_ref().map(|c| c.to_string()),
-            "applied_arrival_ms": c,
-            "lag_ms": if l.finished { None } else { c.map(|t| (now - t).max(0)) },
-            "pending": pending,
-            "finished": l.finished,
-            "parents": l.parents,
-        }));
-    }
-    Ok(Value::Array(out))
+    let out: Vec<Value> = l
+        .states
+        .iter()
+        .map(|s| {
+            let l = &s.lease;
+            let c = clock(l);
+            json!({
+                "shard_id": l.shard_id,
+                "owner": l.owner,
+                "held": l.is_held(now),
+                "epoch": l.epoch,
+                "expires_ms": l.expires_ms,
+                "checkpoint": l.checkpoint.as_ref().map(|c| c.to_string()),
+                "applied_arrival_ms": c,
+                "lag_ms": if l.finished { Some(0) } else { lag(s).map(|(b, _)| b) },
+                "lag_reported_ms": lag(s).map(|(_, t)| t),
+                "since_last_record_ms": c.map(|t| (now - t).max(0)),
+                "pending": s.pending.as_ref().map(|p| json!({"end": p.end.to_string(), "first": p.first.as_ref().map(ToString::to_string), "horizon_ms": p.horizon_ms})),
+                "finished": l.finished,
+                "parents": l.parents,
+            })
+        })
+        .collect();
+    Value::Array(out)
 }

@@ -28,13 +28,37 @@ use crate::settings::Settings;
 pub mod freshness;
 pub mod prom;
 
-pub use freshness::applied_through;
+pub use freshness::{applied_through, Listing, Listings};
 
 /// What every route reads from.
 #[derive(Clone)]
 pub struct Ctx {
     pub backend: Backend,
     pub settings: Arc<Settings>,
+    /// The lease rows, listed in the background: freshness, leases and metrics read these.
+    pub listings: Arc<Listings>,
+}
+
+impl Ctx {
+    /// The context of a read side, its lease listings refreshed every [`freshness::REFRESH`]
+    /// until the returned task is aborted.
+    pub async fn start(
+        backend: Backend,
+        settings: &Settings,
+    ) -> Result<(Ctx, tokio::task::JoinHandle<()>)> {
+        let (listings, task) = Listings::start(backend.leases.clone(), freshness::REFRESH).await?;
+        let ctx = Ctx {
+            backend,
+            settings: Arc::new(settings.clone()),
+            listings,
+        };
+        Ok((ctx, task))
+    }
+
+    /// How fresh `app`'s answers are, from the latest listing.
+    pub fn fresh(&self, app: &str) -> Value {
+        applied_through(&self.listings.get(app))
+    }
 }
 
 /// An error answer: a status and a one-line message, as JSON.
@@ -69,6 +93,7 @@ pub fn router(ctx: Ctx) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/posts/{id}", get(post))
+        .route("/api/counts", get(counts_get).post(counts_post))
         .route("/api/total", get(total))
         .route("/api/trending", get(trending))
         .route("/api/top-liked", get(top_liked))
@@ -149,7 +174,7 @@ async fn post(
         "post_id": id,
         "count": now.total,
         "read_units": now.read_units,
-        "applied_through": applied_through(c.backend.leases.as_ref(), apps::COUNTER).await?,
+        "applied_through": c.fresh(apps::COUNTER),
     });
     // Counts are kept per minute: the bounds answered are the starts of the asked times' minutes.
     if let (Some(t), Some(n)) = (since_ms, now.since) {
@@ -168,10 +193,147 @@ async fn post(
     Ok(Json(v))
 }
 
+/// The ids of one counts call, checked: 1 to [`MAX_POSTS_PER_CALL`], each a valid post id (a
+/// bad one is named, with its place in the list).
+pub fn check_ids(ids: &[String]) -> std::result::Result<(), String> {
+    use tally_core::ports::MAX_POSTS_PER_CALL;
+    if ids.is_empty() {
+        return Err("`ids`: give at least one post id".into());
+    }
+    if ids.len() > MAX_POSTS_PER_CALL {
+        return Err(format!(
+            "`ids`: at most {MAX_POSTS_PER_CALL} post ids per call, got {}",
+            ids.len()
+        ));
+    }
+    for (i, id) in ids.iter().enumerate() {
+        tally_core::event::check_id("post_id", id).map_err(|e| {
+            format!(
+                "`ids`: {id:?} (id {} of {}) is not a post id: {e}",
+                i + 1,
+                ids.len()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// What reading `strong` read units' worth of items costs at `c`: half for eventually
+/// consistent reads (as a number of read units, which may be a half).
+pub fn read_units(strong: u64, c: tally_core::ports::Consistency) -> Value {
+    match c {
+        tally_core::ports::Consistency::Strong => json!(strong),
+        tally_core::ports::Consistency::Eventual => json!(strong as f64 / 2.0),
+    }
+}
+
+/// The answer to a counts call: one entry per id, in order, each as `/api/posts/{id}` answers a
+/// count (without the freshness, which is the call's), and the call's read units.
+pub fn counts_json(
+    ids: &[String],
+    since_ms: Option<i64>,
+    counts: &[tally_core::ports::PostCount],
+    c: tally_core::ports::Consistency,
+) -> Value {
+    let items: Vec<Value> = ids
+        .iter()
+        .zip(counts)
+        .map(|(id, n)| {
+            let mut v =
+                json!({"post_id": id, "count": n.total, "read_units": read_units(n.read_units, c)});
+            if let (Some(t), Some(since)) = (since_ms, n.since) {
+                v["count_since"] = json!(since);
+                v["since_ms"] = json!(minute_start(t));
+            }
+            v
+        })
+        .collect();
+    let units: u64 = counts.iter().map(|n| n.read_units).sum();
+    json!({
+        "counts": items,
+        "read_units": read_units(units, c),
+        "consistency": match c {
+            tally_core::ports::Consistency::Strong => "strong",
+            tally_core::ports::Consistency::Eventual => "eventual",
+        },
+    })
+}
+
+#[derive(Deserialize)]
+struct CountsParams {
+    /// Comma-separated post ids (GET).
+    ids: Option<String>,
+    since: Option<String>,
+    since_ms: Option<i64>,
+    /// `strong` (default) or `eventual`.
+    consistency: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CountsBody {
+    ids: Vec<String>,
+    since: Option<String>,
+    since_ms: Option<i64>,
+    consistency: Option<String>,
+}
+
+async fn counts_get(State(c): State<Ctx>, Query(p): Query<CountsParams>) -> ApiResult {
+    let ids: Vec<String> = match &p.ids {
+        Some(s) if !s.is_empty() => s.split(',').map(str::to_owned).collect(),
+        _ => Vec::new(),
+    };
+    counts(&c, ids, p.since, p.since_ms, p.consistency).await
+}
+
+async fn counts_post(
+    State(c): State<Ctx>,
+    body: std::result::Result<Json<CountsBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult {
+    let Json(b) = body.map_err(|e| {
+        bad_request(format!(
+            "expected a JSON object {{\"ids\": [\"p1\", …]}}: {}",
+            e.body_text()
+        ))
+    })?;
+    counts(&c, b.ids, b.since, b.since_ms, b.consistency).await
+}
+
+/// Many counts in one call: a feed page's posts, read side by side.
+async fn counts(
+    c: &Ctx,
+    ids: Vec<String>,
+    since: Option<String>,
+    since_ms: Option<i64>,
+    consistency: Option<String>,
+) -> ApiResult {
+    check_ids(&ids).map_err(bad_request)?;
+    let since_ms = match (&since, since_ms) {
+        (Some(s), _) => Some(duration_param("since", s)?),
+        (None, t) => t,
+    };
+    let consistency = match consistency.as_deref() {
+        None | Some("strong") => tally_core::ports::Consistency::Strong,
+        Some("eventual") => tally_core::ports::Consistency::Eventual,
+        Some(other) => {
+            return Err(bad_request(format!(
+                "`consistency` must be `strong` or `eventual`, got {other:?}"
+            )))
+        }
+    };
+    let n = c
+        .backend
+        .counter
+        .post_counts(&ids, since_ms, consistency)
+        .await?;
+    let mut v = counts_json(&ids, since_ms, &n, consistency);
+    v["applied_through"] = c.fresh(apps::COUNTER);
+    Ok(Json(v))
+}
+
 async fn total(State(c): State<Ctx>) -> ApiResult {
     Ok(Json(json!({
         "total": c.backend.counter.global_total().await?,
-        "applied_through": applied_through(c.backend.leases.as_ref(), apps::COUNTER).await?,
+        "applied_through": c.fresh(apps::COUNTER),
     })))
 }
 
@@ -194,7 +356,7 @@ async fn trending(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> ApiR
     .await?;
     Ok(Json(json!({
         "trending": top.iter().map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error})).collect::<Vec<_>>(),
-        "applied_through": applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?,
+        "applied_through": c.fresh(apps::ANALYTICS),
     })))
 }
 
@@ -213,7 +375,7 @@ async fn top_liked(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> Api
     }
     Ok(Json(json!({
         "top_liked": out,
-        "applied_through": applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?,
+        "applied_through": c.fresh(apps::ANALYTICS),
     })))
 }
 
@@ -246,7 +408,7 @@ async fn latency(State(c): State<Ctx>, Query(p): Query<LatencyParams>) -> ApiRes
     });
     let skip = w.windows.len().saturating_sub(200);
     v["per_window"] = serde_json::to_value(&w.windows[skip..]).map_err(internal)?;
-    v["applied_through"] = applied_through(c.backend.leases.as_ref(), apps::ANALYTICS).await?;
+    v["applied_through"] = c.fresh(apps::ANALYTICS);
     Ok(Json(v))
 }
 
@@ -264,42 +426,80 @@ async fn leases(State(c): State<Ctx>, Query(p): Query<LeasesParams>) -> ApiResul
             apps::ANALYTICS
         )));
     }
-    Ok(Json(
-        freshness::lease_rows(c.backend.leases.as_ref(), &app).await?,
-    ))
+    Ok(Json(freshness::lease_rows(&c.listings.get(&app))))
 }
 
 #[derive(Deserialize)]
 struct PageParams {
     limit: Option<usize>,
+    /// The `next` of the previous page.
+    after: Option<String>,
+    /// Gone: an offset reads every letter it skips.
     offset: Option<usize>,
 }
 
+/// A page cursor as the API hands it out: opaque (URL-safe base64 of the shard and the key).
+fn encode_cursor(c: &tally_core::ports::LetterCursor) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}\n{}", c.shard_id, c.key))
+}
+
+fn decode_cursor(s: &str) -> Option<tally_core::ports::LetterCursor> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (shard_id, key) = text.split_once('\n')?;
+    Some(tally_core::ports::LetterCursor {
+        shard_id: shard_id.to_owned(),
+        key: key.to_owned(),
+    })
+}
+
+/// Dead letters a page at a time, in key order: `limit` (1–1000) after the cursor `after`, and
+/// `next`, the cursor of the following page (null: the last page).
 async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiResult {
-    let (limit, offset) = (p.limit.unwrap_or(50), p.offset.unwrap_or(0));
-    if limit == 0 || limit > 10_000 {
-        return Err(bad_request("`limit` must be between 1 and 10000"));
+    let limit = p.limit.unwrap_or(50);
+    if limit == 0 || limit > 1_000 {
+        return Err(bad_request("`limit` must be between 1 and 1000"));
     }
+    if p.offset.is_some() {
+        return Err(bad_request(
+            "`offset` is not supported: pages follow one another by key — pass the previous page's `next` as `after`",
+        ));
+    }
+    let after = match &p.after {
+        None => None,
+        Some(s) => Some(decode_cursor(s).ok_or_else(|| {
+            bad_request("`after` is not a cursor this API handed out (a page's `next`)")
+        })?),
+    };
     let total = c.backend.counter.dead_letter_count().await?;
-    let page = c.backend.counter.dead_letters(offset + limit).await?;
+    let (page, next) = c
+        .backend
+        .counter
+        .dead_letter_page(after.as_ref(), limit)
+        .await?;
     let items: Vec<Value> = page
         .iter()
-        .skip(offset)
         .map(crate::commands::read::dead_letter_json)
         .collect();
-    Ok(Json(
-        json!({"total": total, "offset": offset, "limit": limit, "dead_letters": items}),
-    ))
+    Ok(Json(json!({
+        "total": total,
+        "limit": limit,
+        "dead_letters": items,
+        "next": next.as_ref().map(encode_cursor),
+    })))
 }
 
 /// What the counter's writes cost, from its shards' rows: write units by purpose (DynamoDB's
 /// rules; lease takes and renewals are the workers' own, in their `/metrics`), events counted,
 /// and units per like.
 async fn cost(State(c): State<Ctx>) -> ApiResult {
-    let leases = &c.backend.leases;
     let mut total = tally_core::ports::ShardTally::default();
-    for l in leases.list_leases(apps::COUNTER).await? {
-        total.merge(&leases.shard_state(apps::COUNTER, &l.shard_id).await?.spent);
+    for st in &c.listings.get(apps::COUNTER).states {
+        total.merge(&st.spent);
     }
     let units = crate::commands::consume::cost_json(&total.units);
     let per_like = (total.counted > 0).then(|| total.units.total() as f64 / total.counted as f64);
@@ -332,11 +532,11 @@ pub async fn ready_for(leases: &dyn tally_core::ports::LeaseStore, app: &str) ->
 
 /// `tally serve`: the read side until Ctrl-C or SIGTERM.
 pub async fn serve(s: &Settings, b: Backend, addr: SocketAddr) -> Result<()> {
-    let ctx = Ctx {
-        backend: b,
-        settings: Arc::new(s.clone()),
-    };
-    run(addr, router(ctx), crate::commands::shutdown_signal()).await
+    let listener = bind(addr).await?;
+    let (ctx, refresher) = Ctx::start(b, s).await?;
+    let served = serve_on(listener, router(ctx), crate::commands::shutdown_signal()).await;
+    refresher.abort();
+    served
 }
 
 /// `tally probe URL`: one GET (hyper's HTTP/1.1 client) bounded by 3 s; Ok only for status 200.

@@ -76,11 +76,15 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
     );
     let applied = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let lag = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let quiet = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let held = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let shards = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let now = now_ms();
     for app in [apps::COUNTER, apps::ANALYTICS] {
-        for l in b.leases.list_leases(app).await? {
+        // The background listing: a scrape costs no store call per shard.
+        let listing = c.listings.get(app);
+        for st in &listing.states {
+            let l = &st.lease;
             let shard = vec![
                 ("app".to_owned(), app.to_owned()),
                 ("shard".to_owned(), l.shard_id.clone()),
@@ -108,8 +112,13 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
             if l.max_arrival != i64::MIN {
                 applied.get_or_create(&shard).set(l.max_arrival);
                 if !l.finished {
-                    lag.get_or_create(&shard).set((now - l.max_arrival).max(0));
+                    quiet
+                        .get_or_create(&shard)
+                        .set((now - l.max_arrival).max(0));
                 }
+            }
+            if let (false, Some(p)) = (l.finished, st.progress) {
+                lag.get_or_create(&shard).set(p.behind_ms);
             }
         }
     }
@@ -120,8 +129,13 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
     );
     reg.register(
         "shard_lag_ms",
-        "How far behind now a shard's applied records are (ms)",
+        "How far behind its shard's tip the reader is, as its last lease renewal reported (ms; 0: read to the tip)",
         lag,
+    );
+    reg.register(
+        "shard_since_last_record_ms",
+        "How long ago the latest record a shard has applied arrived (ms; grows on an idle stream)",
+        quiet,
     );
     reg.register("leases_held", "Leases held, by app and worker", held);
     reg.register(

@@ -10,7 +10,10 @@ use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
 use tally_core::dead_letter::dead_letter_units;
-use tally_core::ports::{Applied, DedupStore, PostsApplied, StoredDedup, WindowRef, WindowRest};
+use tally_core::ports::{
+    Applied, Consistency, DedupStore, LetterCursor, PostsApplied, StoredDedup, WindowRef,
+    WindowRest,
+};
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::window::dedup_write_units;
 use tally_core::SeqNo;
@@ -226,6 +229,61 @@ impl DynamoStore {
         )))
     }
 
+    /// One Scan page of the dead-letters table (in the table's order), from `after`, of at most
+    /// `limit` letters (`None`: DynamoDB's page of 1 MB); and where the next page starts.
+    async fn scan_letters(
+        &self,
+        after: Option<&LetterCursor>,
+        limit: Option<usize>,
+    ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)> {
+        let start = after.map(|c| {
+            HashMap::from([
+                ("shard_id".to_owned(), s(&c.shard_id)),
+                ("seq".to_owned(), s(&c.key)),
+            ])
+        });
+        let resp = self
+            .client
+            .scan()
+            .table_name(self.table("dead-letters"))
+            .set_exclusive_start_key(start)
+            .set_limit(limit.map(|l| l.min(i32::MAX as usize) as i32))
+            .send()
+            .await
+            .map_err(|e| self.err("Scan", "dead-letters", e))?;
+        let mut out = Vec::new();
+        for i in resp.items() {
+            if let (Some(shard_id), Some((seq, gap))) = (
+                get_s(i, "shard_id"),
+                get_s(i, "seq").as_deref().and_then(DeadLetter::parse_key),
+            ) {
+                out.push(DeadLetter {
+                    shard_id,
+                    seq,
+                    gap,
+                    arrival_ms: get_n(i, "arrival_ms").unwrap_or(0),
+                    reason: get_s(i, "reason").unwrap_or_default(),
+                    data: i
+                        .get("data")
+                        .and_then(|v| v.as_b().ok())
+                        .map(|b| b.as_ref().to_vec())
+                        .unwrap_or_default(),
+                    size: get_n(i, "size").unwrap_or(0).max(0) as u64,
+                });
+            }
+        }
+        let next = resp
+            .last_evaluated_key()
+            .filter(|k| !k.is_empty())
+            .and_then(|k| {
+                Some(LetterCursor {
+                    shard_id: get_s(k, "shard_id")?,
+                    key: get_s(k, "seq")?,
+                })
+            });
+        Ok((out, next))
+    }
+
     pub(super) fn dead_letter_put(&self, d: &DeadLetter) -> PortResult<Put> {
         Put::builder()
             .table_name(self.table("dead-letters"))
@@ -402,24 +460,24 @@ impl CounterStore for DynamoStore {
         self.lease_write(fence, x, &extra, update).await
     }
 
-    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
-        let live = self
-            .post_items(post_id, "begins_with(sk, :a)", &[summary::LIVE_PREFIX])
-            .await?;
-        let since = match since_ms {
-            None => None,
-            Some(t) => {
-                let (hour_prefix, (lo, hi)) = summary::since_reads(t);
-                let hours = self
-                    .post_items(post_id, "begins_with(sk, :a)", &[hour_prefix.as_str()])
-                    .await?;
-                let days = self
-                    .post_items(post_id, "sk BETWEEN :a AND :b", &[lo.as_str(), hi.as_str()])
-                    .await?;
-                Some((t, hours, days))
-            }
-        };
-        Ok(summary::post_count(post_id, live, since))
+    async fn post_counts(
+        &self,
+        post_ids: &[String],
+        since_ms: Option<i64>,
+        consistency: Consistency,
+    ) -> PortResult<Vec<PostCount>> {
+        // Side by side, in order: a feed page costs about one round trip, not one per post.
+        type Fut<'a> =
+            std::pin::Pin<Box<dyn std::future::Future<Output = PortResult<PostCount>> + Send + 'a>>;
+        let reads: Vec<Fut<'_>> = post_ids
+            .iter()
+            .map(|id| Box::pin(self.one_count(id, since_ms, consistency)) as Fut<'_>)
+            .collect();
+        let counts: Vec<PortResult<PostCount>> = stream::iter(reads)
+            .buffered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        counts.into_iter().collect()
     }
 
     async fn global_total(&self) -> PortResult<i64> {
@@ -435,36 +493,10 @@ impl CounterStore for DynamoStore {
         let mut out = Vec::new();
         let mut start = None;
         loop {
-            let resp = self
-                .client
-                .scan()
-                .table_name(self.table("dead-letters"))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| self.err("Scan", "dead-letters", e))?;
-            for i in resp.items() {
-                if let (Some(shard_id), Some((seq, gap))) = (
-                    get_s(i, "shard_id"),
-                    get_s(i, "seq").as_deref().and_then(DeadLetter::parse_key),
-                ) {
-                    out.push(DeadLetter {
-                        shard_id,
-                        seq,
-                        gap,
-                        arrival_ms: get_n(i, "arrival_ms").unwrap_or(0),
-                        reason: get_s(i, "reason").unwrap_or_default(),
-                        data: i
-                            .get("data")
-                            .and_then(|v| v.as_b().ok())
-                            .map(|b| b.as_ref().to_vec())
-                            .unwrap_or_default(),
-                        size: get_n(i, "size").unwrap_or(0).max(0) as u64,
-                    });
-                }
-            }
-            match resp.last_evaluated_key() {
-                Some(k) if !k.is_empty() && out.len() < limit => start = Some(k.clone()),
+            let (page, next) = self.scan_letters(start.as_ref(), None).await?;
+            out.extend(page);
+            match next {
+                Some(k) if out.len() < limit => start = Some(k),
                 _ => break,
             }
         }
@@ -473,6 +505,14 @@ impl CounterStore for DynamoStore {
         });
         out.truncate(limit);
         Ok(out)
+    }
+
+    async fn dead_letter_page(
+        &self,
+        after: Option<&LetterCursor>,
+        limit: usize,
+    ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)> {
+        self.scan_letters(after, Some(limit)).await
     }
 
     async fn dead_letter_count(&self) -> PortResult<u64> {
@@ -499,23 +539,44 @@ impl CounterStore for DynamoStore {
 
 impl DynamoStore {
     /// The items of a post's partition matching a sort-key condition on `:a` (and `:b`).
+    /// A post's count: its live items, and for "since T" the hour and day archives, the three
+    /// Queries at once.
+    async fn one_count(
+        &self,
+        post: &str,
+        since_ms: Option<i64>,
+        c: Consistency,
+    ) -> PortResult<PostCount> {
+        let live = self.post_items(post, "begins_with(sk, :a)", &[summary::LIVE_PREFIX], c);
+        let since = match since_ms {
+            None => return Ok(summary::post_count(post, live.await?, None)),
+            Some(t) => t,
+        };
+        let (hour_prefix, (lo, hi)) = summary::since_reads(since);
+        let (hour_args, day_args) = ([hour_prefix.as_str()], [lo.as_str(), hi.as_str()]);
+        let hours = self.post_items(post, "begins_with(sk, :a)", &hour_args, c);
+        let days = self.post_items(post, "sk BETWEEN :a AND :b", &day_args, c);
+        let (live, hours, days) = futures_util::future::try_join3(live, hours, days).await?;
+        Ok(summary::post_count(post, live, Some((since, hours, days))))
+    }
+
     async fn post_items(
         &self,
         post: &str,
         sk_cond: &str,
         args: &[&str],
+        c: Consistency,
     ) -> PortResult<Vec<(String, Attrs)>> {
         let mut values = HashMap::from([(":p".to_owned(), s(post))]);
         for (name, v) in [":a", ":b"].iter().zip(args) {
             values.insert((*name).to_owned(), s(*v));
         }
         let items = self
-            .query_all(
+            .query_all_read(
                 "counts",
                 &format!("pk = :p AND {sk_cond}"),
                 values,
-                None,
-                None,
+                c == Consistency::Strong,
             )
             .await?;
         Ok(items

@@ -102,9 +102,31 @@ impl LeaseStore for DynamoStore {
         }
     }
 
-    async fn renew_lease(&self, fence: &Fence, expires_ms: i64) -> PortResult<()> {
+    async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
+        let items = self.partition("leases", "app", app).await?;
+        let mut out: Vec<ShardState> = items.iter().map(lease_from).collect();
+        out.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
+        Ok(out)
+    }
+
+    async fn renew_lease(
+        &self,
+        fence: &Fence,
+        expires_ms: i64,
+        progress: Option<ReadProgress>,
+    ) -> PortResult<()> {
         self.lease_update(fence, "", |x| {
-            format!("SET {} = {}", x.name("expires_ms"), x.val(n(expires_ms)))
+            let mut set = format!("SET {} = {}", x.name("expires_ms"), x.val(n(expires_ms)));
+            if let Some(p) = progress {
+                set.push_str(&format!(
+                    ", {} = {}, {} = {}",
+                    x.name("behind_ms"),
+                    x.val(n(p.behind_ms)),
+                    x.name("behind_at_ms"),
+                    x.val(n(p.at_ms))
+                ));
+            }
+            set
         })
         .await
     }

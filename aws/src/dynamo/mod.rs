@@ -32,7 +32,8 @@ use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
+    Pending, PortError, PortResult, PostCount, ReadProgress, ShardInfo, ShardState, ShardTally,
+    TrendingEntry,
 };
 use tally_core::Position;
 
@@ -191,6 +192,10 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
                 sp.units.add(p, v as u64);
             }
             sp
+        },
+        progress: match (get_n(item, "behind_ms"), get_n(item, "behind_at_ms")) {
+            (Some(behind_ms), Some(at_ms)) => Some(ReadProgress { at_ms, behind_ms }),
+            _ => None,
         },
     }
 }
@@ -379,7 +384,7 @@ impl DynamoStore {
             .map_err(|e| PortError::Invalid(e.to_string()))
     }
 
-    /// Every item of a Query, following pagination.
+    /// Every item of a Query, following pagination (strongly consistent).
     async fn query_all(
         &self,
         table: &str,
@@ -387,6 +392,31 @@ impl DynamoStore {
         values: HashMap<String, AttributeValue>,
         filter: Option<String>,
         projection: Option<&str>,
+    ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
+        self.query_pages(table, key_cond, values, filter, projection, true)
+            .await
+    }
+
+    /// Every item of a Query of a read answer, strongly or eventually consistent.
+    async fn query_all_read(
+        &self,
+        table: &str,
+        key_cond: &str,
+        values: HashMap<String, AttributeValue>,
+        consistent: bool,
+    ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
+        self.query_pages(table, key_cond, values, None, None, consistent)
+            .await
+    }
+
+    async fn query_pages(
+        &self,
+        table: &str,
+        key_cond: &str,
+        values: HashMap<String, AttributeValue>,
+        filter: Option<String>,
+        projection: Option<&str>,
+        consistent: bool,
     ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
         let mut out = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -399,7 +429,7 @@ impl DynamoStore {
                 .set_expression_attribute_values(Some(values.clone()))
                 .set_filter_expression(filter.clone())
                 .set_projection_expression(projection.map(str::to_owned))
-                .consistent_read(true)
+                .consistent_read(consistent)
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
-use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, StartPosition, Stream};
+use tally_core::ports::{
+    Fence, LeaseStore, PortError, ReadBatch, ReadProgress, StartPosition, Stream,
+};
 use tally_core::retry::Backoff;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;

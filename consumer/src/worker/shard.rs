@@ -26,6 +26,7 @@ pub(super) fn spawn_shard(
         idle_exit: idle_exit.clone(),
         stats: ShardStats::new(),
         metrics: metrics.clone(),
+        progress: Arc::default(),
     };
     let wake = wake.clone();
     let handle = tokio::spawn(
@@ -55,6 +56,8 @@ struct ShardTask {
     stats: ShardStats,
     /// The worker's lease metrics (renewals).
     metrics: Arc<LeaseMetrics>,
+    /// How far behind the tip the last read was: each renewal reports it with the lease.
+    progress: Arc<Mutex<Option<ReadProgress>>>,
 }
 
 impl ShardTask {
@@ -98,6 +101,7 @@ impl ShardTask {
             self.cfg.clone(),
             lost_tx,
             self.metrics.clone(),
+            self.progress.clone(),
         )));
         let fenced = PortError::Fenced {
             app: self.fence.app.clone(),
@@ -141,6 +145,9 @@ impl ShardTask {
             let read_started = Instant::now();
             let batch = self.read(reader.as_mut()).await?;
             processor.process(&batch, now_ms()).await?;
+            if self.note_progress(&batch) {
+                self.report_progress().await?;
+            }
             self.stats.observe(&batch);
             if self.stats.since.elapsed() >= self.cfg.stats_interval {
                 self.stats.report(&self.cfg, &self.fence.shard_id);
@@ -186,6 +193,51 @@ impl ShardTask {
         }
     }
 
+    /// Keeps how far behind the tip this read was, for the next renewal: 0 once a read comes back
+    /// empty at the tip (however long ago the last record arrived), else the stream's iterator
+    /// age; a read that says neither leaves the last report.
+    /// Returns whether the shard has just reached its tip (it was behind, or never reported).
+    fn note_progress(&self, batch: &ReadBatch) -> bool {
+        let behind = if batch.is_caught_up() {
+            Some(0)
+        } else {
+            batch.millis_behind_latest.map(|m| m.max(0))
+        };
+        let (Some(behind_ms), Ok(mut p)) = (behind, self.progress.lock()) else {
+            return false;
+        };
+        let reached = behind_ms == 0 && p.is_none_or(|r| r.behind_ms > 0);
+        *p = Some(ReadProgress {
+            at_ms: now_ms(),
+            behind_ms,
+        });
+        reached
+    }
+
+    /// Says at once, with a renewal, that the shard is read to its tip: readers of the lease rows
+    /// see the lag go to 0 now, not at the next renewal (which a short `--until-idle` run may not
+    /// reach). A failure other than a lost lease waits for the next renewal.
+    async fn report_progress(&self) -> Result<(), ConsumerError> {
+        let read = self.progress.lock().ok().and_then(|p| *p);
+        let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
+        match self
+            .deps
+            .leases
+            .renew_lease(&self.fence, expires, read)
+            .await
+        {
+            Ok(()) => {
+                self.metrics.renewed.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e @ PortError::Fenced { .. }) => Err(e.into()),
+            Err(e) => {
+                warn!(error = %e, "reporting the shard's progress failed; the next renewal will");
+                Ok(())
+            }
+        }
+    }
+
     /// Whether the stream answers but no longer lists this shard (a closed shard past retention),
     /// as opposed to a stream that is missing or unreachable.
     async fn gone_from_stream(&self) -> Result<bool, ConsumerError> {
@@ -227,11 +279,13 @@ async fn renew_loop(
     cfg: WorkerConfig,
     lost: watch::Sender<bool>,
     metrics: Arc<LeaseMetrics>,
+    progress: Arc<Mutex<Option<ReadProgress>>>,
 ) {
     loop {
         tokio::time::sleep(cfg.renew_interval).await;
         let expires = now_ms() + cfg.lease_duration.as_millis() as i64;
-        match leases.renew_lease(&fence, expires).await {
+        let read = progress.lock().ok().and_then(|p| *p);
+        match leases.renew_lease(&fence, expires, read).await {
             Ok(()) => {
                 metrics.renewed.fetch_add(1, Ordering::Relaxed);
             }

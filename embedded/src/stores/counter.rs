@@ -4,7 +4,10 @@
 use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
 use tally_core::dead_letter::dead_letter_units;
-use tally_core::ports::{Applied, DedupStore, PostsApplied, StoredDedup, WindowRef, WindowRest};
+use tally_core::ports::{
+    Applied, Consistency, DedupStore, LetterCursor, PostsApplied, StoredDedup, WindowRef,
+    WindowRest,
+};
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::window::dedup_write_units;
 
@@ -247,19 +250,32 @@ impl CounterStore for Embedded {
         .await
     }
 
-    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
-        let post = post_id.to_owned();
+    async fn post_counts(
+        &self,
+        post_ids: &[String],
+        since_ms: Option<i64>,
+        _consistency: Consistency,
+    ) -> PortResult<Vec<PostCount>> {
+        let posts = post_ids.to_vec();
         self.run(move |c| {
-            let live = query(c, &post, summary::LIVE_PREFIX, "L$")?;
-            let since = match since_ms {
-                None => None,
-                Some(t) => {
-                    let (hour_prefix, (day_lo, day_hi)) = summary::since_reads(t);
-                    let hours = query(c, &post, &hour_prefix, &format!("{hour_prefix}\u{10ffff}"))?;
-                    Some((t, hours, query(c, &post, &day_lo, &day_hi)?))
-                }
-            };
-            Ok(summary::post_count(&post, live, since))
+            // One read transaction: every count of the answer from one snapshot (SQLite's reads
+            // are always consistent; what DynamoDB would charge is computed the same way).
+            let tx = c.transaction().map_err(sql_err)?;
+            let mut out = Vec::with_capacity(posts.len());
+            for post in &posts {
+                let live = query(&tx, post, summary::LIVE_PREFIX, "L$")?;
+                let since = match since_ms {
+                    None => None,
+                    Some(t) => {
+                        let (hour_prefix, (day_lo, day_hi)) = summary::since_reads(t);
+                        let hours =
+                            query(&tx, post, &hour_prefix, &format!("{hour_prefix}\u{10ffff}"))?;
+                        Some((t, hours, query(&tx, post, &day_lo, &day_hi)?))
+                    }
+                };
+                out.push(summary::post_count(post, live, since));
+            }
+            Ok(out)
         })
         .await
     }
@@ -284,6 +300,36 @@ impl CounterStore for Embedded {
                     Some(DeadLetter { shard_id, seq, arrival_ms, reason, data, size: size.max(0) as u64, gap })
                 })
                 .collect())
+        })
+        .await
+    }
+
+    async fn dead_letter_page(
+        &self,
+        after: Option<&LetterCursor>,
+        limit: usize,
+    ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)> {
+        let (shard, key) = after.map_or((String::new(), String::new()), |c| {
+            (c.shard_id.clone(), c.key.clone())
+        });
+        self.run(move |c| {
+            let mut st = c.prepare_cached("SELECT shard_id, seq, arrival_ms, reason, data, size FROM dead_letters WHERE (shard_id, seq) > (?1, ?2) ORDER BY shard_id, seq LIMIT ?3").map_err(sql_err)?;
+            let rows = st
+                .query_map(params![shard, key, limit as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get::<_, i64>(5)?)))
+                .map_err(sql_err)?
+                .collect::<Result<Vec<(String, String, i64, String, Vec<u8>, i64)>, _>>()
+                .map_err(sql_err)?;
+            let next = (rows.len() == limit)
+                .then(|| rows.last().map(|r| LetterCursor { shard_id: r.0.clone(), key: r.1.clone() }))
+                .flatten();
+            let page = rows
+                .into_iter()
+                .filter_map(|(shard_id, key, arrival_ms, reason, data, size)| {
+                    let (seq, gap) = DeadLetter::parse_key(&key)?;
+                    Some(DeadLetter { shard_id, seq, arrival_ms, reason, data, size: size.max(0) as u64, gap })
+                })
+                .collect();
+            Ok((page, next))
         })
         .await
     }

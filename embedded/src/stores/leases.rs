@@ -77,13 +77,38 @@ impl LeaseStore for Embedded {
         .await
     }
 
-    async fn renew_lease(&self, fence: &Fence, expires_ms: i64) -> PortResult<()> {
+    async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
+        let app = app.to_owned();
+        self.run(move |c| {
+            let mut st = c
+                .prepare_cached(&format!(
+                    "SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 ORDER BY shard_id"
+                ))
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map([&app], read_state)
+                .map_err(sql_err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_err)?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn renew_lease(
+        &self,
+        fence: &Fence,
+        expires_ms: i64,
+        progress: Option<ReadProgress>,
+    ) -> PortResult<()> {
         let f = fence.clone();
+        let (behind, at) = (progress.map(|p| p.behind_ms), progress.map(|p| p.at_ms));
         self.run(move |c| {
             let n = c
                 .execute(
-                    "UPDATE leases SET expires_ms = ?1 WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5",
-                    params![expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64],
+                    "UPDATE leases SET expires_ms = ?1, behind_ms = COALESCE(?6, behind_ms), behind_at_ms = COALESCE(?7, behind_at_ms) \
+                     WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5",
+                    params![expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64, behind, at],
                 )
                 .map_err(sql_err)?;
             if n == 1 { Ok(()) } else { Err(PortError::Fenced { app: f.app, shard_id: f.shard_id }) }

@@ -13,7 +13,8 @@ use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ShardInfo, ShardState, ShardTally, TrendingEntry,
+    Pending, PortError, PortResult, PostCount, ReadProgress, ShardInfo, ShardState, ShardTally,
+    TrendingEntry,
 };
 use tally_core::{Position, SeqNo};
 
@@ -24,7 +25,7 @@ mod baselines;
 mod counter;
 mod leases;
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms";
 
 /// `ShardTally` as stored: a JSON object of write units by purpose name, and `counted`.
 pub(crate) fn spent_json(sp: &ShardTally) -> String {
@@ -80,6 +81,10 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
             None => None,
         },
         spent: spent_from(r.get(11)?),
+        progress: match (r.get::<_, Option<i64>>(13)?, r.get::<_, Option<i64>>(14)?) {
+            (Some(behind_ms), Some(at_ms)) => Some(ReadProgress { at_ms, behind_ms }),
+            _ => None,
+        },
     })
 }
 
