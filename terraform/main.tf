@@ -19,6 +19,10 @@ locals {
   # asks it there; nothing outside the task can reach it (no inbound rule).
   health_port = 9100
 
+  # The read side: the port `tally serve` listens on in its task, and the load balancer's.
+  serve_port          = 8080
+  serve_listener_port = var.serve_certificate_arn == "" ? 80 : 443
+
   # The environment every tally task gets (each key is a tally setting; tests/terraform.rs checks).
   # One value decides both when ECS kills a task and how long tally flushes before it gives up:
   # the flush gets the stop timeout less 10 s, which leaves room to release the leases.

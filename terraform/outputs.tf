@@ -77,3 +77,8 @@ output "fan_out_consumers" {
   description = "Enhanced fan-out consumers by application (those with read mode \"efo\")."
   value       = { for app, c in aws_kinesis_stream_consumer.app : app => c.arn }
 }
+
+output "serve_url" {
+  description = "Where apps read counts: the read side's internal load balancer (GET /api/counts?ids=…)."
+  value       = "${var.serve_certificate_arn == "" ? "http" : "https"}://${aws_lb.serve.dns_name}"
+}

@@ -243,3 +243,64 @@ variable "analytics_read_mode" {
     error_message = "analytics_read_mode must be \"polling\" or \"efo\"."
   }
 }
+
+variable "serve_tasks" {
+  description = "How many `tally serve` tasks (the read side) run: at least min, scaled up to max on requests per task."
+  type = object({
+    min = number
+    max = number
+  })
+  default = { min = 2, max = 10 }
+  validation {
+    condition     = var.serve_tasks.min >= 1 && var.serve_tasks.max >= var.serve_tasks.min
+    error_message = "serve_tasks needs min >= 1 and max >= min."
+  }
+}
+
+variable "serve_task_size" {
+  description = "Fargate CPU units and memory (MiB) of a `tally serve` task."
+  type = object({
+    cpu    = number
+    memory = number
+  })
+  default = { cpu = 256, memory = 512 }
+  validation {
+    condition     = contains([256, 512, 1024, 2048, 4096, 8192, 16384], var.serve_task_size.cpu) && var.serve_task_size.memory >= 512
+    error_message = "serve_task_size cpu must be a Fargate size (256 … 16384) and memory at least 512 MiB."
+  }
+}
+
+variable "serve_requests_per_task" {
+  description = "Load balancer requests per minute per `tally serve` task that autoscaling aims at."
+  type        = number
+  default     = 6000
+  validation {
+    condition     = var.serve_requests_per_task > 0
+    error_message = "serve_requests_per_task must be positive."
+  }
+}
+
+variable "serve_allowed_cidrs" {
+  description = "Networks that may reach the read side's internal load balancer (the apps that show counts)."
+  type        = list(string)
+  validation {
+    condition     = length(var.serve_allowed_cidrs) > 0 && alltrue([for c in var.serve_allowed_cidrs : can(cidrhost(c, 0)) && c != "0.0.0.0/0"])
+    error_message = "serve_allowed_cidrs must be one or more CIDR blocks, and not 0.0.0.0/0: the read side is internal."
+  }
+}
+
+variable "serve_certificate_arn" {
+  description = "ACM certificate of the read side's HTTPS listener; empty: plain HTTP on port 80 inside the VPC."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.serve_certificate_arn == "" || can(regex("^arn:aws[a-z-]*:acm:", var.serve_certificate_arn))
+    error_message = "serve_certificate_arn must be an ACM certificate ARN, or empty."
+  }
+}
+
+variable "serve_access_logs_bucket" {
+  description = "S3 bucket for the read side's load balancer access logs; empty: none."
+  type        = string
+  default     = ""
+}

@@ -172,6 +172,28 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
         };
         assert_eq!(kms, set(&[expected]), "{role}");
     }
+    // The read side reads the tables and checks the stream, nothing more (no records, no key).
+    let serve = policy_actions(&bodies, "serve");
+    assert_eq!(
+        only(&serve, "kinesis"),
+        set(tally_aws::KINESIS_SERVE_ACTIONS)
+    );
+    assert_eq!(
+        only(&serve, "dynamodb"),
+        set(tally_aws::DYNAMODB_SERVE_ACTIONS)
+    );
+    assert_eq!(
+        serve.len(),
+        tally_aws::KINESIS_SERVE_ACTIONS.len() + tally_aws::DYNAMODB_SERVE_ACTIONS.len()
+    );
+    for a in &serve {
+        assert!(
+            ["Describe", "Get", "Query", "Scan"]
+                .iter()
+                .any(|r| a.contains(r)),
+            "the read side only reads: {a}"
+        );
+    }
     // The workers never scan: listing dead letters is the operator's.
     assert!(!tally_aws::DYNAMODB_COUNTER_ACTIONS.contains(&"dynamodb:Scan"));
     assert!(!tally_aws::DYNAMODB_ANALYTICS_ACTIONS.contains(&"dynamodb:Scan"));
@@ -254,6 +276,8 @@ fn the_grants_are_the_code_s_calls() {
         tally_aws::DYNAMODB_ANALYTICS_ACTIONS,
         tally_aws::DYNAMODB_PRODUCER_ACTIONS,
         tally_aws::DYNAMODB_OPERATOR_ACTIONS,
+        tally_aws::KINESIS_SERVE_ACTIONS,
+        tally_aws::DYNAMODB_SERVE_ACTIONS,
     ]
     .iter()
     .flat_map(|a| a.iter().map(|s| s.to_string()))
@@ -736,4 +760,75 @@ fn alarms_on_tally_metrics_use_what_the_workers_emit() {
         );
     }
     assert!(single >= 1, "the like latency alarm");
+}
+
+/// The read side is deployed: `tally serve` as its own ECS service behind an internal load
+/// balancer that health-checks `/healthz`, reachable from the load balancer only, scaled on
+/// requests per task, its address an output.
+#[test]
+fn the_read_side_is_deployed_behind_an_internal_load_balancer() {
+    let bodies = terraform();
+    let lb = resource(&bodies, "aws_lb", "serve");
+    assert_eq!(attr_text(lb, "internal").as_deref(), Some("true"));
+    assert_eq!(
+        attr_text(lb, "drop_invalid_header_fields").as_deref(),
+        Some("true")
+    );
+    let tg = resource(&bodies, "aws_lb_target_group", "serve");
+    let hc = tg
+        .body()
+        .blocks()
+        .find(|b| b.identifier() == "health_check")
+        .unwrap();
+    assert_eq!(attr_text(hc, "path").as_deref(), Some("\"/healthz\""));
+    assert_eq!(attr_text(tg, "target_type").as_deref(), Some("\"ip\""));
+    let svc = resource(&bodies, "aws_ecs_service", "serve");
+    for b in [
+        "load_balancer",
+        "network_configuration",
+        "deployment_circuit_breaker",
+    ] {
+        assert!(has_block(svc, b), "the serve service has {b}");
+    }
+    let td = resource(&bodies, "aws_ecs_task_definition", "serve");
+    assert!(attr_text(td, "task_role_arn")
+        .unwrap()
+        .contains("aws_iam_role.serve"));
+    let serve_tf = text("serve.tf");
+    assert!(serve_tf
+        .contains("[\"serve\", \"--log-json\", \"--addr\", \"0.0.0.0:${local.serve_port}\"]"));
+    assert!(serve_tf.contains("\"probe\", \"http://127.0.0.1:${local.serve_port}/healthz\""));
+    // The tasks admit the load balancer only; the load balancer the readers' networks only.
+    let tasks_sg = resource(&bodies, "aws_security_group", "serve");
+    let ingress: Vec<&Block> = tasks_sg
+        .body()
+        .blocks()
+        .filter(|b| b.identifier() == "ingress")
+        .collect();
+    assert_eq!(ingress.len(), 1);
+    assert!(attr_text(ingress[0], "cidr_blocks").is_none());
+    assert!(attr_text(ingress[0], "security_groups")
+        .unwrap()
+        .contains("aws_security_group.serve_lb.id"));
+    let lb_sg = resource(&bodies, "aws_security_group", "serve_lb");
+    let lb_in = lb_sg
+        .body()
+        .blocks()
+        .find(|b| b.identifier() == "ingress")
+        .unwrap();
+    assert_eq!(
+        attr_text(lb_in, "cidr_blocks").as_deref(),
+        Some("var.serve_allowed_cidrs")
+    );
+    assert!(serve_tf.contains("predefined_metric_type = \"ALBRequestCountPerTarget\""));
+    let outputs: BTreeSet<String> = blocks(&bodies, "output")
+        .map(|o| o.labels()[0].as_str().to_owned())
+        .collect();
+    assert!(outputs.contains("serve_url"));
+    // The port the container serves on is the target group's and the health check's.
+    let port = match local(&bodies, "serve_port") {
+        Expression::Number(n) => n.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(port, "8080");
 }

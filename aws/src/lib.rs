@@ -68,6 +68,15 @@ pub const DYNAMODB_COUNTER_ACTIONS: &[&str] = &[
 pub const DYNAMODB_ANALYTICS_ACTIONS: &[&str] = DYNAMODB_COUNTER_ACTIONS;
 /// DynamoDB actions a producer needs (the start-up check that the tables exist).
 pub const DYNAMODB_PRODUCER_ACTIONS: &[&str] = &["dynamodb:DescribeTable"];
+/// What `tally serve` calls on Kinesis: the start-up check only (the read side reads no records).
+pub const KINESIS_SERVE_ACTIONS: &[&str] = &["kinesis:DescribeStreamSummary"];
+/// DynamoDB reads of `tally serve`: counts, totals, leases, analytics, and dead letters (Scan).
+pub const DYNAMODB_SERVE_ACTIONS: &[&str] = &[
+    "dynamodb:DescribeTable",
+    "dynamodb:GetItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+];
 /// What an operator's reading commands call on Kinesis (`record` reads the stream by polling).
 pub const KINESIS_OPERATOR_ACTIONS: &[&str] = &[
     "kinesis:DescribeStreamSummary",
