@@ -61,7 +61,7 @@ pub struct Cli {
     /// How much to log: error, warn, info, debug, trace, or a filter such as
     /// `tally_consumer=debug` [default: info for count and analytics, warn otherwise; RUST_LOG or
     /// TALLY_LOG when set].
-    #[arg(long, global = true, help_heading = GLOBAL, value_name = "LEVEL")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "LEVEL", value_parser = log_filter)]
     pub log_level: Option<String>,
     #[command(subcommand)]
     pub command: Command,
@@ -304,14 +304,14 @@ pub struct ConsumeArgs {
     #[arg(long)]
     pub json: bool,
     /// Serve this worker's /metrics (Prometheus), /healthz and /readyz on this address.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = socket_addr)]
     pub http: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Where to listen (port 0: any free port; the address is printed).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
 }
 
@@ -337,7 +337,7 @@ pub struct QueryArgs {
 #[derive(Args, Debug)]
 pub struct TopArgs {
     /// How many posts to list (1–1000).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    #[arg(short, long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub k: u16,
     /// Print JSON.
     #[arg(long)]
@@ -460,4 +460,30 @@ pub fn since_duration(s: &str) -> Result<std::time::Duration, String> {
         Ok(_) => Err("must be longer than 0 (e.g. 15m, 2h, 7d)".into()),
         Err(e) => Err(format!("must be a duration like 15m or 2h: {e}")),
     }
+}
+
+/// `HOST:PORT` as a socket address: an IP address, or a host name resolved now (`localhost:8080`).
+pub fn socket_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let hint = "expected HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080";
+    match s.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{s:?} names no address ({hint})")),
+        Err(e) => Err(format!("{hint}: {e}")),
+    }
+}
+
+/// A `--log-level` value: a level, or a filter of `target=level` directives. A word that is
+/// neither (`verbose`) would be taken as a target name and silently turn logging off.
+pub fn log_filter(s: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+    for d in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "{d:?} is not a level (error, warn, info, debug, trace, off) nor a directive such as tally_consumer=debug"
+            ));
+        }
+    }
+    Ok(s.to_owned())
 }

@@ -23,6 +23,16 @@ pub enum BackendKind {
     Aws,
 }
 
+impl std::fmt::Display for BackendKind {
+    /// As the setting is written: `embedded`, `aws`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendKind::Embedded => "embedded",
+            BackendKind::Aws => "aws",
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for BackendKind {
     /// By name, and an unknown name is answered with the valid ones.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

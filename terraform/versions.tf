@@ -4,8 +4,9 @@ terraform {
   required_providers {
     aws = {
       source = "hashicorp/aws"
-      # One major version: a new major is an upgrade someone reads the notes of.
-      version = "~> 6.0"
+      # One release, the one .terraform.lock.hcl holds the published checksums of: `terraform
+      # init` verifies the provider it downloads (an upgrade changes both, deliberately).
+      version = "6.28.0"
     }
   }
 }

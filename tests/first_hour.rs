@@ -484,3 +484,50 @@ fn a_worker_s_http_address_in_use_stops_it_at_start() {
         );
     }
 }
+
+/// Flags a new user gets wrong are refused or taken as meant: `--log-level verbose` is no level
+/// (it used to turn logging off), `--addr` takes a host name, `top` has `-k`.
+#[test]
+fn flags_say_what_they_take() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let out = t.fail(&["--log-level", "verbose", "total"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("\"verbose\" is not a level") && err.contains("debug"),
+        "{err}"
+    );
+    t.run(&["--log-level", "debug", "total"]);
+    t.run(&["--log-level", "warn,tally_consumer=debug", "total"]);
+    assert!(!t.run(&["top", "-k", "3"]).is_empty());
+    let err = stderr(&t.fail(&["serve", "--addr", "localhost"], &[]));
+    assert!(err.contains("HOST:PORT"), "{err}");
+    let mut serve = t.cmd(&["serve", "--addr", "localhost:0"]);
+    serve.stderr(Stdio::piped());
+    let mut child = serve.spawn().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    let start = std::time::Instant::now();
+    let served = |s: &str| {
+        s.split("serving on http://")
+            .nth(1)
+            .is_some_and(|r| r.contains('/'))
+    };
+    while !served(&seen) && start.elapsed() < Duration::from_secs(20) {
+        let mut buf = [0u8; 256];
+        match std::io::Read::read(&mut err, &mut buf) {
+            Ok(0) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("reading serve's stderr: {e}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    let status = child.try_wait().ok().flatten();
+    child.kill().ok();
+    child.wait().ok();
+    assert!(
+        seen.contains("serving on http://127.0.0.1:"),
+        "{seen:?} {status:?}"
+    );
+}

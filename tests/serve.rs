@@ -270,6 +270,18 @@ fn the_api_answers_a_known_store(t: Target) {
         }
     }
     assert_eq!(seen.len(), exp.malformed);
+    // Every error is JSON naming what is wrong: a bad query string, an unknown path.
+    let (status, body) = get(&addr, "/api/trending?k=abc");
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        v["error"].as_str().unwrap().contains("bad query string"),
+        "{body}"
+    );
+    let (status, body) = get(&addr, "/api/nope");
+    assert_eq!(status, 404, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("/api/nope"), "{body}");
     let (status, body) = get(&addr, "/api/dead-letters?offset=1");
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("`after`"), "{body}");

@@ -538,9 +538,45 @@ fn state_pins_and_ignores() {
     assert!(example.contains("use_lockfile = true") && example.contains("encrypt = true"));
     let versions = text("versions.tf");
     assert!(
-        versions.contains("version = \"~> 6.0\""),
-        "one major version of the provider"
+        versions.contains("version = \"6.28.0\""),
+        "one release of the provider, pinned"
     );
+    // The lock file is committed and pins that release with its published checksums, so that
+    // `terraform init` verifies the provider it downloads.
+    let lock: Body = hcl::from_str(&text(".terraform.lock.hcl")).unwrap();
+    let provider = lock
+        .blocks()
+        .find(|b| b.identifier() == "provider")
+        .expect("a provider in the lock file");
+    assert_eq!(
+        provider.labels()[0].as_str(),
+        "registry.terraform.io/hashicorp/aws"
+    );
+    assert_eq!(
+        attr_text(provider, "version").as_deref(),
+        Some("\"6.28.0\"")
+    );
+    assert_eq!(
+        attr_text(provider, "constraints").as_deref(),
+        Some("\"6.28.0\"")
+    );
+    let hashes: Vec<String> = match provider
+        .body()
+        .attributes()
+        .find(|a| a.key() == "hashes")
+        .map(|a| a.expr().clone())
+    {
+        Some(Expression::Array(a)) => a.iter().map(string).collect(),
+        other => panic!("hashes: {other:?}"),
+    };
+    assert!(hashes.len() >= 10, "{hashes:?}");
+    for h in &hashes {
+        let hex = h
+            .strip_prefix("zh:")
+            .or_else(|| h.strip_prefix("h1:"))
+            .unwrap_or("");
+        assert!(!hex.is_empty(), "a hash is zh: or h1:, got {h}");
+    }
     assert!(versions.contains("required_version = \">= 1.10.0\""));
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     for (file, entries) in [

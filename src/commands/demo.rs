@@ -89,7 +89,7 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
     let b = Backend::open(s).await?;
     if !a.json {
         eprintln!(
-            "demo: {} events over {} posts on {} shards ({:?} backend)",
+            "demo: {} events over {} posts on {} shards ({} backend)",
             a.events, s.producer.posts, s.shards, s.backend
         );
     }

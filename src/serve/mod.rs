@@ -104,7 +104,41 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .fallback(not_found)
         .with_state(ctx)
+}
+
+/// An unknown path: a JSON error naming it, as every other error of the API.
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such path: {} (the API is under /api/: posts/ID, counts, total, trending, top-liked, latency, leases, dead-letters, cost; and /metrics, /healthz, /readyz, /)",
+            uri.path()
+        ),
+    )
+}
+
+/// A query string, or a 400 in JSON naming what is wrong with it (axum's own answer is plain
+/// text).
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for ApiQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> std::result::Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => Err(bad_request(format!("bad query string: {}", e.body_text()))),
+        }
+    }
 }
 
 /// Binds `addr` and serves `router` until `shutdown`; prints the address it listens on.
@@ -161,7 +195,7 @@ fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
 async fn post(
     State(c): State<Ctx>,
     Path(id): Path<String>,
-    Query(p): Query<PostParams>,
+    ApiQuery(p): ApiQuery<PostParams>,
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
     let since_ms = match (&p.since, p.since_ms) {
@@ -207,12 +241,9 @@ pub fn check_ids(ids: &[String]) -> std::result::Result<(), String> {
         ));
     }
     for (i, id) in ids.iter().enumerate() {
-        tally_core::event::check_id("post_id", id).map_err(|e| {
-            format!(
-                "`ids`: {id:?} (id {} of {}) is not a post id: {e}",
-                i + 1,
-                ids.len()
-            )
+        tally_core::event::check_id("post_id", id).map_err(|e| match ids.len() {
+            1 => format!("`ids`: {id:?} is not a post id: {e}"),
+            n => format!("`ids`: {id:?} (id {} of {n}) is not a post id: {e}", i + 1),
         })?;
     }
     Ok(())
@@ -277,7 +308,7 @@ struct CountsBody {
     consistency: Option<String>,
 }
 
-async fn counts_get(State(c): State<Ctx>, Query(p): Query<CountsParams>) -> ApiResult {
+async fn counts_get(State(c): State<Ctx>, ApiQuery(p): ApiQuery<CountsParams>) -> ApiResult {
     let ids: Vec<String> = match &p.ids {
         Some(s) if !s.is_empty() => s.split(',').map(str::to_owned).collect(),
         _ => Vec::new(),
@@ -342,7 +373,7 @@ struct TrendingParams {
     k: Option<usize>,
 }
 
-async fn trending(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> ApiResult {
+async fn trending(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) -> ApiResult {
     let k = p.k.unwrap_or(10);
     if k == 0 || k > 1_000 {
         return Err(bad_request("`k` must be between 1 and 1000"));
@@ -362,7 +393,7 @@ async fn trending(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> ApiR
 
 /// All-time most liked: the analytics sketch ranks (bounded memory), the counter gives each
 /// post's exact count.
-async fn top_liked(State(c): State<Ctx>, Query(p): Query<TrendingParams>) -> ApiResult {
+async fn top_liked(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) -> ApiResult {
     let k = p.k.unwrap_or(10);
     if k == 0 || k > 1_000 {
         return Err(bad_request("`k` must be between 1 and 1000"));
@@ -385,7 +416,7 @@ struct LatencyParams {
     since: Option<String>,
 }
 
-async fn latency(State(c): State<Ctx>, Query(p): Query<LatencyParams>) -> ApiResult {
+async fn latency(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LatencyParams>) -> ApiResult {
     let since = match (&p.since, p.since_ms) {
         (Some(s), _) => duration_param("since", s)?,
         (None, t) => t.unwrap_or(0),
@@ -417,7 +448,7 @@ struct LeasesParams {
     app: Option<String>,
 }
 
-async fn leases(State(c): State<Ctx>, Query(p): Query<LeasesParams>) -> ApiResult {
+async fn leases(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LeasesParams>) -> ApiResult {
     let app = p.app.unwrap_or_else(|| apps::COUNTER.to_owned());
     if app != apps::COUNTER && app != apps::ANALYTICS {
         return Err(bad_request(format!(
@@ -459,7 +490,7 @@ fn decode_cursor(s: &str) -> Option<tally_core::ports::LetterCursor> {
 
 /// Dead letters a page at a time, in key order: `limit` (1–1000) after the cursor `after`, and
 /// `next`, the cursor of the following page (null: the last page).
-async fn dead_letters(State(c): State<Ctx>, Query(p): Query<PageParams>) -> ApiResult {
+async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -> ApiResult {
     let limit = p.limit.unwrap_or(50);
     if limit == 0 || limit > 1_000 {
         return Err(bad_request("`limit` must be between 1 and 1000"));
