@@ -281,7 +281,7 @@ pub struct ReplayArgs {
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Output NDJSON file (a name ending in .gz compresses it).
+    /// Output NDJSON file (a name ending in .gz compresses it; `-`: standard output).
     pub file: PathBuf,
     /// Print the summary as JSON.
     #[arg(long)]

@@ -119,11 +119,25 @@ async fn run(cli: Cli) -> Result<()> {
             | Command::Leases(_)
             | Command::Serve(_)
     );
+    if let Command::Replay(a) = &cli.command {
+        // Before anything is created: a mistyped file name leaves no new store behind.
+        commands::produce::check_replay_file(&a.file)?;
+    }
+    let creates = !reads
+        && settings.backend == settings::BackendKind::Embedded
+        && !settings.data_dir.join(tally_embedded::DB_FILE).exists();
     let b = if reads {
         Backend::open_existing(&settings).await?
     } else {
         Backend::open(&settings).await?
     };
+    if creates {
+        // A mistyped --data-dir should not look like the store that was meant.
+        eprintln!(
+            "created a new store at {}",
+            settings.data_dir.join(tally_embedded::DB_FILE).display()
+        );
+    }
     match &cli.command {
         Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
         Command::Replay(a) => commands::produce::run_replay(&settings, &b, a).await,

@@ -531,3 +531,69 @@ fn flags_say_what_they_take() {
         "{seen:?} {status:?}"
     );
 }
+
+/// `tally record -` writes the stream to standard output, so that `record - | replay -` copies a
+/// stream; its summary goes to stderr and no file named `-` appears.
+#[test]
+fn record_to_standard_output_pipes_into_replay() {
+    let (a, b) = (Target::embedded(), Target::embedded());
+    a.run(&["setup", "--shards", "2"]);
+    b.run(&["setup", "--shards", "2"]);
+    let path = a.dir.path().join("likes.ndjson");
+    let mut f = std::fs::File::create(&path).unwrap();
+    for i in 0..50 {
+        writeln!(
+            f,
+            "{}",
+            like(&format!("e{i}"), &format!("p{}", i % 5), "u", now_ms())
+        )
+        .unwrap();
+    }
+    drop(f);
+    a.run(&["replay", path.to_str().unwrap()]);
+    let out = common::output(a.cmd(&["record", "-"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 50);
+    assert!(stderr(&out).contains("recorded 50 records to standard output"));
+    assert!(!std::env::current_dir().unwrap().join("-").exists());
+    let mut replay = b.cmd(&["replay", "-"]);
+    replay.stdin(Stdio::piped());
+    let mut child = replay.stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    assert!(child.wait().unwrap().success());
+    b.run(&["count", "--until-idle"]);
+    assert_eq!(b.json(&["total", "--json"])["total"], 50);
+}
+
+/// `replay` of a file that is not there (or is a directory) fails naming it and creates nothing;
+/// a writer that does create a store says where.
+#[test]
+fn replay_checks_its_file_before_creating_anything() {
+    let t = Target::embedded();
+    let db = t.dir.path().join("tally.db");
+    let missing = t.dir.path().join("missing.ndjson");
+    let err = stderr(&t.fail(&["replay", missing.to_str().unwrap()], &[]));
+    assert!(
+        err.contains("cannot read") && err.contains("missing.ndjson"),
+        "{err}"
+    );
+    assert!(!db.exists(), "no store was created");
+    let err = stderr(&t.fail(&["replay", t.dir.path().to_str().unwrap()], &[]));
+    assert!(
+        err.contains("is a directory: expected an NDJSON file"),
+        "{err}"
+    );
+    assert!(!db.exists());
+    let path = t.dir.path().join("one.ndjson");
+    std::fs::write(&path, format!("{}\n", like("e1", "p1", "u1", now_ms()))).unwrap();
+    let out = common::output(t.cmd(&["replay", path.to_str().unwrap()]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("created a new store at"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(db.exists());
+    let out = common::output(t.cmd(&["replay", path.to_str().unwrap()]));
+    assert!(!stderr(&out).contains("created a new store"), "only once");
+}

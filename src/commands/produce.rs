@@ -201,6 +201,25 @@ impl Iterator for ReplayLines {
     }
 }
 
+/// That `tally replay` can read `file` (`-`: standard input): a missing file or a directory is an
+/// error naming the path and what was expected, before any store is opened.
+pub fn check_replay_file(file: &Path) -> Result<()> {
+    if file == Path::new("-") {
+        return Ok(());
+    }
+    match std::fs::metadata(file) {
+        Ok(m) if m.is_dir() => anyhow::bail!(
+            "{} is a directory: expected an NDJSON file (.gz too), or - for standard input",
+            file.display()
+        ),
+        Ok(_) => Ok(()),
+        Err(e) => anyhow::bail!(
+            "cannot read {}: {e} (expected an NDJSON file, .gz too, or - for standard input)",
+            file.display()
+        ),
+    }
+}
+
 pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Result<()> {
     // A file is read once first: for the progress bar's length, and so that a file that cannot
     // be read (a truncated .gz) fails before anything is put. Standard input is read once.

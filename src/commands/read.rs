@@ -259,8 +259,16 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
 /// Writes every record of the stream, parents before children, one line per record.
 pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     let shards = b.stream.list_shards().await?;
-    let file =
-        std::fs::File::create(&a.file).with_context(|| format!("creating {}", a.file.display()))?;
+    // `-` is standard output (`tally record - | tally replay -`); the summary goes to stderr then.
+    let to_stdout = a.file.as_os_str() == "-";
+    let file: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(
+            std::fs::File::create(&a.file)
+                .with_context(|| format!("creating {}", a.file.display()))?,
+        )
+    };
     let gz = a.file.extension().is_some_and(|e| e == "gz");
     let mut out: Box<dyn Write> = if gz {
         Box::new(flate2::write::GzEncoder::new(
@@ -301,7 +309,9 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     out.flush()?;
     drop(out);
     crate::progress::finish(&pb);
-    if a.json {
+    if to_stdout {
+        eprintln!("recorded {n} records to standard output");
+    } else if a.json {
         print_json(&json!({"records": n, "file": a.file}));
     } else {
         println!("recorded {n} records to {}", a.file.display());
