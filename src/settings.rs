@@ -129,10 +129,6 @@ pub struct CounterSettings {
     /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
     /// DynamoDB: that many conditional writes, 32 in flight at a time).
     pub posts_per_batch: usize,
-    /// Test failpoint: abort after this many batches of post writes (0: off). Not shown by
-    /// `tally config` unless set.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub crash_after_batches: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -223,7 +219,6 @@ impl Default for CounterSettings {
             read_mode: ReadMode::Polling,
             dedup_horizon_secs: c.dedup_horizon.as_secs(),
             posts_per_batch: c.posts_per_batch,
-            crash_after_batches: 0,
         }
     }
 }
@@ -277,12 +272,13 @@ impl Default for ProducerSettings {
     }
 }
 
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
 /// The variable that sets the log filter when `RUST_LOG` is not set (not a setting).
 pub const LOG_VAR: &str = "TALLY_LOG";
+
+/// The tests' failpoint: the counter aborts the process after this many batches of post writes
+/// (a crash at a chosen moment). Not a setting: no configuration file, flag or `tally config`
+/// knows it.
+pub const FAILPOINT_VAR: &str = "TALLY_FAILPOINT_CRASH_AFTER_BATCHES";
 
 /// The `TALLY_*` environment variables that are settings. One that names no setting is an error
 /// that names it (`TALLY_LOG` aside: it sets the log filter), instead of an unknown-field error.
@@ -297,7 +293,7 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
         let Some(rest) = name.strip_prefix("TALLY_") else {
             continue;
         };
-        if name == LOG_VAR {
+        if name == LOG_VAR || name == FAILPOINT_VAR {
             continue;
         }
         let path: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
@@ -332,11 +328,10 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
 /// `defaults` (the default settings as JSON).
 fn is_setting(defaults: &serde_json::Value, path: &[String]) -> bool {
     let mut v = defaults;
-    for (i, k) in path.iter().enumerate() {
+    for k in path {
         match v.get(k.as_str()) {
             Some(next) => v = next,
-            // A field left out of the defaults' serialization (the failpoint) is a setting too.
-            None => return i == path.len() - 1 && k == "crash_after_batches",
+            None => return false,
         }
     }
     true
@@ -372,20 +367,26 @@ pub type Override = (&'static str, config::Value);
 
 /// Reads a config file alone, so that an unknown key or a bad value is reported with the file's
 /// name, line and column.
-fn check_file(f: &Path) -> Result<()> {
+/// Returns the file's text, which is what the settings are then read from (so that any readable
+/// file works, `/dev/null` included: no settings).
+fn check_file(f: &Path) -> Result<String> {
     if !f.exists() {
         bail!("config file {} does not exist", f.display());
     }
-    let text = std::fs::read_to_string(f)
-        .with_context(|| format!("reading config file {}", f.display()))?;
-    if let Err(e) = toml::from_str::<Settings>(&text) {
+    if f.is_dir() {
         bail!(
-            "invalid configuration in {}: {}",
-            f.display(),
-            plain(e.to_string().trim_end())
+            "config file {} is a directory: expected a TOML file",
+            f.display()
         );
     }
-    Ok(())
+    let text = std::fs::read_to_string(f)
+        .with_context(|| format!("reading config file {} (expected a TOML file)", f.display()))?;
+    if let Err(e) = toml::from_str::<Settings>(&text) {
+        let msg = e.to_string();
+        let msg = msg.trim_end().replacen("TOML parse error at ", "at ", 1);
+        bail!("invalid configuration in {} {}", f.display(), plain(&msg));
+    }
+    Ok(text)
 }
 
 impl Settings {
@@ -412,23 +413,8 @@ impl Settings {
         );
         let default_file = Path::new("tally.toml");
         if let Some(f) = file.or(default_file.exists().then_some(default_file)) {
-            check_file(f)?;
-        }
-        match file {
-            Some(f) => {
-                b = b.add_source(
-                    config::File::from(f)
-                        .format(config::FileFormat::Toml)
-                        .required(true),
-                );
-            }
-            None => {
-                b = b.add_source(
-                    config::File::with_name("tally.toml")
-                        .format(config::FileFormat::Toml)
-                        .required(false),
-                )
-            }
+            let text = check_file(f)?;
+            b = b.add_source(config::File::from_str(&text, config::FileFormat::Toml));
         }
         b = b.add_source(
             config::Environment::with_prefix("TALLY")

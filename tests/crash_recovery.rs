@@ -81,7 +81,7 @@ fn crash_between_two_batches_resumes_the_window(t: Target) {
     // Abort right after the 3rd batch of post writes: the first window (150 records, dozens of
     // posts in batches of 3) is then partly written.
     let mut env = CHUNKY.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3"));
+    env.push(("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "3"));
     let out = t.fail(&["count", "--until-idle", "--worker-id", "w"], &env);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("failpoint"),
@@ -120,7 +120,7 @@ fn a_half_applied_window_is_completed_under_changed_settings(t: Target) {
     let exp = write_contract_file(&file, 2_000, 80, 6);
     t.run(&["replay", file.to_str().unwrap()]);
     let mut env = CHUNKY.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "2"));
+    env.push(("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "2"));
     let out = t.fail(&["count", "--until-idle", "--worker-id", "w"], &env);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("failpoint"),

@@ -422,7 +422,7 @@ fn a_trimmed_pending_window_is_recorded_as_a_gap_and_the_shard_goes_on() {
     write_contract_file(&old, 2_000, 80, 8);
     t.run(&["replay", old.to_str().unwrap()]);
     let mut env = SMALL_WINDOWS.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "2"));
+    env.push(("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "2"));
     t.fail(&["count", "--until-idle"], &env);
     std::thread::sleep(std::time::Duration::from_millis(1_500));
     let new = file_in(&t, "new.ndjson");
@@ -522,7 +522,7 @@ fn a_trimmed_pending_window_at_the_tip_is_recorded_as_a_gap() {
     write_contract_file(&old, 1_000, 80, 9);
     t.run(&["replay", old.to_str().unwrap()]);
     let mut env = SMALL_WINDOWS.to_vec();
-    env.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "2"));
+    env.push(("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "2"));
     t.fail(&["count", "--until-idle"], &env);
     let trimmed = t.run(&["trim", "--older-than", "0s", "--yes"]);
     assert!(trimmed.starts_with("trimmed 10"), "{trimmed}");

@@ -407,13 +407,23 @@ fn configuration_errors_say_what_is_valid_and_where() {
 
     let v = t.json(&["config", "--json"]);
     assert_eq!(v["shards"], 4, "{v}");
+    // The tests' failpoint is no setting: no key lists it, and a config file cannot set it.
     assert!(v["counter"].get("crash_after_batches").is_none(), "{v}");
     assert!(!t.run(&["config"]).contains("crash_after_batches"));
     let v = t.json_env(
         &["config", "--json"],
-        &[("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3")],
+        &[("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "3")],
     );
-    assert_eq!(v["counter"]["crash_after_batches"], 3, "{v}");
+    assert!(v["counter"].get("crash_after_batches").is_none(), "{v}");
+    let err = stderr(&t.fail(&["total"], &[("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3")]));
+    assert!(
+        err.contains("`counter` has no key `crash_after_batches`"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("crash_after_batches`,") && !err.contains("crash_after_batches,"),
+        "{err}"
+    );
 }
 
 /// AWS set-up problems are one line each, with the cause: no region, no credentials, an
@@ -596,4 +606,26 @@ fn replay_checks_its_file_before_creating_anything() {
     assert!(db.exists());
     let out = common::output(t.cmd(&["replay", path.to_str().unwrap()]));
     assert!(!stderr(&out).contains("created a new store"), "only once");
+}
+
+/// `--config` names what it was given: `/dev/null` is an empty configuration, a directory is no
+/// file, and a file's unknown key is "invalid configuration", not a parser's jargon.
+#[test]
+fn config_files_are_read_as_given() {
+    let t = Target::embedded();
+    let v = t.json(&["--config", "/dev/null", "config", "--json"]);
+    assert_eq!(v["backend"], "embedded", "{v}");
+    let dir = t.dir.path().to_str().unwrap().to_owned();
+    let err = stderr(&t.fail(&["--config", &dir, "config"], &[]));
+    assert!(
+        err.contains("is a directory: expected a TOML file"),
+        "{err}"
+    );
+    let f = t.dir.path().join("bad.toml");
+    std::fs::write(&f, "[counter]\nwindw_ms = 5\n").unwrap();
+    let err = stderr(&t.fail(&["--config", f.to_str().unwrap(), "config"], &[]));
+    assert!(
+        err.contains("bad.toml at line 2, column 1") && !err.contains("TOML parse error"),
+        "{err}"
+    );
 }

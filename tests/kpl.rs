@@ -115,7 +115,7 @@ fn aggregated_records_count_exactly(t: Target) {
     let out = common::output({
         let mut c = t.cmd(&["count", "--until-idle"]);
         c.envs(windows)
-            .env("TALLY_COUNTER__CRASH_AFTER_BATCHES", "3");
+            .env("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "3");
         c
     });
     assert!(!out.status.success(), "the failpoint ends the first run");

@@ -164,7 +164,7 @@ fn a_pending_window_whose_head_was_trimmed_is_a_gap_not_a_short_count() {
         ("TALLY_COUNTER__POSTS_PER_BATCH", "1"),
     ];
     let mut crash = window.to_vec();
-    crash.push(("TALLY_COUNTER__CRASH_AFTER_BATCHES", "1"));
+    crash.push(("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "1"));
     t.fail(&["count", "--until-idle"], &crash);
     let leases = t.json(&["leases", "--json"]);
     let pending = &leases[0]["pending"];

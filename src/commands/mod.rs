@@ -49,8 +49,10 @@ pub fn counter_config(s: &Settings) -> CounterConfig {
     c.close_when_caught_up = s.counter.close_when_caught_up;
     c.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
     c.posts_per_batch = s.counter.posts_per_batch;
-    c.crash_after_batches =
-        (s.counter.crash_after_batches > 0).then_some(s.counter.crash_after_batches);
+    c.crash_after_batches = std::env::var(crate::settings::FAILPOINT_VAR)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| *n > 0);
     c.emf = emf(s);
     c
 }
