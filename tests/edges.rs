@@ -6,7 +6,7 @@ mod common;
 
 use std::io::Write;
 
-use common::{file_in, write_contract_file, Target};
+use common::{file_in, write_contract_file, write_likes, Target};
 
 /// Ten likes around one malformed record of `size` bytes whose `action` is one huge string.
 fn write_ten_likes_and_a_huge_bad_record(path: &std::path::Path, size: usize) {
@@ -372,27 +372,6 @@ fn dedup_records_expire_as_the_arrival_clock_moves_embedded() {
 #[test]
 fn dedup_records_expire_as_the_arrival_clock_moves_aws() {
     dedup_records_expire_as_the_arrival_clock_moves(Target::aws("expiry", 1));
-}
-
-/// `n` likes over ten posts named `<prefix>-p<k>`, each with its own event id; their counts.
-fn write_likes(
-    path: &std::path::Path,
-    prefix: &str,
-    n: usize,
-) -> std::collections::BTreeMap<String, i64> {
-    let mut f = std::fs::File::create(path).unwrap();
-    let mut counts = std::collections::BTreeMap::new();
-    let now = common::now_ms();
-    for i in 0..n {
-        let post = format!("{prefix}-p{}", i % 10);
-        writeln!(
-            f,
-            r#"{{"event_id":"{prefix}-{i}","post_id":"{post}","user_id":"u{i}","action":"like","created_at":{now}}}"#
-        )
-        .unwrap();
-        *counts.entry(post).or_insert(0) += 1;
-    }
-    counts
 }
 
 /// The dead letters that record gaps.

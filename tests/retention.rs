@@ -8,24 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use common::{file_in, Target};
-
-/// `n` likes over ten posts named `<prefix>-p<k>`, each with its own event id; their counts.
-fn write_likes(path: &std::path::Path, prefix: &str, n: usize) -> BTreeMap<String, i64> {
-    let mut f = std::fs::File::create(path).unwrap();
-    let mut counts = BTreeMap::new();
-    let now = common::now_ms();
-    for i in 0..n {
-        let post = format!("{prefix}-p{}", i % 10);
-        writeln!(
-            f,
-            r#"{{"event_id":"{prefix}-{i}","post_id":"{post}","user_id":"u{i}","action":"like","created_at":{now}}}"#
-        )
-        .unwrap();
-        *counts.entry(post).or_insert(0) += 1;
-    }
-    counts
-}
+use common::{file_in, write_likes, Target};
 
 fn replay(t: &Target, name: &str, prefix: &str, n: usize) -> BTreeMap<String, i64> {
     let path = file_in(t, name);

@@ -252,9 +252,17 @@ pub struct Fence {
 pub trait LeaseStore: Send + Sync {
     /// Creates the rows of shards that have none (idempotent).
     async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()>;
-    async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>>;
-    /// Every shard's whole state, in one listing (what the read side shows: one store call per
-    /// refresh, whatever the shard count).
+    /// Every shard's lease, by shard id.
+    async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>> {
+        Ok(self
+            .list_states(app)
+            .await?
+            .into_iter()
+            .map(|s| s.lease)
+            .collect())
+    }
+    /// Every shard's whole state, in one listing, by shard id (what the read side shows: one
+    /// store call per refresh, whatever the shard count).
     async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>>;
     /// Takes a lease if its epoch is still `expected_epoch`; `None` if someone else moved first.
     async fn take_lease(

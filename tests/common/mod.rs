@@ -494,3 +494,21 @@ pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Ex
 pub fn file_in(t: &Target, name: &str) -> PathBuf {
     t.dir.path().join(name)
 }
+
+/// `n` likes over ten posts named `<prefix>-p<k>`, each with its own event id, created now; their
+/// counts.
+pub fn write_likes(path: &std::path::Path, prefix: &str, n: usize) -> BTreeMap<String, i64> {
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut counts = BTreeMap::new();
+    let now = now_ms();
+    for i in 0..n {
+        let post = format!("{prefix}-p{}", i % 10);
+        writeln!(
+            f,
+            r#"{{"event_id":"{prefix}-{i}","post_id":"{post}","user_id":"u{i}","action":"like","created_at":{now}}}"#
+        )
+        .unwrap();
+        *counts.entry(post).or_insert(0) += 1;
+    }
+    counts
+}

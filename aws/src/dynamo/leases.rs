@@ -55,13 +55,6 @@ impl LeaseStore for DynamoStore {
         Ok(())
     }
 
-    async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>> {
-        let items = self.partition("leases", "app", app).await?;
-        let mut out: Vec<Lease> = items.iter().map(|i| lease_from(i).lease).collect();
-        out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
-        Ok(out)
-    }
-
     async fn take_lease(
         &self,
         app: &str,

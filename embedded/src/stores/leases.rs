@@ -38,24 +38,6 @@ impl LeaseStore for Embedded {
         .await
     }
 
-    async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>> {
-        let app = app.to_owned();
-        self.run(move |c| {
-            let mut st = c
-                .prepare_cached(&format!(
-                    "SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 ORDER BY shard_id"
-                ))
-                .map_err(sql_err)?;
-            let rows = st
-                .query_map([&app], read_state)
-                .map_err(sql_err)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(sql_err)?;
-            Ok(rows.into_iter().map(|s| s.lease).collect())
-        })
-        .await
-    }
-
     async fn take_lease(
         &self,
         app: &str,
