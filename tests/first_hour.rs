@@ -216,7 +216,10 @@ fn until_idle_says_what_it_waits_for_and_can_be_bounded() {
     let mut other = t.spawn(
         "other",
         &["count", "--worker-id", "other-worker"],
-        &[("TALLY_LEASE__MAX_PER_WORKER", "1")],
+        &[
+            ("TALLY_LEASE__MAX_PER_WORKER", "1"),
+            ("TALLY_LEASE__DURATION_MS", "60000"),
+        ],
     );
     t.eventually(
         "the other worker holds a lease",
@@ -230,6 +233,9 @@ fn until_idle_says_what_it_waits_for_and_can_be_bounded() {
                 .any(|l| l["owner"] == "other-worker" && l["held"] == true)
         },
     );
+    // A worker that holds a shard and says nothing since the exit was armed (here: stopped, its
+    // lease still valid) is waited for; one that reports its shard at the tip is not (below).
+    other.signal("STOP");
     let mut c = t.cmd(&[
         "count",
         "--until-idle",
@@ -253,6 +259,17 @@ fn until_idle_says_what_it_waits_for_and_can_be_bounded() {
         ) && err.contains("(held by other-worker)"),
         "{err}"
     );
+    other.signal("CONT");
+    // The other worker live again and at its tip: the same command ends (it reports within a
+    // renewal).
+    t.run(&[
+        "count",
+        "--until-idle",
+        "--timeout",
+        "60s",
+        "--worker-id",
+        "me",
+    ]);
     other.signal("TERM");
     assert!(other.wait(Duration::from_secs(60)).success());
     // With the other worker gone, the same command is idle at once.
@@ -628,4 +645,46 @@ fn config_files_are_read_as_given() {
         err.contains("bad.toml at line 2, column 1") && !err.contains("TOML parse error"),
         "{err}"
     );
+}
+
+/// Two `count --until-idle` started together both end: a shard another live worker has read to
+/// its tip and applied counts as caught up (it used to wait for that worker to stop, for ever).
+#[test]
+fn two_until_idle_workers_both_end() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "4"]);
+    let path = t.dir.path().join("likes.ndjson");
+    let mut f = std::fs::File::create(&path).unwrap();
+    for i in 0..400 {
+        writeln!(
+            f,
+            "{}",
+            like(&format!("e{i}"), &format!("p{}", i % 7), "u", now_ms())
+        )
+        .unwrap();
+    }
+    drop(f);
+    t.run(&["replay", path.to_str().unwrap()]);
+    let spawn = |id: &str| {
+        let mut c = t.cmd(&[
+            "count",
+            "--until-idle",
+            "--timeout",
+            "60s",
+            "--worker-id",
+            id,
+        ]);
+        c.stdout(Stdio::null()).stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let (a, b) = (spawn("a"), spawn("b"));
+    for (name, child) in [("a", a), ("b", b)] {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "worker {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(t.json(&["total", "--json"])["total"], 400);
 }

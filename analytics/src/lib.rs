@@ -323,6 +323,10 @@ impl ShardProcessor for AnalyticsShard {
         self.snapshot(shard_end).await
     }
 
+    fn unapplied(&self) -> bool {
+        self.end.is_some()
+    }
+
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
         self.snapshot(false).await?;
         self.give_up(

@@ -389,6 +389,10 @@ impl ShardProcessor for CounterShard {
         self.replay.is_some()
     }
 
+    fn unapplied(&self) -> bool {
+        self.replay.is_some() || self.window.as_ref().is_some_and(|w| !w.is_empty())
+    }
+
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
         self.give_up(true, GONE, None).await
     }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
 use tally_core::ports::{
-    Fence, LeaseStore, PortError, ReadBatch, ReadProgress, StartPosition, Stream,
+    Fence, LeaseStore, PortError, ReadBatch, ReadProgress, ShardState, StartPosition, Stream,
 };
 use tally_core::retry::Backoff;
 use tokio::sync::{watch, Notify};
@@ -127,6 +127,11 @@ pub trait ShardProcessor: Send {
     fn waiting(&self) -> bool {
         false
     }
+    /// Whether records read are not applied yet (a window open or pending): a shard is reported
+    /// at its tip only once they are.
+    fn unapplied(&self) -> bool {
+        false
+    }
     /// The shard is gone from the stream (its records passed the retention before they were all
     /// processed): put the loss on record and finish the shard, so that its children go on.
     async fn shard_gone(&mut self) -> Result<(), ConsumerError>;
@@ -180,6 +185,8 @@ impl LeaseMetrics {
 #[derive(Debug, Default)]
 pub struct IdleExit {
     armed_at: Mutex<Option<Instant>>,
+    /// The same moment by the wall clock, to compare with other workers' reports.
+    armed_at_ms: Mutex<Option<i64>>,
 }
 
 impl IdleExit {
@@ -188,6 +195,13 @@ impl IdleExit {
         if let Ok(mut a) = self.armed_at.lock() {
             a.get_or_insert_with(Instant::now);
         }
+        if let Ok(mut a) = self.armed_at_ms.lock() {
+            a.get_or_insert_with(now_ms);
+        }
+    }
+
+    fn armed_at_ms(&self) -> Option<i64> {
+        self.armed_at_ms.lock().ok().and_then(|a| *a)
     }
 
     fn armed_at(&self) -> Option<Instant> {
@@ -328,7 +342,7 @@ impl Worker {
         }
         // A passing failure skips this round (the next poll lists again): the loop must go on
         // to see a shutdown, and the shard tasks go on meanwhile.
-        let leases = match self.deps.leases.list_leases(&self.cfg.app).await {
+        let states = match self.deps.leases.list_states(&self.cfg.app).await {
             Ok(l) => l,
             Err(e) if e.is_retryable() => {
                 crate::retry::Retry::new(&self.cfg.backoff, "list leases")
@@ -337,9 +351,10 @@ impl Worker {
             }
             Err(e) => return Err(e.into()),
         };
+        let leases: Vec<Lease> = states.iter().map(|s| s.lease.clone()).collect();
         self.take_leases(&leases).await;
         self.clean_up_finished(&leases).await;
-        Ok(if self.all_idle(&leases) {
+        Ok(if self.all_idle(&states) {
             info!("every shard is caught up and flushed");
             Step::Idle
         } else {
@@ -529,24 +544,36 @@ impl Worker {
         }
     }
 
-    /// Until idle: every shard finished, or ours, caught up and flushed. A shard another worker
-    /// holds is not known to be caught up: wait until it is released or expires.
-    fn all_idle(&mut self, leases: &[Lease]) -> bool {
-        let Some(armed) = self.idle_exit.armed_at() else {
+    /// Until idle: every shard finished, or ours, caught up and flushed, or held by another live
+    /// worker that has reported it at its tip with nothing left to apply since the exit was armed
+    /// (so that workers run `--until-idle` together all end). Any other shard is waited for.
+    fn all_idle(&mut self, states: &[ShardState]) -> bool {
+        let (Some(armed), Some(armed_ms)) =
+            (self.idle_exit.armed_at(), self.idle_exit.armed_at_ms())
+        else {
             return false;
         };
-        let waiting: Vec<&Lease> = leases
+        let now = now_ms();
+        let waiting: Vec<&Lease> = states
             .iter()
-            .filter(|l| {
-                !(l.finished
-                    || self.running.get(&l.shard_id).is_some_and(|r| {
-                        r.idle_at
-                            .lock()
-                            .ok()
-                            .and_then(|t| *t)
-                            .is_some_and(|t| t > armed)
-                    }))
+            .filter(|st| {
+                let l = &st.lease;
+                let ours_idle = self.running.get(&l.shard_id).is_some_and(|r| {
+                    r.idle_at
+                        .lock()
+                        .ok()
+                        .and_then(|t| *t)
+                        .is_some_and(|t| t > armed)
+                });
+                let theirs_idle = !self.running.contains_key(&l.shard_id)
+                    && l.is_held(now)
+                    && st.pending.is_none()
+                    && st
+                        .progress
+                        .is_some_and(|p| p.behind_ms == 0 && p.at_ms >= armed_ms);
+                !(l.finished || ours_idle || theirs_idle)
             })
+            .map(|st| &st.lease)
             .collect();
         if !waiting.is_empty() && armed.elapsed() >= IDLE_WAIT_REPORT {
             self.report_waiting(&waiting);

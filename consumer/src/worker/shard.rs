@@ -145,9 +145,6 @@ impl ShardTask {
             let read_started = Instant::now();
             let batch = self.read(reader.as_mut()).await?;
             processor.process(&batch, now_ms()).await?;
-            if self.note_progress(&batch) {
-                self.report_progress().await?;
-            }
             self.stats.observe(&batch);
             if self.stats.since.elapsed() >= self.cfg.stats_interval {
                 self.stats.report(&self.cfg, &self.fence.shard_id);
@@ -162,6 +159,7 @@ impl ShardTask {
                 // a shard): read on without the idle pause (at Kinesis' 5 reads per second per
                 // shard), and never count the shard as idle.
                 processor.tick(now_ms()).await?;
+                self.progress(&batch, processor.unapplied()).await?;
                 if !reader.waits_for_records() {
                     tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
                 }
@@ -177,6 +175,7 @@ impl ShardTask {
                 } else {
                     processor.tick(now_ms()).await?;
                 }
+                self.progress(&batch, processor.unapplied()).await?;
                 // A pushed stream's read already waited; a polled one pauses between reads.
                 if !reader.waits_for_records() {
                     tokio::select! {
@@ -189,17 +188,29 @@ impl ShardTask {
                     *t = None;
                 }
                 processor.tick(now_ms()).await?;
+                self.progress(&batch, processor.unapplied()).await?;
             }
         }
     }
 
+    /// After a read and what it led to (windows applied on time, or flushed): keeps how far
+    /// behind the tip the shard is for the next renewal, and reports at once when it has just
+    /// reached the tip with everything applied.
+    async fn progress(&self, batch: &ReadBatch, unapplied: bool) -> Result<(), ConsumerError> {
+        if self.note_progress(batch, unapplied) {
+            self.report_progress().await?;
+        }
+        Ok(())
+    }
+
     /// Keeps how far behind the tip this read was, for the next renewal: 0 once a read comes back
-    /// empty at the tip (however long ago the last record arrived), else the stream's iterator
-    /// age; a read that says neither leaves the last report.
-    /// Returns whether the shard has just reached its tip (it was behind, or never reported).
-    fn note_progress(&self, batch: &ReadBatch) -> bool {
+    /// empty at the tip with everything read applied (however long ago the last record arrived),
+    /// else the stream's iterator age; a read that says neither — or a caught-up read with a
+    /// window still open — leaves the last report. Returns whether the shard has just reached its
+    /// tip (it was behind, or never reported).
+    fn note_progress(&self, batch: &ReadBatch, unapplied: bool) -> bool {
         let behind = if batch.is_caught_up() {
-            Some(0)
+            (!unapplied).then_some(0)
         } else {
             batch.millis_behind_latest.map(|m| m.max(0))
         };
