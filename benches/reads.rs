@@ -107,14 +107,14 @@ struct Row {
     batch: (f64, f64, f64),
 }
 
-fn measure(name: &str, args: &[String], shards: usize) -> Row {
+fn measure(name: &str, args: &[String], shards: usize, events: &str) -> Row {
     ok(tally(args, &["setup", "--shards", &shards.to_string()]));
     ok(tally(
         args,
         &[
             "produce",
             "--events",
-            EVENTS,
+            events,
             "--posts",
             &POSTS.to_string(),
             "--seed",
