@@ -303,9 +303,14 @@ pub struct ConsumeArgs {
     /// Print a JSON summary on exit.
     #[arg(long)]
     pub json: bool,
-    /// Serve this worker's /metrics (Prometheus), /healthz and /readyz on this address.
+    /// Serve this worker's /metrics (Prometheus), /healthz and /readyz on this address — and,
+    /// for `tally count`, its open windows (/api/open), which `tally serve` adds to counts.
     #[arg(long, value_name = "ADDR", value_parser = socket_addr)]
     pub http: Option<std::net::SocketAddr>,
+    /// Where the read side reaches this worker's --http (HOST:PORT), reported with its leases
+    /// [default: the --http address; on every interface, the ECS task's IP, else the host name].
+    #[arg(long, value_name = "HOST:PORT", requires = "http")]
+    pub advertise: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -313,6 +318,10 @@ pub struct ServeArgs {
     /// Where to listen (port 0: any free port; the address is printed).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
+    /// How long a count waits for the counter's workers' open windows (what they read and have
+    /// not written yet); a worker slower than this is named in the answer. 0: stored counts only.
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub pending_timeout: std::time::Duration,
 }
 
 #[derive(Args, Debug)]

@@ -280,6 +280,10 @@ pub const LOG_VAR: &str = "TALLY_LOG";
 /// knows it.
 pub const FAILPOINT_VAR: &str = "TALLY_FAILPOINT_CRASH_AFTER_BATCHES";
 
+/// The tests' other failpoint: `tally serve` pauses a counts call this many milliseconds between
+/// asking the workers and reading the store (a window lands in between). Not a setting either.
+pub const SERVE_PAUSE_VAR: &str = "TALLY_FAILPOINT_SERVE_PAUSE_MS";
+
 /// The `TALLY_*` environment variables that are settings. One that names no setting is an error
 /// that names it (`TALLY_LOG` aside: it sets the log filter), instead of an unknown-field error.
 fn settings_env() -> Result<std::collections::HashMap<String, String>> {
@@ -293,7 +297,7 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
         let Some(rest) = name.strip_prefix("TALLY_") else {
             continue;
         };
-        if name == LOG_VAR || name == FAILPOINT_VAR {
+        if name == LOG_VAR || name == FAILPOINT_VAR || name == SERVE_PAUSE_VAR {
             continue;
         }
         let path: Vec<String> = rest.split("__").map(str::to_lowercase).collect();

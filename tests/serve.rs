@@ -731,3 +731,159 @@ fn the_demo_keeps_serving_a_moving_pipeline() {
     let status = demo.wait(Duration::from_secs(30));
     assert!(status.success(), "{}", demo.log_text());
 }
+
+/// A counts call for these posts: `count`, `stored` and `pending` per post, and whether every
+/// held shard's worker answered.
+fn provisional(addr: &str, posts: &[&String]) -> (Vec<(i64, i64, i64)>, Value) {
+    let ids: Vec<&str> = posts.iter().map(|p| p.as_str()).collect();
+    let v = get_json(addr, &format!("/api/counts?ids={}", ids.join(",")));
+    let counts = v["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let (n, s, p) = (&c["count"], &c["stored"], &c["pending"]);
+            (
+                n.as_i64().unwrap(),
+                s.as_i64().unwrap(),
+                p.as_i64().unwrap(),
+            )
+        })
+        .collect();
+    (counts, v)
+}
+
+/// Counts include what the counter's workers have read and not written — once: a window landing
+/// between asking the worker and reading the store is not added again; a worker killed with a
+/// window open drops out of the answer (said so) and its successor's rebuilt window brings the
+/// same counts back, never more; after the windows land, stored = counts exactly.
+fn provisional_counts_are_exact(t: Target) {
+    // Windows that stay open until the worker stops: nothing is written before that.
+    let open = [
+        ("TALLY_COUNTER__WINDOW_MS", "600000"),
+        ("TALLY_COUNTER__WINDOW_RECORDS", "20000"),
+        ("TALLY_COUNTER__CLOSE_WHEN_CAUGHT_UP", "false"),
+        ("TALLY_LEASE__DURATION_MS", "3000"),
+        ("TALLY_LEASE__RENEW_MS", "500"),
+    ];
+    let file = file_in(&t, "first.ndjson");
+    let first = common::write_likes(&file, "pv", 300);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let posts: Vec<&String> = first.keys().collect();
+    let want: Vec<i64> = first.values().copied().collect();
+    let worker = |name: &str| {
+        t.spawn(
+            name,
+            &["count", "--worker-id", name, "--http", "127.0.0.1:0"],
+            &open,
+        )
+    };
+    let mut a = worker("a");
+    let serve = t.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let addr = served_addr(&serve);
+    let all_pending = |counts: &[(i64, i64, i64)], want: &[i64]| {
+        counts
+            .iter()
+            .zip(want)
+            .all(|(&(n, s, p), &w)| n == w && s == 0 && p == w)
+    };
+    t.eventually(
+        "the open window in every count",
+        Duration::from_secs(60),
+        &[&a],
+        || {
+            let (counts, v) = provisional(&addr, &posts);
+            assert!(
+                counts.iter().zip(&want).all(|((n, ..), w)| n <= w),
+                "never more: {v}"
+            );
+            all_pending(&counts, &want) && v["provisional"]["complete"] == true
+        },
+    );
+    let stored: i64 = t.json(&["total", "--json"])["total"].as_i64().unwrap();
+    assert_eq!(stored, 0, "nothing written while the window is open");
+
+    // A window landing between the two reads: a read side that pauses after asking the worker
+    // reads the store only after the worker has flushed its window and exited.
+    let paused = t.spawn(
+        "serve-paused",
+        &["serve", "--addr", "127.0.0.1:0"],
+        &[("TALLY_FAILPOINT_SERVE_PAUSE_MS", "6000")],
+    );
+    let paused_addr = served_addr(&paused);
+    let ids: Vec<String> = posts.iter().map(|p| p.to_string()).collect();
+    let call = std::thread::spawn(move || {
+        let refs: Vec<&String> = ids.iter().collect();
+        provisional(&paused_addr, &refs)
+    });
+    std::thread::sleep(Duration::from_millis(1_000));
+    let flushed_at = Instant::now();
+    a.signal("TERM");
+    assert!(
+        a.wait(Duration::from_secs(30)).success(),
+        "{}",
+        a.log_text()
+    );
+    assert!(
+        flushed_at.elapsed() < Duration::from_secs(4),
+        "the window landed within the pause"
+    );
+    let (counts, v) = call.join().unwrap();
+    for ((n, s, p), w) in counts.iter().zip(&want) {
+        assert_eq!((*n, *s, *p), (*w, *w, 0), "counted once, by the store: {v}");
+    }
+
+    // A worker killed with a window open; its successor rebuilds the same window.
+    let file = file_in(&t, "second.ndjson");
+    let second = common::write_likes(&file, "pk", 200);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let posts: Vec<&String> = second.keys().collect();
+    let want: Vec<i64> = second.values().copied().collect();
+    let mut b = worker("b");
+    t.eventually("b's open window", Duration::from_secs(60), &[&b], || {
+        let (counts, v) = provisional(&addr, &posts);
+        all_pending(&counts, &want) && v["provisional"]["complete"] == true
+    });
+    b.signal("KILL");
+    b.wait(Duration::from_secs(10));
+    let (counts, v) = provisional(&addr, &posts);
+    assert!(counts.iter().all(|&(n, s, p)| n == s && p == 0), "{v}");
+    assert_eq!(
+        v["provisional"]["complete"], false,
+        "a worker did not answer: {v}"
+    );
+    let mut c = worker("c");
+    t.eventually("c's rebuilt window", Duration::from_secs(60), &[&c], || {
+        let (counts, v) = provisional(&addr, &posts);
+        assert!(
+            counts.iter().zip(&want).all(|((n, ..), w)| n <= w),
+            "never more: {v}"
+        );
+        all_pending(&counts, &want)
+    });
+    c.signal("TERM");
+    assert!(
+        c.wait(Duration::from_secs(30)).success(),
+        "{}",
+        c.log_text()
+    );
+    let (counts, v) = provisional(&addr, &posts);
+    for ((n, s, p), w) in counts.iter().zip(&want) {
+        assert_eq!((*n, *s, *p), (*w, *w, 0), "{v}");
+    }
+    assert_eq!(t.mismatches(&first), vec![]);
+    assert_eq!(t.mismatches(&second), vec![]);
+}
+
+#[test]
+fn provisional_counts_are_exact_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    provisional_counts_are_exact(t);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn provisional_counts_are_exact_aws() {
+    provisional_counts_are_exact(Target::aws("provisional", 2));
+}

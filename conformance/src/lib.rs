@@ -204,7 +204,7 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
         behind_ms: 0,
     };
     store
-        .renew_lease(&f1, i64::MAX / 2, Some(read))
+        .renew_lease(&f1, i64::MAX / 2, Some(read), Some("10.0.1.7:9100"))
         .await
         .unwrap();
     let states = store.list_states(&app).await.unwrap();
@@ -216,20 +216,33 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
         "the renewal's report is kept"
     );
     assert_eq!(states[1].progress, None);
+    assert_eq!(states[0].holder_addr.as_deref(), Some("10.0.1.7:9100"));
+    assert_eq!(states[1].holder_addr, None);
     // A renewal without a report keeps the last one.
-    store.renew_lease(&f1, i64::MAX / 2, None).await.unwrap();
-    assert_eq!(
-        store.shard_state(&app, "shard-a").await.unwrap().progress,
-        Some(read)
-    );
+    store
+        .renew_lease(&f1, i64::MAX / 2, None, None)
+        .await
+        .unwrap();
+    let st = store.shard_state(&app, "shard-a").await.unwrap();
+    assert_eq!(st.progress, Some(read));
+    assert_eq!(st.holder_addr.as_deref(), Some("10.0.1.7:9100"));
     let f2 = store
         .take_lease(&app, "shard-a", 1, "w2", i64::MAX / 2)
         .await
         .unwrap()
         .expect("steal by epoch");
+    assert_eq!(
+        store
+            .shard_state(&app, "shard-a")
+            .await
+            .unwrap()
+            .holder_addr,
+        None,
+        "a new holder's address is its own to report: the old one's is cleared"
+    );
     assert!(
         matches!(
-            store.renew_lease(&f1, 1, None).await,
+            store.renew_lease(&f1, 1, None, None).await,
             Err(PortError::Fenced { .. })
         ),
         "the old holder is fenced"
@@ -810,6 +823,22 @@ pub async fn counter_commits_exactly_once(store: &dyn CounterStore, name: &str) 
     let c = count(&post_a, Some(t0)).await;
     assert_eq!(c.read_units, 3, "three Queries of small items: {c:?}");
     assert_eq!(count(&post_a, None).await.read_units, 1);
+    // Each live item's marker comes with the count: what a provisional count checks a worker's
+    // open window against (the window after `end` is not applied to post a yet; the one that
+    // ended at `end` is).
+    let marks = count(&post_a, None).await.marks;
+    assert_eq!(
+        marks,
+        vec![(shard.clone(), tally_core::summary::marker(&end))]
+    );
+    let end_mark = tally_core::summary::marker(&end);
+    assert!(tally_core::summary::pending_applies(
+        &marks,
+        &shard,
+        Some(&end_mark)
+    ));
+    assert!(!tally_core::summary::pending_applies(&marks, &shard, None));
+    assert_eq!(count(&format!("nobody-{name}"), None).await.marks, vec![]);
 
     // A second window re-delivering the same dead letter stores it once; the shard finishes.
     let end2 = seq("10");

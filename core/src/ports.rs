@@ -235,6 +235,9 @@ pub struct ShardState {
     pub spent: ShardTally,
     /// The holder's reader, as last reported with a renewal (`None`: never reported).
     pub progress: Option<ReadProgress>,
+    /// Where the holder serves its open windows (`host:port` of its `--http`), as its renewals
+    /// report it; cleared when the lease changes hands (`None`: not reported by this holder).
+    pub holder_addr: Option<String>,
 }
 
 /// Proof of lease ownership that every fenced write carries.
@@ -273,13 +276,15 @@ pub trait LeaseStore: Send + Sync {
         owner: &str,
         expires_ms: i64,
     ) -> PortResult<Option<Fence>>;
-    /// Extends a held lease, with how far behind its shard's tip the holder reads (in the same
-    /// write: it costs nothing more); `Fenced` if it was lost.
+    /// Extends a held lease, with how far behind its shard's tip the holder reads and where it
+    /// serves its open windows (in the same write: it costs nothing more; `None` keeps what was
+    /// reported); `Fenced` if it was lost. Taking a lease clears the address.
     async fn renew_lease(
         &self,
         fence: &Fence,
         expires_ms: i64,
         progress: Option<ReadProgress>,
+        addr: Option<&str>,
     ) -> PortResult<()>;
     /// Gives a lease up so that another worker can take it at once.
     async fn release_lease(&self, fence: &Fence) -> PortResult<()>;
@@ -402,6 +407,10 @@ pub struct PostCount {
     pub since: Option<i64>,
     /// What the reads cost in DynamoDB read units (strongly consistent; see `summary::read_units`).
     pub read_units: u64,
+    /// The marker of the last window applied to the post's live item, per writing shard: a
+    /// window after a checkpoint whose marker is at least this one is not applied to the post
+    /// yet (what a provisional count adds; see `summary::pending_applies`).
+    pub marks: Vec<(String, String)>,
 }
 
 /// The counter's store: windows applied exactly once, and what they add up to.

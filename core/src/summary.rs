@@ -501,6 +501,16 @@ pub fn post_count(
 ) -> crate::ports::PostCount {
     let mut units = query_units(post_id, &live);
     let total = total(&live);
+    let marks = live
+        .iter()
+        .filter_map(|(sk, a)| {
+            let shard = sk.strip_prefix(LIVE_PREFIX)?;
+            match a.get("w")? {
+                Val::S(w) => Some((shard.to_owned(), w.clone())),
+                Val::N(_) => None,
+            }
+        })
+        .collect();
     let since = since.map(|(t, hours, days)| {
         units += query_units(post_id, &hours) + query_units(post_id, &days);
         live.extend(hours);
@@ -511,6 +521,20 @@ pub fn post_count(
         total,
         since,
         read_units: units,
+        marks,
+    }
+}
+
+/// Whether a window of `shard` after the checkpoint marked `after` ([`marker`] of it; `None`: the
+/// shard's first window) is still to be applied to a post whose count read these live-item
+/// `marks`: its live item is absent, or marked at or below the checkpoint (a window's writes mark
+/// the item with the window's end, which is above it). A provisional count adds a window's delta
+/// only then, so a window that lands between reading it from its worker and reading the count is
+/// counted once, by the count.
+pub fn pending_applies(marks: &[(String, String)], shard: &str, after: Option<&str>) -> bool {
+    match marks.iter().find(|(s, _)| s == shard) {
+        None => true,
+        Some((_, w)) => after.is_some_and(|a| w.as_str() <= a),
     }
 }
 
@@ -576,6 +600,27 @@ pub fn since(items: &Items, t_ms: i64) -> i64 {
 mod tests {
     use super::*;
     use crate::buckets::MINUTE_MS;
+
+    #[test]
+    fn a_window_is_pending_for_a_post_until_its_live_item_carries_its_end() {
+        let at = |s: &str| marker(&Position::whole(SeqNo::parse(s).unwrap()));
+        let (w1, w2) = (at("100"), at("250"));
+        // No item on the shard yet: every window of it is still to be applied.
+        assert!(pending_applies(&[], "s0", None));
+        assert!(pending_applies(&[], "s0", Some(&w1)));
+        // The first window (after nothing) has written the item: applied.
+        let marks = vec![("s0".to_owned(), w1.clone())];
+        assert!(!pending_applies(&marks, "s0", None));
+        // The window after it is not applied until the item carries its end…
+        assert!(pending_applies(&marks, "s0", Some(&w1)));
+        let marks = vec![("s0".to_owned(), w2.clone())];
+        assert!(!pending_applies(&marks, "s0", Some(&w1)));
+        // …and another shard's item says nothing of this shard's windows.
+        assert!(pending_applies(&marks, "s1", Some(&w1)));
+        // An item last written by a window before the checkpoint: still to be applied.
+        let marks = vec![("s0".to_owned(), at("99"))];
+        assert!(pending_applies(&marks, "s0", Some(&w1)));
+    }
 
     const DAY0: i64 = 1_796_000_000_000 - 1_796_000_000_000 % DAY_MS;
 

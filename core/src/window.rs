@@ -245,6 +245,16 @@ impl WindowBuilder {
         self.end.as_ref()
     }
 
+    /// The checkpoint the window follows.
+    pub fn start_after(&self) -> Option<&Position> {
+        self.start_after.as_ref()
+    }
+
+    /// A post's net change so far (before a like and its unlike in one minute cancel out).
+    pub fn delta(&self, post_id: &str) -> Option<&PostDelta> {
+        self.deltas.get(post_id)
+    }
+
     /// The record the window's first user record came from, if any.
     pub fn first(&self) -> Option<&SeqNo> {
         self.first.as_ref()

@@ -95,6 +95,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("leases", "pending_first", "TEXT"),
     ("leases", "behind_ms", "INTEGER"),
     ("leases", "behind_at_ms", "INTEGER"),
+    ("leases", "holder_addr", "TEXT"),
     ("shards", "trimmed_through", "INTEGER"),
 ];
 

@@ -7,8 +7,11 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::json;
 use tally_analytics::{Analytics, AnalyticsMetrics};
+use tally_consumer::counter::board::Board;
 use tally_consumer::counter::{Counter, CounterMetrics};
-use tally_consumer::worker::{self, IdleExit, LeaseMetrics, ProcessorFactory, WorkerDeps};
+use tally_consumer::worker::{
+    self, IdleExit, LeaseMetrics, ProcessorFactory, WorkerConfig, WorkerDeps,
+};
 use tally_core::apps;
 
 use super::{analytics_config, counter_config, print_json, shutdown_signal, worker_config};
@@ -16,23 +19,23 @@ use crate::backend::Backend;
 use crate::cli::ConsumeArgs;
 use crate::settings::Settings;
 
-/// Runs a worker of `app` with this processor factory until `shutdown`, or until idle once
-/// `idle` is armed; returns its lease metrics.
+/// Runs a worker configured by `cfg` with this processor factory until `shutdown`, or until idle
+/// once `idle` is armed; returns its lease metrics.
 async fn run_app(
     s: &Settings,
     b: &Backend,
-    app: &str,
+    cfg: WorkerConfig,
     factory: Arc<dyn ProcessorFactory>,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
     leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
     let deps = WorkerDeps {
-        stream: b.stream_for(s, app).await?,
+        stream: b.stream_for(s, &cfg.app).await?,
         leases: b.leases.clone(),
         factory,
     };
-    worker::run(deps, worker_config(s, app), idle, leases.clone(), shutdown).await?;
+    worker::run(deps, cfg, idle, leases.clone(), shutdown).await?;
     Ok(leases)
 }
 
@@ -43,10 +46,26 @@ pub async fn run_counter(
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
-    run_counter_with(s, b, idle, shutdown, Default::default(), Default::default()).await
+    run_counter_with(
+        s,
+        b,
+        idle,
+        shutdown,
+        Default::default(),
+        Default::default(),
+        None,
+    )
+    .await
 }
 
-/// [`run_counter`] reporting into these metrics (a worker's `--http` endpoint reads them live).
+/// Where a counter worker shows its open windows: its board, and the address it serves it on.
+pub struct Shown {
+    pub board: Arc<Board>,
+    pub advertise: String,
+}
+
+/// [`run_counter`] reporting into these metrics (a worker's `--http` endpoint reads them live),
+/// its open windows on `shown`'s board when given.
 pub async fn run_counter_with(
     s: &Settings,
     b: &Backend,
@@ -54,18 +73,15 @@ pub async fn run_counter_with(
     shutdown: impl Future<Output = ()>,
     metrics: Arc<CounterMetrics>,
     leases: Arc<LeaseMetrics>,
+    shown: Option<Shown>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
-    let factory = Counter::new(b.counter.clone(), counter_config(s), metrics.clone());
-    let leases = run_app(
-        s,
-        b,
-        apps::COUNTER,
-        Arc::new(factory),
-        idle,
-        shutdown,
-        leases,
-    )
-    .await?;
+    let mut factory = Counter::new(b.counter.clone(), counter_config(s), metrics.clone());
+    let mut cfg = worker_config(s, apps::COUNTER);
+    if let Some(sh) = shown {
+        factory = factory.on_board(sh.board);
+        cfg.advertise = Some(sh.advertise);
+    }
+    let leases = run_app(s, b, cfg, Arc::new(factory), idle, shutdown, leases).await?;
     Ok((metrics, leases))
 }
 
@@ -92,7 +108,7 @@ pub async fn run_analytics_with(
     let leases = run_app(
         s,
         b,
-        apps::ANALYTICS,
+        worker_config(s, apps::ANALYTICS),
         Arc::new(factory),
         idle,
         shutdown,
@@ -231,8 +247,73 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
     })
 }
 
-/// Serves a worker's `/metrics`, `/healthz` and `/readyz` on `--http`, until dropped.
+/// Serves a worker's `/metrics`, `/healthz` and `/readyz` on `--http` — and a counter's open
+/// windows on `/api/open` — until dropped.
 struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
+
+/// What a counter worker's `/api/open?ids=a,b` answers: its held shards' windows that are read
+/// but not written, for those posts (`serve::pending` is the reader).
+async fn open_windows(
+    board: Arc<Board>,
+    owner: String,
+    q: axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let ids: Vec<String> = q
+        .get("ids")
+        .filter(|s| !s.is_empty())
+        .map(|s| s.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    if let Err(e) = crate::serve::check_ids(&ids) {
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            axum::Json(json!({ "error": e })),
+        )
+            .into_response();
+    }
+    let answer = crate::serve::pending::OpenAnswer {
+        owner,
+        shards: board.pending(&ids),
+    };
+    axum::Json(answer).into_response()
+}
+
+/// Where the read side reaches a worker whose `--http` is bound at `bound`: `--advertise`; else
+/// the bound address; on every interface, the ECS task's IP (its metadata endpoint), else the
+/// host name.
+async fn advertise_addr(a: &ConsumeArgs, bound: std::net::SocketAddr) -> String {
+    if let Some(adv) = &a.advertise {
+        return adv.clone();
+    }
+    if !bound.ip().is_unspecified() {
+        return bound.to_string();
+    }
+    let host = match ecs_task_ip().await {
+        Some(ip) => ip,
+        None => std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "localhost".to_owned()),
+    };
+    format!("{host}:{}", bound.port())
+}
+
+/// The task's IPv4 address from the ECS task metadata endpoint (v4), when running in a task.
+async fn ecs_task_ip() -> Option<String> {
+    let uri = std::env::var("ECS_CONTAINER_METADATA_URI_V4").ok()?;
+    let body = crate::serve::get_text(&uri, std::time::Duration::from_secs(2))
+        .await
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["Networks"][0]["IPv4Addresses"][0]
+        .as_str()
+        .map(str::to_owned)
+}
 
 impl WorkerHttp {
     /// Binds `--http` first: an address in use stops the worker at start, naming it, since a
@@ -242,13 +323,22 @@ impl WorkerHttp {
         b: &Backend,
         app: &'static str,
         render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
-    ) -> Result<WorkerHttp> {
+        open: Option<(Arc<Board>, String)>,
+    ) -> Result<(WorkerHttp, Option<std::net::SocketAddr>)> {
         let Some(addr) = a.http else {
-            return Ok(WorkerHttp(None));
+            return Ok((WorkerHttp(None), None));
         };
         let listener = crate::serve::bind(addr).await?;
+        let bound = listener.local_addr()?;
         let leases = b.leases.clone();
-        let router = axum::Router::new()
+        let mut router = axum::Router::new();
+        if let Some((board, owner)) = open {
+            router = router.route(
+                "/api/open",
+                axum::routing::get(move |q| open_windows(board.clone(), owner.clone(), q)),
+            );
+        }
+        let router = router
             .route(
                 "/metrics",
                 axum::routing::get(move || {
@@ -264,11 +354,12 @@ impl WorkerHttp {
                     async move { crate::serve::ready_for(leases.as_ref(), app).await }
                 }),
             );
-        Ok(WorkerHttp(Some(tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             if let Err(e) = crate::serve::serve_on(listener, router, std::future::pending()).await {
                 tracing::error!(error = %format!("{e:#}"), "the worker's HTTP endpoint stopped");
             }
-        }))))
+        });
+        Ok((WorkerHttp(Some(task)), Some(bound)))
     }
 }
 
@@ -282,18 +373,33 @@ impl Drop for WorkerHttp {
 
 pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<CounterMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let _http = WorkerHttp::start(a, b, apps::COUNTER, {
-        let (m, l) = (m.clone(), l.clone());
-        move || crate::serve::prom::counter_metrics(&m, &l)
-    })
+    let board = Arc::new(Board::default());
+    let owner = worker_config(s, apps::COUNTER).worker_id;
+    let (_http, bound) = WorkerHttp::start(
+        a,
+        b,
+        apps::COUNTER,
+        {
+            let (m, l) = (m.clone(), l.clone());
+            move || crate::serve::prom::counter_metrics(&m, &l)
+        },
+        Some((board.clone(), owner)),
+    )
     .await?;
+    let shown = match bound {
+        Some(at) => Some(Shown {
+            board,
+            advertise: advertise_addr(a, at).await,
+        }),
+        None => None,
+    };
     let timed_out = Arc::new(AtomicBool::new(false));
     let stop = stop_on(a, timed_out.clone());
     let progress = IdleProgress::start(a, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
     });
-    let (m, l) = run_counter_with(s, b, idle_for(a), stop, m, l).await?;
+    let (m, l) = run_counter_with(s, b, idle_for(a), stop, m, l, shown).await?;
     drop(progress);
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
@@ -323,10 +429,16 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
 
 pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<AnalyticsMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let _http = WorkerHttp::start(a, b, apps::ANALYTICS, {
-        let (m, l) = (m.clone(), l.clone());
-        move || crate::serve::prom::analytics_metrics(&m, &l)
-    })
+    let (_http, _) = WorkerHttp::start(
+        a,
+        b,
+        apps::ANALYTICS,
+        {
+            let (m, l) = (m.clone(), l.clone());
+            move || crate::serve::prom::analytics_metrics(&m, &l)
+        },
+        None,
+    )
     .await?;
     let timed_out = Arc::new(AtomicBool::new(false));
     let stop = stop_on(a, timed_out.clone());

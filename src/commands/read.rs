@@ -45,7 +45,8 @@ pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
             }
             v
         } else {
-            let mut v = crate::serve::counts_json(&a.post_ids, requested, &counts, consistency);
+            let mut v =
+                crate::serve::counts_json(&a.post_ids, requested, &counts, consistency, &[]);
             v["applied_through"] = fresh;
             v
         };

@@ -28,7 +28,10 @@ use crate::settings::Settings;
 pub mod freshness;
 pub mod prom;
 
+pub mod pending;
+
 pub use freshness::{applied_through, Listing, Listings};
+use pending::{pending_for, pending_json, Asked, Pending};
 
 /// What every route reads from.
 #[derive(Clone)]
@@ -37,6 +40,9 @@ pub struct Ctx {
     pub settings: Arc<Settings>,
     /// The lease rows, listed in the background: freshness, leases and metrics read these.
     pub listings: Arc<Listings>,
+    /// Asks the counter's workers for what they read and have not written (`None`: counts are
+    /// the stored ones only).
+    pub pending: Option<Arc<Pending>>,
 }
 
 impl Ctx {
@@ -51,8 +57,15 @@ impl Ctx {
             backend,
             settings: Arc::new(settings.clone()),
             listings,
+            pending: Some(Arc::new(Pending::new(pending::TIMEOUT))),
         };
         Ok((ctx, task))
+    }
+
+    /// The counter's workers' open windows for `ids` (nothing asked when `provisional` is off).
+    pub async fn ask_pending(&self, ids: &[String], provisional: bool) -> Option<Asked> {
+        let p = self.pending.as_ref().filter(|_| provisional)?;
+        Some(p.ask(&self.listings.get(apps::COUNTER).states, ids).await)
     }
 
     /// How fresh `app`'s answers are, from the latest listing.
@@ -184,6 +197,8 @@ struct PostParams {
     since: Option<String>,
     /// Count likes created before this time: the count as it stood then.
     as_of_ms: Option<i64>,
+    /// Add what the counter's workers read and have not written yet (default true).
+    pending: Option<bool>,
 }
 
 fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
@@ -203,10 +218,18 @@ async fn post(
         (None, t) => t,
     };
     let counter = &c.backend.counter;
+    // The workers first, the store second (see `pending`).
+    let asked = c
+        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
+        .await;
+    let windows = asked.as_ref().map_or(&[][..], |a| &a.windows[..]);
     let now = counter.post_count(&id, since_ms).await?;
+    let (pending, pending_since) = pending_for(&id, &now, windows, since_ms);
     let mut v = json!({
         "post_id": id,
-        "count": now.total,
+        "count": now.total + pending,
+        "stored": now.total,
+        "pending": pending,
         "read_units": now.read_units,
         "applied_through": c.fresh(apps::COUNTER),
     });
@@ -214,15 +237,20 @@ async fn post(
     if let (Some(t), Some(n)) = (since_ms, now.since) {
         v["since_ms"] = json!(minute_start(t));
         v["since_requested_ms"] = json!(t);
-        v["count_since"] = json!(n);
+        v["count_since"] = json!(n + pending_since);
+        v["pending_since"] = json!(pending_since);
     }
     if let Some(t) = p.as_of_ms {
         // Likes created before T's minute: the total less those created since.
         let later = counter.post_count(&id, Some(t)).await?;
+        let (total, since) = pending_for(&id, &later, windows, Some(t));
         v["as_of_ms"] = json!(minute_start(t));
         v["as_of_requested_ms"] = json!(t);
-        v["count_as_of"] = json!(later.total - later.since.unwrap_or(0));
+        v["count_as_of"] = json!(later.total + total - later.since.unwrap_or(0) - since);
         v["read_units"] = json!(now.read_units + later.read_units);
+    }
+    if let Some(a) = &asked {
+        v["provisional"] = pending_json(a);
     }
     Ok(Json(v))
 }
@@ -265,15 +293,23 @@ pub fn counts_json(
     since_ms: Option<i64>,
     counts: &[tally_core::ports::PostCount],
     c: tally_core::ports::Consistency,
+    windows: &[(String, tally_consumer::counter::board::OpenWindow)],
 ) -> Value {
     let items: Vec<Value> = ids
         .iter()
         .zip(counts)
         .map(|(id, n)| {
-            let mut v =
-                json!({"post_id": id, "count": n.total, "read_units": read_units(n.read_units, c)});
+            let (pending, pending_since) = pending_for(id, n, windows, since_ms);
+            let mut v = json!({
+                "post_id": id,
+                "count": n.total + pending,
+                "stored": n.total,
+                "pending": pending,
+                "read_units": read_units(n.read_units, c),
+            });
             if let (Some(t), Some(since)) = (since_ms, n.since) {
-                v["count_since"] = json!(since);
+                v["count_since"] = json!(since + pending_since);
+                v["pending_since"] = json!(pending_since);
                 v["since_ms"] = json!(minute_start(t));
             }
             v
@@ -298,6 +334,8 @@ struct CountsParams {
     since_ms: Option<i64>,
     /// `strong` (default) or `eventual`.
     consistency: Option<String>,
+    /// Add what the counter's workers read and have not written yet (default true).
+    pending: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -306,6 +344,7 @@ struct CountsBody {
     since: Option<String>,
     since_ms: Option<i64>,
     consistency: Option<String>,
+    pending: Option<bool>,
 }
 
 async fn counts_get(State(c): State<Ctx>, ApiQuery(p): ApiQuery<CountsParams>) -> ApiResult {
@@ -313,7 +352,7 @@ async fn counts_get(State(c): State<Ctx>, ApiQuery(p): ApiQuery<CountsParams>) -
         Some(s) if !s.is_empty() => s.split(',').map(str::to_owned).collect(),
         _ => Vec::new(),
     };
-    counts(&c, ids, p.since, p.since_ms, p.consistency).await
+    counts(&c, ids, p.since, p.since_ms, p.consistency, p.pending).await
 }
 
 async fn counts_post(
@@ -326,7 +365,7 @@ async fn counts_post(
             e.body_text()
         ))
     })?;
-    counts(&c, b.ids, b.since, b.since_ms, b.consistency).await
+    counts(&c, b.ids, b.since, b.since_ms, b.consistency, b.pending).await
 }
 
 /// Many counts in one call: a feed page's posts, read side by side.
@@ -336,6 +375,7 @@ async fn counts(
     since: Option<String>,
     since_ms: Option<i64>,
     consistency: Option<String>,
+    pending: Option<bool>,
 ) -> ApiResult {
     check_ids(&ids).map_err(bad_request)?;
     let since_ms = match (&since, since_ms) {
@@ -351,14 +391,33 @@ async fn counts(
             )))
         }
     };
+    // The workers first, the store second (see `pending`).
+    let asked = c.ask_pending(&ids, pending.unwrap_or(true)).await;
+    if let Some(f) = failpoint_pause() {
+        tokio::time::sleep(f).await;
+    }
     let n = c
         .backend
         .counter
         .post_counts(&ids, since_ms, consistency)
         .await?;
-    let mut v = counts_json(&ids, since_ms, &n, consistency);
+    let windows = asked.as_ref().map_or(&[][..], |a| &a.windows[..]);
+    let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
     v["applied_through"] = c.fresh(apps::COUNTER);
+    if let Some(a) = &asked {
+        v["provisional"] = pending_json(a);
+    }
     Ok(Json(v))
+}
+
+/// Tests only: `TALLY_FAILPOINT_SERVE_PAUSE_MS` pauses a counts call between asking the workers
+/// and reading the store, so that a test can land a window in between.
+fn failpoint_pause() -> Option<std::time::Duration> {
+    let ms: u64 = std::env::var(crate::settings::SERVE_PAUSE_VAR)
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(std::time::Duration::from_millis(ms))
 }
 
 async fn total(State(c): State<Ctx>) -> ApiResult {
@@ -562,12 +621,40 @@ pub async fn ready_for(leases: &dyn tally_core::ports::LeaseStore, app: &str) ->
 }
 
 /// `tally serve`: the read side until Ctrl-C or SIGTERM.
-pub async fn serve(s: &Settings, b: Backend, addr: SocketAddr) -> Result<()> {
+pub async fn serve(
+    s: &Settings,
+    b: Backend,
+    addr: SocketAddr,
+    pending_timeout: std::time::Duration,
+) -> Result<()> {
     let listener = bind(addr).await?;
-    let (ctx, refresher) = Ctx::start(b, s).await?;
+    let (mut ctx, refresher) = Ctx::start(b, s).await?;
+    ctx.pending = (!pending_timeout.is_zero()).then(|| Arc::new(Pending::new(pending_timeout)));
     let served = serve_on(listener, router(ctx), crate::commands::shutdown_signal()).await;
     refresher.abort();
     served
+}
+
+/// One GET of a plain http:// URL within `timeout`; the body of a 200 answer.
+pub async fn get_text(url: &str, timeout: std::time::Duration) -> Result<String> {
+    use http_body_util::BodyExt;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let uri: hyper::Uri = url
+        .parse()
+        .with_context(|| format!("{url:?} is not a URL"))?;
+    let client =
+        Client::builder(TokioExecutor::new()).build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let resp = tokio::time::timeout(timeout, client.get(uri))
+        .await
+        .map_err(|_| anyhow::anyhow!("{url} did not answer within {timeout:?}"))??;
+    anyhow::ensure!(
+        resp.status() == hyper::StatusCode::OK,
+        "{url} answered {}",
+        resp.status()
+    );
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `tally probe URL`: one GET (hyper's HTTP/1.1 client) bounded by 3 s; Ok only for status 200.

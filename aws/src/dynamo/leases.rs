@@ -67,10 +67,11 @@ impl LeaseStore for DynamoStore {
         let (e, o, xp) = (x.name("epoch"), x.name("owner"), x.name("expires_ms"));
         let cond = format!("{e} = {}", x.val(n(expected_epoch as i64)));
         let upd = format!(
-            "SET {o} = {}, {xp} = {}, {e} = {}",
+            "SET {o} = {}, {xp} = {}, {e} = {} REMOVE {}",
             x.val(s(owner)),
             x.val(n(expires_ms)),
-            x.val(n(expected_epoch as i64 + 1))
+            x.val(n(expected_epoch as i64 + 1)),
+            x.name("holder_addr")
         );
         let r = self
             .client
@@ -107,6 +108,7 @@ impl LeaseStore for DynamoStore {
         fence: &Fence,
         expires_ms: i64,
         progress: Option<ReadProgress>,
+        addr: Option<&str>,
     ) -> PortResult<()> {
         self.lease_update(fence, "", |x| {
             let mut set = format!("SET {} = {}", x.name("expires_ms"), x.val(n(expires_ms)));
@@ -119,6 +121,9 @@ impl LeaseStore for DynamoStore {
                     x.val(n(p.at_ms))
                 ));
             }
+            if let Some(a) = addr {
+                set.push_str(&format!(", {} = {}", x.name("holder_addr"), x.val(s(a))));
+            }
             set
         })
         .await
@@ -128,8 +133,9 @@ impl LeaseStore for DynamoStore {
         match self
             .lease_update(fence, "", |x| {
                 format!(
-                    "REMOVE {} SET {} = {}",
+                    "REMOVE {}, {} SET {} = {}",
                     x.name("owner"),
+                    x.name("holder_addr"),
                     x.name("expires_ms"),
                     x.val(n(0))
                 )

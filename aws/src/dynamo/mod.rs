@@ -197,6 +197,7 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
             (Some(behind_ms), Some(at_ms)) => Some(ReadProgress { at_ms, behind_ms }),
             _ => None,
         },
+        holder_addr: get_s(item, "holder_addr"),
     }
 }
 

@@ -84,7 +84,7 @@ impl CounterShard {
             self.checkpoint = Some(t);
         }
         self.replay = None;
-        self.window = None;
+        board::lock(&self.windows).open = None;
         // The filter as a restart at the new checkpoint would restore it (the given-up window's
         // ids were never stored).
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
@@ -102,7 +102,7 @@ impl CounterShard {
         if self.replay.is_some() {
             return self.give_up(false, HEAD_TRIMMED, Some(through)).await;
         }
-        if self.window.as_ref().is_some_and(|w| !w.is_empty()) {
+        if self.has_open() {
             self.close_and_apply(false).await?;
         }
         self.give_up(false, UNREAD, Some(through)).await

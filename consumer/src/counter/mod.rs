@@ -16,7 +16,7 @@
 //! has, on record.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,9 +39,11 @@ use crate::worker::{ProcessorFactory, ShardProcessor};
 use crate::ConsumerError;
 
 mod apply;
+pub mod board;
 mod gap;
 mod restore;
 
+use board::{Board, ShardWindows};
 use gap::{GONE, HEAD_TRIMMED, TIP_READS_FOR_A_GAP, TRIMMED};
 
 /// The counter's settings.
@@ -135,6 +137,7 @@ pub struct Counter {
     store: Arc<dyn CounterStore>,
     cfg: CounterConfig,
     metrics: Arc<CounterMetrics>,
+    board: Arc<Board>,
 }
 
 impl Counter {
@@ -147,7 +150,14 @@ impl Counter {
             store,
             cfg,
             metrics,
+            board: Arc::default(),
         }
+    }
+
+    /// Shows the held shards' open windows on `board` (what the worker's `--http` serves).
+    pub fn on_board(mut self, board: Arc<Board>) -> Counter {
+        self.board = board;
+        self
     }
 }
 
@@ -160,7 +170,8 @@ impl ProcessorFactory for Counter {
             shard_id: shard_id.to_owned(),
             fence: None,
             dedup: Dedup::new(self.cfg.dedup_horizon.as_millis() as i64),
-            window: None,
+            windows: self.board.hold(shard_id),
+            board: self.board.clone(),
             checkpoint: None,
             replay: None,
             tip_reads: 0,
@@ -178,8 +189,9 @@ pub struct CounterShard {
     /// Set by `start`.
     fence: Option<Fence>,
     dedup: Dedup,
-    /// The open window.
-    window: Option<WindowBuilder>,
+    /// The open window, and the closed one being applied: shared with the worker's board.
+    windows: Arc<Mutex<ShardWindows>>,
+    board: Arc<Board>,
     /// The last record (or user record of an aggregate) whose window is fully applied.
     checkpoint: Option<Position>,
     /// A window found pending at start: it is rebuilt up to `end` and applied again (what was
@@ -202,10 +214,16 @@ impl CounterShard {
     }
 
     async fn close_and_apply(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
-        let Some(window) = self.window.take() else {
-            return Ok(());
+        // Closed and put up as applying at once: a reader of the board never misses it.
+        let closed = {
+            let mut w = board::lock(&self.windows);
+            let Some(window) = w.open.take() else {
+                return Ok(());
+            };
+            let closed = Arc::new(window.close(&mut self.dedup));
+            w.applying = Some(closed.clone());
+            closed
         };
-        let closed = window.close(&mut self.dedup);
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
@@ -227,6 +245,7 @@ impl CounterShard {
             .fetch_add(s.malformed, Ordering::Relaxed);
         self.metrics.windows.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = closed.end.clone();
+        board::lock(&self.windows).applying = None;
         if self.replay.take().is_some() && self.dedup.horizon_ms() != self.horizon_ms() {
             // The completed window was built under an older horizon; what follows uses the
             // current one, restored as any restart at this checkpoint would restore it.
@@ -246,15 +265,19 @@ impl CounterShard {
     async fn fold(&mut self, record: &StreamRecord, now_ms: i64) -> Result<(), ConsumerError> {
         let mut from = Position::resume_in(self.checkpoint.as_ref(), &record.seq);
         loop {
-            let window = self
-                .window
-                .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
             let bound = match &self.replay {
                 Some(p) => Bound::End(&p.end),
                 None => Bound::Size(self.cfg.window_records),
             };
-            let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
-            if window.reached(bound) {
+            let (took, reached) = {
+                let mut w = board::lock(&self.windows);
+                let window = w
+                    .open
+                    .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
+                let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
+                (took, window.reached(bound))
+            };
+            if reached {
                 self.close_and_apply(false).await?;
             }
             match took {
@@ -262,6 +285,14 @@ impl CounterShard {
                 Took::Through(k) => from = k + 1,
             }
         }
+    }
+
+    /// Whether the open window holds anything.
+    fn has_open(&self) -> bool {
+        board::lock(&self.windows)
+            .open
+            .as_ref()
+            .is_some_and(|w| !w.is_empty())
     }
 
     /// The dedup horizon of windows built now, from the current settings.
@@ -291,7 +322,7 @@ impl ShardProcessor for CounterShard {
         self.checkpoint = st.lease.checkpoint.clone();
         self.replay = st.pending.clone();
         self.latest_created_ms = st.spent.latest_created_ms;
-        self.window = None;
+        *board::lock(&self.windows) = ShardWindows::default();
         // A pending window is rebuilt with the horizon it was built with; a child shard also
         // remembers its ancestors' recent ids, since a retry may land across reshards.
         let horizon = self.window_horizon();
@@ -325,7 +356,7 @@ impl ShardProcessor for CounterShard {
         for record in &batch.records {
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
             if let Some(p) = &self.replay {
-                let rebuilding = self.window.as_ref().is_some_and(|w| !w.is_empty());
+                let rebuilding = self.has_open();
                 if record.seq > p.end.seq {
                     // Past the pending window's end without meeting it: its end is gone.
                     self.give_up(false, TRIMMED, None).await?;
@@ -346,19 +377,15 @@ impl ShardProcessor for CounterShard {
             self.fold(record, now_ms).await?;
         }
         let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
-        if self.cfg.close_when_caught_up
-            && at_tip
-            && self.replay.is_none()
-            && self.window.as_ref().is_some_and(|w| !w.is_empty())
-        {
+        if self.cfg.close_when_caught_up && at_tip && self.replay.is_none() && self.has_open() {
             self.close_and_apply(false).await?;
         }
         Ok(())
     }
 
     async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError> {
-        let due = self
-            .window
+        let due = board::lock(&self.windows)
+            .open
             .as_ref()
             .is_some_and(|w| now_ms - w.opened_at_ms() >= self.cfg.window_time.as_millis() as i64);
         if due && self.replay.is_none() {
@@ -375,7 +402,7 @@ impl ShardProcessor for CounterShard {
             // The rest of the pending window is not read yet; the next owner completes it.
             return Ok(());
         }
-        if self.window.as_ref().is_some_and(|w| !w.is_empty()) {
+        if self.has_open() {
             self.close_and_apply(shard_end).await
         } else if shard_end {
             let fence = self.fence()?.clone();
@@ -390,10 +417,16 @@ impl ShardProcessor for CounterShard {
     }
 
     fn unapplied(&self) -> bool {
-        self.replay.is_some() || self.window.as_ref().is_some_and(|w| !w.is_empty())
+        self.replay.is_some() || self.has_open()
     }
 
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
         self.give_up(true, GONE, None).await
+    }
+}
+
+impl Drop for CounterShard {
+    fn drop(&mut self) {
+        self.board.release(&self.shard_id, &self.windows);
     }
 }

@@ -85,6 +85,9 @@ pub struct WorkerConfig {
     pub stats_interval: Duration,
     /// Metrics as CloudWatch embedded metric format lines, when on.
     pub emf: Emf,
+    /// Where this worker serves its open windows (`host:port`), reported with each renewal so
+    /// that the read side can ask it; `None`: it serves none.
+    pub advertise: Option<String>,
 }
 
 impl WorkerConfig {
@@ -106,6 +109,7 @@ impl WorkerConfig {
             backoff: Backoff::default(),
             stats_interval: Duration::from_secs(30),
             emf: Emf::default(),
+            advertise: None,
         }
     }
 }

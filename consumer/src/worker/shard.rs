@@ -234,7 +234,7 @@ impl ShardTask {
         match self
             .deps
             .leases
-            .renew_lease(&self.fence, expires, read)
+            .renew_lease(&self.fence, expires, read, self.cfg.advertise.as_deref())
             .await
         {
             Ok(()) => {
@@ -296,7 +296,10 @@ async fn renew_loop(
         tokio::time::sleep(cfg.renew_interval).await;
         let expires = now_ms() + cfg.lease_duration.as_millis() as i64;
         let read = progress.lock().ok().and_then(|p| *p);
-        match leases.renew_lease(&fence, expires, read).await {
+        match leases
+            .renew_lease(&fence, expires, read, cfg.advertise.as_deref())
+            .await
+        {
             Ok(()) => {
                 metrics.renewed.fetch_add(1, Ordering::Relaxed);
             }

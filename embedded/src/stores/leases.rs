@@ -50,7 +50,7 @@ impl LeaseStore for Embedded {
         self.run(move |c| {
             let n = c
                 .execute(
-                    "UPDATE leases SET owner = ?1, epoch = epoch + 1, expires_ms = ?2 WHERE app = ?3 AND shard_id = ?4 AND epoch = ?5",
+                    "UPDATE leases SET owner = ?1, epoch = epoch + 1, expires_ms = ?2, holder_addr = NULL WHERE app = ?3 AND shard_id = ?4 AND epoch = ?5",
                     params![owner, expires_ms, app, shard_id, expected_epoch as i64],
                 )
                 .map_err(sql_err)?;
@@ -82,15 +82,17 @@ impl LeaseStore for Embedded {
         fence: &Fence,
         expires_ms: i64,
         progress: Option<ReadProgress>,
+        addr: Option<&str>,
     ) -> PortResult<()> {
         let f = fence.clone();
         let (behind, at) = (progress.map(|p| p.behind_ms), progress.map(|p| p.at_ms));
+        let addr = addr.map(str::to_owned);
         self.run(move |c| {
             let n = c
                 .execute(
-                    "UPDATE leases SET expires_ms = ?1, behind_ms = COALESCE(?6, behind_ms), behind_at_ms = COALESCE(?7, behind_at_ms) \
-                     WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5",
-                    params![expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64, behind, at],
+                    "UPDATE leases SET expires_ms = ?1, behind_ms = COALESCE(?6, behind_ms), behind_at_ms = COALESCE(?7, behind_at_ms), \
+                     holder_addr = COALESCE(?8, holder_addr) WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5",
+                    params![expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64, behind, at, addr],
                 )
                 .map_err(sql_err)?;
             if n == 1 { Ok(()) } else { Err(PortError::Fenced { app: f.app, shard_id: f.shard_id }) }
@@ -102,7 +104,7 @@ impl LeaseStore for Embedded {
         let f = fence.clone();
         self.run(move |c| {
             c.execute(
-                "UPDATE leases SET owner = NULL, expires_ms = 0 WHERE app = ?1 AND shard_id = ?2 AND owner = ?3 AND epoch = ?4",
+                "UPDATE leases SET owner = NULL, expires_ms = 0, holder_addr = NULL WHERE app = ?1 AND shard_id = ?2 AND owner = ?3 AND epoch = ?4",
                 params![f.app, f.shard_id, f.owner, f.epoch as i64],
             )
             .map_err(sql_err)?;

@@ -25,7 +25,7 @@ mod baselines;
 mod counter;
 mod leases;
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr";
 
 /// `ShardTally` as stored: a JSON object of write units by purpose name, and `counted`.
 pub(crate) fn spent_json(sp: &ShardTally) -> String {
@@ -85,6 +85,7 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
             (Some(behind_ms), Some(at_ms)) => Some(ReadProgress { at_ms, behind_ms }),
             _ => None,
         },
+        holder_addr: r.get(15)?,
     })
 }
 
