@@ -6,6 +6,12 @@
 //! local AWS API peers too when `TEST_KINESIS_ENDPOINT` and `TEST_DYNAMODB_ENDPOINT` are set
 //! (`eval "$(scripts/local-aws.sh env)"`). Prints numbers; asserts nothing about time.
 //!
+//! Under load (`cargo bench --bench freshness -- load` runs only that part): 1,000 likes/s per
+//! shard on 4 shards (Zipf 1.1 over 100,000 posts, `tally produce --rate`), a probe like put every
+//! 250 ms, and how soon each is visible through `tally serve`'s `/api/counts` — for today's three
+//! settings (stored counts only) beside 10 s windows with provisional counts (the workers' open
+//! windows added), with the write units each spends per like.
+//!
 //! Run: `cargo bench --bench freshness` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
@@ -38,18 +44,14 @@ fn tally(args: &[String], cmd: &[&str]) -> Command {
 }
 
 async fn embedded() -> Backend {
-    let dir = tempfile::tempdir().unwrap();
-    let e = tally_embedded::Embedded::open(dir.path(), 1).unwrap();
-    Backend {
-        name: "embedded",
-        args: vec!["--data-dir".into(), dir.path().display().to_string()],
-        stream: Arc::new(e.clone()),
-        counter: Arc::new(e),
-        _dir: dir,
-    }
+    embedded_shards(1).await
 }
 
 async fn aws(kinesis: &str, dynamodb: &str, run: &str) -> Backend {
+    aws_shards(kinesis, dynamodb, run, 1).await
+}
+
+async fn aws_shards(kinesis: &str, dynamodb: &str, run: &str, shards: usize) -> Backend {
     let dir = tempfile::tempdir().unwrap();
     let unique = format!("fresh-{run}-{}", std::process::id());
     let args: Vec<String> = [
@@ -69,7 +71,9 @@ async fn aws(kinesis: &str, dynamodb: &str, run: &str) -> Backend {
     .collect();
     let mut setup: Vec<String> = args.clone();
     setup.extend(["--data-dir".into(), dir.path().display().to_string()]);
-    let ok = tally(&setup, &["setup", "--shards", "1"]).status().unwrap();
+    let ok = tally(&setup, &["setup", "--shards", &shards.to_string()])
+        .status()
+        .unwrap();
     assert!(ok.success(), "setup on the local peers");
     let aws = tally_aws::Aws::connect(&tally_aws::AwsSettings {
         stream: format!("s-{unique}"),
@@ -209,11 +213,196 @@ async fn run(b: Backend) {
     }
 }
 
+/// Shards, likes per second per shard, and seconds of load per setting, under load.
+const LOAD_SHARDS: usize = 4;
+const LOAD_RATE: usize = 1_000;
+const LOAD_SECS: u64 = 20;
+
+/// One GET to 127.0.0.1 (HTTP/1.0, read to the end): the body.
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned()
+}
+
+/// Starts `tally serve` on a free port; its address.
+fn start_serve(b: &Backend, log: &std::path::Path) -> (Child, String) {
+    let f = std::fs::File::create(log).unwrap();
+    let child = tally(&b.args, &["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(f)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(rest) = text.split("serving on http://").nth(1) {
+            return (child, rest.split('/').next().unwrap().to_owned());
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "serve: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending: bool) {
+    let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
+    let logs = tempfile::tempdir().unwrap();
+    let mut c = tally(
+        &b.args,
+        &[
+            "count",
+            "--json",
+            "--worker-id",
+            &tag,
+            "--http",
+            "127.0.0.1:0",
+        ],
+    );
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let worker: Child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut serve, addr) = start_serve(b, &logs.path().join("serve.log"));
+    let events = (LOAD_SHARDS * LOAD_RATE) as u64 * LOAD_SECS;
+    let mut producer = tally(
+        &b.args,
+        &[
+            "produce",
+            "--events",
+            &events.to_string(),
+            "--rate",
+            &(LOAD_SHARDS * LOAD_RATE).to_string(),
+            "--posts",
+            "100000",
+            "--zipf",
+            "1.1",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    // Let the worker take its leases and the load settle before probing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut lat = Vec::new();
+    let started = Instant::now();
+    let mut i = 0;
+    while started.elapsed() < Duration::from_secs(LOAD_SECS - 5) {
+        let post = format!("probe-{tag}-{i}");
+        let t0 = Instant::now();
+        put(b, &post, i).await;
+        let path = format!("/api/counts?ids={post}&pending={pending}");
+        loop {
+            let body = http_get(&addr, &path).await;
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            if v["counts"][0]["count"].as_i64().unwrap_or(0) >= 1 {
+                lat.push(t0.elapsed());
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{post} never counted: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        i += 1;
+        if let Some(rest) = Duration::from_millis(250).checked_sub(t0.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
+    }
+    let _ = producer.wait();
+    for pid in [worker.id(), serve.id()] {
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    let _ = serve.wait();
+    let out = worker.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let units = v["write_units"]["total"].as_f64().unwrap_or(f64::NAN);
+    let counted = v["counted"].as_f64().unwrap_or(f64::NAN);
+    lat.sort();
+    println!(
+        "{:<16} {:<46} probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  write units per like {:.3}",
+        b.name,
+        setting,
+        lat.len(),
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        lat.last().unwrap().as_millis(),
+        units / counted
+    );
+}
+
+async fn run_load(b: Backend) {
+    const LONG: [(&str, &str); 3] = [
+        ("TALLY_COUNTER__WINDOW_MS", "10000"),
+        ("TALLY_COUNTER__WINDOW_RECORDS", "20000"),
+        ("TALLY_COUNTER__CLOSE_WHEN_CAUGHT_UP", "false"),
+    ];
+    let settings: [(&str, &[(&str, &str)], bool); 4] = [
+        ("default (window 1 s), stored counts", &[], false),
+        (
+            "close_when_caught_up, stored counts",
+            &[("TALLY_COUNTER__CLOSE_WHEN_CAUGHT_UP", "true")],
+            false,
+        ),
+        ("10 s windows, stored counts", &LONG, false),
+        ("10 s windows, provisional counts", &LONG, true),
+    ];
+    for (name, env, pending) in settings {
+        measure_load(&b, name, env, pending).await;
+    }
+}
+
+async fn embedded_shards(n: usize) -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let e = tally_embedded::Embedded::open(dir.path(), n).unwrap();
+    Backend {
+        name: "embedded",
+        args: vec!["--data-dir".into(), dir.path().display().to_string()],
+        stream: Arc::new(e.clone()),
+        counter: Arc::new(e),
+        _dir: dir,
+    }
+}
+
+async fn under_load() {
+    println!(
+        "under load: {LOAD_RATE} likes/s per shard on {LOAD_SHARDS} shards (Zipf 1.1 over 100,000 \
+         posts), a probe like every 250 ms, put → visible through tally serve's /api/counts"
+    );
+    run_load(embedded_shards(LOAD_SHARDS).await).await;
+    if let (Ok(k), Ok(d)) = (
+        std::env::var("TEST_KINESIS_ENDPOINT"),
+        std::env::var("TEST_DYNAMODB_ENDPOINT"),
+    ) {
+        let b = aws_shards(&k, &d, "load", LOAD_SHARDS).await;
+        let args = b.args.clone();
+        run_load(b).await;
+        let _ = tally(&args, &["teardown", "--yes"]).status();
+    }
+}
+
 #[tokio::main]
 async fn main() {
     // `cargo test --all-targets` builds and runs benches as tests: nothing to measure then.
     if !std::env::args().any(|a| a == "--bench") {
         return;
+    }
+    if std::env::args().any(|a| a == "load") {
+        return under_load().await;
     }
     println!(
         "put → visible in the post's count, {LIKES} likes at about 2/s on one shard; each worker \

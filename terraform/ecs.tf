@@ -15,7 +15,7 @@ resource "aws_cloudwatch_log_group" "service" {
 
 resource "aws_security_group" "tasks" {
   name        = "${local.name}-tasks"
-  description = "tally tasks: no inbound, HTTPS out to AWS APIs"
+  description = "tally tasks: the serve tasks in on the workers' port, HTTPS out to AWS APIs"
   vpc_id      = var.vpc_id
 
   egress {

@@ -49,7 +49,10 @@ locals {
   # The consumer applications as ECS services; each has its own task role (iam.tf).
   services = {
     counter = {
-      command = ["count", "--log-json", "--http", "127.0.0.1:${local.health_port}"]
+      # On every interface of the task: `tally serve` asks it for its open windows (provisional
+      # counts; the worker advertises its task IP with its leases). Only the serve tasks may
+      # connect (serve.tf, aws_security_group_rule.serve_to_counter).
+      command = ["count", "--log-json", "--http", "0.0.0.0:${local.health_port}"]
       tasks   = var.counter_tasks
     }
     analytics = {

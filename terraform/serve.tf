@@ -238,3 +238,25 @@ resource "aws_appautoscaling_policy" "serve_requests" {
     scale_in_cooldown  = 300
   }
 }
+
+# Provisional counts: the serve tasks ask the counter's workers for their open windows on the
+# workers' --http port; nothing else reaches it.
+resource "aws_security_group_rule" "serve_to_counter" {
+  description              = "tally serve asks the counter workers for their open windows"
+  type                     = "egress"
+  security_group_id        = aws_security_group.serve.id
+  source_security_group_id = aws_security_group.tasks.id
+  from_port                = local.health_port
+  to_port                  = local.health_port
+  protocol                 = "tcp"
+}
+
+resource "aws_security_group_rule" "counter_from_serve" {
+  description              = "Only the serve tasks reach the workers' --http port"
+  type                     = "ingress"
+  security_group_id        = aws_security_group.tasks.id
+  source_security_group_id = aws_security_group.serve.id
+  from_port                = local.health_port
+  to_port                  = local.health_port
+  protocol                 = "tcp"
+}

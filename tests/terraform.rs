@@ -703,9 +703,27 @@ fn rollouts_scaling_and_health() {
     );
     let main = text("main.tf");
     assert!(
-        main.contains("\"--http\", \"127.0.0.1:${local.health_port}\""),
+        main.contains(
+            "\"analytics\", \"--log-json\", \"--http\", \"127.0.0.1:${local.health_port}\""
+        ),
         "workers serve /healthz"
     );
+    // The counter's --http is reachable from the serve tasks only (provisional counts).
+    assert!(
+        main.contains("\"count\", \"--log-json\", \"--http\", \"0.0.0.0:${local.health_port}\"")
+    );
+    let serve_tf = text("serve.tf");
+    let ingress = resource(&bodies, "aws_security_group_rule", "counter_from_serve");
+    assert_eq!(attr_text(ingress, "type").unwrap(), "\"ingress\"");
+    assert_eq!(
+        attr_text(ingress, "source_security_group_id").unwrap(),
+        "aws_security_group.serve.id"
+    );
+    assert_eq!(
+        attr_text(ingress, "from_port").unwrap(),
+        "local.health_port"
+    );
+    assert!(serve_tf.contains("resource \"aws_security_group_rule\" \"serve_to_counter\""));
     assert_eq!(port, "9100");
     // Autoscaling.
     let target = resource(&bodies, "aws_appautoscaling_target", "service");
