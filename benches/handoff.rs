@@ -2,6 +2,12 @@
 //! after SIGKILL (its leases must expire), with the default lease settings, on the embedded
 //! backend. Prints numbers; asserts nothing about time.
 //!
+//! `cargo bench --bench handoff -- fleet`: the fleet at scale instead — for 4, 64, 256 and 1,000
+//! shards and 1, 8 and 20 workers started together: the time until every shard is held and the
+//! fleet balanced, the time a 9th worker joining 8 takes to reach its share, lease writes and
+//! lease-listing reads per shard per minute over 20 s of steady state, and each worker's memory
+//! and CPU per held shard.
+//!
 //! Run: `cargo bench --bench handoff` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
@@ -64,9 +70,119 @@ fn signal(child: &Child, sig: &str) {
         .expect("kill");
 }
 
+/// Held leases per owner.
+fn per_owner(dir: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for (_, owner, held) in leases(dir) {
+        if let (Some(o), true) = (owner, held) {
+            *m.entry(o).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+/// Whether `workers` workers hold every one of `shards` leases, balanced (at most one apart).
+fn balanced(dir: &str, shards: usize, workers: usize) -> bool {
+    let m = per_owner(dir);
+    let held: usize = m.values().sum();
+    let (lo, hi) = (m.values().min().copied(), m.values().max().copied());
+    held == shards && m.len() == workers.min(shards) && hi.zip(lo).is_some_and(|(h, l)| h - l <= 1)
+}
+
+/// A process's resident memory (KB) and CPU time so far (clock ticks), from /proc.
+fn usage(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    (rss, ticks)
+}
+
+fn json_worker(dir: &str, id: &str) -> Child {
+    tally(dir, &["count", "--json", "--worker-id", id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn worker")
+}
+
+fn fleet_at(shards: usize, workers: usize) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().to_str().expect("utf-8 path").to_owned();
+    assert!(tally(&dir, &["setup", "--shards", &shards.to_string()])
+        .status()
+        .expect("setup")
+        .success());
+    let started = Instant::now();
+    let mut fleet: Vec<Child> = (0..workers)
+        .map(|i| json_worker(&dir, &format!("w{i}")))
+        .collect();
+    let balance = wait_until("balance", || balanced(&dir, shards, workers));
+    let join = (workers == 8).then(|| {
+        fleet.push(json_worker(&dir, "joiner"));
+        wait_until("the joiner's share", || balanced(&dir, shards, workers + 1))
+    });
+    // Steady state: what upkeep costs.
+    let before: Vec<(u64, u64)> = fleet.iter().map(|c| usage(c.id())).collect();
+    let steady = Duration::from_secs(20);
+    std::thread::sleep(steady);
+    let after: Vec<(u64, u64)> = fleet.iter().map(|c| usage(c.id())).collect();
+    let held = per_owner(&dir);
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    for c in &fleet {
+        signal(c, "TERM");
+    }
+    let (mut writes, mut listings) = (0u64, 0u64);
+    for c in fleet {
+        let out = c.wait_with_output().expect("worker");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let l = &v["leases"];
+        writes += l["renewed"].as_u64().unwrap_or(0) + l["heartbeats"].as_u64().unwrap_or(0);
+        listings += l["listings"].as_u64().unwrap_or(0);
+    }
+    let rss_kb: u64 = after.iter().map(|u| u.0).sum();
+    let ticks: u64 = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.1.saturating_sub(b.1))
+        .sum();
+    let tick_hz = 100.0;
+    let cpu_pct = ticks as f64 / tick_hz / steady.as_secs_f64() * 100.0;
+    println!(
+        "{shards:>5} shards {workers:>2} workers | balanced {:>6} ms | 9th joins {:>6} | lease writes/shard/min {:>5.1} | listings/worker/min {:>5.1} (rows read/shard/min {:>6.1}) | memory/shard {:>6} KB | CPU/shard {:>6.3} %",
+        balance.as_millis(),
+        join.map_or("-".to_owned(), |j| format!("{} ms", j.as_millis())),
+        writes as f64 / shards as f64 / minutes,
+        listings as f64 / held.len().max(1) as f64 / minutes,
+        listings as f64 / minutes,
+        rss_kb / shards as u64,
+        cpu_pct / shards as f64,
+    );
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries without `--bench`: nothing to do then.
     if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    if std::env::args().any(|a| a == "fleet") {
+        println!("the fleet at scale, embedded backend, default lease settings (duration 10 s, renewals 3.5 s, poll 0.5 s), no records");
+        for shards in [4, 64, 256, 1_000] {
+            for workers in [1, 8, 20] {
+                fleet_at(shards, workers);
+            }
+        }
         return;
     }
     let tmp = tempfile::tempdir().expect("temp dir");

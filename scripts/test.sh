@@ -31,4 +31,7 @@ if [ "${NO_LOCAL_AWS:-}" != 1 ]; then
   eval "$(scripts/local-aws.sh env)"
   features=(--features aws-local)
 fi
+# The end-to-end tests mostly wait on the processes they start (the CPU idles through most of
+# them): four at a time per test binary instead of one per core.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 cargo test --workspace --all-targets --no-fail-fast "${features[@]}" "$@"

@@ -375,6 +375,10 @@ pub struct DeadLetterArgs {
 
 #[derive(Args, Debug)]
 pub struct LeasesArgs {
+    /// Every lease row, one line each (by default: one line per row up to 20 rows, else a
+    /// summary per worker and state).
+    #[arg(long)]
+    pub all: bool,
     /// Which application's leases.
     #[arg(long, default_value = "counter", value_parser = [tally_core::apps::COUNTER, tally_core::apps::ANALYTICS])]
     pub app: String,

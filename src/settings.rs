@@ -448,7 +448,9 @@ impl Settings {
             }
             Ok(())
         }
-        range("shards", self.shards, 1, 1_000)?;
+        // No cap of ours on AWS: the account's shard limit is the service's to enforce (its error
+        // names the call and the stream); a bound only so that a typo cannot ask for billions.
+        range("shards", self.shards, 1, 1_000_000)?;
         // Kinesis allows 24 hours to 365 days.
         range(
             "stream_retention_hours",

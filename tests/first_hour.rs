@@ -688,3 +688,29 @@ fn two_until_idle_workers_both_end() {
     }
     assert_eq!(t.json(&["total", "--json"])["total"], 400);
 }
+
+/// A thousand-shard store: `setup` takes more than a thousand shards (no cap of ours), and
+/// `tally leases` stays readable — a summary per state and worker — with `--all` for every row.
+#[test]
+fn leases_summarize_a_large_fleet() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1024"]);
+    // Lease rows are a worker's to create: one pass over the empty shards.
+    t.run(&["count", "--until-idle", "--worker-id", "big"]);
+    let text = t.run(&["leases"]);
+    assert!(
+        text.starts_with("1024 leases: 0 held, 1024 free or expired, 0 finished"),
+        "{text}"
+    );
+    assert!(text.lines().count() < 10, "{text}");
+    let all = t.run(&["leases", "--all"]);
+    assert_eq!(all.lines().count(), 1 + 1024, "a header and every row");
+    let small = Target::embedded();
+    small.run(&["setup", "--shards", "3"]);
+    small.run(&["count", "--until-idle"]);
+    assert_eq!(
+        small.run(&["leases"]).lines().count(),
+        1 + 3,
+        "few rows are listed"
+    );
+}

@@ -431,3 +431,108 @@ fn metrics_are_emitted_as_embedded_metric_format() {
         assert!(p50 <= p99 && p99 <= max, "{v}");
     }
 }
+
+/// Leases held per worker, from `tally leases --json` (shards not finished only).
+fn load(t: &Target) -> (BTreeMap<String, usize>, usize) {
+    let mut per: BTreeMap<String, usize> = BTreeMap::new();
+    let mut free = 0;
+    for l in t.json(&["leases", "--json"]).as_array().unwrap() {
+        if l["finished"] == true {
+            continue;
+        }
+        match l["owner"].as_str() {
+            Some(o) => *per.entry(o.to_owned()).or_default() += 1,
+            None => free += 1,
+        }
+    }
+    (per, free)
+}
+
+/// A fleet started together is balanced from its first leases (each worker sees the others'
+/// fleet rows before it takes any, so none takes more than its share), and a worker that joins
+/// steals its share at once — several leases in one poll — while every count stays exact.
+fn a_fleet_is_balanced_from_the_start(
+    t: Target,
+    shards: usize,
+    workers: usize,
+    fast: &[(&str, &str)],
+) {
+    // A 1 s lease poll: a joining worker waits one poll after writing its fleet row, far longer
+    // than the processes of a fleet spawned together take to start on a busy machine.
+    let mut fast = fast.to_vec();
+    fast.retain(|(k, _)| *k != "TALLY_LEASE__POLL_MS");
+    fast.push(("TALLY_LEASE__POLL_MS", "1000"));
+    let fast = fast.as_slice();
+    let file = t.dir.path().join("likes.ndjson");
+    let expected = common::write_likes(&file, "fb", 2_000);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let start = std::time::Instant::now();
+    let names: Vec<String> = (0..workers).map(|i| format!("w{i}")).collect();
+    let mut fleet: Vec<common::Bg> = names
+        .iter()
+        .map(|n| t.spawn(n, &["count", "--worker-id", n], fast))
+        .collect();
+    let share = shards.div_ceil(workers);
+    let logs: Vec<&common::Bg> = fleet.iter().collect();
+    t.eventually("every shard held", Duration::from_secs(60), &logs, || {
+        let (per, free) = load(&t);
+        // No worker ever holds more than its share on the way.
+        assert!(per.values().all(|&n| n <= share), "over the share: {per:?}");
+        free == 0
+    });
+    let (per, _) = load(&t);
+    eprintln!(
+        "{shards} shards, {workers} workers: all held in {:?}: {per:?}",
+        start.elapsed()
+    );
+    assert_eq!(per.len(), workers, "every worker holds leases: {per:?}");
+    assert!(per.values().all(|&n| n + 1 >= shards / workers), "{per:?}");
+    // A worker joins: it gets its share, from the most loaded, without waiting poll after poll.
+    let joined = std::time::Instant::now();
+    let late = t.spawn("late", &["count", "--worker-id", "late"], fast);
+    let share = shards.div_ceil(workers + 1);
+    t.eventually(
+        "the joining worker's share",
+        Duration::from_secs(60),
+        &[&late],
+        || {
+            let (per, free) = load(&t);
+            free == 0
+                && per
+                    .get("late")
+                    .is_some_and(|&n| n + 1 >= shards / (workers + 1))
+                && per.values().all(|&n| n <= share)
+        },
+    );
+    eprintln!(
+        "a worker joining {workers}: at its share in {:?}: {:?}",
+        joined.elapsed(),
+        load(&t).0
+    );
+    fleet.push(late);
+    for w in &fleet {
+        w.signal("TERM");
+    }
+    for w in &mut fleet {
+        assert!(
+            w.wait(Duration::from_secs(30)).success(),
+            "{}",
+            w.log_text()
+        );
+    }
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.mismatches(&expected), vec![]);
+}
+
+#[test]
+fn a_fleet_is_balanced_from_the_start_embedded() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "16"]);
+    a_fleet_is_balanced_from_the_start(t, 16, 4, FAST);
+}
+
+#[cfg(feature = "aws-local")]
+#[test]
+fn a_fleet_is_balanced_from_the_start_aws() {
+    a_fleet_is_balanced_from_the_start(Target::aws("balanced", 8), 8, 3, FAST_AWS);
+}

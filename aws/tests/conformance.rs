@@ -88,6 +88,7 @@ async fn stream_by_fan_out() {
 async fn leases() {
     let f = fresh("leases", 1).await;
     tally_conformance::leases_are_fenced(&f.aws.tables, "aws").await;
+    tally_conformance::fleet_rows_are_apart_from_leases(&f.aws.tables, "aws").await;
 }
 
 #[tokio::test]

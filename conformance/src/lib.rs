@@ -162,6 +162,43 @@ pub async fn stream_put_and_read(stream: &dyn Stream) {
 }
 
 /// Leases: rows created once, taken by epoch, renewed, stolen, fenced, released, finished.
+/// The fleet rows: a heartbeat makes a worker a live member until it expires, a stop takes it
+/// out at once, and no listing of the application's leases shows them.
+pub async fn fleet_rows_are_apart_from_leases(store: &dyn LeaseStore, name: &str) {
+    let app = format!("fleet-{name}");
+    store
+        .ensure_leases(
+            &app,
+            &[ShardInfo {
+                shard_id: "shard-a".into(),
+                parents: vec![],
+                closed: false,
+            }],
+        )
+        .await
+        .unwrap();
+    store.heartbeat(&app, "w1", 5_000).await.unwrap();
+    store.heartbeat(&app, "w2", 2_000).await.unwrap();
+    assert_eq!(store.fleet(&app, 1_000).await.unwrap(), vec!["w1", "w2"]);
+    assert_eq!(
+        store.fleet(&app, 2_000).await.unwrap(),
+        vec!["w1"],
+        "w2's row expired"
+    );
+    // A heartbeat extends the row.
+    store.heartbeat(&app, "w2", 9_000).await.unwrap();
+    assert_eq!(store.fleet(&app, 6_000).await.unwrap(), vec!["w2"]);
+    store.leave_fleet(&app, "w2").await.unwrap();
+    assert!(store.fleet(&app, 0).await.unwrap() == vec!["w1"]);
+    let states = store.list_states(&app).await.unwrap();
+    assert_eq!(states.len(), 1, "one lease row, no fleet row: {states:?}");
+    assert!(store
+        .fleet(&format!("other-{name}"), 0)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
     let app = format!("app-{name}");
     let shards = vec![

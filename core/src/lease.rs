@@ -63,14 +63,26 @@ pub fn is_ready(lease: &Lease, by_shard: &HashMap<&str, &Lease>) -> bool {
             .all(|p| by_shard.get(p.as_str()).is_none_or(|l| l.finished))
 }
 
-/// Plans what `me` should take: free and expired ready leases up to its fair share, or else one
-/// lease stolen from the most loaded worker when that worker holds more than the fair share and at
-/// least two more than `me`.
-pub fn plan(leases: &[Lease], me: &str, now_ms: i64, policy: &LeasePolicy) -> Vec<LeaseAction> {
+/// Plans what `me` should take: free and expired ready leases up to its fair share, or else
+/// leases stolen from the most loaded workers — each from a worker holding more than the floor of
+/// the share and at least two more than `me` has by then — until `me` has its share. The fleet is
+/// every worker holding a live lease and every live member of `fleet` (workers that hold no
+/// lease yet count too), so that a fleet started together is balanced at once and a joining
+/// worker gets its share in one poll.
+pub fn plan(
+    leases: &[Lease],
+    me: &str,
+    now_ms: i64,
+    policy: &LeasePolicy,
+    fleet: &[String],
+) -> Vec<LeaseAction> {
     let by_shard: HashMap<&str, &Lease> = leases.iter().map(|l| (l.shard_id.as_str(), l)).collect();
     let ready: Vec<&Lease> = leases.iter().filter(|l| is_ready(l, &by_shard)).collect();
     let mut held: BTreeMap<&str, Vec<&Lease>> = BTreeMap::new();
     held.entry(me).or_default();
+    for w in fleet {
+        held.entry(w.as_str()).or_default();
+    }
     for l in &ready {
         if l.is_held(now_ms) {
             held.entry(l.owner.as_deref().unwrap_or_default())
@@ -78,8 +90,11 @@ pub fn plan(leases: &[Lease], me: &str, now_ms: i64, policy: &LeasePolicy) -> Ve
                 .push(l);
         }
     }
-    let workers = held.len();
-    let mut target = ready.len().div_ceil(workers.max(1));
+    let workers = held.len().max(1);
+    let mut target = ready.len().div_ceil(workers);
+    // What every worker keeps at least: a victim is never taken below it (with 16 leases and 5
+    // workers the share is 4 and the floor 3, so a worker joining four at 4 each still gets 3).
+    let floor = (ready.len() / workers).min(target);
     if policy.max_leases_per_worker > 0 {
         target = target.min(policy.max_leases_per_worker);
     }
@@ -101,22 +116,33 @@ pub fn plan(leases: &[Lease], me: &str, now_ms: i64, policy: &LeasePolicy) -> Ve
             epoch: l.epoch,
         })
         .collect();
-    if actions.is_empty() {
-        let busiest = held
-            .iter()
-            .filter(|(w, _)| **w != me)
-            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)));
-        if let Some((from, ls)) = busiest {
-            if ls.len() > target && ls.len() >= mine + 2 {
-                if let Some(l) = ls.iter().max_by(|a, b| a.shard_id.cmp(&b.shard_id)) {
-                    actions.push(LeaseAction::Steal {
-                        shard_id: l.shard_id.clone(),
-                        epoch: l.epoch,
-                        from: (*from).to_owned(),
-                    });
-                }
-            }
+    let mut have = mine + actions.len();
+    // Then from the most loaded, one at a time, each victim keeping at least the floor.
+    let mut others: Vec<(&str, Vec<&Lease>)> = held
+        .into_iter()
+        .filter(|(w, _)| *w != me)
+        .map(|(w, mut ls)| {
+            ls.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+            (w, ls)
+        })
+        .collect();
+    while have < target {
+        let Some((from, ls)) = others
+            .iter_mut()
+            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)))
+        else {
+            break;
+        };
+        if ls.len() <= floor || ls.len() < have + 2 {
+            break;
         }
+        let Some(l) = ls.pop() else { break };
+        actions.push(LeaseAction::Steal {
+            shard_id: l.shard_id.clone(),
+            epoch: l.epoch,
+            from: (*from).to_owned(),
+        });
+        have += 1;
     }
     actions
 }
@@ -140,6 +166,11 @@ mod tests {
     }
 
     fn check(leases: &[Lease], me: &str, expected: &[&str]) {
+        check_in(leases, me, &[], expected);
+    }
+
+    fn check_in(leases: &[Lease], me: &str, fleet: &[&str], expected: &[&str]) {
+        let fleet: Vec<String> = fleet.iter().map(|w| w.to_string()).collect();
         let got: Vec<String> = plan(
             leases,
             me,
@@ -147,6 +178,7 @@ mod tests {
             &LeasePolicy {
                 max_leases_per_worker: 0,
             },
+            &fleet,
         )
         .into_iter()
         .map(|a| match a {
@@ -184,6 +216,90 @@ mod tests {
             lease("s1", Some("me"), 5_000),
         ];
         check(&ls, "me", &[]);
+    }
+
+    #[test]
+    fn a_fleet_started_together_takes_fair_shares_at_once() {
+        let ls: Vec<Lease> = (0..8).map(|i| lease(&format!("s{i}"), None, 0)).collect();
+        // Alone, a worker takes everything; knowing three others (no lease yet), its quarter.
+        check_in(
+            &ls,
+            "me",
+            &[],
+            &[
+                "take s0", "take s1", "take s2", "take s3", "take s4", "take s5", "take s6",
+                "take s7",
+            ],
+        );
+        check_in(
+            &ls,
+            "me",
+            &["me", "w1", "w2", "w3"],
+            &["take s0", "take s1"],
+        );
+        // An expired fleet member is not in the list the store answers: the share grows.
+        check_in(
+            &ls,
+            "me",
+            &["w1"],
+            &["take s0", "take s1", "take s2", "take s3"],
+        );
+    }
+
+    #[test]
+    fn a_joining_worker_steals_its_share_in_one_poll() {
+        let ls: Vec<Lease> = (0..12)
+            .map(|i| {
+                lease(
+                    &format!("s{i:02}"),
+                    Some(if i < 6 { "w1" } else { "w2" }),
+                    5_000,
+                )
+            })
+            .collect();
+        // Three workers: 4 each; me takes two from each, the highest ids first.
+        check_in(
+            &ls,
+            "me",
+            &["me", "w1", "w2"],
+            &[
+                "steal s05 from w1",
+                "steal s11 from w2",
+                "steal s04 from w1",
+                "steal s10 from w2",
+            ],
+        );
+        // No victim goes below the fair share.
+        let ls: Vec<Lease> = (0..5)
+            .map(|i| {
+                lease(
+                    &format!("s{i}"),
+                    Some(if i < 3 { "w1" } else { "w2" }),
+                    5_000,
+                )
+            })
+            .collect();
+        check_in(&ls, "me", &["w1", "w2"], &["steal s2 from w1"]);
+        // Everyone at the share's ceiling: a joiner still gets the floor of it.
+        let ls: Vec<Lease> = (0..16)
+            .map(|i| {
+                lease(
+                    &format!("s{i:02}"),
+                    Some(["w0", "w1", "w2", "w3"][i % 4]),
+                    5_000,
+                )
+            })
+            .collect();
+        check_in(
+            &ls,
+            "me",
+            &["w0", "w1", "w2", "w3"],
+            &[
+                "steal s12 from w0",
+                "steal s13 from w1",
+                "steal s14 from w2",
+            ],
+        );
     }
 
     #[test]

@@ -297,6 +297,20 @@ pub trait LeaseStore: Send + Sync {
     /// Gives up records the stream no longer has, on record (either application: each has its
     /// own checkpoints, so each its own gaps); `Fenced` if a condition failed.
     async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
+    /// Says `worker` is a live member of `app`'s fleet until `expires_ms`: one small row per
+    /// worker, apart from the lease rows (no listing of leases shows it), so that workers holding
+    /// no lease yet count in everyone's fair share.
+    async fn heartbeat(&self, app: &str, worker: &str, expires_ms: i64) -> PortResult<()>;
+    /// The members of `app`'s fleet alive at `now_ms` (their heartbeat not expired), by id.
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<String>>;
+    /// Takes `worker` out of `app`'s fleet at once (a clean stop).
+    async fn leave_fleet(&self, app: &str, worker: &str) -> PortResult<()>;
+}
+
+/// Where an application's fleet rows are kept: under their own application name in the lease
+/// table, which no listing of the application's leases reads.
+pub fn fleet_app(app: &str) -> String {
+    format!("{app}#fleet")
 }
 
 /// A window's identity in its writes: whose it is, and its end (each item's marker).

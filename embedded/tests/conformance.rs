@@ -19,6 +19,7 @@ async fn stream() {
 async fn leases() {
     let (_d, e) = store(1);
     tally_conformance::leases_are_fenced(&e, "embedded").await;
+    tally_conformance::fleet_rows_are_apart_from_leases(&e, "embedded").await;
 }
 
 #[tokio::test]

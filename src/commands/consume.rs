@@ -244,6 +244,10 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
         "released": l.released.load(Ordering::Relaxed),
         "lost": l.lost.load(Ordering::Relaxed),
         "finished": l.finished.load(Ordering::Relaxed),
+        "renewed": l.renewed.load(Ordering::Relaxed),
+        "heartbeats": l.heartbeats.load(Ordering::Relaxed),
+        "listings": l.listings.load(Ordering::Relaxed),
+        "fleet_listings": l.fleet_listings.load(Ordering::Relaxed),
     })
 }
 

@@ -230,12 +230,42 @@ pub fn printable(bytes: &[u8], max: usize) -> String {
     out
 }
 
+/// Up to this many lease rows are listed one per line; more are summarized (`--all` lists them).
+const LEASE_ROWS_SHOWN: usize = 20;
+
+/// Leases per state, and held leases per worker (a fleet of a thousand shards on a screen).
+fn print_lease_summary(ls: &[tally_core::lease::Lease], now: i64) {
+    let finished = ls.iter().filter(|l| l.finished).count();
+    let held: Vec<&tally_core::lease::Lease> = ls
+        .iter()
+        .filter(|l| !l.finished && l.is_held(now))
+        .collect();
+    let free = ls.len() - finished - held.len();
+    println!(
+        "{} leases: {} held, {} free or expired, {} finished (--all lists every row)",
+        ls.len(),
+        held.len(),
+        free,
+        finished
+    );
+    let mut per: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for l in &held {
+        *per.entry(l.owner.as_deref().unwrap_or("-")).or_default() += 1;
+    }
+    println!("{:<40} held", "worker");
+    for (w, n) in per {
+        println!("{w:<40} {n}");
+    }
+}
+
 pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
     let ls = b.leases.list_leases(&a.app).await?;
     let now = now_ms();
     if a.json {
         let listing = Listing::fetch(b.leases.as_ref(), &a.app).await?;
         print_json(&crate::serve::freshness::lease_rows(&listing));
+    } else if !a.all && ls.len() > LEASE_ROWS_SHOWN {
+        print_lease_summary(&ls, now);
     } else {
         println!(
             "{:<22} {:<28} {:<6} {:<9} checkpoint",

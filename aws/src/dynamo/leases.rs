@@ -2,6 +2,7 @@
 //! checkpoint together so that one condition fences both.
 
 use aws_sdk_dynamodb::types::{ConditionCheck, Delete};
+use tally_core::ports::fleet_app;
 
 use super::*;
 
@@ -217,5 +218,49 @@ impl LeaseStore for DynamoStore {
         ];
         self.transact((&g.fence.app, &g.fence.shard_id), items)
             .await
+    }
+
+    async fn heartbeat(&self, app: &str, worker: &str, expires_ms: i64) -> PortResult<()> {
+        let mut x = Expr::default();
+        let upd = format!(
+            "SET {} = {}, {} = {}",
+            x.name("expires_ms"),
+            x.val(n(expires_ms)),
+            x.name("owner"),
+            x.val(s(worker))
+        );
+        self.client
+            .update_item()
+            .table_name(self.table("leases"))
+            .set_key(Some(Self::lease_key(&fleet_app(app), worker)))
+            .update_expression(upd)
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+            .send()
+            .await
+            .map_err(|e| self.err("UpdateItem", "leases", e))?;
+        Ok(())
+    }
+
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<String>> {
+        let items = self.partition("leases", "app", fleet_app(app)).await?;
+        let mut out: Vec<String> = items
+            .iter()
+            .filter(|i| get_n(i, "expires_ms").unwrap_or(0) > now_ms)
+            .filter_map(|i| get_s(i, "shard_id"))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    async fn leave_fleet(&self, app: &str, worker: &str) -> PortResult<()> {
+        self.client
+            .delete_item()
+            .table_name(self.table("leases"))
+            .set_key(Some(Self::lease_key(&fleet_app(app), worker)))
+            .send()
+            .await
+            .map_err(|e| self.err("DeleteItem", "leases", e))?;
+        Ok(())
     }
 }

@@ -97,7 +97,8 @@ impl WorkerConfig {
             app: app.to_owned(),
             worker_id: worker_id.to_owned(),
             lease_duration: Duration::from_secs(10),
-            renew_interval: Duration::from_secs(2),
+            // 17 writes per lease per minute; a lease lapses only after two renewals in a row fail.
+            renew_interval: Duration::from_millis(3_500),
             lease_poll_interval: Duration::from_millis(500),
             discovery_interval: Duration::from_secs(10),
             idle_poll: Duration::from_millis(500),
@@ -166,6 +167,11 @@ pub struct LeaseMetrics {
     pub renewed: AtomicU64,
     /// Takes refused because another worker moved first.
     pub take_failed: AtomicU64,
+    /// Writes of this worker's fleet row.
+    pub heartbeats: AtomicU64,
+    /// Full listings of the application's leases, and listings of its fleet rows.
+    pub listings: AtomicU64,
+    pub fleet_listings: AtomicU64,
 }
 
 impl LeaseMetrics {
@@ -178,6 +184,7 @@ impl LeaseMetrics {
             &self.released,
             &self.renewed,
             &self.take_failed,
+            &self.heartbeats,
         ]
         .iter()
         .map(|c| c.load(Ordering::Relaxed))
@@ -271,6 +278,15 @@ struct Worker {
     last_wait_report: Option<Instant>,
     /// When a failed lease listing was last logged.
     last_list_warning: Option<Instant>,
+    /// When this worker last said it is alive (its fleet row), and the fleet it last listed.
+    last_heartbeat: Option<Instant>,
+    joined: bool,
+    fleet: Vec<String>,
+    /// When a failed heartbeat was last logged.
+    last_beat_warning: Option<Instant>,
+    /// When a full listing of the leases last found nothing to take or steal (`None`: the last
+    /// one did, or nothing was listed yet).
+    settled_at: Option<Instant>,
 }
 
 /// How long an armed idle exit waits before saying what it waits for, and how often it repeats.
@@ -298,6 +314,11 @@ async fn run_inner(
         reported: LeaseCounts::default(),
         last_wait_report: None,
         last_list_warning: None,
+        last_heartbeat: None,
+        joined: false,
+        fleet: Vec::new(),
+        last_beat_warning: None,
+        settled_at: None,
     };
     let result = loop {
         match w.iterate().await {
@@ -330,6 +351,7 @@ impl Worker {
     /// One round: reap ended tasks, report, discover shards, take leases, clean up finished
     /// rows, and check for idleness.
     async fn iterate(&mut self) -> Result<Step, ConsumerError> {
+        let held_before = self.running.len();
         self.reap().await?;
         self.metrics
             .held
@@ -344,8 +366,18 @@ impl Worker {
         {
             self.discover().await?;
         }
+        let fleet_before = self.fleet.clone();
+        if !self.beat().await {
+            // Joining: the fleet row is written; leases are taken from the next poll on, once
+            // the workers started together have all written theirs.
+            return Ok(Step::Continue);
+        }
+        if self.settled(held_before, &fleet_before) {
+            return Ok(Step::Continue);
+        }
         // A passing failure skips this round (the next poll lists again): the loop must go on
         // to see a shutdown, and the shard tasks go on meanwhile.
+        self.metrics.listings.fetch_add(1, Ordering::Relaxed);
         let states = match self.deps.leases.list_states(&self.cfg.app).await {
             Ok(l) => l,
             Err(e) if e.is_retryable() => {
@@ -356,7 +388,8 @@ impl Worker {
             Err(e) => return Err(e.into()),
         };
         let leases: Vec<Lease> = states.iter().map(|s| s.lease.clone()).collect();
-        self.take_leases(&leases).await;
+        let acted = self.take_leases(&leases).await;
+        self.settled_at = (!acted).then(Instant::now);
         self.clean_up_finished(&leases).await;
         Ok(if self.all_idle(&states) {
             info!("every shard is caught up and flushed");
@@ -364,6 +397,55 @@ impl Worker {
         } else {
             Step::Continue
         })
+    }
+
+    /// Whether this round may skip the full lease listing: the last one found nothing to do, less
+    /// than half a lease duration ago, and nothing has changed since that this worker can see (no
+    /// shard task ended, the fleet is the same, no idle exit waits on the listing). A lease left by
+    /// a worker killed since is then found at most half a lease duration after it expires; a
+    /// worker at its share reads its fleet's rows each poll and the leases only that often.
+    fn settled(&self, held_before: usize, fleet_before: &[String]) -> bool {
+        self.running.len() == held_before
+            && self.fleet == fleet_before
+            && self.idle_exit.armed_at().is_none()
+            && self
+                .settled_at
+                .is_some_and(|t| t.elapsed() < self.cfg.lease_duration / 2)
+    }
+
+    /// Keeps this worker's fleet row alive (written every renewal interval) and lists the live
+    /// fleet (every poll: one small read), which the lease plan counts in its fair share. Returns
+    /// false on the first call, when the row has just been written.
+    async fn beat(&mut self) -> bool {
+        let first = !std::mem::replace(&mut self.joined, true);
+        if self
+            .last_heartbeat
+            .is_none_or(|t| t.elapsed() >= self.cfg.renew_interval)
+        {
+            let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
+            let leases = &self.deps.leases;
+            match leases
+                .heartbeat(&self.cfg.app, &self.cfg.worker_id, expires)
+                .await
+            {
+                Ok(()) => {
+                    self.last_heartbeat = Some(Instant::now());
+                    self.metrics.heartbeats.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet heartbeat")
+                    .note(&e, &mut self.last_beat_warning),
+            }
+        }
+        if first {
+            return false;
+        }
+        self.metrics.fleet_listings.fetch_add(1, Ordering::Relaxed);
+        match self.deps.leases.fleet(&self.cfg.app, now_ms()).await {
+            Ok(f) => self.fleet = f,
+            Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet listing")
+                .note(&e, &mut self.last_beat_warning),
+        }
+        true
     }
 
     /// Reaps ended shard tasks; a failure that a retry cannot mend ends the worker.
@@ -443,8 +525,9 @@ impl Worker {
         }
     }
 
-    /// Takes (or steals) what the lease plan says, and starts a task for each lease taken.
-    async fn take_leases(&mut self, leases: &[Lease]) {
+    /// Takes (or steals) what the lease plan says, and starts a task for each lease taken; returns
+    /// whether the plan had anything to do.
+    async fn take_leases(&mut self, leases: &[Lease]) -> bool {
         let now = now_ms();
         let me = self.cfg.worker_id.as_str();
         // A lease in our name that no task of ours runs (a restart under the same worker id)
@@ -466,7 +549,9 @@ impl Worker {
         let policy = LeasePolicy {
             max_leases_per_worker: self.cfg.max_leases_per_worker,
         };
-        for action in plan(&view, me, now, &policy) {
+        let actions = plan(&view, me, now, &policy, &self.fleet);
+        let acted = !actions.is_empty();
+        for action in actions {
             let (shard_id, epoch, stolen) = match action {
                 LeaseAction::Take { shard_id, epoch } => (shard_id, epoch, false),
                 LeaseAction::Steal {
@@ -510,6 +595,7 @@ impl Worker {
                 Err(e) => warn!(shard_id = %shard_id, error = %e, "taking lease failed"),
             }
         }
+        acted
     }
 
     /// Deletes a finished shard's row once every child has made progress (a checkpoint of its
@@ -657,6 +743,14 @@ impl Worker {
                     warn!(shard_id = %fence.shard_id, error = %e, "releasing lease failed; it will expire")
                 }
             }
+        }
+        if let Err(e) = self
+            .deps
+            .leases
+            .leave_fleet(&self.cfg.app, &self.cfg.worker_id)
+            .await
+        {
+            warn!(error = %e, "leaving the fleet failed; its row will expire");
         }
         self.metrics.held.store(0, Ordering::Relaxed);
         report_leases(&self.cfg, &self.metrics, self.reported);

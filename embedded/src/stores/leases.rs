@@ -181,4 +181,47 @@ impl LeaseStore for Embedded {
         })
         .await
     }
+
+    async fn heartbeat(&self, app: &str, worker: &str, expires_ms: i64) -> PortResult<()> {
+        let (fleet, worker) = (tally_core::ports::fleet_app(app), worker.to_owned());
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO leases (app, shard_id, owner, expires_ms, parents) VALUES (?1, ?2, ?2, ?3, '[]') \
+                 ON CONFLICT(app, shard_id) DO UPDATE SET expires_ms = excluded.expires_ms",
+                params![fleet, worker, expires_ms],
+            )
+            .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<String>> {
+        let fleet = tally_core::ports::fleet_app(app);
+        self.run(move |c| {
+            let mut st = c
+                .prepare_cached("SELECT shard_id FROM leases WHERE app = ?1 AND expires_ms > ?2 ORDER BY shard_id")
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![fleet, now_ms], |r| r.get(0))
+                .map_err(sql_err)?
+                .collect::<Result<Vec<String>, _>>()
+                .map_err(sql_err)?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn leave_fleet(&self, app: &str, worker: &str) -> PortResult<()> {
+        let (fleet, worker) = (tally_core::ports::fleet_app(app), worker.to_owned());
+        self.run(move |c| {
+            c.execute(
+                "DELETE FROM leases WHERE app = ?1 AND shard_id = ?2",
+                params![fleet, worker],
+            )
+            .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
 }
