@@ -1,5 +1,5 @@
 //! The read side at a feed's scale: what one answer of `tally serve` costs as the shard count
-//! grows. For stores of 4, 64 and 1,000 shards on the embedded backend (and 64 on the local AWS
+//! grows. For stores of 4, 64 and 1,024 shards on the embedded backend (and 64 on the local AWS
 //! peers when `TEST_KINESIS_ENDPOINT` and `TEST_DYNAMODB_ENDPOINT` are set), the same events are
 //! counted, then `GET /api/posts/{id}` (one count) and `GET /api/counts?ids=…` (100 counts) are
 //! timed over HTTP, in turns, with the read units each answer reports. Prints numbers and the
@@ -203,7 +203,7 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let mut rows = vec![embedded(4), embedded(64), embedded(1_000)];
+    let mut rows = vec![embedded(4), embedded(64), embedded(1_024)];
     if let (Ok(k), Ok(d)) = (
         std::env::var("TEST_KINESIS_ENDPOINT"),
         std::env::var("TEST_DYNAMODB_ENDPOINT"),
@@ -225,7 +225,7 @@ fn main() {
         );
     }
     println!(
-        "embedded: 1,000-shard p50 / 4-shard p50 = {:.2} (goal ≤ 1.5); 100-id p99 / one p99 at 4 shards = {:.2}, at 1,000 = {:.2} (goal ≤ 5)",
+        "embedded: 1,024-shard p50 / 4-shard p50 = {:.2} (goal ≤ 1.5); 100-id p99 / one p99 at 4 shards = {:.2}, at 1,024 = {:.2} (goal ≤ 5)",
         rows[2].single.0 / rows[0].single.0,
         rows[0].batch.1 / rows[0].single.1,
         rows[2].batch.1 / rows[2].single.1

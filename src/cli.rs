@@ -295,7 +295,7 @@ pub struct ConsumeArgs {
     pub until_idle: bool,
     /// With --until-idle: give up after this long (e.g. 30s, 5m) — what was read is still
     /// applied and checkpointed — and exit with status 2, naming the shards not caught up.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, requires = "until_idle")]
+    #[arg(long, value_name = "DURATION", value_parser = timeout_duration, requires = "until_idle")]
     pub timeout: Option<std::time::Duration>,
     /// This worker's identity in lease rows [default: the ECS task id, else host name and pid].
     #[arg(long)]
@@ -334,8 +334,9 @@ pub struct QueryArgs {
     /// may not be seen yet).
     #[arg(long)]
     pub eventual: bool,
-    /// Also the net change from likes and unlikes created in this last duration (e.g. 15m, 2h,
-    /// 7d), counted from the start of that minute.
+    /// Also the net change from likes and unlikes created since then: a duration (15m, 2h, 7d),
+    /// an RFC 3339 time (2026-12-01T08:00:00Z) or epoch milliseconds; counted from the start of
+    /// that minute.
     #[arg(long, value_parser = since_duration)]
     pub since: Option<std::time::Duration>,
     /// Print JSON (with the bound used, read units and how fresh the count is).
@@ -355,7 +356,8 @@ pub struct TopArgs {
 
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
-    /// Only windows taken in this last duration [default: all].
+    /// Only windows taken since then: a duration (5m), an RFC 3339 time or epoch milliseconds
+    /// [default: all].
     #[arg(long, value_parser = since_duration)]
     pub since: Option<std::time::Duration>,
     /// Print JSON.
@@ -468,10 +470,44 @@ impl Cli {
 
 /// A duration longer than zero, as `--since` and the API's `since` take it (15m, 2h, 7d).
 pub fn since_duration(s: &str) -> Result<std::time::Duration, String> {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    let now = SystemTime::now();
+    let ago = |t: SystemTime| -> Result<Duration, String> {
+        match now.duration_since(t) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            _ => Err(format!("{s:?} is not in the past")),
+        }
+    };
+    // Epoch milliseconds: digits only (a duration always has a unit).
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        let ms: u64 = s
+            .parse()
+            .map_err(|_| format!("{s:?} is too large for epoch milliseconds"))?;
+        return ago(UNIX_EPOCH + Duration::from_millis(ms));
+    }
+    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
+        return ago(t);
+    }
     match humantime::parse_duration(s) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err("must be longer than 0 (e.g. 15m, 2h, 7d)".into()),
-        Err(e) => Err(format!("must be a duration like 15m or 2h: {e}")),
+        Ok(d) if d.is_zero() => Err("must be longer than 0 (e.g. 15m, 2h, 7d)".into()),
+        Ok(d) => match now.checked_sub(d).filter(|t| *t >= UNIX_EPOCH) {
+            Some(_) => Ok(d),
+            None => Err(format!(
+                "{s} ago is before 1970-01-01T00:00:00Z, the earliest time a like can have"
+            )),
+        },
+        Err(e) => Err(format!(
+            "must be a duration (15m, 2h, 7d), an RFC 3339 time (2026-12-01T08:00:00Z) or epoch milliseconds: {e}"
+        )),
+    }
+}
+
+/// A `--timeout`: a duration longer than 0, said in the words `--since` uses.
+pub fn timeout_duration(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be longer than 0 (e.g. 30s, 5m)".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("must be a duration like 30s or 5m: {e}")),
     }
 }
 

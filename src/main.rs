@@ -58,9 +58,10 @@ async fn main() {
     init_logging(&cli);
     if let Err(e) = run(cli).await {
         eprintln!("error: {e:#}");
-        let timed_out = e.is::<commands::consume::TimedOut>();
-        std::process::exit(if timed_out {
+        std::process::exit(if e.is::<commands::consume::TimedOut>() {
             commands::consume::TimedOut::EXIT
+        } else if e.is::<commands::produce::Interrupted>() {
+            commands::produce::Interrupted::EXIT
         } else {
             1
         });

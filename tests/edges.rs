@@ -49,7 +49,28 @@ fn an_oversized_bad_record_never_stalls_its_shard(t: Target, size: usize) {
 
 #[test]
 fn an_oversized_bad_record_never_stalls_its_shard_embedded() {
-    an_oversized_bad_record_never_stalls_its_shard(Target::embedded(), 2 << 20);
+    an_oversized_bad_record_never_stalls_its_shard(Target::embedded(), 1_000_000);
+}
+
+/// The embedded stream refuses a record Kinesis would refuse (over 1 MiB with its key), with
+/// Kinesis' error, and puts nothing of that batch.
+#[test]
+fn the_embedded_stream_refuses_what_kinesis_refuses() {
+    let t = Target::embedded();
+    let file = file_in(&t, "too-big.ndjson");
+    write_ten_likes_and_a_huge_bad_record(&file, 2 << 20);
+    let out = t.fail(&["replay", file.to_str().unwrap()], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Member must have length less than or equal to 1048576"),
+        "{err}"
+    );
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(
+        t.json(&["total", "--json"])["total"],
+        0,
+        "nothing of the batch was put"
+    );
 }
 
 #[cfg(feature = "aws-local")]

@@ -204,6 +204,24 @@ fn since_reports_the_bound_it_used() {
         err.contains("'--since <SINCE>': must be longer than 0"),
         "{err}"
     );
+    // A time instead of a duration: RFC 3339 or epoch milliseconds, the same bound as "1h".
+    let hour_ago = now_ms() - 60 * minute;
+    let rfc3339 = humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + Duration::from_millis(hour_ago as u64),
+    )
+    .to_string();
+    for since in [rfc3339.as_str(), &hour_ago.to_string()] {
+        let v = t.json(&["query", "p1", "--since", since, "--json"]);
+        assert_eq!(v["count_since"].as_i64(), Some(2), "{since}: {v}");
+        assert!(
+            (v["since_requested_ms"].as_i64().unwrap() - hour_ago).abs() < 5_000,
+            "{v}"
+        );
+    }
+    let err = stderr(&t.fail(&["query", "p1", "--since", "100y"], &[]));
+    assert!(err.contains("is before 1970-01-01T00:00:00Z"), "{err}");
+    let err = stderr(&t.fail(&["query", "p1", "--since", "2999-01-01T00:00:00Z"], &[]));
+    assert!(err.contains("is not in the past"), "{err}");
 }
 
 /// `--until-idle` beside a worker that holds some shards says what it waits for, and
@@ -274,6 +292,14 @@ fn until_idle_says_what_it_waits_for_and_can_be_bounded() {
     assert!(other.wait(Duration::from_secs(60)).success());
     // With the other worker gone, the same command is idle at once.
     t.run(&["count", "--until-idle", "--timeout", "60s"]);
+    // A timeout is a duration longer than 0, said as `--since` says it.
+    for (bad, says) in [
+        ("0s", "must be longer than 0"),
+        ("abc", "must be a duration like 30s or 5m"),
+    ] {
+        let err = stderr(&t.fail(&["count", "--until-idle", "--timeout", bad], &[]));
+        assert!(err.contains(says), "{bad}: {err}");
+    }
 }
 
 #[test]
@@ -713,4 +739,85 @@ fn leases_summarize_a_large_fleet() {
         1 + 3,
         "few rows are listed"
     );
+}
+
+/// Ctrl-C in `produce` stops it between batches: it says how much it put, exits 130, and its
+/// `--truth` file covers exactly what was put (the counts prove it). `replay` likewise.
+#[test]
+fn an_interrupted_producer_says_what_it_put_and_its_truth_holds() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let truth = t.dir.path().join("truth.json");
+    let mut p = t.spawn(
+        "produce",
+        &[
+            "produce",
+            "--events",
+            "1000000",
+            "--rate",
+            "3000",
+            "--posts",
+            "50",
+            "--truth",
+            truth.to_str().unwrap(),
+        ],
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    p.signal("INT");
+    let status = p.wait(Duration::from_secs(30));
+    let log = p.log_text();
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(log.contains("interrupted by a signal: put "), "{log}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+    let expected: std::collections::BTreeMap<String, i64> =
+        serde_json::from_value(v["counts"].clone()).unwrap();
+    assert!(
+        !expected.is_empty() && v["events"].as_u64().unwrap() < 1_000_000,
+        "{v}"
+    );
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.mismatches(&expected), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], v["total"]);
+}
+
+/// Errors name their subject: a directory given to `replay`, a data dir that is a file, and a
+/// store that is not one.
+#[test]
+fn errors_name_the_path_and_what_was_expected() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let dir = t.dir.path().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    let err = stderr(&t.fail(&["replay", dir.to_str().unwrap()], &[]));
+    assert!(
+        err.contains("a-directory is a directory: expected an NDJSON file"),
+        "{err}"
+    );
+    let tally = |data_dir: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tally"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let file = t.dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let out = tally(&file, &["setup"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("a-file is a file, not a directory"), "{err}");
+    let corrupt = t.dir.path().join("corrupt");
+    std::fs::create_dir(&corrupt).unwrap();
+    std::fs::write(corrupt.join("tally.db"), vec![b'x'; 8192]).unwrap();
+    for args in [&["setup"][..], &["total"][..]] {
+        let out = tally(&corrupt, args);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(
+            err.contains("tally.db is not a tally store"),
+            "{args:?}: {err}"
+        );
+    }
 }

@@ -483,6 +483,13 @@ fn a_worker_serves_its_metrics() {
     assert_eq!(metric(&text, "tally_leases_held", &[]), Some(2.0), "{text}");
     assert_eq!(get(&addr, "/healthz").0, 200);
     assert_eq!(get(&addr, "/readyz").0, 200);
+    // `/` says what the worker serves (not an empty 404 behind a "serving on" line).
+    let (status, index) = get(&addr, "/");
+    assert_eq!(status, 200);
+    assert!(
+        index.contains("/metrics") && index.contains("/api/open"),
+        "{index}"
+    );
     // The container health check (terraform/ecs.tf) asks /healthz with `tally probe`.
     t.run(&["probe", &format!("http://{addr}/healthz")]);
     let out = t.fail(&["probe", &format!("http://{addr}/nowhere")], &[]);

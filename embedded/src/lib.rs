@@ -44,6 +44,17 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// Journal mode and schema, idempotent; several processes may run it at once.
+/// A file that SQLite cannot read as a database is named as what it is not: a tally store.
+fn not_a_store(path: &Path, e: PortError) -> PortError {
+    match e.to_string() {
+        m if m.contains("file is not a database") || m.contains("malformed") => PortError::Other(format!(
+            "{} is not a tally store (SQLite: {m}): move it away, or point --data-dir at another directory",
+            path.display()
+        )),
+        _ => e,
+    }
+}
+
 /// Sets a writable store up: WAL, the schema, migrations — for `open` and `open_existing` alike.
 /// Switching a new file to WAL takes an exclusive lock and does not wait for the busy handler:
 /// when several processes open a fresh store at once, the losers retry.
@@ -134,6 +145,12 @@ pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {
 impl Embedded {
     /// Opens (creating if needed) the store in `dir`. A new store gets `shards` shards.
     pub fn open(dir: &Path, shards: usize) -> PortResult<Embedded> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(PortError::Other(format!(
+                "the data dir {} is a file, not a directory: give --data-dir a directory (it holds {DB_FILE})",
+                dir.display()
+            )));
+        }
         std::fs::create_dir_all(dir).map_err(|e| {
             PortError::Other(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
@@ -153,7 +170,7 @@ impl Embedded {
         }
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(sql_err)?;
-        prepare(&conn)?;
+        prepare(&conn).map_err(|e| not_a_store(&path, e))?;
         let store = Embedded {
             conn: Arc::new(Mutex::new(conn)),
             path,
@@ -189,7 +206,7 @@ impl Embedded {
             .is_readonly(rusqlite::DatabaseName::Main)
             .map_err(sql_err)?;
         let conn = if !read_only {
-            prepare(&conn)?;
+            prepare(&conn).map_err(|e| not_a_store(&path, e))?;
             conn
         } else if conn
             .query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))

@@ -287,6 +287,21 @@ impl Stream for Embedded {
     }
 
     async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {
+        // Kinesis refuses the whole request when a record's data and partition key pass 1 MiB
+        // (its default cap): the embedded stream takes what Kinesis would take.
+        if let Some((i, e)) = entries
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.data.len() + e.partition_key.len() > MAX_RECORD_BYTES)
+        {
+            return Err(PortError::Invalid(format!(
+                "1 validation error detected: Value at 'records.{}.member.data' failed to satisfy constraint: \
+                 Member must have length less than or equal to {MAX_RECORD_BYTES} (a record of {} bytes with its partition key; \
+                 Kinesis takes at most 1 MiB per record)",
+                i + 1,
+                e.data.len() + e.partition_key.len()
+            )));
+        }
         let entries = entries.to_vec();
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
@@ -312,6 +327,9 @@ impl Stream for Embedded {
         .await
     }
 }
+
+/// The largest record Kinesis takes by default: data and partition key together.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
 
 /// A reader: the last delivered sequence number is its whole state.
 struct EmbeddedReader {

@@ -335,7 +335,17 @@ impl WorkerHttp {
         let listener = crate::serve::bind(addr).await?;
         let bound = listener.local_addr()?;
         let leases = b.leases.clone();
-        let mut router = axum::Router::new();
+        let index = format!(
+            "tally {app} worker: /metrics (Prometheus), /healthz, /readyz{}; the dashboard is tally serve's\n",
+            if open.is_some() { ", /api/open?ids=… (open windows)" } else { "" }
+        );
+        let mut router = axum::Router::new().route(
+            "/",
+            axum::routing::get(move || {
+                let index = index.clone();
+                async move { index }
+            }),
+        );
         if let Some((board, owner)) = open {
             router = router.route(
                 "/api/open",

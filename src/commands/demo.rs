@@ -106,7 +106,7 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
         let (s, b, idle) = (s.clone(), b.clone(), analytics_idle.clone());
         tokio::spawn(async move { run_analytics(&s, &b, idle, never()).await })
     };
-    let (truth, put) = produce(s, &b, a.events, a.json).await?;
+    let (truth, put) = produce(s, &b, a.events, a.json, &Default::default()).await?;
     let produced_in = started.elapsed();
     counter_idle.arm();
     analytics_idle.arm();
@@ -293,7 +293,7 @@ async fn watch(s: &Settings, b: &Backend, addr: std::net::SocketAddr) -> Result<
     };
     let producer = {
         let (s, b) = (s.clone(), b.clone());
-        tokio::spawn(async move { produce(&s, &b, u64::MAX / 2, true).await })
+        tokio::spawn(async move { produce(&s, &b, u64::MAX / 2, true, &Default::default()).await })
     };
     eprintln!(
         "demo: still producing {} likes a second, counting and analysing; Ctrl-C to stop",

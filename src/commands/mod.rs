@@ -103,7 +103,7 @@ pub async fn shutdown_signal() {
     });
 }
 
-async fn wait_signal() {
+pub(crate) async fn wait_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

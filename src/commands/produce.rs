@@ -20,8 +20,33 @@ use crate::cli::{ProduceArgs, ReplayArgs};
 use crate::progress;
 use crate::settings::Settings;
 
-/// Puts everything `records` yields, in PutRecords batches, at `rate` records/s; `pb` follows
-/// the records put, unless the caller counts something else (`count_records` false).
+/// Interrupted by SIGINT or SIGTERM: what was put is said, and the exit status is 130.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted by a signal: {0}")]
+pub struct Interrupted(pub String);
+
+impl Interrupted {
+    pub const EXIT: i32 = 130;
+}
+
+/// A flag raised by the first SIGINT or SIGTERM (a second one exits at once), for a loop that
+/// stops between batches.
+pub fn stop_on_signal() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = flag.clone();
+    tokio::spawn(async move {
+        super::wait_signal().await;
+        f.store(true, std::sync::atomic::Ordering::Relaxed);
+        super::wait_signal().await;
+        eprintln!("second signal: exiting now");
+        std::process::exit(Interrupted::EXIT);
+    });
+    flag
+}
+
+/// Puts everything `records` yields, in PutRecords batches, at `rate` records/s, until `stop` is
+/// raised (between batches: what was taken from `records` is put); `pb` follows the records put,
+/// unless the caller counts something else (`count_records` false).
 pub async fn put_all(
     stream: &dyn Stream,
     hot: &HotPosts,
@@ -29,13 +54,14 @@ pub async fn put_all(
     rate: f64,
     pb: &indicatif::ProgressBar,
     count_records: bool,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> Result<PutStats> {
     let mut stats = PutStats::default();
     let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
     let backoff = Backoff::default();
     let mut buf: Vec<PutEntry> = Vec::with_capacity(MAX_BATCH_RECORDS);
     let mut records = records.map(|e| hot.rekey(e)).peekable();
-    while records.peek().is_some() {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && records.peek().is_some() {
         buf.extend(records.by_ref().take(MAX_BATCH_RECORDS));
         for batch in batches(std::mem::take(&mut buf), MAX_BATCH_RECORDS, MAX_BATCH_BYTES) {
             let n = batch.len() as u64;
@@ -63,6 +89,7 @@ pub async fn produce(
     backend: &Backend,
     events: u64,
     quiet: bool,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> Result<(Truth, PutStats)> {
     let mut gen = Generator::new(gen_config(s, events));
     // The bar follows the events (retries and malformed records come on top).
@@ -80,14 +107,18 @@ pub async fn produce(
         s.producer.rate,
         &pb,
         false,
+        stop,
     )
     .await;
     progress::finish(&pb);
+    // Interrupted between batches, everything generated was put: the truth covers it.
     Ok((gen.truth(), stats?))
 }
 
 pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Result<()> {
-    let (truth, stats) = produce(s, backend, a.events, a.json).await?;
+    let stop = stop_on_signal();
+    let (truth, stats) = produce(s, backend, a.events, a.json, &stop).await?;
+    let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
     if let Some(path) = &a.truth {
         let counts: std::collections::BTreeMap<&String, &i64> = truth.counts.iter().collect();
         let body = json!({"events": truth.events, "duplicates": truth.duplicates, "malformed": truth.malformed, "total": truth.total(), "counts": counts});
@@ -108,6 +139,19 @@ pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Re
             stats.calls,
             truth.total()
         );
+    }
+    if interrupted {
+        return Err(Interrupted(format!(
+            "put {} records of {} events asked{}",
+            stats.records,
+            a.events,
+            if a.truth.is_some() {
+                "; the truth file covers them"
+            } else {
+                ""
+            }
+        ))
+        .into());
     }
     Ok(())
 }
@@ -233,6 +277,7 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
     };
     let mut lines = ReplayLines::open(&a.file)?;
     let pb = progress::start(len, "records", a.json);
+    let stop = stop_on_signal();
     let stats = put_all(
         backend.stream.as_ref(),
         &hot_posts(s),
@@ -240,6 +285,7 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
         s.producer.rate,
         &pb,
         true,
+        &stop,
     )
     .await;
     progress::finish(&pb);
@@ -265,6 +311,13 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
                 String::new()
             }
         );
+    }
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Interrupted(format!(
+            "put the first {} records of {name}; replaying the rest would put them again",
+            stats.records
+        ))
+        .into());
     }
     Ok(())
 }
