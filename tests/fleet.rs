@@ -478,7 +478,8 @@ fn a_fleet_is_balanced_from_the_start(
         let (per, free) = load(&t);
         // No worker ever holds more than its share on the way.
         assert!(per.values().all(|&n| n <= share), "over the share: {per:?}");
-        free == 0
+        // (Before discovery has written the rows there is nothing free and nothing held.)
+        free == 0 && per.values().sum::<usize>() == shards
     });
     let (per, _) = load(&t);
     eprintln!(
