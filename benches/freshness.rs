@@ -132,21 +132,39 @@ fn pct(sorted: &[Duration], p: f64) -> u128 {
     sorted[i].as_millis()
 }
 
+/// Starts a counter worker reporting JSON on exit, with `extra` flags and these settings.
+fn start_worker(b: &Backend, tag: &str, extra: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut args = vec!["count", "--json", "--worker-id", tag];
+    args.extend_from_slice(extra);
+    let mut c = tally(&b.args, &args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Stops a worker with SIGTERM; the write units it spent per like counted, by its own report.
+fn stop_worker(worker: Child) -> f64 {
+    Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
+    let out = worker.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let units = v["write_units"]["total"].as_f64().unwrap_or(f64::NAN);
+    units / v["counted"].as_f64().unwrap_or(f64::NAN)
+}
+
 async fn measure(b: &Backend, setting: &str, env: &[(&str, &str)]) {
     let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
     // Start-up: a record is already in the stream when the worker starts.
     let first = format!("first-{tag}");
     put(b, &first, 0).await;
     let spawned = Instant::now();
-    let mut c = tally(&b.args, &["count", "--json", "--worker-id", &tag]);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let worker: Child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let worker = start_worker(b, &tag, &[], env);
     let startup = visible(b, &first, 1, spawned).await;
 
     let mut lat = Vec::with_capacity(LIKES);
@@ -159,14 +177,7 @@ async fn measure(b: &Backend, setting: &str, env: &[(&str, &str)]) {
             tokio::time::sleep(rest).await;
         }
     }
-    Command::new("kill")
-        .args(["-TERM", &worker.id().to_string()])
-        .status()
-        .unwrap();
-    let out = worker.wait_with_output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let units = v["write_units"]["total"].as_f64().unwrap_or(f64::NAN);
-    let counted = v["counted"].as_f64().unwrap_or(f64::NAN);
+    let per_like = stop_worker(worker);
     lat.sort();
     println!(
         "{:<16} {:<44} p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  start-up to first record {:>5} ms  write units per like {:.2}",
@@ -176,7 +187,7 @@ async fn measure(b: &Backend, setting: &str, env: &[(&str, &str)]) {
         pct(&lat, 0.99),
         lat.last().unwrap().as_millis(),
         startup.as_millis(),
-        units / counted
+        per_like
     );
 }
 
@@ -255,25 +266,7 @@ fn start_serve(b: &Backend, log: &std::path::Path) -> (Child, String) {
 async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending: bool) {
     let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
     let logs = tempfile::tempdir().unwrap();
-    let mut c = tally(
-        &b.args,
-        &[
-            "count",
-            "--json",
-            "--worker-id",
-            &tag,
-            "--http",
-            "127.0.0.1:0",
-        ],
-    );
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let worker: Child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let worker = start_worker(b, &tag, &["--http", "127.0.0.1:0"], env);
     let (mut serve, addr) = start_serve(b, &logs.path().join("serve.log"));
     let events = (LOAD_SHARDS * LOAD_RATE) as u64 * LOAD_SECS;
     let mut producer = tally(
@@ -323,17 +316,12 @@ async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending:
         }
     }
     let _ = producer.wait();
-    for pid in [worker.id(), serve.id()] {
-        Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap();
-    }
+    let per_like = stop_worker(worker);
+    Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
     let _ = serve.wait();
-    let out = worker.wait_with_output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let units = v["write_units"]["total"].as_f64().unwrap_or(f64::NAN);
-    let counted = v["counted"].as_f64().unwrap_or(f64::NAN);
     lat.sort();
     println!(
         "{:<16} {:<46} probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  write units per like {:.3}",
@@ -343,7 +331,7 @@ async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending:
         pct(&lat, 0.5),
         pct(&lat, 0.99),
         lat.last().unwrap().as_millis(),
-        units / counted
+        per_like
     );
 }
 

@@ -294,15 +294,7 @@ async fn advertise_addr(a: &ConsumeArgs, bound: std::net::SocketAddr) -> String 
     }
     let host = match ecs_task_ip().await {
         Some(ip) => ip,
-        None => std::env::var("HOSTNAME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .or_else(|| {
-                std::fs::read_to_string("/etc/hostname")
-                    .ok()
-                    .map(|h| h.trim().to_owned())
-            })
-            .unwrap_or_else(|| "localhost".to_owned()),
+        None => worker::host_name(),
     };
     format!("{host}:{}", bound.port())
 }

@@ -770,17 +770,19 @@ pub fn default_worker_id() -> String {
             }
         }
     }
-    let host = std::env::var("HOSTNAME")
+    format!("{}-{}", host_name(), std::process::id())
+}
+
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`, else `localhost`).
+pub fn host_name() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .or_else(|| {
             std::fs::read_to_string("/etc/hostname")
                 .ok()
                 .map(|h| h.trim().to_owned())
-        });
-    format!(
-        "{}-{}",
-        host.unwrap_or_else(|| "localhost".into()),
-        std::process::id()
-    )
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".into())
 }
