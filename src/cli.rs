@@ -78,11 +78,24 @@ pub enum Command {
     Produce(ProduceArgs),
     /// Put each line of an NDJSON file (.gz too) as one record, valid or not.
     #[command(
-        after_help = "Examples:\n  tally replay likes.ndjson\n  tally replay likes.ndjson.gz --rate 500\n  zcat export-*.gz | tally replay -"
+        after_help = "Examples:\n  tally replay likes.ndjson\n  tally replay likes.ndjson.gz --rate 500\n  tally replay recorded.ndjson --speed 10   the recorded gaps, ten times faster\n  zcat export-*.gz | tally replay -"
     )]
     Replay(ReplayArgs),
-    /// Write every record of the stream to an NDJSON file, shard by shard.
+    /// Write every record of the stream to a recording: each record with its shard, sequence
+    /// number, partition key and arrival time, shard by shard.
+    #[command(
+        after_help = "Examples:\n  tally record likes.ndjson.gz\n  tally record - | tally --data-dir fresh replay -\n  tally replay likes.ndjson.gz --speed 1   into another stack, as it arrived"
+    )]
     Record(RecordArgs),
+    /// Recount the stream (or a recording) independently and compare every count with the store.
+    ///
+    /// Read-only: takes no lease and writes nothing, so it runs beside the counter. Each shard is
+    /// recounted up to the counter's checkpoint; a post the counter moved on while verifying is
+    /// compared with the windows its summary says it holds. Exits 1 when anything is off.
+    #[command(
+        after_help = "Examples:\n  tally verify\n  tally verify --json > drift.json\n  tally verify --from recorded.ndjson.gz --since 2026-12-01T00:00:00Z\n  tally --backend aws --stream likes verify"
+    )]
+    Verify(VerifyArgs),
     /// Run the exactly-once counter consumer.
     #[command(
         after_help = "Examples:\n  tally count                          until SIGTERM or Ctrl-C\n  tally count --until-idle --timeout 5m\n  tally count --http 127.0.0.1:9101   with /metrics, /healthz and /readyz"
@@ -274,7 +287,43 @@ pub struct ReplayArgs {
     /// Records per second [default: as fast as possible].
     #[arg(long)]
     pub rate: Option<f64>,
+    /// A recording's pace: its recorded gaps between records divided by this (1: as recorded,
+    /// 10: ten times faster), keys and each shard's order kept; `max` puts as fast as it can.
+    /// Holds the recording in memory to put it in arrival order. With --rate, the slower wins.
+    #[arg(long, value_name = "X|max", value_parser = replay_speed)]
+    pub speed: Option<f64>,
     /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--speed`: a factor above 0, or `max` (infinity: as fast as possible).
+pub fn replay_speed(s: &str) -> Result<f64, String> {
+    if s.eq_ignore_ascii_case("max") {
+        return Ok(f64::INFINITY);
+    }
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!(
+            "{s:?}: expected a factor above 0 (1: as recorded, 10: ten times faster) or max"
+        )),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// Recount a recording (`tally record`) instead of the stream; `-` reads standard input.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+    /// Also compare each post's likes since this time (repeatable; a duration, an RFC 3339 time
+    /// or epoch ms, taken at its minute) [default: the last minute, hour and day boundaries and
+    /// the day boundary a week ago].
+    #[arg(long, value_name = "WHEN", value_parser = since_duration)]
+    pub since: Vec<std::time::Duration>,
+    /// How many drifts the text summary lists (--json lists every one).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub show: usize,
+    /// Print every drift as JSON.
     #[arg(long)]
     pub json: bool,
 }

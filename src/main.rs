@@ -4,8 +4,10 @@ mod backend;
 mod cli;
 mod commands;
 mod progress;
+mod recording;
 mod serve;
 mod settings;
+mod verify;
 
 use anyhow::Result;
 use clap::Parser;
@@ -112,6 +114,7 @@ async fn run(cli: Cli) -> Result<()> {
     let reads = matches!(
         cli.command,
         Command::Record(_)
+            | Command::Verify(_)
             | Command::Query(_)
             | Command::Total(_)
             | Command::Top(_)
@@ -143,6 +146,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
         Command::Replay(a) => commands::produce::run_replay(&settings, &b, a).await,
         Command::Record(a) => commands::read::record(&b, a).await,
+        Command::Verify(a) => verify::run(&settings, &b, a).await,
         Command::Count(a) => commands::consume::count(&settings, &b, a).await,
         Command::Analytics(a) => commands::consume::analytics(&settings, &b, a).await,
         Command::Query(a) => commands::read::query(&b, a).await,

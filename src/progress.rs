@@ -26,7 +26,7 @@ pub fn start(len: Option<u64>, unit: &str, quiet: bool) -> ProgressBar {
     let template = match len {
         Some(_) => format!(
             "{{spinner}} {{elapsed_precise}} [{{bar:40}}] {{human_pos}}/{{human_len}} {unit} \
-             ({{rate}}, {{eta}} left)"
+             ({{rate}}, {{eta}} left) {{msg}}"
         ),
         None => format!("{{spinner}} {{elapsed_precise}} {{human_pos}} {unit} ({{rate}}) {{msg}}"),
     };

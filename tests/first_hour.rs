@@ -606,8 +606,9 @@ fn record_to_standard_output_pipes_into_replay() {
     a.run(&["replay", path.to_str().unwrap()]);
     let out = common::output(a.cmd(&["record", "-"]));
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 50);
-    assert!(stderr(&out).contains("recorded 50 records to standard output"));
+    // A header, then one line per record.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 51);
+    assert!(stderr(&out).contains("recorded 50 records of 2 shards to standard output"));
     assert!(!std::env::current_dir().unwrap().join("-").exists());
     let mut replay = b.cmd(&["replay", "-"]);
     replay.stdin(Stdio::piped());

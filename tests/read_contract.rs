@@ -192,20 +192,9 @@ fn a_reader_of_the_contract_agrees_with_tally_query_embedded() {
 fn a_reader_of_the_contract_agrees_with_tally_query_aws() {
     use aws_sdk_dynamodb::types::AttributeValue;
     let t = Target::aws("contract", 2);
-    let dynamodb =
-        std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into());
-    let i = t.args.iter().position(|a| a == "--table-prefix").unwrap();
-    let table = format!("{}-counts", t.args[i + 1]);
+    let table = t.table("counts");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let conf = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-        .credentials_provider(aws_credential_types::Credentials::new(
-            "test", "test", None, None, "test",
-        ))
-        .endpoint_url(dynamodb)
-        .build();
-    let client = aws_sdk_dynamodb::Client::from_conf(conf);
+    let client = common::dynamodb_client();
     let query = |post: &str, cond: &str, a: &str, b: Option<&str>| -> Vec<Item> {
         let mut q = client
             .query()

@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -18,6 +19,7 @@ use super::{gen_config, print_json};
 use crate::backend::Backend;
 use crate::cli::{ProduceArgs, ReplayArgs};
 use crate::progress;
+use crate::recording::{self, Recorded};
 use crate::settings::Settings;
 
 /// Interrupted by SIGINT or SIGTERM: what was put is said, and the exit status is 130.
@@ -59,11 +61,17 @@ pub async fn put_all(
     let mut stats = PutStats::default();
     let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
     let backoff = Backoff::default();
-    let mut buf: Vec<PutEntry> = Vec::with_capacity(MAX_BATCH_RECORDS);
+    // Paced, about ten batches a second: a rate below a batch's size still spreads its records.
+    let per_batch = if rate > 0.0 {
+        ((rate / 10.0).ceil() as usize).clamp(1, MAX_BATCH_RECORDS)
+    } else {
+        MAX_BATCH_RECORDS
+    };
+    let mut buf: Vec<PutEntry> = Vec::with_capacity(per_batch);
     let mut records = records.map(|e| hot.rekey(e)).peekable();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) && records.peek().is_some() {
-        buf.extend(records.by_ref().take(MAX_BATCH_RECORDS));
-        for batch in batches(std::mem::take(&mut buf), MAX_BATCH_RECORDS, MAX_BATCH_BYTES) {
+        buf.extend(records.by_ref().take(per_batch));
+        for batch in batches(std::mem::take(&mut buf), per_batch, MAX_BATCH_BYTES) {
             let n = batch.len() as u64;
             pacer.wait(n).await;
             put_batch(stream, batch, &backoff, &mut stats).await?;
@@ -158,7 +166,7 @@ pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Re
 
 /// Opens the input (`-`: standard input), decompressing gzip (by its magic bytes, whatever the
 /// name).
-fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
+pub fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(std::io::stdin())
     } else {
@@ -190,13 +198,13 @@ pub struct ReplayLines {
 }
 
 impl ReplayLines {
-    pub fn open(path: &Path) -> Result<ReplayLines> {
-        Ok(ReplayLines {
-            reader: open_input(path)?,
+    fn from_reader(reader: Box<dyn BufRead>) -> ReplayLines {
+        ReplayLines {
+            reader,
             line_no: 0,
             blank: 0,
             error: None,
-        })
+        }
     }
 
     /// The read error that ended the lines early, if any.
@@ -264,33 +272,218 @@ pub fn check_replay_file(file: &Path) -> Result<()> {
     }
 }
 
+/// What `tally replay` reads: plain NDJSON (each line one record's data, keyed by its post), or a
+/// recording (each record with the key and arrival time it had).
+enum ReplayInput {
+    Plain(ReplayLines),
+    Recording(RecordedLines),
+}
+
+impl ReplayInput {
+    fn open(path: &Path) -> Result<ReplayInput> {
+        Ok(match recording::Reader::open(open_input(path)?)? {
+            Ok(r) => ReplayInput::Recording(RecordedLines {
+                reader: r,
+                error: None,
+            }),
+            Err(input) => ReplayInput::Plain(ReplayLines::from_reader(input)),
+        })
+    }
+
+    /// How many records it puts; reads it all, so that a file that cannot be read (a truncated
+    /// .gz, a recording's broken line) fails before anything is put.
+    fn count(self) -> Result<u64> {
+        match self {
+            ReplayInput::Plain(mut l) => {
+                let n = l.by_ref().count() as u64;
+                l.finish()?;
+                Ok(n)
+            }
+            ReplayInput::Recording(mut r) => {
+                let n = r.by_ref().count() as u64;
+                r.finish()?;
+                Ok(n)
+            }
+        }
+    }
+}
+
+/// A recording's records as they are put: each with its recorded key.
+struct RecordedLines {
+    reader: recording::Reader,
+    error: Option<anyhow::Error>,
+}
+
+impl RecordedLines {
+    fn finish(self) -> Result<()> {
+        self.error.map_or(Ok(()), Err)
+    }
+}
+
+impl Iterator for RecordedLines {
+    type Item = Recorded;
+
+    fn next(&mut self) -> Option<Recorded> {
+        match self.reader.next_record() {
+            Ok(r) => r,
+            Err(e) => {
+                self.error = Some(e);
+                None
+            }
+        }
+    }
+}
+
+fn put_entry(r: Recorded) -> PutEntry {
+    PutEntry {
+        partition_key: r.partition_key,
+        data: r.data,
+    }
+}
+
+/// A recording's records in the order they arrived: shard by shard as recorded, merged by
+/// arrival time, each shard's own order kept (so each key's order is kept too: a key is in one
+/// shard at a time, and a child's records come after its parent's).
+pub fn in_arrival_order(records: impl Iterator<Item = Recorded>) -> Vec<Recorded> {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, HashMap, VecDeque};
+    let mut shards: Vec<VecDeque<Recorded>> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for r in records {
+        let i = *index.entry(r.shard_id.clone()).or_insert_with(|| {
+            shards.push(VecDeque::new());
+            shards.len() - 1
+        });
+        shards[i].push_back(r);
+    }
+    let total = shards.iter().map(VecDeque::len).sum();
+    let mut heads: BinaryHeap<Reverse<(i64, usize)>> = shards
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some(Reverse((s.front()?.arrival_ms, i))))
+        .collect();
+    let mut out = Vec::with_capacity(total);
+    while let Some(Reverse((_, i))) = heads.pop() {
+        if let Some(r) = shards[i].pop_front() {
+            out.push(r);
+        }
+        if let Some(next) = shards[i].front() {
+            heads.push(Reverse((next.arrival_ms, i)));
+        }
+    }
+    out
+}
+
+/// Puts records with their recorded gaps divided by `speed`, in batches of what is due, at most
+/// `rate` records/s, until `stop` is raised; the bar's message is the recorded time reached.
+async fn put_paced(
+    stream: &dyn Stream,
+    records: Vec<Recorded>,
+    speed: f64,
+    rate: f64,
+    pb: &indicatif::ProgressBar,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<PutStats> {
+    let mut stats = PutStats::default();
+    let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
+    let backoff = Backoff::default();
+    let Some(t0) = records.first().map(|r| r.arrival_ms) else {
+        return Ok(stats);
+    };
+    let w0 = tokio::time::Instant::now();
+    let due = |arrival_ms: i64| {
+        w0 + Duration::from_secs_f64((arrival_ms - t0).max(0) as f64 / 1_000.0 / speed)
+    };
+    let mut records = records.into_iter().peekable();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let Some(next) = records.peek() else { break };
+        tokio::time::sleep_until(due(next.arrival_ms)).await;
+        let now = tokio::time::Instant::now();
+        let (mut batch, mut bytes, mut reached) = (Vec::new(), 0, t0);
+        while let Some(r) = records.next_if(|r| {
+            due(r.arrival_ms) <= now
+                && batch.len() < MAX_BATCH_RECORDS
+                && bytes + r.data.len() + r.partition_key.len() <= MAX_BATCH_BYTES
+        }) {
+            bytes += r.data.len() + r.partition_key.len();
+            reached = r.arrival_ms;
+            batch.push(put_entry(r));
+        }
+        let n = batch.len() as u64;
+        pacer.wait(n).await;
+        put_batch(stream, batch, &backoff, &mut stats).await?;
+        pb.inc(n);
+        pb.set_message(format!("recorded time {}", rfc3339(reached)));
+    }
+    Ok(stats)
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
 pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Result<()> {
     // A file is read once first: for the progress bar's length, and so that a file that cannot
-    // be read (a truncated .gz) fails before anything is put. Standard input is read once.
+    // be read fails before anything is put. Standard input is read once.
     let len = if a.file == Path::new("-") {
         None
     } else {
-        let mut lines = ReplayLines::open(&a.file)?;
-        let n = lines.by_ref().count() as u64;
-        lines.finish()?;
-        Some(n)
+        Some(ReplayInput::open(&a.file)?.count()?)
     };
-    let mut lines = ReplayLines::open(&a.file)?;
+    let speed = a.speed.unwrap_or(f64::INFINITY);
+    let input = ReplayInput::open(&a.file)?;
     let pb = progress::start(len, "records", a.json);
     let stop = stop_on_signal();
-    let stats = put_all(
-        backend.stream.as_ref(),
-        &hot_posts(s),
-        lines.by_ref(),
-        s.producer.rate,
-        &pb,
-        true,
-        &stop,
-    )
-    .await;
-    progress::finish(&pb);
-    let stats = stats?;
-    let blank = lines.finish()?;
+    let stream = backend.stream.as_ref();
+    let rate = s.producer.rate;
+    let (stats, blank) = match input {
+        ReplayInput::Plain(mut lines) => {
+            if speed.is_finite() {
+                progress::finish(&pb);
+                anyhow::bail!(
+                    "--speed needs a recording (tally record writes one): a plain NDJSON file has no arrival times; --rate paces it"
+                );
+            }
+            let stats = put_all(
+                stream,
+                &hot_posts(s),
+                lines.by_ref(),
+                rate,
+                &pb,
+                true,
+                &stop,
+            )
+            .await;
+            progress::finish(&pb);
+            let stats = stats?;
+            (stats, lines.finish()?)
+        }
+        ReplayInput::Recording(mut recs) => {
+            // Keys as recorded: the hot-post spreading was done when they were first put.
+            let keep_keys = HotPosts::new(std::iter::empty(), 1);
+            let stats = if speed.is_finite() {
+                let ordered = in_arrival_order(recs.by_ref());
+                recs.finish()?;
+                put_paced(stream, ordered, speed, rate, &pb, &stop).await
+            } else {
+                let r = put_all(
+                    stream,
+                    &keep_keys,
+                    recs.by_ref().map(put_entry),
+                    rate,
+                    &pb,
+                    true,
+                    &stop,
+                )
+                .await;
+                recs.error.take().map_or(Ok(()), Err)?;
+                r
+            };
+            progress::finish(&pb);
+            (stats?, 0)
+        }
+    };
     let name = if a.file == Path::new("-") {
         "standard input".to_owned()
     } else {

@@ -8,13 +8,14 @@ use serde_json::json;
 use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
-use tally_core::ports::{Consistency, StartPosition, Stream};
+use tally_core::ports::{Consistency, ShardInfo, StartPosition, Stream};
 
 use super::print_json;
 use crate::backend::Backend;
 use crate::cli::{
     DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
 };
+use crate::recording::{Header, Recorded};
 use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
 
@@ -287,9 +288,11 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
     Ok(())
 }
 
-/// Writes every record of the stream, parents before children, one line per record.
+/// Writes every record of the stream as a recording (`crate::recording`): a header naming the
+/// shards, then each record with its shard, sequence number, key and arrival time, parents before
+/// children.
 pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
-    let shards = b.stream.list_shards().await?;
+    let shards = parents_first(b.stream.list_shards().await?)?;
     // `-` is standard output (`tally record - | tally replay -`); the summary goes to stderr then.
     let to_stdout = a.file.as_os_str() == "-";
     let file: Box<dyn Write> = if to_stdout {
@@ -309,27 +312,45 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     } else {
         Box::new(std::io::BufWriter::new(file))
     };
+    serde_json::to_writer(&mut out, &Header::new(now_ms(), &shards))?;
+    out.write_all(b"\n")?;
     let mut n = 0u64;
     let pb = crate::progress::start(None, "records", a.json);
-    // Parents first: a shard is written after every shard it lists as a parent.
-    let mut done: Vec<String> = Vec::new();
-    let mut todo = shards.clone();
+    for s in &shards {
+        n += dump_shard(b.stream.as_ref(), &s.shard_id, &mut out, &pb).await?;
+    }
+    out.flush()?;
+    drop(out);
+    crate::progress::finish(&pb);
+    let k = shards.len();
+    if to_stdout {
+        eprintln!("recorded {n} records of {k} shards to standard output");
+    } else if a.json {
+        print_json(&json!({"records": n, "shards": k, "file": a.file}));
+    } else {
+        println!("recorded {n} records of {k} shards to {}", a.file.display());
+    }
+    Ok(())
+}
+
+/// The shards in an order where each comes after every parent it lists (a parent the stream no
+/// longer lists is no constraint).
+pub fn parents_first(shards: Vec<ShardInfo>) -> Result<Vec<ShardInfo>> {
+    let listed: std::collections::HashSet<String> =
+        shards.iter().map(|s| s.shard_id.clone()).collect();
+    let mut done: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(shards.len());
+    let mut todo = shards;
     while !todo.is_empty() {
         let before = todo.len();
-        let mut i = 0;
-        while i < todo.len() {
-            let ready = todo[i]
-                .parents
+        let (ready, rest): (Vec<ShardInfo>, Vec<ShardInfo>) = todo.into_iter().partition(|s| {
+            s.parents
                 .iter()
-                .all(|p| done.contains(p) || !shards.iter().any(|s| &s.shard_id == p));
-            if ready {
-                let s = todo.remove(i);
-                n += dump_shard(b.stream.as_ref(), &s.shard_id, &mut out, &pb).await?;
-                done.push(s.shard_id);
-            } else {
-                i += 1;
-            }
-        }
+                .all(|p| done.contains(p) || !listed.contains(p))
+        });
+        done.extend(ready.iter().map(|s| s.shard_id.clone()));
+        out.extend(ready);
+        todo = rest;
         if todo.len() == before {
             anyhow::bail!(
                 "shard parents form a cycle: {:?}",
@@ -337,17 +358,7 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
             );
         }
     }
-    out.flush()?;
-    drop(out);
-    crate::progress::finish(&pb);
-    if to_stdout {
-        eprintln!("recorded {n} records to standard output");
-    } else if a.json {
-        print_json(&json!({"records": n, "file": a.file}));
-    } else {
-        println!("recorded {n} records to {}", a.file.display());
-    }
-    Ok(())
+    Ok(out)
 }
 
 async fn dump_shard(
@@ -360,15 +371,20 @@ async fn dump_shard(
     let mut n = 0;
     loop {
         let batch = reader.next_batch(1_000).await?;
-        for r in &batch.records {
-            out.write_all(&r.data)?;
-            out.write_all(b"\n")?;
+        let caught_up = batch.records.is_empty() && batch.millis_behind_latest.unwrap_or(0) == 0;
+        for r in batch.records {
+            Recorded {
+                shard_id: shard_id.to_owned(),
+                seq: r.seq.as_str().to_owned(),
+                partition_key: r.partition_key,
+                arrival_ms: r.arrival_ms,
+                data: r.data,
+            }
+            .write(out)?;
             n += 1;
+            pb.inc(1);
         }
-        pb.inc(batch.records.len() as u64);
-        if batch.shard_end
-            || (batch.records.is_empty() && batch.millis_behind_latest.unwrap_or(0) == 0)
-        {
+        if batch.shard_end || caught_up {
             return Ok(n);
         }
     }

@@ -490,6 +490,34 @@ pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Ex
     exp
 }
 
+/// A DynamoDB client of the local peer (`TEST_DYNAMODB_ENDPOINT`, else 127.0.0.1:8000), for tests
+/// that read or edit the tables as an app or an operator would, without tally's code.
+pub fn dynamodb_client() -> aws_sdk_dynamodb::Client {
+    let dynamodb =
+        std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into());
+    let conf = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .endpoint_url(dynamodb)
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+impl Target {
+    /// A table's full name on AWS (`<prefix>-<name>`).
+    pub fn table(&self, name: &str) -> String {
+        let i = self
+            .args
+            .iter()
+            .position(|a| a == "--table-prefix")
+            .unwrap();
+        format!("{}-{name}", self.args[i + 1])
+    }
+}
+
 /// A path inside the target's temp dir.
 pub fn file_in(t: &Target, name: &str) -> PathBuf {
     t.dir.path().join(name)

@@ -1,0 +1,612 @@
+//! `tally verify`: recount the stream (or a recording) with [`recount`] and compare every post's
+//! count, its counts since a few times, the global total and the dead letters with the store.
+//! Read-only: no lease is taken and nothing is written, so it runs beside the counter.
+//!
+//! Like is compared with like: each shard is recounted up to the counter's checkpoint as listed
+//! before reading. A record after it that the counter applies while the check runs shows in the
+//! post's summary marker (its live item names the last window applied, per shard), so a post is
+//! compared with the records its summary says it holds. What cannot be compared is said: a post
+//! the counter applied records to that this check did not read, shards that moved while the
+//! global total was read, records the stream no longer has, gaps.
+
+mod recount;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use serde_json::json;
+use tally_core::apps;
+use tally_core::buckets::MINUTE_MS;
+use tally_core::ports::{
+    Consistency, CounterStore, PostCount, ShardInfo, ShardState, StartPosition, Stream,
+    MAX_POSTS_PER_CALL,
+};
+use tally_core::seq::{Position, SeqNo};
+use tally_core::summary::marker;
+
+use self::recount::{Minute, Recount};
+use crate::backend::Backend;
+use crate::cli::VerifyArgs;
+use crate::commands::print_json;
+use crate::settings::Settings;
+
+/// A drift: the store's count beside the recount's (a range when late copies leave it open).
+#[derive(Clone, Debug, Serialize)]
+pub struct Drift {
+    pub post_id: String,
+    /// `null` for the total, else the minute (ms) "since" starts at.
+    pub since_ms: Option<i64>,
+    pub store: i64,
+    pub recount: i64,
+    /// The recount's upper bound, when late copies leave it open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recount_up_to: Option<i64>,
+    pub off_by: i64,
+}
+
+/// A dead letter that should be there and is not, or one that should not be there.
+#[derive(Clone, Debug, Serialize)]
+pub struct LetterDrift {
+    pub shard_id: String,
+    pub position: String,
+}
+
+#[derive(Default, Serialize)]
+struct Report {
+    source: String,
+    shards: usize,
+    records_read: u64,
+    recount: recount::Tally,
+    posts_checked: usize,
+    posts_off: usize,
+    since_ms: Vec<i64>,
+    drifts: Vec<Drift>,
+    global_total: serde_json::Value,
+    dead_letters: serde_json::Value,
+    /// What this check could not compare, and why.
+    not_checked: Vec<String>,
+    /// DynamoDB read units of the count reads (strongly consistent).
+    read_units: u64,
+    store_calls: u64,
+}
+
+pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
+    let app = apps::COUNTER;
+    let before = states(b, app).await?;
+    let checkpoints: HashMap<String, Option<Position>> = before
+        .iter()
+        .map(|(k, v)| (k.clone(), v.lease.checkpoint.clone()))
+        .collect();
+    let horizon_ms = (s.counter.dedup_horizon_secs * 1_000) as i64;
+    let mut report = Report::default();
+    let pb = crate::progress::start(None, "records", a.json);
+    let (recount, source_notes) = match &a.from {
+        Some(f) => {
+            report.source = f.display().to_string();
+            read_recording(f, horizon_ms, checkpoints, &pb)?
+        }
+        None => {
+            report.source = "the stream".into();
+            read_stream(b.stream.as_ref(), horizon_ms, checkpoints, &pb).await?
+        }
+    };
+    crate::progress::finish(&pb);
+    report.not_checked.extend(source_notes);
+    report.shards = recount.read.len();
+    report.records_read = recount.tally.records;
+
+    let now = tally_consumer::worker::now_ms();
+    let since = since_times(now, &a.since);
+    report.since_ms = since.clone();
+    let posts = posts_to_check(&recount);
+    let counts = read_counts(b.counter.as_ref(), &posts, &since, &mut report).await?;
+    let after = states(b, app).await?;
+
+    compare_posts(
+        &recount,
+        &posts,
+        &counts,
+        &since,
+        &before,
+        &after,
+        &mut report,
+    );
+    compare_total(b.counter.as_ref(), &recount, &before, &after, &mut report).await?;
+    compare_letters(b.counter.as_ref(), &recount, &before, &mut report).await?;
+    report.recount = recount.tally.clone();
+    report
+        .drifts
+        .sort_by_key(|d| std::cmp::Reverse(d.off_by.abs()));
+
+    let off = report.posts_off > 0
+        || report.global_total["off_by"]
+            .as_i64()
+            .is_some_and(|n| n != 0)
+        || report.dead_letters["missing"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty())
+        || report.dead_letters["unexpected"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty());
+    if a.json {
+        print_json(&serde_json::to_value(&report)?);
+    } else {
+        print_text(&report, a.show);
+    }
+    if off {
+        return Err(Drifted.into());
+    }
+    Ok(())
+}
+
+/// The store does not hold what the stream says: exit status 1, after the report.
+#[derive(Debug, thiserror::Error)]
+#[error("the store's counts are not the recount's (above)")]
+pub struct Drifted;
+
+async fn states(b: &Backend, app: &str) -> Result<HashMap<String, ShardState>> {
+    Ok(b.leases
+        .list_states(app)
+        .await
+        .context("listing the counter's checkpoints")?
+        .into_iter()
+        .map(|s| (s.lease.shard_id.clone(), s))
+        .collect())
+}
+
+/// Reads every shard from its oldest retained record to its tip, parents first.
+async fn read_stream(
+    stream: &dyn Stream,
+    horizon_ms: i64,
+    checkpoints: HashMap<String, Option<Position>>,
+    pb: &indicatif::ProgressBar,
+) -> Result<(Recount, Vec<String>)> {
+    let shards = crate::commands::read::parents_first(stream.list_shards().await?)?;
+    let mut r = Recount::new(horizon_ms, &shards, checkpoints);
+    let mut notes = Vec::new();
+    for s in &shards {
+        let mut reader = stream.open(&s.shard_id, StartPosition::TrimHorizon).await?;
+        loop {
+            let batch = reader.next_batch(10_000).await?;
+            if let Some(t) = &batch.trimmed_through {
+                notes.push(format!(
+                    "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
+                    s.shard_id
+                ));
+            }
+            for rec in &batch.records {
+                r.record(&s.shard_id, &rec.seq, rec.arrival_ms, &rec.data);
+            }
+            pb.inc(batch.records.len() as u64);
+            if batch.shard_end || batch.is_caught_up() {
+                break;
+            }
+        }
+    }
+    Ok((r, notes))
+}
+
+/// Reads a recording (`tally record`), as written.
+fn read_recording(
+    file: &Path,
+    horizon_ms: i64,
+    checkpoints: HashMap<String, Option<Position>>,
+    pb: &indicatif::ProgressBar,
+) -> Result<(Recount, Vec<String>)> {
+    let input = crate::commands::produce::open_input(file)?;
+    let mut reader = match crate::recording::Reader::open(input)? {
+        Ok(r) => r,
+        Err(_) => anyhow::bail!(
+            "{} is not a recording (its first line is not the header `tally record` writes): plain NDJSON has no shards or sequence numbers to compare checkpoints with",
+            file.display()
+        ),
+    };
+    let shards: Vec<ShardInfo> = reader.header.shard_infos();
+    let mut r = Recount::new(horizon_ms, &shards, checkpoints);
+    while let Some(rec) = reader.next_record()? {
+        let seq = SeqNo::parse(&rec.seq)
+            .with_context(|| format!("{}: sequence number {:?}", file.display(), rec.seq))?;
+        r.record(&rec.shard_id, &seq, rec.arrival_ms, &rec.data);
+        pb.inc(1);
+    }
+    Ok((r, Vec::new()))
+}
+
+/// The minutes "since" is compared at: the ones asked for, else the last minute, hour and day
+/// boundaries and the day boundary a week ago.
+fn since_times(now: i64, asked: &[std::time::Duration]) -> Vec<i64> {
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+    let mut t: Vec<i64> = if asked.is_empty() {
+        vec![
+            now - now.rem_euclid(MINUTE_MS),
+            now - now.rem_euclid(HOUR),
+            now - now.rem_euclid(DAY),
+            now - now.rem_euclid(DAY) - 7 * DAY,
+        ]
+    } else {
+        asked
+            .iter()
+            .map(|d| {
+                let t = now - d.as_millis() as i64;
+                t - t.rem_euclid(MINUTE_MS)
+            })
+            .collect()
+    };
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+/// Every post the recount names (the stream never names a post the store alone holds; the
+/// global total covers those).
+fn posts_to_check(r: &Recount) -> Vec<String> {
+    let mut posts: Vec<String> = r
+        .posts
+        .keys()
+        .cloned()
+        .chain(r.beyond.iter().map(|b| b.post_id.clone()))
+        .collect();
+    posts.sort_unstable();
+    posts.dedup();
+    posts
+}
+
+/// Each post's counts since each time, read a feed page at a time.
+async fn read_counts(
+    store: &dyn CounterStore,
+    posts: &[String],
+    since: &[i64],
+    report: &mut Report,
+) -> Result<HashMap<String, Vec<PostCount>>> {
+    let mut out: HashMap<String, Vec<PostCount>> = HashMap::with_capacity(posts.len());
+    for chunk in posts.chunks(MAX_POSTS_PER_CALL) {
+        for t in since {
+            let counts = store
+                .post_counts(chunk, Some(*t), Consistency::Strong)
+                .await
+                .context("reading counts")?;
+            report.store_calls += 1;
+            for (p, c) in chunk.iter().zip(counts) {
+                report.read_units += c.read_units;
+                out.entry(p.clone()).or_default().push(c);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a shard's state moved between the two listings (or had a window half applied).
+fn moved(
+    before: &HashMap<String, ShardState>,
+    after: &HashMap<String, ShardState>,
+    shard: &str,
+) -> bool {
+    match (before.get(shard), after.get(shard)) {
+        (Some(b), Some(a)) => {
+            b.lease.checkpoint != a.lease.checkpoint || b.pending.is_some() || a.pending.is_some()
+        }
+        (None, None) => false,
+        _ => true,
+    }
+}
+
+fn compare_posts(
+    r: &Recount,
+    posts: &[String],
+    counts: &HashMap<String, Vec<PostCount>>,
+    since: &[i64],
+    before: &HashMap<String, ShardState>,
+    after: &HashMap<String, ShardState>,
+    report: &mut Report,
+) {
+    let mut beyond: HashMap<&str, Vec<&recount::Beyond>> = HashMap::new();
+    for b in &r.beyond {
+        beyond.entry(b.post_id.as_str()).or_default().push(b);
+    }
+    let last_read: HashMap<&str, String> = r
+        .read
+        .iter()
+        .map(|(s, (_, last))| (s.as_str(), marker(last)))
+        .collect();
+    let mut unread = 0;
+    let mut unsettled = 0;
+    for p in posts {
+        let Some(c) = counts.get(p).filter(|c| !c.is_empty()) else {
+            continue;
+        };
+        let marks: HashMap<&str, &str> = c[0]
+            .marks
+            .iter()
+            .map(|(s, m)| (s.as_str(), m.as_str()))
+            .collect();
+        // A post the counter applied records to that this check did not read.
+        if marks
+            .iter()
+            .any(|(s, m)| last_read.get(s).is_none_or(|l| *m > l.as_str()))
+        {
+            unread += 1;
+            continue;
+        }
+        let applied = r.posts.get(p).cloned().unwrap_or_default();
+        let held: Vec<&&recount::Beyond> = beyond
+            .get(p.as_str())
+            .map(|v| {
+                v.iter()
+                    .filter(|b| {
+                        marks
+                            .get(b.shard_id.as_str())
+                            .is_some_and(|m| marker(&b.at).as_str() <= *m)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let moving = beyond
+            .get(p.as_str())
+            .is_some_and(|v| v.iter().any(|b| moved(before, after, &b.shard_id)));
+        let expect = |from: Option<Minute>| -> (i64, i64) {
+            let inside = |m: Minute| from.is_none_or(|f| m >= f);
+            let mut n = match from {
+                None => applied.total,
+                Some(f) => applied.since(f),
+            };
+            let (mut lo, mut hi) = (0, 0);
+            let mut open = |m: Minute, d: i64| {
+                if inside(m) {
+                    if d < 0 {
+                        lo += d
+                    } else {
+                        hi += d
+                    }
+                }
+            };
+            for (m, d) in &applied.late {
+                open(*m, *d);
+            }
+            for b in &held {
+                if b.late {
+                    open(b.minute, b.delta);
+                } else if inside(b.minute) {
+                    n += b.delta;
+                }
+            }
+            (n + lo, n + hi)
+        };
+        let mut drifts = Vec::new();
+        let check = |since_ms: Option<i64>, store: i64, drifts: &mut Vec<Drift>| {
+            let (lo, hi) = expect(since_ms.map(|t| t.div_euclid(MINUTE_MS)));
+            if store < lo || store > hi {
+                drifts.push(Drift {
+                    post_id: p.clone(),
+                    since_ms,
+                    store,
+                    recount: lo,
+                    recount_up_to: (hi != lo).then_some(hi),
+                    off_by: if store < lo { store - lo } else { store - hi },
+                });
+            }
+        };
+        check(None, c[0].total, &mut drifts);
+        for (t, count) in since.iter().zip(c) {
+            if let Some(n) = count.since {
+                check(Some(*t), n, &mut drifts);
+            }
+        }
+        if !drifts.is_empty() && moving {
+            // A window was being applied to it while it was read: compared again next run.
+            unsettled += 1;
+            continue;
+        }
+        report.posts_checked += 1;
+        if drifts.is_empty() {
+            continue;
+        }
+        report.posts_off += 1;
+        report.drifts.extend(drifts);
+    }
+    if unread > 0 {
+        report.not_checked.push(format!(
+            "{unread} posts hold records this check did not read (applied after their shard was read, or the recording ends before the counter's checkpoint)"
+        ));
+    }
+    if unsettled > 0 {
+        report.not_checked.push(format!(
+            "{unsettled} posts were being written while they were read (run verify again)"
+        ));
+    }
+}
+
+async fn compare_total(
+    store: &dyn CounterStore,
+    r: &Recount,
+    before: &HashMap<String, ShardState>,
+    after: &HashMap<String, ShardState>,
+    report: &mut Report,
+) -> Result<()> {
+    let moving: Vec<&String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|s| moved(before, after, s))
+        .collect();
+    // A shard whose checkpoint is past the last record read (not listed, or a recording that
+    // ends before it): its applied records are not all in the recount.
+    let unread: Vec<&String> = before
+        .iter()
+        .filter(|(s, st)| {
+            st.lease
+                .checkpoint
+                .as_ref()
+                .is_some_and(|c| r.read.get(*s).is_none_or(|(_, last)| c.seq > last.seq))
+        })
+        .map(|(s, _)| s)
+        .collect();
+    let why = if !moving.is_empty() {
+        Some(format!("{} shards moved while it was read", moving.len()))
+    } else if !unread.is_empty() {
+        Some(format!(
+            "{} shards' checkpoints are past the last record read",
+            unread.len()
+        ))
+    } else if r.has_late_copies() {
+        Some(format!(
+            "{} copies arrived later than the dedup horizon",
+            r.tally.late_copies
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        report.global_total = json!({"checked": false});
+        report.not_checked.push(format!("the global total: {why}"));
+        return Ok(());
+    }
+    let total = store
+        .global_total()
+        .await
+        .context("reading the global total")?;
+    report.store_calls += 1;
+    let recount = r.total();
+    report.global_total =
+        json!({"checked": true, "store": total, "recount": recount, "off_by": total - recount});
+    Ok(())
+}
+
+async fn compare_letters(
+    store: &dyn CounterStore,
+    r: &Recount,
+    before: &HashMap<String, ShardState>,
+    report: &mut Report,
+) -> Result<()> {
+    let mut stored: BTreeMap<(String, Position), ()> = BTreeMap::new();
+    let mut gaps = 0;
+    let mut after = None;
+    loop {
+        let (page, next) = store
+            .dead_letter_page(after.as_ref(), 1_000)
+            .await
+            .context("reading dead letters")?;
+        report.store_calls += 1;
+        for d in page {
+            if d.gap.is_some() {
+                gaps += 1;
+                continue;
+            }
+            // Only what the counter has applied, in what this check read.
+            let applied = before
+                .get(&d.shard_id)
+                .and_then(|s| s.lease.checkpoint.as_ref())
+                .is_some_and(|c| d.seq <= *c);
+            let read = r
+                .read
+                .get(&d.shard_id)
+                .is_some_and(|(first, last)| d.seq.seq >= first.seq && d.seq.seq <= last.seq);
+            if applied && read {
+                stored.insert((d.shard_id, d.seq), ());
+            }
+        }
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    let missing: Vec<LetterDrift> = r
+        .malformed
+        .iter()
+        .filter(|k| !stored.contains_key(*k))
+        .map(|(s, p)| LetterDrift {
+            shard_id: s.clone(),
+            position: p.to_string(),
+        })
+        .collect();
+    let unexpected: Vec<LetterDrift> = stored
+        .keys()
+        .filter(|k| !r.malformed.contains(*k))
+        .map(|(s, p)| LetterDrift {
+            shard_id: s.clone(),
+            position: p.to_string(),
+        })
+        .collect();
+    if gaps > 0 {
+        report.not_checked.push(format!(
+            "{gaps} gaps on record: records the stream no longer had when they were to be applied (counted by neither)"
+        ));
+    }
+    report.dead_letters = json!({
+        "expected": r.malformed.len(),
+        "found": r.malformed.len() - missing.len(),
+        "missing": missing,
+        "unexpected": unexpected,
+    });
+    Ok(())
+}
+
+fn print_text(r: &Report, show: usize) {
+    println!(
+        "recounted {} records of {} shards from {} (to the counter's checkpoints): {} counted, {} duplicates, {} malformed",
+        r.records_read, r.shards, r.source, r.recount.counted, r.recount.duplicates, r.recount.malformed
+    );
+    let times: Vec<String> = r.since_ms.iter().map(|t| rfc3339(*t)).collect();
+    println!(
+        "posts: {} checked (total and since {}), {} off",
+        r.posts_checked,
+        times.join(", "),
+        r.posts_off
+    );
+    for d in r.drifts.iter().take(show) {
+        let what = d
+            .since_ms
+            .map_or_else(|| "total".to_owned(), |t| format!("since {}", rfc3339(t)));
+        let recount = match d.recount_up_to {
+            Some(hi) => format!("{}..{hi}", d.recount),
+            None => d.recount.to_string(),
+        };
+        println!(
+            "  {} {what}: store {}, recount {recount} ({:+})",
+            d.post_id, d.store, d.off_by
+        );
+    }
+    if r.drifts.len() > show {
+        println!(
+            "  … {} more (--json lists every one)",
+            r.drifts.len() - show
+        );
+    }
+    let g = &r.global_total;
+    if g["checked"] == true {
+        println!(
+            "global total: store {}, recount {}{}",
+            g["store"],
+            g["recount"],
+            if g["off_by"] == 0 {
+                String::new()
+            } else {
+                format!(" ({:+})", g["off_by"].as_i64().unwrap_or(0))
+            }
+        );
+    }
+    let l = &r.dead_letters;
+    println!("dead letters: {} of {} found", l["found"], l["expected"]);
+    for (k, what) in [("missing", "missing"), ("unexpected", "not malformed")] {
+        for d in l[k].as_array().into_iter().flatten().take(show) {
+            println!(
+                "  {what}: {} at {}",
+                d["shard_id"].as_str().unwrap_or(""),
+                d["position"].as_str().unwrap_or("")
+            );
+        }
+    }
+    for n in &r.not_checked {
+        println!("not checked: {n}");
+    }
+    println!(
+        "read {} records; {} store calls, {} read units for counts",
+        r.records_read, r.store_calls, r.read_units
+    );
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}

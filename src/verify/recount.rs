@@ -1,0 +1,289 @@
+//! The reference `tally verify` compares the store with: a deliberately plain recount of the
+//! records, written apart from the counter. It shares only the event contract with it (the
+//! decoder, the KPL record format, positions): no windows, no summary items, no dedup filter.
+//!
+//! The rule it counts by is the documented one (ARCHITECTURE, "Dedup"): a post's count is its
+//! distinct `event_id`s with `like` minus those with `unlike`, where a copy of an id is the same
+//! event when it arrives in the same shard lineage within the dedup horizon of the first copy. A
+//! copy later than the horizon may or may not be recognised by the counter (its filter forgets a
+//! whole window at a time), so it widens the post's expected count into a range instead of
+//! moving it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use tally_core::event::decode;
+use tally_core::kpl::{user_records, UserRecords};
+use tally_core::ports::ShardInfo;
+use tally_core::seq::{Position, SeqNo};
+
+/// A minute since the epoch.
+pub type Minute = i64;
+
+/// What the recount holds for one post: the records the counter has applied (at or before its
+/// checkpoint) and the copies whose counting the dedup horizon leaves open.
+#[derive(Clone, Debug, Default)]
+pub struct PostRecount {
+    pub total: i64,
+    /// Net likes by the minute they were created in.
+    pub minutes: BTreeMap<Minute, i64>,
+    /// Late copies' deltas: each may have been counted once more, or not.
+    pub late: Vec<(Minute, i64)>,
+}
+
+impl PostRecount {
+    fn add(&mut self, minute: Minute, delta: i64) {
+        self.total += delta;
+        *self.minutes.entry(minute).or_insert(0) += delta;
+    }
+
+    /// Net likes created at or after `from`.
+    pub fn since(&self, from: Minute) -> i64 {
+        self.minutes.range(from..).map(|(_, n)| n).sum()
+    }
+}
+
+/// A counted user record after its shard's checkpoint: the counter may be applying it while the
+/// check runs, and a post's summary says whether it holds it yet.
+#[derive(Clone, Debug)]
+pub struct Beyond {
+    pub shard_id: String,
+    pub at: Position,
+    pub post_id: String,
+    pub minute: Minute,
+    pub delta: i64,
+    /// A late copy (see the module's rule).
+    pub late: bool,
+}
+
+/// How many of each the recount met.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Tally {
+    /// Kinesis records read.
+    pub records: u64,
+    /// User records (a KPL aggregate holds several).
+    pub user_records: u64,
+    pub counted: u64,
+    pub duplicates: u64,
+    /// Copies later than the horizon (each leaves its post's count a range).
+    pub late_copies: u64,
+    pub malformed: u64,
+    /// Records after their shard's checkpoint.
+    pub beyond_checkpoint: u64,
+}
+
+/// The recount of a stream up to the counter's checkpoints.
+pub struct Recount {
+    horizon_ms: i64,
+    checkpoints: HashMap<String, Option<Position>>,
+    lineage: HashMap<String, usize>,
+    /// First arrival of each event id, per lineage.
+    first_seen: HashMap<(usize, String), i64>,
+    pub posts: HashMap<String, PostRecount>,
+    pub beyond: Vec<Beyond>,
+    /// Malformed user records at or before their shard's checkpoint: each must be a dead letter.
+    pub malformed: BTreeSet<(String, Position)>,
+    /// The last position read per shard, and the first (what an unexpected letter is looked for
+    /// between).
+    pub read: HashMap<String, (Position, Position)>,
+    pub tally: Tally,
+}
+
+impl Recount {
+    /// A recount of `shards` (their lineages share a duplicate scope) against the counter's
+    /// `checkpoints` (a shard without one has nothing applied).
+    pub fn new(
+        horizon_ms: i64,
+        shards: &[ShardInfo],
+        checkpoints: HashMap<String, Option<Position>>,
+    ) -> Recount {
+        Recount {
+            horizon_ms,
+            checkpoints,
+            lineage: lineages(shards),
+            first_seen: HashMap::new(),
+            posts: HashMap::new(),
+            beyond: Vec::new(),
+            malformed: BTreeSet::new(),
+            read: HashMap::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// Counts one Kinesis record of `shard_id`, in the shard's order.
+    pub fn record(&mut self, shard_id: &str, seq: &SeqNo, arrival_ms: i64, data: &[u8]) {
+        self.tally.records += 1;
+        match user_records(data) {
+            Ok(UserRecords::One(d)) => {
+                self.user_record(shard_id, Position::whole(seq.clone()), arrival_ms, d)
+            }
+            Ok(UserRecords::Aggregated(users)) => {
+                for (i, d) in users.iter().enumerate() {
+                    let at = Position {
+                        seq: seq.clone(),
+                        sub: Some(i as u32),
+                    };
+                    self.user_record(shard_id, at, arrival_ms, d);
+                }
+            }
+            Err(_) => {
+                self.tally.user_records += 1;
+                self.malformed_at(shard_id, Position::whole(seq.clone()));
+            }
+        }
+        let whole = Position::whole(seq.clone());
+        self.read
+            .entry(shard_id.to_owned())
+            .and_modify(|(_, last)| *last = whole.clone())
+            .or_insert_with(|| (whole.clone(), whole));
+    }
+
+    fn applied(&self, shard_id: &str, at: &Position) -> bool {
+        match self.checkpoints.get(shard_id) {
+            Some(Some(c)) => at <= c,
+            _ => false,
+        }
+    }
+
+    fn malformed_at(&mut self, shard_id: &str, at: Position) {
+        self.tally.malformed += 1;
+        if self.applied(shard_id, &at) {
+            self.malformed.insert((shard_id.to_owned(), at));
+        }
+    }
+
+    fn user_record(&mut self, shard_id: &str, at: Position, arrival_ms: i64, data: &[u8]) {
+        self.tally.user_records += 1;
+        let Ok(ev) = decode(data) else {
+            self.malformed_at(shard_id, at);
+            return;
+        };
+        let scope = self.lineage.get(shard_id).copied().unwrap_or(usize::MAX);
+        let late = match self.first_seen.get(&(scope, ev.event_id.clone())) {
+            None => {
+                self.first_seen.insert((scope, ev.event_id), arrival_ms);
+                false
+            }
+            Some(first) if (arrival_ms - first).abs() <= self.horizon_ms => {
+                self.tally.duplicates += 1;
+                return;
+            }
+            Some(_) => {
+                self.tally.late_copies += 1;
+                true
+            }
+        };
+        let minute = ev.created_at.div_euclid(60_000);
+        let delta = ev.action.delta();
+        if !late {
+            self.tally.counted += 1;
+        }
+        if self.applied(shard_id, &at) {
+            let p = self.posts.entry(ev.post_id).or_default();
+            if late {
+                p.late.push((minute, delta));
+            } else {
+                p.add(minute, delta);
+            }
+        } else {
+            self.tally.beyond_checkpoint += 1;
+            self.beyond.push(Beyond {
+                shard_id: shard_id.to_owned(),
+                at,
+                post_id: ev.post_id,
+                minute,
+                delta,
+                late,
+            });
+        }
+    }
+
+    /// The applied total of every post.
+    pub fn total(&self) -> i64 {
+        self.posts.values().map(|p| p.total).sum()
+    }
+
+    /// Whether any copy left a count open.
+    pub fn has_late_copies(&self) -> bool {
+        self.tally.late_copies > 0
+    }
+}
+
+/// Each shard's lineage: shards joined by parent links share one (a split's children and their
+/// parent, a merge's parents and their child).
+fn lineages(shards: &[ShardInfo]) -> HashMap<String, usize> {
+    let index: HashMap<&str, usize> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.shard_id.as_str(), i))
+        .collect();
+    let mut up: Vec<usize> = (0..shards.len()).collect();
+    fn root(up: &mut [usize], mut i: usize) -> usize {
+        while up[i] != i {
+            up[i] = up[up[i]];
+            i = up[i];
+        }
+        i
+    }
+    for (i, s) in shards.iter().enumerate() {
+        for p in &s.parents {
+            if let Some(&j) = index.get(p.as_str()) {
+                let (a, b) = (root(&mut up, i), root(&mut up, j));
+                up[a] = b;
+            }
+        }
+    }
+    shards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.shard_id.clone(), root(&mut up, i)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(id: &str, parents: &[&str]) -> ShardInfo {
+        ShardInfo {
+            shard_id: id.into(),
+            parents: parents.iter().map(|p| (*p).to_owned()).collect(),
+            closed: false,
+        }
+    }
+
+    fn ev(id: &str, post: &str, action: &str, created_at: i64) -> Vec<u8> {
+        format!(
+            r#"{{"event_id":"{id}","post_id":"{post}","user_id":"u","action":"{action}","created_at":{created_at}}}"#
+        )
+        .into_bytes()
+    }
+
+    fn seq(n: u64) -> SeqNo {
+        SeqNo::parse(&n.to_string()).unwrap()
+    }
+
+    #[test]
+    fn copies_count_once_within_the_horizon_and_per_lineage() {
+        let shards = [shard("a", &[]), shard("b", &["a"]), shard("c", &[])];
+        let checkpoints = [("a", 100), ("b", 100), ("c", 100)]
+            .into_iter()
+            .map(|(s, n)| (s.to_owned(), Some(Position::whole(seq(n)))))
+            .collect();
+        let mut r = Recount::new(1_000, &shards, checkpoints);
+        r.record("a", &seq(1), 0, &ev("e1", "p", "like", 60_000));
+        r.record("a", &seq(2), 500, &ev("e1", "p", "like", 60_000)); // a retry: once
+        r.record("b", &seq(3), 900, &ev("e1", "p", "like", 60_000)); // the child: same lineage
+        r.record("c", &seq(4), 900, &ev("e1", "p", "like", 60_000)); // another key's shard: again
+        r.record("a", &seq(5), 5_000, &ev("e1", "p", "like", 60_000)); // late: open
+        r.record("a", &seq(6), 5_000, &ev("e2", "p", "unlike", 120_000));
+        r.record("a", &seq(7), 5_000, b"not json");
+        r.record("a", &seq(200), 5_000, &ev("e3", "p", "like", 120_000)); // after the checkpoint
+        let p = &r.posts["p"];
+        assert_eq!((p.total, p.since(1), p.since(2)), (1, 1, -1));
+        assert_eq!(p.late, vec![(1, 1)]);
+        assert_eq!(r.tally.duplicates, 2);
+        assert_eq!(r.malformed.len(), 1);
+        assert_eq!(r.beyond.len(), 1);
+        assert_eq!(r.beyond[0].post_id, "p");
+    }
+}
