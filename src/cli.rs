@@ -75,6 +75,9 @@ pub enum Command {
     )]
     Demo(DemoArgs),
     /// Put synthetic like events to the stream.
+    #[command(
+        after_help = "Examples:\n  tally produce --events 100000 --rate 5000\n  tally produce --events 10000 --truth truth.json   the counts it should come to\n  tally produce --events 1000 --duplicate-ratio 0.05 --malformed-ratio 0.01"
+    )]
     Produce(ProduceArgs),
     /// Put each line of an NDJSON file (.gz too) as one record, valid or not.
     #[command(
@@ -102,6 +105,9 @@ pub enum Command {
     )]
     Count(ConsumeArgs),
     /// Run the analytics consumer (trending, latency).
+    #[command(
+        after_help = "Examples:\n  tally analytics                      until SIGTERM or Ctrl-C\n  tally analytics --until-idle\n  tally analytics --http 127.0.0.1:9102   with /metrics, /healthz and /readyz"
+    )]
     Analytics(ConsumeArgs),
     /// A post's total, and its net change since a time, from the summary items.
     #[command(
@@ -109,14 +115,21 @@ pub enum Command {
     )]
     Query(QueryArgs),
     /// The global total of likes.
+    #[command(after_help = "Examples:\n  tally total\n  tally total --json")]
     Total(JsonArgs),
     /// The trending posts.
+    #[command(after_help = "Examples:\n  tally top\n  tally top -k 20 --json")]
     Top(TopArgs),
     /// Latency percentiles.
+    #[command(after_help = "Examples:\n  tally latency\n  tally latency --json")]
     Latency(LatencyArgs),
     /// Dead-lettered (malformed) records.
+    #[command(after_help = "Examples:\n  tally dead-letters\n  tally dead-letters --json")]
     DeadLetters(DeadLetterArgs),
     /// Each shard's lease owner and checkpoint.
+    #[command(
+        after_help = "Examples:\n  tally leases\n  tally leases --all        every row, however many shards\n  tally leases --json"
+    )]
     Leases(LeasesArgs),
     /// Serve the read side over HTTP: a JSON API, Prometheus /metrics, health checks, a dashboard.
     #[command(
@@ -124,23 +137,47 @@ pub enum Command {
     )]
     Serve(ServeArgs),
     /// Create the stream and tables if missing and wait until they are active.
+    #[command(
+        after_help = "Examples:\n  tally setup --shards 4\n  tally --backend aws --stream likes setup --shards 8"
+    )]
     Setup(SetupArgs),
     /// Delete the stream and tables (or the embedded store): development and tests only.
+    #[command(
+        after_help = "Examples:\n  tally teardown --yes\n  tally --data-dir /tmp/try teardown --yes"
+    )]
     Teardown(TeardownArgs),
     /// Split a shard in two (development and tests; production reshards with UpdateShardCount).
+    #[command(
+        after_help = "Examples:\n  tally reshard --split shardId-000000000000\n  tally leases                 the parent finishes, its children take over"
+    )]
     Reshard(ReshardArgs),
     /// Drop old records from the embedded stream, as a Kinesis retention period does.
     ///
     /// A closed shard left without records is dropped too. On AWS the stream's retention does it.
+    #[command(
+        after_help = "Examples:\n  tally trim --older-than 7d\n  tally trim --older-than 1h --yes   also records an app has not applied (each a gap)"
+    )]
     Trim(TrimArgs),
     /// Print the effective configuration (defaults, file, environment and flags) as TOML.
+    #[command(
+        after_help = "Examples:\n  tally config\n  TALLY_COUNTER__WINDOW_MS=500 tally config --json"
+    )]
     Config(JsonArgs),
     /// Exit 0 if an http:// URL answers 200 within 3 s, else 1: the container health check
     /// (`tally probe http://127.0.0.1:9100/healthz`; images carry no curl).
+    #[command(
+        after_help = "Examples:\n  tally probe http://127.0.0.1:9100/healthz\n  tally probe http://127.0.0.1:8080/readyz"
+    )]
     Probe(ProbeArgs),
     /// Print a shell completion script (e.g. `tally completions bash > ~/.local/share/bash-completion/completions/tally`).
+    #[command(
+        after_help = "Examples:\n  tally completions bash > ~/.local/share/bash-completion/completions/tally\n  tally completions zsh > ~/.zfunc/_tally"
+    )]
     Completions(CompletionsArgs),
     /// Print the manual page (roff), e.g. `tally man | man -l -`.
+    #[command(
+        after_help = "Examples:\n  tally man | man -l -\n  tally man > /usr/local/share/man/man1/tally.1"
+    )]
     Man,
 }
 

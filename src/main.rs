@@ -3,6 +3,7 @@
 mod backend;
 mod cli;
 mod commands;
+mod man;
 mod progress;
 mod recording;
 mod serve;
@@ -78,11 +79,7 @@ async fn run(cli: Cli) -> Result<()> {
             clap_complete::generate(a.shell, &mut cmd, "tally", &mut std::io::stdout());
             return Ok(());
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
-            return Ok(());
-        }
+        Command::Man => return man::print(),
         Command::Probe(a) => return serve::probe(&a.url).await,
         _ => {}
     }

@@ -1,6 +1,6 @@
 //! The crash and stale-writer harness: a replay with producer retries and malformed records, the
-//! counter SIGKILLed at 20 or more random moments (most inside windows that take several atomic
-//! writes), and three times SIGSTOPped past its lease while another worker takes over, then
+//! counter SIGKILLed at 20 random moments on the embedded store and 12 on the local peers (most
+//! inside windows that take several atomic writes), and three times SIGSTOPped past its lease while another worker takes over, then
 //! SIGCONTed. Every post's count, the global total and the dead letters exact at the end.
 //! Bounded: a fixed number of rounds, each with its own timeout.
 #![allow(clippy::unwrap_used)]
@@ -24,7 +24,6 @@ const CHUNKY: &[(&str, &str)] = &[
     ("TALLY_LEASE__IDLE_POLL_MS", "100"),
 ];
 
-const KILLS: usize = 20;
 const PAUSES: usize = 3;
 
 /// A reproducible schedule (an LCG; the seed is printed on failure through the assertion text).
@@ -59,6 +58,8 @@ fn owners(t: &Target) -> BTreeMap<String, Option<String>> {
 /// (ms) after which a counter is killed — within the time a part takes to apply, so that kills
 /// land inside windows.
 struct Pace {
+    /// SIGKILLs (each a round with its own part of the stream).
+    kills: usize,
     events_per_part: usize,
     posts_per_batch: &'static str,
     kill_after_ms: std::ops::Range<u64>,
@@ -71,6 +72,7 @@ struct Pace {
 
 fn harness(t: Target, pace: Pace) {
     let Pace {
+        kills: rounds,
         events_per_part,
         posts_per_batch,
         kill_after_ms,
@@ -83,7 +85,7 @@ fn harness(t: Target, pace: Pace) {
     // One part per round, each replayed twice (the second time every event is a producer retry
     // and every malformed line a new dead letter at its own sequence number), fed while the kills
     // go on, so that every kill finds work in progress.
-    let parts: Vec<(std::path::PathBuf, common::Expected)> = (0..(KILLS + PAUSES + 1) as u64)
+    let parts: Vec<(std::path::PathBuf, common::Expected)> = (0..(rounds + PAUSES + 1) as u64)
         .map(|i| {
             let f = file_in(&t, &format!("part-{i}.ndjson"));
             let e = write_contract_file(&f, events_per_part, 60, 100 + i);
@@ -106,7 +108,7 @@ fn harness(t: Target, pace: Pace) {
     // of its reading, folding and committing.
     let mut rng = Rng(7);
     let (mut kills, mut inside_windows) = (0, 0);
-    for round in 0..KILLS {
+    for round in 0..rounds {
         feed(&t);
         let mut bg = t.spawn(
             &format!("kill-{round}"),
@@ -141,11 +143,11 @@ fn harness(t: Target, pace: Pace) {
             inside_windows += 1;
         }
     }
-    assert_eq!(kills, KILLS);
-    eprintln!("{inside_windows} of {KILLS} kills left a window applied in part");
+    assert_eq!(kills, rounds);
+    eprintln!("{inside_windows} of {rounds} kills left a window applied in part");
     assert!(
         inside_windows >= 3,
-        "only {inside_windows} of {KILLS} kills left a window applied in part"
+        "only {inside_windows} of {rounds} kills left a window applied in part"
     );
 
     // Stale writers: each holds read-but-unapplied records when paused past its lease.
@@ -218,6 +220,7 @@ fn crashes_and_stale_writers_keep_counts_exact_embedded() {
     harness(
         t,
         Pace {
+            kills: 20,
             events_per_part: 2_500,
             posts_per_batch: "1",
             kill_after_ms: 20..250,
@@ -233,6 +236,7 @@ fn crashes_and_stale_writers_keep_counts_exact_aws() {
     harness(
         Target::aws("harness", 2),
         Pace {
+            kills: 12,
             events_per_part: 400,
             posts_per_batch: "2",
             // Counted from the first lease taken: a worker's start (its SDK clients, its first
@@ -251,6 +255,7 @@ fn crashes_and_stale_writers_keep_counts_exact_aws_efo() {
     harness(
         Target::aws_efo("harness-efo", 2),
         Pace {
+            kills: 12,
             events_per_part: 400,
             posts_per_batch: "2",
             // kinesis-local pushes an event a second after a subscription: a kill before the
