@@ -48,7 +48,8 @@ fn init_logging(cli: &Cli) {
     if cli.log_json {
         builder.json().init();
     } else {
-        builder.init();
+        // A person reads these: the module path adds nothing to the sentence.
+        builder.with_target(false).init();
     }
 }
 

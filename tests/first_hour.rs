@@ -822,3 +822,33 @@ fn errors_name_the_path_and_what_was_expected() {
         );
     }
 }
+
+/// An empty `count --until-idle` at the default log level says a few sentences a person reads:
+/// no module paths, no sentinel numbers, no empty fields; and its summary adds up.
+#[test]
+fn default_logs_are_a_few_sentences() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "4"]);
+    let mut c = t.cmd(&["count", "--until-idle"]);
+    c.env_remove("RUST_LOG");
+    let out = common::output(c);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    // A lease taken per shard, "caught up", the lease stats, the summary.
+    assert!(lines.len() <= 4 + 3, "{err}");
+    for noise in [
+        "tally_consumer::",
+        "-9223372036854775808",
+        "=\n",
+        "= ",
+        "not_yet_taken=",
+        "shard stats",
+    ] {
+        assert!(!err.contains(noise), "{noise:?} in:\n{err}");
+    }
+    assert!(
+        err.contains("counter stopped: 0 records read, 0 of them in the 0 windows it applied"),
+        "{err}"
+    );
+}

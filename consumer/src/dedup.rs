@@ -73,14 +73,19 @@ pub async fn restore<S: LeaseStore + DedupStore + ?Sized>(
         .map(|r| r.record)
         .collect();
     let dedup = Dedup::restore(horizon_ms, clock, records);
-    tracing::info!(
-        app = %fence.app,
-        ids = dedup.len(),
-        shards = ?shards,
-        clock,
-        horizon_ms,
-        "dedup filter restored"
-    );
+    if dedup.is_empty() {
+        // A shard's first start (nothing to restore) is no news at the default level.
+        tracing::debug!(app = %fence.app, shards = ?shards, "dedup filter restored: empty");
+    } else {
+        tracing::info!(
+            app = %fence.app,
+            ids = dedup.len(),
+            shards = ?shards,
+            clock,
+            horizon_ms,
+            "dedup filter restored"
+        );
+    }
     Ok(dedup)
 }
 

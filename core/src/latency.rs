@@ -19,8 +19,9 @@ pub struct Latency {
     pub iterator_age: Histogram<u64>,
 }
 
-/// The percentiles reported for one histogram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+/// The percentiles reported for one histogram. With no values there are none: they serialize as
+/// `null` (never as a latency of 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Percentiles {
     pub count: u64,
     pub p50: u64,
@@ -28,6 +29,21 @@ pub struct Percentiles {
     pub p99: u64,
     pub p999: u64,
     pub max: u64,
+}
+
+impl Serialize for Percentiles {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let some = |v: u64| (self.count > 0).then_some(v);
+        let mut st = s.serialize_struct("Percentiles", 6)?;
+        st.serialize_field("count", &self.count)?;
+        st.serialize_field("p50", &some(self.p50))?;
+        st.serialize_field("p90", &some(self.p90))?;
+        st.serialize_field("p99", &some(self.p99))?;
+        st.serialize_field("p999", &some(self.p999))?;
+        st.serialize_field("max", &some(self.max))?;
+        st.end()
+    }
 }
 
 fn new_hist() -> Histogram<u64> {
@@ -137,6 +153,20 @@ impl Latency {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_values_are_no_percentiles_not_zero() {
+        let v = serde_json::to_value(percentiles(&new_hist())).unwrap();
+        assert_eq!(v["count"], 0);
+        assert!(
+            v["p50"].is_null() && v["p99"].is_null() && v["max"].is_null(),
+            "{v}"
+        );
+        let mut h = new_hist();
+        record(&mut h, 7);
+        let v = serde_json::to_value(percentiles(&h)).unwrap();
+        assert_eq!(v["p50"], 7);
+    }
 
     #[test]
     fn percentiles_and_round_trip() {

@@ -407,8 +407,12 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
     });
     let (m, l) = run_counter_with(s, b, idle_for(a), stop, m, l, shown).await?;
     drop(progress);
+    let records = m.records.load(Ordering::Relaxed);
+    let applied = m.applied_records.load(Ordering::Relaxed);
     let v = json!({
-        "records": m.records.load(Ordering::Relaxed),
+        "records": records,
+        "applied_records": applied,
+        "not_applied_here": records.saturating_sub(applied),
         "counted": m.counted.load(Ordering::Relaxed),
         "duplicates": m.duplicates.load(Ordering::Relaxed),
         "malformed": m.malformed.load(Ordering::Relaxed),
@@ -422,15 +426,28 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
     if a.json {
         print_json(&v);
     } else {
-        eprintln!(
-            "counter stopped: {} records, {} counted, {} duplicates, {} malformed, {} windows",
-            v["records"], v["counted"], v["duplicates"], v["malformed"], v["windows"]
-        );
+        eprintln!("{}", stopped_summary(&v));
     }
     if timed_out.load(Ordering::Relaxed) {
         return Err(timed_out_error(s, b, apps::COUNTER, a).await.into());
     }
     Ok(())
+}
+
+/// The counter's last words, adding up: the records it read are those in the windows it applied
+/// (their user records counted, duplicates or malformed) and those it did not apply itself.
+fn stopped_summary(v: &serde_json::Value) -> String {
+    let mut line = format!(
+        "counter stopped: {} records read, {} of them in the {} windows it applied ({} counted, {} duplicates, {} malformed)",
+        v["records"], v["applied_records"], v["windows"], v["counted"], v["duplicates"], v["malformed"]
+    );
+    if v["not_applied_here"].as_u64().is_some_and(|n| n > 0) {
+        line += &format!(
+            "; {} read again by the shard's next holder (a lease moved before their window was written) or applied already",
+            v["not_applied_here"]
+        );
+    }
+    line
 }
 
 pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {

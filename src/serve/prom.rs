@@ -153,6 +153,10 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
         ("arrival", lat.arrival_ms),
         ("iterator_age", lat.iterator_age_ms),
     ] {
+        if p.count == 0 {
+            // No values, no quantiles (a 0 would read as a latency of 0).
+            continue;
+        }
         for (quantile, v) in [
             ("0.5", p.p50),
             ("0.9", p.p90),

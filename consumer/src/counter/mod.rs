@@ -92,7 +92,11 @@ impl CounterConfig {
 /// What the counter did, for reports and metrics.
 #[derive(Debug, Default)]
 pub struct CounterMetrics {
+    /// Records read.
     pub records: AtomicU64,
+    /// Records of the windows this worker applied: the rest of `records` were read into a window
+    /// another holder of the shard applies (the lease moved first), or were applied already.
+    pub applied_records: AtomicU64,
     pub counted: AtomicU64,
     pub duplicates: AtomicU64,
     pub malformed: AtomicU64,
@@ -236,6 +240,9 @@ impl CounterShard {
             self.expire_dedup(horizon_ms).await;
         }
         let s = &closed.stats;
+        self.metrics
+            .applied_records
+            .fetch_add(s.records, Ordering::Relaxed);
         self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
         self.metrics
             .duplicates

@@ -696,7 +696,12 @@ impl Worker {
                 unowned.push(l.shard_id.clone());
             }
         }
-        if elsewhere.is_empty() {
+        if elsewhere.is_empty() && unowned.is_empty() {
+            info!(
+                reading = %reading.join(", "),
+                "waiting until every shard is caught up"
+            );
+        } else if elsewhere.is_empty() {
             info!(
                 reading = %reading.join(", "),
                 not_yet_taken = %unowned.join(", "),

@@ -94,12 +94,18 @@ impl ShardStats {
     pub(super) fn report(&mut self, cfg: &WorkerConfig, shard_id: &str) {
         let secs = self.since.elapsed().as_secs_f64().max(1e-3);
         let rate = (self.records as f64 / secs).round();
-        info!(
-            records = self.records,
-            records_per_sec = rate as u64,
-            iterator_age_ms = self.max_age_ms,
-            "shard stats"
-        );
+        // A shard that read nothing says so only at debug level: an idle fleet of many shards
+        // would otherwise log a line per shard per interval.
+        if self.records > 0 || self.max_age_ms > 0 {
+            info!(
+                records = self.records,
+                records_per_sec = rate as u64,
+                iterator_age_ms = self.max_age_ms,
+                "shard stats"
+            );
+        } else {
+            tracing::debug!(records = 0, "shard stats");
+        }
         cfg.emf.emit(
             now_ms(),
             &[("App", cfg.app.as_str()), ("ShardId", shard_id)],
