@@ -446,6 +446,7 @@ async fn trending(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) -
     .await?;
     Ok(Json(json!({
         "trending": top.iter().map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error})).collect::<Vec<_>>(),
+        "half_life_secs": c.settings.analytics.half_life_secs,
         "applied_through": c.fresh(apps::ANALYTICS),
     })))
 }
