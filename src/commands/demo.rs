@@ -241,7 +241,14 @@ async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
                     v["write_units_per_event"].as_f64().unwrap_or(0.0),
                     v["items_per_event"].as_f64().unwrap_or(0.0),
                     v["events_per_sec"].as_f64().unwrap_or(0.0),
-                    if v["exact"] == true { "yes" } else { "no" }
+                    if v["exact"] == true {
+                        "yes".to_owned()
+                    } else {
+                        format!(
+                            "no: {} of {} posts off (a producer retry is written again: nothing remembers it was applied)",
+                            v["posts_wrong"], v["posts_checked"]
+                        )
+                    }
                 );
             }
         }
