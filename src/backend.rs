@@ -1,5 +1,8 @@
-//! The one place that picks the adapters behind the ports.
+//! The one place that names the adapters: it wires them behind the ports, and provisions what
+//! they run on (`setup`, `teardown`, `reshard`, the embedded stream's `trim`). No other module of
+//! the binary names `tally_aws` or `tally_embedded` (`tests/structure.rs` holds it).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -86,7 +89,7 @@ impl Backend {
             );
             return Ok(self.stream.clone());
         };
-        let name = s.consumer_name(app);
+        let name = consumer_name(s, app);
         let wait = Settings::ms(s.lease.idle_poll_ms);
         match tally_aws::fan_out::FanOut::register(kinesis, &name, wait).await {
             Ok(f) => Ok(Arc::new(f)),
@@ -107,7 +110,7 @@ impl Backend {
 }
 
 /// The AWS adapter's settings from ours.
-pub fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
+fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
     let opt = |u: &str| (!u.is_empty()).then(|| u.to_owned());
     tally_aws::AwsSettings {
         stream: s.stream.clone(),
@@ -116,4 +119,104 @@ pub fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
         dynamodb_endpoint_url: opt(&s.dynamodb_endpoint_url),
         stream_retention_hours: s.stream_retention_hours,
     }
+}
+
+/// The enhanced fan-out consumer of `app`: one per deployment (table prefix) and application,
+/// the name Terraform registers too.
+pub fn consumer_name(s: &Settings, app: &str) -> String {
+    tally_aws::fan_out::consumer_name(&s.table_prefix, app)
+}
+
+/// The embedded store's file under the data dir.
+pub fn store_file(s: &Settings) -> PathBuf {
+    s.data_dir.join(tally_embedded::DB_FILE)
+}
+
+/// Whether the embedded store exists and holds data (`false` when there is none).
+pub fn holds_data(s: &Settings) -> Result<bool> {
+    if !store_file(s).exists() {
+        return Ok(false);
+    }
+    Ok(tally_embedded::Embedded::open_existing(&s.data_dir)?.holds_data()?)
+}
+
+/// The stream's open shards, `None` when there is no stream yet.
+pub async fn open_shard_count(s: &Settings) -> Result<Option<usize>> {
+    Ok(match s.backend {
+        BackendKind::Embedded => match tally_embedded::Embedded::open_existing(&s.data_dir) {
+            Ok(e) => Some(e.open_shard_count()?),
+            Err(PortError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        },
+        BackendKind::Aws => tally_aws::setup::open_shard_count(&aws_settings(s)).await?,
+    })
+}
+
+/// Creates the stream and the tables (or the embedded store) if missing, with `s.shards` shards
+/// for a new stream, and waits until they are active; what is ready, in words.
+pub async fn create(s: &Settings) -> Result<String> {
+    match s.backend {
+        BackendKind::Embedded => {
+            let e = tally_embedded::Embedded::open(&s.data_dir, s.shards)?;
+            Ok(format!(
+                "embedded store ready at {} with {} open shards",
+                e.path().display(),
+                e.open_shard_count()?
+            ))
+        }
+        BackendKind::Aws => Ok(tally_aws::setup::setup(&aws_settings(s), s.shards).await?),
+    }
+}
+
+/// Deletes the stream and the tables (or the embedded store's files); what went, in words.
+pub async fn delete(s: &Settings) -> Result<String> {
+    match s.backend {
+        BackendKind::Embedded => {
+            let db = store_file(s);
+            let mut deleted = Vec::new();
+            for suffix in ["", "-wal", "-shm"] {
+                let f = PathBuf::from(format!("{}{suffix}", db.display()));
+                match std::fs::remove_file(&f) {
+                    Ok(()) => deleted.push(f.display().to_string()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => anyhow::bail!("cannot delete {}: {e}", f.display()),
+                }
+            }
+            Ok(if deleted.is_empty() {
+                "nothing to delete".to_owned()
+            } else {
+                format!("deleted: {}", deleted.join(", "))
+            })
+        }
+        BackendKind::Aws => Ok(tally_aws::setup::teardown(&aws_settings(s)).await?),
+    }
+}
+
+/// Splits an open shard in two; the children's ids.
+pub async fn split_shard(s: &Settings, shard_id: &str) -> Result<Vec<String>> {
+    Ok(match s.backend {
+        BackendKind::Embedded => {
+            let (a, b) =
+                tally_embedded::Embedded::open_existing(&s.data_dir)?.split_shard(shard_id)?;
+            vec![a, b]
+        }
+        BackendKind::Aws => tally_aws::setup::split_shard(&aws_settings(s), shard_id).await?,
+    })
+}
+
+/// Records an application has not applied that arrived before `cutoff` (ms), per app and shard
+/// (the embedded stream: what a `trim` to it would take).
+pub fn unapplied_before(s: &Settings, cutoff: i64) -> Result<Vec<(String, String, u64)>> {
+    Ok(tally_embedded::Embedded::open_existing(&s.data_dir)?
+        .unapplied_before(cutoff)?
+        .into_iter()
+        .map(|u| (u.app, u.shard_id, u.records))
+        .collect())
+}
+
+/// Drops the embedded stream's records that arrived before `cutoff` (ms); the records and empty
+/// closed shards dropped.
+pub fn trim(s: &Settings, cutoff: i64) -> Result<(u64, u64)> {
+    let (records, shards) = tally_embedded::Embedded::open_existing(&s.data_dir)?.trim(cutoff)?;
+    Ok((records as u64, shards as u64))
 }

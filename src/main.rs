@@ -127,7 +127,7 @@ async fn run(cli: Cli) -> Result<()> {
     }
     let creates = !reads
         && settings.backend == settings::BackendKind::Embedded
-        && !settings.data_dir.join(tally_embedded::DB_FILE).exists();
+        && !backend::store_file(&settings).exists();
     let b = if reads {
         Backend::open_existing(&settings).await?
     } else {
@@ -137,7 +137,7 @@ async fn run(cli: Cli) -> Result<()> {
         // A mistyped --data-dir should not look like the store that was meant.
         eprintln!(
             "created a new store at {}",
-            settings.data_dir.join(tally_embedded::DB_FILE).display()
+            backend::store_file(&settings).display()
         );
     }
     match &cli.command {

@@ -403,12 +403,6 @@ impl Settings {
         }
     }
 
-    /// The enhanced fan-out consumer of `app`: one per deployment (table prefix) and application,
-    /// the name Terraform registers too.
-    pub fn consumer_name(&self, app: &str) -> String {
-        tally_aws::fan_out::consumer_name(&self.table_prefix, app)
-    }
-
     /// Loads the layers. `file`: an explicit `--config` (must exist) or `None` for `./tally.toml`
     /// if present.
     pub fn load(file: Option<&Path>, overrides: Vec<Override>) -> Result<Settings> {

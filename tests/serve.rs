@@ -698,7 +698,11 @@ fn the_dashboard_shows_the_numbers_and_follows_new_likes() {
     b.wait_for("total", &now_total, |t| t == now_total);
     // It says how often it polls, what a trending score is, and where the shards stand.
     assert_eq!(b.text("every"), "300 ms");
-    assert!(b.text("score-unit").contains("halved every"), "{}", b.text("score-unit"));
+    assert!(
+        b.text("score-unit").contains("halved every"),
+        "{}",
+        b.text("score-unit")
+    );
     b.wait_for("shards", "each shard's counter and analytics lag", |t| {
         t.contains("shard 0") && t.contains("shard 1")
     });

@@ -13,7 +13,7 @@ use tally_core::apps;
 use super::consume::{run_analytics, run_counter};
 use super::print_json;
 use super::produce::produce;
-use crate::backend::{aws_settings, Backend};
+use crate::backend::{self, Backend};
 use crate::cli::DemoArgs;
 use crate::settings::{BackendKind, Settings};
 
@@ -45,7 +45,6 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
             let unique = format!("demo-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
             s.stream = format!("{}-{unique}", s.stream);
             s.table_prefix = format!("{}-{unique}", s.table_prefix);
-            let aws = aws_settings(&s);
             if !a.json {
                 eprintln!(
                     "demo: creating stream {} and tables {}-* (deleted afterwards{})",
@@ -54,10 +53,10 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
                     if a.keep { " unless --keep: kept" } else { "" }
                 );
             }
-            tally_aws::setup::setup(&aws, s.shards).await?;
+            backend::create(&s).await?;
             let result = run(&s, a).await;
             if !a.keep {
-                if let Err(e) = tally_aws::setup::teardown(&aws).await {
+                if let Err(e) = backend::delete(&s).await {
                     eprintln!("demo: deleting the demo's stream and tables failed: {e}");
                 }
             }
@@ -70,10 +69,7 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
 /// already holds data it would both damage the store and report wrong counts. Refused, before
 /// anything is written.
 fn refuse_a_store_with_data(s: &Settings) -> Result<()> {
-    if !s.data_dir.join(tally_embedded::DB_FILE).exists() {
-        return Ok(());
-    }
-    if tally_embedded::Embedded::open_existing(&s.data_dir)?.holds_data()? {
+    if backend::holds_data(s)? {
         bail!(
             "{} already holds a tally store with data; the demo needs an empty one (it puts its \
              own events and checks every count). Leave out --data-dir (the demo then uses a fresh \
