@@ -71,6 +71,14 @@ fn subscriptions_that_end_or_fail_resume_exactly() {
     t.eventually("every like counted", Duration::from_secs(60), &[&c], || {
         t.json(&["total", "--json"])["total"] == exp.total()
     });
+    // The last cut may come after the last record: wait for the subscription that follows it
+    // (3 refusals and 12 cuts, each followed by a new one), so that the test does not race it.
+    t.eventually(
+        "a subscription after every injected fault",
+        Duration::from_secs(60),
+        &[&c],
+        || proxy.seen("SubscribeToShard") > 3 + 12,
+    );
     c.signal("TERM");
     assert!(c.wait(Duration::from_secs(30)).success());
     assert_eq!(t.mismatches(&exp.counts), vec![]);
