@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_kinesis::types::{
-    ConsumerStatus, ShardIteratorType, StartingPosition, SubscribeToShardEvent,
-    SubscribeToShardEventStream,
+    ConsumerStatus, StartingPosition, SubscribeToShardEvent, SubscribeToShardEventStream,
 };
 use tally_core::ports::{
     PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
@@ -419,21 +418,13 @@ impl Subscription {
 
     async fn subscribe(&self) -> PortResult<Events> {
         let f = &self.fan_out;
-        let at = |t: ShardIteratorType| StartingPosition::builder().r#type(t);
-        let start = match &self.position {
-            StartPosition::TrimHorizon => at(ShardIteratorType::TrimHorizon),
-            StartPosition::Latest => at(ShardIteratorType::Latest),
-            StartPosition::AtTimestamp(ms) => at(ShardIteratorType::AtTimestamp)
-                .timestamp(aws_sdk_kinesis::primitives::DateTime::from_millis(*ms)),
-            StartPosition::AfterSequence(s) => {
-                at(ShardIteratorType::AfterSequenceNumber).sequence_number(s.as_str())
-            }
-            StartPosition::AtSequence(s) => {
-                at(ShardIteratorType::AtSequenceNumber).sequence_number(s.as_str())
-            }
-        }
-        .build()
-        .map_err(|e| PortError::Invalid(format!("SubscribeToShard starting position: {e}")))?;
+        let (kind, seq, at) = crate::kinesis::iterator_start(&self.position);
+        let start = StartingPosition::builder()
+            .r#type(kind)
+            .set_sequence_number(seq)
+            .set_timestamp(at)
+            .build()
+            .map_err(|e| PortError::Invalid(format!("SubscribeToShard starting position: {e}")))?;
         let resource = format!(
             "shard {} of stream {} (consumer {})",
             self.shard_id,

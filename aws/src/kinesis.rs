@@ -231,19 +231,11 @@ impl KinesisReader {
             .get_shard_iterator()
             .stream_name(&self.stream.name)
             .shard_id(&self.shard_id);
-        req = match from {
-            StartPosition::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
-            StartPosition::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
-            StartPosition::AtTimestamp(ms) => req
-                .shard_iterator_type(ShardIteratorType::AtTimestamp)
-                .timestamp(DateTime::from_millis(ms)),
-            StartPosition::AfterSequence(s) => req
-                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                .starting_sequence_number(s.as_str()),
-            StartPosition::AtSequence(s) => req
-                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-                .starting_sequence_number(s.as_str()),
-        };
+        let (kind, seq, at) = iterator_start(&from);
+        req = req
+            .shard_iterator_type(kind)
+            .set_starting_sequence_number(seq)
+            .set_timestamp(at);
         let resp = req
             .send()
             .await
@@ -328,4 +320,30 @@ pub(crate) fn record(r: &aws_sdk_kinesis::types::Record) -> PortResult<StreamRec
         partition_key: r.partition_key().unwrap_or_default().to_owned(),
         data: r.data().as_ref().to_vec(),
     })
+}
+
+/// A start position as Kinesis takes it, for GetShardIterator and SubscribeToShard alike: the
+/// iterator type, and its sequence number or timestamp.
+pub(crate) fn iterator_start(
+    p: &StartPosition,
+) -> (ShardIteratorType, Option<String>, Option<DateTime>) {
+    match p {
+        StartPosition::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
+        StartPosition::Latest => (ShardIteratorType::Latest, None, None),
+        StartPosition::AtTimestamp(ms) => (
+            ShardIteratorType::AtTimestamp,
+            None,
+            Some(DateTime::from_millis(*ms)),
+        ),
+        StartPosition::AfterSequence(s) => (
+            ShardIteratorType::AfterSequenceNumber,
+            Some(s.as_str().to_owned()),
+            None,
+        ),
+        StartPosition::AtSequence(s) => (
+            ShardIteratorType::AtSequenceNumber,
+            Some(s.as_str().to_owned()),
+            None,
+        ),
+    }
 }

@@ -9,6 +9,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod buckets;
+pub mod clock;
 pub mod cost;
 pub mod dead_letter;
 pub mod dedup;

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 
 use crate::buckets::PostDelta;
-use crate::cost::Units;
+use crate::cost::{Purpose, Units};
 use crate::dead_letter::DeadLetter;
 use crate::dedup::DedupRecord;
 use crate::lease::Lease;
@@ -346,6 +346,19 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// One write took effect, costing `units` write units for `purpose`.
+    pub fn wrote(&mut self, purpose: Purpose, units: u64) {
+        self.written += 1;
+        self.units.add(purpose, units);
+    }
+
+    /// One write was refused by its condition (its effect was there already): DynamoDB charges
+    /// the units it would have written, as failed conditions.
+    pub fn was_refused(&mut self, units: u64) {
+        self.refused += 1;
+        self.units.add(Purpose::FailedConditions, units);
+    }
+
     pub fn merge(&mut self, o: &Applied) {
         self.written += o.written;
         self.refused += o.refused;

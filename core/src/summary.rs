@@ -32,6 +32,11 @@ use crate::seq::Position;
 #[cfg(test)]
 use crate::seq::SeqNo;
 
+/// How many times a store plans a post's writes again when one was refused as stale (another
+/// writer moved the live item's hour between the plan and the write) before the call fails: both
+/// stores follow it.
+pub const PLAN_ATTEMPTS: usize = 5;
+
 /// An attribute value: a number or a string.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]

@@ -19,7 +19,7 @@ pub use stream::Unapplied;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rusqlite::Connection;
 use tally_core::ports::{PortError, PortResult};
@@ -37,11 +37,7 @@ pub struct Embedded {
     path: PathBuf,
 }
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub(crate) use tally_core::clock::now_ms;
 
 /// Journal mode and schema, idempotent; several processes may run it at once.
 /// A file that SQLite cannot read as a database is named as what it is not: a tally store.

@@ -177,7 +177,7 @@ impl DynamoStore {
     ) -> PortResult<Applied> {
         let mut out = Applied::default();
         let mut known = self.known_hours.get(shard, post);
-        for _ in 0..5 {
+        for _ in 0..summary::PLAN_ATTEMPTS {
             let writes = match summary::plan(shard, delta, end, &known) {
                 Plan::Skip => return Ok(out),
                 Plan::NeedItem => {
@@ -200,19 +200,16 @@ impl DynamoStore {
             for w in &writes {
                 match self.write_summary(post, w, end).await? {
                     Outcome::Written => {
-                        out.written += 1;
-                        out.units.add(w.purpose, 1);
+                        out.wrote(w.purpose, 1);
                         if let Some((_, Val::N(h))) = w.set.iter().find(|(k, _)| k == "hk") {
                             self.known_hours.set(shard, post, *h);
                         }
                     }
                     Outcome::Applied => {
-                        out.refused += 1;
-                        out.units.add(Purpose::FailedConditions, 1);
+                        out.was_refused(1);
                     }
                     Outcome::Stale(k) => {
-                        out.refused += 1;
-                        out.units.add(Purpose::FailedConditions, 1);
+                        out.was_refused(1);
                         stale = Some(k);
                     }
                 }
@@ -374,19 +371,16 @@ impl CounterStore for DynamoStore {
                 .send()
                 .await
                 .map_err(|e| self.err("PutItem", "dead-letters", e))?;
-            out.written += 1;
-            out.units.add(Purpose::DeadLetters, dead_letter_units(d));
+            out.wrote(Purpose::DeadLetters, dead_letter_units(d));
         }
         let end = summary::marker(w.end);
         let total = summary::global_total_write(w.app, w.shard_id, rest.total_delta, &end);
         match self.write_summary(summary::GLOBAL_PK, &total, &end).await? {
             Outcome::Written => {
-                out.written += 1;
-                out.units.add(Purpose::Counts, 1);
+                out.wrote(Purpose::Counts, 1);
             }
             _ => {
-                out.refused += 1;
-                out.units.add(Purpose::FailedConditions, 1);
+                out.was_refused(1);
             }
         }
         if !rest.dedup.ids.is_empty() {
@@ -403,12 +397,10 @@ impl CounterStore for DynamoStore {
                 .await;
             match r.map_err(|e| self.err("PutItem", "dedup", e)) {
                 Ok(_) => {
-                    out.written += 1;
-                    out.units.add(Purpose::Dedup, units);
+                    out.wrote(Purpose::Dedup, units);
                 }
                 Err(PortError::Fenced { .. }) => {
-                    out.refused += 1;
-                    out.units.add(Purpose::FailedConditions, units);
+                    out.was_refused(units);
                 }
                 Err(e) => return Err(e),
             }

@@ -16,6 +16,7 @@
 //! `analytics` ([`AnalyticsStore`]), `baselines` ([`BaselineWriters`], for benchmarks).
 
 use std::collections::HashMap;
+use tally_core::clock::now_ms;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
@@ -100,12 +101,6 @@ fn get_n(item: &HashMap<String, AttributeValue>, k: &str) -> Option<i64> {
     item.get(k)
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse().ok())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Collects expression attribute names and values.

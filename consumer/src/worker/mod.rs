@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
@@ -43,12 +43,7 @@ use discovery::shards_needing_rows;
 use report::{report_leases, LeaseCounts, ShardStats};
 use shard::spawn_shard;
 
-/// Wall-clock milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use tally_core::clock::now_ms;
 
 /// The runtime's settings.
 #[derive(Clone, Debug)]

@@ -72,15 +72,11 @@ fn write(
     match summary::apply(item.as_ref(), w, end) {
         Ok(a) => {
             put_item(c, pk, &w.sk, &a)?;
-            out.written += 1;
-            out.units
-                .add(w.purpose, summary::write_units(pk, &w.sk, &a));
+            out.wrote(w.purpose, summary::write_units(pk, &w.sk, &a));
             Ok(Ok(()))
         }
         Err(r) => {
-            out.refused += 1;
-            let size = item.map_or(1, |a| summary::write_units(pk, &w.sk, &a));
-            out.units.add(Purpose::FailedConditions, size);
+            out.was_refused(item.map_or(1, |a| summary::write_units(pk, &w.sk, &a)));
             Ok(Err(r))
         }
     }
@@ -96,7 +92,7 @@ fn apply_post(
 ) -> PortResult<()> {
     let live_sk = summary::live_sk(shard);
     // Reads are free here; the plan is made from the item as it is, like a writer that has it.
-    for _ in 0..3 {
+    for _ in 0..summary::PLAN_ATTEMPTS {
         let known = match get_item(c, post, &live_sk)? {
             None => Known::Absent,
             Some(a) => Known::Item(LiveState::from_attrs(&a).ok_or_else(|| {
@@ -108,8 +104,7 @@ fn apply_post(
         let writes = match summary::plan(shard, delta, end, &known) {
             Plan::Skip => {
                 // DynamoDB's writer tries the write and is refused.
-                out.refused += 1;
-                out.units.add(Purpose::FailedConditions, 1);
+                out.was_refused(1);
                 return Ok(());
             }
             Plan::NeedItem => unreachable!("a plan from the item itself never needs it"),
@@ -198,8 +193,7 @@ impl CounterStore for Embedded {
             for d in &dead {
                 // An overwrite with the same content, as DynamoDB's PutItem.
                 write_dead_letter(&tx, d)?;
-                out.written += 1;
-                out.units.add(Purpose::DeadLetters, dead_letter_units(d));
+                out.wrote(Purpose::DeadLetters, dead_letter_units(d));
             }
             let total = summary::global_total_write(&app, &shard, total_delta, &end);
             write(&tx, GLOBAL_PK, &total, &end, &mut out)?.ok();
@@ -211,11 +205,9 @@ impl CounterStore for Embedded {
                     .map_err(sql_err)?;
                 let units = dedup_write_units(&dedup);
                 if n == 1 {
-                    out.written += 1;
-                    out.units.add(Purpose::Dedup, units);
+                    out.wrote(Purpose::Dedup, units);
                 } else {
-                    out.refused += 1;
-                    out.units.add(Purpose::FailedConditions, units);
+                    out.was_refused(units);
                 }
             }
             tx.commit().map_err(sql_err)?;
