@@ -352,9 +352,9 @@ pub struct VerifyArgs {
     /// Recount a recording (`tally record`) instead of the stream; `-` reads standard input.
     #[arg(long, value_name = "FILE")]
     pub from: Option<PathBuf>,
-    /// Also compare each post's likes since this time (repeatable; a duration, an RFC 3339 time
-    /// or epoch ms, taken at its minute) [default: the last minute, hour and day boundaries and
-    /// the day boundary a week ago].
+    /// Compare each post's likes since this time (repeatable; a duration, an RFC 3339 time or
+    /// epoch ms, taken at its minute), instead of the default times [default: the last minute,
+    /// hour and day boundaries and the day boundary a week ago].
     #[arg(long, value_name = "WHEN", value_parser = since_duration)]
     pub since: Vec<std::time::Duration>,
     /// How many drifts the text summary lists (--json lists every one).
