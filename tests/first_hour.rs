@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::Write;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{now_ms, Target};
@@ -851,4 +851,58 @@ fn default_logs_are_a_few_sentences() {
         err.contains("counter stopped: 0 records read, 0 of them in the 0 windows it applied"),
         "{err}"
     );
+}
+
+/// The README's configuration sample is the defaults: every key `tally config` prints is in it,
+/// with the value tally uses, and it names no key tally does not have.
+#[test]
+fn the_readme_s_configuration_sample_is_what_tally_config_prints() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme.find("```toml\n").unwrap() + "```toml\n".len();
+    let sample: toml::Table = readme[start..][..readme[start..].find("```").unwrap()]
+        .parse()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
+    c.arg("config").current_dir(dir.path());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TALLY_") {
+            c.env_remove(k);
+        }
+    }
+    let out = common::output(c);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let effective: toml::Table = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    // Numbers compare as numbers (`rate = 0` is the 0.0 tally prints).
+    fn same(a: &toml::Value, b: &toml::Value) -> bool {
+        match (a, b) {
+            (toml::Value::Integer(x), toml::Value::Float(y))
+            | (toml::Value::Float(y), toml::Value::Integer(x)) => (*x as f64) == *y,
+            (toml::Value::Table(x), toml::Value::Table(y)) => {
+                x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+            }
+            _ => a == b,
+        }
+    }
+    for (k, v) in &effective {
+        let s = sample
+            .get(k)
+            .unwrap_or_else(|| panic!("README's sample lacks {k}"));
+        if let (toml::Value::Table(e), toml::Value::Table(r)) = (v, s) {
+            for (kk, vv) in e {
+                let rv = r
+                    .get(kk)
+                    .unwrap_or_else(|| panic!("README's sample lacks {k}.{kk}"));
+                assert!(same(vv, rv), "{k}.{kk}: README says {rv}, tally uses {vv}");
+            }
+        }
+        assert!(same(v, s), "{k}: README says {s}, tally uses {v}");
+    }
+    for k in sample.keys() {
+        assert!(
+            effective.contains_key(k),
+            "README's sample names {k}, which tally does not have"
+        );
+    }
 }
