@@ -1,5 +1,7 @@
-//! The wall clock, once: milliseconds since the epoch (lease expiry, arrival stamps of the embedded
-//! stream, freshness). Never what an exactness decision depends on: dedup follows arrival times.
+//! The wall clock, once: milliseconds since the epoch, for the adapters and the runtime (lease
+//! expiry, the embedded stream's arrival stamps, freshness). The core's one reading of the world:
+//! no rule of the core calls it (they take times as arguments), and no exactness decision depends
+//! on it — dedup follows arrival times.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

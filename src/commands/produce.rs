@@ -15,7 +15,7 @@ use tally_producer::put::{
     batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
 };
 
-use super::{gen_config, print_json};
+use super::{gen_config, print_json, rfc3339};
 use crate::backend::Backend;
 use crate::cli::{ProduceArgs, ReplayArgs};
 use crate::progress;
@@ -398,29 +398,28 @@ async fn put_paced(
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let Some(next) = records.peek() else { break };
         tokio::time::sleep_until(due(next.arrival_ms)).await;
+        // Everything due by now, in batches of at most 500 records and 5 MiB.
         let now = tokio::time::Instant::now();
-        let (mut batch, mut bytes, mut reached) = (Vec::new(), 0, t0);
-        while let Some(r) = records.next_if(|r| {
-            due(r.arrival_ms) <= now
-                && batch.len() < MAX_BATCH_RECORDS
-                && bytes + r.data.len() + r.partition_key.len() <= MAX_BATCH_BYTES
-        }) {
-            bytes += r.data.len() + r.partition_key.len();
-            reached = r.arrival_ms;
-            batch.push(put_entry(r));
+        let mut reached = t0;
+        let due_now: Vec<PutEntry> =
+            std::iter::from_fn(|| records.next_if(|r| due(r.arrival_ms) <= now))
+                .map(|r| {
+                    reached = r.arrival_ms;
+                    put_entry(r)
+                })
+                .collect();
+        for batch in batches(due_now, MAX_BATCH_RECORDS, MAX_BATCH_BYTES) {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let n = batch.len() as u64;
+            pacer.wait(n).await;
+            put_batch(stream, batch, &backoff, &mut stats).await?;
+            pb.inc(n);
         }
-        let n = batch.len() as u64;
-        pacer.wait(n).await;
-        put_batch(stream, batch, &backoff, &mut stats).await?;
-        pb.inc(n);
         pb.set_message(format!("recorded time {}", rfc3339(reached)));
     }
     Ok(stats)
-}
-
-fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
 }
 
 pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Result<()> {
@@ -477,7 +476,7 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
                     &stop,
                 )
                 .await;
-                recs.error.take().map_or(Ok(()), Err)?;
+                recs.finish()?;
                 r
             };
             progress::finish(&pb);
