@@ -4,23 +4,13 @@
 use std::collections::HashMap;
 
 use smol_str::SmolStr;
+use tally_core::boundary::{self, Extent, UserRecord};
 use tally_core::dedup::{id_hash, Dedup};
 use tally_core::event::{decode_ref, Action};
-use tally_core::kpl::{user_records, Took};
+use tally_core::kpl::Took;
 use tally_core::latency::Latency;
 use tally_core::ports::StreamRecord;
 use tally_core::trending::{Trending, MAX_EXPONENT};
-
-/// What [`Fold::push_part`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pushed {
-    /// Likes seen for the first time.
-    pub likes: u64,
-    /// User records folded (each may add an id to the window's dedup record).
-    pub folded: usize,
-    /// How much of the record that took.
-    pub took: Took,
-}
 
 /// One shard's analytics state between snapshots.
 #[derive(Debug)]
@@ -99,36 +89,24 @@ impl Fold {
         }
     }
 
-    /// Folds one Kinesis record processed at `now` (every user record of a KPL aggregate); returns
-    /// the likes seen for the first time. Malformed records are the counter's to dead-letter:
-    /// analytics skips them.
-    pub fn push(&mut self, r: &StreamRecord, now: i64) -> u64 {
-        self.push_part(r, 0, usize::MAX, now).likes
-    }
-
-    /// Folds the user records of `r` from index `from` on, at most `max` (at least one): a
-    /// window may end inside a KPL aggregate, as the counter's do.
-    pub fn push_part(&mut self, r: &StreamRecord, from: u32, max: usize, now: i64) -> Pushed {
-        match user_records(&r.data) {
-            Ok(users) => {
-                let (range, took) = users.part(from, max);
-                let folded = range.len();
-                let likes = range
-                    .map(|i| u64::from(self.fold_event(users.get(i), r.arrival_ms, now)))
-                    .sum();
-                Pushed {
-                    likes,
-                    folded,
-                    took,
-                }
-            }
-            // A corrupt aggregate: one user record, skipped.
-            Err(_) => Pushed {
-                likes: 0,
-                folded: usize::from(from == 0),
-                took: Took::Whole,
-            },
-        }
+    /// Folds the user records of `r` from index `from` on, at most `max` (at least one), into
+    /// the window whose extent is `extent` (a window may end inside a KPL aggregate, as the
+    /// counter's do); returns what that took and the likes seen for the first time.
+    pub fn take(
+        &mut self,
+        extent: &mut Extent,
+        r: &StreamRecord,
+        from: u32,
+        max: usize,
+        now: i64,
+    ) -> (Took, u64) {
+        let mut at = At {
+            fold: self,
+            now,
+            likes: 0,
+        };
+        let took = extent.take(&mut at, r, from, max);
+        (took, at.likes)
     }
 
     fn fold_event(&mut self, data: &[u8], arrival_ms: i64, now: i64) -> bool {
@@ -145,4 +123,22 @@ impl Fold {
         self.gather(&ev.post_id, ev.created_at);
         true
     }
+}
+
+/// A [`Fold`] at a processing time, as the window-boundary engine hands it user records; counts
+/// the likes seen for the first time.
+struct At<'a> {
+    fold: &'a mut Fold,
+    now: i64,
+    likes: u64,
+}
+
+impl boundary::Fold for At<'_> {
+    fn user_record(&mut self, r: &StreamRecord, user: UserRecord<'_>) {
+        let first = self.fold.fold_event(user.data, r.arrival_ms, self.now);
+        self.likes += u64::from(first);
+    }
+
+    /// Malformed records are the counter's to dead-letter: analytics skips them.
+    fn corrupt(&mut self, _: &StreamRecord, _: String) {}
 }

@@ -11,6 +11,7 @@
 
 pub mod fold;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,7 @@ use tally_core::ports::{
 use tally_core::trending::{merge, Trending};
 
 use crate::fold::Fold;
+use tally_core::boundary::{fold_record, Extent, Windows};
 use tally_core::kpl::Took;
 use tally_core::Position;
 
@@ -125,9 +127,8 @@ impl ProcessorFactory for Analytics {
                 ALL_TIME,
                 self.cfg.dedup_horizon.as_millis() as i64,
             ),
-            end: None,
+            extent: Extent::default(),
             checkpoint: None,
-            users_in_window: 0,
             opened_at_ms: 0,
         })
     }
@@ -142,12 +143,11 @@ pub struct AnalyticsShard {
     fence: Option<Fence>,
     /// Sketches, dedup filter and the open window's histograms.
     fold: Fold,
-    /// The last record (or user record of an aggregate) folded and not yet checkpointed.
-    end: Option<Position>,
+    /// The open window: its last record (or user record of an aggregate), not yet
+    /// checkpointed, and how many user records it holds.
+    extent: Extent,
     /// The last one checkpointed.
     checkpoint: Option<Position>,
-    /// User records folded into the open window.
-    users_in_window: usize,
     opened_at_ms: i64,
 }
 
@@ -188,30 +188,6 @@ impl AnalyticsShard {
         );
     }
 
-    /// Folds one record into windows: a window ends after `window_records` user records, inside
-    /// a KPL aggregate if need be (its dedup record is one store item), and the rest of the
-    /// record goes on in the next; a checkpoint inside the record skips what it covers.
-    async fn fold_record(&mut self, r: &StreamRecord, now: i64) -> Result<(), ConsumerError> {
-        let mut from = Position::resume_in(self.checkpoint.as_ref(), &r.seq);
-        loop {
-            if self.users_in_window == 0 {
-                self.opened_at_ms = now;
-            }
-            let room = self.cfg.window_records.saturating_sub(self.users_in_window);
-            let done = self.fold.push_part(r, from, room, now);
-            self.users_in_window += done.folded;
-            self.metrics.likes.fetch_add(done.likes, Ordering::Relaxed);
-            Position::move_to(&mut self.end, &r.seq, done.took.sub());
-            if self.users_in_window >= self.cfg.window_records {
-                self.snapshot(false).await?;
-            }
-            match done.took {
-                Took::Whole => return Ok(()),
-                Took::Through(k) => from = k + 1,
-            }
-        }
-    }
-
     /// Stores the window: its sketch, histograms and first-seen ids, with its checkpoint.
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         self.fold.settle();
@@ -219,7 +195,7 @@ impl AnalyticsShard {
         let Some(fence) = self.fence.clone() else {
             return Ok(());
         };
-        let Some(end) = self.end.clone() else {
+        let Some(end) = self.extent.end().cloned() else {
             if shard_end {
                 self.store.mark_finished(&fence).await?;
             }
@@ -252,9 +228,32 @@ impl AnalyticsShard {
         self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
         self.emit_latency(snap.taken_at_ms);
         self.fold.latency = Latency::default();
-        self.checkpoint = self.end.take();
-        self.users_in_window = 0;
+        self.checkpoint = self.extent.take_end();
         Ok(())
+    }
+}
+
+/// Analytics' windows: each closes after `window_records` user records (inside a KPL aggregate if
+/// need be: its dedup record is one store item) and is stored when it does.
+impl Windows for AnalyticsShard {
+    type Error = ConsumerError;
+
+    fn checkpoint(&self) -> Option<&Position> {
+        self.checkpoint.as_ref()
+    }
+
+    fn fold_part(&mut self, r: &StreamRecord, from: u32, now: i64) -> (Took, bool) {
+        if self.extent.is_empty() {
+            self.opened_at_ms = now;
+        }
+        let room = self.extent.room(self.cfg.window_records);
+        let (took, likes) = self.fold.take(&mut self.extent, r, from, room, now);
+        self.metrics.likes.fetch_add(likes, Ordering::Relaxed);
+        (took, self.extent.len() >= self.cfg.window_records)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), ConsumerError>> + Send {
+        self.snapshot(false)
     }
 }
 
@@ -289,8 +288,7 @@ impl ShardProcessor for AnalyticsShard {
                 Trending::restore(self.cfg.sketch_capacity, ALL_TIME, entries, *at);
         }
         self.checkpoint = st.lease.checkpoint.clone();
-        self.end = None;
-        self.users_in_window = 0;
+        self.extent = Extent::default();
         Ok(StartPosition::after(self.checkpoint.as_ref()))
     }
 
@@ -306,14 +304,14 @@ impl ShardProcessor for AnalyticsShard {
         }
         for r in &batch.records {
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            self.fold_record(r, now).await?;
+            fold_record(self, r, now).await?;
         }
         Ok(())
     }
 
     async fn tick(&mut self, now: i64) -> Result<(), ConsumerError> {
-        if self.end.is_some() && now - self.opened_at_ms >= self.cfg.window_time.as_millis() as i64
-        {
+        let age = now - self.opened_at_ms;
+        if !self.extent.is_empty() && age >= self.cfg.window_time.as_millis() as i64 {
             self.snapshot(false).await?;
         }
         Ok(())
@@ -324,7 +322,7 @@ impl ShardProcessor for AnalyticsShard {
     }
 
     fn unapplied(&self) -> bool {
-        self.end.is_some()
+        !self.extent.is_empty()
     }
 
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {

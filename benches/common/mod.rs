@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tally_analytics::fold::Fold;
+use tally_core::boundary::Extent;
 use tally_core::dedup::Dedup;
 use tally_core::event::LikeEvent;
 use tally_core::ports::StreamRecord;
@@ -70,7 +71,11 @@ pub fn analytics() -> Fold {
 /// is before it is stored); the likes counted.
 pub fn analytics_fold(recs: &[StreamRecord], f: &mut Fold) -> u64 {
     let now = 1_796_000_010_000;
-    let likes = recs.iter().map(|r| f.push(r, now)).sum();
+    let mut window = Extent::default();
+    let likes = recs
+        .iter()
+        .map(|r| f.take(&mut window, r, 0, usize::MAX, now).1)
+        .sum();
     f.settle();
     likes
 }

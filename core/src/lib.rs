@@ -2,12 +2,14 @@
 //!
 //! Everything here is synchronous and free of I/O except the port traits, which the backends
 //! implement: the event contract ([`event`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
-//! dead letters and gaps ([`dead_letter`]), windows ([`window`]), what writes cost ([`cost`]), time buckets ([`buckets`]), the summary items and
+//! dead letters and gaps ([`dead_letter`]), where windows end ([`boundary`]), the counter's windows
+//! ([`window`]), what writes cost ([`cost`]), time buckets ([`buckets`]), the summary items and
 //! their exactly-once writes ([`summary`]), lease decisions ([`lease`]),
 //! trending ([`trending`]), latency ([`latency`]), backoff ([`retry`]), shard hashing
 //! ([`hashing`]) and the ports themselves ([`ports`]).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod boundary;
 pub mod buckets;
 pub mod clock;
 pub mod cost;

@@ -9,13 +9,14 @@
 
 use std::collections::HashMap;
 
+use crate::boundary::{Extent, Fold, UserRecord};
 use crate::buckets::PostDelta;
 use crate::dead_letter::{
     truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
 };
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::event::decode_ref;
-use crate::kpl::{user_records, Took, UserRecords};
+use crate::kpl::Took;
 use crate::ports::StreamRecord;
 use crate::seq::{Position, SeqNo};
 
@@ -60,16 +61,28 @@ pub struct WindowBuilder {
     start_after: Option<Position>,
     /// The record the first user record came from: a rebuild must meet it first.
     first: Option<SeqNo>,
-    /// The last record (or user record of an aggregate) added.
-    end: Option<Position>,
+    /// Where it ends, and the user records folded (more than `stats.records` when records are
+    /// KPL aggregates).
+    extent: Extent,
+    content: Content,
+    /// When the window opened (caller's clock, ms), for closing on time.
+    opened_at_ms: i64,
+}
+
+/// What a window folded.
+#[derive(Debug, Default)]
+struct Content {
     /// Net change per post (sorted when the window closes).
     deltas: HashMap<String, PostDelta, ahash::RandomState>,
     dead_letters: Vec<DeadLetter>,
     stats: WindowStats,
-    /// User records folded (more than `stats.records` when records are KPL aggregates).
-    user_records: usize,
-    /// When the window opened (caller's clock, ms), for closing on time.
-    opened_at_ms: i64,
+}
+
+/// The counter's [`Fold`]: a window's content, with the shard's duplicate filter.
+struct Counting<'a> {
+    shard_id: &'a str,
+    content: &'a mut Content,
+    dedup: &'a mut Dedup,
 }
 
 impl WindowBuilder {
@@ -78,11 +91,8 @@ impl WindowBuilder {
         WindowBuilder {
             start_after,
             first: None,
-            end: None,
-            deltas: HashMap::default(),
-            dead_letters: Vec::new(),
-            stats: WindowStats::default(),
-            user_records: 0,
+            extent: Extent::default(),
+            content: Content::default(),
             opened_at_ms,
         }
     }
@@ -105,7 +115,7 @@ impl WindowBuilder {
         dedup: &mut Dedup,
     ) -> Took {
         let max = match bound {
-            Bound::Size(n) => n.saturating_sub(self.len()),
+            Bound::Size(n) => self.extent.room(n),
             Bound::End(end) if end.seq == record.seq => end
                 .sub
                 .map_or(usize::MAX, |k| (k + 1).saturating_sub(from) as usize),
@@ -118,7 +128,7 @@ impl WindowBuilder {
     pub fn reached(&self, bound: Bound<'_>) -> bool {
         match bound {
             Bound::Size(n) => self.len() >= n,
-            Bound::End(end) => self.end.as_ref() == Some(end),
+            Bound::End(end) => self.extent.end() == Some(end),
         }
     }
 
@@ -133,106 +143,28 @@ impl WindowBuilder {
         dedup: &mut Dedup,
     ) -> Took {
         if from == 0 {
-            self.stats.records += 1;
+            self.content.stats.records += 1;
         }
         if self.first.is_none() {
             self.first = Some(record.seq.clone());
         }
-        let took = match user_records(&record.data) {
-            Ok(users) => {
-                let (range, took) = users.part(from, max);
-                let aggregated = matches!(users, UserRecords::Aggregated(_));
-                for i in range {
-                    self.user_records += 1;
-                    let data = users.get(i);
-                    if let Err(e) = self.fold_event(data, record.arrival_ms, dedup) {
-                        self.stats.malformed += 1;
-                        let (at, reason) = if aggregated {
-                            let n = users.len();
-                            let at = Position {
-                                seq: record.seq.clone(),
-                                sub: Some(i as u32),
-                            };
-                            (at, format!("KPL user record {} of {n}: {e}", i + 1))
-                        } else {
-                            (Position::whole(record.seq.clone()), e.to_string())
-                        };
-                        self.dead_letter(shard_id, at, record, data, reason);
-                    }
-                }
-                took
-            }
-            Err(reason) => {
-                if from == 0 {
-                    self.user_records += 1;
-                    self.stats.malformed += 1;
-                    let at = Position::whole(record.seq.clone());
-                    self.dead_letter(shard_id, at, record, &record.data, reason);
-                }
-                Took::Whole
-            }
+        let mut counting = Counting {
+            shard_id,
+            content: &mut self.content,
+            dedup,
         };
-        Position::move_to(&mut self.end, &record.seq, took.sub());
-        took
+        self.extent.take(&mut counting, record, from, max)
     }
-
-    /// Folds one user record's event; a malformed one is returned for its dead letter.
-    fn fold_event(
-        &mut self,
-        data: &[u8],
-        arrival_ms: i64,
-        dedup: &mut Dedup,
-    ) -> Result<(), crate::event::DecodeError> {
-        let ev = decode_ref(data)?;
-        if !dedup.observe(id_hash(&ev.event_id), arrival_ms) {
-            self.stats.duplicates += 1;
-            return Ok(());
-        }
-        self.stats.counted += 1;
-        self.stats.latest_created_ms = self.stats.latest_created_ms.max(ev.created_at);
-        // Looked up by the borrowed id: a post already in the window costs no allocation.
-        let delta = ev.action.delta();
-        match self.deltas.get_mut(ev.post_id.as_ref()) {
-            Some(d) => d.add(ev.created_at, delta),
-            None => {
-                let mut d = PostDelta::default();
-                d.add(ev.created_at, delta);
-                self.deltas.insert(ev.post_id.into_owned(), d);
-            }
-        }
-        Ok(())
-    }
-
-    fn dead_letter(
-        &mut self,
-        shard_id: &str,
-        at: Position,
-        record: &StreamRecord,
-        data: &[u8],
-        reason: String,
-    ) {
-        let keep = data.len().min(DEAD_LETTER_MAX_BYTES);
-        self.dead_letters.push(DeadLetter {
-            shard_id: shard_id.to_owned(),
-            seq: at,
-            arrival_ms: record.arrival_ms,
-            reason: truncate_utf8(&reason, DEAD_LETTER_MAX_REASON),
-            data: data[..keep].to_vec(),
-            size: data.len() as u64,
-            gap: None,
-        });
-    }
-
     /// User records folded so far (a KPL aggregate counts each of its records): what the
     /// window's size limit counts, since each may add an id to the dedup record.
     pub fn len(&self) -> usize {
-        self.user_records
+        self.extent.len()
     }
 
     /// Whether nothing was folded: no record, nor the rest of an aggregate a previous window
     /// ended inside (which counts no new record, but must be applied and checkpointed).
     pub fn is_empty(&self) -> bool {
-        self.end.is_none()
+        self.extent.is_empty()
     }
 
     /// When the window opened.
@@ -242,7 +174,7 @@ impl WindowBuilder {
 
     /// The last sequence number folded, if any.
     pub fn end(&self) -> Option<&Position> {
-        self.end.as_ref()
+        self.extent.end()
     }
 
     /// The checkpoint the window follows.
@@ -252,7 +184,7 @@ impl WindowBuilder {
 
     /// A post's net change so far (before a like and its unlike in one minute cancel out).
     pub fn delta(&self, post_id: &str) -> Option<&PostDelta> {
-        self.deltas.get(post_id)
+        self.content.deltas.get(post_id)
     }
 
     /// The record the window's first user record came from, if any.
@@ -261,15 +193,16 @@ impl WindowBuilder {
     }
 
     /// Closes the window, sealing its first-seen ids.
-    pub fn close(self, dedup: &mut Dedup) -> ClosedWindow {
-        let total_delta = self.deltas.values().map(PostDelta::total).sum();
+    pub fn close(mut self, dedup: &mut Dedup) -> ClosedWindow {
+        let total_delta = self.content.deltas.values().map(PostDelta::total).sum();
         ClosedWindow {
             start_after: self.start_after,
             first: self.first,
-            end: self.end,
+            end: self.extent.take_end(),
             // A like and its unlike in the same minute cancel out: nothing to write.
             posts: {
                 let mut posts: Vec<(String, PostDelta)> = self
+                    .content
                     .deltas
                     .into_iter()
                     .filter_map(|(post, mut d)| {
@@ -280,11 +213,73 @@ impl WindowBuilder {
                 posts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
                 posts
             },
-            dead_letters: self.dead_letters,
+            dead_letters: self.content.dead_letters,
             total_delta,
             dedup: dedup.seal(),
-            stats: self.stats,
+            stats: self.content.stats,
         }
+    }
+}
+
+impl Fold for Counting<'_> {
+    fn user_record(&mut self, record: &StreamRecord, user: UserRecord<'_>) {
+        if let Err(e) = self.fold_event(user.data, record.arrival_ms) {
+            self.content.stats.malformed += 1;
+            let reason = match user.of {
+                Some(n) => format!("KPL user record {} of {n}: {e}", user.index + 1),
+                None => e.to_string(),
+            };
+            self.dead_letter(user.position(record), record, user.data, reason);
+        }
+    }
+
+    fn corrupt(&mut self, record: &StreamRecord, reason: String) {
+        self.content.stats.malformed += 1;
+        let at = Position::whole(record.seq.clone());
+        self.dead_letter(at, record, &record.data, reason);
+    }
+}
+
+impl Counting<'_> {
+    /// Folds one user record's event; a malformed one is returned for its dead letter.
+    fn fold_event(
+        &mut self,
+        data: &[u8],
+        arrival_ms: i64,
+    ) -> Result<(), crate::event::DecodeError> {
+        let ev = decode_ref(data)?;
+        let stats = &mut self.content.stats;
+        if !self.dedup.observe(id_hash(&ev.event_id), arrival_ms) {
+            stats.duplicates += 1;
+            return Ok(());
+        }
+        stats.counted += 1;
+        stats.latest_created_ms = stats.latest_created_ms.max(ev.created_at);
+        // Looked up by the borrowed id: a post already in the window costs no allocation.
+        let delta = ev.action.delta();
+        let deltas = &mut self.content.deltas;
+        match deltas.get_mut(ev.post_id.as_ref()) {
+            Some(d) => d.add(ev.created_at, delta),
+            None => {
+                let mut d = PostDelta::default();
+                d.add(ev.created_at, delta);
+                deltas.insert(ev.post_id.into_owned(), d);
+            }
+        }
+        Ok(())
+    }
+
+    fn dead_letter(&mut self, at: Position, record: &StreamRecord, data: &[u8], reason: String) {
+        let keep = data.len().min(DEAD_LETTER_MAX_BYTES);
+        self.content.dead_letters.push(DeadLetter {
+            shard_id: self.shard_id.to_owned(),
+            seq: at,
+            arrival_ms: record.arrival_ms,
+            reason: truncate_utf8(&reason, DEAD_LETTER_MAX_REASON),
+            data: data[..keep].to_vec(),
+            size: data.len() as u64,
+            gap: None,
+        });
     }
 }
 

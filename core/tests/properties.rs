@@ -8,6 +8,9 @@
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+use tally_core::boundary::{self, Windows};
 use tally_core::dedup::{Dedup, DedupRecord};
 use tally_core::event::decode;
 
@@ -82,39 +85,73 @@ fn stream() -> impl Strategy<Value = Vec<StreamRecord>> {
     })
 }
 
-/// Folds `records` into windows of `size` user records with a filter of `horizon_ms`, as a
-/// counter would (a window may end inside an aggregate), storing each sealed dedup record;
-/// returns the windows and what was stored.
+/// Windows of `size` user records as a counter builds them, each sealed dedup record stored.
+struct Counter {
+    size: usize,
+    dedup: Dedup,
+    open: WindowBuilder,
+    checkpoint: Option<Position>,
+    windows: Vec<ClosedWindow>,
+    stored: Vec<DedupRecord>,
+}
+
+impl Windows for Counter {
+    type Error = ();
+
+    fn checkpoint(&self) -> Option<&Position> {
+        self.checkpoint.as_ref()
+    }
+
+    fn fold_part(&mut self, r: &StreamRecord, from: u32, _now: i64) -> (Took, bool) {
+        let bound = Bound::Size(self.size);
+        let took = self
+            .open
+            .push_to("shard-0", r, from, bound, &mut self.dedup);
+        (took, self.open.reached(bound))
+    }
+
+    async fn close(&mut self) -> Result<(), ()> {
+        let next = WindowBuilder::new(self.open.end().cloned(), 0);
+        let closed = std::mem::replace(&mut self.open, next).close(&mut self.dedup);
+        self.stored.push(closed.dedup.clone());
+        self.checkpoint.clone_from(&closed.end);
+        self.windows.push(closed);
+        Ok(())
+    }
+}
+
+/// Runs a future that never waits (the windows above store nothing) to its end.
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match std::pin::pin!(f).poll(&mut cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => unreachable!("nothing here waits"),
+    }
+}
+
+/// Folds `records` into windows of `size` user records with a filter of `horizon_ms`, through the
+/// window-boundary engine every application uses (`tally_core::boundary`): a window may end
+/// inside an aggregate. Returns the windows and the dedup records stored.
 fn fold(
     records: &[StreamRecord],
     size: usize,
-    mut dedup: Dedup,
+    dedup: Dedup,
 ) -> (Vec<ClosedWindow>, Vec<DedupRecord>) {
-    let (mut windows, mut stored) = (Vec::new(), Vec::new());
-    let mut w = WindowBuilder::new(None, 0);
+    let mut c = Counter {
+        size,
+        dedup,
+        open: WindowBuilder::new(None, 0),
+        checkpoint: None,
+        windows: Vec::new(),
+        stored: Vec::new(),
+    };
     for r in records {
-        let mut from = 0;
-        loop {
-            let took = w.push_to("shard-0", r, from, Bound::Size(size), &mut dedup);
-            if w.reached(Bound::Size(size)) {
-                let closed =
-                    std::mem::replace(&mut w, WindowBuilder::new(None, 0)).close(&mut dedup);
-                stored.push(closed.dedup.clone());
-                w = WindowBuilder::new(closed.end.clone(), 0);
-                windows.push(closed);
-            }
-            match took {
-                Took::Whole => break,
-                Took::Through(k) => from = k + 1,
-            }
-        }
+        ready(boundary::fold_record(&mut c, r, 0)).expect("closing stores nothing");
     }
-    if !w.is_empty() {
-        let closed = w.close(&mut dedup);
-        stored.push(closed.dedup.clone());
-        windows.push(closed);
+    if !c.open.is_empty() {
+        ready(c.close()).expect("closing stores nothing");
     }
-    (windows, stored)
+    (c.windows, c.stored)
 }
 
 /// What a restart at a checkpoint restores: the stored records whose clock is within the

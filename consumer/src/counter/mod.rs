@@ -15,11 +15,13 @@
 //! (restored across the lineage, expired by arrival), `gap` gives up records the stream no longer
 //! has, on record.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tally_core::boundary::{fold_record, Windows};
 use tally_core::cost::{Purpose, Units};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::Dedup;
@@ -265,35 +267,6 @@ impl CounterShard {
         Ok(())
     }
 
-    /// Folds one record into windows: the open one, closed and applied when it reaches its bound
-    /// (its size, or the pending window's recorded end), then the next — a window may end inside
-    /// a KPL aggregate, whose rest goes on in the next one. A checkpoint inside the record (a
-    /// restart there reads the record again) skips the user records it covers.
-    async fn fold(&mut self, record: &StreamRecord, now_ms: i64) -> Result<(), ConsumerError> {
-        let mut from = Position::resume_in(self.checkpoint.as_ref(), &record.seq);
-        loop {
-            let bound = match &self.replay {
-                Some(p) => Bound::End(&p.end),
-                None => Bound::Size(self.cfg.window_records),
-            };
-            let (took, reached) = {
-                let mut w = board::lock(&self.windows);
-                let window = w
-                    .open
-                    .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
-                let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
-                (took, window.reached(bound))
-            };
-            if reached {
-                self.close_and_apply(false).await?;
-            }
-            match took {
-                Took::Whole => return Ok(()),
-                Took::Through(k) => from = k + 1,
-            }
-        }
-    }
-
     /// Whether the open window holds anything.
     fn has_open(&self) -> bool {
         board::lock(&self.windows)
@@ -313,6 +286,33 @@ impl CounterShard {
             .as_ref()
             .and_then(|p| p.horizon_ms)
             .unwrap_or_else(|| self.horizon_ms())
+    }
+}
+
+/// The counter's windows: each closes at its size, or at the pending window's recorded end when
+/// rebuilding it, and is applied when it does.
+impl Windows for CounterShard {
+    type Error = ConsumerError;
+
+    fn checkpoint(&self) -> Option<&Position> {
+        self.checkpoint.as_ref()
+    }
+
+    fn fold_part(&mut self, record: &StreamRecord, from: u32, now_ms: i64) -> (Took, bool) {
+        let bound = match &self.replay {
+            Some(p) => Bound::End(&p.end),
+            None => Bound::Size(self.cfg.window_records),
+        };
+        let mut w = board::lock(&self.windows);
+        let window = w
+            .open
+            .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
+        let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
+        (took, window.reached(bound))
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), ConsumerError>> + Send {
+        self.close_and_apply(false)
     }
 }
 
@@ -381,7 +381,7 @@ impl ShardProcessor for CounterShard {
                 // Given up with its window.
                 continue;
             }
-            self.fold(record, now_ms).await?;
+            fold_record(self, record, now_ms).await?;
         }
         let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
         if self.cfg.close_when_caught_up && at_tip && self.replay.is_none() && self.has_open() {
