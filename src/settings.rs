@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tally_analytics::AnalyticsConfig;
-use tally_consumer::counter::CounterConfig;
 use tally_consumer::worker::WorkerConfig;
 use tally_core::apps;
+use tally_counter::CounterConfig;
 use tally_producer::generate::GenConfig;
 
 /// Which engines the ports run on.

@@ -1,6 +1,7 @@
 //! The structural invariants ARCHITECTURE.md states, held by reading the tree (no build of
-//! anything): the core depends on no runtime, SDK or database; the apps name no adapter; in the
-//! binary only `src/backend.rs` names one.
+//! anything): the core depends on no runtime, SDK or database; the apps name no adapter; the
+//! counter and analytics are siblings on the consumer runtime, neither depending on the other; in
+//! the binary only `src/backend.rs` names an adapter.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -55,7 +56,7 @@ fn the_core_depends_on_no_runtime_sdk_or_database() {
 
 #[test]
 fn the_apps_name_no_adapter() {
-    for app in ["producer", "consumer", "analytics"] {
+    for app in ["producer", "consumer", "counter", "analytics"] {
         let deps = dependencies(&root().join(app).join("Cargo.toml"));
         for adapter in [
             "tally-aws",
@@ -69,6 +70,28 @@ fn the_apps_name_no_adapter() {
                 "{app} depends on {adapter}"
             );
         }
+    }
+}
+
+#[test]
+fn the_counter_and_analytics_are_siblings_on_the_runtime() {
+    let runtime = dependencies(&root().join("consumer/Cargo.toml"));
+    assert!(
+        !runtime
+            .iter()
+            .any(|d| d.starts_with("tally-") && d != "tally-core"),
+        "the runtime depends on an application: {runtime:?}"
+    );
+    for (app, other) in [
+        ("counter", "tally-analytics"),
+        ("analytics", "tally-counter"),
+    ] {
+        let deps = dependencies(&root().join(app).join("Cargo.toml"));
+        assert!(
+            deps.iter().any(|d| d == "tally-consumer"),
+            "{app} is not on the runtime"
+        );
+        assert!(!deps.iter().any(|d| d == other), "{app} depends on {other}");
     }
 }
 

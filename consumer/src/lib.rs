@@ -1,17 +1,15 @@
-//! The consumer runtime and the exactly-once counter.
+//! The consumer runtime every application runs on. The applications are crates of their own
+//! beside it — the counter (`tally-counter`) and analytics (`tally-analytics`) — which depend on
+//! this one and never on each other.
 //!
-//! - [`worker`]: the runtime every consumer application runs on — shard discovery, lease taking,
-//!   stealing and renewal, one task per held shard, graceful shutdown, `--until-idle`. It is
-//!   generic over a [`worker::ShardProcessor`], so analytics uses it without knowing the counter.
-//! - [`counter`]: the counter's processor — decode, dedup, window, and apply each window in four
-//!   steps: its end recorded as pending in the lease row (fenced), its items by writes
-//!   conditioned on their markers (a second write of one is refused), the checkpoint moved to its
-//!   end (fenced); records the stream lost are given up on record as gaps.
+//! - [`worker`]: shard discovery, lease taking, stealing and renewal, one task per held shard,
+//!   graceful shutdown, `--until-idle`. It is generic over a [`worker::ShardProcessor`].
+//! - [`dedup`]: the duplicate filter's restore across a shard's lineage and its expiry, for
+//!   every application that keeps one.
 //! - [`retry`]: the one backoff loop for retryable port errors, which are never fatal.
 //! - [`emf`]: lease and shard metrics as CloudWatch embedded metric format lines.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-pub mod counter;
 pub mod dedup;
 pub mod emf;
 pub mod retry;

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::json;
 use tally_analytics::{Analytics, AnalyticsMetrics};
-use tally_consumer::counter::board::Board;
-use tally_consumer::counter::{Counter, CounterMetrics};
 use tally_consumer::worker::{
     self, IdleExit, LeaseMetrics, ProcessorFactory, WorkerConfig, WorkerDeps,
 };
 use tally_core::apps;
+use tally_counter::board::Board;
+use tally_counter::{Counter, CounterMetrics};
 
 use super::{analytics_config, counter_config, print_json, shutdown_signal, worker_config};
 use crate::backend::Backend;

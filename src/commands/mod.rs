@@ -10,9 +10,9 @@ pub mod setup;
 use std::time::Duration;
 
 use tally_analytics::AnalyticsConfig;
-use tally_consumer::counter::CounterConfig;
 use tally_consumer::worker::{default_worker_id, WorkerConfig};
 use tally_core::apps;
+use tally_counter::CounterConfig;
 use tally_producer::generate::GenConfig;
 
 use crate::settings::Settings;

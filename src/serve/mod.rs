@@ -293,7 +293,7 @@ pub fn counts_json(
     since_ms: Option<i64>,
     counts: &[tally_core::ports::PostCount],
     c: tally_core::ports::Consistency,
-    windows: &[(String, tally_consumer::counter::board::OpenWindow)],
+    windows: &[(String, tally_counter::board::OpenWindow)],
 ) -> Value {
     let items: Vec<Value> = ids
         .iter()

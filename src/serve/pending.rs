@@ -21,11 +21,11 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tally_consumer::counter::board::{OpenWindow, ShardOpen};
 use tally_consumer::worker::now_ms;
 use tally_core::buckets::minute_start;
 use tally_core::ports::{PostCount, ShardState};
 use tally_core::summary::pending_applies;
+use tally_counter::board::{OpenWindow, ShardOpen};
 
 /// How long a counts call waits for the workers, by default (`tally serve --pending-timeout`).
 pub const TIMEOUT: Duration = Duration::from_millis(200);

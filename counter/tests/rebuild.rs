@@ -7,13 +7,13 @@
 
 use std::sync::Arc;
 
-use tally_consumer::counter::{Counter, CounterConfig, CounterMetrics};
 use tally_consumer::worker::ProcessorFactory;
 use tally_core::buckets::PostDelta;
 use tally_core::ports::{
     CounterStore, LeaseStore, PutEntry, PutOutcome, ReadBatch, StartPosition, Stream, WindowRef,
 };
 use tally_core::{Position, SeqNo};
+use tally_counter::{Counter, CounterConfig, CounterMetrics};
 use tally_embedded::Embedded;
 
 const CREATED: i64 = 1_796_000_000_000;

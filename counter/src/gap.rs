@@ -1,6 +1,12 @@
 //! Records the stream's retention trimmed before they were applied: given up on record.
 
-use super::*;
+use tally_consumer::retry::with_backoff;
+use tally_consumer::ConsumerError;
+use tally_core::dead_letter::DeadLetter;
+use tally_core::ports::GapCommit;
+use tally_core::{Position, SeqNo};
+
+use crate::{board, CounterShard};
 
 /// Empty reads at the shard's tip, in a row, after which a pending window whose last record was
 /// never met is taken as trimmed.
@@ -57,7 +63,7 @@ impl CounterShard {
             &fence.app,
             self.checkpoint.as_ref(),
             if finished { None } else { through.as_ref() },
-            crate::worker::now_ms(),
+            tally_consumer::worker::now_ms(),
             &format!("{why}: {what}"),
         );
         let pending_end = pending.as_ref().map(|p| p.end.clone());
@@ -78,7 +84,11 @@ impl CounterShard {
             gap.arrival_ms,
             &[("App", fence.app.as_str())],
             &[&["App"]],
-            &[(crate::worker::metric::GAPS, crate::emf::Unit::Count, 1.0)],
+            &[(
+                tally_consumer::worker::metric::GAPS,
+                tally_consumer::emf::Unit::Count,
+                1.0,
+            )],
         );
         if let Some(t) = through {
             self.checkpoint = Some(t);

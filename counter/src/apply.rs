@@ -1,7 +1,17 @@
 //! Applying a closed window: its pending end, its items, its checkpoint, and what they cost.
 
-use super::*;
-use crate::retry::Retry;
+use std::sync::atomic::Ordering;
+
+use tally_consumer::retry::with_backoff;
+use tally_consumer::ConsumerError;
+use tally_core::cost::{Purpose, Units};
+use tally_core::ports::{Applied, PortError, WindowRef, WindowRest};
+use tally_core::window::ClosedWindow;
+use tracing::debug;
+
+use crate::CounterShard;
+
+use tally_consumer::retry::Retry;
 
 /// Which fenced write of the lease row.
 #[derive(Clone, Copy, Debug)]
@@ -190,13 +200,19 @@ impl CounterShard {
     /// Emits what a window's writes cost, by purpose (CloudWatch embedded metric format).
     pub(super) fn emit_cost(&self, u: &Units) {
         let Ok(fence) = self.fence() else { return };
-        let values: Vec<(&str, crate::emf::Unit, f64)> = Purpose::ALL
+        let values: Vec<(&str, tally_consumer::emf::Unit, f64)> = Purpose::ALL
             .iter()
             .filter(|p| **p != Purpose::Leases)
-            .map(|p| (p.metric(), crate::emf::Unit::Count, u.get(*p) as f64))
+            .map(|p| {
+                (
+                    p.metric(),
+                    tally_consumer::emf::Unit::Count,
+                    u.get(*p) as f64,
+                )
+            })
             .collect();
         self.cfg.emf.emit(
-            crate::worker::now_ms(),
+            tally_consumer::worker::now_ms(),
             &[("App", fence.app.as_str())],
             &[&["App"]],
             &values,

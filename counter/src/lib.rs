@@ -1,4 +1,5 @@
-//! The counter: exact per-post counts, applied exactly once.
+//! The counter: exact per-post counts, applied exactly once. An application on the consumer
+//! runtime (`tally_consumer::worker`), as analytics is; neither knows the other.
 //!
 //! Per shard: read → decode and validate → dedup by `event_id` → fold into a tumbling window of
 //! per-post deltas that closes on size or time → apply it: record the window's end as pending in
@@ -10,10 +11,11 @@
 //! from the checkpoint, rebuilds the same window and applies it again: what was written is
 //! refused, what was not is written. See `tally_core::summary` for why this is exact.
 //!
-//! Layout: this module holds the settings, the metrics and the per-shard processor; `apply`
+//! Layout: this crate's root holds the settings, the metrics and the per-shard processor; `apply`
 //! writes a closed window and meters it, `restore` keeps the duplicate filter in the store
 //! (restored across the lineage, expired by arrival), `gap` gives up records the stream no longer
 //! has, on record.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,24 +23,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
+use tally_consumer::ConsumerError;
 use tally_core::boundary::{fold_record, Windows};
 use tally_core::cost::{Purpose, Units};
-use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::Dedup;
 use tally_core::kpl::Took;
 use tally_core::lease::Lease;
-use tally_core::ports::{
-    Applied, CounterStore, Fence, GapCommit, Pending, PortError, ReadBatch, StartPosition,
-    StreamRecord, WindowRef, WindowRest,
-};
+use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
 use tally_core::retry::Backoff;
-use tally_core::window::{Bound, ClosedWindow, WindowBuilder};
-use tally_core::{Position, SeqNo};
-use tracing::debug;
-
-use crate::retry::with_backoff;
-use crate::worker::{ProcessorFactory, ShardProcessor};
-use crate::ConsumerError;
+use tally_core::window::{Bound, WindowBuilder};
+use tally_core::Position;
 
 mod apply;
 pub mod board;
@@ -71,7 +66,7 @@ pub struct CounterConfig {
     /// Test failpoint: abort the process right after this many batches of post writes.
     pub crash_after_batches: Option<u64>,
     /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
-    pub emf: crate::emf::Emf,
+    pub emf: tally_consumer::emf::Emf,
 }
 
 impl CounterConfig {
@@ -86,7 +81,7 @@ impl CounterConfig {
             posts_per_batch: 1_000,
             backoff: Backoff::default(),
             crash_after_batches: None,
-            emf: crate::emf::Emf::default(),
+            emf: tally_consumer::emf::Emf::default(),
         }
     }
 }
