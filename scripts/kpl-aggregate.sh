@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Aggregates NDJSON (stdin) into KPL records with AWS's aggregator from PyPI (pinned), installed
-# once into .tools/kpl; used by tests/kpl.rs. Usage: scripts/kpl-aggregate.sh RECORDS_PER_AGGREGATE
+# once into .tools/kpl; used by tests/e2e/kpl.rs. Usage: scripts/kpl-aggregate.sh RECORDS_PER_AGGREGATE
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.tools/kpl

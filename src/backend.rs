@@ -1,6 +1,6 @@
 //! The one place that names the adapters: it wires them behind the ports, and provisions what
 //! they run on (`setup`, `teardown`, `reshard`, the embedded stream's `trim`). No other module of
-//! the binary names `tally_aws` or `tally_embedded` (`tests/structure.rs` holds it).
+//! the binary names `tally_aws` or `tally_embedded` (`tests/e2e/structure.rs` holds it).
 
 use std::path::PathBuf;
 use std::sync::Arc;

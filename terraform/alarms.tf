@@ -43,7 +43,7 @@ locals {
   }
 
   # SystemErrors is published per table *and operation*: the alarm sums the operations tally
-  # calls (tally_aws::DYNAMODB_*_ACTIONS, and TransactWriteItems; tests/terraform.rs checks).
+  # calls (tally_aws::DYNAMODB_*_ACTIONS, and TransactWriteItems; tests/e2e/terraform.rs checks).
   dynamodb_operations = ["GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems"]
 }
 
@@ -131,7 +131,7 @@ resource "aws_cloudwatch_metric_alarm" "tasks_running" {
 
 # The applications' own metrics: CloudWatch embedded metric format lines in their logs
 # (`metrics.emf`), one per worker and per held shard every `metrics.interval_ms`. Each alarm below
-# exists once per application (counter, analytics); tests/terraform.rs checks the metric names.
+# exists once per application (counter, analytics); tests/e2e/terraform.rs checks the metric names.
 locals {
   app_alarms = {
     # No worker of the application holds a lease: its shards are not being read (all tasks

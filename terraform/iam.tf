@@ -1,7 +1,7 @@
 # Least privilege: one task role per application, each statement listing exactly the API calls
 # the applications make (the lists mirror tally_aws::KINESIS_CONSUMER_ACTIONS,
 # DYNAMODB_COUNTER_ACTIONS, DYNAMODB_ANALYTICS_ACTIONS, the producer's and the operator's;
-# tests/terraform.rs fails on drift either way), on the stream, the tables and the key only.
+# tests/e2e/terraform.rs fails on drift either way), on the stream, the tables and the key only.
 
 data "aws_iam_policy_document" "assume_ecs_tasks" {
   statement {

@@ -18,7 +18,7 @@ resource "aws_kinesis_stream" "likes" {
 }
 
 # Enhanced fan-out consumers, one per application that reads by "efo". The name is the one tally
-# registers (tally_aws::fan_out::consumer_name: "<table prefix>-<app>"; tests/terraform.rs checks),
+# registers (tally_aws::fan_out::consumer_name: "<table prefix>-<app>"; tests/e2e/terraform.rs checks),
 # so the workers find this consumer instead of registering their own.
 resource "aws_kinesis_stream_consumer" "app" {
   for_each   = { for app, mode in local.read_modes : app => mode if mode == "efo" }

@@ -6,7 +6,7 @@ locals {
   table_prefix = coalesce(var.table_prefix, "tally-${var.environment}")
 
   # The DynamoDB tables: suffix => keys and TTL attribute. Mirrors tally_aws::dynamo::TABLES
-  # (tests/terraform.rs fails on drift).
+  # (tests/e2e/terraform.rs fails on drift).
   tables = {
     "leases"       = { hash_key = "app", range_key = "shard_id", ttl = "" }
     "counts"       = { hash_key = "pk", range_key = "sk", ttl = "" }
@@ -23,7 +23,7 @@ locals {
   serve_port          = 8080
   serve_listener_port = var.serve_certificate_arn == "" ? 80 : 443
 
-  # The environment every tally task gets (each key is a tally setting; tests/terraform.rs checks).
+  # The environment every tally task gets (each key is a tally setting; tests/e2e/terraform.rs checks).
   # One value decides both when ECS kills a task and how long tally flushes before it gives up:
   # the flush gets the stop timeout less 10 s, which leaves room to release the leases.
   tally_env = {

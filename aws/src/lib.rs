@@ -31,7 +31,7 @@ use tally_core::ports::{PortError, PortResult};
 
 pub use dynamo::DynamoStore;
 
-// What each role may call. Terraform grants exactly these (tests/terraform.rs compares the two, and
+// What each role may call. Terraform grants exactly these (tests/e2e/terraform.rs compares the two, and
 // checks them against the SDK calls in this crate's source, so that an unused grant fails too).
 // A TransactWriteItems needs the actions of its parts (here Put and Update).
 

@@ -1,5 +1,5 @@
 //! The names of the metrics a worker emits (the CloudWatch alarms in `terraform/` use them;
-//! `tests/terraform.rs` checks).
+//! `tests/e2e/terraform.rs` checks).
 
 /// Per worker, dimension `App`.
 pub const LEASES_HELD: &str = "LeasesHeld";

@@ -4,12 +4,10 @@
 //! embedded store's `items` table and on DynamoDB Local.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use common::{file_in, Target};
+use crate::common::{file_in, Target};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
@@ -145,7 +143,7 @@ fn read_embedded(t: &Target, post: &str, at: i64) -> Reads {
 fn contract_file(t: &Target) -> (std::path::PathBuf, Vec<String>) {
     let path = file_in(t, "days.ndjson");
     let mut f = std::fs::File::create(&path).unwrap();
-    let now = common::now_ms();
+    let now = crate::common::now_ms();
     let posts: Vec<String> = (0..12).map(|i| format!("rc-p{i}")).collect();
     // 1,200 events over the last three days, some unlikes, at irregular steps.
     for i in 0..1_200i64 {
@@ -194,7 +192,7 @@ fn a_reader_of_the_contract_agrees_with_tally_query_aws() {
     let t = Target::aws("contract", 2);
     let table = t.table("counts");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = common::dynamodb_client();
+    let client = crate::common::dynamodb_client();
     let query = |post: &str, cond: &str, a: &str, b: Option<&str>| -> Vec<Item> {
         let mut q = client
             .query()

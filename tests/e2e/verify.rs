@@ -6,11 +6,9 @@
 //! fresh stack counts and verifies exact.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
-use common::{file_in, write_contract_file, Expected, Target};
+use crate::common::{file_in, write_contract_file, Expected, Target};
 use serde_json::Value;
 
 /// A stream with producer retries (the file twice, and verbatim copies inside it) and malformed
@@ -28,7 +26,7 @@ fn counted(t: &Target, events: usize) -> Expected {
 fn verify(t: &Target, extra: &[&str]) -> (Value, bool) {
     let mut args = vec!["verify", "--json"];
     args.extend_from_slice(extra);
-    let out = common::output(t.cmd(&args));
+    let out = crate::common::output(t.cmd(&args));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "verify printed no JSON ({e}): {}\n{}",
@@ -143,7 +141,7 @@ impl Dynamo {
         Dynamo {
             counts: t.table("counts"),
             letters: t.table("dead-letters"),
-            client: common::dynamodb_client(),
+            client: crate::common::dynamodb_client(),
             rt: tokio::runtime::Runtime::new().unwrap(),
         }
     }

@@ -2,16 +2,14 @@
 //! the run that would show it, on both backends where the backend matters.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::io::Write;
 
-use common::{file_in, write_contract_file, write_likes, Target};
+use crate::common::{file_in, write_contract_file, write_likes, Target};
 
 /// Ten likes around one malformed record of `size` bytes whose `action` is one huge string.
 fn write_ten_likes_and_a_huge_bad_record(path: &std::path::Path, size: usize) {
     let mut f = std::fs::File::create(path).unwrap();
-    let now = common::now_ms();
+    let now = crate::common::now_ms();
     for i in 0..10 {
         if i == 5 {
             let head = r#"{"event_id":"huge","post_id":"p-big","user_id":"u","action":""#;
@@ -252,7 +250,7 @@ fn a_child_restores_only_what_the_horizon_needs(t: Target) {
     c.env("RUST_LOG", "tally_consumer=info")
         .env("NO_COLOR", "1")
         .env("TALLY_COUNTER__DEDUP_HORIZON_SECS", "1");
-    let out = common::output(c);
+    let out = crate::common::output(c);
     assert!(
         out.status.success(),
         "{}",
@@ -433,7 +431,7 @@ fn a_trimmed_pending_window_is_recorded_as_a_gap_and_the_shard_goes_on() {
     let mut c = t.cmd(&["count", "--until-idle"]);
     c.envs(SMALL_WINDOWS.iter().copied())
         .env("TALLY_METRICS__EMF", "true");
-    let out = common::output(c);
+    let out = crate::common::output(c);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
     // The gap is a metric the Terraform alarms watch, not only a log line.
@@ -539,7 +537,7 @@ fn a_trimmed_pending_window_at_the_tip_is_recorded_as_a_gap() {
 /// of "since T").
 fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t: Target) {
     let path = file_in(&t, "bounds.ndjson");
-    let now = common::now_ms();
+    let now = crate::common::now_ms();
     let last = 253_402_300_799_999_i64;
     let mut f = std::fs::File::create(&path).unwrap();
     for (i, at) in [now, last, last + 1, 0].iter().enumerate() {

@@ -6,14 +6,12 @@
 //! its shard.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::io::Write;
 use std::process::Stdio;
 use std::sync::Arc;
 
+use crate::common::{file_in, write_contract_file, Target};
 use base64::Engine;
-use common::{file_in, write_contract_file, Target};
 use tally_core::ports::{PutEntry, PutOutcome, Stream};
 
 /// The target's stream, opened through the same adapter tally uses.
@@ -112,7 +110,7 @@ fn aggregated_records_count_exactly(t: Target) {
         ("TALLY_COUNTER__WINDOW_RECORDS", "40"),
         ("TALLY_COUNTER__WINDOW_MS", "600000"),
     ];
-    let out = common::output({
+    let out = crate::common::output({
         let mut c = t.cmd(&["count", "--until-idle"]);
         c.envs(windows)
             .env("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "3");
@@ -145,7 +143,7 @@ fn aggregated_records_count_exactly(t: Target) {
         })
         .flatten()
         .filter(|u| {
-            common::MALFORMED_LINES
+            crate::common::MALFORMED_LINES
                 .iter()
                 .any(|m| m.as_bytes() == u.as_slice())
         })
@@ -221,7 +219,7 @@ fn sigkill_inside_aggregates_keeps_counts_exact(t: Target, events: usize, slower
         ("TALLY_LEASE__RENEW_MS", "200"),
         ("TALLY_LEASE__POLL_MS", "100"),
     ];
-    let killed = common::count_killed_at(&t, &[150, 330, 110, 470, 240, 620], slower, &env);
+    let killed = crate::common::count_killed_at(&t, &[150, 330, 110, 470, 240, 620], slower, &env);
     assert!(
         killed >= 3,
         "the kills must land while the counter runs (killed {killed})"

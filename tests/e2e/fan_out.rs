@@ -5,18 +5,16 @@
 #![cfg(feature = "aws-local")]
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
-use common::fault_proxy::Fault;
-use common::{file_in, write_contract_file, Target};
+use crate::common::fault_proxy::Fault;
+use crate::common::{file_in, write_contract_file, Target};
 
 /// Runs `count --until-idle`, which must succeed; returns its warnings.
 fn count_until_idle_warnings(t: &Target) -> String {
     let mut c = t.cmd(&["count", "--until-idle"]);
     c.env("RUST_LOG", "warn");
-    let out = common::output(c);
+    let out = crate::common::output(c);
     assert!(
         out.status.success(),
         "{}",

@@ -2,9 +2,7 @@
 //! and a producer retry that lands in a child after the split still counts once.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{file_in, output, write_contract_file, Target};
+use crate::common::{file_in, output, write_contract_file, Target};
 
 fn resharding_keeps_counts_exact(t: Target, parent: &str) {
     let before = file_in(&t, "before.ndjson");

@@ -58,13 +58,6 @@ pub struct FaultMix {
     pub expired_iterator: f64,
 }
 
-impl FaultMix {
-    /// Requests faulted of every hundred, all kinds together.
-    pub fn percent(&self) -> f64 {
-        100.0 * (self.lost_answer + self.server_error + self.throttle + self.expired_iterator)
-    }
-}
-
 /// What draws the mix's faults.
 struct Mixer {
     mix: FaultMix,

@@ -2,9 +2,7 @@
 //! replay a hand-written contract-v1 file, count, analytics, query — every count exact.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{file_in, write_contract_file, Target};
+use crate::common::{file_in, write_contract_file, Target};
 
 #[test]
 fn replay_count_query_is_exact_embedded() {
@@ -185,7 +183,7 @@ fn bad_configuration_names_the_key() {
         if let Some(l) = level {
             c.env("TALLY_LOG", l);
         }
-        let out = common::output(c);
+        let out = crate::common::output(c);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "{err}");
         err
@@ -208,13 +206,13 @@ fn write_units_are_metered_by_purpose() {
     let t = Target::embedded();
     t.run(&["setup", "--shards", "2"]);
     let file = t.dir.path().join("likes.ndjson");
-    common::write_contract_file(&file, 3_000, 200, 17);
+    crate::common::write_contract_file(&file, 3_000, 200, 17);
     t.run(&["replay", file.to_str().unwrap()]);
     let mut c = t.cmd(&["count", "--until-idle", "--json"]);
     c.env("TALLY_METRICS__EMF", "true")
         .env("TALLY_COUNTER__WINDOW_RECORDS", "500")
         .env("TALLY_COUNTER__POSTS_PER_BATCH", "50");
-    let out = common::output(c);
+    let out = crate::common::output(c);
     assert!(
         out.status.success(),
         "{}",
@@ -366,8 +364,8 @@ fn a_viral_post_fans_out_over_the_shards_aws_efo() {
 /// second time (every event a retry, within the dedup horizon) leaves trending and latency as
 /// they were, although a new analytics process reads it.
 fn analytics_counts_a_replayed_file_once(t: Target) {
-    let file = common::file_in(&t, "likes.ndjson");
-    let exp = common::write_contract_file(&file, 1_200, 30, 23);
+    let file = crate::common::file_in(&t, "likes.ndjson");
+    let exp = crate::common::write_contract_file(&file, 1_200, 30, 23);
     let distinct = (exp.lines - exp.malformed - exp.duplicates) as u64;
     t.run(&["replay", file.to_str().unwrap()]);
     t.run(&["analytics", "--until-idle"]);
@@ -422,7 +420,7 @@ fn a_closed_pipe_ends_quietly_and_piped_logs_are_plain() {
     t.run(&["replay", file.to_str().unwrap()]);
     let mut c = t.cmd(&["count", "--until-idle"]);
     c.env_remove("NO_COLOR").env("RUST_LOG", "info");
-    let out = common::output(c);
+    let out = crate::common::output(c);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && log.contains("INFO"), "{log}");
     assert!(!log.contains('\u{1b}'), "ANSI codes in piped logs: {log:?}");

@@ -4,13 +4,11 @@
 //! can be bounded, and input checked before it is used.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{now_ms, Target};
+use crate::common::{now_ms, Target};
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -43,7 +41,7 @@ fn reads_never_create_a_store() {
         c.args(&args)
             .args(["--data-dir", dir])
             .current_dir(t.dir.path());
-        let out = common::output(c);
+        let out = crate::common::output(c);
         assert!(
             !out.status.success(),
             "{args:?} succeeded on a missing store"
@@ -86,7 +84,7 @@ fn a_store_on_a_read_only_filesystem_is_read() {
         let script = format!("mount -o bind,ro {dir} {dir} && {bin} --data-dir {dir} {cmd}");
         let mut c = std::process::Command::new("unshare");
         c.args(["-rm", "sh", "-c", &script]).env("RUST_LOG", "warn");
-        common::output(c)
+        crate::common::output(c)
     };
     let out = in_read_only("query p1 --json");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -263,7 +261,7 @@ fn until_idle_says_what_it_waits_for_and_can_be_bounded() {
         "me",
     ]);
     c.env("RUST_LOG", "info").env("NO_COLOR", "1");
-    let out = common::output(c);
+    let out = crate::common::output(c);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -358,7 +356,7 @@ fn help_completions_man_page_and_log_level() {
     let logs = |level: &str| {
         let mut c = t.cmd(&["count", "--until-idle", "--log-level", level]);
         c.env("RUST_LOG", "info").env("NO_COLOR", "1");
-        let out = common::output(c);
+        let out = crate::common::output(c);
         assert!(out.status.success(), "{}", stderr(&out));
         stderr(&out)
     };
@@ -494,7 +492,7 @@ fn aws_setup_problems_are_one_clear_line() {
                 None => c.env_remove(k),
             };
         }
-        let out = common::output(c);
+        let out = crate::common::output(c);
         assert!(!out.status.success());
         let err = stderr(&out);
         assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
@@ -604,7 +602,7 @@ fn record_to_standard_output_pipes_into_replay() {
     }
     drop(f);
     a.run(&["replay", path.to_str().unwrap()]);
-    let out = common::output(a.cmd(&["record", "-"]));
+    let out = crate::common::output(a.cmd(&["record", "-"]));
     assert!(out.status.success(), "{}", stderr(&out));
     // A header, then one line per record.
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 51);
@@ -640,7 +638,7 @@ fn replay_checks_its_file_before_creating_anything() {
     assert!(!db.exists());
     let path = t.dir.path().join("one.ndjson");
     std::fs::write(&path, format!("{}\n", like("e1", "p1", "u1", now_ms()))).unwrap();
-    let out = common::output(t.cmd(&["replay", path.to_str().unwrap()]));
+    let out = crate::common::output(t.cmd(&["replay", path.to_str().unwrap()]));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("created a new store at"),
@@ -648,7 +646,7 @@ fn replay_checks_its_file_before_creating_anything() {
         stderr(&out)
     );
     assert!(db.exists());
-    let out = common::output(t.cmd(&["replay", path.to_str().unwrap()]));
+    let out = crate::common::output(t.cmd(&["replay", path.to_str().unwrap()]));
     assert!(!stderr(&out).contains("created a new store"), "only once");
 }
 
@@ -831,7 +829,7 @@ fn default_logs_are_a_few_sentences() {
     t.run(&["setup", "--shards", "4"]);
     let mut c = t.cmd(&["count", "--until-idle"]);
     c.env_remove("RUST_LOG");
-    let out = common::output(c);
+    let out = crate::common::output(c);
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     let lines: Vec<&str> = err.lines().collect();
@@ -871,7 +869,7 @@ fn the_readme_s_configuration_sample_is_what_tally_config_prints() {
             c.env_remove(k);
         }
     }
-    let out = common::output(c);
+    let out = crate::common::output(c);
     assert!(out.status.success(), "{}", stderr(&out));
     let effective: toml::Table = String::from_utf8(out.stdout).unwrap().parse().unwrap();
     // Numbers compare as numbers (`rate = 0` is the 0.0 tally prints).

@@ -3,12 +3,10 @@
 //! counted exactly.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use common::{file_in, write_likes, Target};
+use crate::common::{file_in, write_likes, Target};
 
 fn replay(t: &Target, name: &str, prefix: &str, n: usize) -> BTreeMap<String, i64> {
     let path = file_in(t, name);
@@ -117,7 +115,7 @@ fn a_pending_window_whose_head_was_trimmed_is_a_gap_not_a_short_count() {
     t.run(&["setup", "--shards", "1"]);
     let head = file_in(&t, "head.ndjson");
     let mut f = std::fs::File::create(&head).unwrap();
-    let now = common::now_ms();
+    let now = crate::common::now_ms();
     let line = |f: &mut std::fs::File, id: &str, post: &str| {
         writeln!(
             f,

@@ -4,13 +4,11 @@
 //! the known numbers and follows new events without a reload.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{file_in, write_contract_file, Bg, Expected, Target};
+use crate::common::{file_in, write_contract_file, Bg, Expected, Target};
 use serde_json::Value;
 
 /// The address a `tally serve` or `--http` process printed ("serving on http://ADDR/").
@@ -167,11 +165,11 @@ fn the_api_answers_a_known_store(t: Target) {
         // In event time: the latest like counted on the slowest shard, within the file's times.
         let event = v["applied_through"]["event_ms"].as_i64().unwrap();
         assert!(
-            event > common::now_ms() - 30 * 60_000 && event <= common::now_ms(),
+            event > crate::common::now_ms() - 30 * 60_000 && event <= crate::common::now_ms(),
             "{v}"
         );
         // As of an hour ago: the likes created before the last hour.
-        let then = common::now_ms() - 3_600_000;
+        let then = crate::common::now_ms() - 3_600_000;
         let v = get_json(&addr, &format!("/api/posts/{post}?as_of_ms={then}"));
         assert_eq!(
             v["count_as_of"],
@@ -783,7 +781,7 @@ fn provisional_counts_are_exact(t: Target) {
         ("TALLY_LEASE__RENEW_MS", "500"),
     ];
     let file = file_in(&t, "first.ndjson");
-    let first = common::write_likes(&file, "pv", 300);
+    let first = crate::common::write_likes(&file, "pv", 300);
     t.run(&["replay", file.to_str().unwrap()]);
     let posts: Vec<&String> = first.keys().collect();
     let want: Vec<i64> = first.values().copied().collect();
@@ -851,7 +849,7 @@ fn provisional_counts_are_exact(t: Target) {
 
     // A worker killed with a window open; its successor rebuilds the same window.
     let file = file_in(&t, "second.ndjson");
-    let second = common::write_likes(&file, "pk", 200);
+    let second = crate::common::write_likes(&file, "pk", 200);
     t.run(&["replay", file.to_str().unwrap()]);
     let posts: Vec<&String> = second.keys().collect();
     let want: Vec<i64> = second.values().copied().collect();

@@ -3,8 +3,6 @@
 //! match what the code really uses.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use hcl::{Block, Body, Expression, ObjectKey};
@@ -381,7 +379,7 @@ fn task_environment_is_valid_tally_configuration() {
         "stopTimeout from the variable"
     );
     // tally itself judges the keys and values: an unknown TALLY_* key or a bad value fails.
-    let t = common::Target::embedded();
+    let t = crate::common::Target::embedded();
     let vars: Vec<(&str, &str)> = env
         .iter()
         .filter(|(k, _)| k.starts_with("TALLY_"))

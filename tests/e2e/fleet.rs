@@ -4,12 +4,10 @@
 //! its window.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{Target, COMMAND_TIMEOUT};
+use crate::common::{Target, COMMAND_TIMEOUT};
 
 /// Fast lease timings so that the test does not wait on defaults meant for production.
 const FAST: &[(&str, &str)] = &[
@@ -240,7 +238,7 @@ fn fleet_keeps_counts_exact_aws_efo() {
 
 fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
     let file = t.dir.path().join("likes.ndjson");
-    let exp = common::write_contract_file(&file, 3_000, 50, 33);
+    let exp = crate::common::write_contract_file(&file, 3_000, 50, 33);
     // The stale worker's windows never close on their own during the test: when it is paused it
     // holds every record it read as unapplied deltas, however slow the machine is.
     let mut env = base.to_vec();
@@ -355,7 +353,7 @@ fn metrics_are_emitted_as_embedded_metric_format() {
     let t = Target::embedded();
     t.run(&["setup", "--shards", "2"]);
     let file = t.dir.path().join("likes.ndjson");
-    let exp = common::write_contract_file(&file, 1_000, 30, 7);
+    let exp = crate::common::write_contract_file(&file, 1_000, 30, 7);
     t.run(&["replay", file.to_str().unwrap()]);
     let mut env = FAST.to_vec();
     env.push(("TALLY_METRICS__EMF", "true"));
@@ -418,7 +416,7 @@ fn metrics_are_emitted_as_embedded_metric_format() {
     assert_eq!(shards.len(), 2, "{shards:?}");
 
     // Analytics adds each stored window's latency percentiles.
-    let out = common::output({
+    let out = crate::common::output({
         let mut c = t.cmd(&["analytics", "--until-idle"]);
         c.env("TALLY_METRICS__EMF", "true");
         c
@@ -474,16 +472,16 @@ fn a_fleet_is_balanced_from_the_start(
     fast.push(("TALLY_LEASE__POLL_MS", "1000"));
     let fast = fast.as_slice();
     let file = t.dir.path().join("likes.ndjson");
-    let expected = common::write_likes(&file, "fb", 2_000);
+    let expected = crate::common::write_likes(&file, "fb", 2_000);
     t.run(&["replay", file.to_str().unwrap()]);
     let start = std::time::Instant::now();
     let names: Vec<String> = (0..workers).map(|i| format!("w{i}")).collect();
-    let mut fleet: Vec<common::Bg> = names
+    let mut fleet: Vec<crate::common::Bg> = names
         .iter()
         .map(|n| t.spawn(n, &["count", "--worker-id", n], fast))
         .collect();
     let share = shards.div_ceil(workers);
-    let logs: Vec<&common::Bg> = fleet.iter().collect();
+    let logs: Vec<&crate::common::Bg> = fleet.iter().collect();
     t.eventually("every shard held", Duration::from_secs(60), &logs, || {
         let (per, free) = load(&t);
         // No worker ever holds more than its share on the way.

@@ -6,10 +6,8 @@
 #![allow(clippy::unwrap_used)]
 #![cfg(feature = "aws-local")]
 
-mod common;
-
-use common::fault_proxy::{Fault, FaultMix, FaultProxy};
-use common::{file_in, write_contract_file, Target};
+use crate::common::fault_proxy::{Fault, FaultMix, FaultProxy};
+use crate::common::{file_in, write_contract_file, Target};
 use tally_core::buckets::PostDelta;
 use tally_core::ports::{CounterStore, LeaseStore, WindowRef};
 use tally_core::Position;

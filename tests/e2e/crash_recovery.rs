@@ -3,9 +3,7 @@
 //! counted once.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{file_in, write_contract_file, Target};
+use crate::common::{file_in, write_contract_file, Target};
 
 /// Small windows written in many store calls, so that kills land inside windows.
 const CHUNKY: &[(&str, &str)] = &[
@@ -16,7 +14,7 @@ const CHUNKY: &[(&str, &str)] = &[
     ("TALLY_LEASE__POLL_MS", "100"),
 ];
 
-fn check_exact(t: &Target, exp: &common::Expected) {
+fn check_exact(t: &Target, exp: &crate::common::Expected) {
     assert_eq!(t.mismatches(&exp.counts), vec![]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     assert_eq!(
@@ -47,7 +45,7 @@ fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower
     let exp = write_contract_file(&file, events, 60, 11);
     t.run(&["replay", file.to_str().unwrap()]);
 
-    let killed = common::count_killed_at(&t, &[120, 310, 90, 450, 200, 600], slower, CHUNKY);
+    let killed = crate::common::count_killed_at(&t, &[120, 310, 90, 450, 200, 600], slower, CHUNKY);
     assert!(
         killed >= 3,
         "the kills must land while the counter runs (killed {killed})"

@@ -4,12 +4,10 @@
 #![allow(clippy::unwrap_used)]
 #![cfg(feature = "aws-local")]
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::fault_proxy::{Fault, FaultProxy};
-use common::{file_in, write_contract_file, Target};
+use crate::common::fault_proxy::{Fault, FaultProxy};
+use crate::common::{file_in, write_contract_file, Target};
 
 fn endpoints() -> (String, String) {
     (
@@ -124,7 +122,7 @@ fn errors_name_the_endpoint_and_the_missing_resource() {
     let mut args: Vec<String> = t.args.clone();
     let i = args.iter().position(|a| a == "--table-prefix").unwrap();
     args[i + 1] = format!("{}-other", args[i + 1]);
-    let out = common::output({
+    let out = crate::common::output({
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
         c.arg("total")
             .args(&args)

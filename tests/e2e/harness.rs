@@ -5,12 +5,10 @@
 //! Bounded: a fixed number of rounds, each with its own timeout.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{file_in, write_contract_file, Bg, Target};
+use crate::common::{file_in, write_contract_file, Bg, Target};
 
 /// Small windows (each written in many store calls by `TALLY_COUNTER__POSTS_PER_BATCH`, so that
 /// kills land inside windows), short leases.
@@ -85,7 +83,8 @@ fn harness(t: Target, pace: Pace) {
     // One part per round, each replayed twice (the second time every event is a producer retry
     // and every malformed line a new dead letter at its own sequence number), fed while the kills
     // go on, so that every kill finds work in progress.
-    let parts: Vec<(std::path::PathBuf, common::Expected)> = (0..(rounds + PAUSES + 1) as u64)
+    let parts: Vec<(std::path::PathBuf, crate::common::Expected)> = (0..(rounds + PAUSES + 1)
+        as u64)
         .map(|i| {
             let f = file_in(&t, &format!("part-{i}.ndjson"));
             let e = write_contract_file(&f, events_per_part, 60, 100 + i);
