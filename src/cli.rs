@@ -2,9 +2,85 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::settings::{BackendKind, Override};
+use crate::settings::{BackendKind, Override, Settings};
+
+/// The flags that set a setting whose default is tally's own, by argument id and setting key:
+/// their help ends with the setting's default as `tally config` prints it, so help and behaviour
+/// cannot drift apart. (Flags whose default is not one setting's — a demo's ratios, `--rate`,
+/// the worker id — say theirs in words.)
+const SETTING_FLAGS: &[(&str, &str)] = &[
+    ("data_dir", "data_dir"),
+    ("backend", "backend"),
+    ("stream", "stream"),
+    ("table_prefix", "table_prefix"),
+    ("shards", "shards"),
+    ("posts", "producer.posts"),
+    ("zipf", "producer.zipf_exponent"),
+    ("users", "producer.users"),
+    ("unlike_ratio", "producer.unlike_ratio"),
+    ("seed", "producer.seed"),
+];
+
+/// The command line as clap parses and prints it: the derived one, with each setting flag's
+/// default taken from [`Settings::default`].
+pub fn command() -> clap::Command {
+    let defaults = serde_json::to_value(Settings::default()).expect("settings serialize");
+    with_defaults(Cli::command(), &defaults)
+}
+
+fn with_defaults(cmd: clap::Command, defaults: &serde_json::Value) -> clap::Command {
+    let ids: Vec<String> = cmd
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let mut cmd = cmd;
+    for id in ids {
+        let Some((_, key)) = SETTING_FLAGS.iter().find(|(flag, _)| *flag == id) else {
+            continue;
+        };
+        let value = key
+            .split('.')
+            .try_fold(defaults, |v, k| v.get(k))
+            .unwrap_or_else(|| panic!("`{key}` is no setting"));
+        let shown = match value {
+            serde_json::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        cmd = cmd.mut_arg(id, |a| {
+            let with = |h: Option<&clap::builder::StyledStr>| {
+                let h = h.map(|h| h.to_string()).unwrap_or_default();
+                format!("{} [default: {shown}]", h.trim_end_matches('.'))
+                    .trim_start()
+                    .to_owned()
+            };
+            let long = a.get_long_help().map(|_| with(a.get_long_help()));
+            let short = with(a.get_help());
+            let a = a.help(short);
+            match long {
+                Some(l) => a.long_help(l),
+                None => a,
+            }
+        });
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    for sub in subs {
+        cmd = cmd.mut_subcommand(sub, |c| with_defaults(c, defaults));
+    }
+    cmd
+}
+
+impl Cli {
+    /// Parses the process's arguments (exiting with usage on an error), with [`command`]'s help.
+    pub fn parse_args() -> Cli {
+        let matches = command().get_matches();
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
 
 /// The heading of the flags every subcommand takes.
 const GLOBAL: &str = "Global options";
@@ -34,19 +110,19 @@ prints the result. Logging: --log-level, else RUST_LOG or TALLY_LOG (e.g. debug)
     max_term_width = 100
 )]
 pub struct Cli {
-    /// Where the embedded backend keeps its data [default: ./data].
+    /// Where the embedded backend keeps its data.
     #[arg(long, global = true, help_heading = GLOBAL, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// A TOML config file [default: ./tally.toml if present].
     #[arg(long, global = true, help_heading = GLOBAL, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Which engines to run on [default: embedded].
+    /// Which engines to run on.
     #[arg(long, global = true, help_heading = GLOBAL, value_enum)]
     pub backend: Option<BackendKind>,
-    /// The Kinesis stream's name [default: tally-likes].
+    /// The Kinesis stream's name.
     #[arg(long, global = true, help_heading = GLOBAL, value_name = "NAME")]
     pub stream: Option<String>,
-    /// Prefix of the DynamoDB tables [default: tally].
+    /// Prefix of the DynamoDB tables.
     #[arg(long, global = true, help_heading = GLOBAL, value_name = "PREFIX")]
     pub table_prefix: Option<String>,
     /// Kinesis endpoint override, e.g. a local API peer.
@@ -220,16 +296,16 @@ pub struct JsonArgs {
 
 #[derive(Args, Debug, Default)]
 pub struct GenArgs {
-    /// Distinct posts, Zipf-distributed [default: 1000].
+    /// Distinct posts, Zipf-distributed.
     #[arg(long)]
     pub posts: Option<u64>,
-    /// Zipf exponent of post popularity [default: 1.1].
+    /// Zipf exponent of post popularity.
     #[arg(long)]
     pub zipf: Option<f64>,
-    /// Distinct users, uniform [default: 100000].
+    /// Distinct users, uniform.
     #[arg(long)]
     pub users: Option<u64>,
-    /// Share of events that are unlikes [default: 0.1].
+    /// Share of events that are unlikes.
     #[arg(long)]
     pub unlike_ratio: Option<f64>,
     /// Share of extra records that resend a recent event (producer retries) [default: 0; demo:
@@ -239,7 +315,7 @@ pub struct GenArgs {
     /// Share of extra records that are malformed [default: 0; demo: 0.001].
     #[arg(long)]
     pub malformed_ratio: Option<f64>,
-    /// Seed for a reproducible run [default: 1].
+    /// Seed for a reproducible run.
     #[arg(long)]
     pub seed: Option<u64>,
 }
@@ -277,7 +353,7 @@ pub struct DemoArgs {
     /// Like and unlike events to produce (retries and malformed records come on top).
     #[arg(long, default_value_t = 100_000)]
     pub events: u64,
-    /// Shards of the demo stream [default: 4].
+    /// Shards of the demo stream.
     #[arg(long)]
     pub shards: Option<usize>,
     #[command(flatten)]
@@ -484,8 +560,7 @@ pub struct TeardownArgs {
 
 #[derive(Args, Debug)]
 pub struct SetupArgs {
-    /// Shards of a stream created now [default: 4]; an existing stream must already have as
-    /// many open shards.
+    /// Shards of a stream created now; an existing stream must already have as many open shards.
     #[arg(long)]
     pub shards: Option<usize>,
 }
@@ -621,4 +696,46 @@ pub fn log_filter(s: &str) -> Result<String, String> {
         }
     }
     Ok(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every help text of an argument with this id, in every subcommand.
+    fn helps(cmd: &clap::Command, id: &str, out: &mut Vec<String>) {
+        for a in cmd.get_arguments().filter(|a| a.get_id() == id) {
+            out.extend(a.get_help().map(|h| h.to_string()));
+            out.extend(a.get_long_help().map(|h| h.to_string()));
+        }
+        for sub in cmd.get_subcommands() {
+            helps(sub, id, out);
+        }
+    }
+
+    /// Help says each setting flag's default as `tally config` has it, once, and the derived
+    /// help types none by hand (a default changed in the settings shows in help at once).
+    #[test]
+    fn help_defaults_are_the_settings_defaults() {
+        let defaults = toml::Value::try_from(Settings::default()).unwrap();
+        for (id, key) in SETTING_FLAGS {
+            let value = key.split('.').try_fold(&defaults, |v, k| v.get(k)).unwrap();
+            let shown = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned);
+            let mut derived = Vec::new();
+            helps(&Cli::command(), id, &mut derived);
+            assert!(!derived.is_empty(), "no flag {id}");
+            assert!(
+                derived.iter().all(|h| !h.contains("[default:")),
+                "{id}'s help types a default by hand: {derived:?}"
+            );
+            let mut shown_help = Vec::new();
+            helps(&command(), id, &mut shown_help);
+            for h in &shown_help {
+                assert_eq!(h.matches("[default: ").count(), 1, "{id}: {h}");
+                assert!(h.ends_with(&format!("[default: {shown}]")), "{id}: {h}");
+            }
+        }
+    }
 }

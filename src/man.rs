@@ -4,10 +4,6 @@
 
 use std::io::Write;
 
-use clap::CommandFactory;
-
-use crate::cli::Cli;
-
 /// Roff-escapes text: backslashes, dashes, and a leading dot or quote.
 fn esc(s: &str) -> String {
     let s = s.replace('\\', "\\e").replace('-', "\\-");
@@ -38,7 +34,7 @@ fn item(out: &mut Vec<u8>, tag: &str, text: &str) {
 
 /// The whole page, in roff.
 pub fn page() -> std::io::Result<Vec<u8>> {
-    let cmd = Cli::command();
+    let cmd = crate::cli::command();
     let man = clap_mangen::Man::new(cmd.clone());
     let mut out = Vec::new();
     man.render_title(&mut out)?;
@@ -151,7 +147,7 @@ mod tests {
 
     #[test]
     fn every_command_has_examples() {
-        let missing: Vec<String> = Cli::command()
+        let missing: Vec<String> = crate::cli::command()
             .get_subcommands()
             .filter(|s| s.get_name() != "help")
             .filter(|s| {

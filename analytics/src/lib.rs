@@ -79,7 +79,7 @@ impl AnalyticsConfig {
             window_records: 20_000,
             window_time: Duration::from_secs(5),
             emf: Emf::default(),
-            dedup_horizon: Duration::from_secs(600),
+            dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
         }
     }
 }

@@ -89,83 +89,10 @@ impl FanOut {
     ) -> PortResult<FanOut> {
         let stream_arn = stream.arn().await?;
         let resource = format!("consumer {consumer_name} of stream {}", stream.name());
-        // Registration is limited to 5 calls a second per stream: a fleet starting together is
-        // throttled, and tries again; the 20-consumer limit answers the same way, and stays.
-        let mut attempt = 0u32;
-        let (mut arn, mut status) = loop {
-            let registered = stream
-                .client()
-                .register_stream_consumer()
-                .stream_arn(&stream_arn)
-                .consumer_name(consumer_name)
-                .send()
-                .await;
-            match registered {
-                Ok(r) => match r.consumer() {
-                    Some(c) => break (c.consumer_arn().to_owned(), c.consumer_status().clone()),
-                    None => break (String::new(), ConsumerStatus::Creating),
-                },
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_resource_in_use_exception()) =>
-                {
-                    // Registered already (another worker, Terraform): find it.
-                    break (String::new(), ConsumerStatus::Creating);
-                }
-                Err(e) => match stream.err_on("RegisterStreamConsumer", &resource, e) {
-                    PortError::Throttled(_) if attempt < REGISTER_BACKOFF.max_retries => {
-                        tokio::time::sleep(REGISTER_BACKOFF.ceiling(attempt)).await;
-                        attempt += 1;
-                    }
-                    e => return Err(e),
-                },
-            }
-        };
-        let deadline = Instant::now() + REGISTER_WITHIN;
-        let mut pause = Duration::from_millis(50);
-        while status != ConsumerStatus::Active || arn.is_empty() {
-            if !arn.is_empty() {
-                // Registered just now: Kinesis takes a few seconds to make it active.
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            let d = match stream
-                .client()
-                .describe_stream_consumer()
-                .stream_arn(&stream_arn)
-                .consumer_name(consumer_name)
-                .send()
-                .await
-                .map_err(|e| stream.err_on("DescribeStreamConsumer", &resource, e))
-            {
-                Ok(d) => d,
-                // 20 calls a second per stream: a fleet starting together waits its turn.
-                Err(PortError::Throttled(_)) if Instant::now() < deadline => {
-                    arn = String::new();
-                    tokio::time::sleep(pause).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let c = d.consumer_description().ok_or_else(|| {
-                PortError::Other(format!(
-                    "DescribeStreamConsumer on {resource} returned no description"
-                ))
-            })?;
-            arn = c.consumer_arn().to_owned();
-            status = c.consumer_status().clone();
-            if status == ConsumerStatus::Deleting {
-                return Err(PortError::Other(format!(
-                    "{resource} is being deregistered (a teardown?); start again once it is gone"
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(PortError::Timeout(format!(
-                    "{resource} still {status:?} after {}s",
-                    REGISTER_WITHIN.as_secs()
-                )));
-            }
-        }
+        let (arn, status) =
+            register_consumer(stream, &stream_arn, consumer_name, &resource).await?;
+        let arn =
+            wait_until_active(stream, &stream_arn, consumer_name, &resource, arn, status).await?;
         info!(consumer = consumer_name, consumer_arn = %arn, "reading by enhanced fan-out");
         Ok(FanOut {
             stream: stream.clone(),
@@ -179,6 +106,106 @@ impl FanOut {
     pub fn consumer_arn(&self) -> &str {
         &self.consumer_arn
     }
+}
+
+/// RegisterStreamConsumer, tried again while throttled (5 calls a second per stream: a fleet
+/// starting together is throttled; the 20-consumer limit answers the same way, and stays): the
+/// consumer's ARN and status, or none yet when it was registered already (another worker,
+/// Terraform) and must be described.
+async fn register_consumer(
+    stream: &KinesisStream,
+    stream_arn: &str,
+    consumer_name: &str,
+    resource: &str,
+) -> PortResult<(String, ConsumerStatus)> {
+    let mut attempt = 0u32;
+    loop {
+        let registered = stream
+            .client()
+            .register_stream_consumer()
+            .stream_arn(stream_arn)
+            .consumer_name(consumer_name)
+            .send()
+            .await;
+        match registered {
+            Ok(r) => match r.consumer() {
+                Some(c) => return Ok((c.consumer_arn().to_owned(), c.consumer_status().clone())),
+                None => return Ok((String::new(), ConsumerStatus::Creating)),
+            },
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_in_use_exception()) =>
+            {
+                // Registered already (another worker, Terraform): find it.
+                return Ok((String::new(), ConsumerStatus::Creating));
+            }
+            Err(e) => match stream.err_on("RegisterStreamConsumer", resource, e) {
+                PortError::Throttled(_) if attempt < REGISTER_BACKOFF.max_retries => {
+                    tokio::time::sleep(REGISTER_BACKOFF.ceiling(attempt)).await;
+                    attempt += 1;
+                }
+                e => return Err(e),
+            },
+        }
+    }
+}
+
+/// DescribeStreamConsumer until the consumer is active (Kinesis takes a few seconds after a
+/// registration), within `REGISTER_WITHIN`; its ARN.
+async fn wait_until_active(
+    stream: &KinesisStream,
+    stream_arn: &str,
+    consumer_name: &str,
+    resource: &str,
+    mut arn: String,
+    mut status: ConsumerStatus,
+) -> PortResult<String> {
+    let deadline = Instant::now() + REGISTER_WITHIN;
+    let mut pause = Duration::from_millis(50);
+    while status != ConsumerStatus::Active || arn.is_empty() {
+        if !arn.is_empty() {
+            // Registered just now: Kinesis takes a few seconds to make it active.
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+        let d = match stream
+            .client()
+            .describe_stream_consumer()
+            .stream_arn(stream_arn)
+            .consumer_name(consumer_name)
+            .send()
+            .await
+            .map_err(|e| stream.err_on("DescribeStreamConsumer", resource, e))
+        {
+            Ok(d) => d,
+            // 20 calls a second per stream: a fleet starting together waits its turn.
+            Err(PortError::Throttled(_)) if Instant::now() < deadline => {
+                arn = String::new();
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let c = d.consumer_description().ok_or_else(|| {
+            PortError::Other(format!(
+                "DescribeStreamConsumer on {resource} returned no description"
+            ))
+        })?;
+        arn = c.consumer_arn().to_owned();
+        status = c.consumer_status().clone();
+        if status == ConsumerStatus::Deleting {
+            return Err(PortError::Other(format!(
+                "{resource} is being deregistered (a teardown?); start again once it is gone"
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(PortError::Timeout(format!(
+                "{resource} still {status:?} after {}s",
+                REGISTER_WITHIN.as_secs()
+            )));
+        }
+    }
+    Ok(arn)
 }
 
 #[async_trait]

@@ -62,10 +62,19 @@ async fn fresh(name: &str, shards: usize) -> Fresh {
     }
 }
 
-#[tokio::test]
-async fn stream() {
-    let f = fresh("stream", 3).await;
-    tally_conformance::stream_put_and_read(&f.aws.stream).await;
+fn stream_of(f: &Fresh) -> &tally_aws::KinesisStream {
+    &f.aws.stream
+}
+
+fn tables_of(f: &Fresh) -> &tally_aws::DynamoStore {
+    &f.aws.tables
+}
+
+tally_conformance::suite! {
+    backend: "aws",
+    fresh: fresh,
+    stream: stream_of,
+    stores: tables_of,
 }
 
 /// The same contract read by enhanced fan-out: a consumer registered on the stream, each shard
@@ -82,49 +91,6 @@ async fn stream_by_fan_out() {
     .unwrap();
     assert!(fan_out.consumer_arn().contains("/consumer/conformance"));
     tally_conformance::stream_put_and_read(&fan_out).await;
-}
-
-#[tokio::test]
-async fn leases() {
-    let f = fresh("leases", 1).await;
-    tally_conformance::leases_are_fenced(&f.aws.tables, "aws").await;
-    tally_conformance::fleet_rows_are_apart_from_leases(&f.aws.tables, "aws").await;
-}
-
-#[tokio::test]
-async fn counter() {
-    let f = fresh("counter", 1).await;
-    tally_conformance::counter_commits_exactly_once(&f.aws.tables, "aws").await;
-}
-
-#[tokio::test]
-async fn largest_window() {
-    let f = fresh("largest", 1).await;
-    tally_conformance::the_largest_window_fits_the_store(&f.aws.tables, "aws").await;
-}
-
-#[tokio::test]
-async fn analytics() {
-    let f = fresh("analytics", 1).await;
-    tally_conformance::analytics_snapshots_are_fenced(&f.aws.tables, "aws").await;
-}
-
-#[tokio::test]
-async fn dedup_expiry() {
-    let f = fresh("dedupexp", 1).await;
-    tally_conformance::dedup_records_expire_by_arrival(&f.aws.tables, "aws").await;
-}
-
-#[tokio::test]
-async fn gaps() {
-    let f = fresh("gaps", 1).await;
-    tally_conformance::gaps_are_recorded_with_the_checkpoint(&f.aws.tables, "aws").await;
-}
-
-#[tokio::test]
-async fn stale_writer() {
-    let f = fresh("stale", 1).await;
-    tally_conformance::a_paused_stale_writer_counts_nothing_twice(&f.aws.tables, "aws").await;
 }
 
 /// DynamoDB only: a dedup record carries a TTL of its clock + the horizon + the stream's

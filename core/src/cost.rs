@@ -2,7 +2,13 @@
 //! rules: a write costs one unit per started KB of the item, twice inside `TransactWriteItems`,
 //! and a write whose condition fails is charged as if it had succeeded. tally counts by these
 //! rules rather than by `ReturnConsumedCapacity`, which DynamoDB Local under-reports for
-//! transactions, so the same figures come out of every backend.
+//! transactions, so the same figures come out of every backend. The rules themselves — a write's
+//! units, a strongly consistent read's units, and the sizes of the records tally writes that are
+//! not summary items (a window's dedup record, a dead letter) — are here and only here; a summary
+//! item's size is `summary::item_size`, since it follows the item's attributes.
+
+use crate::dead_letter::DeadLetter;
+use crate::dedup::{DedupRecord, ID_BYTES};
 
 /// What a write unit was spent on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,9 +97,68 @@ impl Units {
     }
 }
 
+/// Write units of writing an item of `bytes` once: one per started KB, at least one.
+pub fn write_units(bytes: usize) -> u64 {
+    bytes.div_ceil(1024).max(1) as u64
+}
+
+/// Read units of one strongly consistent Query or GetItem that returned `bytes` in all: one per
+/// started 4 KB, at least one.
+pub fn read_units(bytes: usize) -> u64 {
+    bytes.div_ceil(4096).max(1) as u64
+}
+
+/// Write units of a window's dedup record (its ids plus its key and attributes).
+pub fn dedup_units(rec: &DedupRecord) -> u64 {
+    write_units(ID_BYTES * rec.ids.len() + 160)
+}
+
+/// Write units of writing a dead letter once: it carries up to 4 KiB of raw bytes.
+pub fn dead_letter_units(d: &DeadLetter) -> u64 {
+    write_units(d.data.len() + d.reason.len() + d.shard_id.len() + d.key().len() + 64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dead_letter::DEAD_LETTER_MAX_BYTES;
+    use crate::seq::Position;
+
+    #[test]
+    fn reads_are_started_4kb_and_writes_started_1kb() {
+        assert_eq!(
+            [read_units(0), read_units(4096), read_units(4100)],
+            [1, 1, 2]
+        );
+        assert_eq!(
+            [write_units(0), write_units(1024), write_units(1025)],
+            [1, 1, 2]
+        );
+    }
+
+    #[test]
+    fn dedup_records_follow_their_size() {
+        let rec = DedupRecord {
+            max_arrival: 0,
+            ids: vec![0; 5_000],
+        };
+        assert_eq!(dedup_units(&rec), 59);
+    }
+
+    #[test]
+    fn dead_letters_follow_their_size() {
+        let letter = |n: usize| DeadLetter {
+            shard_id: "s".into(),
+            seq: Position::parse("1").unwrap(),
+            arrival_ms: 0,
+            reason: "r".into(),
+            data: vec![0; n],
+            size: n as u64,
+            gap: None,
+        };
+        assert_eq!(dead_letter_units(&letter(10)), 1);
+        assert_eq!(dead_letter_units(&letter(DEAD_LETTER_MAX_BYTES)), 5);
+    }
 
     #[test]
     fn purposes_are_listed_in_declaration_order() {

@@ -112,13 +112,6 @@ impl DeadLetter {
     }
 }
 
-/// DynamoDB write units (1 KB each) of writing a dead letter once: it carries up to 4 KiB of raw
-/// bytes.
-pub fn dead_letter_units(d: &DeadLetter) -> u64 {
-    let bytes = d.data.len() + d.reason.len() + d.shard_id.len() + d.key().len() + 64;
-    bytes.div_ceil(1024).max(1) as u64
-}
-
 /// `s` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
 pub fn truncate_utf8(s: &str, max: usize) -> String {
     if s.len() <= max {
@@ -157,12 +150,6 @@ mod tests {
         assert_eq!(truncate_utf8("abcdef", 5), "ab…");
         let t = truncate_utf8(&"é".repeat(100), 10);
         assert!(t.len() <= 10 && t.ends_with('…'), "{t}");
-    }
-
-    #[test]
-    fn write_units_follow_item_size() {
-        assert_eq!(dead_letter_units(&record("1", 10)), 1);
-        assert_eq!(dead_letter_units(&record("1", DEAD_LETTER_MAX_BYTES)), 5);
     }
 
     /// A gap never shares a key with the malformed record at its checkpoint, nor with another

@@ -17,6 +17,10 @@ use xxhash_rust::xxh3::xxh3_128;
 /// 10-minute horizon) drops a like wrongly about once in 10^12 years.
 pub const ID_BYTES: usize = 12;
 
+/// How long after an event arrived a retry of it is recognised, unless configured
+/// (`counter.dedup_horizon_secs`): the counter's, analytics' and the reshard lineage's default.
+pub const DEFAULT_HORIZON: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The hash an event id is remembered by: xxh3-128 cut to [`ID_BYTES`] bytes.
 pub fn id_hash(event_id: &str) -> u128 {
     xxh3_128(event_id.as_bytes()) & ((1u128 << (8 * ID_BYTES)) - 1)

@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 
 use crate::buckets::{day_key, hour_key, minute_of_hour, PostDelta, DAY_MS, HOUR_MS};
-use crate::cost::Purpose;
+use crate::cost::{self, Purpose};
 use crate::seq::Position;
 #[cfg(test)]
 use crate::seq::SeqNo;
@@ -108,9 +108,10 @@ fn hour_attr(h: u8) -> String {
 /// What a live item holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveState {
-    pub n: i64,
-    /// The marker of the last window applied.
-    pub w: String,
+    /// The post's count on this shard's live item (attribute `n`).
+    pub total: i64,
+    /// The marker of the last window applied (attribute `w`).
+    pub marker: String,
     /// Its hour (hours since the epoch).
     pub hour: i64,
     /// The minutes of `hour`.
@@ -141,13 +142,13 @@ fn slots(a: &Attrs, prefix: char) -> BTreeMap<u8, i64> {
 impl LiveState {
     /// Reads a live item; `None` if it is not one.
     pub fn from_attrs(a: &Attrs) -> Option<LiveState> {
-        let w = match a.get("w")? {
+        let marker = match a.get("w")? {
             Val::S(s) => s.clone(),
             Val::N(_) => return None,
         };
         Some(LiveState {
-            n: num(a, "n")?,
-            w,
+            total: num(a, "n")?,
+            marker,
             hour: num(a, "hk")?,
             minutes: slots(a, 'm'),
             hours: slots(a, 'h'),
@@ -175,7 +176,7 @@ pub enum Cond {
     /// it moves out of, so a second writer would write the same).
     Absent,
     /// The item's marker must be below the window's (or the item absent): an archive add.
-    Before,
+    MarkerBelow,
     /// The live item: marker below the window's and hour `hour`, or (`or_absent`) no item; with
     /// `hour` `None`, only no item.
     Live { hour: Option<i64>, or_absent: bool },
@@ -220,105 +221,160 @@ fn sum(m: &BTreeMap<u8, i64>) -> i64 {
     m.values().sum()
 }
 
-/// Plans the writes of one post's delta in the window ending at marker `end` on `shard`.
+/// Plans the writes of one post's delta in the window ending at marker `end` on `shard`: what
+/// the live item is assumed to be, where the window's events fall (the live hour and day, the
+/// ones the live item rolls out of, late ones), then the archives' writes and the live item's.
 pub fn plan(shard: &str, delta: &PostDelta, end: &str, known: &Known) -> Plan {
     let hours = by_hour(delta);
     let Some((&max_hour, _)) = hours.last_key_value() else {
         return Plan::Writes(vec![]);
     };
-    // The live item as the plan assumes it: its hour (None: absent), its content when a roll
-    // needs it, and the condition that checks the assumption.
-    let (prior_hour, prior, cond) = match known {
-        Known::Item(s) if s.w.as_str() >= end => return Plan::Skip,
-        Known::Item(s) => (
-            Some(s.hour),
-            Some(s),
-            Cond::Live {
-                hour: Some(s.hour),
-                or_absent: false,
-            },
-        ),
-        Known::Absent => (
-            None,
-            None,
-            Cond::Live {
-                hour: None,
-                or_absent: true,
-            },
-        ),
-        // Optimistic: a window within one hour leaves an item of that hour, or none, as it is.
-        Known::Unknown if hours.len() == 1 => (
-            Some(max_hour),
-            None,
-            Cond::Live {
-                hour: Some(max_hour),
-                or_absent: true,
-            },
-        ),
-        Known::Unknown => return Plan::NeedItem,
-        Known::Hour(h) if max_hour > *h => return Plan::NeedItem,
-        Known::Hour(h) => (
-            Some(*h),
-            None,
-            Cond::Live {
-                hour: Some(*h),
-                or_absent: false,
-            },
-        ),
+    let assumed = match assume(known, end, max_hour, hours.len()) {
+        Ok(a) => a,
+        Err(plan) => return plan,
     };
-    let new_hour = prior_hour.map_or(max_hour, |h| h.max(max_hour));
-    let rolled_from = prior_hour.filter(|&h| h < new_hour);
-    let day_rolled_from = rolled_from.map(day_of).filter(|&d| d < day_of(new_hour));
-    let mut writes = Vec::new();
+    let roll = Roll::new(assumed.hour, max_hour);
+    let Ok(fall) = Fall::of(&hours, &roll, assumed.item) else {
+        return Plan::NeedItem;
+    };
+    let mut writes = archive_writes(shard, end, &roll, &fall);
+    writes.push(live_write(shard, delta, end, assumed, &roll, fall));
+    Plan::Writes(writes)
+}
 
-    // Rolling: the old hour (and day) move out to archives, with this window's events of them.
-    let mut hour_put: Option<BTreeMap<u8, i64>> = None;
-    let mut day_put: Option<BTreeMap<u8, i64>> = None;
-    if rolled_from.is_some() {
-        let Some(s) = prior else {
-            return Plan::NeedItem;
+/// The live item as a plan assumes it, and the condition that checks the assumption.
+struct Assumed<'a> {
+    /// Its hour (`None`: absent).
+    hour: Option<i64>,
+    /// Its content, when it was read.
+    item: Option<&'a LiveState>,
+    cond: Cond,
+}
+
+/// What the writer may assume of the live item (`Err`: the plan is already decided — skip, or
+/// read the item first). Optimistic where it can be: a window within one hour leaves an item of
+/// that hour, or none, as it is.
+fn assume<'a>(
+    known: &'a Known,
+    end: &str,
+    max_hour: i64,
+    hours: usize,
+) -> Result<Assumed<'a>, Plan> {
+    let live = |hour: Option<i64>, item: Option<&'a LiveState>, or_absent: bool| Assumed {
+        hour,
+        item,
+        cond: Cond::Live { hour, or_absent },
+    };
+    match known {
+        Known::Item(s) if s.marker.as_str() >= end => Err(Plan::Skip),
+        Known::Item(s) => Ok(live(Some(s.hour), Some(s), false)),
+        Known::Absent => Ok(live(None, None, true)),
+        Known::Unknown if hours == 1 => Ok(live(Some(max_hour), None, true)),
+        Known::Unknown => Err(Plan::NeedItem),
+        Known::Hour(h) if max_hour > *h => Err(Plan::NeedItem),
+        Known::Hour(h) => Ok(live(Some(*h), None, false)),
+    }
+}
+
+/// The live item's hour after the window, and the hour and day it rolls out of, if any.
+struct Roll {
+    new_hour: i64,
+    from_hour: Option<i64>,
+    from_day: Option<i64>,
+}
+
+impl Roll {
+    fn new(prior_hour: Option<i64>, max_hour: i64) -> Roll {
+        let new_hour = prior_hour.map_or(max_hour, |h| h.max(max_hour));
+        let from_hour = prior_hour.filter(|&h| h < new_hour);
+        let from_day = from_hour.map(day_of).filter(|&d| d < day_of(new_hour));
+        Roll {
+            new_hour,
+            from_hour,
+            from_day,
+        }
+    }
+}
+
+/// Where the window's events fall: the live item's minutes and hours, the archives it rolls out
+/// into (the old item's slots plus this window's events of them), and late hours and days.
+struct Fall {
+    live_minutes: BTreeMap<u8, i64>,
+    live_hours: BTreeMap<u8, i64>,
+    hour_put: Option<BTreeMap<u8, i64>>,
+    day_put: Option<BTreeMap<u8, i64>>,
+    late_hours: BTreeMap<i64, BTreeMap<u8, i64>>,
+    late_days: BTreeMap<i64, BTreeMap<u8, i64>>,
+}
+
+impl Fall {
+    /// `Err`: the live item rolls, and its content was not read.
+    fn of(
+        hours: &BTreeMap<i64, BTreeMap<u8, i64>>,
+        roll: &Roll,
+        item: Option<&LiveState>,
+    ) -> Result<Fall, ()> {
+        let mut fall = Fall {
+            live_minutes: BTreeMap::new(),
+            live_hours: BTreeMap::new(),
+            hour_put: None,
+            day_put: None,
+            late_hours: BTreeMap::new(),
+            late_days: BTreeMap::new(),
         };
-        hour_put = Some(s.minutes.clone());
-        if day_rolled_from.is_some() {
-            day_put = Some(s.hours.clone());
-        }
-    }
-    let mut late_hours: BTreeMap<i64, BTreeMap<u8, i64>> = BTreeMap::new();
-    let mut late_days: BTreeMap<i64, BTreeMap<u8, i64>> = BTreeMap::new();
-    let mut live_minutes: BTreeMap<u8, i64> = BTreeMap::new();
-    let mut live_hours: BTreeMap<u8, i64> = BTreeMap::new();
-    for (&hour, minutes) in &hours {
-        let n = sum(minutes);
-        // The hour's minutes.
-        if hour == new_hour {
-            live_minutes = minutes.clone();
-        } else if Some(hour) == rolled_from {
-            let put = hour_put.get_or_insert_with(BTreeMap::new);
-            for (m, v) in minutes {
-                *put.entry(*m).or_default() += v;
+        // Rolling: the old hour (and day) move out to archives, with this window's events of them.
+        if roll.from_hour.is_some() {
+            let s = item.ok_or(())?;
+            fall.hour_put = Some(s.minutes.clone());
+            if roll.from_day.is_some() {
+                fall.day_put = Some(s.hours.clone());
             }
-        } else {
-            late_hours.insert(hour, minutes.clone());
         }
-        // The day's hours.
-        let day = day_of(hour);
-        let slot = hour_of_day(hour);
-        if day == day_of(new_hour) {
-            *live_hours.entry(slot).or_default() += n;
-        } else if Some(day) == day_rolled_from {
-            *day_put
-                .get_or_insert_with(BTreeMap::new)
-                .entry(slot)
-                .or_default() += n;
-        } else {
-            *late_days.entry(day).or_default().entry(slot).or_default() += n;
+        for (&hour, minutes) in hours {
+            let n = sum(minutes);
+            // The hour's minutes.
+            if hour == roll.new_hour {
+                fall.live_minutes = minutes.clone();
+            } else if Some(hour) == roll.from_hour {
+                let put = fall.hour_put.get_or_insert_with(BTreeMap::new);
+                for (m, v) in minutes {
+                    *put.entry(*m).or_default() += v;
+                }
+            } else {
+                fall.late_hours.insert(hour, minutes.clone());
+            }
+            // The day's hours.
+            let day = day_of(hour);
+            let slot = hour_of_day(hour);
+            if day == day_of(roll.new_hour) {
+                *fall.live_hours.entry(slot).or_default() += n;
+            } else if Some(day) == roll.from_day {
+                *fall
+                    .day_put
+                    .get_or_insert_with(BTreeMap::new)
+                    .entry(slot)
+                    .or_default() += n;
+            } else {
+                *fall
+                    .late_days
+                    .entry(day)
+                    .or_default()
+                    .entry(slot)
+                    .or_default() += n;
+            }
         }
+        Ok(fall)
     }
+}
+
+/// The archives' writes: a put of each archive the live item rolls out into (its content is
+/// fixed, so a second writer writes the same), then a marker-conditioned add to each late one.
+fn archive_writes(shard: &str, end: &str, roll: &Roll, fall: &Fall) -> Vec<Write> {
     let sk = |prefix: String| format!("{prefix}{shard}");
-    let archive_put = |key: String, slots: BTreeMap<u8, i64>, attr: fn(u8) -> String| Write {
+    let archive_put = |key: String, slots: &BTreeMap<u8, i64>, attr: fn(u8) -> String| Write {
         sk: key,
         cond: Cond::Absent,
-        set: std::iter::once(("n".to_owned(), Val::N(sum(&slots))))
+        set: std::iter::once(("n".to_owned(), Val::N(sum(slots))))
             .chain(std::iter::once(("w".to_owned(), Val::S(end.to_owned()))))
             .chain(slots.iter().map(|(s, v)| (attr(*s), Val::N(*v))))
             .collect(),
@@ -328,7 +384,7 @@ pub fn plan(shard: &str, delta: &PostDelta, end: &str, known: &Known) -> Plan {
     };
     let archive_add = |key: String, slots: &BTreeMap<u8, i64>, attr: fn(u8) -> String| Write {
         sk: key,
-        cond: Cond::Before,
+        cond: Cond::MarkerBelow,
         set: vec![("w".to_owned(), Val::S(end.to_owned()))],
         add: std::iter::once(("n".to_owned(), sum(slots)))
             .chain(slots.iter().map(|(s, v)| (attr(*s), *v)))
@@ -336,57 +392,66 @@ pub fn plan(shard: &str, delta: &PostDelta, end: &str, known: &Known) -> Plan {
         remove: vec![],
         purpose: Purpose::Buckets,
     };
-    if let (Some(old), Some(put)) = (rolled_from, hour_put) {
+    let mut writes = Vec::new();
+    if let (Some(old), Some(put)) = (roll.from_hour, &fall.hour_put) {
         writes.push(archive_put(sk(hour_prefix(old)), put, minute_attr));
     }
-    if let (Some(old_day), Some(put)) = (day_rolled_from, day_put) {
+    if let (Some(old_day), Some(put)) = (roll.from_day, &fall.day_put) {
         writes.push(archive_put(sk(day_prefix(old_day)), put, hour_attr));
     }
-    for (hour, minutes) in &late_hours {
+    for (hour, minutes) in &fall.late_hours {
         writes.push(archive_add(sk(hour_prefix(*hour)), minutes, minute_attr));
     }
-    for (day, hs) in &late_days {
+    for (day, hs) in &fall.late_days {
         writes.push(archive_add(sk(day_prefix(*day)), hs, hour_attr));
     }
+    writes
+}
 
-    // The live item.
+/// The live item's write: its marker and hour set, the delta added to its total; its minutes and
+/// hours added to — or, where it rolls, replaced by the new hour's and day's (slots the old one
+/// had and the new one has not removed).
+fn live_write(
+    shard: &str,
+    delta: &PostDelta,
+    end: &str,
+    assumed: Assumed<'_>,
+    roll: &Roll,
+    fall: Fall,
+) -> Write {
     let mut live = Write {
         sk: live_sk(shard),
-        cond,
+        cond: assumed.cond,
         set: vec![
             ("w".to_owned(), Val::S(end.to_owned())),
-            ("hk".to_owned(), Val::N(new_hour)),
+            ("hk".to_owned(), Val::N(roll.new_hour)),
         ],
         add: vec![("n".to_owned(), delta.total())],
         remove: vec![],
         purpose: Purpose::Counts,
     };
-    let replace = |live: &mut Write,
-                   new: &BTreeMap<u8, i64>,
-                   old: &BTreeMap<u8, i64>,
-                   attr: fn(u8) -> String| {
-        live.set
-            .extend(new.iter().map(|(s, v)| (attr(*s), Val::N(*v))));
-        live.remove.extend(
-            old.keys()
-                .filter(|s| !new.contains_key(s))
-                .map(|s| attr(*s)),
-        );
+    let mut slots = |new: &BTreeMap<u8, i64>,
+                     old: Option<&BTreeMap<u8, i64>>,
+                     attr: fn(u8) -> String| {
+        match old {
+            Some(old) => {
+                live.set
+                    .extend(new.iter().map(|(s, v)| (attr(*s), Val::N(*v))));
+                live.remove.extend(
+                    old.keys()
+                        .filter(|s| !new.contains_key(s))
+                        .map(|s| attr(*s)),
+                );
+            }
+            None => live.add.extend(new.iter().map(|(s, v)| (attr(*s), *v))),
+        }
     };
-    match (rolled_from, prior) {
-        (Some(_), Some(s)) => replace(&mut live, &live_minutes, &s.minutes, minute_attr),
-        _ => live
-            .add
-            .extend(live_minutes.iter().map(|(m, v)| (minute_attr(*m), *v))),
-    }
-    match (day_rolled_from, prior) {
-        (Some(_), Some(s)) => replace(&mut live, &live_hours, &s.hours, hour_attr),
-        _ => live
-            .add
-            .extend(live_hours.iter().map(|(h, v)| (hour_attr(*h), *v))),
-    }
-    writes.push(live);
-    Plan::Writes(writes)
+    let item = assumed.item;
+    let old_minutes = roll.from_hour.and(item).map(|s| &s.minutes);
+    slots(&fall.live_minutes, old_minutes, minute_attr);
+    let old_hours = roll.from_day.and(item).map(|s| &s.hours);
+    slots(&fall.live_hours, old_hours, hour_attr);
+    live
 }
 
 /// Why a write was refused.
@@ -408,7 +473,7 @@ pub fn apply(item: Option<&Attrs>, w: &Write, end: &str) -> Result<Attrs, Refuse
     let before = marker.is_none_or(|m| m < end);
     match (&w.cond, item) {
         (Cond::Absent, Some(_)) => return Err(Refused::Applied),
-        (Cond::Before, Some(_)) if !before => return Err(Refused::Applied),
+        (Cond::MarkerBelow, Some(_)) if !before => return Err(Refused::Applied),
         (Cond::Live { or_absent, .. }, None) if !or_absent => return Err(Refused::Stale),
         (Cond::Live { hour, .. }, Some(a)) => {
             if !before {
@@ -452,9 +517,9 @@ pub fn item_size(pk: &str, sk: &str, attrs: &Attrs) -> usize {
     2 + pk.len() + 2 + sk.len() + attrs.iter().map(|(k, v)| k.len() + val(v)).sum::<usize>()
 }
 
-/// Write units of writing an item of this size once (1 KB each): summary items stay at one.
+/// Write units of writing this item once (`cost::write_units`): summary items stay at one.
 pub fn write_units(pk: &str, sk: &str, attrs: &Attrs) -> u64 {
-    (item_size(pk, sk, attrs).div_ceil(1024) as u64).max(1)
+    cost::write_units(item_size(pk, sk, attrs))
 }
 
 /// The sort key of an app's global-total item of a shard (partition [`GLOBAL_PK`]).
@@ -466,7 +531,7 @@ pub fn global_sk(app: &str, shard: &str) -> String {
 pub fn global_total_write(app: &str, shard: &str, delta: i64, end: &str) -> Write {
     Write {
         sk: global_sk(app, shard),
-        cond: Cond::Before,
+        cond: Cond::MarkerBelow,
         set: vec![("w".to_owned(), Val::S(end.to_owned()))],
         add: vec![("n".to_owned(), delta)],
         remove: vec![],
@@ -479,10 +544,10 @@ pub fn total_of(items: &Items) -> i64 {
     items.iter().filter_map(|(_, a)| num(a, "n")).sum()
 }
 
-/// Read units of one strongly consistent Query or GetItem that returned items of these sizes:
-/// one per started 4 KB, at least one.
+/// Read units of one strongly consistent Query or GetItem that returned items of these sizes
+/// (`cost::read_units` of their sum).
 pub fn read_units(sizes: impl IntoIterator<Item = usize>) -> u64 {
-    (sizes.into_iter().sum::<usize>().div_ceil(4096) as u64).max(1)
+    cost::read_units(sizes.into_iter().sum())
 }
 
 /// A post's stored items, as the count reads them: sort key and attributes.

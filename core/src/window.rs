@@ -34,15 +34,6 @@ pub enum Bound<'a> {
     End(&'a Position),
 }
 
-/// Write units of a window's dedup record (its ids plus its key and attributes).
-pub fn dedup_write_units(rec: &DedupRecord) -> u64 {
-    units(crate::dedup::ID_BYTES * rec.ids.len() + 160)
-}
-
-fn units(bytes: usize) -> u64 {
-    bytes.div_ceil(1024).max(1) as u64
-}
-
 /// What a window counted, for metrics and reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WindowStats {
@@ -307,7 +298,7 @@ pub struct ClosedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dead_letter::dead_letter_units;
+    use crate::cost::dead_letter_units;
 
     fn rec(seq: u64, data: &str) -> StreamRecord {
         StreamRecord {
@@ -475,16 +466,5 @@ mod tests {
         );
         assert!(d.reason.starts_with("field `action`"), "{}", d.reason);
         assert!(dead_letter_units(d) <= 5);
-    }
-
-    #[test]
-    fn dedup_write_units_follow_the_record_s_size() {
-        assert_eq!(
-            dedup_write_units(&DedupRecord {
-                max_arrival: 0,
-                ids: vec![0; 5_000]
-            }),
-            59
-        );
     }
 }

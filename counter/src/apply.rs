@@ -15,7 +15,7 @@ use tally_consumer::retry::Retry;
 
 /// Which fenced write of the lease row.
 #[derive(Clone, Copy, Debug)]
-enum Step {
+enum Fenced {
     /// Recording the window's end as pending.
     Begin,
     /// Moving the checkpoint to it.
@@ -40,7 +40,7 @@ impl CounterShard {
         debug!(end = %end, posts = w.posts.len(), replaying, "applying window");
         let mut spent = Applied::default();
         if !replaying {
-            self.fenced(Step::Begin, w, &mut spent, || {
+            self.fenced(Fenced::Begin, w, &mut spent, || {
                 self.store
                     .begin_window(fence, w.start_after.as_ref(), first, end, horizon_ms)
             })
@@ -84,7 +84,7 @@ impl CounterShard {
             latest_created_ms,
         };
         kept.units.add(Purpose::Checkpoints, 1);
-        self.fenced(Step::Finish, w, &mut spent, || {
+        self.fenced(Fenced::Finish, w, &mut spent, || {
             self.store
                 .finish_window(fence, end, w.dedup.max_arrival, shard_end, &kept)
         })
@@ -140,7 +140,7 @@ impl CounterShard {
     /// still our lease otherwise is an inconsistency; another owner or epoch: the lease was lost.
     async fn fenced<F, Fut>(
         &self,
-        step: Step,
+        step: Fenced,
         w: &ClosedWindow,
         spent: &mut Applied,
         call: F,
@@ -152,8 +152,8 @@ impl CounterShard {
         let fence = self.fence()?;
         let end = w.end.as_ref();
         let what = match step {
-            Step::Begin => "record a window as pending",
-            Step::Finish => "move the checkpoint past a window",
+            Fenced::Begin => "record a window as pending",
+            Fenced::Finish => "move the checkpoint past a window",
         };
         // The lease row is one unit, whether the write takes effect or is refused.
         match with_backoff(&self.cfg.backoff, what, &call).await {
@@ -169,8 +169,8 @@ impl CounterShard {
                 let mine = st.lease.owner.as_deref() == Some(fence.owner.as_str())
                     && st.lease.epoch == fence.epoch;
                 let landed = match step {
-                    Step::Begin => st.pending.as_ref().map(|p| &p.end) == end,
-                    Step::Finish => st.pending.is_none() && st.lease.checkpoint.as_ref() == end,
+                    Fenced::Begin => st.pending.as_ref().map(|p| &p.end) == end,
+                    Fenced::Finish => st.pending.is_none() && st.lease.checkpoint.as_ref() == end,
                 };
                 if mine && landed {
                     // An earlier attempt landed (and was charged) although its answer was lost.

@@ -77,7 +77,7 @@ impl CounterConfig {
             window_records: 5_000,
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
-            dedup_horizon: Duration::from_secs(600),
+            dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             posts_per_batch: 1_000,
             backoff: Backoff::default(),
             crash_after_batches: None,

@@ -9,35 +9,20 @@ fn store(shards: usize) -> (tempfile::TempDir, Embedded) {
     (dir, e)
 }
 
-#[tokio::test]
-async fn stream() {
-    let (_d, e) = store(3);
-    tally_conformance::stream_put_and_read(&e).await;
+async fn fresh(_name: &str, shards: usize) -> (tempfile::TempDir, Embedded) {
+    store(shards)
 }
 
-#[tokio::test]
-async fn leases() {
-    let (_d, e) = store(1);
-    tally_conformance::leases_are_fenced(&e, "embedded").await;
-    tally_conformance::fleet_rows_are_apart_from_leases(&e, "embedded").await;
+/// One store serves every port.
+fn ports(b: &(tempfile::TempDir, Embedded)) -> &Embedded {
+    &b.1
 }
 
-#[tokio::test]
-async fn counter() {
-    let (_d, e) = store(1);
-    tally_conformance::counter_commits_exactly_once(&e, "embedded").await;
-}
-
-#[tokio::test]
-async fn largest_window() {
-    let (_d, e) = store(1);
-    tally_conformance::the_largest_window_fits_the_store(&e, "embedded").await;
-}
-
-#[tokio::test]
-async fn analytics() {
-    let (_d, e) = store(1);
-    tally_conformance::analytics_snapshots_are_fenced(&e, "embedded").await;
+tally_conformance::suite! {
+    backend: "embedded",
+    fresh: fresh,
+    stream: ports,
+    stores: ports,
 }
 
 #[tokio::test]
@@ -101,22 +86,4 @@ fn a_fresh_store_opened_at_once_by_many() {
         });
         assert_eq!(opened, vec![4; 6]);
     }
-}
-
-#[tokio::test]
-async fn dedup_expiry() {
-    let (_d, e) = store(1);
-    tally_conformance::dedup_records_expire_by_arrival(&e, "embedded").await;
-}
-
-#[tokio::test]
-async fn gaps() {
-    let (_d, e) = store(1);
-    tally_conformance::gaps_are_recorded_with_the_checkpoint(&e, "embedded").await;
-}
-
-#[tokio::test]
-async fn stale_writer() {
-    let (_d, e) = store(1);
-    tally_conformance::a_paused_stale_writer_counts_nothing_twice(&e, "embedded").await;
 }

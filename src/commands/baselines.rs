@@ -53,9 +53,14 @@ impl Pattern {
 }
 
 /// Runs both patterns over the demo's records (regenerated from its seed) and reports each.
-pub async fn run(s: &Settings, b: &Backend, events: u64, truth: &Truth) -> Result<Value> {
+pub async fn run(
+    settings: &Settings,
+    backend: &Backend,
+    events: u64,
+    truth: &Truth,
+) -> Result<Value> {
     // Every decodable record, retries included, as a producer would send them.
-    let records: Vec<(String, String, i64)> = Generator::new(gen_config(s, events))
+    let records: Vec<(String, String, i64)> = Generator::new(gen_config(settings, events))
         .filter_map(|(_, e)| decode(&e.data).ok())
         .map(|e| (e.event_id, e.post_id, e.action.delta()))
         .collect();
@@ -63,7 +68,7 @@ pub async fn run(s: &Settings, b: &Backend, events: u64, truth: &Truth) -> Resul
     for pattern in [Pattern::UpdatePerLike, Pattern::TransactionPerLike] {
         out.insert(
             pattern.name().to_owned(),
-            run_pattern(b.baselines.clone(), pattern, &records, truth).await?,
+            run_pattern(backend.baselines.clone(), pattern, &records, truth).await?,
         );
     }
     Ok(Value::Object(out))

@@ -14,7 +14,8 @@ use tally_core::apps;
 use tally_counter::board::Board;
 use tally_counter::{Counter, CounterMetrics};
 
-use super::{analytics_config, counter_config, print_json, shutdown_signal, worker_config};
+use super::{analytics_config, counter_config, print_json, worker_config};
+use crate::answers;
 use crate::backend::Backend;
 use crate::cli::ConsumeArgs;
 use crate::settings::Settings;
@@ -22,8 +23,8 @@ use crate::settings::Settings;
 /// Runs a worker configured by `cfg` with this processor factory until `shutdown`, or until idle
 /// once `idle` is armed; returns its lease metrics.
 async fn run_app(
-    s: &Settings,
-    b: &Backend,
+    settings: &Settings,
+    backend: &Backend,
     cfg: WorkerConfig,
     factory: Arc<dyn ProcessorFactory>,
     idle: Arc<IdleExit>,
@@ -31,8 +32,8 @@ async fn run_app(
     leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
     let deps = WorkerDeps {
-        stream: b.stream_for(s, &cfg.app).await?,
-        leases: b.leases.clone(),
+        stream: backend.stream_for(settings, &cfg.app).await?,
+        leases: backend.leases.clone(),
         factory,
     };
     worker::run(deps, cfg, idle, leases.clone(), shutdown).await?;
@@ -41,14 +42,14 @@ async fn run_app(
 
 /// Runs a counter worker until `shutdown`, or until idle once `idle` is armed.
 pub async fn run_counter(
-    s: &Settings,
-    b: &Backend,
+    settings: &Settings,
+    backend: &Backend,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
     run_counter_with(
-        s,
-        b,
+        settings,
+        backend,
         idle,
         shutdown,
         Default::default(),
@@ -67,48 +68,73 @@ pub struct Shown {
 /// [`run_counter`] reporting into these metrics (a worker's `--http` endpoint reads them live),
 /// its open windows on `shown`'s board when given.
 pub async fn run_counter_with(
-    s: &Settings,
-    b: &Backend,
+    settings: &Settings,
+    backend: &Backend,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
     metrics: Arc<CounterMetrics>,
     leases: Arc<LeaseMetrics>,
     shown: Option<Shown>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
-    let mut factory = Counter::new(b.counter.clone(), counter_config(s), metrics.clone());
-    let mut cfg = worker_config(s, apps::COUNTER);
+    let mut factory = Counter::new(
+        backend.counter.clone(),
+        counter_config(settings),
+        metrics.clone(),
+    );
+    let mut cfg = worker_config(settings, apps::COUNTER);
     if let Some(sh) = shown {
         factory = factory.on_board(sh.board);
         cfg.advertise = Some(sh.advertise);
     }
-    let leases = run_app(s, b, cfg, Arc::new(factory), idle, shutdown, leases).await?;
+    let leases = run_app(
+        settings,
+        backend,
+        cfg,
+        Arc::new(factory),
+        idle,
+        shutdown,
+        leases,
+    )
+    .await?;
     Ok((metrics, leases))
 }
 
 /// Runs an analytics worker until `shutdown`, or until idle once `idle` is armed.
 pub async fn run_analytics(
-    s: &Settings,
-    b: &Backend,
+    settings: &Settings,
+    backend: &Backend,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
-    run_analytics_with(s, b, idle, shutdown, Default::default(), Default::default()).await
+    run_analytics_with(
+        settings,
+        backend,
+        idle,
+        shutdown,
+        Default::default(),
+        Default::default(),
+    )
+    .await
 }
 
 /// [`run_analytics`] reporting into these metrics.
 pub async fn run_analytics_with(
-    s: &Settings,
-    b: &Backend,
+    settings: &Settings,
+    backend: &Backend,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
     metrics: Arc<AnalyticsMetrics>,
     leases: Arc<LeaseMetrics>,
 ) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
-    let factory = Analytics::new(b.analytics.clone(), analytics_config(s), metrics.clone());
+    let factory = Analytics::new(
+        backend.analytics.clone(),
+        analytics_config(settings),
+        metrics.clone(),
+    );
     let leases = run_app(
-        s,
-        b,
-        worker_config(s, apps::ANALYTICS),
+        settings,
+        backend,
+        worker_config(settings, apps::ANALYTICS),
         Arc::new(factory),
         idle,
         shutdown,
@@ -119,30 +145,35 @@ pub async fn run_analytics_with(
 }
 
 /// SIGINT/SIGTERM, or `--timeout` running out (then `timed_out` is set).
-fn stop_on(a: &ConsumeArgs, timed_out: Arc<AtomicBool>) -> impl Future<Output = ()> {
-    let timeout = a.timeout;
+fn stop_on(args: &ConsumeArgs, timed_out: Arc<AtomicBool>) -> impl Future<Output = ()> {
+    let timeout = args.timeout;
     async move {
         match timeout {
             Some(t) => {
                 tokio::select! {
-                    _ = shutdown_signal() => {}
+                    _ = crate::signal::shutdown() => {}
                     _ = tokio::time::sleep(t) => {
                         timed_out.store(true, Ordering::Relaxed);
                         tracing::info!("--timeout reached: finishing open windows, checkpointing and releasing leases");
                     }
                 }
             }
-            None => shutdown_signal().await,
+            None => crate::signal::shutdown().await,
         }
     }
 }
 
 /// After `--timeout` ran out: which shards were not caught up, and why, as the error.
-async fn timed_out_error(s: &Settings, b: &Backend, app: &str, a: &ConsumeArgs) -> TimedOut {
-    let t = humantime::format_duration(a.timeout.unwrap_or_default());
-    let me = super::worker_config(s, app).worker_id;
+async fn timed_out_error(
+    settings: &Settings,
+    backend: &Backend,
+    app: &str,
+    args: &ConsumeArgs,
+) -> TimedOut {
+    let t = humantime::format_duration(args.timeout.unwrap_or_default());
+    let me = super::worker_config(settings, app).worker_id;
     let now = tally_consumer::worker::now_ms();
-    let held: Vec<String> = match b.leases.list_leases(app).await {
+    let held: Vec<String> = match backend.leases.list_leases(app).await {
         Ok(ls) => ls
             .iter()
             .filter(|l| !l.finished && l.is_held(now) && l.owner.as_deref() != Some(&me))
@@ -183,8 +214,8 @@ impl TimedOut {
 struct IdleProgress(Option<(indicatif::ProgressBar, tokio::task::JoinHandle<()>)>);
 
 impl IdleProgress {
-    fn start(a: &ConsumeArgs, records: impl Fn() -> u64 + Send + 'static) -> IdleProgress {
-        if !a.until_idle || a.json {
+    fn start(args: &ConsumeArgs, records: impl Fn() -> u64 + Send + 'static) -> IdleProgress {
+        if !args.until_idle || args.json {
             return IdleProgress(None);
         }
         let pb = crate::progress::start(None, "records read", false);
@@ -211,30 +242,12 @@ impl Drop for IdleProgress {
     }
 }
 
-fn idle_for(a: &ConsumeArgs) -> Arc<IdleExit> {
+fn idle_for(args: &ConsumeArgs) -> Arc<IdleExit> {
     let idle = Arc::new(IdleExit::default());
-    if a.until_idle {
+    if args.until_idle {
         idle.arm();
     }
     idle
-}
-
-/// Write units by purpose, as DynamoDB would charge the counter's writes (the lease writes
-/// included), with their total.
-pub fn cost(m: &CounterMetrics, l: &LeaseMetrics) -> tally_core::cost::Units {
-    let mut u = m.cost.snapshot();
-    u.add(tally_core::cost::Purpose::Leases, l.write_units());
-    u
-}
-
-/// [`cost`] as JSON: `{"counts": N, …, "total": N}`.
-pub fn cost_json(u: &tally_core::cost::Units) -> serde_json::Value {
-    let mut o = serde_json::Map::new();
-    for p in tally_core::cost::Purpose::ALL {
-        o.insert(p.name().to_owned(), u.get(p).into());
-    }
-    o.insert("total".to_owned(), u.total().into());
-    serde_json::Value::Object(o)
 }
 
 fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
@@ -285,8 +298,8 @@ async fn open_windows(
 /// Where the read side reaches a worker whose `--http` is bound at `bound`: `--advertise`; else
 /// the bound address; on every interface, the ECS task's IP (its metadata endpoint), else the
 /// host name.
-async fn advertise_addr(a: &ConsumeArgs, bound: std::net::SocketAddr) -> String {
-    if let Some(adv) = &a.advertise {
+async fn advertise_addr(args: &ConsumeArgs, bound: std::net::SocketAddr) -> String {
+    if let Some(adv) = &args.advertise {
         return adv.clone();
     }
     if !bound.ip().is_unspecified() {
@@ -315,18 +328,18 @@ impl WorkerHttp {
     /// Binds `--http` first: an address in use stops the worker at start, naming it, since a
     /// health check would otherwise probe nothing (or another process).
     async fn start(
-        a: &ConsumeArgs,
-        b: &Backend,
+        args: &ConsumeArgs,
+        backend: &Backend,
         app: &'static str,
         render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
         open: Option<(Arc<Board>, String)>,
     ) -> Result<(WorkerHttp, Option<std::net::SocketAddr>)> {
-        let Some(addr) = a.http else {
+        let Some(addr) = args.http else {
             return Ok((WorkerHttp(None), None));
         };
         let listener = crate::serve::bind(addr).await?;
         let bound = listener.local_addr()?;
-        let leases = b.leases.clone();
+        let leases = backend.leases.clone();
         let index = format!(
             "tally {app} worker: /metrics (Prometheus), /healthz, /readyz{}; the dashboard is tally serve's\n",
             if open.is_some() { ", /api/open?ids=… (open windows)" } else { "" }
@@ -377,13 +390,13 @@ impl Drop for WorkerHttp {
     }
 }
 
-pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
+pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<CounterMetrics>, Arc<LeaseMetrics>) = Default::default();
     let board = Arc::new(Board::default());
-    let owner = worker_config(s, apps::COUNTER).worker_id;
+    let owner = worker_config(settings, apps::COUNTER).worker_id;
     let (_http, bound) = WorkerHttp::start(
-        a,
-        b,
+        args,
+        backend,
         apps::COUNTER,
         {
             let (m, l) = (m.clone(), l.clone());
@@ -395,17 +408,17 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
     let shown = match bound {
         Some(at) => Some(Shown {
             board,
-            advertise: advertise_addr(a, at).await,
+            advertise: advertise_addr(args, at).await,
         }),
         None => None,
     };
     let timed_out = Arc::new(AtomicBool::new(false));
-    let stop = stop_on(a, timed_out.clone());
-    let progress = IdleProgress::start(a, {
+    let stop = stop_on(args, timed_out.clone());
+    let progress = IdleProgress::start(args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
     });
-    let (m, l) = run_counter_with(s, b, idle_for(a), stop, m, l, shown).await?;
+    let (m, l) = run_counter_with(settings, backend, idle_for(args), stop, m, l, shown).await?;
     drop(progress);
     let records = m.records.load(Ordering::Relaxed);
     let applied = m.applied_records.load(Ordering::Relaxed);
@@ -420,16 +433,18 @@ pub async fn count(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
         "items_written": m.items_written.load(Ordering::Relaxed),
         "writes_refused": m.writes_refused.load(Ordering::Relaxed),
         "items_read": m.items_read.load(Ordering::Relaxed),
-        "write_units": cost_json(&cost(&m, &l)),
+        "write_units": answers::write_units(&answers::counter_units(&m, &l)),
         "leases": lease_json(&l),
     });
-    if a.json {
+    if args.json {
         print_json(&v);
     } else {
         eprintln!("{}", stopped_summary(&v));
     }
     if timed_out.load(Ordering::Relaxed) {
-        return Err(timed_out_error(s, b, apps::COUNTER, a).await.into());
+        return Err(timed_out_error(settings, backend, apps::COUNTER, args)
+            .await
+            .into());
     }
     Ok(())
 }
@@ -450,11 +465,11 @@ fn stopped_summary(v: &serde_json::Value) -> String {
     line
 }
 
-pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()> {
+pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<AnalyticsMetrics>, Arc<LeaseMetrics>) = Default::default();
     let (_http, _) = WorkerHttp::start(
-        a,
-        b,
+        args,
+        backend,
         apps::ANALYTICS,
         {
             let (m, l) = (m.clone(), l.clone());
@@ -464,12 +479,12 @@ pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()>
     )
     .await?;
     let timed_out = Arc::new(AtomicBool::new(false));
-    let stop = stop_on(a, timed_out.clone());
-    let progress = IdleProgress::start(a, {
+    let stop = stop_on(args, timed_out.clone());
+    let progress = IdleProgress::start(args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
     });
-    let (m, l) = run_analytics_with(s, b, idle_for(a), stop, m, l).await?;
+    let (m, l) = run_analytics_with(settings, backend, idle_for(args), stop, m, l).await?;
     drop(progress);
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
@@ -477,7 +492,7 @@ pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()>
         "snapshots": m.snapshots.load(Ordering::Relaxed),
         "leases": lease_json(&l),
     });
-    if a.json {
+    if args.json {
         print_json(&v);
     } else {
         eprintln!(
@@ -486,7 +501,9 @@ pub async fn analytics(s: &Settings, b: &Backend, a: &ConsumeArgs) -> Result<()>
         );
     }
     if timed_out.load(Ordering::Relaxed) {
-        return Err(timed_out_error(s, b, apps::ANALYTICS, a).await.into());
+        return Err(timed_out_error(settings, backend, apps::ANALYTICS, args)
+            .await
+            .into());
     }
     Ok(())
 }

@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde_json::json;
-use tally_consumer::worker::{now_ms, IdleExit};
+use tally_analytics::AnalyticsMetrics;
+use tally_consumer::worker::{now_ms, IdleExit, LeaseMetrics};
 use tally_core::apps;
+use tally_counter::CounterMetrics;
+use tally_producer::generate::Truth;
 
 use super::consume::{run_analytics, run_counter};
 use super::print_json;
@@ -17,46 +20,50 @@ use crate::backend::{self, Backend};
 use crate::cli::DemoArgs;
 use crate::settings::{BackendKind, Settings};
 
-pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result<()> {
-    let mut s = s.clone();
+pub async fn demo(settings: &Settings, args: &DemoArgs, explicit_data_dir: bool) -> Result<()> {
+    let mut settings = settings.clone();
     // Demo defaults: some retries and some garbage, so the report shows them handled.
-    if a.gen.duplicate_ratio.is_none() && s.producer.duplicate_ratio == 0.0 {
-        s.producer.duplicate_ratio = 0.02;
+    if args.gen.duplicate_ratio.is_none() && settings.producer.duplicate_ratio == 0.0 {
+        settings.producer.duplicate_ratio = 0.02;
     }
-    if a.gen.malformed_ratio.is_none() && s.producer.malformed_ratio == 0.0 {
-        s.producer.malformed_ratio = 0.001;
+    if args.gen.malformed_ratio.is_none() && settings.producer.malformed_ratio == 0.0 {
+        settings.producer.malformed_ratio = 0.001;
     }
-    s.producer.rate = 0.0;
-    match s.backend {
+    settings.producer.rate = 0.0;
+    match settings.backend {
         BackendKind::Embedded => {
             let _tmp;
             if explicit_data_dir {
-                refuse_a_store_with_data(&s)?;
+                refuse_a_store_with_data(&settings)?;
             } else {
                 let t = tempfile::Builder::new().prefix("tally-demo-").tempdir()?;
-                s.data_dir = t.path().to_owned();
+                settings.data_dir = t.path().to_owned();
                 _tmp = t;
             }
-            run(&s, a).await
+            run(&settings, args).await
         }
         BackendKind::Aws => {
             // A fresh stream and fresh tables of its own: the check needs an empty stream, and
             // nothing of the user's is touched.
             let unique = format!("demo-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
-            s.stream = format!("{}-{unique}", s.stream);
-            s.table_prefix = format!("{}-{unique}", s.table_prefix);
-            if !a.json {
+            settings.stream = format!("{}-{unique}", settings.stream);
+            settings.table_prefix = format!("{}-{unique}", settings.table_prefix);
+            if !args.json {
                 eprintln!(
                     "demo: creating stream {} and tables {}-* (deleted afterwards{})",
-                    s.stream,
-                    s.table_prefix,
-                    if a.keep { " unless --keep: kept" } else { "" }
+                    settings.stream,
+                    settings.table_prefix,
+                    if args.keep {
+                        " unless --keep: kept"
+                    } else {
+                        ""
+                    }
                 );
             }
-            backend::create(&s).await?;
-            let result = run(&s, a).await;
-            if !a.keep {
-                if let Err(e) = backend::delete(&s).await {
+            backend::create(&settings).await?;
+            let result = run(&settings, args).await;
+            if !args.keep {
+                if let Err(e) = backend::delete(&settings).await {
                     eprintln!("demo: deleting the demo's stream and tables failed: {e}");
                 }
             }
@@ -68,242 +75,318 @@ pub async fn demo(s: &Settings, a: &DemoArgs, explicit_data_dir: bool) -> Result
 /// The demo puts its own events and then checks every count against them: in a store that
 /// already holds data it would both damage the store and report wrong counts. Refused, before
 /// anything is written.
-fn refuse_a_store_with_data(s: &Settings) -> Result<()> {
-    if backend::holds_data(s)? {
+fn refuse_a_store_with_data(settings: &Settings) -> Result<()> {
+    if backend::holds_data(settings)? {
         bail!(
             "{} already holds a tally store with data; the demo needs an empty one (it puts its \
              own events and checks every count). Leave out --data-dir (the demo then uses a fresh \
              temporary directory) or name a new directory",
-            s.data_dir.display()
+            settings.data_dir.display()
         );
     }
     Ok(())
 }
 
-/// Runs the demo on a store that holds nothing yet.
-async fn run(s: &Settings, a: &DemoArgs) -> Result<()> {
-    let b = Backend::open(s).await?;
-    if !a.json {
+/// Runs the demo on a store that holds nothing yet: the pipeline to idle, the check of every
+/// count, the baselines if asked, the report; then `--serve` if asked.
+async fn run(settings: &Settings, args: &DemoArgs) -> Result<()> {
+    let backend = Backend::open(settings).await?;
+    if !args.json {
         eprintln!(
             "demo: {} events over {} posts on {} shards ({} backend)",
-            a.events, s.producer.posts, s.shards, s.backend
+            args.events, settings.producer.posts, settings.shards, settings.backend
         );
     }
+    let ran = run_pipeline(settings, &backend, args).await?;
+    let check = Check::of(&backend, &ran.truth).await?;
+    let baselines = if args.baselines {
+        if !args.json {
+            eprintln!(
+                "demo: applying the same records one UpdateItem, then one transaction, per like"
+            );
+        }
+        Some(super::baselines::run(settings, &backend, args.events, &ran.truth).await?)
+    } else {
+        None
+    };
+    let report = report(settings, &backend, &ran, &check, baselines).await?;
+    if args.json {
+        print_json(&report);
+    } else {
+        print_text(&report, &check.wrong);
+    }
+    if !check.exact(&ran.truth) {
+        bail!(
+            "counts are off: {} posts wrong, total {} vs expected {}, dead letters {} vs {}",
+            check.wrong.len(),
+            check.counted_total,
+            ran.truth.total(),
+            check.dead,
+            ran.truth.malformed
+        );
+    }
+    if let Some(addr) = args.serve {
+        watch(settings, &backend, addr).await?;
+    }
+    Ok(())
+}
 
+/// What running producer, counter and analytics to idle left.
+struct Ran {
+    truth: Truth,
+    records: u64,
+    counter: Arc<CounterMetrics>,
+    leases: Arc<LeaseMetrics>,
+    analytics: Arc<AnalyticsMetrics>,
+    produced_in: Duration,
+    elapsed: Duration,
+}
+
+/// The counter and analytics on their own tasks while the producer puts `--events`; both run
+/// until idle once everything is put.
+async fn run_pipeline(settings: &Settings, backend: &Backend, args: &DemoArgs) -> Result<Ran> {
     let started = Instant::now();
     let (counter_idle, analytics_idle) =
         (Arc::new(IdleExit::default()), Arc::new(IdleExit::default()));
     let never = std::future::pending::<()>;
     let counter = {
-        let (s, b, idle) = (s.clone(), b.clone(), counter_idle.clone());
+        let (s, b, idle) = (settings.clone(), backend.clone(), counter_idle.clone());
         tokio::spawn(async move { run_counter(&s, &b, idle, never()).await })
     };
     let analytics = {
-        let (s, b, idle) = (s.clone(), b.clone(), analytics_idle.clone());
+        let (s, b, idle) = (settings.clone(), backend.clone(), analytics_idle.clone());
         tokio::spawn(async move { run_analytics(&s, &b, idle, never()).await })
     };
-    let (truth, put) = produce(s, &b, a.events, a.json, &Default::default()).await?;
+    let (truth, put) = produce(
+        settings,
+        backend,
+        args.events,
+        args.json,
+        &Default::default(),
+    )
+    .await?;
     let produced_in = started.elapsed();
     counter_idle.arm();
     analytics_idle.arm();
-    let (cm, lm) = counter.await??;
-    let (am, _) = analytics.await??;
-    let elapsed = started.elapsed();
+    let (counter, leases) = counter.await??;
+    let (analytics, _) = analytics.await??;
+    Ok(Ran {
+        truth,
+        records: put.records,
+        counter,
+        leases,
+        analytics,
+        produced_in,
+        elapsed: started.elapsed(),
+    })
+}
 
-    // Check every post the generator touched, the global total and the dead letters.
-    let mut wrong = Vec::new();
-    for (post, expected) in &truth.counts {
-        let got = b.counter.post_count(post, None).await?.total;
-        if got != *expected {
-            wrong.push((post.clone(), *expected, got));
+/// Every post the generator touched, the global total and the dead letters, read back.
+struct Check {
+    /// Posts whose count is off: expected, counted.
+    wrong: Vec<(String, i64, i64)>,
+    counted_total: i64,
+    dead: u64,
+}
+
+impl Check {
+    async fn of(backend: &Backend, truth: &Truth) -> Result<Check> {
+        let mut wrong = Vec::new();
+        for (post, expected) in &truth.counts {
+            let got = backend.counter.post_count(post, None).await?.total;
+            if got != *expected {
+                wrong.push((post.clone(), *expected, got));
+            }
         }
+        wrong.sort();
+        Ok(Check {
+            wrong,
+            counted_total: backend.counter.global_total().await?,
+            dead: backend.counter.dead_letter_count().await?,
+        })
     }
-    wrong.sort();
-    let counted_total = b.counter.global_total().await?;
-    let dead = b.counter.dead_letter_count().await?;
-    let exact = wrong.is_empty() && counted_total == truth.total() && dead == truth.malformed;
+
+    fn exact(&self, truth: &Truth) -> bool {
+        self.wrong.is_empty() && self.counted_total == truth.total() && self.dead == truth.malformed
+    }
+}
+
+/// The demo's report (what `--json` prints, and what the text is read from).
+async fn report(
+    settings: &Settings,
+    backend: &Backend,
+    ran: &Ran,
+    check: &Check,
+    baselines: Option<serde_json::Value>,
+) -> Result<serde_json::Value> {
     let trending = tally_analytics::top(
-        b.analytics.as_ref(),
+        backend.analytics.as_ref(),
         apps::ANALYTICS,
-        Duration::from_secs(s.analytics.half_life_secs),
+        Duration::from_secs(settings.analytics.half_life_secs),
         10,
     )
     .await?;
-    let lat = tally_analytics::latency(b.analytics.as_ref(), apps::ANALYTICS, 0).await?;
-    let records = put.records;
+    let lat = tally_analytics::latency(backend.analytics.as_ref(), apps::ANALYTICS, 0).await?;
+    let (truth, cm) = (&ran.truth, &ran.counter);
+    let events = truth.events.max(1) as f64;
     let items = cm.items_written.load(Ordering::Relaxed);
-    let writes_per_event = items as f64 / truth.events.max(1) as f64;
-    let units = super::consume::cost(&cm, &lm);
-    let wcu_per_event = units.total() as f64 / truth.events.max(1) as f64;
-    let events_per_sec = records as f64 / elapsed.as_secs_f64();
-    let baselines = if a.baselines {
-        if !a.json {
-            eprintln!(
-                "demo: applying the same records one UpdateItem, then one transaction, per like"
-            );
-        }
-        Some(super::baselines::run(s, &b, a.events, &truth).await?)
-    } else {
-        None
-    };
-    let report = json!({
-        "backend": format!("{:?}", s.backend).to_lowercase(),
-        "stream": s.stream,
+    let units = crate::answers::counter_units(cm, &ran.leases);
+    Ok(json!({
+        "backend": format!("{:?}", settings.backend).to_lowercase(),
+        "stream": settings.stream,
         "events": truth.events,
-        "records": records,
+        "records": ran.records,
         "duplicates_injected": truth.duplicates,
         "malformed_injected": truth.malformed,
         "expected_total": truth.total(),
-        "counted_total": counted_total,
+        "counted_total": check.counted_total,
         "posts_checked": truth.counts.len(),
-        "posts_wrong": wrong.len(),
-        "dead_letters": dead,
-        "exact": exact,
+        "posts_wrong": check.wrong.len(),
+        "dead_letters": check.dead,
+        "exact": check.exact(truth),
         "duplicates_dropped": cm.duplicates.load(Ordering::Relaxed),
         "windows": cm.windows.load(Ordering::Relaxed),
         "store_writes": items,
         "writes_refused": cm.writes_refused.load(Ordering::Relaxed),
         "items_read": cm.items_read.load(Ordering::Relaxed),
-        "writes_per_event": writes_per_event,
-        "dynamodb_wcu_per_event": wcu_per_event,
-        "write_units": super::consume::cost_json(&units),
-        "events_per_sec": events_per_sec,
-        "elapsed_secs": elapsed.as_secs_f64(),
-        "produce_secs": produced_in.as_secs_f64(),
-        "analytics_likes": am.likes.load(Ordering::Relaxed),
+        "writes_per_event": items as f64 / events,
+        "dynamodb_wcu_per_event": units.total() as f64 / events,
+        "write_units": crate::answers::write_units(&units),
+        "events_per_sec": ran.records as f64 / ran.elapsed.as_secs_f64(),
+        "elapsed_secs": ran.elapsed.as_secs_f64(),
+        "produce_secs": ran.produced_in.as_secs_f64(),
+        "analytics_likes": ran.analytics.likes.load(Ordering::Relaxed),
         "trending": trending.iter().map(|e| json!({"post_id": e.post_id, "score": e.score})).collect::<Vec<_>>(),
         "latency_ms": {"p50": lat.creation_ms.p50, "p90": lat.creation_ms.p90, "p99": lat.creation_ms.p99, "p999": lat.creation_ms.p999, "max": lat.creation_ms.max},
         "arrival_latency_ms": lat.arrival_ms,
         "iterator_age_ms": lat.iterator_age_ms,
         "finished_at_ms": now_ms(),
         "baselines": baselines,
-    });
-    if a.json {
-        print_json(&report);
-    } else {
+    }))
+}
+
+/// The report for a person, read from the report itself (so the text says what `--json` says).
+fn print_text(r: &serde_json::Value, wrong: &[(String, i64, i64)]) {
+    let yes = |v: &serde_json::Value| if v == true { "yes" } else { "NO" };
+    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    println!(
+        "events produced       {} (+{} duplicates, +{} malformed) = {} records",
+        r["events"], r["duplicates_injected"], r["malformed_injected"], r["records"]
+    );
+    println!("expected total        {}", r["expected_total"]);
+    println!("counted total         {}", r["counted_total"]);
+    println!(
+        "posts checked         {} ({} wrong)",
+        r["posts_checked"], r["posts_wrong"]
+    );
+    println!(
+        "dead letters          {} (injected {})",
+        r["dead_letters"], r["malformed_injected"]
+    );
+    println!("every count exact     {}", yes(&r["exact"]));
+    println!(
+        "store writes / event  {:.3} ({} item writes in {} windows; one UpdateItem per like would be 1.000)",
+        f("writes_per_event"), r["store_writes"], r["windows"]
+    );
+    println!("DynamoDB WCU / event  {:.3} (by DynamoDB's rules: 1 KB units, refused conditions charged too; one UpdateItem per like: 1.000)", f("dynamodb_wcu_per_event"));
+    let events = f("events").max(1.0);
+    let by_purpose: Vec<String> = tally_core::cost::Purpose::ALL
+        .iter()
+        .map(|p| {
+            let n = r["write_units"][p.name()].as_f64().unwrap_or(0.0);
+            format!("{} {:.3}", p.name(), n / events)
+        })
+        .collect();
+    println!("  of which / event    {}", by_purpose.join(", "));
+    println!(
+        "throughput            {:.0} records/s ({:.2}s end to end)",
+        f("events_per_sec"),
+        f("elapsed_secs")
+    );
+    let lat = &r["latency_ms"];
+    println!(
+        "latency (creation→processing)  p50={}ms p90={}ms p99={}ms p99.9={}ms max={}ms",
+        lat["p50"], lat["p90"], lat["p99"], lat["p999"], lat["max"]
+    );
+    if let Some(bl) = r["baselines"].as_object() {
+        println!("side by side (write units / items per event, records/s, exact):");
         println!(
-            "events produced       {} (+{} duplicates, +{} malformed) = {} records",
-            truth.events, truth.duplicates, truth.malformed, records
+            "  tally                 {:.3} / {:.3}, {:.0}/s, {}",
+            f("dynamodb_wcu_per_event"),
+            f("writes_per_event"),
+            f("events_per_sec"),
+            yes(&r["exact"])
         );
-        println!("expected total        {}", truth.total());
-        println!("counted total         {}", counted_total);
-        println!(
-            "posts checked         {} ({} wrong)",
-            truth.counts.len(),
-            wrong.len()
-        );
-        println!(
-            "dead letters          {} (injected {})",
-            dead, truth.malformed
-        );
-        println!("every count exact     {}", if exact { "yes" } else { "NO" });
-        println!(
-            "store writes / event  {writes_per_event:.3} ({items} item writes in {} windows; one UpdateItem per like would be 1.000)",
-            cm.windows.load(Ordering::Relaxed)
-        );
-        println!("DynamoDB WCU / event  {wcu_per_event:.3} (by DynamoDB's rules: 1 KB units, refused conditions charged too; one UpdateItem per like: 1.000)");
-        let by_purpose: Vec<String> = tally_core::cost::Purpose::ALL
-            .iter()
-            .map(|p| {
-                format!(
-                    "{} {:.3}",
-                    p.name(),
-                    units.get(*p) as f64 / truth.events.max(1) as f64
-                )
-            })
-            .collect();
-        println!("  of which / event    {}", by_purpose.join(", "));
-        println!(
-            "throughput            {events_per_sec:.0} records/s ({:.2}s end to end)",
-            elapsed.as_secs_f64()
-        );
-        println!(
-            "latency (creation→processing)  p50={}ms p90={}ms p99={}ms p99.9={}ms max={}ms",
-            lat.creation_ms.p50,
-            lat.creation_ms.p90,
-            lat.creation_ms.p99,
-            lat.creation_ms.p999,
-            lat.creation_ms.max
-        );
-        if let Some(bl) = &baselines {
-            println!("side by side (write units / items per event, records/s, exact):");
+        for (name, v) in bl {
             println!(
-                "  tally                 {wcu_per_event:.3} / {writes_per_event:.3}, {events_per_sec:.0}/s, {}",
-                if exact { "yes" } else { "NO" }
+                "  {name:<21} {:.3} / {:.3}, {:.0}/s, {}",
+                v["write_units_per_event"].as_f64().unwrap_or(0.0),
+                v["items_per_event"].as_f64().unwrap_or(0.0),
+                v["events_per_sec"].as_f64().unwrap_or(0.0),
+                if v["exact"] == true {
+                    "yes".to_owned()
+                } else {
+                    format!(
+                        "no: {} of {} posts off (a producer retry is written again: nothing remembers it was applied)",
+                        v["posts_wrong"], v["posts_checked"]
+                    )
+                }
             );
-            for (name, v) in bl.as_object().into_iter().flatten() {
-                println!(
-                    "  {name:<21} {:.3} / {:.3}, {:.0}/s, {}",
-                    v["write_units_per_event"].as_f64().unwrap_or(0.0),
-                    v["items_per_event"].as_f64().unwrap_or(0.0),
-                    v["events_per_sec"].as_f64().unwrap_or(0.0),
-                    if v["exact"] == true {
-                        "yes".to_owned()
-                    } else {
-                        format!(
-                            "no: {} of {} posts off (a producer retry is written again: nothing remembers it was applied)",
-                            v["posts_wrong"], v["posts_checked"]
-                        )
-                    }
-                );
-            }
-        }
-        println!("top 10 trending:");
-        for (i, e) in trending.iter().enumerate() {
-            println!("  {:>2}. {:<12} {:>10.1}", i + 1, e.post_id, e.score);
-        }
-        for (post, expected, got) in wrong.iter().take(10) {
-            println!("  WRONG {post}: expected {expected}, counted {got}");
         }
     }
-    if !exact {
-        bail!(
-            "counts are off: {} posts wrong, total {} vs expected {}, dead letters {} vs {}",
-            wrong.len(),
-            counted_total,
-            truth.total(),
-            dead,
-            truth.malformed
+    println!("top 10 trending:");
+    for (i, e) in r["trending"].as_array().into_iter().flatten().enumerate() {
+        let post = e["post_id"].as_str().unwrap_or("");
+        println!(
+            "  {:>2}. {post:<12} {:>10.1}",
+            i + 1,
+            e["score"].as_f64().unwrap_or(0.0)
         );
     }
-    if let Some(addr) = a.serve {
-        watch(s, &b, addr).await?;
+    for (post, expected, got) in wrong.iter().take(10) {
+        println!("  WRONG {post}: expected {expected}, counted {got}");
     }
-    Ok(())
 }
 
 /// `--serve`: after the check, keeps the pipeline going on the demo's store — a trickle of new
 /// likes (the `--rate`, or 200 a second), the counter and analytics — and serves the dashboard
 /// and API until Ctrl-C or SIGTERM.
-async fn watch(s: &Settings, b: &Backend, addr: std::net::SocketAddr) -> Result<()> {
-    let mut s = s.clone();
+async fn watch(settings: &Settings, backend: &Backend, addr: std::net::SocketAddr) -> Result<()> {
+    let mut settings = settings.clone();
     // New event ids (another seed), at a pace a person can watch.
-    s.producer.seed = s.producer.seed.wrapping_add(1);
-    if s.producer.rate <= 0.0 {
-        s.producer.rate = 200.0;
+    settings.producer.seed = settings.producer.seed.wrapping_add(1);
+    if settings.producer.rate <= 0.0 {
+        settings.producer.rate = 200.0;
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
     let counter = {
-        let (s, b, rx) = (s.clone(), b.clone(), stopped.clone());
-        tokio::spawn(async move { run_counter(&s, &b, Default::default(), until(rx)).await })
+        let (settings, backend, rx) = (settings.clone(), backend.clone(), stopped.clone());
+        tokio::spawn(async move {
+            run_counter(&settings, &backend, Default::default(), until(rx)).await
+        })
     };
     let analytics = {
-        let (s, b, rx) = (s.clone(), b.clone(), stopped.clone());
-        tokio::spawn(async move { run_analytics(&s, &b, Default::default(), until(rx)).await })
+        let (settings, backend, rx) = (settings.clone(), backend.clone(), stopped.clone());
+        tokio::spawn(async move {
+            run_analytics(&settings, &backend, Default::default(), until(rx)).await
+        })
     };
     let producer = {
-        let (s, b) = (s.clone(), b.clone());
-        tokio::spawn(async move { produce(&s, &b, u64::MAX / 2, true, &Default::default()).await })
+        let (settings, backend) = (settings.clone(), backend.clone());
+        tokio::spawn(async move {
+            produce(&settings, &backend, u64::MAX / 2, true, &Default::default()).await
+        })
     };
     eprintln!(
         "demo: still producing {} likes a second, counting and analysing; Ctrl-C to stop",
-        s.producer.rate
+        settings.producer.rate
     );
-    let (ctx, refresher) = crate::serve::Ctx::start(b.clone(), &s).await?;
-    let served = crate::serve::run(addr, crate::serve::router(ctx), super::shutdown_signal()).await;
+    let (ctx, refresher) = crate::serve::Ctx::start(backend.clone(), &settings).await?;
+    let served =
+        crate::serve::run(addr, crate::serve::router(ctx), crate::signal::shutdown()).await;
     refresher.abort();
     producer.abort();
     let _ = stop.send(true);

@@ -18,8 +18,8 @@ use tally_producer::generate::GenConfig;
 use crate::settings::Settings;
 
 /// The runtime settings of a worker of `app`.
-pub fn worker_config(s: &Settings, app: &str) -> WorkerConfig {
-    let l = &s.lease;
+pub fn worker_config(settings: &Settings, app: &str) -> WorkerConfig {
+    let l = &settings.lease;
     let id = if l.worker_id.is_empty() {
         default_worker_id()
     } else {
@@ -35,50 +35,53 @@ pub fn worker_config(s: &Settings, app: &str) -> WorkerConfig {
     w.max_leases_per_worker = l.max_per_worker;
     w.shutdown_timeout = Settings::ms(l.shutdown_timeout_ms);
     w.finished_lease_grace = Duration::from_secs(l.finished_grace_secs);
-    w.lineage_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
-    w.stats_interval = Settings::ms(s.metrics.interval_ms);
-    w.emf = emf(s);
+    w.lineage_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
+    w.stats_interval = Settings::ms(settings.metrics.interval_ms);
+    w.emf = emf(settings);
     w
 }
 
 /// The counter's settings.
-pub fn counter_config(s: &Settings) -> CounterConfig {
+pub fn counter_config(settings: &Settings) -> CounterConfig {
     let mut c = CounterConfig::new(apps::COUNTER);
-    c.window_records = s.counter.window_records;
-    c.window_time = Settings::ms(s.counter.window_ms);
-    c.close_when_caught_up = s.counter.close_when_caught_up;
-    c.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
-    c.posts_per_batch = s.counter.posts_per_batch;
+    c.window_records = settings.counter.window_records;
+    c.window_time = Settings::ms(settings.counter.window_ms);
+    c.close_when_caught_up = settings.counter.close_when_caught_up;
+    c.dedup_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
+    c.posts_per_batch = settings.counter.posts_per_batch;
     c.crash_after_batches = std::env::var(crate::settings::FAILPOINT_VAR)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|n| *n > 0);
-    c.emf = emf(s);
+    c.emf = emf(settings);
     c
 }
 
 /// The analytics settings.
-pub fn analytics_config(s: &Settings) -> AnalyticsConfig {
+pub fn analytics_config(settings: &Settings) -> AnalyticsConfig {
     let mut a = AnalyticsConfig::new(apps::ANALYTICS);
-    a.sketch_capacity = s.analytics.sketch_capacity;
-    a.half_life = Duration::from_secs(s.analytics.half_life_secs);
-    a.window_records = s.analytics.window_records;
-    a.window_time = Settings::ms(s.analytics.window_ms);
-    a.emf = emf(s);
-    a.dedup_horizon = Duration::from_secs(s.counter.dedup_horizon_secs);
+    a.sketch_capacity = settings.analytics.sketch_capacity;
+    a.half_life = Duration::from_secs(settings.analytics.half_life_secs);
+    a.window_records = settings.analytics.window_records;
+    a.window_time = Settings::ms(settings.analytics.window_ms);
+    a.emf = emf(settings);
+    a.dedup_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
     a
 }
 
 /// Where the consumers' EMF metrics go.
-fn emf(s: &Settings) -> tally_consumer::emf::Emf {
+fn emf(settings: &Settings) -> tally_consumer::emf::Emf {
     tally_consumer::emf::Emf {
-        namespace: s.metrics.emf.then(|| s.metrics.namespace.clone()),
+        namespace: settings
+            .metrics
+            .emf
+            .then(|| settings.metrics.namespace.clone()),
     }
 }
 
 /// The generator's settings.
-pub fn gen_config(s: &Settings, events: u64) -> GenConfig {
-    let p = &s.producer;
+pub fn gen_config(settings: &Settings, events: u64) -> GenConfig {
+    let p = &settings.producer;
     GenConfig {
         events,
         posts: p.posts,
@@ -88,40 +91,6 @@ pub fn gen_config(s: &Settings, events: u64) -> GenConfig {
         duplicate_ratio: p.duplicate_ratio,
         malformed_ratio: p.malformed_ratio,
         seed: p.seed,
-    }
-}
-
-/// Resolves at the first SIGINT or SIGTERM; a second one exits the process at once (nothing is
-/// lost: the checkpoint never passes an unapplied window).
-pub async fn shutdown_signal() {
-    wait_signal().await;
-    tracing::info!("signal received: finishing open windows, checkpointing and releasing leases (again to exit at once)");
-    tokio::spawn(async {
-        wait_signal().await;
-        eprintln!("second signal: exiting now");
-        std::process::exit(130);
-    });
-}
-
-pub(crate) async fn wait_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

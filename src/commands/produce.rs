@@ -28,22 +28,7 @@ use crate::settings::Settings;
 pub struct Interrupted(pub String);
 
 impl Interrupted {
-    pub const EXIT: i32 = 130;
-}
-
-/// A flag raised by the first SIGINT or SIGTERM (a second one exits at once), for a loop that
-/// stops between batches.
-pub fn stop_on_signal() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
-    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let f = flag.clone();
-    tokio::spawn(async move {
-        super::wait_signal().await;
-        f.store(true, std::sync::atomic::Ordering::Relaxed);
-        super::wait_signal().await;
-        eprintln!("second signal: exiting now");
-        std::process::exit(Interrupted::EXIT);
-    });
-    flag
+    pub const EXIT: i32 = crate::signal::EXIT;
 }
 
 /// Puts everything `records` yields, in PutRecords batches, at `rate` records/s, until `stop` is
@@ -84,27 +69,27 @@ pub async fn put_all(
 }
 
 /// The hot posts the settings name.
-pub fn hot_posts(s: &Settings) -> HotPosts {
+pub fn hot_posts(settings: &Settings) -> HotPosts {
     HotPosts::new(
-        s.producer.hot_posts.iter().cloned(),
-        s.producer.hot_post_keys,
+        settings.producer.hot_posts.iter().cloned(),
+        settings.producer.hot_post_keys,
     )
 }
 
 /// Generates and puts synthetic events; returns the truth.
 pub async fn produce(
-    s: &Settings,
+    settings: &Settings,
     backend: &Backend,
     events: u64,
     quiet: bool,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<(Truth, PutStats)> {
-    let mut gen = Generator::new(gen_config(s, events));
+    let mut gen = Generator::new(gen_config(settings, events));
     // The bar follows the events (retries and malformed records come on top).
     let pb = progress::start(Some(events), "events", quiet);
     let stats = put_all(
         backend.stream.as_ref(),
-        &hot_posts(s),
+        &hot_posts(settings),
         gen.by_ref()
             .inspect(|(kind, _)| {
                 if *kind == tally_producer::generate::Kind::Event {
@@ -112,7 +97,7 @@ pub async fn produce(
                 }
             })
             .map(|(_, e)| e),
-        s.producer.rate,
+        settings.producer.rate,
         &pb,
         false,
         stop,
@@ -123,17 +108,17 @@ pub async fn produce(
     Ok((gen.truth(), stats?))
 }
 
-pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Result<()> {
-    let stop = stop_on_signal();
-    let (truth, stats) = produce(s, backend, a.events, a.json, &stop).await?;
+pub async fn run_produce(settings: &Settings, backend: &Backend, args: &ProduceArgs) -> Result<()> {
+    let stop = crate::signal::stop_flag();
+    let (truth, stats) = produce(settings, backend, args.events, args.json, &stop).await?;
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
-    if let Some(path) = &a.truth {
+    if let Some(path) = &args.truth {
         let counts: std::collections::BTreeMap<&String, &i64> = truth.counts.iter().collect();
         let body = json!({"events": truth.events, "duplicates": truth.duplicates, "malformed": truth.malformed, "total": truth.total(), "counts": counts});
         std::fs::write(path, serde_json::to_vec_pretty(&body)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    if a.json {
+    if args.json {
         print_json(
             &json!({"records": stats.records, "events": truth.events, "duplicates": truth.duplicates, "malformed": truth.malformed, "expected_total": truth.total(), "put_calls": stats.calls, "resent": stats.resent}),
         );
@@ -152,8 +137,8 @@ pub async fn run_produce(s: &Settings, backend: &Backend, a: &ProduceArgs) -> Re
         return Err(Interrupted(format!(
             "put {} records of {} events asked{}",
             stats.records,
-            a.events,
-            if a.truth.is_some() {
+            args.events,
+            if args.truth.is_some() {
                 "; the truth file covers them"
             } else {
                 ""
@@ -422,20 +407,20 @@ async fn put_paced(
     Ok(stats)
 }
 
-pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Result<()> {
+pub async fn run_replay(settings: &Settings, backend: &Backend, args: &ReplayArgs) -> Result<()> {
     // A file is read once first: for the progress bar's length, and so that a file that cannot
     // be read fails before anything is put. Standard input is read once.
-    let len = if a.file == Path::new("-") {
+    let len = if args.file == Path::new("-") {
         None
     } else {
-        Some(ReplayInput::open(&a.file)?.count()?)
+        Some(ReplayInput::open(&args.file)?.count()?)
     };
-    let speed = a.speed.unwrap_or(f64::INFINITY);
-    let input = ReplayInput::open(&a.file)?;
-    let pb = progress::start(len, "records", a.json);
-    let stop = stop_on_signal();
+    let speed = args.speed.unwrap_or(f64::INFINITY);
+    let input = ReplayInput::open(&args.file)?;
+    let pb = progress::start(len, "records", args.json);
+    let stop = crate::signal::stop_flag();
     let stream = backend.stream.as_ref();
-    let rate = s.producer.rate;
+    let rate = settings.producer.rate;
     let (stats, blank) = match input {
         ReplayInput::Plain(mut lines) => {
             if speed.is_finite() {
@@ -446,7 +431,7 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
             }
             let stats = put_all(
                 stream,
-                &hot_posts(s),
+                &hot_posts(settings),
                 lines.by_ref(),
                 rate,
                 &pb,
@@ -483,12 +468,12 @@ pub async fn run_replay(s: &Settings, backend: &Backend, a: &ReplayArgs) -> Resu
             (stats?, 0)
         }
     };
-    let name = if a.file == Path::new("-") {
+    let name = if args.file == Path::new("-") {
         "standard input".to_owned()
     } else {
-        a.file.display().to_string()
+        args.file.display().to_string()
     };
-    if a.json {
+    if args.json {
         print_json(
             &json!({"records": stats.records, "blank_lines": blank, "put_calls": stats.calls, "resent": stats.resent}),
         );

@@ -8,9 +8,10 @@ use serde_json::json;
 use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
-use tally_core::ports::{Consistency, ShardInfo, StartPosition, Stream};
+use tally_core::ports::{Consistency, ReadBatch, ShardInfo, StartPosition, Stream};
 
 use super::print_json;
+use crate::answers::{self, Provisional};
 use crate::backend::Backend;
 use crate::cli::{
     DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
@@ -19,47 +20,48 @@ use crate::recording::{Header, Recorded};
 use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
 
-pub async fn query(b: &Backend, a: &QueryArgs) -> Result<()> {
-    crate::serve::check_ids(&a.post_ids)
+pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
+    crate::serve::check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
-    let requested = a.since.map(|d| now_ms() - d.as_millis() as i64);
-    let consistency = if a.eventual {
+    let requested = args.since.map(|d| now_ms() - d.as_millis() as i64);
+    let consistency = if args.eventual {
         Consistency::Eventual
     } else {
         Consistency::Strong
     };
-    let counts = b
+    let counts = backend
         .counter
-        .post_counts(&a.post_ids, requested, consistency)
+        .post_counts(&args.post_ids, requested, consistency)
         .await?;
     // Counts are kept per minute: "since T" counts from the start of T's minute.
     let bound = requested.map(minute_start);
-    let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::COUNTER).await?);
-    if a.json {
+    let fresh = applied_through(&Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?);
+    if args.json {
         let v = if let [c] = counts.as_slice() {
             // One post: its count at the top level, as ever.
-            let mut v = json!({"post_id": a.post_ids[0], "count": c.total, "read_units": crate::serve::read_units(c.read_units, consistency), "applied_through": fresh});
-            if let (Some(since), Some(asked), Some(n)) = (bound, requested, c.since) {
-                v["since_ms"] = json!(since);
-                v["since_requested_ms"] = json!(asked);
-                v["count_since"] = json!(n);
+            let units = answers::read_units(c.read_units, consistency);
+            let none = Provisional::default();
+            let mut v = answers::post_count(&args.post_ids[0], c, none, requested, units);
+            if let (Some(t), Some(_)) = (requested, c.since) {
+                v["since_requested_ms"] = json!(t);
             }
+            v["applied_through"] = fresh;
             v
         } else {
             let mut v =
-                crate::serve::counts_json(&a.post_ids, requested, &counts, consistency, &[]);
+                crate::serve::counts_json(&args.post_ids, requested, &counts, consistency, &[]);
             v["applied_through"] = fresh;
             v
         };
         print_json(&v);
     } else {
-        for (id, c) in a.post_ids.iter().zip(&counts) {
+        for (id, c) in args.post_ids.iter().zip(&counts) {
             match (bound, c.since) {
                 (Some(t), Some(n)) => println!(
                     "{id}: {} likes ({n:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
                     c.total,
                     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
-                    humantime::format_duration(a.since.unwrap_or_default()),
+                    humantime::format_duration(args.since.unwrap_or_default()),
                 ),
                 _ => println!("{id}: {} likes", c.total),
             }
@@ -85,10 +87,10 @@ fn freshness_line(what: &str, f: &serde_json::Value) -> String {
     }
 }
 
-pub async fn total(b: &Backend, a: &JsonArgs) -> Result<()> {
-    let t = b.counter.global_total().await?;
-    if a.json {
-        let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::COUNTER).await?);
+pub async fn total(backend: &Backend, args: &JsonArgs) -> Result<()> {
+    let t = backend.counter.global_total().await?;
+    if args.json {
+        let fresh = applied_through(&Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?);
         print_json(&json!({"total": t, "applied_through": fresh}));
     } else {
         println!("{t} likes in total");
@@ -96,16 +98,17 @@ pub async fn total(b: &Backend, a: &JsonArgs) -> Result<()> {
     Ok(())
 }
 
-pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
+pub async fn top(settings: &Settings, backend: &Backend, args: &TopArgs) -> Result<()> {
     let top = tally_analytics::top(
-        b.analytics.as_ref(),
+        backend.analytics.as_ref(),
         apps::ANALYTICS,
-        Duration::from_secs(s.analytics.half_life_secs),
-        usize::from(a.k),
+        Duration::from_secs(settings.analytics.half_life_secs),
+        usize::from(args.k),
     )
     .await?;
-    if a.json {
-        let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::ANALYTICS).await?);
+    if args.json {
+        let fresh =
+            applied_through(&Listing::fetch(backend.leases.as_ref(), apps::ANALYTICS).await?);
         print_json(&json!({
             "trending": top
                 .iter()
@@ -120,22 +123,23 @@ pub async fn top(s: &Settings, b: &Backend, a: &TopArgs) -> Result<()> {
         for (i, e) in top.iter().enumerate() {
             println!("{:>4}  {:<24} {:>12.2}", i + 1, e.post_id, e.score);
         }
-        let fresh = applied_through(&Listing::fetch(b.leases.as_ref(), apps::ANALYTICS).await?);
+        let fresh =
+            applied_through(&Listing::fetch(backend.leases.as_ref(), apps::ANALYTICS).await?);
         println!("{}", freshness_line("analytics", &fresh));
     }
     Ok(())
 }
 
-pub async fn latency(b: &Backend, a: &LatencyArgs) -> Result<()> {
-    let since = a.since.map_or(0, |d| now_ms() - d.as_millis() as i64);
-    let r = tally_analytics::latency(b.analytics.as_ref(), apps::ANALYTICS, since).await?;
-    if a.json {
+pub async fn latency(backend: &Backend, args: &LatencyArgs) -> Result<()> {
+    let since = args.since.map_or(0, |d| now_ms() - d.as_millis() as i64);
+    let r = tally_analytics::latency(backend.analytics.as_ref(), apps::ANALYTICS, since).await?;
+    if args.json {
         print_json(&serde_json::to_value(r)?);
     } else if r.windows == 0 {
         println!(
             "no latency data yet{}: run `tally analytics` (it stores one window of percentiles per \
              shard every analytics.window_ms)",
-            if a.since.is_some() { " in that time" } else { "" }
+            if args.since.is_some() { " in that time" } else { "" }
         );
     } else {
         println!("{} windows", r.windows);
@@ -153,11 +157,11 @@ pub async fn latency(b: &Backend, a: &LatencyArgs) -> Result<()> {
     Ok(())
 }
 
-pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
-    let n = b.counter.dead_letter_count().await?;
-    let dl = b.counter.dead_letters(a.limit).await?;
-    if a.json {
-        let items: Vec<_> = dl.iter().map(dead_letter_json).collect();
+pub async fn dead_letters(backend: &Backend, args: &DeadLetterArgs) -> Result<()> {
+    let n = backend.counter.dead_letter_count().await?;
+    let dl = backend.counter.dead_letters(args.limit).await?;
+    if args.json {
+        let items: Vec<_> = dl.iter().map(answers::dead_letter).collect();
         print_json(
             &json!({"total": n, "shown": items.len(), "truncated": (items.len() as u64) < n, "dead_letters": items}),
         );
@@ -190,27 +194,6 @@ pub async fn dead_letters(b: &Backend, a: &DeadLetterArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// A dead letter as the JSON answers show it (`tally dead-letters --json`, `/api/dead-letters`):
-/// a malformed record's place, or for a gap (`gap` not null) the application that lost the
-/// records and their range — after `sequence_number` (`"0"`: the shard's start) through
-/// `gap.through` (null: the shard's end).
-pub fn dead_letter_json(d: &tally_core::dead_letter::DeadLetter) -> serde_json::Value {
-    json!({
-        "shard_id": d.shard_id,
-        "sequence_number": d.seq.seq.as_str(),
-        "sub_sequence_number": d.seq.sub,
-        "arrival_ms": d.arrival_ms,
-        "reason": d.reason,
-        "size": d.size,
-        "data_truncated": (d.data.len() as u64) < d.size,
-        "data": String::from_utf8_lossy(&d.data),
-        "gap": d.gap.as_ref().map(|g| json!({
-            "app": g.app,
-            "through": g.through.as_ref().map(ToString::to_string),
-        })),
-    })
 }
 
 /// A payload for a terminal: at most `max` bytes, as UTF-8 (invalid bytes replaced), with every
@@ -259,13 +242,13 @@ fn print_lease_summary(ls: &[tally_core::lease::Lease], now: i64) {
     }
 }
 
-pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
-    let ls = b.leases.list_leases(&a.app).await?;
+pub async fn leases(backend: &Backend, args: &LeasesArgs) -> Result<()> {
+    let ls = backend.leases.list_leases(&args.app).await?;
     let now = now_ms();
-    if a.json {
-        let listing = Listing::fetch(b.leases.as_ref(), &a.app).await?;
+    if args.json {
+        let listing = Listing::fetch(backend.leases.as_ref(), &args.app).await?;
         print_json(&crate::serve::freshness::lease_rows(&listing));
-    } else if !a.all && ls.len() > LEASE_ROWS_SHOWN {
+    } else if !args.all && ls.len() > LEASE_ROWS_SHOWN {
         print_lease_summary(&ls, now);
     } else {
         println!(
@@ -291,19 +274,19 @@ pub async fn leases(b: &Backend, a: &LeasesArgs) -> Result<()> {
 /// Writes every record of the stream as a recording (`crate::recording`): a header naming the
 /// shards, then each record with its shard, sequence number, key and arrival time, parents before
 /// children.
-pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
-    let shards = parents_first(b.stream.list_shards().await?)?;
+pub async fn record(backend: &Backend, args: &RecordArgs) -> Result<()> {
+    let shards = parents_first(backend.stream.list_shards().await?)?;
     // `-` is standard output (`tally record - | tally replay -`); the summary goes to stderr then.
-    let to_stdout = a.file.as_os_str() == "-";
+    let to_stdout = args.file.as_os_str() == "-";
     let file: Box<dyn Write> = if to_stdout {
         Box::new(std::io::stdout().lock())
     } else {
         Box::new(
-            std::fs::File::create(&a.file)
-                .with_context(|| format!("creating {}", a.file.display()))?,
+            std::fs::File::create(&args.file)
+                .with_context(|| format!("creating {}", args.file.display()))?,
         )
     };
-    let gz = a.file.extension().is_some_and(|e| e == "gz");
+    let gz = args.file.extension().is_some_and(|e| e == "gz");
     let mut out: Box<dyn Write> = if gz {
         Box::new(flate2::write::GzEncoder::new(
             file,
@@ -315,9 +298,9 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     serde_json::to_writer(&mut out, &Header::new(now_ms(), &shards))?;
     out.write_all(b"\n")?;
     let mut n = 0u64;
-    let pb = crate::progress::start(None, "records", a.json);
+    let pb = crate::progress::start(None, "records", args.json);
     for s in &shards {
-        n += dump_shard(b.stream.as_ref(), &s.shard_id, &mut out, &pb).await?;
+        n += dump_shard(backend.stream.as_ref(), &s.shard_id, &mut out, &pb).await?;
     }
     out.flush()?;
     drop(out);
@@ -325,10 +308,13 @@ pub async fn record(b: &Backend, a: &RecordArgs) -> Result<()> {
     let k = shards.len();
     if to_stdout {
         eprintln!("recorded {n} records of {k} shards to standard output");
-    } else if a.json {
-        print_json(&json!({"records": n, "shards": k, "file": a.file}));
+    } else if args.json {
+        print_json(&json!({"records": n, "shards": k, "file": args.file}));
     } else {
-        println!("recorded {n} records of {k} shards to {}", a.file.display());
+        println!(
+            "recorded {n} records of {k} shards to {}",
+            args.file.display()
+        );
     }
     Ok(())
 }
@@ -361,17 +347,34 @@ pub fn parents_first(shards: Vec<ShardInfo>) -> Result<Vec<ShardInfo>> {
     Ok(out)
 }
 
+/// Reads `shard_id` from its oldest retained record to its tip (or its end), handing each batch
+/// to `each`: how `tally record` and `tally verify` read a stream.
+pub async fn read_to_tip(
+    stream: &dyn Stream,
+    shard_id: &str,
+    limit: usize,
+    mut each: impl FnMut(ReadBatch) -> Result<()>,
+) -> Result<()> {
+    let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
+    loop {
+        let batch = reader.next_batch(limit).await?;
+        let done = batch.shard_end || batch.is_caught_up();
+        each(batch)?;
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// One shard's records as lines of a recording; how many.
 async fn dump_shard(
     stream: &dyn Stream,
     shard_id: &str,
     out: &mut dyn Write,
     pb: &indicatif::ProgressBar,
 ) -> Result<u64> {
-    let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
     let mut n = 0;
-    loop {
-        let batch = reader.next_batch(1_000).await?;
-        let caught_up = batch.records.is_empty() && batch.millis_behind_latest.unwrap_or(0) == 0;
+    read_to_tip(stream, shard_id, 1_000, |batch| {
         for r in batch.records {
             Recorded {
                 shard_id: shard_id.to_owned(),
@@ -384,8 +387,8 @@ async fn dump_shard(
             n += 1;
             pb.inc(1);
         }
-        if batch.shard_end || caught_up {
-            return Ok(n);
-        }
-    }
+        Ok(())
+    })
+    .await?;
+    Ok(n)
 }

@@ -6,16 +6,16 @@ use anyhow::Result;
 use crate::backend;
 use crate::settings::{BackendKind, Settings};
 
-pub async fn setup(s: &Settings, a: &crate::cli::SetupArgs) -> Result<()> {
+pub async fn setup(settings: &Settings, args: &crate::cli::SetupArgs) -> Result<()> {
     // `--shards` shapes a new stream only; an existing one with another count is not resharded
     // behind the user's back, nor silently left as it is.
-    if let Some(wanted) = a.shards {
-        let existing = backend::open_shard_count(s).await?;
+    if let Some(wanted) = args.shards {
+        let existing = backend::open_shard_count(settings).await?;
         if let Some(n) = existing.filter(|n| *n != wanted) {
             anyhow::bail!(
                 "the stream already exists with {n} open shards; --shards {wanted} only shapes a \
                  new stream (split a shard with `tally reshard --split SHARD_ID`{})",
-                if s.backend == BackendKind::Aws {
+                if settings.backend == BackendKind::Aws {
                     ", or UpdateShardCount"
                 } else {
                     ""
@@ -23,32 +23,32 @@ pub async fn setup(s: &Settings, a: &crate::cli::SetupArgs) -> Result<()> {
             );
         }
     }
-    println!("{}", backend::create(s).await?);
+    println!("{}", backend::create(settings).await?);
     Ok(())
 }
 
 /// `tally teardown --yes`: the counterpart of `setup`, for development and tests.
-pub async fn teardown(s: &Settings, a: &crate::cli::TeardownArgs) -> Result<()> {
-    let what = match s.backend {
-        BackendKind::Embedded => format!("the embedded store in {}", s.data_dir.display()),
+pub async fn teardown(settings: &Settings, args: &crate::cli::TeardownArgs) -> Result<()> {
+    let what = match settings.backend {
+        BackendKind::Embedded => format!("the embedded store in {}", settings.data_dir.display()),
         BackendKind::Aws => format!(
             "stream {} and the tables prefixed {}",
-            s.stream, s.table_prefix
+            settings.stream, settings.table_prefix
         ),
     };
-    if !a.yes {
+    if !args.yes {
         anyhow::bail!("teardown deletes {what} with every count in it; add --yes to confirm");
     }
-    println!("{}", backend::delete(s).await?);
+    println!("{}", backend::delete(settings).await?);
     Ok(())
 }
 
 /// `tally trim --older-than DURATION` (embedded: the stream's retention, applied by hand).
-pub fn trim(s: &Settings, a: &crate::cli::TrimArgs) -> Result<()> {
-    match s.backend {
+pub fn trim(settings: &Settings, args: &crate::cli::TrimArgs) -> Result<()> {
+    match settings.backend {
         BackendKind::Embedded => {
-            let cutoff = tally_consumer::worker::now_ms() - a.older_than.as_millis() as i64;
-            let unapplied = backend::unapplied_before(s, cutoff)?;
+            let cutoff = tally_consumer::worker::now_ms() - args.older_than.as_millis() as i64;
+            let unapplied = backend::unapplied_before(settings, cutoff)?;
             if !unapplied.is_empty() {
                 let mut by_app: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
                 for (app, shard_id, records) in &unapplied {
@@ -61,7 +61,7 @@ pub fn trim(s: &Settings, a: &crate::cli::TrimArgs) -> Result<()> {
                     .iter()
                     .map(|(app, v)| format!("{app}: {}", v.join(", ")))
                     .collect();
-                if !a.yes {
+                if !args.yes {
                     anyhow::bail!(
                         "trim would drop records not applied yet ({}); each application would \
                          record them as a gap (`tally dead-letters`) and its counts would miss \
@@ -71,7 +71,7 @@ pub fn trim(s: &Settings, a: &crate::cli::TrimArgs) -> Result<()> {
                 }
                 eprintln!("dropping records not applied yet ({})", what.join("; "));
             }
-            let (records, shards) = backend::trim(s, cutoff)?;
+            let (records, shards) = backend::trim(settings, cutoff)?;
             println!("trimmed {records} records; dropped {shards} empty closed shards");
             Ok(())
         }
@@ -82,8 +82,8 @@ pub fn trim(s: &Settings, a: &crate::cli::TrimArgs) -> Result<()> {
 }
 
 /// `tally reshard --split SHARD`.
-pub async fn reshard(s: &Settings, a: &crate::cli::ReshardArgs) -> Result<()> {
-    let children = backend::split_shard(s, &a.split).await?;
-    println!("split {} into {}", a.split, children.join(" and "));
+pub async fn reshard(settings: &Settings, args: &crate::cli::ReshardArgs) -> Result<()> {
+    let children = backend::split_shard(settings, &args.split).await?;
+    println!("split {} into {}", args.split, children.join(" and "));
     Ok(())
 }

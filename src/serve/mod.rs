@@ -22,6 +22,7 @@ use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
 
+use crate::answers;
 use crate::backend::Backend;
 use crate::settings::Settings;
 
@@ -224,29 +225,19 @@ async fn post(
         .await;
     let windows = asked.as_ref().map_or(&[][..], |a| &a.windows[..]);
     let now = counter.post_count(&id, since_ms).await?;
-    let (pending, pending_since) = pending_for(&id, &now, windows, since_ms);
-    let mut v = json!({
-        "post_id": id,
-        "count": now.total + pending,
-        "stored": now.total,
-        "pending": pending,
-        "read_units": now.read_units,
-        "applied_through": c.fresh(apps::COUNTER),
-    });
-    // Counts are kept per minute: the bounds answered are the starts of the asked times' minutes.
-    if let (Some(t), Some(n)) = (since_ms, now.since) {
-        v["since_ms"] = json!(minute_start(t));
+    let provisional = pending_for(&id, &now, windows, since_ms);
+    let mut v = answers::post_count(&id, &now, provisional, since_ms, json!(now.read_units));
+    if let (Some(t), Some(_)) = (since_ms, now.since) {
         v["since_requested_ms"] = json!(t);
-        v["count_since"] = json!(n + pending_since);
-        v["pending_since"] = json!(pending_since);
     }
+    v["applied_through"] = c.fresh(apps::COUNTER);
     if let Some(t) = p.as_of_ms {
         // Likes created before T's minute: the total less those created since.
         let later = counter.post_count(&id, Some(t)).await?;
-        let (total, since) = pending_for(&id, &later, windows, Some(t));
+        let p = pending_for(&id, &later, windows, Some(t));
         v["as_of_ms"] = json!(minute_start(t));
         v["as_of_requested_ms"] = json!(t);
-        v["count_as_of"] = json!(later.total + total - later.since.unwrap_or(0) - since);
+        v["count_as_of"] = json!(later.total + p.total - later.since.unwrap_or(0) - p.since);
         v["read_units"] = json!(now.read_units + later.read_units);
     }
     if let Some(a) = &asked {
@@ -279,13 +270,6 @@ pub fn check_ids(ids: &[String]) -> std::result::Result<(), String> {
 
 /// What reading `strong` read units' worth of items costs at `c`: half for eventually
 /// consistent reads (as a number of read units, which may be a half).
-pub fn read_units(strong: u64, c: tally_core::ports::Consistency) -> Value {
-    match c {
-        tally_core::ports::Consistency::Strong => json!(strong),
-        tally_core::ports::Consistency::Eventual => json!(strong as f64 / 2.0),
-    }
-}
-
 /// The answer to a counts call: one entry per id, in order, each as `/api/posts/{id}` answers a
 /// count (without the freshness, which is the call's), and the call's read units.
 pub fn counts_json(
@@ -299,30 +283,21 @@ pub fn counts_json(
         .iter()
         .zip(counts)
         .map(|(id, n)| {
-            let (pending, pending_since) = pending_for(id, n, windows, since_ms);
-            let mut v = json!({
-                "post_id": id,
-                "count": n.total + pending,
-                "stored": n.total,
-                "pending": pending,
-                "read_units": read_units(n.read_units, c),
-            });
-            if let (Some(t), Some(since)) = (since_ms, n.since) {
-                v["count_since"] = json!(since + pending_since);
-                v["pending_since"] = json!(pending_since);
-                v["since_ms"] = json!(minute_start(t));
-            }
-            v
+            let provisional = pending_for(id, n, windows, since_ms);
+            answers::post_count(
+                id,
+                n,
+                provisional,
+                since_ms,
+                answers::read_units(n.read_units, c),
+            )
         })
         .collect();
     let units: u64 = counts.iter().map(|n| n.read_units).sum();
     json!({
         "counts": items,
-        "read_units": read_units(units, c),
-        "consistency": match c {
-            tally_core::ports::Consistency::Strong => "strong",
-            tally_core::ports::Consistency::Eventual => "eventual",
-        },
+        "read_units": answers::read_units(units, c),
+        "consistency": answers::consistency(c),
     })
 }
 
@@ -572,10 +547,7 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
         .counter
         .dead_letter_page(after.as_ref(), limit)
         .await?;
-    let items: Vec<Value> = page
-        .iter()
-        .map(crate::commands::read::dead_letter_json)
-        .collect();
+    let items: Vec<Value> = page.iter().map(answers::dead_letter).collect();
     Ok(Json(json!({
         "total": total,
         "limit": limit,
@@ -592,7 +564,7 @@ async fn cost(State(c): State<Ctx>) -> ApiResult {
     for st in &c.listings.get(apps::COUNTER).states {
         total.merge(&st.spent);
     }
-    let units = crate::commands::consume::cost_json(&total.units);
+    let units = answers::write_units(&total.units);
     let per_like = (total.counted > 0).then(|| total.units.total() as f64 / total.counted as f64);
     Ok(Json(json!({
         "write_units": units,
@@ -631,12 +603,14 @@ pub async fn serve(
     let listener = bind(addr).await?;
     let (mut ctx, refresher) = Ctx::start(b, s).await?;
     ctx.pending = (!pending_timeout.is_zero()).then(|| Arc::new(Pending::new(pending_timeout)));
-    let served = serve_on(listener, router(ctx), crate::commands::shutdown_signal()).await;
+    let served = serve_on(listener, router(ctx), crate::signal::shutdown()).await;
     refresher.abort();
     served
 }
 
-/// One GET of a plain http:// URL within `timeout`; the body of a 200 answer.
+/// One GET of a plain http:// URL within `timeout` (hyper's HTTP/1.1 client); the body of a
+/// 200 answer, else an error naming what happened (not a URL, cannot connect, no answer in
+/// time, another status).
 pub async fn get_text(url: &str, timeout: std::time::Duration) -> Result<String> {
     use http_body_util::BodyExt;
     use hyper_util::client::legacy::Client;
@@ -644,11 +618,24 @@ pub async fn get_text(url: &str, timeout: std::time::Duration) -> Result<String>
     let uri: hyper::Uri = url
         .parse()
         .with_context(|| format!("{url:?} is not a URL"))?;
+    if uri.scheme_str() != Some("http") {
+        anyhow::bail!("{url:?} is not an http:// URL");
+    }
     let client =
         Client::builder(TokioExecutor::new()).build_http::<http_body_util::Empty<bytes::Bytes>>();
-    let resp = tokio::time::timeout(timeout, client.get(uri))
+    let answer = tokio::time::timeout(timeout, client.get(uri))
         .await
-        .map_err(|_| anyhow::anyhow!("{url} did not answer within {timeout:?}"))??;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{url} did not answer within {}",
+                humantime::format_duration(timeout)
+            )
+        })?;
+    let resp = match answer {
+        Ok(resp) => resp,
+        Err(e) if e.is_connect() => anyhow::bail!("cannot connect to {url}: {e}"),
+        Err(e) => anyhow::bail!("{url}: {e}"),
+    };
     anyhow::ensure!(
         resp.status() == hyper::StatusCode::OK,
         "{url} answered {}",
@@ -658,29 +645,11 @@ pub async fn get_text(url: &str, timeout: std::time::Duration) -> Result<String>
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-/// `tally probe URL`: one GET (hyper's HTTP/1.1 client) bounded by 3 s; Ok only for status 200.
+/// `tally probe URL`, the container health check: one GET bounded by 3 s; Ok only for status
+/// 200.
 pub async fn probe(url: &str) -> Result<()> {
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-    let uri: hyper::Uri = url
-        .parse()
-        .with_context(|| format!("probe: {url:?} is not a URL"))?;
-    if uri.scheme_str() != Some("http") {
-        anyhow::bail!("probe: {url:?} is not an http:// URL");
-    }
-    let client =
-        Client::builder(TokioExecutor::new()).build_http::<http_body_util::Empty<bytes::Bytes>>();
-    let answer = tokio::time::timeout(std::time::Duration::from_secs(3), client.get(uri))
+    get_text(url, std::time::Duration::from_secs(3))
         .await
-        .map_err(|_| anyhow::anyhow!("probe: {url} did not answer within 3 s"))?;
-    let status = match answer {
-        Ok(resp) => resp.status(),
-        Err(e) if e.is_connect() => anyhow::bail!("probe: cannot connect to {url}: {e}"),
-        Err(e) => anyhow::bail!("probe: {url}: {e}"),
-    };
-    if status == hyper::StatusCode::OK {
-        Ok(())
-    } else {
-        anyhow::bail!("probe: {url} answered {status}")
-    }
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("probe: {e:#}"))
 }

@@ -12,6 +12,7 @@
 //! holds only what is stored for it. Only a shard's current holder is believed: an answer about a
 //! shard the listing gives to another worker is ignored.
 
+use crate::answers::Provisional;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -134,7 +135,7 @@ pub fn pending_for(
     count: &PostCount,
     windows: &[(String, OpenWindow)],
     since_ms: Option<i64>,
-) -> (i64, i64) {
+) -> Provisional {
     let from = since_ms.map(minute_start);
     let (mut total, mut since) = (0, 0);
     for (shard, w) in windows {
@@ -151,7 +152,7 @@ pub fn pending_for(
             }
         }
     }
-    (total, since)
+    Provisional { total, since }
 }
 
 /// What a counts answer says of its provisional part.

@@ -58,7 +58,7 @@ fn render(reg: &Registry) -> anyhow::Result<String> {
 }
 
 /// What the store says: totals, dead letters, per-shard progress and lag, leases per worker,
-/// latency percentiles.
+/// latency percentiles and histograms.
 pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
     let b = &c.backend;
     let mut reg = Registry::with_prefix("tally");
@@ -74,14 +74,33 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
         "Records dead-lettered (malformed, or lost to retention as gaps)",
         b.counter.dead_letter_count().await? as i64,
     );
+    let now = now_ms();
+    shard_metrics(&mut reg, c, now);
+    let hist =
+        tally_analytics::latency_windows(b.analytics.as_ref(), apps::ANALYTICS, now - 3_600_000)
+            .await?;
+    latency_quantiles(&mut reg, &hist.report());
+    let mut text = render(&reg)?;
+    // The merged histograms themselves, written after the registry's metrics because
+    // prometheus-client builds histograms from observations only.
+    if let Some(body) = text.strip_suffix("# EOF\n") {
+        text = body.to_owned();
+    }
+    latency_histograms(&mut text, &hist.merged);
+    text.push_str("# EOF\n");
+    Ok(text)
+}
+
+/// Per shard, from the background listing (a scrape costs no store call per shard): the latest
+/// record applied, the reader's lag, the time since the last record; leases held per worker and
+/// shards by state.
+fn shard_metrics(reg: &mut Registry, c: &Ctx, now: i64) {
     let applied = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let lag = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let quiet = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let held = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let shards = Family::<Labels, Gauge<i64, AtomicI64>>::default();
-    let now = now_ms();
     for app in [apps::COUNTER, apps::ANALYTICS] {
-        // The background listing: a scrape costs no store call per shard.
         let listing = c.listings.get(app);
         for st in &listing.states {
             let l = &st.lease;
@@ -143,10 +162,11 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
         "Shards by app and state (held, free, finished)",
         shards,
     );
-    let hist =
-        tally_analytics::latency_windows(b.analytics.as_ref(), apps::ANALYTICS, now - 3_600_000)
-            .await?;
-    let lat = hist.report();
+}
+
+/// The last hour's latency quantiles, by kind; a kind without values has none (a 0 would read
+/// as a latency of 0).
+fn latency_quantiles(reg: &mut Registry, lat: &tally_analytics::LatencyReport) {
     let q = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     for (kind, p) in [
         ("creation", lat.creation_ms),
@@ -154,7 +174,6 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
         ("iterator_age", lat.iterator_age_ms),
     ] {
         if p.count == 0 {
-            // No values, no quantiles (a 0 would read as a latency of 0).
             continue;
         }
         for (quantile, v) in [
@@ -177,23 +196,21 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
         q,
     );
     gauge(
-        &mut reg,
+        reg,
         "latency_windows",
         "Analytics windows merged into latency_ms",
         lat.windows as i64,
     );
-    let mut text = render(&reg)?;
-    // The merged histograms themselves, as a Prometheus histogram (cumulative buckets), written
-    // here because prometheus-client builds histograms from observations only.
-    if let Some(body) = text.strip_suffix("# EOF\n") {
-        text = body.to_owned();
-    }
+}
+
+/// The merged histograms as a Prometheus histogram (cumulative buckets) in the text format.
+fn latency_histograms(text: &mut String, merged: &tally_core::latency::Latency) {
     text.push_str("# HELP tally_latency_histogram_ms Latency over the last hour's analytics windows, merged HdrHistograms.\n");
     text.push_str("# TYPE tally_latency_histogram_ms histogram\n");
     for (kind, h) in [
-        ("creation", &hist.merged.creation),
-        ("arrival", &hist.merged.arrival),
-        ("iterator_age", &hist.merged.iterator_age),
+        ("creation", &merged.creation),
+        ("arrival", &merged.arrival),
+        ("iterator_age", &merged.iterator_age),
     ] {
         let (b, count, sum) = tally_core::latency::buckets(h);
         for (le, n) in b {
@@ -211,8 +228,6 @@ pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
             "tally_latency_histogram_ms_count{{kind=\"{kind}\"}} {count}\n"
         ));
     }
-    text.push_str("# EOF\n");
-    Ok(text)
 }
 
 /// A worker's leases.
@@ -278,7 +293,7 @@ pub fn counter_metrics(m: &CounterMetrics, l: &LeaseMetrics) -> anyhow::Result<S
     ] {
         counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
     }
-    let units = crate::commands::consume::cost(m, l);
+    let units = crate::answers::counter_units(m, l);
     let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
     for p in tally_core::cost::Purpose::ALL {
         f.get_or_create(&vec![("purpose".to_owned(), p.name().to_owned())])

@@ -20,8 +20,7 @@ use serde_json::json;
 use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::ports::{
-    Consistency, CounterStore, PostCount, ShardInfo, ShardState, StartPosition, Stream,
-    MAX_POSTS_PER_CALL,
+    Consistency, CounterStore, PostCount, ShardInfo, ShardState, Stream, MAX_POSTS_PER_CALL,
 };
 use tally_core::seq::{Position, SeqNo};
 use tally_core::summary::marker;
@@ -170,9 +169,7 @@ async fn read_stream(
     let mut r = Recount::new(horizon_ms, &shards, checkpoints);
     let mut notes = Vec::new();
     for s in &shards {
-        let mut reader = stream.open(&s.shard_id, StartPosition::TrimHorizon).await?;
-        loop {
-            let batch = reader.next_batch(10_000).await?;
+        crate::commands::read::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
             if let Some(t) = &batch.trimmed_through {
                 notes.push(format!(
                     "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
@@ -183,10 +180,9 @@ async fn read_stream(
                 r.record(&s.shard_id, &rec.seq, rec.arrival_ms, &rec.data);
             }
             pb.inc(batch.records.len() as u64);
-            if batch.shard_end || batch.is_caught_up() {
-                break;
-            }
-        }
+            Ok(())
+        })
+        .await?;
     }
     Ok((r, notes))
 }

@@ -23,21 +23,12 @@ fn check_exact(t: &Target, exp: &crate::common::Expected) {
     );
 }
 
-#[test]
-fn sigkill_at_random_moments_keeps_counts_exact_embedded() {
-    sigkill_at_random_moments_keeps_counts_exact(Target::embedded(), 20_000, 1);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn sigkill_at_random_moments_keeps_counts_exact_aws() {
-    sigkill_at_random_moments_keeps_counts_exact(Target::aws("sigkill", 2), 2_000, 4);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn sigkill_at_random_moments_keeps_counts_exact_aws_efo() {
-    sigkill_at_random_moments_keeps_counts_exact(Target::aws_efo("sigkill-efo", 2), 2_000, 4);
+on_backends! {
+    sigkill_at_random_moments_keeps_counts_exact {
+        embedded => sigkill_at_random_moments_keeps_counts_exact(Target::embedded(), 20_000, 1),
+        aws => sigkill_at_random_moments_keeps_counts_exact(Target::aws("sigkill", 2), 2_000, 4),
+        aws_efo => sigkill_at_random_moments_keeps_counts_exact(Target::aws_efo("sigkill-efo", 2), 2_000, 4),
+    }
 }
 
 fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower: u64) {
@@ -55,21 +46,12 @@ fn sigkill_at_random_moments_keeps_counts_exact(t: Target, events: usize, slower
     t.assert_read_as_configured();
 }
 
-#[test]
-fn crash_between_two_batches_resumes_the_window_embedded() {
-    crash_between_two_batches_resumes_the_window(Target::embedded());
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn crash_between_two_batches_resumes_the_window_aws() {
-    crash_between_two_batches_resumes_the_window(Target::aws("batches", 2));
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn crash_between_two_batches_resumes_the_window_aws_efo() {
-    crash_between_two_batches_resumes_the_window(Target::aws_efo("batches-efo", 2));
+on_backends! {
+    crash_between_two_batches_resumes_the_window {
+        embedded => crash_between_two_batches_resumes_the_window(Target::embedded()),
+        aws => crash_between_two_batches_resumes_the_window(Target::aws("batches", 2)),
+        aws_efo => crash_between_two_batches_resumes_the_window(Target::aws_efo("batches-efo", 2)),
+    }
 }
 
 fn crash_between_two_batches_resumes_the_window(t: Target) {
@@ -98,15 +80,11 @@ fn crash_between_two_batches_resumes_the_window(t: Target) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn a_half_applied_window_is_completed_under_changed_settings_embedded() {
-    a_half_applied_window_is_completed_under_changed_settings(Target::embedded());
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_half_applied_window_is_completed_under_changed_settings_aws() {
-    a_half_applied_window_is_completed_under_changed_settings(Target::aws("shape", 2));
+on_backends! {
+    a_half_applied_window_is_completed_under_changed_settings {
+        embedded => a_half_applied_window_is_completed_under_changed_settings(Target::embedded()),
+        aws => a_half_applied_window_is_completed_under_changed_settings(Target::aws("shape", 2)),
+    }
 }
 
 /// A rolling configuration change meets a half-applied window: the restarted counter has another

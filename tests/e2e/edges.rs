@@ -45,9 +45,19 @@ fn an_oversized_bad_record_never_stalls_its_shard(t: Target, size: usize) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn an_oversized_bad_record_never_stalls_its_shard_embedded() {
-    an_oversized_bad_record_never_stalls_its_shard(Target::embedded(), 1_000_000);
+on_backends! {
+    an_oversized_bad_record_never_stalls_its_shard {
+        embedded => an_oversized_bad_record_never_stalls_its_shard(Target::embedded(), 1_000_000),
+        aws => {
+            // 450 KB, as reproduced; and Kinesis' default largest record, 1 MiB with its partition key.
+            an_oversized_bad_record_never_stalls_its_shard(Target::aws("huge", 1), 450 * 1024);
+            an_oversized_bad_record_never_stalls_its_shard(Target::aws("huge1m", 1), 1_000_000);
+        },
+        aws_efo => {
+            // A 1 MB record arrives inside one SubscribeToShard event.
+            an_oversized_bad_record_never_stalls_its_shard(Target::aws_efo("huge1m-efo", 1), 1_000_000);
+        },
+    }
 }
 
 /// The embedded stream refuses a record Kinesis would refuse (over 1 MiB with its key), with
@@ -69,21 +79,6 @@ fn the_embedded_stream_refuses_what_kinesis_refuses() {
         0,
         "nothing of the batch was put"
     );
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn an_oversized_bad_record_never_stalls_its_shard_aws() {
-    // 450 KB, as reproduced; and Kinesis' default largest record, 1 MiB with its partition key.
-    an_oversized_bad_record_never_stalls_its_shard(Target::aws("huge", 1), 450 * 1024);
-    an_oversized_bad_record_never_stalls_its_shard(Target::aws("huge1m", 1), 1_000_000);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn an_oversized_bad_record_never_stalls_its_shard_aws_efo() {
-    // A 1 MB record arrives inside one SubscribeToShard event.
-    an_oversized_bad_record_never_stalls_its_shard(Target::aws_efo("huge1m-efo", 1), 1_000_000);
 }
 
 /// Three generations of shards, each split once its predecessors finished: a shard whose records
@@ -165,17 +160,15 @@ fn split_embedded(t: &Target, shard: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_long_finished_parent_is_never_read_again_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "1"]);
-    a_long_finished_parent_is_never_read_again(t, &split_embedded);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_long_finished_parent_is_never_read_again_aws() {
-    a_long_finished_parent_is_never_read_again(Target::aws("generations", 1), &split_embedded);
+on_backends! {
+    a_long_finished_parent_is_never_read_again {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "1"]);
+            a_long_finished_parent_is_never_read_again(t, &split_embedded);
+        },
+        aws => a_long_finished_parent_is_never_read_again(Target::aws("generations", 1), &split_embedded),
+    }
 }
 
 /// Events put again after the stream was resharded twice (every one a producer retry, now routed
@@ -200,23 +193,16 @@ fn a_retry_two_reshards_later_counts_once(t: Target) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn a_retry_two_reshards_later_counts_once_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "1"]);
-    a_retry_two_reshards_later_counts_once(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_retry_two_reshards_later_counts_once_aws() {
-    a_retry_two_reshards_later_counts_once(Target::aws("retry2", 1));
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_retry_two_reshards_later_counts_once_aws_efo() {
-    a_retry_two_reshards_later_counts_once(Target::aws_efo("retry2-efo", 1));
+on_backends! {
+    a_retry_two_reshards_later_counts_once {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "1"]);
+            a_retry_two_reshards_later_counts_once(t);
+        },
+        aws => a_retry_two_reshards_later_counts_once(Target::aws("retry2", 1)),
+        aws_efo => a_retry_two_reshards_later_counts_once(Target::aws_efo("retry2-efo", 1)),
+    }
 }
 
 /// The ids each shard's duplicate filter was restored with, from the counter's log.
@@ -273,17 +259,15 @@ fn a_child_restores_only_what_the_horizon_needs(t: Target) {
     assert_eq!(t.mismatches(&counts), vec![]);
 }
 
-#[test]
-fn a_child_restores_only_what_the_horizon_needs_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "1"]);
-    a_child_restores_only_what_the_horizon_needs(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_child_restores_only_what_the_horizon_needs_aws() {
-    a_child_restores_only_what_the_horizon_needs(Target::aws("horizon", 1));
+on_backends! {
+    a_child_restores_only_what_the_horizon_needs {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "1"]);
+            a_child_restores_only_what_the_horizon_needs(t);
+        },
+        aws => a_child_restores_only_what_the_horizon_needs(Target::aws("horizon", 1)),
+    }
 }
 
 /// The counter's dedup records for `shard` in the target's store, read through the port: those a
@@ -380,17 +364,15 @@ fn dedup_records_expire_as_the_arrival_clock_moves(t: Target) {
     }
 }
 
-#[test]
-fn dedup_records_expire_as_the_arrival_clock_moves_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "1"]);
-    dedup_records_expire_as_the_arrival_clock_moves(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn dedup_records_expire_as_the_arrival_clock_moves_aws() {
-    dedup_records_expire_as_the_arrival_clock_moves(Target::aws("expiry", 1));
+on_backends! {
+    dedup_records_expire_as_the_arrival_clock_moves {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "1"]);
+            dedup_records_expire_as_the_arrival_clock_moves(t);
+        },
+        aws => dedup_records_expire_as_the_arrival_clock_moves(Target::aws("expiry", 1)),
+    }
 }
 
 /// The dead letters that record gaps.
@@ -564,15 +546,13 @@ fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t: Target) {
     assert_eq!(t.json(&["total", "--json"])["total"], 3);
 }
 
-#[test]
-fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "1"]);
-    created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it_aws() {
-    created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(Target::aws("bounds", 1));
+on_backends! {
+    created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "1"]);
+            created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t);
+        },
+        aws => created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(Target::aws("bounds", 1)),
+    }
 }

@@ -1,7 +1,7 @@
 //! Enhanced fan-out on kinesis-local, through a fault proxy: subscriptions that are refused, end
 //! early or break are resumed after the last record received, and counts stay exact; an account
 //! or stream that refuses fan-out is read by polling, said in one log line; `teardown`
-//! deregisters the consumers. (The exactness suites run in this mode too: the `_aws_efo` tests.)
+//! deregisters the consumers. (The exactness suites run in this mode too: the `::aws_efo` tests.)
 #![cfg(feature = "aws-local")]
 #![allow(clippy::unwrap_used)]
 

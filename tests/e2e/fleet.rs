@@ -205,35 +205,32 @@ fn fleet_keeps_counts_exact(
     t.assert_read_as_configured();
 }
 
-#[test]
-fn fleet_keeps_counts_exact_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "5"]);
-    fleet_keeps_counts_exact(t, "shardId-000000000002", "1500", "6000", FAST);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn fleet_keeps_counts_exact_aws() {
-    fleet_keeps_counts_exact(
-        Target::aws("fleet", 4),
-        "shardId-000000000002",
-        "600",
-        "3000",
-        FAST_AWS,
-    );
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn fleet_keeps_counts_exact_aws_efo() {
-    fleet_keeps_counts_exact(
-        Target::aws_efo("fleet-efo", 4),
-        "shardId-000000000002",
-        "600",
-        "3000",
-        FAST_AWS,
-    );
+on_backends! {
+    fleet_keeps_counts_exact {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "5"]);
+            fleet_keeps_counts_exact(t, "shardId-000000000002", "1500", "6000", FAST);
+        },
+        aws => {
+            fleet_keeps_counts_exact(
+                Target::aws("fleet", 4),
+                "shardId-000000000002",
+                "600",
+                "3000",
+                FAST_AWS,
+            );
+        },
+        aws_efo => {
+            fleet_keeps_counts_exact(
+                Target::aws_efo("fleet-efo", 4),
+                "shardId-000000000002",
+                "600",
+                "3000",
+                FAST_AWS,
+            );
+        },
+    }
 }
 
 fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
@@ -326,24 +323,17 @@ fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
     }
 }
 
-#[test]
-fn stale_worker_cannot_apply_embedded() {
-    let t = Target::embedded();
-    // The test reads the leases while the first worker starts: the store must exist first.
-    t.run(&["setup"]);
-    stale_worker_cannot_apply(t, FAST);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn stale_worker_cannot_apply_aws() {
-    stale_worker_cannot_apply(Target::aws("stale", 2), FAST_AWS);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn stale_worker_cannot_apply_aws_efo() {
-    stale_worker_cannot_apply(Target::aws_efo("stale-efo", 2), FAST_AWS);
+on_backends! {
+    stale_worker_cannot_apply {
+        embedded => {
+            let t = Target::embedded();
+            // The test reads the leases while the first worker starts: the store must exist first.
+            t.run(&["setup"]);
+            stale_worker_cannot_apply(t, FAST);
+        },
+        aws => stale_worker_cannot_apply(Target::aws("stale", 2), FAST_AWS),
+        aws_efo => stale_worker_cannot_apply(Target::aws_efo("stale-efo", 2), FAST_AWS),
+    }
 }
 
 /// With `metrics.emf` on, a worker's lease and shard metrics are CloudWatch embedded metric format
@@ -533,15 +523,13 @@ fn a_fleet_is_balanced_from_the_start(
     assert_eq!(t.mismatches(&expected), vec![]);
 }
 
-#[test]
-fn a_fleet_is_balanced_from_the_start_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "16"]);
-    a_fleet_is_balanced_from_the_start(t, 16, 4, FAST);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_fleet_is_balanced_from_the_start_aws() {
-    a_fleet_is_balanced_from_the_start(Target::aws("balanced", 8), 8, 3, FAST_AWS);
+on_backends! {
+    a_fleet_is_balanced_from_the_start {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "16"]);
+            a_fleet_is_balanced_from_the_start(t, 16, 4, FAST);
+        },
+        aws => a_fleet_is_balanced_from_the_start(Target::aws("balanced", 8), 8, 3, FAST_AWS),
+    }
 }

@@ -212,56 +212,53 @@ fn harness(t: Target, pace: Pace) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn crashes_and_stale_writers_keep_counts_exact_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    harness(
-        t,
-        Pace {
-            kills: 20,
-            events_per_part: 2_500,
-            posts_per_batch: "1",
-            kill_after_ms: 20..250,
-            kill_after_log: None,
-            slower: 1,
+on_backends! {
+    crashes_and_stale_writers_keep_counts_exact {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            harness(
+                t,
+                Pace {
+                    kills: 20,
+                    events_per_part: 2_500,
+                    posts_per_batch: "1",
+                    kill_after_ms: 20..250,
+                    kill_after_log: None,
+                    slower: 1,
+                },
+            );
         },
-    );
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn crashes_and_stale_writers_keep_counts_exact_aws() {
-    harness(
-        Target::aws("harness", 2),
-        Pace {
-            kills: 12,
-            events_per_part: 400,
-            posts_per_batch: "2",
-            // Counted from the first lease taken: a worker's start (its SDK clients, its first
-            // listing) takes longer than its windows on a busy machine, and a kill before it reads
-            // finds no window to cut.
-            kill_after_ms: 40..500,
-            kill_after_log: Some("lease taken"),
-            slower: 2,
+        aws => {
+            harness(
+                Target::aws("harness", 2),
+                Pace {
+                    kills: 12,
+                    events_per_part: 400,
+                    posts_per_batch: "2",
+                    // Counted from the first lease taken: a worker's start (its SDK clients, its first
+                    // listing) takes longer than its windows on a busy machine, and a kill before it reads
+                    // finds no window to cut.
+                    kill_after_ms: 40..500,
+                    kill_after_log: Some("lease taken"),
+                    slower: 2,
+                },
+            );
         },
-    );
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn crashes_and_stale_writers_keep_counts_exact_aws_efo() {
-    harness(
-        Target::aws_efo("harness-efo", 2),
-        Pace {
-            kills: 12,
-            events_per_part: 400,
-            posts_per_batch: "2",
-            // kinesis-local pushes an event a second after a subscription: a kill before the
-            // first one lands before any reading; counted from the first lease taken.
-            kill_after_ms: 900..2_400,
-            kill_after_log: Some("lease taken"),
-            slower: 2,
+        aws_efo => {
+            harness(
+                Target::aws_efo("harness-efo", 2),
+                Pace {
+                    kills: 12,
+                    events_per_part: 400,
+                    posts_per_batch: "2",
+                    // kinesis-local pushes an event a second after a subscription: a kill before the
+                    // first one lands before any reading; counted from the first lease taken.
+                    kill_after_ms: 900..2_400,
+                    kill_after_log: Some("lease taken"),
+                    slower: 2,
+                },
+            );
         },
-    );
+    }
 }

@@ -182,23 +182,16 @@ fn aggregated_records_count_exactly(t: Target) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn aggregated_records_count_exactly_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    aggregated_records_count_exactly(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn aggregated_records_count_exactly_aws() {
-    aggregated_records_count_exactly(Target::aws("kpl", 2));
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn aggregated_records_count_exactly_aws_efo() {
-    aggregated_records_count_exactly(Target::aws_efo("kpl-efo", 2));
+on_backends! {
+    aggregated_records_count_exactly {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            aggregated_records_count_exactly(t);
+        },
+        aws => aggregated_records_count_exactly(Target::aws("kpl", 2)),
+        aws_efo => aggregated_records_count_exactly(Target::aws_efo("kpl-efo", 2)),
+    }
 }
 
 /// Windows of 40 user records over aggregates of 25, written a few posts per store call: the
@@ -234,15 +227,13 @@ fn sigkill_inside_aggregates_keeps_counts_exact(t: Target, events: usize, slower
     t.assert_read_as_configured();
 }
 
-#[test]
-fn sigkill_inside_aggregates_keeps_counts_exact_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    sigkill_inside_aggregates_keeps_counts_exact(t, 40_000, 1);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn sigkill_inside_aggregates_keeps_counts_exact_aws() {
-    sigkill_inside_aggregates_keeps_counts_exact(Target::aws("kpl-kill", 2), 6_000, 4);
+on_backends! {
+    sigkill_inside_aggregates_keeps_counts_exact {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            sigkill_inside_aggregates_keeps_counts_exact(t, 40_000, 1);
+        },
+        aws => sigkill_inside_aggregates_keeps_counts_exact(Target::aws("kpl-kill", 2), 6_000, 4),
+    }
 }

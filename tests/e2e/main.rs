@@ -5,6 +5,7 @@
 //! `cargo test --test e2e harness::` runs one file's tests.
 #![allow(clippy::unwrap_used)]
 
+#[macro_use]
 mod common;
 
 mod aws_stack;
@@ -15,6 +16,7 @@ mod faults;
 mod first_hour;
 mod fleet;
 mod harness;
+mod in_process;
 mod kpl;
 mod pipeline;
 mod read_contract;

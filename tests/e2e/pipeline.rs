@@ -4,21 +4,12 @@
 
 use crate::common::{file_in, write_contract_file, Target};
 
-#[test]
-fn replay_count_query_is_exact_embedded() {
-    replay_count_query_is_exact(Target::embedded(), 4);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn replay_count_query_is_exact_aws() {
-    replay_count_query_is_exact(Target::aws("replay", 2), 2);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn replay_count_query_is_exact_aws_efo() {
-    replay_count_query_is_exact(Target::aws_efo("replay-efo", 2), 2);
+on_backends! {
+    replay_count_query_is_exact {
+        embedded => replay_count_query_is_exact(Target::embedded(), 4),
+        aws => replay_count_query_is_exact(Target::aws("replay", 2), 2),
+        aws_efo => replay_count_query_is_exact(Target::aws_efo("replay-efo", 2), 2),
+    }
 }
 
 fn replay_count_query_is_exact(t: Target, shards: usize) {
@@ -282,19 +273,17 @@ fn baselines_side_by_side(t: Target) {
     assert_eq!(tx["refused_as_duplicates"], v["duplicates_injected"], "{v}");
 }
 
-#[test]
-fn baselines_side_by_side_embedded() {
-    baselines_side_by_side(Target::embedded());
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn baselines_side_by_side_aws() {
-    let kinesis =
-        std::env::var("TEST_KINESIS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4568".into());
-    let dynamodb =
-        std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into());
-    baselines_side_by_side(Target::aws_at("baselines", &kinesis, &dynamodb));
+on_backends! {
+    baselines_side_by_side {
+        embedded => baselines_side_by_side(Target::embedded()),
+        aws => {
+            let kinesis =
+                std::env::var("TEST_KINESIS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4568".into());
+            let dynamodb =
+                std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into());
+            baselines_side_by_side(Target::aws_at("baselines", &kinesis, &dynamodb));
+        },
+    }
 }
 
 /// A viral post, liked at 5,000 events a second (beyond one Kinesis shard's 1,000 records/s): the
@@ -343,21 +332,12 @@ fn a_viral_post_fans_out_over_the_shards(t: Target, events: &str, rate: &str, sh
     t.assert_read_as_configured();
 }
 
-#[test]
-fn a_viral_post_fans_out_over_the_shards_embedded() {
-    a_viral_post_fans_out_over_the_shards(Target::embedded(), "20000", "5000", 4);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_viral_post_fans_out_over_the_shards_aws() {
-    a_viral_post_fans_out_over_the_shards(Target::aws("viral", 2), "1500", "1000", 2);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_viral_post_fans_out_over_the_shards_aws_efo() {
-    a_viral_post_fans_out_over_the_shards(Target::aws_efo("viral-efo", 2), "1500", "1000", 2);
+on_backends! {
+    a_viral_post_fans_out_over_the_shards {
+        embedded => a_viral_post_fans_out_over_the_shards(Target::embedded(), "20000", "5000", 4),
+        aws => a_viral_post_fans_out_over_the_shards(Target::aws("viral", 2), "1500", "1000", 2),
+        aws_efo => a_viral_post_fans_out_over_the_shards(Target::aws_efo("viral-efo", 2), "1500", "1000", 2),
+    }
 }
 
 /// Analytics counts a producer retry once, across restarts, like the counter: replaying a file a
@@ -389,23 +369,16 @@ fn analytics_counts_a_replayed_file_once(t: Target) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn analytics_counts_a_replayed_file_once_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    analytics_counts_a_replayed_file_once(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn analytics_counts_a_replayed_file_once_aws() {
-    analytics_counts_a_replayed_file_once(Target::aws("anadedup", 2));
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn analytics_counts_a_replayed_file_once_aws_efo() {
-    analytics_counts_a_replayed_file_once(Target::aws_efo("anadedup-efo", 2));
+on_backends! {
+    analytics_counts_a_replayed_file_once {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            analytics_counts_a_replayed_file_once(t);
+        },
+        aws => analytics_counts_a_replayed_file_once(Target::aws("anadedup", 2)),
+        aws_efo => analytics_counts_a_replayed_file_once(Target::aws_efo("anadedup-efo", 2)),
+    }
 }
 
 /// A reading command into a closed pipe (`tally dead-letters | head -1`) ends quietly, as Unix
@@ -490,21 +463,14 @@ fn counts_appear_at_the_tip(t: Target) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn counts_appear_at_the_tip_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    counts_appear_at_the_tip(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn counts_appear_at_the_tip_aws() {
-    counts_appear_at_the_tip(Target::aws("tip", 2));
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn counts_appear_at_the_tip_aws_efo() {
-    counts_appear_at_the_tip(Target::aws_efo("tip-efo", 2));
+on_backends! {
+    counts_appear_at_the_tip {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            counts_appear_at_the_tip(t);
+        },
+        aws => counts_appear_at_the_tip(Target::aws("tip", 2)),
+        aws_efo => counts_appear_at_the_tip(Target::aws_efo("tip-efo", 2)),
+    }
 }

@@ -101,19 +101,10 @@ fn resharding_keeps_counts_exact(t: Target, parent: &str) {
     t.assert_read_as_configured();
 }
 
-#[test]
-fn resharding_keeps_counts_exact_embedded() {
-    resharding_keeps_counts_exact(Target::embedded(), "shardId-000000000000");
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn resharding_keeps_counts_exact_aws() {
-    resharding_keeps_counts_exact(Target::aws("reshard", 2), "shardId-000000000000");
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn resharding_keeps_counts_exact_aws_efo() {
-    resharding_keeps_counts_exact(Target::aws_efo("reshard-efo", 2), "shardId-000000000000");
+on_backends! {
+    resharding_keeps_counts_exact {
+        embedded => resharding_keeps_counts_exact(Target::embedded(), "shardId-000000000000"),
+        aws => resharding_keeps_counts_exact(Target::aws("reshard", 2), "shardId-000000000000"),
+        aws_efo => resharding_keeps_counts_exact(Target::aws_efo("reshard-efo", 2), "shardId-000000000000"),
+    }
 }

@@ -370,17 +370,15 @@ fn the_api_answers_a_known_store(t: Target) {
     assert_eq!(buckets.last().unwrap().count, n as f64, "{text}");
 }
 
-#[test]
-fn the_api_answers_a_known_store_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    the_api_answers_a_known_store(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn the_api_answers_a_known_store_aws() {
-    the_api_answers_a_known_store(Target::aws("serve", 2));
+on_backends! {
+    the_api_answers_a_known_store {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            the_api_answers_a_known_store(t);
+        },
+        aws => the_api_answers_a_known_store(Target::aws("serve", 2)),
+    }
 }
 
 /// A worker's `--http` endpoint: its own counters as Prometheus text, and health.
@@ -440,17 +438,15 @@ fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
     drop(worker);
 }
 
-#[test]
-fn an_idle_caught_up_pipeline_shows_no_lag_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    an_idle_caught_up_pipeline_shows_no_lag(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn an_idle_caught_up_pipeline_shows_no_lag_aws() {
-    an_idle_caught_up_pipeline_shows_no_lag(Target::aws("idle", 2));
+on_backends! {
+    an_idle_caught_up_pipeline_shows_no_lag {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            an_idle_caught_up_pipeline_shows_no_lag(t);
+        },
+        aws => an_idle_caught_up_pipeline_shows_no_lag(Target::aws("idle", 2)),
+    }
 }
 
 #[test]
@@ -889,15 +885,13 @@ fn provisional_counts_are_exact(t: Target) {
     assert_eq!(t.mismatches(&second), vec![]);
 }
 
-#[test]
-fn provisional_counts_are_exact_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    provisional_counts_are_exact(t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn provisional_counts_are_exact_aws() {
-    provisional_counts_are_exact(Target::aws("provisional", 2));
+on_backends! {
+    provisional_counts_are_exact {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            provisional_counts_are_exact(t);
+        },
+        aws => provisional_counts_are_exact(Target::aws("provisional", 2)),
+    }
 }

@@ -291,20 +291,20 @@ fn finds_exact_then_every_planted_drift(t: &Target, tables: &dyn Tables) {
         .is_empty());
 }
 
-#[test]
-fn verify_finds_a_correct_store_exact_and_names_planted_drifts_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    let db = Sqlite(t.dir.path().join("tally.db"));
-    finds_exact_then_every_planted_drift(&t, &db);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn verify_finds_a_correct_store_exact_and_names_planted_drifts_aws() {
-    let t = Target::aws("verify", 2);
-    let tables = Dynamo::of(&t);
-    finds_exact_then_every_planted_drift(&t, &tables);
+on_backends! {
+    verify_finds_a_correct_store_exact_and_names_planted_drifts {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            let db = Sqlite(t.dir.path().join("tally.db"));
+            finds_exact_then_every_planted_drift(&t, &db);
+        },
+        aws => {
+            let t = Target::aws("verify", 2);
+            let tables = Dynamo::of(&t);
+            finds_exact_then_every_planted_drift(&t, &tables);
+        },
+    }
 }
 
 /// Verify beside a running counter while records keep arriving: nothing reported off (what it
@@ -366,17 +366,15 @@ fn beside_a_running_counter(t: &Target) {
     );
 }
 
-#[test]
-fn verify_runs_beside_the_counter_embedded() {
-    let t = Target::embedded();
-    t.run(&["setup", "--shards", "2"]);
-    beside_a_running_counter(&t);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn verify_runs_beside_the_counter_aws() {
-    beside_a_running_counter(&Target::aws("verify-live", 2));
+on_backends! {
+    verify_runs_beside_the_counter {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            beside_a_running_counter(&t);
+        },
+        aws => beside_a_running_counter(&Target::aws("verify-live", 2)),
+    }
 }
 
 /// A recording keeps each record's shard, sequence number, key and arrival time; replayed at a
@@ -468,15 +466,13 @@ fn replay_into_a_fresh_stack(dst: &Target) {
     assert_exact(&v, ok, &e);
 }
 
-#[test]
-fn a_recorded_stream_replayed_into_a_fresh_stack_verifies_exact_embedded() {
-    let dst = Target::embedded();
-    dst.run(&["setup", "--shards", "3"]);
-    replay_into_a_fresh_stack(&dst);
-}
-
-#[cfg(feature = "aws-local")]
-#[test]
-fn a_recorded_stream_replayed_into_a_fresh_stack_verifies_exact_aws() {
-    replay_into_a_fresh_stack(&Target::aws("verify-fresh", 2));
+on_backends! {
+    a_recorded_stream_replayed_into_a_fresh_stack_verifies_exact {
+        embedded => {
+            let dst = Target::embedded();
+            dst.run(&["setup", "--shards", "3"]);
+            replay_into_a_fresh_stack(&dst);
+        },
+        aws => replay_into_a_fresh_stack(&Target::aws("verify-fresh", 2)),
+    }
 }

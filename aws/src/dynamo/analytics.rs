@@ -1,7 +1,17 @@
 //! [`AnalyticsStore`] on the leases, analytics and dedup tables: a snapshot, its dedup record and
 //! its checkpoint in one `TransactWriteItems`.
 
-use super::*;
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use tally_core::clock::now_ms;
+use tally_core::ports::{
+    AnalyticsSnapshot, AnalyticsStore, Fence, PortError, PortResult, TrendingEntry,
+};
+
+use super::{get_n, get_s, n, s, DynamoStore, Expr, SNAPSHOT_TTL_SECS};
 
 #[async_trait]
 impl AnalyticsStore for DynamoStore {

@@ -1,7 +1,14 @@
 //! [`BaselineWriters`] on the counts and dedup tables, under keys of their own
 //! (`bench#<run>#<post>` and `bench#<run>`): the patterns tally is measured against.
 
-use super::*;
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use tally_core::clock::now_ms;
+use tally_core::ports::{BaselineWriters, PortError, PortResult};
+
+use super::{get_n, n, s, DynamoStore};
 
 fn count_key(run: &str, post_id: &str) -> HashMap<String, AttributeValue> {
     HashMap::from([

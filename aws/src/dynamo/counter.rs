@@ -2,23 +2,27 @@
 //! end in the lease row, then one plain conditional `UpdateItem` per summary item (see
 //! [`tally_core::summary`]), then the checkpoint — no transaction on the way.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckFailure, Select};
 use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
-use tally_core::cost::Purpose;
-use tally_core::dead_letter::dead_letter_units;
+use tally_core::cost::{self, Purpose};
+use tally_core::dead_letter::DeadLetter;
+use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
-    Applied, Consistency, DedupStore, LetterCursor, PostsApplied, StoredDedup, WindowRef,
-    WindowRest,
+    Applied, Consistency, CounterStore, DedupStore, Fence, LetterCursor, PortError, PortResult,
+    PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
-use tally_core::window::dedup_write_units;
-use tally_core::SeqNo;
+use tally_core::{Position, SeqNo};
 
-use super::*;
+use super::{arrival_key, get_n, get_s, n, s, DynamoStore, Expr};
 
 /// Summary items written at once (each its own request).
 const WRITES_IN_FLIGHT: usize = 32;
@@ -92,7 +96,7 @@ impl DynamoStore {
         let mut x = Expr::default();
         let cond = match &w.cond {
             Cond::Absent => "attribute_not_exists(pk)".to_owned(),
-            Cond::Before => {
+            Cond::MarkerBelow => {
                 let wn = x.name("w");
                 format!("attribute_not_exists({wn}) OR {wn} < {}", x.val(s(end)))
             }
@@ -156,9 +160,9 @@ impl DynamoStore {
                     unreachable!()
                 };
                 match &w.cond {
-                    Cond::Absent | Cond::Before => Ok(Outcome::Applied),
+                    Cond::Absent | Cond::MarkerBelow => Ok(Outcome::Applied),
                     Cond::Live { .. } => match known_from(e.item())? {
-                        Known::Item(st) if st.w.as_str() >= end => Ok(Outcome::Applied),
+                        Known::Item(st) if st.marker.as_str() >= end => Ok(Outcome::Applied),
                         k => Ok(Outcome::Stale(k)),
                     },
                 }
@@ -371,7 +375,7 @@ impl CounterStore for DynamoStore {
                 .send()
                 .await
                 .map_err(|e| self.err("PutItem", "dead-letters", e))?;
-            out.wrote(Purpose::DeadLetters, dead_letter_units(d));
+            out.wrote(Purpose::DeadLetters, cost::dead_letter_units(d));
         }
         let end = summary::marker(w.end);
         let total = summary::global_total_write(w.app, w.shard_id, rest.total_delta, &end);
@@ -384,7 +388,7 @@ impl CounterStore for DynamoStore {
             }
         }
         if !rest.dedup.ids.is_empty() {
-            let units = dedup_write_units(rest.dedup);
+            let units = cost::dedup_units(rest.dedup);
             // Written once: an overwrite by a late writer could replace it with other content.
             let put = self.dedup_put(w.app, w.shard_id, w.end, rest.dedup, rest.horizon_ms)?;
             let r = self

@@ -1,10 +1,14 @@
 //! [`LeaseStore`] on the leases table: one row per application and shard, the lease and the
 //! checkpoint together so that one condition fences both.
 
-use aws_sdk_dynamodb::types::{ConditionCheck, Delete};
-use tally_core::ports::fleet_app;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem};
+use tally_core::ports::{
+    fleet_app, Fence, GapCommit, LeaseStore, PortError, PortResult, ReadProgress, ShardInfo,
+    ShardState,
+};
 
-use super::*;
+use super::{get_n, get_s, lease_from, n, s, DynamoStore, Expr};
 
 /// Where an application's lease tombstones are kept: items under their own partition, so that no
 /// listing of the application (a `Query` of its partition) reads them. One per cleaned-up shard,

@@ -16,25 +16,20 @@
 //! `analytics` ([`AnalyticsStore`]), `baselines` ([`BaselineWriters`], for benchmarks).
 
 use std::collections::HashMap;
-use tally_core::clock::now_ms;
 
-use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnConsumedCapacity, Select, TransactWriteItem, Update,
+    AttributeValue, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use tally_core::cost::Purpose;
-use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ReadProgress, ShardInfo, ShardState, ShardTally,
-    TrendingEntry,
+    Fence, Pending, PortError, PortResult, ReadProgress, ShardState, ShardTally,
 };
 use tally_core::Position;
 

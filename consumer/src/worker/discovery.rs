@@ -1,6 +1,8 @@
 //! Which shards get a lease row: discovery never gives a processed shard a row again.
 
-use super::*;
+use std::collections::HashMap;
+
+use tally_core::lease::Lease;
 
 /// The shards that need a lease row: all, except a closed shard without one that was already
 /// processed — its row was cleaned up after it finished, and it must never be read again.

@@ -22,16 +22,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
-use tally_core::ports::{
-    Fence, LeaseStore, PortError, ReadBatch, ReadProgress, ShardState, StartPosition, Stream,
-};
+use tally_core::ports::{Fence, LeaseStore, ReadBatch, ShardState, StartPosition, Stream};
 use tally_core::retry::Backoff;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
 
-use crate::emf::{Emf, Unit};
-use crate::retry::{with_backoff, with_bounded_backoff, Retry};
+use crate::emf::Emf;
+use crate::retry::with_bounded_backoff;
 use crate::ConsumerError;
 
 mod discovery;
@@ -40,7 +38,7 @@ mod report;
 mod shard;
 
 use discovery::shards_needing_rows;
-use report::{report_leases, LeaseCounts, ShardStats};
+use report::{report_leases, LeaseCounts};
 use shard::spawn_shard;
 
 pub use tally_core::clock::now_ms;
@@ -101,7 +99,7 @@ impl WorkerConfig {
             max_leases_per_worker: 0,
             shutdown_timeout: Duration::from_secs(20),
             finished_lease_grace: Duration::from_secs(3_600),
-            lineage_horizon: Duration::from_secs(600),
+            lineage_horizon: tally_core::dedup::DEFAULT_HORIZON,
             backoff: Backoff::default(),
             stats_interval: Duration::from_secs(30),
             emf: Emf::default(),
@@ -317,8 +315,8 @@ async fn run_inner(
     };
     let result = loop {
         match w.iterate().await {
-            Ok(Step::Continue) => {}
-            Ok(Step::Idle) => break Ok(()),
+            Ok(Round::Continue) => {}
+            Ok(Round::Idle) => break Ok(()),
             Err(e) => break Err(e),
         }
         tokio::select! {
@@ -336,7 +334,7 @@ async fn run_inner(
 }
 
 /// What one iteration of the loop found.
-enum Step {
+enum Round {
     Continue,
     /// `--until-idle` is armed and every shard is caught up and flushed.
     Idle,
@@ -345,7 +343,7 @@ enum Step {
 impl Worker {
     /// One round: reap ended tasks, report, discover shards, take leases, clean up finished
     /// rows, and check for idleness.
-    async fn iterate(&mut self) -> Result<Step, ConsumerError> {
+    async fn iterate(&mut self) -> Result<Round, ConsumerError> {
         let held_before = self.running.len();
         self.reap().await?;
         self.metrics
@@ -365,10 +363,10 @@ impl Worker {
         if !self.beat().await {
             // Joining: the fleet row is written; leases are taken from the next poll on, once
             // the workers started together have all written theirs.
-            return Ok(Step::Continue);
+            return Ok(Round::Continue);
         }
         if self.settled(held_before, &fleet_before) {
-            return Ok(Step::Continue);
+            return Ok(Round::Continue);
         }
         // A passing failure skips this round (the next poll lists again): the loop must go on
         // to see a shutdown, and the shard tasks go on meanwhile.
@@ -378,7 +376,7 @@ impl Worker {
             Err(e) if e.is_retryable() => {
                 crate::retry::Retry::new(&self.cfg.backoff, "list leases")
                     .note(&e, &mut self.last_list_warning);
-                return Ok(Step::Continue);
+                return Ok(Round::Continue);
             }
             Err(e) => return Err(e.into()),
         };
@@ -388,9 +386,9 @@ impl Worker {
         self.clean_up_finished(&leases).await;
         Ok(if self.all_idle(&states) {
             info!("every shard is caught up and flushed");
-            Step::Idle
+            Round::Idle
         } else {
-            Step::Continue
+            Round::Continue
         })
     }
 

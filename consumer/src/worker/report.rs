@@ -1,6 +1,14 @@
 //! Lease and shard metrics: logged, and emitted as CloudWatch embedded metric format.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tally_core::clock::now_ms;
+use tally_core::ports::ReadBatch;
+use tracing::info;
+
+use super::{metric, LeaseMetrics, WorkerConfig};
+use crate::emf::Unit;
 
 /// The lease counters as last reported, to report the change since.
 #[derive(Clone, Copy, Debug, Default)]

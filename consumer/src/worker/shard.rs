@@ -1,7 +1,21 @@
 //! One task per held shard: it renews the lease beside the processing, reads batches, hands them
 //! to the processor, and ends finished, stopped, lost or failed.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tally_core::clock::now_ms;
+use tally_core::lease::Lease;
+use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, ReadProgress, ShardReader};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::{info, warn, Instrument};
+
+use super::report::ShardStats;
+use super::{IdleExit, LeaseMetrics, Running, ShardEnd, ShardProcessor, WorkerConfig, WorkerDeps};
+use crate::retry::{with_backoff, with_bounded_backoff, Retry};
+use crate::ConsumerError;
 
 pub(super) fn spawn_shard(
     deps: &WorkerDeps,
@@ -154,43 +168,57 @@ impl ShardTask {
                 processor.flush(true).await?;
                 return Ok(ShardEnd::Finished);
             }
-            if batch.records.is_empty() && !batch.is_caught_up() {
-                // Kinesis answers empty reads while records are still ahead (a sparse stretch of
-                // a shard): read on without the idle pause (at Kinesis' 5 reads per second per
-                // shard), and never count the shard as idle.
-                processor.tick(now_ms()).await?;
-                self.progress(&batch, processor.unapplied()).await?;
-                if !reader.waits_for_records() {
-                    tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
-                }
-            } else if batch.records.is_empty() {
-                if self.idle_exit.armed_at().is_some() {
-                    processor.flush(false).await?;
-                    // A processor still waiting for records it knows of is not idle.
-                    if !processor.waiting() {
-                        if let Ok(mut t) = self.idle_at.lock() {
-                            *t = Some(read_started);
-                        }
-                    }
-                } else {
-                    processor.tick(now_ms()).await?;
-                }
-                self.progress(&batch, processor.unapplied()).await?;
-                // A pushed stream's read already waited; a polled one pauses between reads.
-                if !reader.waits_for_records() {
-                    tokio::select! {
-                        _ = tokio::time::sleep(self.cfg.idle_poll) => {}
-                        _ = self.stop.changed() => {}
+            let pushed = reader.waits_for_records();
+            self.after(&batch, read_started, processor, pushed).await?;
+        }
+    }
+
+    /// After a read that did not end the shard: the processor's time-based work, the progress
+    /// report, and the pause before the next read — none while records are still ahead (Kinesis
+    /// answers empty reads in a sparse stretch of a shard: read on at its 5 reads per second per
+    /// shard, never counting the shard as idle), the idle pause at the tip (where `--until-idle`
+    /// flushes and notes when the shard went idle), none after records. A `pushed` read (by
+    /// enhanced fan-out) waited for records already, and needs no pause.
+    async fn after(
+        &mut self,
+        batch: &ReadBatch,
+        read_started: Instant,
+        processor: &mut dyn ShardProcessor,
+        pushed: bool,
+    ) -> Result<(), ConsumerError> {
+        if batch.records.is_empty() && !batch.is_caught_up() {
+            processor.tick(now_ms()).await?;
+            self.progress(batch, processor.unapplied()).await?;
+            if !pushed {
+                tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
+            }
+        } else if batch.records.is_empty() {
+            if self.idle_exit.armed_at().is_some() {
+                processor.flush(false).await?;
+                // A processor still waiting for records it knows of is not idle.
+                if !processor.waiting() {
+                    if let Ok(mut t) = self.idle_at.lock() {
+                        *t = Some(read_started);
                     }
                 }
             } else {
-                if let Ok(mut t) = self.idle_at.lock() {
-                    *t = None;
-                }
                 processor.tick(now_ms()).await?;
-                self.progress(&batch, processor.unapplied()).await?;
             }
+            self.progress(batch, processor.unapplied()).await?;
+            if !pushed {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.cfg.idle_poll) => {}
+                    _ = self.stop.changed() => {}
+                }
+            }
+        } else {
+            if let Ok(mut t) = self.idle_at.lock() {
+                *t = None;
+            }
+            processor.tick(now_ms()).await?;
+            self.progress(batch, processor.unapplied()).await?;
         }
+        Ok(())
     }
 
     /// After a read and what it led to (windows applied on time, or flushed): keeps how far
@@ -259,10 +287,7 @@ impl ShardTask {
     }
 
     /// One read, retried with backoff on throttling and other retryable errors.
-    async fn read(
-        &self,
-        reader: &mut dyn tally_core::ports::ShardReader,
-    ) -> Result<ReadBatch, ConsumerError> {
+    async fn read(&self, reader: &mut dyn ShardReader) -> Result<ReadBatch, ConsumerError> {
         // A reader is borrowed mutably per call, so the loop is here; the policy is `Retry`'s.
         let mut retry = Retry::new(&self.cfg.backoff, "GetRecords");
         loop {

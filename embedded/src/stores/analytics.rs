@@ -1,6 +1,11 @@
 //! [`AnalyticsStore`]: a snapshot and its checkpoint in one transaction.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::params;
+use tally_core::ports::{AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, TrendingEntry};
+
+use super::check_fence;
+use crate::{sql_err, Embedded};
 
 #[async_trait]
 impl AnalyticsStore for Embedded {

@@ -1,6 +1,10 @@
 //! [`BaselineWriters`]: the patterns tally is measured against, in tables of their own.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::{params, OptionalExtension};
+use tally_core::ports::{BaselineWriters, PortResult};
+
+use crate::{sql_err, Embedded};
 
 #[async_trait]
 impl BaselineWriters for Embedded {

@@ -1,17 +1,21 @@
 //! [`CounterStore`]: the summary items of [`tally_core::summary`] as rows of attribute maps, each
 //! write applied with the same condition and effect as on DynamoDB (and charged the same).
 
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension};
 use tally_core::buckets::PostDelta;
-use tally_core::cost::Purpose;
-use tally_core::dead_letter::dead_letter_units;
+use tally_core::cost::{self, Purpose};
+use tally_core::dead_letter::DeadLetter;
+use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
-    Applied, Consistency, DedupStore, LetterCursor, PostsApplied, StoredDedup, WindowRef,
-    WindowRest,
+    Applied, Consistency, CounterStore, DedupStore, Fence, LetterCursor, PortError, PortResult,
+    PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
 };
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
-use tally_core::window::dedup_write_units;
+use tally_core::{Position, SeqNo};
 
-use super::*;
+use super::{check_fence, spent_json, write_dead_letter};
+use crate::{sql_err, Embedded};
 
 fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<Attrs>> {
     let json: Option<String> = c
@@ -193,7 +197,7 @@ impl CounterStore for Embedded {
             for d in &dead {
                 // An overwrite with the same content, as DynamoDB's PutItem.
                 write_dead_letter(&tx, d)?;
-                out.wrote(Purpose::DeadLetters, dead_letter_units(d));
+                out.wrote(Purpose::DeadLetters, cost::dead_letter_units(d));
             }
             let total = summary::global_total_write(&app, &shard, total_delta, &end);
             write(&tx, GLOBAL_PK, &total, &end, &mut out)?.ok();
@@ -203,7 +207,7 @@ impl CounterStore for Embedded {
                     .map_err(sql_err)?
                     .execute(params![app, shard, seq_end.to_string(), dedup.max_arrival, dedup.max_arrival.saturating_add(horizon_ms), dedup.encode_ids()])
                     .map_err(sql_err)?;
-                let units = dedup_write_units(&dedup);
+                let units = cost::dedup_units(&dedup);
                 if n == 1 {
                     out.wrote(Purpose::Dedup, units);
                 } else {

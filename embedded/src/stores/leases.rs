@@ -1,6 +1,13 @@
 //! [`LeaseStore`]: one row per application and shard, the lease and the checkpoint together.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::params;
+use tally_core::ports::{
+    Fence, GapCommit, LeaseStore, PortError, PortResult, ReadProgress, ShardInfo, ShardState,
+};
+
+use super::{check_fence, read_state, state_in, write_dead_letter, LEASE_COLUMNS};
+use crate::{sql_err, Embedded};
 
 /// Where an application's lease tombstones are kept: rows under their own application name, so
 /// that no listing of the application reads them. One per cleaned-up shard, never removed: a

@@ -5,20 +5,16 @@
 //! `counter` ([`CounterStore`]), `analytics` ([`AnalyticsStore`]), `baselines`
 //! ([`BaselineWriters`], for benchmarks).
 
-use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::cost::Purpose;
 use tally_core::dead_letter::DeadLetter;
-use tally_core::dedup::DedupRecord;
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, BaselineWriters, CounterStore, Fence, GapCommit, LeaseStore,
-    Pending, PortError, PortResult, PostCount, ReadProgress, ShardInfo, ShardState, ShardTally,
-    TrendingEntry,
+    Fence, Pending, PortError, PortResult, ReadProgress, ShardState, ShardTally,
 };
 use tally_core::{Position, SeqNo};
 
-use crate::{sql_err, Embedded};
+use crate::sql_err;
 
 mod analytics;
 mod baselines;

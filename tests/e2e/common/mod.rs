@@ -542,3 +542,37 @@ pub fn write_likes(path: &std::path::Path, prefix: &str, n: usize) -> BTreeMap<S
     }
     counts
 }
+
+/// One test per backend of a scenario: `on_backends! { name { embedded => …, aws => …, aws_efo
+/// => … } }` makes a module `name` with a test per backend named (`name::embedded`, `name::aws`,
+/// `name::aws_efo`), each running its expression — most often the scenario's function on a fresh
+/// `Target`. The AWS ones are compiled with the local peers only (`--features aws-local`).
+macro_rules! on_backends {
+    ($name:ident { $($backend:ident => $body:expr),+ $(,)? }) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $( on_backends!(@test $backend $body); )+
+        }
+    };
+    (@test embedded $body:expr) => {
+        #[test]
+        fn embedded() {
+            $body;
+        }
+    };
+    (@test aws $body:expr) => {
+        #[cfg(feature = "aws-local")]
+        #[test]
+        fn aws() {
+            $body;
+        }
+    };
+    (@test aws_efo $body:expr) => {
+        #[cfg(feature = "aws-local")]
+        #[test]
+        fn aws_efo() {
+            $body;
+        }
+    };
+}

@@ -1,0 +1,108 @@
+//! The `AnalyticsStore` port: snapshots fenced by the lease.
+
+use tally_core::dedup::DedupRecord;
+use tally_core::ports::{AnalyticsSnapshot, AnalyticsStore, PortError, TrendingEntry};
+
+use super::{held_lease, seq, HORIZON_MS};
+
+/// Analytics store: a snapshot, its dedup record and its checkpoint land together, fenced by the
+/// lease.
+pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &str) {
+    let app = format!("analytics-{name}");
+    let shard = format!("shard-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let snap = AnalyticsSnapshot {
+        shard_id: shard.clone(),
+        end: seq("42"),
+        max_arrival: 7,
+        taken_at_ms: 1_000,
+        trending: vec![
+            TrendingEntry {
+                post_id: "p1".into(),
+                score: 2.5,
+                error: 0.0,
+            },
+            TrendingEntry {
+                post_id: "p2".into(),
+                score: 1.0,
+                error: 0.5,
+            },
+        ],
+        trending_at_ms: 900,
+        top_liked: vec![TrendingEntry {
+            post_id: "p1".into(),
+            score: 7.0,
+            error: 0.0,
+        }],
+        latency: vec![1, 2, 3],
+        dedup: DedupRecord {
+            max_arrival: 7,
+            ids: vec![5, 6],
+        },
+        horizon_ms: HORIZON_MS,
+        shard_finished: false,
+    };
+    store.save_snapshot(&fence, &snap).await.unwrap();
+    let stored = store
+        .load_dedup(&app, std::slice::from_ref(&shard), i64::MIN)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        (stored[0].end.clone(), stored[0].record.clone()),
+        (seq("42"), snap.dedup.clone())
+    );
+    let st = store.shard_state(&app, &shard).await.unwrap();
+    assert_eq!(st.lease.checkpoint, Some(seq("42")));
+    let all = store
+        .trending_sketches(&tally_core::ports::all_time(&app))
+        .await
+        .unwrap();
+    assert_eq!(all, vec![(shard.clone(), snap.top_liked.clone(), 900)]);
+    let sk = store.trending_sketches(&app).await.unwrap();
+    assert_eq!(sk, vec![(shard.clone(), snap.trending.clone(), 900)]);
+    assert_eq!(
+        store.latency_snapshots(&app, 1_000).await.unwrap(),
+        vec![(1_000, vec![1, 2, 3])]
+    );
+    assert!(store
+        .latency_snapshots(&app, 1_001)
+        .await
+        .unwrap()
+        .is_empty());
+    let _thief = store
+        .take_lease(&app, &shard, 1, "w2", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let stale = AnalyticsSnapshot {
+        end: seq("50"),
+        dedup: DedupRecord {
+            max_arrival: 8,
+            ids: vec![9],
+        },
+        ..snap
+    };
+    assert!(matches!(
+        store.save_snapshot(&fence, &stale).await,
+        Err(PortError::Fenced { .. })
+    ));
+    assert_eq!(
+        store
+            .load_dedup(&app, std::slice::from_ref(&shard), i64::MIN)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "a fenced snapshot stores no dedup record"
+    );
+    assert_eq!(
+        store
+            .shard_state(&app, &shard)
+            .await
+            .unwrap()
+            .lease
+            .checkpoint,
+        Some(seq("42"))
+    );
+}

@@ -1,0 +1,188 @@
+//! The `LeaseStore` port: fenced leases, and fleet rows apart from them.
+
+use tally_core::ports::{LeaseStore, PortError, ShardInfo};
+
+/// Leases: rows created once, taken by epoch, renewed, stolen, fenced, released, finished.
+/// The fleet rows: a heartbeat makes a worker a live member until it expires, a stop takes it
+/// out at once, and no listing of the application's leases shows them.
+pub async fn fleet_rows_are_apart_from_leases(store: &dyn LeaseStore, name: &str) {
+    let app = format!("fleet-{name}");
+    store
+        .ensure_leases(
+            &app,
+            &[ShardInfo {
+                shard_id: "shard-a".into(),
+                parents: vec![],
+                closed: false,
+            }],
+        )
+        .await
+        .unwrap();
+    store.heartbeat(&app, "w1", 5_000).await.unwrap();
+    store.heartbeat(&app, "w2", 2_000).await.unwrap();
+    assert_eq!(store.fleet(&app, 1_000).await.unwrap(), vec!["w1", "w2"]);
+    assert_eq!(
+        store.fleet(&app, 2_000).await.unwrap(),
+        vec!["w1"],
+        "w2's row expired"
+    );
+    // A heartbeat extends the row.
+    store.heartbeat(&app, "w2", 9_000).await.unwrap();
+    assert_eq!(store.fleet(&app, 6_000).await.unwrap(), vec!["w2"]);
+    store.leave_fleet(&app, "w2").await.unwrap();
+    assert!(store.fleet(&app, 0).await.unwrap() == vec!["w1"]);
+    let states = store.list_states(&app).await.unwrap();
+    assert_eq!(states.len(), 1, "one lease row, no fleet row: {states:?}");
+    assert!(store
+        .fleet(&format!("other-{name}"), 0)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
+    let app = format!("app-{name}");
+    let shards = vec![
+        ShardInfo {
+            shard_id: "shard-a".into(),
+            parents: vec![],
+            closed: false,
+        },
+        ShardInfo {
+            shard_id: "shard-b".into(),
+            parents: vec!["shard-a".into()],
+            closed: false,
+        },
+    ];
+    store.ensure_leases(&app, &shards).await.unwrap();
+    store.ensure_leases(&app, &shards).await.unwrap();
+    let ls = store.list_leases(&app).await.unwrap();
+    assert_eq!(ls.len(), 2);
+    assert_eq!(ls[1].parents, vec!["shard-a".to_string()]);
+    assert!(ls
+        .iter()
+        .all(|l| l.owner.is_none() && l.epoch == 0 && l.checkpoint.is_none() && !l.finished));
+
+    let f1 = store
+        .take_lease(&app, "shard-a", 0, "w1", i64::MAX / 2)
+        .await
+        .unwrap()
+        .expect("free lease taken");
+    assert_eq!(f1.epoch, 1);
+    assert!(
+        store
+            .take_lease(&app, "shard-a", 0, "w2", i64::MAX / 2)
+            .await
+            .unwrap()
+            .is_none(),
+        "a stale epoch loses"
+    );
+    let read = tally_core::ports::ReadProgress {
+        at_ms: 1_000,
+        behind_ms: 0,
+    };
+    store
+        .renew_lease(&f1, i64::MAX / 2, Some(read), Some("10.0.1.7:9100"))
+        .await
+        .unwrap();
+    let states = store.list_states(&app).await.unwrap();
+    assert_eq!(states.len(), 2, "one listing, every row's state");
+    assert_eq!(states[0].lease.shard_id, "shard-a");
+    assert_eq!(
+        states[0].progress,
+        Some(read),
+        "the renewal's report is kept"
+    );
+    assert_eq!(states[1].progress, None);
+    assert_eq!(states[0].holder_addr.as_deref(), Some("10.0.1.7:9100"));
+    assert_eq!(states[1].holder_addr, None);
+    // A renewal without a report keeps the last one.
+    store
+        .renew_lease(&f1, i64::MAX / 2, None, None)
+        .await
+        .unwrap();
+    let st = store.shard_state(&app, "shard-a").await.unwrap();
+    assert_eq!(st.progress, Some(read));
+    assert_eq!(st.holder_addr.as_deref(), Some("10.0.1.7:9100"));
+    let f2 = store
+        .take_lease(&app, "shard-a", 1, "w2", i64::MAX / 2)
+        .await
+        .unwrap()
+        .expect("steal by epoch");
+    assert_eq!(
+        store
+            .shard_state(&app, "shard-a")
+            .await
+            .unwrap()
+            .holder_addr,
+        None,
+        "a new holder's address is its own to report: the old one's is cleared"
+    );
+    assert!(
+        matches!(
+            store.renew_lease(&f1, 1, None, None).await,
+            Err(PortError::Fenced { .. })
+        ),
+        "the old holder is fenced"
+    );
+    assert!(matches!(
+        store.mark_finished(&f1).await,
+        Err(PortError::Fenced { .. })
+    ));
+    store.release_lease(&f1).await.unwrap(); // a no-op for a lease we no longer hold
+    let st = store.shard_state(&app, "shard-a").await.unwrap();
+    assert_eq!(st.lease.owner.as_deref(), Some("w2"));
+    store.release_lease(&f2).await.unwrap();
+    let st = store.shard_state(&app, "shard-a").await.unwrap();
+    assert_eq!((st.lease.owner.clone(), st.lease.epoch), (None, 2));
+    let f3 = store
+        .take_lease(&app, "shard-a", 2, "w3", i64::MAX / 2)
+        .await
+        .unwrap()
+        .unwrap();
+    store.mark_finished(&f3).await.unwrap();
+    assert!(
+        store
+            .shard_state(&app, "shard-a")
+            .await
+            .unwrap()
+            .lease
+            .finished
+    );
+    // A worker lists the rows (shard-a finished, its row still there), another cleans shard-a
+    // up, then the first makes sure the shards it listed have rows, from its stale listing: the
+    // cleaned-up row does not come back (it would be read again from the oldest record, with no
+    // checkpoint and no duplicate filter, and its children would wait for it for ever).
+    let stale_view = store.list_leases(&app).await.unwrap();
+    assert!(stale_view
+        .iter()
+        .any(|l| l.shard_id == "shard-a" && l.finished));
+    store.delete_lease(&app, "shard-a").await.unwrap();
+    let stale_shards: Vec<ShardInfo> = stale_view
+        .iter()
+        .map(|l| ShardInfo {
+            shard_id: l.shard_id.clone(),
+            parents: l.parents.clone(),
+            closed: l.shard_id == "shard-a",
+        })
+        .collect();
+    store.ensure_leases(&app, &stale_shards).await.unwrap();
+    let ls = store.list_leases(&app).await.unwrap();
+    assert_eq!(
+        ls.iter().map(|l| l.shard_id.as_str()).collect::<Vec<_>>(),
+        ["shard-b"],
+        "the cleaned-up row stays gone, and no tombstone is listed as a lease"
+    );
+    assert!(matches!(
+        store.shard_state(&app, "shard-a").await,
+        Err(PortError::NotFound { .. })
+    ));
+    // A shard never seen before still gets its row.
+    let new = ShardInfo {
+        shard_id: "shard-c".into(),
+        parents: vec!["shard-b".into()],
+        closed: false,
+    };
+    store.ensure_leases(&app, &[new]).await.unwrap();
+    assert_eq!(store.list_leases(&app).await.unwrap().len(), 2);
+}

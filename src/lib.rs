@@ -1,0 +1,169 @@
+//! tally as a library: what the `tally` binary (`src/main.rs`) runs — it parses flags
+//! ([`cli`]), loads configuration ([`settings`]), wires a backend ([`backend`]) and runs a
+//! subcommand ([`commands`], [`serve`], [`verify`]). A library so that the settings and the HTTP
+//! router are tested in process (`tests/e2e/in_process.rs`), not only through the binary.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod answers;
+pub mod backend;
+pub mod cli;
+pub mod commands;
+pub mod man;
+pub mod progress;
+pub mod recording;
+pub mod serve;
+pub mod settings;
+pub mod signal;
+pub mod verify;
+
+use anyhow::Result;
+
+use crate::backend::Backend;
+use crate::cli::{Cli, Command};
+use crate::settings::Settings;
+
+/// Logs to stderr as the flags, RUST_LOG or TALLY_LOG say (see [`cli::Cli::log_level`]).
+pub fn init_logging(cli: &Cli) {
+    // The SDK's credential and region providers warn at length when one of their sources is
+    // absent (IMDS off EC2); tally reports what is missing in one line instead.
+    let default = match cli.command {
+        Command::Count(_) | Command::Analytics(_) => "info,aws_config=error",
+        _ => "warn,aws_config=error",
+    };
+    // --log-level, else RUST_LOG, else TALLY_LOG, else the command's default.
+    let filter = match &cli.log_level {
+        Some(level) => tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
+            eprintln!(
+                "error: --log-level {level:?} is not a level (error, warn, info, debug, trace) \
+                 or a filter such as tally_consumer=debug: {e}"
+            );
+            std::process::exit(2);
+        }),
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .or_else(|_| tracing_subscriber::EnvFilter::try_from_env(settings::LOG_VAR))
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+    };
+    // Colours only for a terminal (and never with NO_COLOR): logs piped to a file or a collector
+    // stay plain text.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(|| progress::LogWriter);
+    if cli.log_json {
+        builder.json().init();
+    } else {
+        // A person reads these: the module path adds nothing to the sentence.
+        builder.with_target(false).init();
+    }
+}
+
+/// The exit status for an error `run` returned: 130 when a signal stopped a command, the
+/// timed-out status of `--until-idle --timeout`, else 1.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.is::<commands::consume::TimedOut>() {
+        commands::consume::TimedOut::EXIT
+    } else if e.is::<commands::produce::Interrupted>() {
+        commands::produce::Interrupted::EXIT
+    } else {
+        1
+    }
+}
+
+/// Runs the command line's subcommand.
+pub async fn run(cli: Cli) -> Result<()> {
+    // What needs no configuration at all.
+    match &cli.command {
+        Command::Completions(a) => {
+            let mut cmd = cli::command();
+            clap_complete::generate(a.shell, &mut cmd, "tally", &mut std::io::stdout());
+            return Ok(());
+        }
+        Command::Man => return man::print(),
+        Command::Probe(a) => return serve::probe(&a.url).await,
+        _ => {}
+    }
+    let settings = Settings::load(cli.config.as_deref(), cli.overrides())?;
+    if let Command::Demo(a) = &cli.command {
+        return commands::demo::demo(&settings, a, cli.data_dir.is_some()).await;
+    }
+    if let Command::Setup(a) = &cli.command {
+        return commands::setup::setup(&settings, a).await;
+    }
+    if let Command::Teardown(a) = &cli.command {
+        return commands::setup::teardown(&settings, a).await;
+    }
+    if let Command::Config(a) = &cli.command {
+        if a.json {
+            commands::print_json(&serde_json::to_value(&settings)?);
+        } else {
+            print!("{}", toml::to_string_pretty(&settings)?);
+        }
+        return Ok(());
+    }
+    if let Command::Reshard(a) = &cli.command {
+        return commands::setup::reshard(&settings, a).await;
+    }
+    if let Command::Trim(a) = &cli.command {
+        return commands::setup::trim(&settings, a);
+    }
+    // Reads never create a store; writers (producers, consumers) create one if missing.
+    let reads = matches!(
+        cli.command,
+        Command::Record(_)
+            | Command::Verify(_)
+            | Command::Query(_)
+            | Command::Total(_)
+            | Command::Top(_)
+            | Command::Latency(_)
+            | Command::DeadLetters(_)
+            | Command::Leases(_)
+            | Command::Serve(_)
+    );
+    if let Command::Replay(a) = &cli.command {
+        // Before anything is created: a mistyped file name leaves no new store behind.
+        commands::produce::check_replay_file(&a.file)?;
+    }
+    let creates = !reads
+        && settings.backend == settings::BackendKind::Embedded
+        && !backend::store_file(&settings).exists();
+    let b = if reads {
+        Backend::open_existing(&settings).await?
+    } else {
+        Backend::open(&settings).await?
+    };
+    if creates {
+        // A mistyped --data-dir should not look like the store that was meant.
+        eprintln!(
+            "created a new store at {}",
+            backend::store_file(&settings).display()
+        );
+    }
+    match &cli.command {
+        Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
+        Command::Replay(a) => commands::produce::run_replay(&settings, &b, a).await,
+        Command::Record(a) => commands::read::record(&b, a).await,
+        Command::Verify(a) => verify::run(&settings, &b, a).await,
+        Command::Count(a) => commands::consume::count(&settings, &b, a).await,
+        Command::Analytics(a) => commands::consume::analytics(&settings, &b, a).await,
+        Command::Query(a) => commands::read::query(&b, a).await,
+        Command::Total(a) => commands::read::total(&b, a).await,
+        Command::Top(a) => commands::read::top(&settings, &b, a).await,
+        Command::Latency(a) => commands::read::latency(&b, a).await,
+        Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
+        Command::Leases(a) => commands::read::leases(&b, a).await,
+        Command::Serve(a) => serve::serve(&settings, b, a.addr, a.pending_timeout).await,
+        Command::Demo(_)
+        | Command::Setup(_)
+        | Command::Teardown(_)
+        | Command::Reshard(_)
+        | Command::Trim(_)
+        | Command::Config(_)
+        | Command::Completions(_)
+        | Command::Probe(_)
+        | Command::Man => {
+            unreachable!("handled above")
+        }
+    }
+}

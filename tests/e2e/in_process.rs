@@ -1,0 +1,101 @@
+//! tally as a library, in process: the settings' layers and errors, and the read API's router
+//! answering over an embedded store the binary counted — exact counts, the same answer shape as
+//! `tally query --json`, and a bad request named.
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tally::settings::Settings;
+use tower::ServiceExt;
+
+use crate::common::{file_in, write_contract_file, Target};
+
+#[test]
+fn a_file_and_flags_override_the_defaults_and_a_bad_value_names_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tally.toml");
+    std::fs::write(
+        &file,
+        "stream = \"from-file\"\nshards = 9\n[counter]\nwindow_records = 77\n",
+    )
+    .unwrap();
+    let s = Settings::load(Some(&file), vec![("stream", "from-flag".into())]).unwrap();
+    assert_eq!(s.stream, "from-flag", "a flag beats the file");
+    assert_eq!((s.shards, s.counter.window_records), (9, 77));
+    let d = Settings::default();
+    assert_eq!(s.table_prefix, d.table_prefix);
+    assert_eq!(s.counter.dedup_horizon_secs, d.counter.dedup_horizon_secs);
+
+    std::fs::write(&file, "[counter]\nwindow_records = 0\n").unwrap();
+    let e = Settings::load(Some(&file), vec![]).unwrap_err().to_string();
+    assert!(e.contains("`counter.window_records`"), "{e}");
+    assert!(e.contains("between 1 and"), "{e}");
+}
+
+/// One GET of the router, in process: status and body.
+async fn get_text(router: &axum::Router, uri: &str) -> (StatusCode, String) {
+    let req = Request::get(uri).body(Body::empty()).unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// One GET of a JSON route.
+async fn get(router: &axum::Router, uri: &str) -> (StatusCode, Value) {
+    let (status, body) = get_text(router, uri).await;
+    let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: {e}: {body}"));
+    (status, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_answers_exact_counts_as_the_cli_does() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 600, 12, 7);
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+
+    let overrides = vec![("data_dir", t.dir.path().display().to_string().into())];
+    let settings = Settings::load(None, overrides).unwrap();
+    let backend = tally::backend::Backend::open_existing(&settings)
+        .await
+        .unwrap();
+    let (ctx, refresher) = tally::serve::Ctx::start(backend, &settings).await.unwrap();
+    let router = tally::serve::router(ctx);
+
+    let (status, health) = get_text(&router, "/healthz").await;
+    assert_eq!(status, StatusCode::OK, "{health}");
+
+    let ids: Vec<&String> = exp.counts.keys().collect();
+    let list = ids.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",");
+    let (status, page) = get(&router, &format!("/api/counts?ids={list}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let got: BTreeMap<String, i64> = page["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let id = c["post_id"].as_str().unwrap().to_owned();
+            (id, c["count"].as_i64().unwrap())
+        })
+        .collect();
+    assert_eq!(got, exp.counts);
+
+    // One post over HTTP and through the CLI: the same count, the same fields.
+    let id = ids[0];
+    let (_, api) = get(&router, &format!("/api/posts/{id}")).await;
+    let cli: Value = serde_json::from_str(&t.run(&["query", id, "--json"])).unwrap();
+    assert_eq!(api["count"], exp.counts[id]);
+    for field in ["post_id", "count", "stored", "pending", "read_units"] {
+        assert_eq!(api[field], cli[field], "{field}: {api} vs {cli}");
+    }
+
+    let (status, bad) = get(&router, "/api/posts/has%20space").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("post_id"), "{bad}");
+    refresher.abort();
+}
