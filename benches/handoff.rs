@@ -8,6 +8,11 @@
 //! lease-listing reads per shard per minute over 20 s of steady state, and each worker's memory
 //! and CPU per held shard.
 //!
+//! `cargo bench --bench handoff -- counting`: the same shard and worker counts with the same
+//! 200,000 events in the stream before the fleet starts: the time from start to the first like
+//! counted and to the last, the counter's throughput over that span, and its DynamoDB write units
+//! per like (leases included), every total checked against the producer's.
+//!
 //! Run: `cargo bench --bench handoff` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
@@ -171,9 +176,75 @@ fn fleet_at(shards: usize, workers: usize) {
     );
 }
 
+/// The global total as `tally total` reads it.
+fn total(dir: &str) -> i64 {
+    let out = tally(dir, &["total", "--json"]).output().expect("total");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["total"].as_i64().unwrap_or(0)
+}
+
+/// W workers started together on N shards holding the same 200,000 events: start-up to the
+/// first like counted, to every like counted, and what the counting cost.
+fn counting_at(shards: usize, workers: usize) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().to_str().expect("utf-8 path").to_owned();
+    assert!(tally(&dir, &["setup", "--shards", &shards.to_string()])
+        .status()
+        .expect("setup")
+        .success());
+    let out = tally(&dir, &["produce", "--events", "200000", "--seed", "1", "--json"])
+        .output()
+        .expect("produce");
+    let put: serde_json::Value = serde_json::from_slice(&out.stdout).expect("produce --json");
+    let expected = put["expected_total"].as_i64().expect("expected_total");
+    let events = put["events"].as_u64().expect("events");
+    let started = Instant::now();
+    let fleet: Vec<Child> = (0..workers)
+        .map(|i| json_worker(&dir, &format!("w{i}")))
+        .collect();
+    // `tally total` every 100 ms (a process each: polled faster, the polling would take CPU from
+    // the workers on 2 cores), so both times are within 100 ms and a few of the read's own.
+    let until = |what: &str, done: &dyn Fn(i64) -> bool| {
+        while !done(total(&dir)) {
+            assert!(started.elapsed() < Duration::from_secs(300), "{what} did not happen");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        started.elapsed()
+    };
+    let first = until("the first like counted", &|t| t != 0);
+    let all = until("every like counted", &|t| t == expected);
+    for c in &fleet {
+        signal(c, "TERM");
+    }
+    let (mut units, mut counted) = (0u64, 0u64);
+    for c in fleet {
+        let out = c.wait_with_output().expect("worker");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        units += v["write_units"]["total"].as_u64().unwrap_or(0);
+        counted += v["counted"].as_u64().unwrap_or(0);
+    }
+    assert_eq!(total(&dir), expected, "every count exact");
+    println!(
+        "{shards:>5} shards {workers:>2} workers | first like {:>6} ms | all {:>7} ms | {:>7.0} events/s from start | {:.3} WCU/like (counted {counted} of {events} events, total {expected} exact)",
+        first.as_millis(),
+        all.as_millis(),
+        events as f64 / all.as_secs_f64(),
+        units as f64 / counted.max(1) as f64,
+    );
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries without `--bench`: nothing to do then.
     if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    if std::env::args().any(|a| a == "counting") {
+        println!("the fleet counting 200,000 events put before it starts, embedded backend, default settings");
+        for shards in [4, 64, 256, 1_000] {
+            for workers in [1, 8, 20] {
+                counting_at(shards, workers);
+            }
+        }
         return;
     }
     if std::env::args().any(|a| a == "fleet") {
