@@ -192,9 +192,12 @@ fn counting_at(shards: usize, workers: usize) {
         .status()
         .expect("setup")
         .success());
-    let out = tally(&dir, &["produce", "--events", "200000", "--seed", "1", "--json"])
-        .output()
-        .expect("produce");
+    let out = tally(
+        &dir,
+        &["produce", "--events", "200000", "--seed", "1", "--json"],
+    )
+    .output()
+    .expect("produce");
     let put: serde_json::Value = serde_json::from_slice(&out.stdout).expect("produce --json");
     let expected = put["expected_total"].as_i64().expect("expected_total");
     let events = put["events"].as_u64().expect("events");
@@ -206,7 +209,10 @@ fn counting_at(shards: usize, workers: usize) {
     // the workers on 2 cores), so both times are within 100 ms and a few of the read's own.
     let until = |what: &str, done: &dyn Fn(i64) -> bool| {
         while !done(total(&dir)) {
-            assert!(started.elapsed() < Duration::from_secs(300), "{what} did not happen");
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "{what} did not happen"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         started.elapsed()
