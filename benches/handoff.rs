@@ -123,12 +123,7 @@ fn json_worker(dir: &str, id: &str) -> Child {
 }
 
 fn fleet_at(shards: usize, workers: usize) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().to_str().expect("utf-8 path").to_owned();
-    assert!(tally(&dir, &["setup", "--shards", &shards.to_string()])
-        .status()
-        .expect("setup")
-        .success());
+    let (_tmp, dir) = store(shards);
     let started = Instant::now();
     let mut fleet: Vec<Child> = (0..workers)
         .map(|i| json_worker(&dir, &format!("w{i}")))
@@ -186,12 +181,7 @@ fn total(dir: &str) -> i64 {
 /// W workers started together on N shards holding the same 200,000 events: start-up to the
 /// first like counted, to every like counted, and what the counting cost.
 fn counting_at(shards: usize, workers: usize) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().to_str().expect("utf-8 path").to_owned();
-    assert!(tally(&dir, &["setup", "--shards", &shards.to_string()])
-        .status()
-        .expect("setup")
-        .success());
+    let (_tmp, dir) = store(shards);
     let out = tally(
         &dir,
         &["produce", "--events", "200000", "--seed", "1", "--json"],
@@ -239,6 +229,26 @@ fn counting_at(shards: usize, workers: usize) {
     );
 }
 
+/// `run(shards, workers)` for 4, 64, 256 and 1,000 shards and 1, 8 and 20 workers.
+fn at_every_size(run: fn(usize, usize)) {
+    for shards in [4, 64, 256, 1_000] {
+        for workers in [1, 8, 20] {
+            run(shards, workers);
+        }
+    }
+}
+
+/// A fresh embedded store of `shards` shards, in a directory removed when dropped.
+fn store(shards: usize) -> (tempfile::TempDir, String) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().to_str().expect("utf-8 path").to_owned();
+    assert!(tally(&dir, &["setup", "--shards", &shards.to_string()])
+        .status()
+        .expect("setup")
+        .success());
+    (tmp, dir)
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries without `--bench`: nothing to do then.
     if !std::env::args().any(|a| a == "--bench") {
@@ -246,28 +256,13 @@ fn main() {
     }
     if std::env::args().any(|a| a == "counting") {
         println!("the fleet counting 200,000 events put before it starts, embedded backend, default settings");
-        for shards in [4, 64, 256, 1_000] {
-            for workers in [1, 8, 20] {
-                counting_at(shards, workers);
-            }
-        }
-        return;
+        return at_every_size(counting_at);
     }
     if std::env::args().any(|a| a == "fleet") {
         println!("the fleet at scale, embedded backend, default lease settings (duration 10 s, renewals 3.5 s, poll 0.5 s), no records");
-        for shards in [4, 64, 256, 1_000] {
-            for workers in [1, 8, 20] {
-                fleet_at(shards, workers);
-            }
-        }
-        return;
+        return at_every_size(fleet_at);
     }
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().to_str().expect("utf-8 path").to_owned();
-    assert!(tally(&dir, &["setup", "--shards", "8"])
-        .status()
-        .expect("setup")
-        .success());
+    let (_tmp, dir) = store(8);
     let rounds = 3;
     println!("handoff with default lease settings (duration 10 s, poll 0.5 s), 8 shards, 2 workers, {rounds} rounds");
     for kind in ["TERM", "KILL"] {

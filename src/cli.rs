@@ -730,6 +730,12 @@ mod tests {
                 derived.iter().all(|h| !h.contains("[default:")),
                 "{id}'s help types a default by hand: {derived:?}"
             );
+            if *id == "stream" {
+                // What a person reads, spelled out once.
+                let mut h = Vec::new();
+                helps(&command(), id, &mut h);
+                assert_eq!(h[0], "The Kinesis stream's name [default: tally-likes]");
+            }
             let mut shown_help = Vec::new();
             helps(&command(), id, &mut shown_help);
             for h in &shown_help {

@@ -9,8 +9,8 @@
 use tally_core::ports::{LeaseStore, ShardInfo};
 use tally_core::Position;
 
-/// The dedup horizon every window of these checks is recorded with.
-pub(crate) const HORIZON_MS: i64 = 600_000;
+/// The dedup horizon every window of these checks is recorded with: the default one.
+pub(crate) const HORIZON_MS: i64 = tally_core::dedup::DEFAULT_HORIZON.as_millis() as i64;
 
 pub(crate) fn seq(s: &str) -> Position {
     Position::parse(s).unwrap()

@@ -278,27 +278,7 @@ fn stored_dedup_records(t: &Target, shard: &str, horizon_ms: i64) -> (usize, usi
     let shards = [shard.to_owned()];
     rt.block_on(async {
         if t.is_aws() {
-            let arg = |name: &str| {
-                let i = t.args.iter().position(|a| a == name).unwrap();
-                t.args[i + 1].clone()
-            };
-            for (k, v) in [
-                ("AWS_ACCESS_KEY_ID", "test"),
-                ("AWS_SECRET_ACCESS_KEY", "test"),
-                ("AWS_REGION", "us-east-1"),
-            ] {
-                if std::env::var(k).is_err() {
-                    std::env::set_var(k, v);
-                }
-            }
-            let s = tally_aws::AwsSettings {
-                stream_retention_hours: 24,
-                stream: arg("--stream"),
-                table_prefix: arg("--table-prefix"),
-                kinesis_endpoint_url: Some(arg("--kinesis-endpoint-url")),
-                dynamodb_endpoint_url: Some(arg("--dynamodb-endpoint-url")),
-            };
-            let aws = tally_aws::Aws::connect(&s).await.unwrap();
+            let aws = tally_aws::Aws::connect(&t.aws_settings()).await.unwrap();
             let clock = aws
                 .tables
                 .shard_state("counter", shard)

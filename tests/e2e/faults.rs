@@ -19,33 +19,15 @@ fn endpoints() -> (String, String) {
     )
 }
 
-/// The value of a global flag of the target (`--table-prefix`, `--stream`).
-fn flag(t: &Target, name: &str) -> String {
-    let i = t.args.iter().position(|a| a == name).unwrap();
-    t.args[i + 1].clone()
-}
-
 /// tally's DynamoDB store on the target's tables, through `endpoint`.
 async fn store_at(t: &Target, endpoint: &str) -> tally_aws::DynamoStore {
-    for (k, v) in [
-        ("AWS_ACCESS_KEY_ID", "test"),
-        ("AWS_SECRET_ACCESS_KEY", "test"),
-        ("AWS_REGION", "us-east-1"),
-    ] {
-        std::env::set_var(k, v);
-    }
-    std::env::remove_var("AWS_PROFILE");
+    let settings = tally_aws::AwsSettings {
+        kinesis_endpoint_url: None,
+        dynamodb_endpoint_url: Some(endpoint.to_owned()),
+        ..t.aws_settings()
+    };
     let sdk = tally_aws::sdk_config().await.unwrap();
-    tally_aws::DynamoStore::new(
-        &sdk,
-        &tally_aws::AwsSettings {
-            stream: flag(t, "--stream"),
-            table_prefix: flag(t, "--table-prefix"),
-            kinesis_endpoint_url: None,
-            dynamodb_endpoint_url: Some(endpoint.to_owned()),
-            stream_retention_hours: 24,
-        },
-    )
+    tally_aws::DynamoStore::new(&sdk, &settings)
 }
 
 /// Every call fails twice with a 500 and then succeeds: the SDK's third attempt lands each time.

@@ -16,19 +16,9 @@ use tally_core::ports::{PutEntry, PutOutcome, Stream};
 
 /// The target's stream, opened through the same adapter tally uses.
 fn stream(t: &Target, rt: &tokio::runtime::Runtime) -> Arc<dyn Stream> {
-    let arg = |name: &str| {
-        let i = t.args.iter().position(|a| a == name)?;
-        t.args.get(i + 1).cloned()
-    };
     if t.is_aws() {
         let aws = rt
-            .block_on(tally_aws::Aws::connect(&tally_aws::AwsSettings {
-                stream: arg("--stream").unwrap(),
-                table_prefix: arg("--table-prefix").unwrap(),
-                kinesis_endpoint_url: arg("--kinesis-endpoint-url"),
-                dynamodb_endpoint_url: arg("--dynamodb-endpoint-url"),
-                stream_retention_hours: 24,
-            }))
+            .block_on(tally_aws::Aws::connect(&t.aws_settings()))
             .unwrap();
         Arc::new(aws.stream)
     } else {

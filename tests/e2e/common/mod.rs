@@ -509,14 +509,39 @@ pub fn dynamodb_client() -> aws_sdk_dynamodb::Client {
 }
 
 impl Target {
+    /// The value of one of the target's global flags (`--stream`, `--table-prefix`, …).
+    pub fn flag(&self, name: &str) -> Option<String> {
+        let i = self.args.iter().position(|a| a == name)?;
+        self.args.get(i + 1).cloned()
+    }
+
     /// A table's full name on AWS (`<prefix>-<name>`).
     pub fn table(&self, name: &str) -> String {
-        let i = self
-            .args
-            .iter()
-            .position(|a| a == "--table-prefix")
-            .unwrap();
-        format!("{}-{name}", self.args[i + 1])
+        format!("{}-{name}", self.flag("--table-prefix").unwrap())
+    }
+
+    /// The AWS adapter's settings for the target's stream and tables on the local peers, with
+    /// the local peers' test credentials in the environment (set once, before any client).
+    pub fn aws_settings(&self) -> tally_aws::AwsSettings {
+        static CREDENTIALS: std::sync::Once = std::sync::Once::new();
+        CREDENTIALS.call_once(|| {
+            for (k, v) in [
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_REGION", "us-east-1"),
+            ] {
+                if std::env::var(k).is_err() {
+                    std::env::set_var(k, v);
+                }
+            }
+        });
+        tally_aws::AwsSettings {
+            stream: self.flag("--stream").unwrap(),
+            table_prefix: self.flag("--table-prefix").unwrap(),
+            kinesis_endpoint_url: self.flag("--kinesis-endpoint-url"),
+            dynamodb_endpoint_url: self.flag("--dynamodb-endpoint-url"),
+            stream_retention_hours: 24,
+        }
     }
 }
 
