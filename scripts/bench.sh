@@ -7,11 +7,8 @@ cd "$(dirname "$0")/.."
 runs=${1:-3}
 cargo build --release --bin tally >&2
 bin=target/release/tally
-field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(' '.join(str(d[k]) for k in sys.argv[1:]))" "$@"; }
-echo "# demo --events 1000000 (4 shards, 1000 posts, Zipf 1.1): elapsed_secs events_per_sec writes_per_event exact"
-for i in $(seq 1 "$runs"); do
-  "$bin" demo --events 1000000 --json | field elapsed_secs events_per_sec writes_per_event exact
-done
+echo "# demo --events 1000000 (4 shards, 1000 posts, Zipf 1.1) beside its floor (bare SQLite inserts of the same records)"
+cargo bench --bench demo -- "$runs"
 echo "# side by side, one run each (embedded): posts zipf shards events -> tally, update per like, transaction per like"
 echo "#   each: write units per event, items per event, records/s, exact"
 for shape in "100000 1.1 2 40000" "100000 1.1 4 100000" "1000 1.1 4 100000" "10 2.0 4 100000" "1 1.0 4 100000"; do

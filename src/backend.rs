@@ -51,6 +51,17 @@ impl Backend {
         }
     }
 
+    /// A handle on the same backend with connections of its own: on the embedded store another
+    /// SQLite connection, so that a producer, a counter and analytics in one process read and
+    /// write side by side as separate processes do (one connection runs one statement at a
+    /// time); on AWS the same clients, which pool their connections already.
+    pub async fn another(&self, s: &Settings) -> Result<Backend> {
+        match s.backend {
+            BackendKind::Embedded => Backend::open_existing(s).await,
+            BackendKind::Aws => Ok(self.clone()),
+        }
+    }
+
     fn embedded(e: tally_embedded::Embedded) -> Backend {
         Backend {
             stream: Arc::new(e.clone()),

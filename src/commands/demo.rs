@@ -149,12 +149,21 @@ async fn run_pipeline(settings: &Settings, backend: &Backend, args: &DemoArgs) -
     let (counter_idle, analytics_idle) =
         (Arc::new(IdleExit::default()), Arc::new(IdleExit::default()));
     let never = std::future::pending::<()>;
+    // Each application on its own connections, as in separate processes.
     let counter = {
-        let (s, b, idle) = (settings.clone(), backend.clone(), counter_idle.clone());
+        let (s, b, idle) = (
+            settings.clone(),
+            backend.another(settings).await?,
+            counter_idle.clone(),
+        );
         tokio::spawn(async move { run_counter(&s, &b, idle, never()).await })
     };
     let analytics = {
-        let (s, b, idle) = (settings.clone(), backend.clone(), analytics_idle.clone());
+        let (s, b, idle) = (
+            settings.clone(),
+            backend.another(settings).await?,
+            analytics_idle.clone(),
+        );
         tokio::spawn(async move { run_analytics(&s, &b, idle, never()).await })
     };
     let (truth, put) = produce(

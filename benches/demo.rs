@@ -1,0 +1,142 @@
+//! `cargo bench --bench demo [-- runs]`: `tally demo --events 1000000` beside its floor, in the
+//! same run (issue 21, item 4). The floor is a bare loop doing what the demo must at least do to
+//! the same SQLite file format: insert the same records (the same generator, seed and settings;
+//! PutRecords batches of 500, one transaction each, into the embedded stream's `records` table)
+//! and write as many summary items as the demo's counter wrote (the demo's `store_writes`, one
+//! row of a live item's size each, a window's items per transaction) — no reading, folding,
+//! checking or concurrency. The ratio is what tally adds on top of SQLite.
+
+use std::process::Command;
+use std::time::Instant;
+
+use rusqlite::{params, Connection};
+use tally::commands::gen_config;
+use tally::settings::Settings;
+use tally_producer::generate::Generator;
+
+const EVENTS: u64 = 1_000_000;
+
+/// What one demo run reported.
+struct Demo {
+    elapsed: f64,
+    records: u64,
+    store_writes: u64,
+    windows: u64,
+    exact: bool,
+}
+
+fn demo() -> Demo {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["--data-dir"])
+        .arg(dir.path())
+        .args(["demo", "--events", &EVENTS.to_string(), "--json"])
+        .output()
+        .expect("tally demo runs");
+    assert!(
+        out.status.success(),
+        "tally demo failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("demo --json");
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in the report"));
+    Demo {
+        elapsed: v["elapsed_secs"].as_f64().expect("elapsed_secs"),
+        records: n("records"),
+        store_writes: n("store_writes"),
+        windows: n("windows"),
+        exact: v["exact"].as_bool() == Some(true),
+    }
+}
+
+/// The floor's two parts, in seconds: inserting the records, writing the items.
+fn floor(demo: &Demo) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The embedded store's own schema, journal mode, durability and checkpoint interval.
+    drop(tally_embedded::Embedded::open(dir.path(), 4).expect("store"));
+    let mut conn = Connection::open(dir.path().join(tally_embedded::DB_FILE)).expect("open");
+    tally_embedded::journal(&conn).expect("the store's journal settings");
+    // The demo's defaults: 2 % producer retries, 0.1 % malformed records.
+    let mut settings = Settings::default();
+    settings.producer.duplicate_ratio = 0.02;
+    settings.producer.malformed_ratio = 0.001;
+    let shards = [
+        "shardId-000000000000",
+        "shardId-000000000001",
+        "shardId-000000000002",
+        "shardId-000000000003",
+    ];
+    let started = Instant::now();
+    let mut put = 0u64;
+    let mut gen = Generator::new(gen_config(&settings, EVENTS))
+        .map(|(_, e)| e)
+        .peekable();
+    while gen.peek().is_some() {
+        let tx = conn.transaction().expect("begin");
+        {
+            let mut ins = tx
+                .prepare_cached("INSERT INTO records (shard_id, arrival_ms, partition_key, data) VALUES (?1, ?2, ?3, ?4)")
+                .expect("prepare");
+            for e in gen.by_ref().take(500) {
+                let shard = shards[e.partition_key.len() % shards.len()];
+                ins.execute(params![shard, put as i64, e.partition_key, e.data])
+                    .expect("insert");
+                put += 1;
+            }
+        }
+        tx.commit().expect("commit");
+    }
+    let records = started.elapsed().as_secs_f64();
+    assert_eq!(put, demo.records, "the floor puts the demo's records");
+    // A live item as the counter writes it: a total, a marker and a few minute buckets.
+    let attrs = r#"{"n":1234,"w":"49624003411233431409471946373117313286371224017011490818","hk":"p123","m00":12,"m01":7,"m02":3}"#;
+    let per_window = demo.store_writes.div_ceil(demo.windows.max(1));
+    let started = Instant::now();
+    let mut written = 0u64;
+    while written < demo.store_writes {
+        let tx = conn.transaction().expect("begin");
+        {
+            let mut up = tx
+                .prepare_cached("INSERT OR REPLACE INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)")
+                .expect("prepare");
+            for _ in 0..per_window.min(demo.store_writes - written) {
+                let pk = format!("p{}", written % 1000);
+                let sk = format!("L#{}", shards[(written / 1000) as usize % shards.len()]);
+                up.execute(params![pk, sk, attrs]).expect("write");
+                written += 1;
+            }
+        }
+        tx.commit().expect("commit");
+    }
+    (records, started.elapsed().as_secs_f64())
+}
+
+fn main() {
+    // `cargo test --all-targets` runs bench binaries without `--bench`: nothing to do then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let runs: usize = std::env::args()
+        .filter_map(|a| a.parse().ok())
+        .next()
+        .unwrap_or(3);
+    println!("tally demo --events {EVENTS} (embedded, defaults) beside the floor: the same records inserted and as many items written, bare SQLite, one thread");
+    println!(
+        "| run | demo | floor (records + items) | demo / floor | records | items written | exact |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for run in 1..=runs {
+        let d = demo();
+        let (records, items) = floor(&d);
+        let f = records + items;
+        println!(
+            "| {run} | {:.2} s | {:.2} s ({records:.2} + {items:.2}) | {:.2} | {} | {} | {} |",
+            d.elapsed,
+            f,
+            d.elapsed / f,
+            d.records,
+            d.store_writes,
+            if d.exact { "yes" } else { "NO" }
+        );
+    }
+}
