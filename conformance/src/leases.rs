@@ -1,6 +1,6 @@
 //! The `LeaseStore` port: fenced leases, and fleet rows apart from them.
 
-use tally_core::ports::{LeaseStore, PortError, ShardInfo};
+use tally_core::ports::{Fence, LeaseStore, PortError, ShardInfo};
 
 /// Leases: rows created once, taken by epoch, renewed, stolen, fenced, released, finished.
 /// The fleet rows: a heartbeat makes a worker a live member until it expires, a stop takes it
@@ -38,6 +38,102 @@ pub async fn fleet_rows_are_apart_from_leases(store: &dyn LeaseStore, name: &str
         .await
         .unwrap()
         .is_empty());
+}
+
+/// The orderly handoff: a worker asks the holder of a lease for it; the holder reads the request
+/// with its next renewal and hands the lease over in one fenced write (owner, epoch, request);
+/// a stale ask is refused; a take or a release clears a request.
+pub async fn leases_are_handed_over_on_request(store: &dyn LeaseStore, name: &str) {
+    let app = format!("handoff-{name}");
+    let shard = ShardInfo {
+        shard_id: "shard-a".into(),
+        parents: vec![],
+        closed: false,
+    };
+    store.ensure_leases(&app, &[shard]).await.unwrap();
+    let far = i64::MAX / 2;
+    let a = store
+        .take_lease(&app, "shard-a", 0, "a", far)
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(
+        store.renew_lease(&a, far, None, None).await.unwrap(),
+        None,
+        "no one asked yet"
+    );
+    let stale = Fence {
+        epoch: a.epoch - 1,
+        ..a.clone()
+    };
+    assert!(
+        !store.ask_handoff(&stale, "b").await.unwrap(),
+        "an ask at an old epoch is refused"
+    );
+    let not_holder = Fence {
+        owner: "c".into(),
+        ..a.clone()
+    };
+    assert!(
+        !store.ask_handoff(&not_holder, "b").await.unwrap(),
+        "an ask naming another holder is refused"
+    );
+    assert!(store.ask_handoff(&a, "b").await.unwrap());
+    assert_eq!(
+        store
+            .renew_lease(&a, far, None, None)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("b"),
+        "the holder reads the request with a renewal, its lease still valid"
+    );
+    store.hand_over(&a, "b", far).await.unwrap();
+    let l = &store.list_leases(&app).await.unwrap()[0];
+    assert_eq!(
+        (l.owner.as_deref(), l.epoch),
+        (Some("b"), a.epoch + 1),
+        "handed over, epoch bumped"
+    );
+    assert!(
+        matches!(
+            store.renew_lease(&a, far, None, None).await,
+            Err(PortError::Fenced { .. })
+        ),
+        "the old holder is fenced"
+    );
+    assert!(matches!(
+        store.hand_over(&a, "c", far).await,
+        Err(PortError::Fenced { .. })
+    ));
+    // The new holder takes the lease in its own name again (a new epoch): no request left.
+    let b = store
+        .take_lease(&app, "shard-a", l.epoch, "b", far)
+        .await
+        .unwrap()
+        .expect("ours");
+    assert_eq!(
+        store.renew_lease(&b, far, None, None).await.unwrap(),
+        None,
+        "the request went with the handover"
+    );
+    // A release clears a request too.
+    assert!(store.ask_handoff(&b, "c").await.unwrap());
+    store.release_lease(&b).await.unwrap();
+    let c = store
+        .take_lease(&app, "shard-a", b.epoch, "c", far)
+        .await
+        .unwrap()
+        .expect("released");
+    assert_eq!(store.renew_lease(&c, far, None, None).await.unwrap(), None);
+    // And a take: a request, then the lease taken outright by the asker.
+    assert!(store.ask_handoff(&c, "d").await.unwrap());
+    let d = store
+        .take_lease(&app, "shard-a", c.epoch, "d", far)
+        .await
+        .unwrap()
+        .expect("taken");
+    assert_eq!(store.renew_lease(&d, far, None, None).await.unwrap(), None);
 }
 
 pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {

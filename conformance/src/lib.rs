@@ -46,7 +46,9 @@ pub use counter::{
     dedup_records_expire_by_arrival, gaps_are_recorded_with_the_checkpoint,
     the_largest_window_fits_the_store,
 };
-pub use leases::{fleet_rows_are_apart_from_leases, leases_are_fenced};
+pub use leases::{
+    fleet_rows_are_apart_from_leases, leases_are_fenced, leases_are_handed_over_on_request,
+};
 pub use stream::stream_put_and_read;
 
 /// The suite as tests, one per contract, for a backend: `fresh(name, shards)` is an `async fn`
@@ -68,6 +70,7 @@ macro_rules! suite {
             let b = $fresh("leases", 1).await;
             $crate::leases_are_fenced($stores(&b), $name).await;
             $crate::fleet_rows_are_apart_from_leases($stores(&b), $name).await;
+            $crate::leases_are_handed_over_on_request($stores(&b), $name).await;
         }
 
         #[tokio::test]

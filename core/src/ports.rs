@@ -278,14 +278,24 @@ pub trait LeaseStore: Send + Sync {
     ) -> PortResult<Option<Fence>>;
     /// Extends a held lease, with how far behind its shard's tip the holder reads and where it
     /// serves its open windows (in the same write: it costs nothing more; `None` keeps what was
-    /// reported); `Fenced` if it was lost. Taking a lease clears the address.
+    /// reported); `Fenced` if it was lost. Taking a lease clears the address. Answers who has
+    /// asked for the lease since it was taken (`ask_handoff`), read in the same write.
     async fn renew_lease(
         &self,
         fence: &Fence,
         expires_ms: i64,
         progress: Option<ReadProgress>,
         addr: Option<&str>,
-    ) -> PortResult<()>;
+    ) -> PortResult<Option<String>>;
+    /// Asks the holder of a lease — `held` names the row, its holder and its epoch — to hand it
+    /// over to `to`: the holder learns of it at its next renewal, flushes and checkpoints, and
+    /// calls `hand_over`. Nothing else changes: the holder's writes stay valid. `false` if the
+    /// lease has moved (or finished) since it was listed.
+    async fn ask_handoff(&self, held: &Fence, to: &str) -> PortResult<bool>;
+    /// Gives a held lease to `to` in one fenced write: owner `to`, the epoch bumped (fencing this
+    /// holder from then on), expiring at `expires_ms`, the request cleared — so no other worker
+    /// can take it between this holder's release and `to`'s take. `Fenced` if it was lost.
+    async fn hand_over(&self, fence: &Fence, to: &str, expires_ms: i64) -> PortResult<()>;
     /// Gives a lease up so that another worker can take it at once.
     async fn release_lease(&self, fence: &Fence) -> PortResult<()>;
     /// Removes the row of a finished shard.

@@ -116,6 +116,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("leases", "behind_at_ms", "INTEGER"),
     ("leases", "holder_addr", "TEXT"),
     ("shards", "trimmed_through", "INTEGER"),
+    ("leases", "wanted_by", "TEXT"),
 ];
 
 fn migrate(conn: &Connection) -> PortResult<()> {

@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS leases (
     behind_ms     INTEGER,              -- how far behind the tip the holder read, at its last renewal
     behind_at_ms  INTEGER,              -- when that was reported
     holder_addr   TEXT,                 -- where the holder serves its open windows (host:port)
+    wanted_by     TEXT,                 -- a worker short of its share asks the holder to hand the lease over
     spent         TEXT,                 -- JSON: the counter's write units by purpose, and events counted
     finished      INTEGER NOT NULL DEFAULT 0,
     parents       TEXT NOT NULL,

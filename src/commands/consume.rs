@@ -254,6 +254,8 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
     json!({
         "taken": l.taken.load(Ordering::Relaxed),
         "stolen": l.stolen.load(Ordering::Relaxed),
+        "asked": l.asked.load(Ordering::Relaxed),
+        "handed_over": l.handed_over.load(Ordering::Relaxed),
         "released": l.released.load(Ordering::Relaxed),
         "lost": l.lost.load(Ordering::Relaxed),
         "finished": l.finished.load(Ordering::Relaxed),

@@ -508,6 +508,27 @@ fn a_fleet_is_balanced_from_the_start(
         joined.elapsed(),
         load(&t).0
     );
+    // Each lease it got was handed over by its holder, flushed first: asked for, never taken
+    // outright, no holder's work dropped.
+    let (asked, handed) = (
+        late.log_text().matches("asked for the lease").count(),
+        fleet
+            .iter()
+            .map(|w| w.log_text().matches("lease handed over").count())
+            .sum::<usize>(),
+    );
+    assert!(
+        asked >= shards / (workers + 1) && handed == asked,
+        "asked {asked}, handed over {handed}"
+    );
+    assert!(
+        !late.log_text().contains("did not hand the lease over"),
+        "{}",
+        late.log_text()
+    );
+    for w in &fleet {
+        assert!(!w.log_text().contains("lease lost"), "{}", w.log_text());
+    }
     fleet.push(late);
     for w in &fleet {
         w.signal("TERM");

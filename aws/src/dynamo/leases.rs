@@ -2,7 +2,9 @@
 //! checkpoint together so that one condition fences both.
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem,
+};
 use tally_core::ports::{
     fleet_app, Fence, GapCommit, LeaseStore, PortError, PortResult, ReadProgress, ShardInfo,
     ShardState,
@@ -72,11 +74,12 @@ impl LeaseStore for DynamoStore {
         let (e, o, xp) = (x.name("epoch"), x.name("owner"), x.name("expires_ms"));
         let cond = format!("{e} = {}", x.val(n(expected_epoch as i64)));
         let upd = format!(
-            "SET {o} = {}, {xp} = {}, {e} = {} REMOVE {}",
+            "SET {o} = {}, {xp} = {}, {e} = {} REMOVE {}, {}",
             x.val(s(owner)),
             x.val(n(expires_ms)),
             x.val(n(expected_epoch as i64 + 1)),
-            x.name("holder_addr")
+            x.name("holder_addr"),
+            x.name("wanted_by")
         );
         let r = self
             .client
@@ -114,22 +117,56 @@ impl LeaseStore for DynamoStore {
         expires_ms: i64,
         progress: Option<ReadProgress>,
         addr: Option<&str>,
-    ) -> PortResult<()> {
+    ) -> PortResult<Option<String>> {
+        let mut x = Expr::default();
+        let mut set = format!("SET {} = {}", x.name("expires_ms"), x.val(n(expires_ms)));
+        if let Some(p) = progress {
+            set.push_str(&format!(
+                ", {} = {}, {} = {}",
+                x.name("behind_ms"),
+                x.val(n(p.behind_ms)),
+                x.name("behind_at_ms"),
+                x.val(n(p.at_ms))
+            ));
+        }
+        if let Some(a) = addr {
+            set.push_str(&format!(", {} = {}", x.name("holder_addr"), x.val(s(a))));
+        }
+        // The row as written, for the request in it: an UpdateItem's answer costs no read.
+        let row = self
+            .lease_write_returning(fence, x, "", set, ReturnValue::AllNew)
+            .await?;
+        Ok(get_s(&row, "wanted_by"))
+    }
+
+    async fn ask_handoff(&self, held: &Fence, to: &str) -> PortResult<bool> {
+        let mut x = Expr::default();
+        let not_finished = format!(
+            " AND NOT {} = {}",
+            x.name("finished"),
+            x.val(AttributeValue::Bool(true))
+        );
+        let set = format!("SET {} = {}", x.name("wanted_by"), x.val(s(to)));
+        match self.lease_write(held, x, &not_finished, set).await {
+            Ok(()) => Ok(true),
+            Err(PortError::Fenced { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn hand_over(&self, fence: &Fence, to: &str, expires_ms: i64) -> PortResult<()> {
         self.lease_update(fence, "", |x| {
-            let mut set = format!("SET {} = {}", x.name("expires_ms"), x.val(n(expires_ms)));
-            if let Some(p) = progress {
-                set.push_str(&format!(
-                    ", {} = {}, {} = {}",
-                    x.name("behind_ms"),
-                    x.val(n(p.behind_ms)),
-                    x.name("behind_at_ms"),
-                    x.val(n(p.at_ms))
-                ));
-            }
-            if let Some(a) = addr {
-                set.push_str(&format!(", {} = {}", x.name("holder_addr"), x.val(s(a))));
-            }
-            set
+            format!(
+                "SET {} = {}, {} = {}, {} = {} REMOVE {}, {}",
+                x.name("owner"),
+                x.val(s(to)),
+                x.name("expires_ms"),
+                x.val(n(expires_ms)),
+                x.name("epoch"),
+                x.val(n(fence.epoch as i64 + 1)),
+                x.name("holder_addr"),
+                x.name("wanted_by")
+            )
         })
         .await
     }
@@ -138,9 +175,10 @@ impl LeaseStore for DynamoStore {
         match self
             .lease_update(fence, "", |x| {
                 format!(
-                    "REMOVE {}, {} SET {} = {}",
+                    "REMOVE {}, {}, {} SET {} = {}",
                     x.name("owner"),
                     x.name("holder_addr"),
+                    x.name("wanted_by"),
                     x.name("expires_ms"),
                     x.val(n(0))
                 )

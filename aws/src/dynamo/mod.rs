@@ -22,7 +22,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+    AttributeValue, Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use tally_core::cost::Purpose;
@@ -510,10 +510,25 @@ impl DynamoStore {
     async fn lease_write(
         &self,
         fence: &Fence,
-        mut x: Expr,
+        x: Expr,
         extra_cond: &str,
         update: String,
     ) -> PortResult<()> {
+        self.lease_write_returning(fence, x, extra_cond, update, ReturnValue::None)
+            .await
+            .map(drop)
+    }
+
+    /// `lease_write`, answering the row's attributes as `returns` asks (no extra units: an
+    /// `UpdateItem` costs its write whatever it returns).
+    async fn lease_write_returning(
+        &self,
+        fence: &Fence,
+        mut x: Expr,
+        extra_cond: &str,
+        update: String,
+        returns: ReturnValue,
+    ) -> PortResult<HashMap<String, AttributeValue>> {
         let cond = format!("{}{extra_cond}", Self::fence_cond(&mut x, fence));
         let r = self
             .client
@@ -524,10 +539,11 @@ impl DynamoStore {
             .update_expression(update)
             .set_expression_attribute_names(x.names())
             .set_expression_attribute_values(x.values())
+            .return_values(returns)
             .send()
             .await;
         match r {
-            Ok(_) => Ok(()),
+            Ok(out) => Ok(out.attributes.unwrap_or_default()),
             Err(e) => match self.err("UpdateItem", "leases", e) {
                 PortError::Fenced { .. } => Err(PortError::Fenced {
                     app: fence.app.clone(),

@@ -160,6 +160,10 @@ pub struct LeaseMetrics {
     pub renewed: AtomicU64,
     /// Takes refused because another worker moved first.
     pub take_failed: AtomicU64,
+    /// Requests for a lease of a worker above its share (`LeaseStore::ask_handoff`), and leases
+    /// this worker handed over on such a request.
+    pub asked: AtomicU64,
+    pub handed_over: AtomicU64,
     /// Writes of this worker's fleet row.
     pub heartbeats: AtomicU64,
     /// Full listings of the application's leases, and listings of its fleet rows.
@@ -178,6 +182,8 @@ impl LeaseMetrics {
             &self.renewed,
             &self.take_failed,
             &self.heartbeats,
+            &self.asked,
+            &self.handed_over,
         ]
         .iter()
         .map(|c| c.load(Ordering::Relaxed))
@@ -220,6 +226,8 @@ enum ShardEnd {
     Finished,
     /// Stopped on request, flushed and released.
     Stopped,
+    /// Asked for by another worker: flushed, checkpointed and handed over to it.
+    HandedOver(String),
     /// Its lease was lost to another worker.
     Lost,
     Failed(ConsumerError),
@@ -280,6 +288,8 @@ struct Worker {
     /// When a full listing of the leases last found nothing to take or steal (`None`: the last
     /// one did, or nothing was listed yet).
     settled_at: Option<Instant>,
+    /// Leases this worker asked their holders for, by shard: the epoch asked at and when (ms).
+    asked: HashMap<String, (u64, i64)>,
 }
 
 /// How long an armed idle exit waits before saying what it waits for, and how often it repeats.
@@ -312,6 +322,7 @@ async fn run_inner(
         fleet: Vec::new(),
         last_beat_warning: None,
         settled_at: None,
+        asked: HashMap::new(),
     };
     let result = loop {
         match w.iterate().await {
@@ -462,6 +473,10 @@ impl Worker {
                     self.last_discovery = None;
                 }
                 Ok(ShardEnd::Stopped) => {}
+                Ok(ShardEnd::HandedOver(to)) => {
+                    self.metrics.handed_over.fetch_add(1, Ordering::Relaxed);
+                    info!(shard_id = %shard, to = %to, "shard handed over");
+                }
                 Ok(ShardEnd::Lost) => {
                     self.metrics.lost.fetch_add(1, Ordering::Relaxed);
                     warn!(shard_id = %shard, "lease lost; shard stopped");
@@ -544,51 +559,113 @@ impl Worker {
         };
         let actions = plan(&view, me, now, &policy, &self.fleet);
         let acted = !actions.is_empty();
+        // A request is pending while its lease is still where it was asked for.
+        self.asked.retain(|shard, (epoch, _)| {
+            view.iter().any(|l| {
+                l.shard_id == *shard && l.epoch == *epoch && l.owner.as_deref() != Some(me)
+            })
+        });
         for action in actions {
-            let (shard_id, epoch, stolen) = match action {
-                LeaseAction::Take { shard_id, epoch } => (shard_id, epoch, false),
+            match action {
+                LeaseAction::Take { shard_id, epoch } => {
+                    self.take(leases, &shard_id, epoch, false, now).await;
+                }
                 LeaseAction::Steal {
-                    shard_id, epoch, ..
-                } => (shard_id, epoch, true),
-            };
-            if self.running.contains_key(&shard_id) {
-                continue;
-            }
-            let expires = now + self.cfg.lease_duration.as_millis() as i64;
-            match self
-                .deps
-                .leases
-                .take_lease(&self.cfg.app, &shard_id, epoch, me, expires)
-                .await
-            {
-                Ok(Some(fence)) => {
-                    let counter = if stolen {
-                        &self.metrics.stolen
-                    } else {
-                        &self.metrics.taken
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    info!(shard_id = %shard_id, epoch = fence.epoch, stolen, "lease taken");
-                    if let Some(lease) = leases.iter().find(|l| l.shard_id == shard_id).cloned() {
-                        let task = spawn_shard(
-                            &self.deps,
-                            &self.cfg,
-                            fence,
-                            lease,
-                            &self.wake,
-                            &self.idle_exit,
-                            &self.metrics,
-                        );
-                        self.running.insert(shard_id.clone(), task);
-                    }
-                }
-                Ok(None) => {
-                    self.metrics.take_failed.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => warn!(shard_id = %shard_id, error = %e, "taking lease failed"),
+                    shard_id,
+                    epoch,
+                    from,
+                } => self.steal(leases, &shard_id, epoch, from, now).await,
             }
         }
         acted
+    }
+
+    /// A lease of a worker above its share: asked for first, so that its holder flushes,
+    /// checkpoints and hands it over (`LeaseStore::ask_handoff`; the holder reads the request
+    /// with its next renewal); taken outright — its open windows then dropped and read again by
+    /// this worker — only when the holder has not handed it over a lease duration after the
+    /// request (a holder alive but stuck, whose lease would never expire).
+    async fn steal(
+        &mut self,
+        leases: &[Lease],
+        shard_id: &str,
+        epoch: u64,
+        from: String,
+        now: i64,
+    ) {
+        let patience = self.cfg.lease_duration.as_millis() as i64;
+        match self.asked.get(shard_id) {
+            Some(&(_, at)) if now - at < patience => return,
+            Some(_) => {
+                warn!(shard_id = %shard_id, from = %from, "the holder did not hand the lease over in time; taking it");
+                self.asked.remove(shard_id);
+                return self.take(leases, shard_id, epoch, true, now).await;
+            }
+            None => {}
+        }
+        let held = Fence {
+            app: self.cfg.app.clone(),
+            shard_id: shard_id.to_owned(),
+            owner: from,
+            epoch,
+        };
+        match self
+            .deps
+            .leases
+            .ask_handoff(&held, &self.cfg.worker_id)
+            .await
+        {
+            Ok(true) => {
+                self.metrics.asked.fetch_add(1, Ordering::Relaxed);
+                info!(shard_id = %shard_id, from = %held.owner, "asked for the lease");
+                self.asked.insert(shard_id.to_owned(), (epoch, now));
+            }
+            Ok(false) => {
+                self.metrics.take_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => warn!(shard_id = %shard_id, error = %e, "asking for a lease failed"),
+        }
+    }
+
+    /// Takes a lease at `epoch` and starts its shard task.
+    async fn take(&mut self, leases: &[Lease], shard_id: &str, epoch: u64, stolen: bool, now: i64) {
+        if self.running.contains_key(shard_id) {
+            return;
+        }
+        let me = self.cfg.worker_id.as_str();
+        let expires = now + self.cfg.lease_duration.as_millis() as i64;
+        match self
+            .deps
+            .leases
+            .take_lease(&self.cfg.app, shard_id, epoch, me, expires)
+            .await
+        {
+            Ok(Some(fence)) => {
+                let counter = if stolen {
+                    &self.metrics.stolen
+                } else {
+                    &self.metrics.taken
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                info!(shard_id = %shard_id, epoch = fence.epoch, stolen, "lease taken");
+                if let Some(lease) = leases.iter().find(|l| l.shard_id == shard_id).cloned() {
+                    let task = spawn_shard(
+                        &self.deps,
+                        &self.cfg,
+                        fence,
+                        lease,
+                        &self.wake,
+                        &self.idle_exit,
+                        &self.metrics,
+                    );
+                    self.running.insert(shard_id.to_owned(), task);
+                }
+            }
+            Ok(None) => {
+                self.metrics.take_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => warn!(shard_id = %shard_id, error = %e, "taking lease failed"),
+        }
     }
 
     /// Deletes a finished shard's row once every child has made progress (a checkpoint of its

@@ -41,6 +41,7 @@ pub(super) fn spawn_shard(
         stats: ShardStats::new(),
         metrics: metrics.clone(),
         progress: Arc::default(),
+        asked_by: Arc::default(),
     };
     let wake = wake.clone();
     let handle = tokio::spawn(
@@ -72,6 +73,8 @@ struct ShardTask {
     metrics: Arc<LeaseMetrics>,
     /// How far behind the tip the last read was: each renewal reports it with the lease.
     progress: Arc<Mutex<Option<ReadProgress>>>,
+    /// The worker that asked for the lease (`LeaseStore::ask_handoff`), as a renewal read it.
+    asked_by: Arc<Mutex<Option<String>>>,
 }
 
 impl ShardTask {
@@ -83,6 +86,7 @@ impl ShardTask {
             // The worker releases stopped shards' leases together once all have flushed, so that
             // other workers see this one gone and take them all in one round.
             Ok(ShardEnd::Stopped) => ShardEnd::Stopped,
+            Ok(ShardEnd::HandedOver(to)) => self.hand_over(&to).await,
             Ok(ShardEnd::Finished) => {
                 // A finished shard needs no owner.
                 if let Err(e) = self.deps.leases.release_lease(&self.fence).await {
@@ -98,6 +102,30 @@ impl ShardTask {
                 ShardEnd::Failed(e)
             }
         }
+    }
+
+    /// Flushed and checkpointed on another worker's request: the lease goes to it in one fenced
+    /// write (no one else can take it between), or, should that write fail for another reason
+    /// than a lost lease, back to the pool for the asker's next poll.
+    async fn hand_over(&self, to: &str) -> ShardEnd {
+        let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
+        match self.deps.leases.hand_over(&self.fence, to, expires).await {
+            Ok(()) => {
+                info!(to = %to, "lease handed over, its windows flushed");
+                ShardEnd::HandedOver(to.to_owned())
+            }
+            Err(PortError::Fenced { .. }) => ShardEnd::Lost,
+            Err(e) => {
+                warn!(to = %to, error = %e, "handing the lease over failed; releasing it instead");
+                let _ = self.deps.leases.release_lease(&self.fence).await;
+                ShardEnd::HandedOver(to.to_owned())
+            }
+        }
+    }
+
+    /// The worker that asked for this lease, once a renewal has read the request.
+    fn asked_by(&self) -> Option<String> {
+        self.asked_by.lock().ok().and_then(|a| a.clone())
     }
 
     async fn drive(
@@ -116,6 +144,7 @@ impl ShardTask {
             lost_tx,
             self.metrics.clone(),
             self.progress.clone(),
+            self.asked_by.clone(),
         )));
         let fenced = PortError::Fenced {
             app: self.fence.app.clone(),
@@ -155,6 +184,12 @@ impl ShardTask {
             if *self.stop.borrow() {
                 processor.flush(false).await?;
                 return Ok(ShardEnd::Stopped);
+            }
+            // Asked for by a worker short of its share: flush and checkpoint as on a stop, then
+            // hand the lease over (`run`).
+            if let Some(to) = self.asked_by() {
+                processor.flush(false).await?;
+                return Ok(ShardEnd::HandedOver(to));
             }
             let read_started = Instant::now();
             let batch = self.read(reader.as_mut()).await?;
@@ -265,8 +300,9 @@ impl ShardTask {
             .renew_lease(&self.fence, expires, read, self.cfg.advertise.as_deref())
             .await
         {
-            Ok(()) => {
+            Ok(asked) => {
                 self.metrics.renewed.fetch_add(1, Ordering::Relaxed);
+                note_ask(&self.asked_by, asked);
                 Ok(())
             }
             Err(e @ PortError::Fenced { .. }) => Err(e.into()),
@@ -316,6 +352,7 @@ async fn renew_loop(
     lost: watch::Sender<bool>,
     metrics: Arc<LeaseMetrics>,
     progress: Arc<Mutex<Option<ReadProgress>>>,
+    asked_by: Arc<Mutex<Option<String>>>,
 ) {
     loop {
         tokio::time::sleep(cfg.renew_interval).await;
@@ -325,8 +362,9 @@ async fn renew_loop(
             .renew_lease(&fence, expires, read, cfg.advertise.as_deref())
             .await
         {
-            Ok(()) => {
+            Ok(asked) => {
                 metrics.renewed.fetch_add(1, Ordering::Relaxed);
+                note_ask(&asked_by, asked);
             }
             Err(PortError::Fenced { .. }) => {
                 let _ = lost.send(true);
@@ -335,5 +373,12 @@ async fn renew_loop(
             // The next tick tries again; renewal runs at most half the lease duration apart.
             Err(e) => warn!(error = %e, "renewing lease failed"),
         }
+    }
+}
+
+/// Keeps a request for the lease that a renewal read, for the shard task's loop.
+fn note_ask(asked_by: &Mutex<Option<String>>, asked: Option<String>) {
+    if let (Some(to), Ok(mut a)) = (asked, asked_by.lock()) {
+        a.get_or_insert(to);
     }
 }

@@ -1,7 +1,7 @@
 //! [`LeaseStore`]: one row per application and shard, the lease and the checkpoint together.
 
 use async_trait::async_trait;
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use tally_core::ports::{
     Fence, GapCommit, LeaseStore, PortError, PortResult, ReadProgress, ShardInfo, ShardState,
 };
@@ -57,7 +57,7 @@ impl LeaseStore for Embedded {
         self.run(move |c| {
             let n = c
                 .execute(
-                    "UPDATE leases SET owner = ?1, epoch = epoch + 1, expires_ms = ?2, holder_addr = NULL WHERE app = ?3 AND shard_id = ?4 AND epoch = ?5",
+                    "UPDATE leases SET owner = ?1, epoch = epoch + 1, expires_ms = ?2, holder_addr = NULL, wanted_by = NULL WHERE app = ?3 AND shard_id = ?4 AND epoch = ?5",
                     params![owner, expires_ms, app, shard_id, expected_epoch as i64],
                 )
                 .map_err(sql_err)?;
@@ -90,16 +90,47 @@ impl LeaseStore for Embedded {
         expires_ms: i64,
         progress: Option<ReadProgress>,
         addr: Option<&str>,
-    ) -> PortResult<()> {
+    ) -> PortResult<Option<String>> {
         let f = fence.clone();
         let (behind, at) = (progress.map(|p| p.behind_ms), progress.map(|p| p.at_ms));
         let addr = addr.map(str::to_owned);
         self.run(move |c| {
+            let wanted: Option<Option<String>> = c
+                .query_row(
+                    "UPDATE leases SET expires_ms = ?1, behind_ms = COALESCE(?6, behind_ms), behind_at_ms = COALESCE(?7, behind_at_ms), \
+                     holder_addr = COALESCE(?8, holder_addr) WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5 RETURNING wanted_by",
+                    params![expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64, behind, at, addr],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql_err)?;
+            wanted.ok_or(PortError::Fenced { app: f.app, shard_id: f.shard_id })
+        })
+        .await
+    }
+
+    async fn ask_handoff(&self, held: &Fence, to: &str) -> PortResult<bool> {
+        let (f, to) = (held.clone(), to.to_owned());
+        self.run(move |c| {
             let n = c
                 .execute(
-                    "UPDATE leases SET expires_ms = ?1, behind_ms = COALESCE(?6, behind_ms), behind_at_ms = COALESCE(?7, behind_at_ms), \
-                     holder_addr = COALESCE(?8, holder_addr) WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5",
-                    params![expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64, behind, at, addr],
+                    "UPDATE leases SET wanted_by = ?1 WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5 AND finished = 0",
+                    params![to, f.app, f.shard_id, f.owner, f.epoch as i64],
+                )
+                .map_err(sql_err)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn hand_over(&self, fence: &Fence, to: &str, expires_ms: i64) -> PortResult<()> {
+        let (f, to) = (fence.clone(), to.to_owned());
+        self.run(move |c| {
+            let n = c
+                .execute(
+                    "UPDATE leases SET owner = ?1, epoch = epoch + 1, expires_ms = ?2, holder_addr = NULL, wanted_by = NULL \
+                     WHERE app = ?3 AND shard_id = ?4 AND owner = ?5 AND epoch = ?6",
+                    params![to, expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64],
                 )
                 .map_err(sql_err)?;
             if n == 1 { Ok(()) } else { Err(PortError::Fenced { app: f.app, shard_id: f.shard_id }) }
@@ -111,7 +142,7 @@ impl LeaseStore for Embedded {
         let f = fence.clone();
         self.run(move |c| {
             c.execute(
-                "UPDATE leases SET owner = NULL, expires_ms = 0, holder_addr = NULL WHERE app = ?1 AND shard_id = ?2 AND owner = ?3 AND epoch = ?4",
+                "UPDATE leases SET owner = NULL, expires_ms = 0, holder_addr = NULL, wanted_by = NULL WHERE app = ?1 AND shard_id = ?2 AND owner = ?3 AND epoch = ?4",
                 params![f.app, f.shard_id, f.owner, f.epoch as i64],
             )
             .map_err(sql_err)?;
