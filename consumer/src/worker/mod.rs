@@ -538,14 +538,27 @@ impl Worker {
     async fn take_leases(&mut self, leases: &[Lease]) -> bool {
         let now = now_ms();
         let me = self.cfg.worker_id.as_str();
-        // A lease in our name that no task of ours runs (a restart under the same worker id)
-        // is ours to take again at once.
+        // A request is pending while its lease is still where it was asked for (once handed over
+        // it is ours at a new epoch).
+        self.asked.retain(|shard, (epoch, _)| {
+            leases.iter().any(|l| {
+                l.shard_id == *shard && l.epoch == *epoch && l.owner.as_deref() != Some(me)
+            })
+        });
+        self.take_overdue(leases, now).await;
+        let me = self.cfg.worker_id.as_str();
+        // A lease in our name that no task of ours runs (a restart under the same worker id, or
+        // one just handed over) is ours to take again at once; one we asked for counts as ours
+        // (it is on its way), so that we never ask for more than our share.
         let view: Vec<Lease> = leases
             .iter()
             .cloned()
             .map(|mut l| {
                 if l.owner.as_deref() == Some(me) && !self.running.contains_key(&l.shard_id) {
                     l.owner = None;
+                }
+                if self.asked.contains_key(&l.shard_id) {
+                    l.owner = Some(me.to_owned());
                 }
                 // A shard of ours counts as finished once its task has ended and been reaped.
                 if self.running.contains_key(&l.shard_id) {
@@ -558,13 +571,7 @@ impl Worker {
             max_leases_per_worker: self.cfg.max_leases_per_worker,
         };
         let actions = plan(&view, me, now, &policy, &self.fleet);
-        let acted = !actions.is_empty();
-        // A request is pending while its lease is still where it was asked for.
-        self.asked.retain(|shard, (epoch, _)| {
-            view.iter().any(|l| {
-                l.shard_id == *shard && l.epoch == *epoch && l.owner.as_deref() != Some(me)
-            })
-        });
+        let acted = !actions.is_empty() || !self.asked.is_empty();
         for action in actions {
             match action {
                 LeaseAction::Take { shard_id, epoch } => {
@@ -574,35 +581,16 @@ impl Worker {
                     shard_id,
                     epoch,
                     from,
-                } => self.steal(leases, &shard_id, epoch, from, now).await,
+                } => self.steal(&shard_id, epoch, from, now).await,
             }
         }
         acted
     }
 
-    /// A lease of a worker above its share: asked for first, so that its holder flushes,
-    /// checkpoints and hands it over (`LeaseStore::ask_handoff`; the holder reads the request
-    /// with its next renewal); taken outright — its open windows then dropped and read again by
-    /// this worker — only when the holder has not handed it over a lease duration after the
-    /// request (a holder alive but stuck, whose lease would never expire).
-    async fn steal(
-        &mut self,
-        leases: &[Lease],
-        shard_id: &str,
-        epoch: u64,
-        from: String,
-        now: i64,
-    ) {
-        let patience = self.cfg.lease_duration.as_millis() as i64;
-        match self.asked.get(shard_id) {
-            Some(&(_, at)) if now - at < patience => return,
-            Some(_) => {
-                warn!(shard_id = %shard_id, from = %from, "the holder did not hand the lease over in time; taking it");
-                self.asked.remove(shard_id);
-                return self.take(leases, shard_id, epoch, true, now).await;
-            }
-            None => {}
-        }
+    /// A lease of a worker above its share is asked for, so that its holder flushes, checkpoints
+    /// and hands it over (`LeaseStore::ask_handoff`; the holder reads the request with its next
+    /// renewal).
+    async fn steal(&mut self, shard_id: &str, epoch: u64, from: String, now: i64) {
         let held = Fence {
             app: self.cfg.app.clone(),
             shard_id: shard_id.to_owned(),
@@ -624,6 +612,23 @@ impl Worker {
                 self.metrics.take_failed.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => warn!(shard_id = %shard_id, error = %e, "asking for a lease failed"),
+        }
+    }
+
+    /// A lease asked for and not handed over a lease duration later (its holder alive and
+    /// renewing, but stuck) is taken outright: its open windows are dropped and read again here.
+    async fn take_overdue(&mut self, leases: &[Lease], now: i64) {
+        let patience = self.cfg.lease_duration.as_millis() as i64;
+        let overdue: Vec<(String, u64)> = self
+            .asked
+            .iter()
+            .filter(|(_, (_, at))| now - at >= patience)
+            .map(|(shard, (epoch, _))| (shard.clone(), *epoch))
+            .collect();
+        for (shard_id, epoch) in overdue {
+            warn!(shard_id = %shard_id, "the holder did not hand the lease over in time; taking it");
+            self.asked.remove(&shard_id);
+            self.take(leases, &shard_id, epoch, true, now).await;
         }
     }
 
