@@ -13,18 +13,38 @@
 //! counted and to the last, the counter's throughput over that span, and its DynamoDB write units
 //! per like (leases included), every total checked against the producer's.
 //!
+//! `-- fleet aws` (with `eval "$(scripts/local-aws.sh env)"`): the fleet on the local AWS peers,
+//! a stream and tables of its own per size, at 4 and 64 shards.
+//!
 //! Run: `cargo bench --bench handoff` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `tally` on a store: `dir` is an embedded store's data dir, or `aws:<name>` for a stream and
+/// tables of that name on the local AWS peers (`-- fleet aws`).
 fn tally(dir: &str, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
-    c.args(args)
-        .args(["--data-dir", dir])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null());
+    c.args(args);
+    match dir.strip_prefix("aws:") {
+        Some(name) => {
+            let peer = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+            c.args(["--backend", "aws", "--stream", name, "--table-prefix", name])
+                .args([
+                    "--kinesis-endpoint-url",
+                    &peer("TEST_KINESIS_ENDPOINT", "http://127.0.0.1:4568"),
+                ])
+                .args([
+                    "--dynamodb-endpoint-url",
+                    &peer("TEST_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
+                ]);
+        }
+        None => {
+            c.args(["--data-dir", dir]);
+        }
+    }
+    c.env("RUST_LOG", "warn").stdin(Stdio::null());
     c
 }
 
@@ -231,22 +251,65 @@ fn counting_at(shards: usize, workers: usize) {
 
 /// `run(shards, workers)` for 4, 64, 256 and 1,000 shards and 1, 8 and 20 workers.
 fn at_every_size(run: fn(usize, usize)) {
-    for shards in [4, 64, 256, 1_000] {
+    // On the local peers: 4 and 64 shards (kinesis-local takes 256 per account as
+    // `scripts/local-aws.sh` starts it, across every stream a run has).
+    let sizes: &[usize] = if on_aws() {
+        &[4, 64]
+    } else {
+        &[4, 64, 256, 1_000]
+    };
+    for &shards in sizes {
         for workers in [1, 8, 20] {
             run(shards, workers);
         }
     }
 }
 
-/// A fresh embedded store of `shards` shards, in a directory removed when dropped.
-fn store(shards: usize) -> (tempfile::TempDir, String) {
+/// Whether the bench runs on the local AWS peers (`aws` after the mode) instead of embedded.
+fn on_aws() -> bool {
+    std::env::args().any(|a| a == "aws")
+}
+
+/// What a fresh store leaves behind: its directory, or its stream and tables on the peers.
+struct Fresh {
+    _tmp: tempfile::TempDir,
+    dir: String,
+}
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        if self.dir.starts_with("aws:") {
+            let _ = tally(&self.dir, &["teardown", "--yes"])
+                .stdout(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A fresh store of `shards` shards: an embedded one in a directory removed when dropped, or a
+/// stream and tables of their own on the local peers, deleted when dropped.
+fn store(shards: usize) -> (Fresh, String) {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().to_str().expect("utf-8 path").to_owned();
+    let dir = if on_aws() {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() % 1_000_000_000);
+        format!("aws:bench-{}-{shards}-{ms}", std::process::id())
+    } else {
+        tmp.path().to_str().expect("utf-8 path").to_owned()
+    };
     assert!(tally(&dir, &["setup", "--shards", &shards.to_string()])
+        .stdout(Stdio::null())
         .status()
         .expect("setup")
         .success());
-    (tmp, dir)
+    (
+        Fresh {
+            _tmp: tmp,
+            dir: dir.clone(),
+        },
+        dir,
+    )
 }
 
 fn main() {
@@ -259,7 +322,12 @@ fn main() {
         return at_every_size(counting_at);
     }
     if std::env::args().any(|a| a == "fleet") {
-        println!("the fleet at scale, embedded backend, default lease settings (duration 10 s, renewals 3.5 s, poll 0.5 s), no records");
+        let backend = if on_aws() {
+            "the local AWS peers (kinesis-local, DynamoDB Local)"
+        } else {
+            "embedded backend"
+        };
+        println!("the fleet at scale, {backend}, default lease settings (duration 10 s, renewals 3.5 s, poll 0.5 s), no records");
         return at_every_size(fleet_at);
     }
     let (_tmp, dir) = store(8);

@@ -102,7 +102,12 @@ async fn main() {
         let app = format!("fleet-{workers}");
         for w in 0..workers {
             store
-                .heartbeat(&app, &format!("tally-worker-{w:02}-{unique}"), i64::MAX / 2)
+                .heartbeat(
+                    &app,
+                    &format!("tally-worker-{w:02}-{unique}"),
+                    i64::MAX / 2,
+                    &[],
+                )
                 .await
                 .unwrap();
         }

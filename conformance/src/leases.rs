@@ -1,6 +1,6 @@
 //! The `LeaseStore` port: fenced leases, and fleet rows apart from them.
 
-use tally_core::ports::{Fence, LeaseStore, PortError, ShardInfo};
+use tally_core::ports::{Ask, Fence, LeaseStore, Member, PortError, ShardInfo};
 
 /// Leases: rows created once, taken by epoch, renewed, stolen, fenced, released, finished.
 /// The fleet rows: a heartbeat makes a worker a live member until it expires, a stop takes it
@@ -18,19 +18,43 @@ pub async fn fleet_rows_are_apart_from_leases(store: &dyn LeaseStore, name: &str
         )
         .await
         .unwrap();
-    store.heartbeat(&app, "w1", 5_000).await.unwrap();
-    store.heartbeat(&app, "w2", 2_000).await.unwrap();
-    assert_eq!(store.fleet(&app, 1_000).await.unwrap(), vec!["w1", "w2"]);
+    let ids = |m: Vec<Member>| m.into_iter().map(|m| m.worker).collect::<Vec<_>>();
+    store.heartbeat(&app, "w1", 5_000, &[]).await.unwrap();
+    store.heartbeat(&app, "w2", 2_000, &[]).await.unwrap();
     assert_eq!(
-        store.fleet(&app, 2_000).await.unwrap(),
+        ids(store.fleet(&app, 1_000).await.unwrap()),
+        vec!["w1", "w2"]
+    );
+    assert_eq!(
+        ids(store.fleet(&app, 2_000).await.unwrap()),
         vec!["w1"],
         "w2's row expired"
     );
-    // A heartbeat extends the row.
-    store.heartbeat(&app, "w2", 9_000).await.unwrap();
-    assert_eq!(store.fleet(&app, 6_000).await.unwrap(), vec!["w2"]);
+    // A heartbeat extends the row, and carries what the worker asks for until the next.
+    let ask = Ask {
+        shard_id: "shard-a".into(),
+        holder: "w1".into(),
+        epoch: 3,
+    };
+    store
+        .heartbeat(&app, "w2", 9_000, std::slice::from_ref(&ask))
+        .await
+        .unwrap();
+    let fleet = store.fleet(&app, 6_000).await.unwrap();
+    assert_eq!(
+        fleet,
+        vec![Member {
+            worker: "w2".into(),
+            asks: vec![ask]
+        }]
+    );
+    store.heartbeat(&app, "w2", 9_000, &[]).await.unwrap();
+    assert!(
+        store.fleet(&app, 6_000).await.unwrap()[0].asks.is_empty(),
+        "asks cleared"
+    );
     store.leave_fleet(&app, "w2").await.unwrap();
-    assert!(store.fleet(&app, 0).await.unwrap() == vec!["w1"]);
+    assert!(ids(store.fleet(&app, 0).await.unwrap()) == vec!["w1"]);
     let states = store.list_states(&app).await.unwrap();
     assert_eq!(states.len(), 1, "one lease row, no fleet row: {states:?}");
     assert!(store

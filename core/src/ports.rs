@@ -307,14 +307,51 @@ pub trait LeaseStore: Send + Sync {
     /// Gives up records the stream no longer has, on record (either application: each has its
     /// own checkpoints, so each its own gaps); `Fenced` if a condition failed.
     async fn commit_gap(&self, gap: GapCommit<'_>) -> PortResult<()>;
-    /// Says `worker` is a live member of `app`'s fleet until `expires_ms`: one small row per
-    /// worker, apart from the lease rows (no listing of leases shows it), so that workers holding
-    /// no lease yet count in everyone's fair share.
-    async fn heartbeat(&self, app: &str, worker: &str, expires_ms: i64) -> PortResult<()>;
-    /// The members of `app`'s fleet alive at `now_ms` (their heartbeat not expired), by id.
-    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<String>>;
+    /// Says `worker` is a live member of `app`'s fleet until `expires_ms`, asking for `asks`:
+    /// one small row per worker, apart from the lease rows (no listing of leases shows it), so
+    /// that workers holding no lease yet count in everyone's fair share, and a holder hears of a
+    /// request for its lease at its next fleet listing (every poll) rather than its next renewal.
+    async fn heartbeat(
+        &self,
+        app: &str,
+        worker: &str,
+        expires_ms: i64,
+        asks: &[Ask],
+    ) -> PortResult<()>;
+    /// The members of `app`'s fleet alive at `now_ms` (their heartbeat not expired), by id, with
+    /// what each asks for.
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>>;
     /// Takes `worker` out of `app`'s fleet at once (a clean stop).
     async fn leave_fleet(&self, app: &str, worker: &str) -> PortResult<()>;
+}
+
+/// A worker's request for a lease it was short of (`LeaseStore::ask_handoff` records it on the
+/// lease row too, fenced): the lease, its holder, and the epoch it was asked at — a holder hands
+/// over only the lease it still holds at that epoch.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Ask {
+    pub shard_id: String,
+    pub holder: String,
+    pub epoch: u64,
+}
+
+/// A live member of an application's fleet, and the leases it asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub worker: String,
+    pub asks: Vec<Ask>,
+}
+
+/// The asks of a fleet row, as the stores keep them (JSON; `None` for none).
+pub fn asks_to_text(asks: &[Ask]) -> Option<String> {
+    (!asks.is_empty()).then(|| serde_json::to_string(asks).unwrap_or_default())
+}
+
+/// A fleet row's asks from their stored text; text that is not a list of asks is none (a row
+/// written by another version asks for nothing this one can act on).
+pub fn asks_from_text(text: Option<&str>) -> Vec<Ask> {
+    text.and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
 }
 
 /// Where an application's fleet rows are kept: under their own application name in the lease

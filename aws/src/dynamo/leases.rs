@@ -6,8 +6,8 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem,
 };
 use tally_core::ports::{
-    fleet_app, Fence, GapCommit, LeaseStore, PortError, PortResult, ReadProgress, ShardInfo,
-    ShardState,
+    asks_from_text, asks_to_text, fleet_app, Ask, Fence, GapCommit, LeaseStore, Member, PortError,
+    PortResult, ReadProgress, ShardInfo, ShardState,
 };
 
 use super::{get_n, get_s, lease_from, n, s, DynamoStore, Expr};
@@ -262,15 +262,25 @@ impl LeaseStore for DynamoStore {
             .await
     }
 
-    async fn heartbeat(&self, app: &str, worker: &str, expires_ms: i64) -> PortResult<()> {
+    async fn heartbeat(
+        &self,
+        app: &str,
+        worker: &str,
+        expires_ms: i64,
+        asks: &[Ask],
+    ) -> PortResult<()> {
         let mut x = Expr::default();
-        let upd = format!(
+        let mut upd = format!(
             "SET {} = {}, {} = {}",
             x.name("expires_ms"),
             x.val(n(expires_ms)),
             x.name("owner"),
             x.val(s(worker))
         );
+        match asks_to_text(asks) {
+            Some(text) => upd.push_str(&format!(", {} = {}", x.name("asks"), x.val(s(text)))),
+            None => upd.push_str(&format!(" REMOVE {}", x.name("asks"))),
+        }
         self.client
             .update_item()
             .table_name(self.table("leases"))
@@ -284,14 +294,19 @@ impl LeaseStore for DynamoStore {
         Ok(())
     }
 
-    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<String>> {
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
         let items = self.partition("leases", "app", fleet_app(app)).await?;
-        let mut out: Vec<String> = items
+        let mut out: Vec<Member> = items
             .iter()
             .filter(|i| get_n(i, "expires_ms").unwrap_or(0) > now_ms)
-            .filter_map(|i| get_s(i, "shard_id"))
+            .filter_map(|i| {
+                Some(Member {
+                    worker: get_s(i, "shard_id")?,
+                    asks: asks_from_text(get_s(i, "asks").as_deref()),
+                })
+            })
             .collect();
-        out.sort();
+        out.sort_by(|a, b| a.worker.cmp(&b.worker));
         Ok(out)
     }
 

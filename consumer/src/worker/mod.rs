@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tally_core::lease::{plan, Lease, LeaseAction, LeasePolicy};
-use tally_core::ports::{Fence, LeaseStore, ReadBatch, ShardState, StartPosition, Stream};
+use tally_core::ports::{
+    Ask, Fence, LeaseStore, Member, ReadBatch, ShardState, StartPosition, Stream,
+};
 use tally_core::retry::Backoff;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
@@ -240,6 +242,8 @@ struct Running {
     stop: watch::Sender<bool>,
     /// When the shard's last empty read started, if it is caught up and flushed.
     idle_at: Arc<Mutex<Option<Instant>>>,
+    /// The worker that asked for the lease, as a renewal or a fleet listing heard it.
+    asked_by: Arc<Mutex<Option<String>>>,
 }
 
 /// Runs a worker until `shutdown` resolves, or until idle when `idle_exit` is armed.
@@ -288,8 +292,10 @@ struct Worker {
     /// When a full listing of the leases last found nothing to take or steal (`None`: the last
     /// one did, or nothing was listed yet).
     settled_at: Option<Instant>,
-    /// Leases this worker asked their holders for, by shard: the epoch asked at and when (ms).
-    asked: HashMap<String, (u64, i64)>,
+    /// Leases this worker asked their holders for, by shard: the request and when (ms).
+    asked: HashMap<String, (Ask, i64)>,
+    /// The requests its fleet row carries, as last written.
+    asks_written: Vec<Ask>,
 }
 
 /// How long an armed idle exit waits before saying what it waits for, and how often it repeats.
@@ -323,6 +329,7 @@ async fn run_inner(
         last_beat_warning: None,
         settled_at: None,
         asked: HashMap::new(),
+        asks_written: Vec::new(),
     };
     let result = loop {
         match w.iterate().await {
@@ -422,34 +429,65 @@ impl Worker {
     /// false on the first call, when the row has just been written.
     async fn beat(&mut self) -> bool {
         let first = !std::mem::replace(&mut self.joined, true);
-        if self
-            .last_heartbeat
-            .is_none_or(|t| t.elapsed() >= self.cfg.renew_interval)
-        {
-            let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
-            let leases = &self.deps.leases;
-            match leases
-                .heartbeat(&self.cfg.app, &self.cfg.worker_id, expires)
-                .await
-            {
-                Ok(()) => {
-                    self.last_heartbeat = Some(Instant::now());
-                    self.metrics.heartbeats.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet heartbeat")
-                    .note(&e, &mut self.last_beat_warning),
-            }
-        }
+        self.publish().await;
         if first {
             return false;
         }
         self.metrics.fleet_listings.fetch_add(1, Ordering::Relaxed);
         match self.deps.leases.fleet(&self.cfg.app, now_ms()).await {
-            Ok(f) => self.fleet = f,
+            Ok(members) => {
+                self.hear_asks(&members);
+                self.fleet = members.into_iter().map(|m| m.worker).collect();
+            }
             Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet listing")
                 .note(&e, &mut self.last_beat_warning),
         }
         true
+    }
+
+    /// Writes this worker's fleet row when the renewal interval has passed since the last, or at
+    /// once when the leases it asks for have changed (so that their holders hear of it at their
+    /// next fleet listing).
+    async fn publish(&mut self) {
+        let mut asks: Vec<Ask> = self.asked.values().map(|(a, _)| a.clone()).collect();
+        asks.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        let due = self
+            .last_heartbeat
+            .is_none_or(|t| t.elapsed() >= self.cfg.renew_interval);
+        if !due && asks == self.asks_written {
+            return;
+        }
+        let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
+        let leases = &self.deps.leases;
+        match leases
+            .heartbeat(&self.cfg.app, &self.cfg.worker_id, expires, &asks)
+            .await
+        {
+            Ok(()) => {
+                self.last_heartbeat = Some(Instant::now());
+                self.metrics.heartbeats.fetch_add(1, Ordering::Relaxed);
+                self.asks_written = asks;
+            }
+            Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet heartbeat")
+                .note(&e, &mut self.last_beat_warning),
+        }
+    }
+
+    /// Tells the shard tasks whose leases other members ask for (at the epoch they hold) to hand
+    /// them over.
+    fn hear_asks(&self, members: &[Member]) {
+        let me = self.cfg.worker_id.as_str();
+        for m in members {
+            for ask in m.asks.iter().filter(|a| a.holder == me) {
+                if let Some(r) = self.running.get(&ask.shard_id) {
+                    if r.fence.epoch == ask.epoch {
+                        if let Ok(mut a) = r.asked_by.lock() {
+                            a.get_or_insert_with(|| m.worker.clone());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Reaps ended shard tasks; a failure that a retry cannot mend ends the worker.
@@ -540,9 +578,9 @@ impl Worker {
         let me = self.cfg.worker_id.as_str();
         // A request is pending while its lease is still where it was asked for (once handed over
         // it is ours at a new epoch).
-        self.asked.retain(|shard, (epoch, _)| {
+        self.asked.retain(|shard, (ask, _)| {
             leases.iter().any(|l| {
-                l.shard_id == *shard && l.epoch == *epoch && l.owner.as_deref() != Some(me)
+                l.shard_id == *shard && l.epoch == ask.epoch && l.owner.as_deref() != Some(me)
             })
         });
         self.take_overdue(leases, now).await;
@@ -572,6 +610,7 @@ impl Worker {
         };
         let actions = plan(&view, me, now, &policy, &self.fleet);
         let acted = !actions.is_empty() || !self.asked.is_empty();
+        let asked_before = self.asked.len();
         for action in actions {
             match action {
                 LeaseAction::Take { shard_id, epoch } => {
@@ -583,6 +622,10 @@ impl Worker {
                     from,
                 } => self.steal(&shard_id, epoch, from, now).await,
             }
+        }
+        // Requests made go out with the fleet row now, not at the next renewal interval.
+        if self.asked.len() != asked_before {
+            self.publish().await;
         }
         acted
     }
@@ -606,7 +649,12 @@ impl Worker {
             Ok(true) => {
                 self.metrics.asked.fetch_add(1, Ordering::Relaxed);
                 info!(shard_id = %shard_id, from = %held.owner, "asked for the lease");
-                self.asked.insert(shard_id.to_owned(), (epoch, now));
+                let ask = Ask {
+                    shard_id: shard_id.to_owned(),
+                    holder: held.owner,
+                    epoch,
+                };
+                self.asked.insert(shard_id.to_owned(), (ask, now));
             }
             Ok(false) => {
                 self.metrics.take_failed.fetch_add(1, Ordering::Relaxed);
@@ -623,7 +671,7 @@ impl Worker {
             .asked
             .iter()
             .filter(|(_, (_, at))| now - at >= patience)
-            .map(|(shard, (epoch, _))| (shard.clone(), *epoch))
+            .map(|(shard, (ask, _))| (shard.clone(), ask.epoch))
             .collect();
         for (shard_id, epoch) in overdue {
             warn!(shard_id = %shard_id, "the holder did not hand the lease over in time; taking it");

@@ -28,6 +28,7 @@ pub(super) fn spawn_shard(
 ) -> Running {
     let (stop_tx, stop_rx) = watch::channel(false);
     let idle_at = Arc::new(Mutex::new(None));
+    let asked_by = Arc::new(Mutex::new(None));
     let processor = deps.factory.create(&fence.shard_id);
     let span = tracing::info_span!("shard", app = %cfg.app, shard_id = %fence.shard_id);
     let task = ShardTask {
@@ -41,7 +42,7 @@ pub(super) fn spawn_shard(
         stats: ShardStats::new(),
         metrics: metrics.clone(),
         progress: Arc::default(),
-        asked_by: Arc::default(),
+        asked_by: asked_by.clone(),
     };
     let wake = wake.clone();
     let handle = tokio::spawn(
@@ -57,6 +58,7 @@ pub(super) fn spawn_shard(
         fence,
         stop: stop_tx,
         idle_at,
+        asked_by,
     }
 }
 
@@ -73,7 +75,8 @@ struct ShardTask {
     metrics: Arc<LeaseMetrics>,
     /// How far behind the tip the last read was: each renewal reports it with the lease.
     progress: Arc<Mutex<Option<ReadProgress>>>,
-    /// The worker that asked for the lease (`LeaseStore::ask_handoff`), as a renewal read it.
+    /// The worker that asked for the lease, as a renewal (the lease row's request) or the
+    /// worker's fleet listing (the asker's fleet row) heard it first.
     asked_by: Arc<Mutex<Option<String>>>,
 }
 

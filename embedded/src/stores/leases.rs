@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 use tally_core::ports::{
-    Fence, GapCommit, LeaseStore, PortError, PortResult, ReadProgress, ShardInfo, ShardState,
+    asks_from_text, asks_to_text, Ask, Fence, GapCommit, LeaseStore, Member, PortError, PortResult,
+    ReadProgress, ShardInfo, ShardState,
 };
 
 use super::{check_fence, read_state, state_in, write_dead_letter, LEASE_COLUMNS};
@@ -220,13 +221,20 @@ impl LeaseStore for Embedded {
         .await
     }
 
-    async fn heartbeat(&self, app: &str, worker: &str, expires_ms: i64) -> PortResult<()> {
+    async fn heartbeat(
+        &self,
+        app: &str,
+        worker: &str,
+        expires_ms: i64,
+        asks: &[Ask],
+    ) -> PortResult<()> {
         let (fleet, worker) = (tally_core::ports::fleet_app(app), worker.to_owned());
+        let asks = asks_to_text(asks);
         self.run(move |c| {
             c.execute(
-                "INSERT INTO leases (app, shard_id, owner, expires_ms, parents) VALUES (?1, ?2, ?2, ?3, '[]') \
-                 ON CONFLICT(app, shard_id) DO UPDATE SET expires_ms = excluded.expires_ms",
-                params![fleet, worker, expires_ms],
+                "INSERT INTO leases (app, shard_id, owner, expires_ms, parents, wanted_by) VALUES (?1, ?2, ?2, ?3, '[]', ?4) \
+                 ON CONFLICT(app, shard_id) DO UPDATE SET expires_ms = excluded.expires_ms, wanted_by = excluded.wanted_by",
+                params![fleet, worker, expires_ms, asks],
             )
             .map_err(sql_err)?;
             Ok(())
@@ -234,16 +242,22 @@ impl LeaseStore for Embedded {
         .await
     }
 
-    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<String>> {
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
         let fleet = tally_core::ports::fleet_app(app);
         self.run(move |c| {
+            // A fleet row's asks live in its `wanted_by` column (a lease row's asker there).
             let mut st = c
-                .prepare_cached("SELECT shard_id FROM leases WHERE app = ?1 AND expires_ms > ?2 ORDER BY shard_id")
+                .prepare_cached("SELECT shard_id, wanted_by FROM leases WHERE app = ?1 AND expires_ms > ?2 ORDER BY shard_id")
                 .map_err(sql_err)?;
             let rows = st
-                .query_map(params![fleet, now_ms], |r| r.get(0))
+                .query_map(params![fleet, now_ms], |r| {
+                    Ok(Member {
+                        worker: r.get(0)?,
+                        asks: asks_from_text(r.get::<_, Option<String>>(1)?.as_deref()),
+                    })
+                })
                 .map_err(sql_err)?
-                .collect::<Result<Vec<String>, _>>()
+                .collect::<Result<Vec<Member>, _>>()
                 .map_err(sql_err)?;
             Ok(rows)
         })
