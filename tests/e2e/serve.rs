@@ -620,6 +620,15 @@ impl Browser {
         }
     }
 
+    /// The value of a JavaScript expression evaluated in the page.
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": expression, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
     fn screenshot(&mut self, path: &std::path::Path) {
         use base64::Engine;
         let r = self.call(
@@ -704,6 +713,40 @@ fn the_dashboard_shows_the_numbers_and_follows_new_likes() {
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
     b.screenshot(&shot);
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    drop(serve);
+}
+
+/// At a thousand shards the dashboard stays a summary: the 20 shards furthest behind and a line
+/// counting the open shards by state, every row only when "all shards" is ticked.
+#[test]
+fn the_dashboard_summarizes_a_thousand_shards() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1000"]);
+    // A counter that creates the thousand lease rows, takes them all, finds nothing to count and
+    // gives them back.
+    t.run(&["count", "--until-idle"]);
+    let serve = t.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let addr = served_addr(&serve);
+    let mut b = Browser::open(&format!("http://{addr}/?refresh_ms=300"));
+    let summary = b.wait_for("shards-summary", "a summary of the shards", |t| {
+        !t.is_empty()
+    });
+    assert_eq!(
+        summary,
+        "1,000 open shards: 0 held, 1,000 free, 0 applying a window; the 20 furthest behind shown"
+    );
+    let rows = "document.querySelectorAll('#shards tbody tr').length";
+    assert_eq!(b.eval(rows), 20);
+    b.eval("document.getElementById('all-shards').click()");
+    let start = Instant::now();
+    while b.eval(rows) != 1000 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "every row once ticked"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    b.wait_for("shards-summary", "all shown", |t| t.ends_with("all shown"));
     drop(serve);
 }
 
