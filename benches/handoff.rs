@@ -6,7 +6,8 @@
 //! shards and 1, 8 and 20 workers started together: the time until every shard is held and the
 //! fleet balanced, the time a 9th worker joining 8 takes to reach its share, lease writes and
 //! lease-listing reads per shard per minute over 20 s of steady state, and each worker's memory
-//! and CPU per held shard.
+//! and CPU per held shard; then, with 8 or 20 workers, a fresh fleet on the same store, one
+//! worker SIGTERMed and then another SIGKILLed: the time until every shard is held again.
 //!
 //! `cargo bench --bench handoff -- counting`: the same shard and worker counts with the same
 //! 200,000 events in the stream before the fleet starts: the time from start to the first like
@@ -171,6 +172,26 @@ fn fleet_at(shards: usize, workers: usize) {
         writes += l["renewed"].as_u64().unwrap_or(0) + l["heartbeats"].as_u64().unwrap_or(0);
         listings += l["listings"].as_u64().unwrap_or(0);
     }
+    // Then a fresh fleet on the same store: one worker leaves on SIGTERM, then another dies on
+    // SIGKILL — how long until every shard is held again by the rest.
+    let (term, kill) = if workers > 2 {
+        let mut fleet: Vec<Child> = (0..workers)
+            .map(|i| worker(&dir, &format!("w{i}")))
+            .collect();
+        wait_until("balance again", || balanced(&dir, shards, workers));
+        let (term, mut a) = leave(&dir, &mut fleet, "TERM", shards, "w0");
+        let (kill, mut b) = leave(&dir, &mut fleet, "KILL", shards, "w1");
+        for c in &fleet {
+            signal(c, "TERM");
+        }
+        for mut c in fleet {
+            let _ = c.wait();
+        }
+        let _ = (a.wait(), b.wait());
+        (Some(term), Some(kill))
+    } else {
+        (None, None)
+    };
     let rss_kb: u64 = after.iter().map(|u| u.0).sum();
     let ticks: u64 = after
         .iter()
@@ -180,15 +201,35 @@ fn fleet_at(shards: usize, workers: usize) {
     let tick_hz = 100.0;
     let cpu_pct = ticks as f64 / tick_hz / steady.as_secs_f64() * 100.0;
     println!(
-        "{shards:>5} shards {workers:>2} workers | balanced {:>6} ms | 9th joins {:>6} | lease writes/shard/min {:>5.1} | listings/worker/min {:>5.1} (rows read/shard/min {:>6.1}) | memory/shard {:>6} KB | CPU/shard {:>6.3} %",
+        "{shards:>5} shards {workers:>2} workers | balanced {:>6} ms | 9th joins {:>6} | SIGTERM {:>6} | SIGKILL {:>8} | lease writes/shard/min {:>5.1} | listings/worker/min {:>5.1} (rows read/shard/min {:>6.1}) | memory/shard {:>6} KB | CPU/shard {:>6.3} %",
         balance.as_millis(),
         join.map_or("-".to_owned(), |j| format!("{} ms", j.as_millis())),
+        term.map_or("-".to_owned(), |t| format!("{} ms", t.as_millis())),
+        kill.map_or("-".to_owned(), |t| format!("{} ms", t.as_millis())),
         writes as f64 / shards as f64 / minutes,
         listings as f64 / held.len().max(1) as f64 / minutes,
         listings as f64 / minutes,
         rss_kb / shards as u64,
         cpu_pct / shards as f64,
     );
+}
+
+/// Signals the fleet's first worker, `id`, and times until every shard is held again by the
+/// others; returns that time and the worker (to collect its report).
+fn leave(
+    dir: &str,
+    fleet: &mut Vec<Child>,
+    sig: &str,
+    shards: usize,
+    id: &str,
+) -> (Duration, Child) {
+    let c = fleet.remove(0);
+    signal(&c, sig);
+    let t = wait_until("the shards held again", || {
+        let m = per_owner(dir);
+        m.values().sum::<usize>() == shards && !m.contains_key(id)
+    });
+    (t, c)
 }
 
 /// The global total as `tally total` reads it.
@@ -258,7 +299,14 @@ fn at_every_size(run: fn(usize, usize)) {
     } else {
         &[4, 64, 256, 1_000]
     };
-    for &shards in sizes {
+    // `-- fleet 1000`: one size only.
+    let only: Option<usize> = std::env::args().find_map(|a| a.parse().ok());
+    let sizes: Vec<usize> = sizes
+        .iter()
+        .copied()
+        .filter(|s| only.is_none_or(|o| o == *s))
+        .collect();
+    for shards in sizes {
         for workers in [1, 8, 20] {
             run(shards, workers);
         }

@@ -10,9 +10,15 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use tally_aws::{AwsSettings, DynamoStore};
 use tally_core::ports::{LeaseStore, ReadProgress, ShardInfo};
 
-/// Read units of one whole Query of `pk_attr = value`, as the lease store lists it (strongly
-/// consistent), and the items it returned.
-async fn query_units(store: &DynamoStore, table: &str, pk_attr: &str, value: &str) -> (f64, usize) {
+/// Read units of one whole Query of `pk_attr = value`, strongly consistent (`tally leases`, the
+/// fleet listing) or not (a worker's listing to plan from), and the items it returned.
+async fn query_units(
+    store: &DynamoStore,
+    table: &str,
+    pk_attr: &str,
+    value: &str,
+    consistent: bool,
+) -> (f64, usize) {
     let (mut units, mut items) = (0.0, 0);
     let mut start = None;
     loop {
@@ -22,7 +28,7 @@ async fn query_units(store: &DynamoStore, table: &str, pk_attr: &str, value: &st
             .table_name(store.table(table))
             .key_condition_expression(format!("{pk_attr} = :k"))
             .expression_attribute_values(":k", AttributeValue::S(value.to_owned()))
-            .consistent_read(true)
+            .consistent_read(consistent)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .set_exclusive_start_key(start.take())
             .send()
@@ -60,9 +66,9 @@ async fn main() {
         .expect("tables on the local peers (scripts/local-aws.sh start)");
     let aws = tally_aws::Aws::connect(&s).await.unwrap();
     let store = &aws.tables;
-    println!("lease and fleet listings on DynamoDB Local: read units per listing (strongly consistent Query)");
-    println!("| lease rows | read units per listing | items | read units per row |");
-    println!("|---|---|---|---|");
+    println!("lease and fleet listings on DynamoDB Local: read units per listing");
+    println!("| lease rows | strongly consistent | eventually consistent (a worker's plan) | items | strongly consistent per row |");
+    println!("|---|---|---|---|---|");
     for rows in [4usize, 64, 256, 1_000] {
         let app = format!("counter-{rows}");
         let shards: Vec<ShardInfo> = (0..rows)
@@ -89,9 +95,10 @@ async fn main() {
                 .await
                 .unwrap();
         }
-        let (units, items) = query_units(store, "leases", "app", &app).await;
+        let (units, items) = query_units(store, "leases", "app", &app, true).await;
+        let (eventual, _) = query_units(store, "leases", "app", &app, false).await;
         println!(
-            "| {rows} | {units:.1} | {items} | {:.3} |",
+            "| {rows} | {units:.1} | {eventual:.1} | {items} | {:.3} |",
             units / items.max(1) as f64
         );
     }
@@ -111,8 +118,14 @@ async fn main() {
                 .await
                 .unwrap();
         }
-        let (units, _) =
-            query_units(store, "leases", "app", &tally_core::ports::fleet_app(&app)).await;
+        let (units, _) = query_units(
+            store,
+            "leases",
+            "app",
+            &tally_core::ports::fleet_app(&app),
+            true,
+        )
+        .await;
         println!("| {workers} | {units:.1} |");
     }
     tally_aws::setup::teardown(&s).await.unwrap();

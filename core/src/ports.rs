@@ -267,6 +267,13 @@ pub trait LeaseStore: Send + Sync {
     /// Every shard's whole state, in one listing, by shard id (what the read side shows: one
     /// store call per refresh, whatever the shard count).
     async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>>;
+    /// `list_states` as a worker plans from it: it may be a moment old (on DynamoDB an
+    /// eventually consistent Query, at half the read units). Safe because a plan only proposes:
+    /// every take, ask, handover and clean-up it leads to is a conditional write on the row as
+    /// it stands, and a shard task reads its checkpoint strongly (`shard_state`) before it reads.
+    async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
+        self.list_states(app).await
+    }
     /// Takes a lease if its epoch is still `expected_epoch`; `None` if someone else moved first.
     async fn take_lease(
         &self,

@@ -1,6 +1,8 @@
 //! [`LeaseStore`] on the leases table: one row per application and shard, the lease and the
 //! checkpoint together so that one condition fences both.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem,
@@ -17,6 +19,13 @@ use super::{get_n, get_s, lease_from, n, s, DynamoStore, Expr};
 /// never removed: a deleted row is never created again (ARCHITECTURE.md, "Leases and the fleet").
 fn tombstones(app: &str) -> String {
     format!("{app}#gone")
+}
+
+/// Lease rows' states, by shard id.
+fn states_of(items: &[HashMap<String, AttributeValue>]) -> Vec<ShardState> {
+    let mut out: Vec<ShardState> = items.iter().map(lease_from).collect();
+    out.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
+    out
 }
 
 #[async_trait]
@@ -106,9 +115,15 @@ impl LeaseStore for DynamoStore {
 
     async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
         let items = self.partition("leases", "app", app).await?;
-        let mut out: Vec<ShardState> = items.iter().map(lease_from).collect();
-        out.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
-        Ok(out)
+        Ok(states_of(&items))
+    }
+
+    async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
+        let values = HashMap::from([(":k".to_owned(), s(app))]);
+        let items = self
+            .query_all_read("leases", "app = :k", values, false)
+            .await?;
+        Ok(states_of(&items))
     }
 
     async fn renew_lease(

@@ -296,6 +296,8 @@ struct Worker {
     asked: HashMap<String, (Ask, i64)>,
     /// The requests its fleet row carries, as last written.
     asks_written: Vec<Ask>,
+    /// When a member last vanished from the fleet listing (its row expired or deleted).
+    member_lost_at: Option<Instant>,
 }
 
 /// How long an armed idle exit waits before saying what it waits for, and how often it repeats.
@@ -330,6 +332,7 @@ async fn run_inner(
         settled_at: None,
         asked: HashMap::new(),
         asks_written: Vec::new(),
+        member_lost_at: None,
     };
     let result = loop {
         match w.iterate().await {
@@ -389,7 +392,7 @@ impl Worker {
         // A passing failure skips this round (the next poll lists again): the loop must go on
         // to see a shutdown, and the shard tasks go on meanwhile.
         self.metrics.listings.fetch_add(1, Ordering::Relaxed);
-        let states = match self.deps.leases.list_states(&self.cfg.app).await {
+        let states = match self.deps.leases.list_states_to_plan(&self.cfg.app).await {
             Ok(l) => l,
             Err(e) if e.is_retryable() => {
                 crate::retry::Retry::new(&self.cfg.backoff, "list leases")
@@ -416,7 +419,13 @@ impl Worker {
     /// a worker killed since is then found at most half a lease duration after it expires; a
     /// worker at its share reads its fleet's rows each poll and the leases only that often.
     fn settled(&self, held_before: usize, fleet_before: &[String]) -> bool {
-        self.running.len() == held_before
+        // A killed member renewed its leases at most a renewal interval after its last heartbeat,
+        // so they expire within a renewal interval of its fleet row: list every poll until then.
+        let lost_recently = self
+            .member_lost_at
+            .is_some_and(|t| t.elapsed() < self.cfg.renew_interval + self.cfg.lease_poll_interval);
+        !lost_recently
+            && self.running.len() == held_before
             && self.fleet == fleet_before
             && self.idle_exit.armed_at().is_none()
             && self
@@ -437,7 +446,11 @@ impl Worker {
         match self.deps.leases.fleet(&self.cfg.app, now_ms()).await {
             Ok(members) => {
                 self.hear_asks(&members);
-                self.fleet = members.into_iter().map(|m| m.worker).collect();
+                let fleet: Vec<String> = members.into_iter().map(|m| m.worker).collect();
+                if self.fleet.iter().any(|w| !fleet.contains(w)) {
+                    self.member_lost_at = Some(Instant::now());
+                }
+                self.fleet = fleet;
             }
             Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet listing")
                 .note(&e, &mut self.last_beat_warning),
