@@ -58,8 +58,8 @@ fn floor(demo: &Demo) -> (f64, f64) {
     tally_embedded::journal(&conn).expect("the store's journal settings");
     // The demo's defaults: 2 % producer retries, 0.1 % malformed records.
     let mut settings = Settings::default();
-    settings.producer.duplicate_ratio = 0.02;
-    settings.producer.malformed_ratio = 0.001;
+    settings.producer.duplicate_ratio = tally::commands::demo::DUPLICATE_RATIO;
+    settings.producer.malformed_ratio = tally::commands::demo::MALFORMED_RATIO;
     let shards = [
         "shardId-000000000000",
         "shardId-000000000001",

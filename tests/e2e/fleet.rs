@@ -515,14 +515,13 @@ fn a_fleet_is_balanced_from_the_start(
     let handed = || {
         fleet
             .iter()
-            .flat_map(|w| {
+            .map(|w| {
                 w.log_text()
                     .lines()
                     .filter(|l| l.contains("lease handed over") && l.contains("to=late"))
-                    .map(str::to_owned)
-                    .collect::<Vec<_>>()
+                    .count()
             })
-            .count()
+            .sum::<usize>()
     };
     t.eventually(
         "every lease the joiner asked for handed over",

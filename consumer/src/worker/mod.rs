@@ -494,9 +494,7 @@ impl Worker {
             for ask in m.asks.iter().filter(|a| a.holder == me) {
                 if let Some(r) = self.running.get(&ask.shard_id) {
                     if r.fence.epoch == ask.epoch {
-                        if let Ok(mut a) = r.asked_by.lock() {
-                            a.get_or_insert_with(|| m.worker.clone());
-                        }
+                        shard::note_ask(&r.asked_by, Some(m.worker.clone()));
                     }
                 }
             }

@@ -380,7 +380,7 @@ async fn renew_loop(
 }
 
 /// Keeps a request for the lease that a renewal read, for the shard task's loop.
-fn note_ask(asked_by: &Mutex<Option<String>>, asked: Option<String>) {
+pub(super) fn note_ask(asked_by: &Mutex<Option<String>>, asked: Option<String>) {
     if let (Some(to), Ok(mut a)) = (asked, asked_by.lock()) {
         a.get_or_insert(to);
     }
