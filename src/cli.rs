@@ -501,6 +501,9 @@ pub struct QueryArgs {
     /// that minute.
     #[arg(long, value_parser = since_duration)]
     pub since: Option<std::time::Duration>,
+    /// Also whether this user likes each post (read in one batch; likers mode only).
+    #[arg(long, value_name = "USER_ID")]
+    pub viewer: Option<String>,
     /// Print JSON (with the bound used, read units and how fresh the count is).
     #[arg(long)]
     pub json: bool,

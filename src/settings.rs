@@ -124,7 +124,15 @@ pub struct CounterSettings {
     pub close_when_caught_up: bool,
     /// How the counter reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
     pub read_mode: ReadMode,
-    /// A producer retry is recognised for this long after the original arrived.
+    /// What a post's count is: `likers` (the users whose latest action is a like) or `events`
+    /// (distinct like events minus distinct unlike events, for counters that are events). A
+    /// store counted in one refuses the other.
+    pub count: tally_core::edge::CountMode,
+    /// Likers: a `created_at` more than this many seconds after its record's arrival is taken
+    /// as the arrival (a device clock far ahead must not pin a user's like).
+    pub max_clock_skew_secs: u64,
+    /// A producer retry is recognised for this long after the original arrived (events mode;
+    /// also analytics' horizon and the lineage's).
     pub dedup_horizon_secs: u64,
     /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
     /// DynamoDB: that many conditional writes, 32 in flight at a time).
@@ -217,6 +225,8 @@ impl Default for CounterSettings {
             window_ms: c.window_time.as_millis() as u64,
             close_when_caught_up: c.close_when_caught_up,
             read_mode: ReadMode::Polling,
+            count: c.count,
+            max_clock_skew_secs: c.max_clock_skew.as_secs(),
             dedup_horizon_secs: c.dedup_horizon.as_secs(),
             posts_per_batch: c.posts_per_batch,
         }
@@ -470,6 +480,12 @@ impl Settings {
             self.counter.dedup_horizon_secs,
             1,
             86_400,
+        )?;
+        range(
+            "counter.max_clock_skew_secs",
+            self.counter.max_clock_skew_secs,
+            0,
+            7 * 86_400,
         )?;
         range(
             "analytics.sketch_capacity",

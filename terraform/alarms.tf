@@ -44,7 +44,7 @@ locals {
 
   # SystemErrors is published per table *and operation*: the alarm sums the operations tally
   # calls (tally_aws::DYNAMODB_*_ACTIONS, and TransactWriteItems; tests/e2e/terraform.rs checks).
-  dynamodb_operations = ["GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems"]
+  dynamodb_operations = ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems"]
 }
 
 resource "aws_cloudwatch_metric_alarm" "stream" {

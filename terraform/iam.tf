@@ -82,7 +82,7 @@ data "aws_iam_policy_document" "operator" {
   }
   statement {
     sid       = "ReadTables"
-    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"]
+    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
     resources = [for t in aws_dynamodb_table.tally : t.arn]
   }
   statement {

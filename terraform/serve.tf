@@ -126,7 +126,7 @@ data "aws_iam_policy_document" "serve" {
   }
   statement {
     sid       = "ReadTables"
-    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"]
+    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
     resources = [for t in aws_dynamodb_table.tally : t.arn]
   }
 }

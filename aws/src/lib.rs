@@ -74,6 +74,8 @@ pub const KINESIS_SERVE_ACTIONS: &[&str] = &["kinesis:DescribeStreamSummary"];
 pub const DYNAMODB_SERVE_ACTIONS: &[&str] = &[
     "dynamodb:DescribeTable",
     "dynamodb:GetItem",
+    // A feed page's viewer likes: up to 100 edges in one call.
+    "dynamodb:BatchGetItem",
     "dynamodb:Query",
     "dynamodb:Scan",
 ];
@@ -88,6 +90,8 @@ pub const KINESIS_OPERATOR_ACTIONS: &[&str] = &[
 pub const DYNAMODB_OPERATOR_ACTIONS: &[&str] = &[
     "dynamodb:DescribeTable",
     "dynamodb:GetItem",
+    // A feed page's viewer likes: up to 100 edges in one call.
+    "dynamodb:BatchGetItem",
     "dynamodb:Query",
     "dynamodb:Scan",
 ];

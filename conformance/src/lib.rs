@@ -37,6 +37,7 @@ pub(crate) async fn held_lease(
 
 mod analytics;
 mod counter;
+mod edges;
 mod leases;
 mod stream;
 
@@ -45,6 +46,10 @@ pub use counter::{
     a_paused_stale_writer_counts_nothing_twice, counter_commits_exactly_once,
     dedup_records_expire_by_arrival, gaps_are_recorded_with_the_checkpoint,
     the_largest_window_fits_the_store,
+};
+pub use edges::{
+    a_fresh_store_takes_the_first_claim, likers_edges_are_written_once,
+    the_count_mode_is_claimed_once,
 };
 pub use leases::{
     fleet_rows_are_apart_from_leases, leases_are_fenced, leases_are_handed_over_on_request,
@@ -101,6 +106,19 @@ macro_rules! suite {
         async fn gaps() {
             let b = $fresh("gaps", 1).await;
             $crate::gaps_are_recorded_with_the_checkpoint($stores(&b), $name).await;
+        }
+
+        #[tokio::test]
+        async fn likers_edges() {
+            let b = $fresh("edges", 1).await;
+            $crate::a_fresh_store_takes_the_first_claim($stores(&b)).await;
+            $crate::likers_edges_are_written_once($stores(&b), $name).await;
+        }
+
+        #[tokio::test]
+        async fn count_mode() {
+            let b = $fresh("mode", 1).await;
+            $crate::the_count_mode_is_claimed_once($stores(&b), $name).await;
         }
 
         #[tokio::test]

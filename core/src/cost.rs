@@ -17,6 +17,8 @@ pub enum Purpose {
     Counts,
     /// Posts' hour and day archive items ("likes since T").
     Buckets,
+    /// Likers' edges: one item per (post, user) a window changed or touched.
+    Edges,
     DeadLetters,
     /// Dedup records, one per window (they expire by TTL, which costs nothing).
     Dedup,
@@ -30,9 +32,10 @@ pub enum Purpose {
 
 impl Purpose {
     /// Every purpose, in report order.
-    pub const ALL: [Purpose; 7] = [
+    pub const ALL: [Purpose; 8] = [
         Purpose::Counts,
         Purpose::Buckets,
+        Purpose::Edges,
         Purpose::DeadLetters,
         Purpose::Dedup,
         Purpose::Checkpoints,
@@ -45,6 +48,7 @@ impl Purpose {
         match self {
             Purpose::Counts => "counts",
             Purpose::Buckets => "buckets",
+            Purpose::Edges => "edges",
             Purpose::DeadLetters => "dead_letters",
             Purpose::Dedup => "dedup",
             Purpose::Checkpoints => "checkpoints",
@@ -58,6 +62,7 @@ impl Purpose {
         match self {
             Purpose::Counts => "WriteUnitsCounts",
             Purpose::Buckets => "WriteUnitsBuckets",
+            Purpose::Edges => "WriteUnitsEdges",
             Purpose::DeadLetters => "WriteUnitsDeadLetters",
             Purpose::Dedup => "WriteUnitsDedup",
             Purpose::Checkpoints => "WriteUnitsCheckpoints",
@@ -74,7 +79,7 @@ impl Purpose {
 
 /// Write units by purpose.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Units([u64; 7]);
+pub struct Units([u64; Purpose::ALL.len()]);
 
 impl Units {
     pub fn add(&mut self, p: Purpose, n: u64) {

@@ -125,12 +125,18 @@ impl Dedup {
         }
     }
 
-    /// Records an event; `true` when it is the first time its id is seen within the horizon.
-    pub fn observe(&mut self, id: u128, arrival_ms: i64) -> bool {
+    /// Moves the arrival clock without recording an id (likers mode, where no event needs the
+    /// filter, still keeps the shard's clock with its checkpoint).
+    pub fn tick(&mut self, arrival_ms: i64) {
         if arrival_ms > self.running_max {
             self.running_max = arrival_ms;
             self.evict();
         }
+    }
+
+    /// Records an event; `true` when it is the first time its id is seen within the horizon.
+    pub fn observe(&mut self, id: u128, arrival_ms: i64) -> bool {
+        self.tick(arrival_ms);
         if self.seen.insert(id) {
             self.current.push(id);
             true

@@ -2,7 +2,7 @@
 //!
 //! Everything here is synchronous and free of I/O except the port traits, which the backends
 //! implement: the event contract ([`event`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
-//! dead letters and gaps ([`dead_letter`]), where windows end ([`boundary`]), the counter's windows
+//! dead letters and gaps ([`dead_letter`]), likers' edges ([`edge`]), where windows end ([`boundary`]), the counter's windows
 //! ([`window`]), what writes cost ([`cost`]), time buckets ([`buckets`]), the summary items and
 //! their exactly-once writes ([`summary`]), lease decisions ([`lease`]),
 //! trending ([`trending`]), latency ([`latency`]), backoff ([`retry`]), shard hashing
@@ -15,6 +15,7 @@ pub mod clock;
 pub mod cost;
 pub mod dead_letter;
 pub mod dedup;
+pub mod edge;
 pub mod event;
 pub mod hashing;
 pub mod kpl;

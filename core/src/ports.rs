@@ -9,6 +9,7 @@ use crate::buckets::PostDelta;
 use crate::cost::{Purpose, Units};
 use crate::dead_letter::DeadLetter;
 use crate::dedup::DedupRecord;
+use crate::edge::{CountMode, EdgeEvent, Transition};
 use crate::lease::Lease;
 use crate::seq::{Position, SeqNo};
 
@@ -432,6 +433,33 @@ pub struct PostsApplied {
     pub error: Option<PortError>,
 }
 
+/// What one [`CounterStore::apply_edges`] call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EdgesApplied {
+    /// The writes of the edges that are done (written, or refused).
+    pub applied: Applied,
+    /// The transitions of the done edges this window made (written now, or by an earlier
+    /// attempt of the same window); an edge a newer event holds makes none.
+    pub transitions: Vec<Transition>,
+    /// Indexes (into the edges passed) of those not done for a retryable reason, in order.
+    pub retry: Vec<usize>,
+    /// The last of their errors, for the retry's pause and its log.
+    pub error: Option<PortError>,
+}
+
+/// One page of a post's likers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LikersPage {
+    /// User ids, in id order.
+    pub users: Vec<String>,
+    /// Where the next page starts (the last user of this one), if there may be more.
+    pub next: Option<String>,
+    pub read_units: u64,
+}
+
+/// The most likers one [`CounterStore::likers`] call returns.
+pub const MAX_LIKERS_PER_PAGE: usize = 1_000;
+
 /// A stored dedup record, with whose window it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredDedup {
@@ -562,6 +590,34 @@ pub trait CounterStore: LeaseStore + DedupStore {
         limit: usize,
     ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)>;
     async fn dead_letter_count(&self) -> PortResult<u64>;
+    /// Likers mode: writes the window's edges, each only if its stored event is older (or
+    /// absent), keeping the state it replaced and the window's identity on the item
+    /// (`tally_core::edge::apply` is the reference), and answers the transitions this window
+    /// made — those an earlier attempt of the same window made included, read off the items. An
+    /// edge whose write failed for a reason a retry may mend is named in
+    /// [`EdgesApplied::retry`]; a failure no retry mends fails the call.
+    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied>;
+    /// What the store counts. With `claim`, a store that says nothing yet is set to it (one
+    /// conditional write; a store already counted by a tally from before modes existed — it has
+    /// global totals — is set to `events`); answers what it holds after (`None`: unset, when
+    /// not claimed).
+    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
+    /// Whether `viewer` likes each post, in order (at most [`MAX_POSTS_PER_CALL`]), read in one
+    /// batch, and what the read cost in read units.
+    async fn viewer_likes(
+        &self,
+        viewer: &str,
+        post_ids: &[String],
+        consistency: Consistency,
+    ) -> PortResult<(Vec<bool>, u64)>;
+    /// A page of the users who like `post_id`, in id order after `after`, at most `limit`
+    /// (capped at [`MAX_LIKERS_PER_PAGE`]).
+    async fn likers(
+        &self,
+        post_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> PortResult<LikersPage>;
 }
 
 /// The duplicate filters' records, per application and shard: each window's first-seen ids,

@@ -15,6 +15,7 @@ use crate::dead_letter::{
     truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
 };
 use crate::dedup::{id_hash, Dedup, DedupRecord};
+use crate::edge::{self, EdgeEvent, Transition};
 use crate::event::decode_ref;
 use crate::kpl::Took;
 use crate::ports::StreamRecord;
@@ -58,13 +59,18 @@ pub struct WindowBuilder {
     content: Content,
     /// When the window opened (caller's clock, ms), for closing on time.
     opened_at_ms: i64,
+    /// Counting likers (`Some`: the largest skew of `created_at` over the arrival taken as it
+    /// is, ms) rather than events.
+    likers: Option<i64>,
 }
 
 /// What a window folded.
 #[derive(Debug, Default)]
 struct Content {
-    /// Net change per post (sorted when the window closes).
+    /// Net change per post (sorted when the window closes); events mode.
     deltas: HashMap<String, PostDelta, ahash::RandomState>,
+    /// The latest event of each (post, user) edge; likers mode.
+    edges: HashMap<(String, String), EdgeEvent, ahash::RandomState>,
     dead_letters: Vec<DeadLetter>,
     stats: WindowStats,
 }
@@ -74,6 +80,7 @@ struct Counting<'a> {
     shard_id: &'a str,
     content: &'a mut Content,
     dedup: &'a mut Dedup,
+    likers: Option<i64>,
 }
 
 impl WindowBuilder {
@@ -85,7 +92,16 @@ impl WindowBuilder {
             extent: Extent::default(),
             content: Content::default(),
             opened_at_ms,
+            likers: None,
         }
+    }
+
+    /// Counts likers instead of events: each edge's latest event is kept (ordered by
+    /// [`edge::ordering_time`] with this skew, then the event id), and no duplicate filter is
+    /// needed — a copy is never newer than itself.
+    pub fn likers(mut self, max_skew_ms: i64) -> WindowBuilder {
+        self.likers = Some(max_skew_ms);
+        self
     }
 
     /// Decodes, dedups and folds one Kinesis record whole: its one event, or every user record of
@@ -143,6 +159,7 @@ impl WindowBuilder {
             shard_id,
             content: &mut self.content,
             dedup,
+            likers: self.likers,
         };
         self.extent.take(&mut counting, record, from, max)
     }
@@ -173,7 +190,8 @@ impl WindowBuilder {
         self.start_after.as_ref()
     }
 
-    /// A post's net change so far (before a like and its unlike in one minute cancel out).
+    /// A post's net change so far (before a like and its unlike in one minute cancel out); none
+    /// in likers mode, where a change is known only once the edges are written.
     pub fn delta(&self, post_id: &str) -> Option<&PostDelta> {
         self.content.deltas.get(post_id)
     }
@@ -203,6 +221,13 @@ impl WindowBuilder {
                     .collect();
                 posts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
                 posts
+            },
+            edges: {
+                let mut edges: Vec<EdgeEvent> = self.content.edges.into_values().collect();
+                edges.sort_unstable_by(|a, b| {
+                    (&a.post_id, &a.user_id).cmp(&(&b.post_id, &b.user_id))
+                });
+                edges
             },
             dead_letters: self.content.dead_letters,
             total_delta,
@@ -239,6 +264,11 @@ impl Counting<'_> {
         arrival_ms: i64,
     ) -> Result<(), crate::event::DecodeError> {
         let ev = decode_ref(data)?;
+        if let Some(skew) = self.likers {
+            self.dedup.tick(arrival_ms);
+            self.fold_edge(ev, arrival_ms, skew);
+            return Ok(());
+        }
         let stats = &mut self.content.stats;
         if !self.dedup.observe(id_hash(&ev.event_id), arrival_ms) {
             stats.duplicates += 1;
@@ -258,6 +288,42 @@ impl Counting<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Keeps the event if it is its edge's latest in the window.
+    fn fold_edge(&mut self, ev: crate::event::EventRef<'_>, arrival_ms: i64, skew: i64) {
+        let stats = &mut self.content.stats;
+        stats.counted += 1;
+        let at_ms = edge::ordering_time(ev.created_at, arrival_ms, skew);
+        stats.latest_created_ms = stats.latest_created_ms.max(at_ms);
+        let liked = ev.action == crate::event::Action::Like;
+        let key = (ev.post_id.into_owned(), ev.user_id.into_owned());
+        match self.content.edges.get_mut(&key) {
+            Some(kept) if !kept.is_after(at_ms, &ev.event_id) => {
+                if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
+                    *kept = EdgeEvent {
+                        post_id: key.0,
+                        user_id: key.1,
+                        liked,
+                        at_ms,
+                        event_id: ev.event_id.into_owned(),
+                    };
+                } else {
+                    stats.duplicates += 1;
+                }
+            }
+            Some(_) => {}
+            None => {
+                let e = EdgeEvent {
+                    post_id: key.0.clone(),
+                    user_id: key.1.clone(),
+                    liked,
+                    at_ms,
+                    event_id: ev.event_id.into_owned(),
+                };
+                self.content.edges.insert(key, e);
+            }
+        }
     }
 
     fn dead_letter(&mut self, at: Position, record: &StreamRecord, data: &[u8], reason: String) {
@@ -284,8 +350,11 @@ pub struct ClosedWindow {
     /// The window's last record (or user record of an aggregate); `None` only for a window of no
     /// records (a shard-end flush).
     pub end: Option<Position>,
-    /// Net change per post, by post id.
+    /// Net change per post, by post id (likers mode: known once the edges are written, see
+    /// [`ClosedWindow::with_transitions`]).
     pub posts: Vec<(String, PostDelta)>,
+    /// Likers mode: each touched edge's latest event in the window, by post and user.
+    pub edges: Vec<EdgeEvent>,
     /// Malformed records, by sequence number.
     pub dead_letters: Vec<DeadLetter>,
     /// Net change of the global total.
@@ -293,6 +362,18 @@ pub struct ClosedWindow {
     /// The window's first-seen ids.
     pub dedup: DedupRecord,
     pub stats: WindowStats,
+}
+
+impl ClosedWindow {
+    /// The window with the posts' and the global total's deltas its edge writes made (likers).
+    pub fn with_transitions(&self, transitions: &[Transition]) -> ClosedWindow {
+        let (posts, total_delta) = edge::deltas(transitions);
+        ClosedWindow {
+            posts,
+            total_delta,
+            ..self.clone()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -416,3 +416,158 @@ impl Items {
         }
     }
 }
+
+// Likers: a like is a user's state. The same events in any order, with duplicates, in any
+// windows, with crashes between a window's edge writes and its count writes, give the same
+// counts and the same "since" answers: those of each (post, user)'s latest action.
+
+/// One event of the likers property: (post, user, like?, minute, event id).
+type Action = (&'static str, &'static str, bool, i64, u32);
+
+fn likers_events() -> impl Strategy<Value = Vec<Action>> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec!["p1", "p2"]),
+            prop::sample::select(vec!["u1", "u2", "u3", "u4"]),
+            any::<bool>(),
+            // Often the same minute: ties, broken by the event id.
+            prop_oneof![0i64..3 * 24 * 60, 0i64..3],
+            0u32..1_000,
+        ),
+        1..60,
+    )
+}
+
+fn likers_record(i: usize, (post, user, like, minute, id): &Action) -> StreamRecord {
+    let created = BASE + minute * MINUTE_MS + 7_000;
+    let action = if *like { "like" } else { "unlike" };
+    // The event id is unique per action (a copy keeps it): the id names the minute too.
+    let data = format!(
+        r#"{{"event_id":"e{minute}-{id}","post_id":"{post}","user_id":"{user}","action":"{action}","created_at":{created}}}"#
+    );
+    record(i, created, data.into_bytes())
+}
+
+/// The answer every order must give: per post, the users whose latest action (by time, then
+/// event id) is a like, with the time of that like.
+fn likers_truth(events: &[Action]) -> BTreeMap<&'static str, Vec<i64>> {
+    let mut latest: BTreeMap<(&str, &str), (i64, String, bool)> = BTreeMap::new();
+    for (post, user, like, minute, id) in events {
+        let key = (BASE + minute * MINUTE_MS + 7_000, format!("e{minute}-{id}"));
+        let e = latest
+            .entry((post, user))
+            .or_insert((i64::MIN, String::new(), false));
+        if (key.0, key.1.as_str()) > (e.0, e.1.as_str()) {
+            *e = (key.0, key.1, *like);
+        }
+    }
+    let mut out: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for ((post, _), (t, _, like)) in latest {
+        if like {
+            out.entry(post).or_default().push(t);
+        }
+    }
+    out
+}
+
+/// A likers store: edges and each post's summary items, written as every store must write them.
+#[derive(Default)]
+struct LikersStore {
+    edges: BTreeMap<String, Attrs>,
+    posts: BTreeMap<String, Items>,
+}
+
+impl LikersStore {
+    /// A window's edge writes; returns the transitions they made.
+    fn write_edges(&mut self, w: &ClosedWindow, window: &str) -> Vec<tally_core::edge::Transition> {
+        use tally_core::edge::{apply, EdgeOutcome};
+        let mut out = Vec::new();
+        for e in &w.edges {
+            let key = format!("{}/{}", e.post_id, e.user_id);
+            match apply(self.edges.get(&key), e, window).unwrap() {
+                EdgeOutcome::Wrote(a, t) => {
+                    self.edges.insert(key, a);
+                    out.push(t);
+                }
+                EdgeOutcome::Mine(t) => out.push(t),
+                EdgeOutcome::Superseded => {}
+            }
+        }
+        out
+    }
+
+    /// Applies a window: its edges, then (unless it crashes first) its counts.
+    fn apply(&mut self, w: &ClosedWindow, i: usize, crash: bool) {
+        let end = summary::marker(&Position::whole(
+            SeqNo::parse(&(100 + i).to_string()).unwrap(),
+        ));
+        let window = tally_core::edge::window_id("s1", &end);
+        let transitions = self.write_edges(w, &window);
+        if crash {
+            // The next owner rebuilds the same window and applies it again.
+            return self.apply(w, i, false);
+        }
+        let counted = w.with_transitions(&transitions);
+        for (post, delta) in &counted.posts {
+            self.posts.entry(post.clone()).or_default().run(
+                "s1",
+                delta,
+                &end,
+                Known::Unknown,
+                None,
+            );
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn likers_counts_and_since_are_the_same_in_any_order_with_copies_and_crashes(
+        events in likers_events(),
+        order in prop::collection::vec(any::<prop::sample::Index>(), 60),
+        copies in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+        size in 1usize..12,
+        crashes in prop::collection::vec(any::<bool>(), 80),
+        queries in prop::collection::vec(0i64..3 * 24 * 60, 5),
+    ) {
+        let truth = likers_truth(&events);
+        // The stream: the events shuffled, then copies of some of them (retries, replays, late
+        // copies) put anywhere.
+        let mut stream: Vec<Action> = events.clone();
+        for (i, ix) in order.iter().enumerate().take(stream.len()) {
+            let j = ix.index(stream.len());
+            stream.swap(i, j);
+        }
+        for c in &copies {
+            let e = events[c.index(events.len())];
+            let at = c.index(stream.len() + 1);
+            stream.insert(at, e);
+        }
+        let records: Vec<StreamRecord> = stream.iter().enumerate().map(|(i, a)| likers_record(i, a)).collect();
+        let mut store = LikersStore::default();
+        let mut dedup = Dedup::new(600_000);
+        for (i, chunk) in records.chunks(size).enumerate() {
+            let mut w = WindowBuilder::new(None, 0).likers(i64::MAX / 4);
+            for r in chunk {
+                w.push("s1", r, &mut dedup);
+            }
+            let closed = w.close(&mut dedup);
+            prop_assert!(closed.dedup.ids.is_empty(), "likers need no duplicate filter");
+            store.apply(&closed, i, crashes[i % crashes.len()]);
+        }
+        for post in ["p1", "p2"] {
+            let items: Vec<(String, Attrs)> = store
+                .posts
+                .get(post)
+                .map(|p| p.0.clone().into_iter().collect())
+                .unwrap_or_default();
+            let likes = truth.get(post).cloned().unwrap_or_default();
+            prop_assert_eq!(summary::total(&items), likes.len() as i64, "{}", post);
+            for q in &queries {
+                let t = BASE + q * MINUTE_MS + 30_000;
+                let want = likes.iter().filter(|at| **at >= t - t % MINUTE_MS).count() as i64;
+                prop_assert_eq!(summary::since(&items, t), want, "{} since minute {}", post, q);
+            }
+        }
+    }
+}

@@ -2,14 +2,16 @@
 
 use std::sync::atomic::Ordering;
 
+use std::sync::Arc;
 use tally_consumer::retry::with_backoff;
 use tally_consumer::ConsumerError;
 use tally_core::cost::{Purpose, Units};
+use tally_core::edge::{EdgeEvent, Transition};
 use tally_core::ports::{Applied, PortError, WindowRef, WindowRest};
 use tally_core::window::ClosedWindow;
 use tracing::debug;
 
-use crate::CounterShard;
+use crate::{board, CounterShard};
 
 use tally_consumer::retry::Retry;
 
@@ -24,23 +26,25 @@ enum Fenced {
 
 impl CounterShard {
     /// Applies a closed window (`replaying`: it is the pending one already recorded). Returns
-    /// what its writes did and cost.
+    /// the window as applied (in likers mode, with the deltas its edge writes made) and what its
+    /// writes did and cost.
     pub(super) async fn apply(
         &self,
-        w: &ClosedWindow,
+        w: Arc<ClosedWindow>,
         replaying: bool,
         shard_end: bool,
         horizon_ms: i64,
         latest_created_ms: i64,
-    ) -> Result<Applied, ConsumerError> {
+    ) -> Result<(Arc<ClosedWindow>, Applied), ConsumerError> {
         let fence = self.fence()?;
-        let (Some(end), Some(first)) = (w.end.as_ref(), w.first.as_ref()) else {
-            return Ok(Applied::default());
+        let (Some(end), Some(first)) = (w.end.clone(), w.first.as_ref()) else {
+            return Ok((w, Applied::default()));
         };
-        debug!(end = %end, posts = w.posts.len(), replaying, "applying window");
+        let end = &end;
+        debug!(end = %end, posts = w.posts.len(), edges = w.edges.len(), replaying, "applying window");
         let mut spent = Applied::default();
         if !replaying {
-            self.fenced(Fenced::Begin, w, &mut spent, || {
+            self.fenced(Fenced::Begin, &w, &mut spent, || {
                 self.store
                     .begin_window(fence, w.start_after.as_ref(), first, end, horizon_ms)
             })
@@ -51,6 +55,19 @@ impl CounterShard {
             shard_id: &fence.shard_id,
             end,
         };
+        let applied = if w.edges.is_empty() {
+            w
+        } else {
+            let transitions = self
+                .apply_edges(at, &w.edges, &mut spent)
+                .await
+                .map_err(|e| window_err(&w, &fence.shard_id, e))?;
+            // What the edges changed is known now: the read side sees it until it is written.
+            let counted = Arc::new(w.with_transitions(&transitions));
+            board::lock(&self.windows).applying = Some(counted.clone());
+            counted
+        };
+        let w = &*applied;
         for batch in w.posts.chunks(self.cfg.posts_per_batch.max(1)) {
             let done = self
                 .apply_batch(at, batch)
@@ -99,7 +116,46 @@ impl CounterShard {
         self.metrics
             .items_read
             .fetch_add(spent.reads, Ordering::Relaxed);
-        Ok(spent)
+        Ok((applied, spent))
+    }
+
+    /// Likers: writes a window's edges, batch by batch, sending again only what failed for a
+    /// passing reason; returns the transitions they made.
+    async fn apply_edges(
+        &self,
+        at: WindowRef<'_>,
+        edges: &[EdgeEvent],
+        spent: &mut Applied,
+    ) -> tally_core::ports::PortResult<Vec<Transition>> {
+        let mut transitions = Vec::new();
+        for batch in edges.chunks(self.cfg.posts_per_batch.max(1)) {
+            let mut retry = Retry::new(&self.cfg.backoff, "write a window's edges");
+            let mut todo: std::borrow::Cow<'_, [EdgeEvent]> = batch.into();
+            loop {
+                match self.store.apply_edges(at, &todo).await {
+                    Ok(done) => {
+                        spent.merge(&done.applied);
+                        transitions.extend(done.transitions);
+                        if done.retry.is_empty() {
+                            break;
+                        }
+                        let left = done.retry.iter().map(|&i| todo[i].clone()).collect();
+                        todo = std::borrow::Cow::Owned(left);
+                        let e = done
+                            .error
+                            .unwrap_or_else(|| PortError::Other("edges left unwritten".into()));
+                        retry.pause(e).await?;
+                    }
+                    Err(e) => retry.pause(e).await?,
+                }
+            }
+            let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
+                eprintln!("failpoint: aborting after {batches} batches of edge and post writes");
+                std::process::abort();
+            }
+        }
+        Ok(transitions)
     }
 
     /// Writes one batch of posts' items: what a call leaves undone for a passing reason is sent

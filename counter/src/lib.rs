@@ -28,6 +28,7 @@ use tally_consumer::ConsumerError;
 use tally_core::boundary::{fold_record, Windows};
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
+use tally_core::edge::CountMode;
 use tally_core::kpl::Took;
 use tally_core::lease::Lease;
 use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
@@ -56,8 +57,14 @@ pub struct CounterConfig {
     /// a poll at low rates, at the price of more (smaller) windows; at high rates windows fill
     /// before the tip is reached, so nothing changes there.
     pub close_when_caught_up: bool,
-    /// A retry of an event is recognised for this long after the event arrived.
+    /// A retry of an event is recognised for this long after the event arrived (events mode;
+    /// likers need no duplicate filter).
     pub dedup_horizon: Duration,
+    /// What a post's count is: its likers (each edge's latest action) or its distinct events.
+    pub count: CountMode,
+    /// Likers: a `created_at` later than its record's arrival by more than this orders as the
+    /// arrival (`tally_core::edge::ordering_time`).
+    pub max_clock_skew: Duration,
     /// Posts whose items one store call writes (the embedded store: one SQLite transaction;
     /// DynamoDB: that many items, a few dozen requests in flight at a time).
     pub posts_per_batch: usize,
@@ -78,6 +85,8 @@ impl CounterConfig {
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
+            count: CountMode::Events,
+            max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
             posts_per_batch: 1_000,
             backoff: Backoff::default(),
             crash_after_batches: None,
@@ -228,8 +237,8 @@ impl CounterShard {
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
-        let spent = self
-            .apply(&closed, replaying, shard_end, horizon_ms, latest)
+        let (closed, spent) = self
+            .apply(closed, replaying, shard_end, horizon_ms, latest)
             .await?;
         self.latest_created_ms = latest;
         self.emit_cost(&spent.units);
@@ -299,9 +308,13 @@ impl Windows for CounterShard {
             None => Bound::Size(self.cfg.window_records),
         };
         let mut w = board::lock(&self.windows);
-        let window = w
-            .open
-            .get_or_insert_with(|| WindowBuilder::new(self.checkpoint.clone(), now_ms));
+        let window = w.open.get_or_insert_with(|| {
+            let w = WindowBuilder::new(self.checkpoint.clone(), now_ms);
+            match self.cfg.count {
+                CountMode::Events => w,
+                CountMode::Likers => w.likers(self.cfg.max_clock_skew.as_millis() as i64),
+            }
+        });
         let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
         (took, window.reached(bound))
     }

@@ -59,6 +59,19 @@ pub async fn run_counter(
     .await
 }
 
+/// Claims the store for the configured count mode, or refuses to count one made in the other:
+/// a store's counts mean one thing, and a worker of the other mode would mix them.
+pub async fn settle_count_mode(settings: &Settings, backend: &Backend) -> Result<()> {
+    let want = settings.counter.count;
+    let stored = backend.counter.count_mode(Some(want)).await?;
+    match stored {
+        Some(m) if m != want => anyhow::bail!(
+            "this store counts {m}, and `counter.count` is `{want}`: a store's counts mean one thing. Set counter.count = \"{m}\" (or TALLY_COUNTER__COUNT={m}) to go on counting it, or start a new store (another --data-dir, or another table_prefix) to count {want}"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Where a counter worker shows its open windows: its board, and the address it serves it on.
 pub struct Shown {
     pub board: Arc<Board>,
@@ -76,6 +89,7 @@ pub async fn run_counter_with(
     leases: Arc<LeaseMetrics>,
     shown: Option<Shown>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
+    settle_count_mode(settings, backend).await?;
     let mut factory = Counter::new(
         backend.counter.clone(),
         counter_config(settings),

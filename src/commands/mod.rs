@@ -48,6 +48,8 @@ pub fn counter_config(settings: &Settings) -> CounterConfig {
     c.window_time = Settings::ms(settings.counter.window_ms);
     c.close_when_caught_up = settings.counter.close_when_caught_up;
     c.dedup_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
+    c.count = settings.counter.count;
+    c.max_clock_skew = Duration::from_secs(settings.counter.max_clock_skew_secs);
     c.posts_per_batch = settings.counter.posts_per_batch;
     c.crash_after_batches = std::env::var(crate::settings::FAILPOINT_VAR)
         .ok()

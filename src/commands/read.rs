@@ -33,6 +33,15 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
         .counter
         .post_counts(&args.post_ids, requested, consistency)
         .await?;
+    let viewer = match &args.viewer {
+        Some(u) => Some((
+            u.as_str(),
+            crate::serve::viewer::liked(backend.counter.as_ref(), u, &args.post_ids, consistency)
+                .await
+                .map_err(|e| anyhow::anyhow!("--viewer: {e}"))?,
+        )),
+        None => None,
+    };
     // Counts are kept per minute: "since T" counts from the start of T's minute.
     let bound = requested.map(minute_start);
     let fresh = applied_through(&Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?);
@@ -45,25 +54,36 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
             if let (Some(t), Some(_)) = (requested, c.since) {
                 v["since_requested_ms"] = json!(t);
             }
+            if let Some((u, (liked, units))) = &viewer {
+                crate::serve::viewer::add_to_post(&mut v, u, liked[0], *units);
+            }
             v["applied_through"] = fresh;
             v
         } else {
             let mut v =
                 crate::serve::counts_json(&args.post_ids, requested, &counts, consistency, &[]);
+            if let Some((u, (liked, units))) = &viewer {
+                crate::serve::viewer::add_to_counts(&mut v, u, liked, *units, consistency);
+            }
             v["applied_through"] = fresh;
             v
         };
         print_json(&v);
     } else {
-        for (id, c) in args.post_ids.iter().zip(&counts) {
+        for (i, (id, c)) in args.post_ids.iter().zip(&counts).enumerate() {
+            let by_viewer = match &viewer {
+                Some((u, (liked, _))) if liked[i] => format!(" ({u} likes it)"),
+                Some((u, _)) => format!(" ({u} does not)"),
+                None => String::new(),
+            };
             match (bound, c.since) {
                 (Some(t), Some(n)) => println!(
-                    "{id}: {} likes ({n:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
+                    "{id}: {} likes{by_viewer} ({n:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
                     c.total,
                     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
                     humantime::format_duration(args.since.unwrap_or_default()),
                 ),
-                _ => println!("{id}: {} likes", c.total),
+                _ => println!("{id}: {} likes{by_viewer}", c.total),
             }
         }
         println!("{}", freshness_line("counted", &fresh));

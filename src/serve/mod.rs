@@ -30,6 +30,7 @@ pub mod freshness;
 pub mod prom;
 
 pub mod pending;
+pub mod viewer;
 
 pub use freshness::{applied_through, Listing, Listings};
 use pending::{pending_for, pending_json, Asked, Pending};
@@ -107,6 +108,7 @@ pub fn router(ctx: Ctx) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/posts/{id}", get(post))
+        .route("/api/posts/{id}/likers", get(likers))
         .route("/api/counts", get(counts_get).post(counts_post))
         .route("/api/total", get(total))
         .route("/api/trending", get(trending))
@@ -200,6 +202,8 @@ struct PostParams {
     as_of_ms: Option<i64>,
     /// Add what the counter's workers read and have not written yet (default true).
     pending: Option<bool>,
+    /// Also whether this user likes the post (`viewer_liked`).
+    viewer: Option<String>,
 }
 
 fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
@@ -240,9 +244,56 @@ async fn post(
         v["count_as_of"] = json!(later.total + p.total - later.since.unwrap_or(0) - p.since);
         v["read_units"] = json!(now.read_units + later.read_units);
     }
+    if let Some(viewer) = &p.viewer {
+        let (liked, units) = viewer::liked(
+            counter.as_ref(),
+            viewer,
+            std::slice::from_ref(&id),
+            Default::default(),
+        )
+        .await
+        .map_err(bad_request)?;
+        viewer::add_to_post(&mut v, viewer, liked[0], units);
+    }
     if let Some(a) = &asked {
         v["provisional"] = pending_json(a);
     }
+    Ok(Json(v))
+}
+
+#[derive(Deserialize)]
+struct LikersParams {
+    /// At most this many users (default 100, at most 1,000).
+    limit: Option<usize>,
+    /// The page after this user (the previous page's `next`).
+    after: Option<String>,
+}
+
+/// A page of the users who like a post, in user id order.
+async fn likers(
+    State(c): State<Ctx>,
+    Path(id): Path<String>,
+    ApiQuery(p): ApiQuery<LikersParams>,
+) -> ApiResult {
+    tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=tally_core::ports::MAX_LIKERS_PER_PAGE).contains(&limit) {
+        return Err(bad_request(format!(
+            "`limit` must be between 1 and {}, got {limit}",
+            tally_core::ports::MAX_LIKERS_PER_PAGE
+        )));
+    }
+    if let Some(a) = &p.after {
+        tally_core::event::check_id("user_id", a)
+            .map_err(|e| bad_request(format!("`after`: {e}")))?;
+    }
+    let counter = &c.backend.counter;
+    viewer::check_likers(counter.as_ref())
+        .await
+        .map_err(bad_request)?;
+    let page = counter.likers(&id, p.after.as_deref(), limit).await?;
+    let mut v = viewer::likers_json(&id, &page);
+    v["applied_through"] = c.fresh(apps::COUNTER);
     Ok(Json(v))
 }
 
@@ -311,6 +362,8 @@ struct CountsParams {
     consistency: Option<String>,
     /// Add what the counter's workers read and have not written yet (default true).
     pending: Option<bool>,
+    /// Also whether this user likes each post (`viewer_liked`), in one batch read.
+    viewer: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -320,6 +373,16 @@ struct CountsBody {
     since_ms: Option<i64>,
     consistency: Option<String>,
     pending: Option<bool>,
+    viewer: Option<String>,
+}
+
+/// What a counts call asks besides the ids.
+struct CountsAsk {
+    since: Option<String>,
+    since_ms: Option<i64>,
+    consistency: Option<String>,
+    pending: Option<bool>,
+    viewer: Option<String>,
 }
 
 async fn counts_get(State(c): State<Ctx>, ApiQuery(p): ApiQuery<CountsParams>) -> ApiResult {
@@ -327,7 +390,14 @@ async fn counts_get(State(c): State<Ctx>, ApiQuery(p): ApiQuery<CountsParams>) -
         Some(s) if !s.is_empty() => s.split(',').map(str::to_owned).collect(),
         _ => Vec::new(),
     };
-    counts(&c, ids, p.since, p.since_ms, p.consistency, p.pending).await
+    let ask = CountsAsk {
+        since: p.since,
+        since_ms: p.since_ms,
+        consistency: p.consistency,
+        pending: p.pending,
+        viewer: p.viewer,
+    };
+    counts(&c, ids, ask).await
 }
 
 async fn counts_post(
@@ -340,18 +410,25 @@ async fn counts_post(
             e.body_text()
         ))
     })?;
-    counts(&c, b.ids, b.since, b.since_ms, b.consistency, b.pending).await
+    let ask = CountsAsk {
+        since: b.since,
+        since_ms: b.since_ms,
+        consistency: b.consistency,
+        pending: b.pending,
+        viewer: b.viewer,
+    };
+    counts(&c, b.ids, ask).await
 }
 
 /// Many counts in one call: a feed page's posts, read side by side.
-async fn counts(
-    c: &Ctx,
-    ids: Vec<String>,
-    since: Option<String>,
-    since_ms: Option<i64>,
-    consistency: Option<String>,
-    pending: Option<bool>,
-) -> ApiResult {
+async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
+    let CountsAsk {
+        since,
+        since_ms,
+        consistency,
+        pending,
+        viewer,
+    } = ask;
     check_ids(&ids).map_err(bad_request)?;
     let since_ms = match (&since, since_ms) {
         (Some(s), _) => Some(duration_param("since", s)?),
@@ -378,6 +455,12 @@ async fn counts(
         .await?;
     let windows = asked.as_ref().map_or(&[][..], |a| &a.windows[..]);
     let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
+    if let Some(viewer) = &viewer {
+        let (liked, units) = viewer::liked(c.backend.counter.as_ref(), viewer, &ids, consistency)
+            .await
+            .map_err(bad_request)?;
+        viewer::add_to_counts(&mut v, viewer, &liked, units, consistency);
+    }
     v["applied_through"] = c.fresh(apps::COUNTER);
     if let Some(a) = &asked {
         v["provisional"] = pending_json(a);

@@ -18,6 +18,7 @@ mod fleet;
 mod harness;
 mod in_process;
 mod kpl;
+mod likers;
 mod pipeline;
 mod read_contract;
 mod resharding;

@@ -15,9 +15,10 @@ use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
+use tally_core::edge::{self, CountMode, EdgeEvent};
 use tally_core::ports::{
-    Applied, Consistency, CounterStore, DedupStore, Fence, LetterCursor, PortError, PortResult,
-    PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
+    Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
+    PortError, PortResult, PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -50,7 +51,7 @@ impl KnownHours {
     }
 }
 
-fn to_attrs(item: &HashMap<String, AttributeValue>) -> Attrs {
+pub(super) fn to_attrs(item: &HashMap<String, AttributeValue>) -> Attrs {
     item.iter()
         .filter(|(k, _)| k.as_str() != "pk" && k.as_str() != "sk")
         .filter_map(|(k, v)| {
@@ -530,6 +531,33 @@ impl CounterStore for DynamoStore {
                 _ => return Ok(total),
             }
         }
+    }
+
+    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
+        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
+        self.write_edges(&window, edges).await
+    }
+
+    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
+        self.mode(claim).await
+    }
+
+    async fn viewer_likes(
+        &self,
+        viewer: &str,
+        post_ids: &[String],
+        consistency: Consistency,
+    ) -> PortResult<(Vec<bool>, u64)> {
+        self.viewer_edges(viewer, post_ids, consistency).await
+    }
+
+    async fn likers(
+        &self,
+        post_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> PortResult<LikersPage> {
+        self.likers_page(post_id, after, limit).await
     }
 }
 

@@ -5,7 +5,8 @@
 //!   progress, finished flag, parents.
 //! - `counts` (`pk` = post id, `sk` = `L#<shard>` | `H<YYYYMMDDHH>#<shard>` | `D<YYYYMMDD>#<shard>`):
 //!   the summary items of [`tally_core::summary`]; global totals under `pk = #global`,
-//!   `sk = <app>#<shard>`.
+//!   `sk = <app>#<shard>`; likers' edges `E#<user>` in the post's partition; the count mode under
+//!   `pk = #meta`, `sk = count`.
 //! - `dedup` (`pk` = `<app>#<shard>`, `sk` = `<clock>#<window end>`): first-seen id hashes, TTL
 //!   `expires_at`.
 //! - `dead-letters` (`shard_id`, `seq`): reason and raw bytes.
@@ -39,6 +40,7 @@ use crate::AwsSettings;
 mod analytics;
 mod baselines;
 mod counter;
+mod edges;
 mod leases;
 
 /// The tables: suffix, partition key, sort key, TTL attribute. `setup` and the Terraform drift

@@ -7,9 +7,10 @@ use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
+use tally_core::edge::{self, CountMode, EdgeEvent};
 use tally_core::ports::{
-    Applied, Consistency, CounterStore, DedupStore, Fence, LetterCursor, PortError, PortResult,
-    PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
+    Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
+    PortError, PortResult, PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
 };
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
@@ -17,7 +18,7 @@ use tally_core::{Position, SeqNo};
 use super::{check_fence, spent_json, write_dead_letter};
 use crate::{sql_err, Embedded};
 
-fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<Attrs>> {
+pub(super) fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<Attrs>> {
     let json: Option<String> = c
         .prepare_cached("SELECT attrs FROM items WHERE pk = ?1 AND sk = ?2")
         .map_err(sql_err)?
@@ -31,7 +32,7 @@ fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<Attrs>> {
     .transpose()
 }
 
-fn put_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
+pub(super) fn put_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
     let json = serde_json::to_string(a).map_err(|e| PortError::Other(e.to_string()))?;
     c.prepare_cached("INSERT OR REPLACE INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)")
         .map_err(sql_err)?
@@ -41,7 +42,12 @@ fn put_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
 }
 
 /// The items of partition `pk` with `lo <= sk < hi`, with DynamoDB's sizes.
-fn query(c: &Connection, pk: &str, lo: &str, hi: &str) -> PortResult<Vec<(String, Attrs)>> {
+pub(super) fn query(
+    c: &Connection,
+    pk: &str,
+    lo: &str,
+    hi: &str,
+) -> PortResult<Vec<(String, Attrs)>> {
     let mut st = c
         .prepare_cached("SELECT sk, attrs FROM items WHERE pk = ?1 AND sk >= ?2 AND sk < ?3")
         .map_err(sql_err)?;
@@ -339,6 +345,39 @@ impl CounterStore for Embedded {
             .map_err(sql_err)
         })
         .await
+    }
+
+    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
+        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
+        let edges = edges.to_vec();
+        self.run(move |c| super::edges::apply_edges(c, &window, &edges))
+            .await
+    }
+
+    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
+        self.run(move |c| super::edges::count_mode(c, claim)).await
+    }
+
+    async fn viewer_likes(
+        &self,
+        viewer: &str,
+        post_ids: &[String],
+        _consistency: Consistency,
+    ) -> PortResult<(Vec<bool>, u64)> {
+        let (viewer, posts) = (viewer.to_owned(), post_ids.to_vec());
+        self.run(move |c| super::edges::viewer_likes(c, &viewer, &posts))
+            .await
+    }
+
+    async fn likers(
+        &self,
+        post_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> PortResult<LikersPage> {
+        let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
+        self.run(move |c| super::edges::likers(c, &post, after.as_deref(), limit))
+            .await
     }
 }
 

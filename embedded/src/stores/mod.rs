@@ -2,7 +2,7 @@
 //!
 //! Layout: this module holds the helpers every store uses (a lease row read, the fence check, a
 //! write item's statements); one file per port implements it: `leases` ([`LeaseStore`]),
-//! `counter` ([`CounterStore`]), `analytics` ([`AnalyticsStore`]), `baselines`
+//! `counter` ([`CounterStore`]; likers' edges and the count mode in `edges`), `analytics` ([`AnalyticsStore`]), `baselines`
 //! ([`BaselineWriters`], for benchmarks).
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
@@ -19,6 +19,7 @@ use crate::sql_err;
 mod analytics;
 mod baselines;
 mod counter;
+mod edges;
 mod leases;
 
 const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr";

@@ -1,0 +1,339 @@
+//! Likers' edges on DynamoDB: items `E#<user>` in the post's partition of the counts table, each
+//! written by one conditional `UpdateItem` that keeps the state it replaced and answers the item
+//! ([`tally_core::edge::apply`] is the reference); the store's count mode (`#meta`/`count`); and
+//! the reads: a feed page's viewer likes in one `BatchGetItem`, a post's likers by `Query`.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
+use futures_util::stream::{self, StreamExt};
+use tally_core::cost::Purpose;
+use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState, Transition};
+use tally_core::ports::{Consistency, EdgesApplied, LikersPage, PortError, PortResult};
+use tally_core::summary::{self, Attrs};
+
+use super::counter::to_attrs;
+use super::{get_s, n, s, DynamoStore, Expr};
+
+/// Edge writes in flight at once (each its own request).
+const EDGES_IN_FLIGHT: usize = 32;
+
+/// What one edge write did.
+enum Edge {
+    Wrote(Transition, u64),
+    Mine(Transition, u64),
+    Superseded(u64),
+}
+
+fn state_of(
+    post: &str,
+    user: &str,
+    item: Option<&HashMap<String, AttributeValue>>,
+) -> PortResult<Option<EdgeState>> {
+    item.map(|i| {
+        EdgeState::from_attrs(&to_attrs(i)).ok_or_else(|| {
+            PortError::Other(format!(
+                "a corrupt edge item {post}/{}",
+                edge::edge_sk(user)
+            ))
+        })
+    })
+    .transpose()
+}
+
+fn units_of(post: &str, sk: &str, item: Option<&HashMap<String, AttributeValue>>) -> u64 {
+    item.map_or(1, |i| summary::write_units(post, sk, &to_attrs(i)))
+}
+
+impl DynamoStore {
+    /// One edge's conditional write: only if the stored event is older, keeping what it replaces.
+    async fn write_edge(&self, e: &EdgeEvent, window: &str) -> PortResult<Edge> {
+        let sk = edge::edge_sk(&e.user_id);
+        let mut x = Expr::default();
+        let (l, t, ev, w, pl, pt) = (
+            x.name("l"),
+            x.name("t"),
+            x.name("e"),
+            x.name("w"),
+            x.name("pl"),
+            x.name("pt"),
+        );
+        let (vt, ve, zero) = (x.val(n(e.at_ms)), x.val(s(&e.event_id)), x.val(n(0)));
+        let cond =
+            format!("attribute_not_exists({t}) OR {t} < {vt} OR ({t} = {vt} AND {ev} < {ve})");
+        let update = format!(
+            "SET {pl} = if_not_exists({l}, {zero}), {pt} = if_not_exists({t}, {zero}), {l} = {}, {t} = {vt}, {ev} = {ve}, {w} = {}",
+            x.val(n(i64::from(e.liked))),
+            x.val(s(window))
+        );
+        let r = self
+            .client
+            .update_item()
+            .table_name(self.table("counts"))
+            .key("pk", s(&e.post_id))
+            .key("sk", s(&sk))
+            .condition_expression(cond)
+            .update_expression(update)
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match r {
+            Ok(out) => {
+                let st = state_of(&e.post_id, &e.user_id, out.attributes())?
+                    .ok_or_else(|| PortError::Other("an edge write answered no item".into()))?;
+                let units = units_of(&e.post_id, &sk, out.attributes());
+                Ok(Edge::Wrote(st.transition(&e.post_id), units))
+            }
+            Err(SdkError::ServiceError(se))
+                if matches!(
+                    se.err(),
+                    UpdateItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                let UpdateItemError::ConditionalCheckFailedException(f) = se.err() else {
+                    unreachable!()
+                };
+                let units = units_of(&e.post_id, &sk, f.item());
+                match state_of(&e.post_id, &e.user_id, f.item())? {
+                    Some(st) if st.window == window => {
+                        Ok(Edge::Mine(st.transition(&e.post_id), units))
+                    }
+                    _ => Ok(Edge::Superseded(units)),
+                }
+            }
+            Err(err) => Err(self.err("UpdateItem", "counts", err)),
+        }
+    }
+
+    /// A window's edges, side by side; only those that failed for a passing reason are named
+    /// for a retry.
+    pub(super) async fn write_edges(
+        &self,
+        window: &str,
+        edges: &[EdgeEvent],
+    ) -> PortResult<EdgesApplied> {
+        type Fut<'a> = std::pin::Pin<
+            Box<dyn std::future::Future<Output = (usize, PortResult<Edge>)> + Send + 'a>,
+        >;
+        let writes: Vec<Fut<'_>> = edges
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Box::pin(async move { (i, self.write_edge(e, window).await) }) as Fut<'_>)
+            .collect();
+        let mut results: Vec<(usize, PortResult<Edge>)> = stream::iter(writes)
+            .buffer_unordered(EDGES_IN_FLIGHT)
+            .collect()
+            .await;
+        results.sort_by_key(|(i, _)| *i);
+        let mut out = EdgesApplied::default();
+        for (i, r) in results {
+            match r {
+                Ok(Edge::Wrote(t, u)) => {
+                    out.applied.wrote(Purpose::Edges, u);
+                    out.transitions.push(t);
+                }
+                Ok(Edge::Mine(t, u)) => {
+                    out.applied.was_refused(u);
+                    out.transitions.push(t);
+                }
+                Ok(Edge::Superseded(u)) => out.applied.was_refused(u),
+                Err(e) if e.is_retryable() => {
+                    out.retry.push(i);
+                    out.error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stored count mode; with `claim`, set first if unset.
+    pub(super) async fn mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
+        let key = HashMap::from([
+            ("pk".to_owned(), s(edge::MODE_PK)),
+            ("sk".to_owned(), s(edge::MODE_SK)),
+        ]);
+        if let Some(item) = self.get("counts", key.clone()).await? {
+            return mode_of(&item).map(Some);
+        }
+        let Some(want) = claim else { return Ok(None) };
+        // A store with global totals and no mode was counted by a tally from before modes: events.
+        let counted_before = !self
+            .client
+            .query()
+            .table_name(self.table("counts"))
+            .key_condition_expression("pk = :k")
+            .expression_attribute_values(":k", s(summary::GLOBAL_PK))
+            .limit(1)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err("Query", "counts", e))?
+            .items()
+            .is_empty();
+        let m = if counted_before {
+            CountMode::Events
+        } else {
+            want
+        };
+        let r = self
+            .client
+            .put_item()
+            .table_name(self.table("counts"))
+            .set_item(Some(
+                key.clone()
+                    .into_iter()
+                    .chain([("mode".to_owned(), s(m.as_str()))])
+                    .collect(),
+            ))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Some(m)),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                // Another process claimed it first: its claim stands.
+                let item = self.get("counts", key).await?;
+                item.as_ref().map(mode_of).transpose()
+            }
+            Err(e) => Err(self.err("PutItem", "counts", e)),
+        }
+    }
+
+    /// Whether `viewer` likes each post: one `BatchGetItem` (its unprocessed keys sent again).
+    pub(super) async fn viewer_edges(
+        &self,
+        viewer: &str,
+        posts: &[String],
+        c: Consistency,
+    ) -> PortResult<(Vec<bool>, u64)> {
+        let sk = edge::edge_sk(viewer);
+        let mut distinct: Vec<&String> = posts.iter().collect();
+        distinct.sort();
+        distinct.dedup();
+        let mut found: HashMap<String, Attrs> = HashMap::new();
+        let table = self.table("counts");
+        let keys: Vec<HashMap<String, AttributeValue>> = distinct
+            .iter()
+            .map(|p| HashMap::from([("pk".to_owned(), s(p.as_str())), ("sk".to_owned(), s(&sk))]))
+            .collect();
+        let mut todo = Some(
+            KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(c == Consistency::Strong)
+                .build()
+                .map_err(|e| PortError::Invalid(e.to_string()))?,
+        );
+        let mut rounds = 0;
+        while let Some(ka) = todo.take() {
+            rounds += 1;
+            let resp = self
+                .client
+                .batch_get_item()
+                .request_items(&table, ka)
+                .send()
+                .await
+                .map_err(|e| self.err("BatchGetItem", "counts", e))?;
+            for item in resp
+                .responses()
+                .and_then(|r| r.get(&table))
+                .into_iter()
+                .flatten()
+            {
+                if let Some(pk) = get_s(item, "pk") {
+                    found.insert(pk, to_attrs(item));
+                }
+            }
+            todo = resp
+                .unprocessed_keys()
+                .and_then(|u| u.get(&table))
+                .filter(|k| !k.keys().is_empty())
+                .cloned();
+            if todo.is_some() {
+                if rounds >= 10 {
+                    return Err(PortError::Throttled(format!(
+                        "BatchGetItem on {table} left keys unprocessed {rounds} times"
+                    )));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20 << rounds.min(5))).await;
+            }
+        }
+        let mut units = 0;
+        let liked = posts
+            .iter()
+            .map(|p| {
+                let a = found.get(p);
+                units += summary::read_units(a.iter().map(|a| summary::item_size(p, &sk, a)));
+                a.and_then(EdgeState::from_attrs).is_some_and(|st| st.liked)
+            })
+            .collect();
+        Ok((liked, units))
+    }
+
+    /// A page of a post's likers, by `Query` of its edges from after `after`.
+    pub(super) async fn likers_page(
+        &self,
+        post: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> PortResult<LikersPage> {
+        let limit = limit.clamp(1, tally_core::ports::MAX_LIKERS_PER_PAGE);
+        let mut page = LikersPage::default();
+        let mut start = after.map(|a| {
+            HashMap::from([
+                ("pk".to_owned(), s(post)),
+                ("sk".to_owned(), s(edge::edge_sk(a))),
+            ])
+        });
+        loop {
+            let resp = self
+                .client
+                .query()
+                .table_name(self.table("counts"))
+                .key_condition_expression("pk = :p AND begins_with(sk, :e)")
+                .expression_attribute_values(":p", s(post))
+                .expression_attribute_values(":e", s(edge::EDGE_PREFIX))
+                .consistent_read(true)
+                .limit(limit as i32)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.err("Query", "counts", e))?;
+            let items: Vec<(String, Attrs)> = resp
+                .items()
+                .iter()
+                .map(|i| (get_s(i, "sk").unwrap_or_default(), to_attrs(i)))
+                .collect();
+            page.read_units += summary::query_units(post, &items);
+            for (sk, a) in &items {
+                if page.users.len() < limit && EdgeState::from_attrs(a).is_some_and(|st| st.liked) {
+                    page.users.push(sk[edge::EDGE_PREFIX.len()..].to_owned());
+                }
+            }
+            match resp.last_evaluated_key() {
+                Some(k) if !k.is_empty() && page.users.len() < limit => start = Some(k.clone()),
+                _ => {
+                    page.next = (page.users.len() == limit).then(|| page.users[limit - 1].clone());
+                    return Ok(page);
+                }
+            }
+        }
+    }
+}
+
+fn mode_of(item: &HashMap<String, AttributeValue>) -> PortResult<CountMode> {
+    get_s(item, "mode")
+        .as_deref()
+        .and_then(CountMode::parse)
+        .ok_or_else(|| PortError::Other(format!("a corrupt count mode item: {item:?}")))
+}

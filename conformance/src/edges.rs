@@ -1,0 +1,191 @@
+//! The `CounterStore` port in likers mode: edges written once each, newest first, their
+//! transitions found again by the window that made them; the viewer's likes in one batch; a
+//! post's likers in pages; the store's count mode claimed once.
+
+use tally_core::cost::Purpose;
+use tally_core::dedup::DedupRecord;
+use tally_core::edge::{CountMode, EdgeEvent, Transition};
+use tally_core::ports::{Consistency, CounterStore, EdgesApplied, WindowRef, WindowRest};
+
+use super::{held_lease, seq, HORIZON_MS};
+
+fn like(post: &str, user: &str, liked: bool, at_ms: i64, id: &str) -> EdgeEvent {
+    EdgeEvent {
+        post_id: post.to_owned(),
+        user_id: user.to_owned(),
+        liked,
+        at_ms,
+        event_id: id.to_owned(),
+    }
+}
+
+fn moved(post: &str, before: Option<i64>, after: Option<i64>) -> Transition {
+    Transition {
+        post_id: post.to_owned(),
+        before,
+        after,
+    }
+}
+
+/// The transitions of a call all of whose edges are done, in the order of the edges.
+fn made(a: &EdgesApplied) -> Vec<Transition> {
+    assert!(a.retry.is_empty() && a.error.is_none(), "{a:?}");
+    a.transitions.clone()
+}
+
+/// Counter store, likers: each edge takes a window's event only if it is newer (by time, then
+/// event id); a window applied again finds its own transitions on the items (a crash between
+/// the edge writes and the counts loses nothing), another window's copy finds none; the viewer's
+/// likes and a post's likers read what the edges hold.
+pub async fn likers_edges_are_written_once(store: &dyn CounterStore, name: &str) {
+    let app = format!("{name}-likers");
+    let fence = held_lease(store, &app, "shard-0").await;
+    let (p1, p2, p3) = (
+        format!("{name}-p1"),
+        format!("{name}-p2"),
+        format!("{name}-p3"),
+    );
+    let t = 1_796_000_000_000;
+    let (end1, end2, end3) = (seq("10"), seq("20"), seq("30"));
+    let at = |end| WindowRef {
+        app: &fence.app,
+        shard_id: &fence.shard_id,
+        end,
+    };
+    // Window 1: two likes and an unlike of nothing.
+    let w1 = vec![
+        like(&p1, "u1", true, t, "a"),
+        like(&p1, "u2", false, t, "b"),
+        like(&p2, "u1", true, t + 5, "c"),
+    ];
+    let first = store.apply_edges(at(&end1), &w1).await.unwrap();
+    let want1 = vec![
+        moved(&p1, None, Some(t)),
+        moved(&p1, None, None),
+        moved(&p2, None, Some(t + 5)),
+    ];
+    assert_eq!(made(&first), want1);
+    assert_eq!(first.applied.written, 3);
+    assert!(first.applied.units.get(Purpose::Edges) >= 3);
+    // The same window again (its counts were not written: a crash): the same transitions.
+    let again = store.apply_edges(at(&end1), &w1).await.unwrap();
+    assert_eq!(
+        made(&again),
+        want1,
+        "a window finds its own transitions again"
+    );
+    assert_eq!((again.applied.written, again.applied.refused), (0, 3));
+    // Window 2: a late copy of u1's like, an older unlike of it, a newer unlike of u2's nothing
+    // tied in time with the stored one (the event id decides), and u3's like.
+    let w2 = vec![
+        like(&p1, "u1", false, t - 1, "z"),
+        like(&p1, "u2", true, t, "c"),
+        like(&p1, "u3", true, t + 60_000, "d"),
+        like(&p2, "u1", true, t + 5, "c"),
+    ];
+    let second = store.apply_edges(at(&end2), &w2).await.unwrap();
+    assert_eq!(
+        made(&second),
+        vec![
+            moved(&p1, None, Some(t)),
+            moved(&p1, None, Some(t + 60_000))
+        ],
+        "an older event and a copy change nothing; a tie goes to the greater event id"
+    );
+    // Window 3: u1 likes p1 again a minute later (moves to that minute), then unlikes p2.
+    let w3 = vec![
+        like(&p1, "u1", true, t + 60_000, "e"),
+        like(&p2, "u1", false, t + 90_000, "f"),
+    ];
+    let third = store.apply_edges(at(&end3), &w3).await.unwrap();
+    assert_eq!(
+        made(&third),
+        vec![
+            moved(&p1, Some(t), Some(t + 60_000)),
+            moved(&p2, Some(t + 5), None)
+        ]
+    );
+    // A stale writer of window 2 sending it again finds its transitions on the edges no later
+    // window wrote (its count writes are then refused by the summary items' markers), and none
+    // on u1's, which window 3 wrote since.
+    let stale = store.apply_edges(at(&end2), &w2).await.unwrap();
+    assert_eq!(
+        made(&stale),
+        vec![
+            moved(&p1, None, Some(t)),
+            moved(&p1, None, Some(t + 60_000))
+        ]
+    );
+    assert_eq!(stale.applied.written, 0);
+    // The viewer's likes, in order, a post asked twice included.
+    let ids = vec![p1.clone(), p2.clone(), p3.clone(), p1.clone()];
+    for c in [Consistency::Strong, Consistency::Eventual] {
+        let (liked, units) = store.viewer_likes("u1", &ids, c).await.unwrap();
+        assert_eq!(liked, vec![true, false, false, true], "{c:?}");
+        assert!(units >= 4, "{units}");
+    }
+    let (liked, _) = store
+        .viewer_likes("u9", &ids, Consistency::Strong)
+        .await
+        .unwrap();
+    assert_eq!(liked, vec![false; 4]);
+    // p1's likers (u1, u2, u3) in pages of two; p2 has none left.
+    let page = store.likers(&p1, None, 2).await.unwrap();
+    assert_eq!(page.users, vec!["u1", "u2"]);
+    assert_eq!(page.next.as_deref(), Some("u2"));
+    assert!(page.read_units >= 1);
+    let rest = store.likers(&p1, page.next.as_deref(), 2).await.unwrap();
+    assert_eq!((rest.users, rest.next), (vec!["u3".to_owned()], None));
+    assert_eq!(
+        store.likers(&p2, None, 10).await.unwrap().users,
+        Vec::<String>::new()
+    );
+    // Edges are not counts: a post's count and the global total read no edge.
+    assert_eq!(store.post_count(&p1, None).await.unwrap().total, 0);
+}
+
+/// Counter store: the count mode is claimed once and then holds (a second claim answers the
+/// first); a store that has counted with no mode (a tally from before modes) is an events store.
+pub async fn the_count_mode_is_claimed_once(store: &dyn CounterStore, name: &str) {
+    assert_eq!(store.count_mode(None).await.unwrap(), None);
+    let fence = held_lease(store, &format!("{name}-mode"), "shard-0").await;
+    let dedup = DedupRecord {
+        max_arrival: 1,
+        ids: vec![],
+    };
+    let end = seq("5");
+    let at = WindowRef {
+        app: &fence.app,
+        shard_id: &fence.shard_id,
+        end: &end,
+    };
+    let rest = WindowRest {
+        dead_letters: &[],
+        total_delta: 3,
+        dedup: &dedup,
+        horizon_ms: HORIZON_MS,
+    };
+    store.apply_rest(at, rest).await.unwrap();
+    assert_eq!(
+        store.count_mode(Some(CountMode::Likers)).await.unwrap(),
+        Some(CountMode::Events),
+        "counted before modes existed: events"
+    );
+    assert_eq!(
+        store.count_mode(None).await.unwrap(),
+        Some(CountMode::Events)
+    );
+}
+
+/// Counter store: a fresh store takes the first claim, and keeps it.
+pub async fn a_fresh_store_takes_the_first_claim(store: &dyn CounterStore) {
+    assert_eq!(
+        store.count_mode(Some(CountMode::Likers)).await.unwrap(),
+        Some(CountMode::Likers)
+    );
+    assert_eq!(
+        store.count_mode(Some(CountMode::Events)).await.unwrap(),
+        Some(CountMode::Likers),
+        "a second claim answers the first"
+    );
+}

@@ -1,0 +1,148 @@
+//! Likers' edges on SQLite: items of the post's partition (`E#<user>`) in the `items` table,
+//! written as [`tally_core::edge::apply`] says, and the store's count mode (`#meta`/`count`).
+
+use rusqlite::{params, Connection};
+use tally_core::cost::Purpose;
+use tally_core::edge::{self, CountMode, EdgeEvent, EdgeOutcome, EdgeState};
+use tally_core::ports::{EdgesApplied, LikersPage, PortError, PortResult};
+use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
+
+use super::counter::{get_item, put_item, query};
+use crate::sql_err;
+
+/// Writes a window's edges in one transaction (every edge is done, or the call failed).
+pub(super) fn apply_edges(
+    c: &mut Connection,
+    window: &str,
+    edges: &[EdgeEvent],
+) -> PortResult<EdgesApplied> {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    let mut out = EdgesApplied::default();
+    for e in edges {
+        let sk = edge::edge_sk(&e.user_id);
+        let item = get_item(&tx, &e.post_id, &sk)?;
+        let units = |a: &Attrs| summary::write_units(&e.post_id, &sk, a);
+        match edge::apply(item.as_ref(), e, window).map_err(PortError::Other)? {
+            EdgeOutcome::Wrote(a, t) => {
+                put_item(&tx, &e.post_id, &sk, &a)?;
+                out.applied.wrote(Purpose::Edges, units(&a));
+                out.transitions.push(t);
+            }
+            EdgeOutcome::Mine(t) => {
+                out.applied.was_refused(item.as_ref().map_or(1, units));
+                out.transitions.push(t);
+            }
+            EdgeOutcome::Superseded => out.applied.was_refused(item.as_ref().map_or(1, units)),
+        }
+    }
+    tx.commit().map_err(sql_err)?;
+    Ok(out)
+}
+
+/// The stored mode; with `claim`, set first if unset (`events` for a store counted before modes).
+pub(super) fn count_mode(
+    c: &mut Connection,
+    claim: Option<CountMode>,
+) -> PortResult<Option<CountMode>> {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    let stored = match get_item(&tx, edge::MODE_PK, edge::MODE_SK)? {
+        Some(a) => Some(mode_of(&a)?),
+        None => None,
+    };
+    let mode = match (stored, claim) {
+        (Some(m), _) => Some(m),
+        (None, None) => None,
+        (None, Some(want)) => {
+            let counted_before = !query(&tx, GLOBAL_PK, "", "\u{10ffff}")?.is_empty();
+            let m = if counted_before {
+                CountMode::Events
+            } else {
+                want
+            };
+            let a = Attrs::from([("mode".to_owned(), Val::S(m.as_str().to_owned()))]);
+            put_item(&tx, edge::MODE_PK, edge::MODE_SK, &a)?;
+            Some(m)
+        }
+    };
+    tx.commit().map_err(sql_err)?;
+    Ok(mode)
+}
+
+fn mode_of(a: &Attrs) -> PortResult<CountMode> {
+    match a.get("mode") {
+        Some(Val::S(s)) => CountMode::parse(s),
+        _ => None,
+    }
+    .ok_or_else(|| PortError::Other(format!("embedded store: a corrupt count mode item: {a:?}")))
+}
+
+/// Whether `viewer` likes each post; read units as DynamoDB's `BatchGetItem` would charge them.
+pub(super) fn viewer_likes(
+    c: &Connection,
+    viewer: &str,
+    posts: &[String],
+) -> PortResult<(Vec<bool>, u64)> {
+    let sk = edge::edge_sk(viewer);
+    let mut units = 0;
+    let mut out = Vec::with_capacity(posts.len());
+    for p in posts {
+        let item = get_item(c, p, &sk)?;
+        units += summary::read_units(item.iter().map(|a| summary::item_size(p, &sk, a)));
+        out.push(
+            item.as_ref()
+                .and_then(EdgeState::from_attrs)
+                .is_some_and(|s| s.liked),
+        );
+    }
+    Ok((out, units))
+}
+
+/// A page of a post's likers, in user order after `after`.
+pub(super) fn likers(
+    c: &Connection,
+    post: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> PortResult<LikersPage> {
+    let limit = limit.clamp(1, tally_core::ports::MAX_LIKERS_PER_PAGE);
+    let mut from = after.map_or_else(|| edge::EDGE_PREFIX.to_owned(), |a| edge::edge_sk(a) + "\0");
+    let mut page = LikersPage::default();
+    let mut st = c
+        .prepare_cached(
+            "SELECT sk, attrs FROM items WHERE pk = ?1 AND sk >= ?2 AND sk < 'E$' ORDER BY sk LIMIT ?3",
+        )
+        .map_err(sql_err)?;
+    loop {
+        let rows = st
+            .query_map(params![post, from, limit as i64], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(sql_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql_err)?;
+        let full = rows.len() == limit;
+        let mut sizes = Vec::new();
+        for (sk, json) in &rows {
+            let a: Attrs = serde_json::from_str(json).map_err(|e| {
+                PortError::Other(format!("embedded store: corrupt item {post}/{sk}: {e}"))
+            })?;
+            sizes.push(summary::item_size(post, sk, &a));
+            let liked = EdgeState::from_attrs(&a).is_some_and(|s| s.liked);
+            if liked && page.users.len() < limit {
+                page.users.push(sk[edge::EDGE_PREFIX.len()..].to_owned());
+            }
+        }
+        page.read_units += summary::read_units(sizes);
+        match rows.last() {
+            Some((sk, _)) if full && page.users.len() < limit => from = format!("{sk}\0"),
+            _ => {
+                page.next = (page.users.len() == limit).then(|| page.users[limit - 1].clone());
+                return Ok(page);
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The viewer's own likes beside the counts (a feed page asks both), and a post's likers: read
+//! from the likers' edges, one batch per call.
+
+use serde_json::{json, Value};
+use tally_core::edge::CountMode;
+use tally_core::ports::{Consistency, CounterStore, LikersPage};
+
+use crate::answers;
+
+/// Whether `viewer` likes each of `ids`, and the read units (strongly consistent) it cost. An
+/// error names what is wrong: a bad user id, or a store that counts events (it keeps no edges).
+pub async fn liked(
+    counter: &dyn CounterStore,
+    viewer: &str,
+    ids: &[String],
+    c: Consistency,
+) -> Result<(Vec<bool>, u64), String> {
+    tally_core::event::check_id("user_id", viewer).map_err(|e| format!("`viewer`: {e}"))?;
+    check_likers(counter).await?;
+    counter
+        .viewer_likes(viewer, ids, c)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Refuses a store that counts events: it keeps no edges, so it cannot say who likes what.
+pub async fn check_likers(counter: &dyn CounterStore) -> Result<(), String> {
+    match counter.count_mode(None).await.map_err(|e| e.to_string())? {
+        Some(CountMode::Events) => Err(
+            "this store counts events (counter.count = \"events\"): it keeps no likers, so it cannot say who liked a post"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Adds `viewer_liked` to each post's entry of a counts answer (in order), and the read units.
+pub fn add_to_counts(v: &mut Value, viewer: &str, liked: &[bool], units: u64, c: Consistency) {
+    if let Some(items) = v["counts"].as_array_mut() {
+        for (item, l) in items.iter_mut().zip(liked) {
+            item["viewer_liked"] = json!(l);
+        }
+    }
+    v["viewer"] = json!(viewer);
+    v["viewer_read_units"] = answers::read_units(units, c);
+}
+
+/// Adds `viewer` and `viewer_liked` to one post's answer, and the read units to its own.
+pub fn add_to_post(v: &mut Value, viewer: &str, liked: bool, units: u64) {
+    v["viewer"] = json!(viewer);
+    v["viewer_liked"] = json!(liked);
+    if let Some(n) = v["read_units"].as_u64() {
+        v["read_units"] = json!(n + units);
+    }
+}
+
+/// A page of likers as the API answers it.
+pub fn likers_json(post: &str, page: &LikersPage) -> Value {
+    json!({
+        "post_id": post,
+        "likers": page.users,
+        "next": page.next,
+        "read_units": page.read_units,
+    })
+}

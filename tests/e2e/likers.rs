@@ -1,0 +1,157 @@
+//! Likers, end to end through the binary on both backends: a post's count is the number of users
+//! whose latest action is a like — a double tap counts once, an unlike of nothing changes
+//! nothing, out-of-order and late copies end as in order, a clock far ahead does not pin a like —
+//! across a crash between a window's edge writes and its count writes; "since T" counts the
+//! likers whose latest like is at or after T; the viewer's likes come beside the counts; a store
+//! counted in one mode refuses the other.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use crate::common::{file_in, now_ms, Target};
+
+const LIKERS: (&str, &str) = ("TALLY_COUNTER__COUNT", "likers");
+
+on_backends! {
+    likers_count_users_not_events {
+        embedded => likers_count_users_not_events(Target::embedded()),
+        aws => likers_count_users_not_events(Target::aws("likers", 2)),
+    }
+}
+
+/// One line of contract v1.
+fn line(f: &mut std::fs::File, id: &str, post: &str, user: &str, action: &str, at: i64) {
+    writeln!(
+        f,
+        r#"{{"event_id":"{id}","post_id":"{post}","user_id":"{user}","action":"{action}","created_at":{at}}}"#
+    )
+    .unwrap();
+}
+
+/// What users did to like buttons, in the order the stream carries it; the counts of likers.
+fn write_actions(path: &std::path::Path, m0: i64) -> BTreeMap<&'static str, i64> {
+    let mut f = std::fs::File::create(path).unwrap();
+    let min = 60_000;
+    // u1 likes p1 three times, a minute apart: a double tap, a second device, a retry with a
+    // new event id. One liker.
+    line(&mut f, "a1", "lk-p1", "u1", "like", m0 + 5_000);
+    line(&mut f, "a2", "lk-p1", "u1", "like", m0 + min + 5_000);
+    line(&mut f, "a3", "lk-p1", "u1", "like", m0 + 2 * min + 5_000);
+    // u2 unlikes p2 twice without ever liking it: nothing, never below zero.
+    line(&mut f, "b1", "lk-p2", "u2", "unlike", m0 + 5_000);
+    line(&mut f, "b2", "lk-p2", "u2", "unlike", m0 + 6_000);
+    // u3 liked p3 and unliked it; the unlike arrives first (a retry landing after a newer
+    // event): unliked, as in order. u4's like of p3 comes twice (a producer retry).
+    line(&mut f, "c2", "lk-p3", "u3", "unlike", m0 + 10_000);
+    line(&mut f, "c1", "lk-p3", "u3", "like", m0 + 5_000);
+    line(&mut f, "d1", "lk-p3", "u4", "like", m0 + 20_000);
+    line(&mut f, "d1", "lk-p3", "u4", "like", m0 + 20_000);
+    // u5 toggles p4: like, unlike, like; then a late copy of the first like. Liked.
+    line(&mut f, "e1", "lk-p4", "u5", "like", m0 + 1_000);
+    line(&mut f, "e2", "lk-p4", "u5", "unlike", m0 + 2_000);
+    line(&mut f, "e3", "lk-p4", "u5", "like", m0 + 3_000);
+    line(&mut f, "e1", "lk-p4", "u5", "like", m0 + 1_000);
+    // u6's device clock is a day ahead: its like orders at its arrival, so the unlike it sends a
+    // minute later (created within the allowed skew) wins. Without the clamp it would stay liked.
+    let now = now_ms();
+    line(&mut f, "f1", "lk-p4", "u6", "like", now + 86_400_000);
+    line(&mut f, "f2", "lk-p4", "u6", "unlike", now + min);
+    BTreeMap::from([("lk-p1", 1), ("lk-p2", 0), ("lk-p3", 1), ("lk-p4", 1)])
+}
+
+fn likers_count_users_not_events(t: Target) {
+    let file = file_in(&t, "actions.ndjson");
+    let now = now_ms();
+    let m0 = now - now % 60_000 - 30 * 60_000;
+    let want = write_actions(&file, m0);
+    t.run(&["replay", file.to_str().unwrap()]);
+    // Crash right after the first window's edges are written, before any count: nothing lost,
+    // nothing counted twice when the window is applied again.
+    let out = t.fail(
+        &["count", "--until-idle", "--worker-id", "w"],
+        &[LIKERS, ("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "1")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("failpoint"), "{err}");
+    assert_eq!(
+        t.json(&["total", "--json"])["total"],
+        0,
+        "no count before the edges' counts"
+    );
+    t.run_env(&["count", "--until-idle", "--worker-id", "w"], &[LIKERS]);
+    let want_owned: BTreeMap<String, i64> = want.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    assert_eq!(t.mismatches(&want_owned), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], 3);
+    // Replayed again (every event a late copy): nothing changes.
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run_env(&["count", "--until-idle", "--worker-id", "w"], &[LIKERS]);
+    assert_eq!(t.mismatches(&want_owned), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], 3);
+
+    // "Since T": likers whose latest like is at or after T's minute. u1's is in minute m0 + 2.
+    let since = |post: &str, at: i64| -> i64 {
+        let q = t.json(&["query", post, "--since", &at.to_string(), "--json"]);
+        q["count_since"].as_i64().unwrap_or_else(|| panic!("{q}"))
+    };
+    assert_eq!(since("lk-p1", m0 + 60_000), 1);
+    assert_eq!(since("lk-p1", m0 + 2 * 60_000 + 59_000), 1);
+    assert_eq!(since("lk-p1", m0 + 3 * 60_000), 0);
+    assert_eq!(since("lk-p3", m0), 1);
+
+    // The viewer's own likes beside the counts, in one batch.
+    let page = t.json(&[
+        "query", "lk-p1", "lk-p3", "lk-p4", "lk-p2", "--viewer", "u1", "--json",
+    ]);
+    let liked: Vec<bool> = page["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["viewer_liked"].as_bool().unwrap())
+        .collect();
+    assert_eq!(liked, vec![true, false, false, false], "{page}");
+    let one = t.json(&["query", "lk-p3", "--viewer", "u4", "--json"]);
+    assert_eq!(
+        (one["count"].as_i64(), one["viewer_liked"].as_bool()),
+        (Some(1), Some(true)),
+        "{one}"
+    );
+    let one = t.json(&["query", "lk-p4", "--viewer", "u6", "--json"]);
+    assert_eq!(one["viewer_liked"], false, "{one}");
+    let text = t.run(&["query", "lk-p1", "--viewer", "u1"]);
+    assert!(text.contains("lk-p1: 1 likes (u1 likes it)"), "{text}");
+
+    // A store counted by likers refuses to be counted by events, saying what to do.
+    let out = t.fail(
+        &["count", "--until-idle"],
+        &[("TALLY_COUNTER__COUNT", "events")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("this store counts likers") && err.contains("counter.count"),
+        "{err}"
+    );
+}
+
+on_backends! {
+    events_mode_counts_events {
+        embedded => events_mode_counts_events(Target::embedded()),
+    }
+}
+
+/// `counter.count = "events"` keeps counting events (claps, views): the same actions give
+/// their net event counts, and the store keeps no likers to ask about.
+fn events_mode_counts_events(t: Target) {
+    let file = file_in(&t, "actions.ndjson");
+    let now = now_ms();
+    write_actions(&file, now - now % 60_000 - 30 * 60_000);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let events = [("TALLY_COUNTER__COUNT", "events")];
+    t.run_env(&["count", "--until-idle"], &events);
+    assert_eq!(t.count("lk-p1"), 3);
+    assert_eq!(t.count("lk-p2"), -2);
+    let out = t.fail(&["query", "lk-p1", "--viewer", "u1"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("counts events"), "{err}");
+    let out = t.fail(&["count", "--until-idle"], &[LIKERS]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("this store counts events"));
+}
