@@ -30,6 +30,9 @@ pub struct Fold {
     gathered: HashMap<SmolStr, (f64, f64), ahash::RandomState>,
     gathered_at: i64,
     gathered_latest: i64,
+    /// Counting likers: the (post, user) pairs whose like trended within the horizon (kept in
+    /// memory only, sealed with each window and evicted by arrival like the ids).
+    pairs: Option<Dedup>,
 }
 
 impl Fold {
@@ -43,12 +46,27 @@ impl Fold {
             gathered: HashMap::default(),
             gathered_at: 0,
             gathered_latest: i64::MIN,
+            pairs: None,
         }
+    }
+
+    /// Counts likers: within the dedup horizon a user's likes of a post are one like in the
+    /// sketches (a double tap or a toggle storm does not make a post trend); latency still
+    /// records every distinct action. The pairs are remembered in memory only (a restart forgets
+    /// them: at most one more like of a pair in a decayed, approximate ranking), so a window's
+    /// stored first-seen ids stay the events' and one store item.
+    pub fn likers(mut self) -> Fold {
+        self.pairs = Some(Dedup::new(self.dedup.horizon_ms()));
+        self
     }
 
     /// Adds the window's gathered likes to the sketches, posts in id order (so that the same
     /// records always make the same sketch).
     pub fn settle(&mut self) {
+        if let Some(pairs) = &mut self.pairs {
+            // The window's pairs become one sealed window of the pair filter, evicted by arrival.
+            pairs.seal();
+        }
         if self.gathered.is_empty() {
             return;
         }
@@ -120,9 +138,19 @@ impl Fold {
         if ev.action != Action::Like {
             return false;
         }
+        if let Some(pairs) = &mut self.pairs {
+            if !pairs.observe(pair_hash(&ev.post_id, &ev.user_id), arrival_ms) {
+                return false;
+            }
+        }
         self.gather(&ev.post_id, ev.created_at);
         true
     }
+}
+
+/// The filter's id of a (post, user) pair: apart from every event id (a separator no id holds).
+fn pair_hash(post: &str, user: &str) -> u128 {
+    id_hash(&format!("{post}\u{1}{user}"))
 }
 
 /// A [`Fold`] at a processing time, as the window-boundary engine hands it user records; counts
@@ -141,4 +169,38 @@ impl boundary::Fold for At<'_> {
 
     /// Malformed records are the counter's to dead-letter: analytics skips them.
     fn corrupt(&mut self, _: &StreamRecord, _: String) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn like(id: &str, user: &str) -> Vec<u8> {
+        format!(
+            r#"{{"event_id":"{id}","post_id":"p1","user_id":"{user}","action":"like","created_at":1000}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn counting_likers_a_double_tap_trends_once() {
+        let taps = [
+            like("a", "u1"),
+            like("b", "u1"),
+            like("c", "u1"),
+            like("d", "u2"),
+            like("d", "u2"),
+        ];
+        let counted = |mut f: Fold| {
+            taps.iter()
+                .filter(|t| f.fold_event(t, 1_000, 1_000))
+                .count()
+        };
+        assert_eq!(
+            counted(Fold::new(10, 300_000, i64::MAX, 600_000).likers()),
+            2
+        );
+        // Counting events, each distinct event is a like (the copy of "d" is not).
+        assert_eq!(counted(Fold::new(10, 300_000, i64::MAX, 600_000)), 4);
+    }
 }

@@ -68,6 +68,8 @@ pub struct AnalyticsConfig {
     pub emf: Emf,
     /// A retry of an event is recognised for this long after the event arrived (the counter's).
     pub dedup_horizon: Duration,
+    /// The counter counts likers: a user's likes of a post are one like within the horizon.
+    pub likers: bool,
 }
 
 impl AnalyticsConfig {
@@ -80,6 +82,7 @@ impl AnalyticsConfig {
             window_time: Duration::from_secs(5),
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
+            likers: true,
         }
     }
 }
@@ -121,12 +124,19 @@ impl ProcessorFactory for Analytics {
             metrics: self.metrics.clone(),
             shard_id: shard_id.to_owned(),
             fence: None,
-            fold: Fold::new(
-                self.cfg.sketch_capacity,
-                self.cfg.half_life.as_millis() as i64,
-                ALL_TIME,
-                self.cfg.dedup_horizon.as_millis() as i64,
-            ),
+            fold: {
+                let f = Fold::new(
+                    self.cfg.sketch_capacity,
+                    self.cfg.half_life.as_millis() as i64,
+                    ALL_TIME,
+                    self.cfg.dedup_horizon.as_millis() as i64,
+                );
+                if self.cfg.likers {
+                    f.likers()
+                } else {
+                    f
+                }
+            },
             extent: Extent::default(),
             checkpoint: None,
             opened_at_ms: 0,

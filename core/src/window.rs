@@ -293,9 +293,11 @@ impl Counting<'_> {
     /// Keeps the event if it is its edge's latest in the window.
     fn fold_edge(&mut self, ev: crate::event::EventRef<'_>, arrival_ms: i64, skew: i64) {
         let stats = &mut self.content.stats;
-        stats.counted += 1;
         let at_ms = edge::ordering_time(ev.created_at, arrival_ms, skew);
         stats.latest_created_ms = stats.latest_created_ms.max(at_ms);
+        // Counted unless it is a copy of an action this window holds already (no filter
+        // remembers ids across windows: a copy there is read, and changes nothing).
+        stats.counted += 1;
         let liked = ev.action == crate::event::Action::Like;
         let key = (ev.post_id.into_owned(), ev.user_id.into_owned());
         match self.content.edges.get_mut(&key) {
@@ -309,6 +311,7 @@ impl Counting<'_> {
                         event_id: ev.event_id.into_owned(),
                     };
                 } else {
+                    stats.counted -= 1;
                     stats.duplicates += 1;
                 }
             }

@@ -85,7 +85,7 @@ impl CounterConfig {
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
-            count: CountMode::Events,
+            count: CountMode::Likers,
             max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
             posts_per_batch: 1_000,
             backoff: Backoff::default(),

@@ -1,6 +1,12 @@
 //! Synthetic like events with a known truth.
+//!
+//! The events are what users do to like buttons, kept consistent: a user likes a post they do
+//! not like yet, and unlikes one they like (never an unlike of nothing, never a second like), in
+//! time order, each action with its own event id (ordered by time, then by emission). So a post's
+//! distinct likes minus distinct unlikes equal its likers, and the truth holds in both count
+//! modes; producer retries (verbatim copies) and malformed records come on top.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -18,7 +24,7 @@ pub struct GenConfig {
     pub zipf_exponent: f64,
     /// Users, drawn uniformly.
     pub users: u64,
-    /// Share of events that unlike a post that has likes.
+    /// Share of events that unlike a post that has likes: one of its likers takes the like back.
     pub unlike_ratio: f64,
     /// Share of extra records that resend a recent event verbatim (a producer retry).
     pub duplicate_ratio: f64,
@@ -57,6 +63,9 @@ pub struct Generator {
     zipf: Zipf<f64>,
     /// Exact expected count per post.
     truth: HashMap<String, i64>,
+    /// Each post's current likers (post and user numbers), and the same as a set.
+    likers: HashMap<u64, Vec<u64>>,
+    liked: HashSet<(u64, u64)>,
     /// Recent records, for duplicates.
     recent: VecDeque<PutEntry>,
     /// Distinct events emitted so far.
@@ -96,6 +105,8 @@ impl Generator {
             rng: StdRng::seed_from_u64(cfg.seed),
             zipf,
             truth: HashMap::new(),
+            likers: HashMap::new(),
+            liked: HashSet::new(),
             recent: VecDeque::new(),
             emitted: 0,
             duplicates: 0,
@@ -128,6 +139,28 @@ impl Generator {
             malformed: self.malformed,
             counts: self.truth.clone(),
         }
+    }
+
+    /// Who does what to `post`: one of its likers takes the like back (at the unlike ratio), or
+    /// a user who does not like it yet likes it (a post every drawn user likes already gets an
+    /// unlike instead).
+    fn action_on(&mut self, post: u64) -> (u64, Action) {
+        let likers = self.likers.entry(post).or_default();
+        let unlike = !likers.is_empty() && self.rng.gen::<f64>() < self.cfg.unlike_ratio;
+        if !unlike {
+            for _ in 0..32 {
+                let user = self.rng.gen_range(1..=self.cfg.users.max(1));
+                if self.liked.insert((post, user)) {
+                    likers.push(user);
+                    return (user, Action::Like);
+                }
+            }
+        }
+        // Unliking, or every user drawn likes it already (so it has likers).
+        let i = self.rng.gen_range(0..likers.len());
+        let user = likers.swap_remove(i);
+        self.liked.remove(&(post, user));
+        (user, Action::Unlike)
     }
 
     fn malformed_record(&mut self) -> PutEntry {
@@ -171,16 +204,17 @@ impl Iterator for Generator {
             self.duplicates += 1;
             return Some((Kind::Duplicate, self.recent[i].clone()));
         }
-        let post_id = format!("p{}", self.zipf.sample(&mut self.rng) as u64);
-        let user_id = format!("u{}", self.rng.gen_range(1..=self.cfg.users.max(1)));
-        let liked = self.truth.get(&post_id).copied().unwrap_or(0);
-        let action = if liked > 0 && self.rng.gen::<f64>() < self.cfg.unlike_ratio {
-            Action::Unlike
-        } else {
-            Action::Like
-        };
+        let post = self.zipf.sample(&mut self.rng) as u64;
+        let (user, action) = self.action_on(post);
+        let (post_id, user_id) = (format!("p{post}"), format!("u{user}"));
         let created_at = self.now();
-        let event_id = format!("{created_at:011x}{:016x}", self.rng.gen::<u64>());
+        // Ordered by time, then by emission: a user's unlike sorts after their like even when
+        // both were created in the same millisecond.
+        let event_id = format!(
+            "{created_at:011x}{:010x}{:06x}",
+            self.emitted,
+            self.rng.gen::<u32>() & 0xff_ffff
+        );
         *self.truth.entry(post_id.clone()).or_default() += action.delta();
         self.emitted += 1;
         let entry = PutEntry {
@@ -221,6 +255,8 @@ mod tests {
         let mut g = Generator::new(cfg).with_clock(|| 1_700_000_000_000);
         let mut seen = std::collections::HashSet::new();
         let mut counts: HashMap<String, i64> = HashMap::new();
+        // Each (post, user)'s latest action, by time and then event id: the likers.
+        let mut latest: HashMap<(String, String), (i64, String, bool)> = HashMap::new();
         let (mut dups, mut bad) = (0, 0);
         for (kind, e) in g.by_ref() {
             match decode(&e.data) {
@@ -230,6 +266,17 @@ mod tests {
                 }
                 Ok(ev) => {
                     assert_eq!(e.partition_key, ev.post_id);
+                    let key = (ev.post_id.clone(), ev.user_id.clone());
+                    let l = latest
+                        .entry(key)
+                        .or_insert((i64::MIN, String::new(), false));
+                    if (ev.created_at, &ev.event_id) > (l.0, &l.1) {
+                        *l = (
+                            ev.created_at,
+                            ev.event_id.clone(),
+                            ev.action == Action::Like,
+                        );
+                    }
                     if seen.insert(ev.event_id.clone()) {
                         assert_eq!(kind, Kind::Event);
                         *counts.entry(ev.post_id).or_default() += ev.action.delta();
@@ -247,6 +294,13 @@ mod tests {
         let mut truth = t.counts.clone();
         truth.retain(|_, v| *v != 0);
         assert_eq!(counts, truth);
+        let mut likers: HashMap<String, i64> = HashMap::new();
+        for ((post, _), (_, _, liked)) in latest {
+            if liked {
+                *likers.entry(post).or_default() += 1;
+            }
+        }
+        assert_eq!(likers, truth, "the events' likers are the truth too");
         assert!(
             t.counts.values().all(|&v| v >= 0),
             "unlikes only hit liked posts"

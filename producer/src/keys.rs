@@ -1,9 +1,10 @@
 //! Partition keys: a post's likes go to one shard by default (the key is the post id), and a hot
 //! post's are fanned out over several keys so that no single shard's limit (1,000 records/s on
-//! Kinesis) caps one post. The key is chosen from the event id, so a producer retry of the same
-//! event lands on the same shard as the original, where the counter's duplicate filter finds it.
-//! The counter needs nothing of this: it counts by the `post_id` in the record, whatever shard
-//! carried it.
+//! Kinesis) caps one post. The key is chosen from the **user** id, never the event id: every
+//! action of one user on one post — a like, its unlike, a retry of either — lands on one shard,
+//! in order, so each (post, user) edge has one writer at a time (what likers counting needs), and
+//! a producer retry lands beside its original, where the events mode's duplicate filter finds it.
+//! The counter counts by the `post_id` in the record, whatever shard carried it.
 
 use std::collections::HashSet;
 
@@ -28,10 +29,10 @@ impl HotPosts {
         }
     }
 
-    /// The key of an event of `post_id` with `event_id`.
-    pub fn key(&self, post_id: &str, event_id: &str) -> String {
+    /// The key of an event of `user_id` on `post_id`.
+    pub fn key(&self, post_id: &str, user_id: &str) -> String {
         if self.fanout > 1 && self.posts.contains(post_id) {
-            format!("{post_id}#{}", id_hash(event_id) % self.fanout as u128)
+            format!("{post_id}#{}", id_hash(user_id) % self.fanout as u128)
         } else {
             post_id.to_owned()
         }
@@ -42,7 +43,7 @@ impl HotPosts {
     pub fn rekey(&self, mut e: PutEntry) -> PutEntry {
         if self.fanout > 1 && self.posts.contains(&e.partition_key) {
             if let Ok(ev) = decode(&e.data) {
-                e.partition_key = self.key(&ev.post_id, &ev.event_id);
+                e.partition_key = self.key(&ev.post_id, &ev.user_id);
             }
         }
         e
@@ -54,22 +55,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_hot_post_spreads_over_its_keys_and_a_retry_keeps_its_key() {
+    fn a_hot_post_spreads_over_its_keys_by_user_and_a_user_keeps_its_key() {
         let hot = HotPosts::new(["viral".to_owned()], 8);
         let keys: HashSet<String> = (0..1_000)
-            .map(|i| hot.key("viral", &format!("e{i}")))
+            .map(|i| hot.key("viral", &format!("u{i}")))
             .collect();
         assert_eq!(keys.len(), 8, "{keys:?}");
         assert!(keys.iter().all(|k| k.starts_with("viral#")));
         assert_eq!(hot.key("viral", "e7"), hot.key("viral", "e7"));
         assert_eq!(hot.key("calm", "e7"), "calm");
-        let data =
-            br#"{"event_id":"e7","post_id":"viral","user_id":"u","action":"like","created_at":1}"#;
-        let e = hot.rekey(PutEntry {
-            partition_key: "viral".into(),
-            data: data.to_vec(),
-        });
-        assert_eq!(e.partition_key, hot.key("viral", "e7"));
+        // A user's like and unlike of the post (different events) share a key.
+        let key = |data: &[u8]| {
+            hot.rekey(PutEntry {
+                partition_key: "viral".into(),
+                data: data.to_vec(),
+            })
+            .partition_key
+        };
+        let like = key(
+            br#"{"event_id":"e7","post_id":"viral","user_id":"u","action":"like","created_at":1}"#,
+        );
+        let unlike = key(br#"{"event_id":"e8","post_id":"viral","user_id":"u","action":"unlike","created_at":2}"#);
+        assert_eq!(
+            (like.as_str(), unlike.as_str()),
+            (hot.key("viral", "u").as_str(), like.as_str())
+        );
         // Without fan-out, nothing changes.
         assert_eq!(
             HotPosts::new(["viral".to_owned()], 1).key("viral", "e7"),

@@ -68,6 +68,7 @@ pub fn analytics_config(settings: &Settings) -> AnalyticsConfig {
     a.window_time = Settings::ms(settings.analytics.window_ms);
     a.emf = emf(settings);
     a.dedup_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
+    a.likers = settings.counter.count == tally_core::edge::CountMode::Likers;
     a
 }
 

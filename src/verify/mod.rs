@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
+use tally_core::edge::CountMode;
 use tally_core::ports::{
     Consistency, CounterStore, PostCount, ShardInfo, ShardState, Stream, MAX_POSTS_PER_CALL,
 };
@@ -82,19 +83,32 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
         .map(|(k, v)| (k.clone(), v.lease.checkpoint.clone()))
         .collect();
     let horizon_ms = (s.counter.dedup_horizon_secs * 1_000) as i64;
+    // The store says what it counts; one that has counted nothing yet counts as configured.
+    let mode = b
+        .counter
+        .count_mode(None)
+        .await
+        .context("reading what the store counts")?
+        .unwrap_or(s.counter.count);
+    let rule = Rule {
+        horizon_ms,
+        likers: (mode == CountMode::Likers)
+            .then_some((s.counter.max_clock_skew_secs * 1_000) as i64),
+    };
     let mut report = Report::default();
     let pb = crate::progress::start(None, "records", a.json);
-    let (recount, source_notes) = match &a.from {
+    let (mut recount, source_notes) = match &a.from {
         Some(f) => {
             report.source = f.display().to_string();
-            read_recording(f, horizon_ms, checkpoints, &pb)?
+            read_recording(f, rule, checkpoints, &pb)?
         }
         None => {
             report.source = "the stream".into();
-            read_stream(b.stream.as_ref(), horizon_ms, checkpoints, &pb).await?
+            read_stream(b.stream.as_ref(), rule, checkpoints, &pb).await?
         }
     };
     crate::progress::finish(&pb);
+    recount.finish();
     report.not_checked.extend(source_notes);
     report.shards = recount.read.len();
     report.records_read = recount.tally.records;
@@ -158,15 +172,37 @@ async fn states(b: &Backend, app: &str) -> Result<HashMap<String, ShardState>> {
         .collect())
 }
 
+/// What the recount counts by: events within the dedup horizon, or likers.
+#[derive(Clone, Copy)]
+struct Rule {
+    horizon_ms: i64,
+    /// Likers, with this clock skew allowed (ms).
+    likers: Option<i64>,
+}
+
+impl Rule {
+    fn recount(
+        self,
+        shards: &[ShardInfo],
+        checkpoints: HashMap<String, Option<Position>>,
+    ) -> Recount {
+        let r = Recount::new(self.horizon_ms, shards, checkpoints);
+        match self.likers {
+            Some(skew) => r.likers(skew),
+            None => r,
+        }
+    }
+}
+
 /// Reads every shard from its oldest retained record to its tip, parents first.
 async fn read_stream(
     stream: &dyn Stream,
-    horizon_ms: i64,
+    rule: Rule,
     checkpoints: HashMap<String, Option<Position>>,
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Vec<String>)> {
     let shards = crate::commands::read::parents_first(stream.list_shards().await?)?;
-    let mut r = Recount::new(horizon_ms, &shards, checkpoints);
+    let mut r = rule.recount(&shards, checkpoints);
     let mut notes = Vec::new();
     for s in &shards {
         crate::commands::read::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
@@ -190,7 +226,7 @@ async fn read_stream(
 /// Reads a recording (`tally record`), as written.
 fn read_recording(
     file: &Path,
-    horizon_ms: i64,
+    rule: Rule,
     checkpoints: HashMap<String, Option<Position>>,
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Vec<String>)> {
@@ -203,7 +239,7 @@ fn read_recording(
         ),
     };
     let shards: Vec<ShardInfo> = reader.header.shard_infos();
-    let mut r = Recount::new(horizon_ms, &shards, checkpoints);
+    let mut r = rule.recount(&shards, checkpoints);
     while let Some(rec) = reader.next_record()? {
         let seq = SeqNo::parse(&rec.seq)
             .with_context(|| format!("{}: sequence number {:?}", file.display(), rec.seq))?;
@@ -329,7 +365,6 @@ fn compare_posts(
             unread += 1;
             continue;
         }
-        let applied = r.posts.get(p).cloned().unwrap_or_default();
         let held: Vec<&&recount::Beyond> = beyond
             .get(p.as_str())
             .map(|v| {
@@ -342,6 +377,12 @@ fn compare_posts(
                     .collect()
             })
             .unwrap_or_default();
+        // Likers: the held records merge into the users' latest actions, not added as deltas.
+        let (applied, held) = if r.counts_likers() {
+            (r.likers_with(p, &held), Vec::new())
+        } else {
+            (r.posts.get(p).cloned().unwrap_or_default(), held)
+        };
         let moving = beyond
             .get(p.as_str())
             .is_some_and(|v| v.iter().any(|b| moved(before, after, &b.shard_id)));

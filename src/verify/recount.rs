@@ -8,6 +8,12 @@
 //! copy later than the horizon may or may not be recognised by the counter (its filter forgets a
 //! whole window at a time), so it widens the post's expected count into a range instead of
 //! moving it.
+//!
+//! A store that counts likers is recounted by that rule instead: each (post, user)'s latest action
+//! by `created_at` (taken as the arrival when it is further past it than the allowed clock skew),
+//! then the event id, decides; a post's count is its users whose latest action is a like, and
+//! "since T" those of them whose like was created at or after T's minute. Copies change nothing,
+//! so no horizon leaves a count open.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -53,6 +59,25 @@ pub struct Beyond {
     pub delta: i64,
     /// A late copy (see the module's rule).
     pub late: bool,
+    /// Likers: the action on its edge.
+    pub action: Option<(String, Latest)>,
+}
+
+/// Likers: a user's latest action on a post — its time (ms), event id, and whether it likes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Latest {
+    pub at_ms: i64,
+    pub event_id: String,
+    pub liked: bool,
+}
+
+impl Latest {
+    /// Keeps `other` if it comes later (by time, then event id).
+    fn merge(&mut self, other: &Latest) {
+        if (other.at_ms, &other.event_id) > (self.at_ms, &self.event_id) {
+            *self = other.clone();
+        }
+    }
 }
 
 /// How many of each the recount met.
@@ -74,6 +99,10 @@ pub struct Tally {
 /// The recount of a stream up to the counter's checkpoints.
 pub struct Recount {
     horizon_ms: i64,
+    /// Counting likers, with this clock skew allowed (ms); `None`: events.
+    likers: Option<i64>,
+    /// Likers: each post's users' latest applied action.
+    edges: HashMap<String, HashMap<String, Latest>>,
     checkpoints: HashMap<String, Option<Position>>,
     lineage: HashMap<String, usize>,
     /// First arrival of each event id, per lineage.
@@ -98,6 +127,8 @@ impl Recount {
     ) -> Recount {
         Recount {
             horizon_ms,
+            likers: None,
+            edges: HashMap::new(),
             checkpoints,
             lineage: lineages(shards),
             first_seen: HashMap::new(),
@@ -107,6 +138,43 @@ impl Recount {
             read: HashMap::new(),
             tally: Tally::default(),
         }
+    }
+
+    /// Recounts likers, a `created_at` further than `skew_ms` past its arrival taken as the
+    /// arrival.
+    pub fn likers(mut self, skew_ms: i64) -> Recount {
+        self.likers = Some(skew_ms);
+        self
+    }
+
+    /// Whether it recounts likers.
+    pub fn counts_likers(&self) -> bool {
+        self.likers.is_some()
+    }
+
+    /// Likers: the posts' applied counts, once every record is read.
+    pub fn finish(&mut self) {
+        if self.likers.is_none() {
+            return;
+        }
+        for (post, users) in &self.edges {
+            self.posts.insert(post.clone(), count_of(users.values()));
+        }
+    }
+
+    /// Likers: a post's count with the records after their checkpoints in `held` (which its
+    /// summary shows applied) merged into its users' latest actions.
+    pub fn likers_with(&self, post: &str, held: &[&&Beyond]) -> PostRecount {
+        let mut users = self.edges.get(post).cloned().unwrap_or_default();
+        for b in held {
+            if let Some((user, l)) = &b.action {
+                users
+                    .entry(user.clone())
+                    .and_modify(|e| e.merge(l))
+                    .or_insert_with(|| l.clone());
+            }
+        }
+        count_of(users.values())
     }
 
     /// Counts one Kinesis record of `shard_id`, in the shard's order.
@@ -157,6 +225,9 @@ impl Recount {
             self.malformed_at(shard_id, at);
             return;
         };
+        if let Some(skew) = self.likers {
+            return self.user_action(shard_id, at, arrival_ms, ev, skew);
+        }
         let scope = self.lineage.get(shard_id).copied().unwrap_or(usize::MAX);
         let late = match self.first_seen.get(&(scope, ev.event_id.clone())) {
             None => {
@@ -193,6 +264,58 @@ impl Recount {
                 minute,
                 delta,
                 late,
+                action: None,
+            });
+        }
+    }
+
+    /// Likers: one user's action, kept if it is the latest of its edge (every copy is read: a
+    /// copy changes nothing, wherever it lands).
+    fn user_action(
+        &mut self,
+        shard_id: &str,
+        at: Position,
+        arrival_ms: i64,
+        ev: tally_core::event::LikeEvent,
+        skew_ms: i64,
+    ) {
+        if self
+            .first_seen
+            .insert((0, ev.event_id.clone()), arrival_ms)
+            .is_some()
+        {
+            self.tally.duplicates += 1;
+        } else {
+            self.tally.counted += 1;
+        }
+        // The clock-skew rule, as documented (README, "counter.max_clock_skew_secs").
+        let at_ms = if ev.created_at > arrival_ms.saturating_add(skew_ms) {
+            arrival_ms
+        } else {
+            ev.created_at
+        };
+        let latest = Latest {
+            at_ms,
+            event_id: ev.event_id,
+            liked: ev.action == tally_core::event::Action::Like,
+        };
+        if self.applied(shard_id, &at) {
+            self.edges
+                .entry(ev.post_id)
+                .or_default()
+                .entry(ev.user_id)
+                .and_modify(|e| e.merge(&latest))
+                .or_insert(latest);
+        } else {
+            self.tally.beyond_checkpoint += 1;
+            self.beyond.push(Beyond {
+                shard_id: shard_id.to_owned(),
+                at,
+                post_id: ev.post_id,
+                minute: at_ms.div_euclid(60_000),
+                delta: 0,
+                late: false,
+                action: Some((ev.user_id, latest)),
             });
         }
     }
@@ -206,6 +329,15 @@ impl Recount {
     pub fn has_late_copies(&self) -> bool {
         self.tally.late_copies > 0
     }
+}
+
+/// A post's count from its users' latest actions: those that like it, by the minute they did.
+fn count_of<'a>(users: impl Iterator<Item = &'a Latest>) -> PostRecount {
+    let mut p = PostRecount::default();
+    for l in users.filter(|l| l.liked) {
+        p.add(l.at_ms.div_euclid(60_000), 1);
+    }
+    p
 }
 
 /// Each shard's lineage: shards joined by parent links share one (a split's children and their
@@ -285,5 +417,36 @@ mod tests {
         assert_eq!(r.malformed.len(), 1);
         assert_eq!(r.beyond.len(), 1);
         assert_eq!(r.beyond[0].post_id, "p");
+    }
+
+    fn act(id: &str, user: &str, action: &str, created_at: i64) -> Vec<u8> {
+        format!(
+            r#"{{"event_id":"{id}","post_id":"p","user_id":"{user}","action":"{action}","created_at":{created_at}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn likers_are_each_user_s_latest_action() {
+        let shards = [shard("a", &[])];
+        let checkpoints = [("a".to_owned(), Some(Position::whole(seq(100))))].into();
+        // Every record arrives at T; u4's device clock is far ahead.
+        const T: i64 = 1_000_000;
+        let mut r = Recount::new(1_000, &shards, checkpoints).likers(60_000);
+        r.record("a", &seq(1), T, &act("e1", "u1", "like", 60_000));
+        r.record("a", &seq(2), T, &act("e2", "u1", "like", 120_000)); // a double tap
+        r.record("a", &seq(3), T, &act("e3", "u2", "unlike", 60_000)); // of nothing
+        r.record("a", &seq(4), T, &act("e5", "u3", "unlike", 180_000));
+        r.record("a", &seq(5), T, &act("e4", "u3", "like", 60_000)); // older: out of order
+        r.record("a", &seq(6), T, &act("e6", "u4", "like", 9_000_000)); // clock ahead: at its arrival
+        r.record("a", &seq(7), T, &act("e7", "u4", "unlike", T + 30_000));
+        r.record("a", &seq(200), T, &act("e8", "u2", "like", 240_000)); // beyond
+        r.finish();
+        let p = &r.posts["p"];
+        assert_eq!((p.total, p.since(2), p.since(3)), (1, 1, 0));
+        let held = r.beyond.iter().collect::<Vec<_>>();
+        let held: Vec<&&Beyond> = held.iter().collect();
+        let with = r.likers_with("p", &held);
+        assert_eq!((with.total, with.since(4)), (2, 1));
     }
 }

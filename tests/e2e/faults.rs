@@ -130,8 +130,10 @@ fn the_counter_drains_a_realistic_fault_mix_without_a_restart() {
     );
     kp.calm();
     dp.calm();
+    // Every valid record was read, some more than once (a read retried after a fault).
     assert!(
-        c["duplicates"].as_u64().unwrap() >= exp.duplicates as u64,
+        c["duplicates"].as_u64().unwrap() + c["counted"].as_u64().unwrap()
+            >= (exp.lines - exp.malformed) as u64,
         "{c}"
     );
     assert_eq!(t.mismatches(&exp.counts), vec![]);

@@ -596,7 +596,12 @@ fn record_to_standard_output_pipes_into_replay() {
         writeln!(
             f,
             "{}",
-            like(&format!("e{i}"), &format!("p{}", i % 5), "u", now_ms())
+            like(
+                &format!("e{i}"),
+                &format!("p{}", i % 5),
+                &format!("u{i}"),
+                now_ms()
+            )
         )
         .unwrap();
     }
@@ -684,7 +689,12 @@ fn two_until_idle_workers_both_end() {
         writeln!(
             f,
             "{}",
-            like(&format!("e{i}"), &format!("p{}", i % 7), "u", now_ms())
+            like(
+                &format!("e{i}"),
+                &format!("p{}", i % 7),
+                &format!("u{i}"),
+                now_ms()
+            )
         )
         .unwrap();
     }

@@ -92,7 +92,8 @@ fn aggregated_records_count_exactly(t: Target) {
 
     // Windows of 40 user records over aggregates of 25: a shard's first four windows end inside
     // an aggregate (user record 15 of the second, 5 of the fourth, …), and so do their
-    // checkpoints. The counter dies after its third batch of post writes, in the middle of
+    // checkpoints. The counter dies after its fifth batch of writes (a window's edges and its
+    // posts are a batch each: both shards' first windows are done by then), in the middle of
     // applying a window that ends inside an aggregate; the next run rebuilds that window to the
     // same user record, then goes on from the next one. No time-closed windows (they would end
     // at whole records): only the size decides here.
@@ -103,7 +104,7 @@ fn aggregated_records_count_exactly(t: Target) {
     let out = crate::common::output({
         let mut c = t.cmd(&["count", "--until-idle"]);
         c.envs(windows)
-            .env("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "3");
+            .env("TALLY_FAILPOINT_CRASH_AFTER_BATCHES", "5");
         c
     });
     assert!(!out.status.success(), "the failpoint ends the first run");

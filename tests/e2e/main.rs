@@ -23,6 +23,7 @@ mod pipeline;
 mod read_contract;
 mod resharding;
 mod retention;
+mod sending;
 mod serve;
 mod structure;
 mod terraform;

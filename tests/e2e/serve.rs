@@ -180,8 +180,13 @@ fn the_api_answers_a_known_store(t: Target) {
     assert_eq!(get_json(&addr, "/api/total")["total"], exp.total());
     // What the counting cost, kept in the shards' rows.
     let cost = get_json(&addr, "/api/cost");
+    // Counting likers, a copy met outside its original's window is read as an action too.
     let distinct = (exp.lines - exp.malformed - exp.duplicates) as u64;
-    assert_eq!(cost["counted"], distinct, "{cost}");
+    let counted = cost["counted"].as_u64().unwrap();
+    assert!(
+        (distinct..=distinct + exp.duplicates as u64).contains(&counted),
+        "{cost}"
+    );
     assert!(
         cost["write_units"]["counts"].as_u64().unwrap() > 0,
         "{cost}"
@@ -458,20 +463,23 @@ fn a_worker_serves_its_metrics() {
     t.run(&["replay", file.to_str().unwrap()]);
     let mut w = t.spawn("count", &["count", "--http", "127.0.0.1:0"], &[]);
     let addr = served_addr(&w);
-    let counted = (exp.lines - exp.malformed - exp.duplicates) as f64;
+    // Counting likers, a copy outside its original's window is counted as read (it changes
+    // nothing): counted and duplicates add up to every valid record.
+    let valid = (exp.lines - exp.malformed) as f64;
     t.eventually(
         "the worker to count everything",
         Duration::from_secs(60),
         &[&w],
         || {
             let (_, text) = get(&addr, "/metrics");
-            metric(&text, "tally_counted_total", &[("app", "counter")]) == Some(counted)
+            let of = |m: &str| metric(&text, m, &[("app", "counter")]).unwrap_or(0.0);
+            of("tally_counted_total") + of("tally_duplicates_total") == valid
         },
     );
     let (_, text) = get(&addr, "/metrics");
-    assert_eq!(
-        metric(&text, "tally_duplicates_total", &[("app", "counter")]),
-        Some(exp.duplicates as f64)
+    assert!(
+        metric(&text, "tally_duplicates_total", &[("app", "counter")]).unwrap()
+            <= exp.duplicates as f64
     );
     assert!(metric(&text, "tally_write_units_total", &[("purpose", "counts")]).unwrap() > 0.0);
     assert_eq!(metric(&text, "tally_leases_held", &[]), Some(2.0), "{text}");
@@ -810,7 +818,10 @@ fn provisional(addr: &str, posts: &[&String]) -> (Vec<(i64, i64, i64)>, Value) {
 /// between asking the worker and reading the store is not added again; a worker killed with a
 /// window open drops out of the answer (said so) and its successor's rebuilt window brings the
 /// same counts back, never more; after the windows land, stored = counts exactly.
-fn provisional_counts_are_exact(t: Target) {
+fn provisional_counts_are_exact(mut t: Target) {
+    // An open window's deltas are known as it is read when counting events; counting likers,
+    // only once its edges are written (ARCHITECTURE, "Likers").
+    t.env.push(("TALLY_COUNTER__COUNT".into(), "events".into()));
     // Windows that stay open until the worker stops: nothing is written before that.
     let open = [
         ("TALLY_COUNTER__WINDOW_MS", "600000"),

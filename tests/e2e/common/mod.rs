@@ -377,7 +377,8 @@ pub fn now_ms() -> i64 {
 #[derive(Debug, Default)]
 pub struct Expected {
     pub counts: BTreeMap<String, i64>,
-    /// Per post: likes minus unlikes created in the last 30 minutes (none between 30 min and 2 h).
+    /// Per post: its likers whose like was created in the last 30 minutes (none between 30 min
+    /// and 2 h).
     pub recent: BTreeMap<String, i64>,
     pub lines: usize,
     pub malformed: usize,
@@ -445,6 +446,11 @@ pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Ex
     let mut exp = Expected::default();
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut recent_lines: Vec<String> = Vec::new();
+    // Each post's likers, with when they liked: a user likes a post they do not like yet and
+    // unlikes one they like, later than they liked it, so that distinct events and likers agree.
+    let mut likers: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    // Each (post, user)'s last action's time: the next is created after it.
+    let mut last: BTreeMap<(String, u64), i64> = BTreeMap::new();
     for i in 0..n {
         if i % 97 == 13 {
             writeln!(f, "{}", MALFORMED_LINES[(i / 97) % MALFORMED_LINES.len()]).unwrap();
@@ -470,23 +476,46 @@ pub fn write_contract_file(path: &Path, n: usize, posts: usize, seed: u64) -> Ex
         } else {
             now - 3 * 3_600_000 - rnd(3_600_000) as i64
         };
-        let have = exp.counts.get(&post).copied().unwrap_or(0);
-        let unlike = have > 0 && rnd(8) == 0;
+        let of_post = likers.entry(post.clone()).or_default();
+        let unlike = !of_post.is_empty() && rnd(8) == 0;
+        let (user, created) = if unlike {
+            let (user, _) = of_post.swap_remove(rnd(of_post.len() as u64) as usize);
+            (user, created)
+        } else {
+            let mut user = rnd(10_000);
+            while of_post.iter().any(|(u, _)| *u == user) {
+                user = rnd(10_000);
+            }
+            (user, created)
+        };
+        let created = match last.get(&(post.clone(), user)) {
+            Some(&before) => created.max(before + 1),
+            None => created,
+        };
+        last.insert((post.clone(), user), created);
+        if !unlike {
+            of_post.push((user, created));
+        }
         let action = if unlike { "unlike" } else { "like" };
         let line = format!(
-            r#"{{"created_at":{created},"action":"{action}","user_id":"user_{}","post_id":"{post}","event_id":"ext-{seed}-{i}","client":{{"app":"ios","v":3}}}}"#,
-            rnd(10_000)
+            r#"{{"created_at":{created},"action":"{action}","user_id":"user_{seed}-{user}","post_id":"{post}","event_id":"ext-{seed}-{i}","client":{{"app":"ios","v":3}}}}"#
         );
         writeln!(f, "{line}").unwrap();
         exp.lines += 1;
         let d = if unlike { -1 } else { 1 };
         *exp.counts.entry(post.clone()).or_default() += d;
-        if recent {
-            *exp.recent.entry(post).or_default() += d;
-        }
         recent_lines.push(line);
         if recent_lines.len() > 200 {
             recent_lines.remove(0);
+        }
+    }
+    for (post, of_post) in likers {
+        let n = of_post
+            .iter()
+            .filter(|(_, at)| *at > now - 3_600_000)
+            .count() as i64;
+        if n > 0 {
+            exp.recent.insert(post, n);
         }
     }
     exp
@@ -600,4 +629,15 @@ macro_rules! on_backends {
             $body;
         }
     };
+}
+
+/// A counter run's `counted` and `duplicates` (`count --json`) over `valid` well-formed records of
+/// which `copies` were verbatim copies: counting likers no filter remembers ids across windows
+/// (a copy changes nothing wherever it lands), so a copy is a duplicate only when met in its
+/// original's window, and counted otherwise; together they are every valid record read.
+pub fn assert_read_all(c: &Value, valid: usize, copies: usize) {
+    let counted = c["counted"].as_u64().unwrap_or_else(|| panic!("{c}"));
+    let dups = c["duplicates"].as_u64().unwrap_or_else(|| panic!("{c}"));
+    assert_eq!(counted + dups, valid as u64, "{c}");
+    assert!(dups <= copies as u64, "{c}");
 }
