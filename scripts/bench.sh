@@ -24,3 +24,18 @@ print(' | '.join([
     *(row(b[k]['write_units_per_event'], b[k]['items_per_event'], b[k]['events_per_sec'], b[k]['exact'])
       for k in ('update_per_like', 'transaction_per_like'))]))"
 done
+echo "# counting likers beside counting events, the same stream (embedded, 2 % retries): posts zipf shards events"
+echo "#   each mode: write units per event (edges), read units per event, events/s, exact"
+for shape in "100000 1.1 4 40000" "10 2.0 4 40000" "1000 1.1 4 200000"; do
+  set -- $shape
+  echo -n "$1 $2 $3 $4 -> "
+  for mode in likers events; do
+    TALLY_COUNTER__COUNT=$mode "$bin" demo --events "$4" --posts "$1" --zipf "$2" --shards "$3" --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+e = d['events']
+print('$mode %.3f (%.3f) %.3f %.0f %s' % (d['dynamodb_wcu_per_event'], d['write_units']['edges'] / e,
+      d['items_read'] / e, d['events_per_sec'], d['exact']), end='  ')"
+  done
+  echo
+done
