@@ -709,6 +709,17 @@ pub trait BaselineWriters: Send + Sync {
         post_id: &str,
         delta: i64,
     ) -> PortResult<bool>;
+    /// The likers pattern a likers count replaces: a like puts the (post, user) edge item if it
+    /// is absent and adds 1 to the post's total, an unlike deletes it if present and adds −1, each
+    /// one transaction; `Ok(false)` when the condition refused it (liked already, or not liked).
+    /// Exact only when a user's actions arrive in order.
+    async fn edge_per_like(
+        &self,
+        run: &str,
+        post_id: &str,
+        user_id: &str,
+        like: bool,
+    ) -> PortResult<bool>;
     /// The post's total under `run`.
     async fn baseline_count(&self, run: &str, post_id: &str) -> PortResult<i64>;
 }

@@ -26,6 +26,10 @@ pub struct GenConfig {
     pub users: u64,
     /// Share of events that unlike a post that has likes: one of its likers takes the like back.
     pub unlike_ratio: f64,
+    /// Share of events that change no liker: a liker taps like again, or a user unlikes a post
+    /// they do not like (each its own event id). Only for counting likers: counted as events,
+    /// they would change the counts.
+    pub no_op_ratio: f64,
     /// Share of extra records that resend a recent event verbatim (a producer retry).
     pub duplicate_ratio: f64,
     /// Share of extra records that are malformed.
@@ -41,6 +45,7 @@ impl Default for GenConfig {
             zipf_exponent: 1.1,
             users: 100_000,
             unlike_ratio: 0.1,
+            no_op_ratio: 0.0,
             duplicate_ratio: 0.0,
             malformed_ratio: 0.0,
             seed: 1,
@@ -141,10 +146,26 @@ impl Generator {
         }
     }
 
-    /// Who does what to `post`: one of its likers takes the like back (at the unlike ratio), or
-    /// a user who does not like it yet likes it (a post every drawn user likes already gets an
-    /// unlike instead).
-    fn action_on(&mut self, post: u64) -> (u64, Action) {
+    /// Who does what to `post`: at the no-op ratio, an action that changes no liker (a liker's
+    /// second tap, or an unlike by a user who does not like it); else one of its likers takes the
+    /// like back (at the unlike ratio), or a user who does not like it yet likes it (a post every
+    /// drawn user likes already gets an unlike instead).
+    /// The third value says whether the action changes the post's likers.
+    fn action_on(&mut self, post: u64) -> (u64, Action, bool) {
+        if self.cfg.no_op_ratio > 0.0 && self.rng.gen::<f64>() < self.cfg.no_op_ratio {
+            let likers = self.likers.entry(post).or_default();
+            if !likers.is_empty() && self.rng.gen::<bool>() {
+                return (
+                    likers[self.rng.gen_range(0..likers.len())],
+                    Action::Like,
+                    false,
+                );
+            }
+            let user = self.rng.gen_range(1..=self.cfg.users.max(1));
+            if !self.liked.contains(&(post, user)) {
+                return (user, Action::Unlike, false);
+            }
+        }
         let likers = self.likers.entry(post).or_default();
         let unlike = !likers.is_empty() && self.rng.gen::<f64>() < self.cfg.unlike_ratio;
         if !unlike {
@@ -152,7 +173,7 @@ impl Generator {
                 let user = self.rng.gen_range(1..=self.cfg.users.max(1));
                 if self.liked.insert((post, user)) {
                     likers.push(user);
-                    return (user, Action::Like);
+                    return (user, Action::Like, true);
                 }
             }
         }
@@ -160,7 +181,7 @@ impl Generator {
         let i = self.rng.gen_range(0..likers.len());
         let user = likers.swap_remove(i);
         self.liked.remove(&(post, user));
-        (user, Action::Unlike)
+        (user, Action::Unlike, true)
     }
 
     fn malformed_record(&mut self) -> PutEntry {
@@ -205,7 +226,7 @@ impl Iterator for Generator {
             return Some((Kind::Duplicate, self.recent[i].clone()));
         }
         let post = self.zipf.sample(&mut self.rng) as u64;
-        let (user, action) = self.action_on(post);
+        let (user, action, changes) = self.action_on(post);
         let (post_id, user_id) = (format!("p{post}"), format!("u{user}"));
         let created_at = self.now();
         // Ordered by time, then by emission: a user's unlike sorts after their like even when
@@ -215,7 +236,8 @@ impl Iterator for Generator {
             self.emitted,
             self.rng.gen::<u32>() & 0xff_ffff
         );
-        *self.truth.entry(post_id.clone()).or_default() += action.delta();
+        let delta = if changes { action.delta() } else { 0 };
+        *self.truth.entry(post_id.clone()).or_default() += delta;
         self.emitted += 1;
         let entry = PutEntry {
             partition_key: post_id.clone(),
@@ -244,10 +266,18 @@ mod tests {
 
     #[test]
     fn truth_matches_what_was_generated() {
+        truth_matches(0.0);
+        // With actions that change no liker: the likers are still the truth (the events' net
+        // count is not, as it should not be).
+        truth_matches(0.1);
+    }
+
+    fn truth_matches(no_op_ratio: f64) {
         let cfg = GenConfig {
             events: 5_000,
             posts: 50,
             unlike_ratio: 0.2,
+            no_op_ratio,
             duplicate_ratio: 0.05,
             malformed_ratio: 0.01,
             ..GenConfig::default()
@@ -293,14 +323,18 @@ mod tests {
         counts.retain(|_, v| *v != 0);
         let mut truth = t.counts.clone();
         truth.retain(|_, v| *v != 0);
-        assert_eq!(counts, truth);
+        assert_eq!(
+            counts == truth,
+            no_op_ratio == 0.0,
+            "events count as likers only without no-ops"
+        );
         let mut likers: HashMap<String, i64> = HashMap::new();
         for ((post, _), (_, _, liked)) in latest {
             if liked {
                 *likers.entry(post).or_default() += 1;
             }
         }
-        assert_eq!(likers, truth, "the events' likers are the truth too");
+        assert_eq!(likers, truth, "the events' likers are the truth");
         assert!(
             t.counts.values().all(|&v| v >= 0),
             "unlikes only hit liked posts"

@@ -27,6 +27,9 @@ enum Pattern {
     /// One TransactWriteItems per like of two items (idempotency item and total): 2 × 2 units,
     /// charged whether the condition holds or not.
     TransactionPerLike,
+    /// Counting likers: one TransactWriteItems per action of the (post, user) edge item (put if
+    /// absent, or deleted if present) and the total: 2 × 2 units, exact only in order.
+    EdgePerLike,
 }
 
 impl Pattern {
@@ -34,20 +37,39 @@ impl Pattern {
         match self {
             Pattern::UpdatePerLike => "update_per_like",
             Pattern::TransactionPerLike => "transaction_per_like",
+            Pattern::EdgePerLike => "edge_transaction_per_like",
+        }
+    }
+
+    /// Why its counts are off, when they are.
+    fn why_off(self, likers: bool) -> &'static str {
+        match (self, likers) {
+            (Pattern::UpdatePerLike, false) => {
+                "a producer retry is written again: nothing remembers it was applied"
+            }
+            (Pattern::UpdatePerLike, true) => {
+                "every action and every retry is written: a double tap counts twice, an unlike of nothing goes below zero"
+            }
+            (Pattern::TransactionPerLike, _) => {
+                "it counts events: a double tap counts twice, an unlike of nothing goes below zero"
+            }
+            (Pattern::EdgePerLike, _) => {
+                "a retried like that lands after its user's unlike likes again: the edge keeps no order"
+            }
         }
     }
 
     fn units_per_call(self) -> u64 {
         match self {
             Pattern::UpdatePerLike => 1,
-            Pattern::TransactionPerLike => 4,
+            Pattern::TransactionPerLike | Pattern::EdgePerLike => 4,
         }
     }
 
     fn items_per_call(self) -> u64 {
         match self {
             Pattern::UpdatePerLike => 1,
-            Pattern::TransactionPerLike => 2,
+            Pattern::TransactionPerLike | Pattern::EdgePerLike => 2,
         }
     }
 }
@@ -60,24 +82,50 @@ pub async fn run(
     truth: &Truth,
 ) -> Result<Value> {
     // Every decodable record, retries included, as a producer would send them.
-    let records: Vec<(String, String, i64)> = Generator::new(gen_config(settings, events))
+    let records: Vec<Action> = Generator::new(gen_config(settings, events))
         .filter_map(|(_, e)| decode(&e.data).ok())
-        .map(|e| (e.event_id, e.post_id, e.action.delta()))
+        .map(|e| Action {
+            delta: e.action.delta(),
+            id: e.event_id,
+            post: e.post_id,
+            user: e.user_id,
+        })
         .collect();
     let mut out = serde_json::Map::new();
-    for pattern in [Pattern::UpdatePerLike, Pattern::TransactionPerLike] {
-        out.insert(
-            pattern.name().to_owned(),
-            run_pattern(backend.baselines.clone(), pattern, &records, truth).await?,
-        );
+    // Counting likers, the pattern a likers count replaces is the edge's; counting events, the
+    // two events' patterns.
+    let patterns: &[Pattern] = match settings.counter.count {
+        tally_core::edge::CountMode::Likers => &[
+            Pattern::UpdatePerLike,
+            Pattern::TransactionPerLike,
+            Pattern::EdgePerLike,
+        ],
+        tally_core::edge::CountMode::Events => {
+            &[Pattern::UpdatePerLike, Pattern::TransactionPerLike]
+        }
+    };
+    let likers = settings.counter.count == tally_core::edge::CountMode::Likers;
+    for &pattern in patterns {
+        let mut v = run_pattern(backend.baselines.clone(), pattern, &records, truth).await?;
+        v["why_off"] = pattern.why_off(likers).into();
+        out.insert(pattern.name().to_owned(), v);
     }
     Ok(Value::Object(out))
+}
+
+/// One action as a baseline applies it.
+#[derive(Clone)]
+struct Action {
+    id: String,
+    post: String,
+    user: String,
+    delta: i64,
 }
 
 async fn run_pattern(
     store: Arc<dyn BaselineWriters>,
     pattern: Pattern,
-    records: &[(String, String, i64)],
+    records: &[Action],
     truth: &Truth,
 ) -> Result<Value> {
     let run = format!("{}-{}", pattern.name(), std::process::id());
@@ -86,16 +134,23 @@ async fn run_pattern(
     let mut refused = 0u64;
     for batch in records.chunks(IN_FLIGHT) {
         let mut set = JoinSet::new();
-        for (id, post, delta) in batch.iter().cloned() {
+        for a in batch.iter().cloned() {
             let (store, run) = (store.clone(), run.clone());
             set.spawn(async move {
                 match pattern {
                     Pattern::UpdatePerLike => store
-                        .update_per_like(&run, &post, delta)
+                        .update_per_like(&run, &a.post, a.delta)
                         .await
                         .map(|()| true),
                     Pattern::TransactionPerLike => {
-                        store.transaction_per_like(&run, &id, &post, delta).await
+                        store
+                            .transaction_per_like(&run, &a.id, &a.post, a.delta)
+                            .await
+                    }
+                    Pattern::EdgePerLike => {
+                        store
+                            .edge_per_like(&run, &a.post, &a.user, a.delta > 0)
+                            .await
                     }
                 }
             });

@@ -325,7 +325,7 @@ fn print_text(r: &serde_json::Value, wrong: &[(String, i64, i64)]) {
     if let Some(bl) = r["baselines"].as_object() {
         println!("side by side (write units / items per event, records/s, exact):");
         println!(
-            "  tally                 {:.3} / {:.3}, {:.0}/s, {}",
+            "  tally                     {:.3} / {:.3}, {:.0}/s, {}",
             f("dynamodb_wcu_per_event"),
             f("writes_per_event"),
             f("events_per_sec"),
@@ -333,7 +333,7 @@ fn print_text(r: &serde_json::Value, wrong: &[(String, i64, i64)]) {
         );
         for (name, v) in bl {
             println!(
-                "  {name:<21} {:.3} / {:.3}, {:.0}/s, {}",
+                "  {name:<25} {:.3} / {:.3}, {:.0}/s, {}",
                 v["write_units_per_event"].as_f64().unwrap_or(0.0),
                 v["items_per_event"].as_f64().unwrap_or(0.0),
                 v["events_per_sec"].as_f64().unwrap_or(0.0),
@@ -341,8 +341,10 @@ fn print_text(r: &serde_json::Value, wrong: &[(String, i64, i64)]) {
                     "yes".to_owned()
                 } else {
                     format!(
-                        "no: {} of {} posts off (a producer retry is written again: nothing remembers it was applied)",
-                        v["posts_wrong"], v["posts_checked"]
+                        "no: {} of {} posts off ({})",
+                        v["posts_wrong"],
+                        v["posts_checked"],
+                        v["why_off"].as_str().unwrap_or_default()
                     )
                 }
             );

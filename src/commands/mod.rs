@@ -82,6 +82,10 @@ fn emf(settings: &Settings) -> tally_consumer::emf::Emf {
     }
 }
 
+/// Counting likers, the share of generated events that change no liker: a liker's second tap, an
+/// unlike of a post the user does not like.
+pub const NO_OP_RATIO: f64 = 0.05;
+
 /// The generator's settings.
 pub fn gen_config(settings: &Settings, events: u64) -> GenConfig {
     let p = &settings.producer;
@@ -91,6 +95,11 @@ pub fn gen_config(settings: &Settings, events: u64) -> GenConfig {
         zipf_exponent: p.zipf_exponent,
         users: p.users,
         unlike_ratio: p.unlike_ratio,
+        // Counting likers, what users do includes actions that change nothing.
+        no_op_ratio: match settings.counter.count {
+            tally_core::edge::CountMode::Likers => NO_OP_RATIO,
+            tally_core::edge::CountMode::Events => 0.0,
+        },
         duplicate_ratio: p.duplicate_ratio,
         malformed_ratio: p.malformed_ratio,
         seed: p.seed,

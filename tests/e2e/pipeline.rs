@@ -248,12 +248,53 @@ fn write_units_are_metered_by_purpose() {
     }
 }
 
-/// `demo --baselines` applies the demo's records the two ways tally is measured against, on the
-/// same backend: one UpdateItem per like costs 1 unit a like and is not exactly-once — producer
-/// retries count twice (the counterexample, run here) — and one transaction per like with an
-/// idempotency item is exact at 4 units a like.
+/// `demo --baselines` applies the demo's records the ways tally is measured against, on the same
+/// backend. Counting events (`events_baselines`): one UpdateItem per like costs 1 unit a like and
+/// is not exactly-once — producer retries count twice (the counterexample, run here) — and one
+/// transaction per like with an idempotency item is exact at 4 units a like. Counting likers
+/// (the default): the events' patterns count a double tap and an unlike of nothing, and the edge
+/// pattern (an edge item put if absent or deleted if present, and the total, in one transaction)
+/// re-likes on a retried like landing after its user's unlike — each run here as the
+/// counterexample it is — while tally is exact.
 fn baselines_side_by_side(t: Target) {
-    let v = t.json(&[
+    let v = baselines(&t);
+    assert_eq!(v["exact"], true, "{v}");
+    let bl = &v["baselines"];
+    let records = v["records"].as_u64().unwrap() - v["malformed_injected"].as_u64().unwrap();
+    for pattern in [
+        "update_per_like",
+        "transaction_per_like",
+        "edge_transaction_per_like",
+    ] {
+        let p = &bl[pattern];
+        assert_eq!(p["calls"], records, "{pattern}: {v}");
+        assert_eq!(p["exact"], false, "{pattern}: {v}");
+        assert!(p["posts_wrong"].as_u64().unwrap() > 0, "{pattern}: {v}");
+    }
+    assert_eq!(
+        bl["edge_transaction_per_like"]["write_units_per_event"],
+        bl["transaction_per_like"]["write_units_per_event"]
+    );
+}
+
+fn events_baselines(mut t: Target) {
+    t.env.push(("TALLY_COUNTER__COUNT".into(), "events".into()));
+    let v = baselines(&t);
+    assert_eq!(v["exact"], true, "{v}");
+    let bl = &v["baselines"];
+    let update = &bl["update_per_like"];
+    let tx = &bl["transaction_per_like"];
+    let records = v["records"].as_u64().unwrap() - v["malformed_injected"].as_u64().unwrap();
+    assert_eq!(update["calls"], records, "{v}");
+    assert_eq!(tx["calls"], records, "{v}");
+    assert_eq!(update["exact"], false, "retries count twice: {v}");
+    assert_eq!(tx["exact"], true, "{v}");
+    assert_eq!(tx["refused_as_duplicates"], v["duplicates_injected"], "{v}");
+    assert!(bl.get("edge_transaction_per_like").is_none(), "{v}");
+}
+
+fn baselines(t: &Target) -> serde_json::Value {
+    t.json(&[
         "demo",
         "--events",
         "1500",
@@ -267,17 +308,13 @@ fn baselines_side_by_side(t: Target) {
         "0.05",
         "--baselines",
         "--json",
-    ]);
-    assert_eq!(v["exact"], true, "{v}");
-    let bl = &v["baselines"];
-    let update = &bl["update_per_like"];
-    let tx = &bl["transaction_per_like"];
-    let records = v["records"].as_u64().unwrap() - v["malformed_injected"].as_u64().unwrap();
-    assert_eq!(update["calls"], records, "{v}");
-    assert_eq!(tx["calls"], records, "{v}");
-    assert_eq!(update["exact"], false, "retries count twice: {v}");
-    assert_eq!(tx["exact"], true, "{v}");
-    assert_eq!(tx["refused_as_duplicates"], v["duplicates_injected"], "{v}");
+    ])
+}
+
+on_backends! {
+    events_baselines {
+        embedded => events_baselines(Target::embedded()),
+    }
 }
 
 on_backends! {

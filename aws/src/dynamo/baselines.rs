@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use tally_core::clock::now_ms;
 use tally_core::ports::{BaselineWriters, PortError, PortResult};
 
@@ -71,6 +71,55 @@ impl BaselineWriters for DynamoStore {
         match self.transact((&whose, event_id), items).await {
             Ok(()) => Ok(true),
             // The idempotency item exists: the event was applied before.
+            Err(PortError::Fenced { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn edge_per_like(
+        &self,
+        run: &str,
+        post_id: &str,
+        user_id: &str,
+        like: bool,
+    ) -> PortResult<bool> {
+        let pk = format!("bench#{run}#{post_id}");
+        let sk = format!("E#{user_id}");
+        let invalid = |e: aws_sdk_dynamodb::error::BuildError| PortError::Invalid(e.to_string());
+        let edge = if like {
+            TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(self.table("counts"))
+                        .item("pk", s(&pk))
+                        .item("sk", s(&sk))
+                        .condition_expression("attribute_not_exists(pk)")
+                        .build()
+                        .map_err(invalid)?,
+                )
+                .build()
+        } else {
+            TransactWriteItem::builder()
+                .delete(
+                    Delete::builder()
+                        .table_name(self.table("counts"))
+                        .key("pk", s(&pk))
+                        .key("sk", s(&sk))
+                        .condition_expression("attribute_exists(pk)")
+                        .build()
+                        .map_err(invalid)?,
+                )
+                .build()
+        };
+        let items = vec![
+            edge,
+            TransactWriteItem::builder()
+                .update(self.baseline_add(run, post_id, if like { 1 } else { -1 })?)
+                .build(),
+        ];
+        match self.transact((&pk, &sk), items).await {
+            Ok(()) => Ok(true),
+            // Liked already, or nothing to unlike.
             Err(PortError::Fenced { .. }) => Ok(false),
             Err(e) => Err(e),
         }
