@@ -99,3 +99,81 @@ async fn the_router_answers_exact_counts_as_the_cli_does() {
     assert!(bad["error"].as_str().unwrap().contains("post_id"), "{bad}");
     refresher.abort();
 }
+
+/// The viewer's likes beside a feed page's counts, and a post's likers in pages, through the
+/// router in process (counting likers, the default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_answers_the_viewer_s_likes_and_a_post_s_likers() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    let now = crate::common::now_ms();
+    let mut lines = String::new();
+    for (i, (post, user, action)) in [
+        ("vp1", "ann", "like"),
+        ("vp1", "bob", "like"),
+        ("vp1", "cat", "like"),
+        ("vp1", "bob", "unlike"),
+        ("vp2", "bob", "like"),
+        ("vp2", "ann", "unlike"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        lines.push_str(&format!(
+            "{{\"event_id\":\"v{i}\",\"post_id\":\"{post}\",\"user_id\":\"{user}\",\"action\":\"{action}\",\"created_at\":{}}}\n",
+            now + i as i64
+        ));
+    }
+    std::fs::write(&file, lines).unwrap();
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let overrides = vec![("data_dir", t.dir.path().display().to_string().into())];
+    let settings = Settings::load(None, overrides).unwrap();
+    let backend = tally::backend::Backend::open_existing(&settings)
+        .await
+        .unwrap();
+    let (ctx, refresher) = tally::serve::Ctx::start(backend, &settings).await.unwrap();
+    let router = tally::serve::router(ctx);
+
+    let (status, page) = get(&router, "/api/counts?ids=vp1,vp2,vp3&viewer=bob").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let got: Vec<(i64, bool)> = page["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["count"].as_i64().unwrap(),
+                c["viewer_liked"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, vec![(2, false), (1, true), (0, false)], "{page}");
+    assert_eq!(
+        page["viewer_read_units"], 3,
+        "one read unit per (post, viewer) edge: {page}"
+    );
+    let (_, one) = get(&router, "/api/posts/vp1?viewer=ann").await;
+    assert_eq!(
+        (one["count"].as_i64(), one["viewer_liked"].as_bool()),
+        (Some(2), Some(true))
+    );
+
+    let (_, first) = get(&router, "/api/posts/vp1/likers?limit=1").await;
+    assert_eq!(first["likers"], serde_json::json!(["ann"]), "{first}");
+    let next = first["next"].as_str().unwrap().to_owned();
+    let (_, rest) = get(
+        &router,
+        &format!("/api/posts/vp1/likers?limit=10&after={next}"),
+    )
+    .await;
+    assert_eq!(rest["likers"], serde_json::json!(["cat"]), "{rest}");
+    assert!(rest["next"].is_null(), "{rest}");
+
+    let (status, bad) = get(&router, "/api/counts?ids=vp1&viewer=has%20space").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("viewer"), "{bad}");
+    let (status, bad) = get(&router, "/api/posts/vp1/likers?limit=0").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    refresher.abort();
+}
