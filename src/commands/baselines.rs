@@ -29,7 +29,7 @@ enum Pattern {
     TransactionPerLike,
     /// Counting likers: one TransactWriteItems per action of the (post, user) edge item (put if
     /// absent, or deleted if present) and the total: 2 × 2 units, exact only in order.
-    EdgePerLike,
+    EdgeTransaction,
 }
 
 impl Pattern {
@@ -37,7 +37,7 @@ impl Pattern {
         match self {
             Pattern::UpdatePerLike => "update_per_like",
             Pattern::TransactionPerLike => "transaction_per_like",
-            Pattern::EdgePerLike => "edge_transaction_per_like",
+            Pattern::EdgeTransaction => "edge_transaction_per_like",
         }
     }
 
@@ -53,7 +53,7 @@ impl Pattern {
             (Pattern::TransactionPerLike, _) => {
                 "it counts events: a double tap counts twice, an unlike of nothing goes below zero"
             }
-            (Pattern::EdgePerLike, _) => {
+            (Pattern::EdgeTransaction, _) => {
                 "a retried like that lands after its user's unlike likes again: the edge keeps no order"
             }
         }
@@ -62,14 +62,14 @@ impl Pattern {
     fn units_per_call(self) -> u64 {
         match self {
             Pattern::UpdatePerLike => 1,
-            Pattern::TransactionPerLike | Pattern::EdgePerLike => 4,
+            Pattern::TransactionPerLike | Pattern::EdgeTransaction => 4,
         }
     }
 
     fn items_per_call(self) -> u64 {
         match self {
             Pattern::UpdatePerLike => 1,
-            Pattern::TransactionPerLike | Pattern::EdgePerLike => 2,
+            Pattern::TransactionPerLike | Pattern::EdgeTransaction => 2,
         }
     }
 }
@@ -98,7 +98,7 @@ pub async fn run(
         tally_core::edge::CountMode::Likers => &[
             Pattern::UpdatePerLike,
             Pattern::TransactionPerLike,
-            Pattern::EdgePerLike,
+            Pattern::EdgeTransaction,
         ],
         tally_core::edge::CountMode::Events => {
             &[Pattern::UpdatePerLike, Pattern::TransactionPerLike]
@@ -147,7 +147,7 @@ async fn run_pattern(
                             .transaction_per_like(&run, &a.id, &a.post, a.delta)
                             .await
                     }
-                    Pattern::EdgePerLike => {
+                    Pattern::EdgeTransaction => {
                         store
                             .edge_per_like(&run, &a.post, &a.user, a.delta > 0)
                             .await

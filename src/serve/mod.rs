@@ -152,7 +152,13 @@ where
     ) -> std::result::Result<Self, Self::Rejection> {
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(v)) => Ok(ApiQuery(v)),
-            Err(e) => Err(bad_request(format!("bad query string: {}", e.body_text()))),
+            Err(e) => {
+                let text = e.body_text();
+                let why = text
+                    .strip_prefix("Failed to deserialize query string: ")
+                    .unwrap_or(&text);
+                Err(bad_request(format!("bad query string: {why}")))
+            }
         }
     }
 }
@@ -193,6 +199,7 @@ async fn dashboard() -> Html<&'static str> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PostParams {
     /// Count likes created at or after this time (ms since the epoch)…
     since_ms: Option<i64>,
@@ -262,6 +269,7 @@ async fn post(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LikersParams {
     /// At most this many users (default 100, at most 1,000).
     limit: Option<usize>,
@@ -353,6 +361,7 @@ pub fn counts_json(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CountsParams {
     /// Comma-separated post ids (GET).
     ids: Option<String>,
@@ -367,6 +376,7 @@ struct CountsParams {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CountsBody {
     ids: Vec<String>,
     since: Option<String>,
@@ -486,6 +496,7 @@ async fn total(State(c): State<Ctx>) -> ApiResult {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct TrendingParams {
     k: Option<usize>,
 }
@@ -529,6 +540,7 @@ async fn top_liked(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) 
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LatencyParams {
     since_ms: Option<i64>,
     since: Option<String>,
@@ -562,6 +574,7 @@ async fn latency(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LatencyParams>) -> 
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LeasesParams {
     app: Option<String>,
 }
@@ -579,6 +592,7 @@ async fn leases(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LeasesParams>) -> Ap
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PageParams {
     limit: Option<usize>,
     /// The `next` of the previous page.

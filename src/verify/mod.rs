@@ -65,6 +65,8 @@ struct Report {
     drifts: Vec<Drift>,
     global_total: serde_json::Value,
     dead_letters: serde_json::Value,
+    /// Likers: a sample of edges, the store's state beside the recount's.
+    edges: serde_json::Value,
     /// What this check could not compare, and why.
     not_checked: Vec<String>,
     /// DynamoDB read units of the count reads (strongly consistent).
@@ -131,6 +133,9 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     );
     compare_total(b.counter.as_ref(), &recount, &before, &after, &mut report).await?;
     compare_letters(b.counter.as_ref(), &recount, &before, &mut report).await?;
+    if recount.counts_likers() {
+        compare_edges(b.counter.as_ref(), &recount, &before, &after, &mut report).await?;
+    }
     report.recount = recount.tally.clone();
     report
         .drifts
@@ -144,6 +149,9 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
             .as_array()
             .is_some_and(|v| !v.is_empty())
         || report.dead_letters["unexpected"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty())
+        || report.edges["off"]
             .as_array()
             .is_some_and(|v| !v.is_empty());
     if a.json {
@@ -514,6 +522,44 @@ async fn compare_total(
     Ok(())
 }
 
+/// The edges sampled from the recount beside the store's: whether each user likes the post.
+async fn compare_edges(
+    store: &dyn CounterStore,
+    r: &Recount,
+    before: &HashMap<String, ShardState>,
+    after: &HashMap<String, ShardState>,
+    report: &mut Report,
+) -> Result<()> {
+    const SAMPLE: usize = 100;
+    if before
+        .keys()
+        .chain(after.keys())
+        .any(|s| moved(before, after, s))
+    {
+        report.edges = json!({"checked": 0});
+        report
+            .not_checked
+            .push("the edges: shards moved while the stream was read".into());
+        return Ok(());
+    }
+    let mut off = Vec::new();
+    let sample = r.sample_edges(SAMPLE);
+    for (post, user, liked) in &sample {
+        let (store_liked, units) = store
+            .viewer_likes(user, std::slice::from_ref(post), Default::default())
+            .await
+            .context("reading an edge")?;
+        report.store_calls += 1;
+        report.read_units += units;
+        if store_liked.first() != Some(liked) {
+            off.push(json!({"post_id": post, "user_id": user, "recount_liked": liked, "store_liked": store_liked.first()}));
+        }
+    }
+    report.rest_off |= !off.is_empty();
+    report.edges = json!({"checked": sample.len(), "off": off});
+    Ok(())
+}
+
 async fn compare_letters(
     store: &dyn CounterStore,
     r: &Recount,
@@ -627,6 +673,30 @@ fn print_text(r: &Report, show: usize) {
                 format!(" ({:+})", g["off_by"].as_i64().unwrap_or(0))
             }
         );
+    }
+    if let Some(off) = r.edges["off"].as_array() {
+        println!(
+            "likers: {} edges sampled, {} off",
+            r.edges["checked"],
+            off.len()
+        );
+        for e in off.iter().take(show) {
+            println!(
+                "  {} by {}: store {}, recount {}",
+                e["post_id"].as_str().unwrap_or_default(),
+                e["user_id"].as_str().unwrap_or_default(),
+                if e["store_liked"] == true {
+                    "liked"
+                } else {
+                    "not liked"
+                },
+                if e["recount_liked"] == true {
+                    "liked"
+                } else {
+                    "not liked"
+                }
+            );
+        }
     }
     let l = &r.dead_letters;
     println!("dead letters: {} of {} found", l["found"], l["expected"]);

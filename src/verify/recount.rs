@@ -177,6 +177,40 @@ impl Recount {
         count_of(users.values())
     }
 
+    /// Likers: up to `n` applied edges — (post, user, liked) — of posts with no record after a
+    /// checkpoint (a window may be writing those), spread over the posts, in a fixed order.
+    pub fn sample_edges(&self, n: usize) -> Vec<(String, String, bool)> {
+        let moving: std::collections::HashSet<&str> =
+            self.beyond.iter().map(|b| b.post_id.as_str()).collect();
+        let mut posts: Vec<&String> = self
+            .edges
+            .keys()
+            .filter(|p| !moving.contains(p.as_str()))
+            .collect();
+        posts.sort_unstable();
+        let mut out = Vec::new();
+        // One edge of each post per round, so a few hot posts do not fill the sample.
+        let mut users: Vec<Vec<(&String, &Latest)>> = posts
+            .iter()
+            .map(|p| {
+                let mut u: Vec<(&String, &Latest)> = self.edges[*p].iter().collect();
+                u.sort_unstable_by(|a, b| b.0.cmp(a.0));
+                u
+            })
+            .collect();
+        while out.len() < n && users.iter().any(|u| !u.is_empty()) {
+            for (p, u) in posts.iter().zip(users.iter_mut()) {
+                if let Some((user, l)) = u.pop() {
+                    out.push(((*p).clone(), user.clone(), l.liked));
+                    if out.len() == n {
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Counts one Kinesis record of `shard_id`, in the shard's order.
     pub fn record(&mut self, shard_id: &str, seq: &SeqNo, arrival_ms: i64, data: &[u8]) {
         self.tally.records += 1;

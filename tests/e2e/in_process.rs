@@ -35,6 +35,18 @@ fn a_file_and_flags_override_the_defaults_and_a_bad_value_names_its_key() {
     assert!(e.contains("between 1 and"), "{e}");
 }
 
+/// The read side's router over the target's store, and its listings' refresher (abort it at the
+/// end).
+async fn router_over(t: &Target) -> (axum::Router, tokio::task::JoinHandle<()>) {
+    let overrides = vec![("data_dir", t.dir.path().display().to_string().into())];
+    let settings = Settings::load(None, overrides).unwrap();
+    let backend = tally::backend::Backend::open_existing(&settings)
+        .await
+        .unwrap();
+    let (ctx, refresher) = tally::serve::Ctx::start(backend, &settings).await.unwrap();
+    (tally::serve::router(ctx), refresher)
+}
+
 /// One GET of the router, in process: status and body.
 async fn get_text(router: &axum::Router, uri: &str) -> (StatusCode, String) {
     let req = Request::get(uri).body(Body::empty()).unwrap();
@@ -59,13 +71,7 @@ async fn the_router_answers_exact_counts_as_the_cli_does() {
     t.run(&["replay", file.to_str().unwrap()]);
     t.run(&["count", "--until-idle"]);
 
-    let overrides = vec![("data_dir", t.dir.path().display().to_string().into())];
-    let settings = Settings::load(None, overrides).unwrap();
-    let backend = tally::backend::Backend::open_existing(&settings)
-        .await
-        .unwrap();
-    let (ctx, refresher) = tally::serve::Ctx::start(backend, &settings).await.unwrap();
-    let router = tally::serve::router(ctx);
+    let (router, refresher) = router_over(&t).await;
 
     let (status, health) = get_text(&router, "/healthz").await;
     assert_eq!(status, StatusCode::OK, "{health}");
@@ -127,13 +133,7 @@ async fn the_router_answers_the_viewer_s_likes_and_a_post_s_likers() {
     std::fs::write(&file, lines).unwrap();
     t.run(&["replay", file.to_str().unwrap()]);
     t.run(&["count", "--until-idle"]);
-    let overrides = vec![("data_dir", t.dir.path().display().to_string().into())];
-    let settings = Settings::load(None, overrides).unwrap();
-    let backend = tally::backend::Backend::open_existing(&settings)
-        .await
-        .unwrap();
-    let (ctx, refresher) = tally::serve::Ctx::start(backend, &settings).await.unwrap();
-    let router = tally::serve::router(ctx);
+    let (router, refresher) = router_over(&t).await;
 
     let (status, page) = get(&router, "/api/counts?ids=vp1,vp2,vp3&viewer=bob").await;
     assert_eq!(status, StatusCode::OK, "{page}");
@@ -175,5 +175,33 @@ async fn the_router_answers_the_viewer_s_likes_and_a_post_s_likers() {
     assert!(bad["error"].as_str().unwrap().contains("viewer"), "{bad}");
     let (status, bad) = get(&router, "/api/posts/vp1/likers?limit=0").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    refresher.abort();
+}
+
+/// A misspelled parameter is a 400 naming it, in a query string and in a counts body, never an
+/// answer without what the caller meant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_parameter_is_named() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    write_contract_file(&file, 50, 5, 3);
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let (router, refresher) = router_over(&t).await;
+    let (status, bad) = get(&router, "/api/posts/post-1?sinse=1h").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    let e = bad["error"].as_str().unwrap();
+    assert!(
+        e.contains("unknown field `sinse`") && e.contains("since"),
+        "{e}"
+    );
+    let req = Request::post("/api/counts")
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"ids":["post-1"],"sinse":"1h"}"#))
+        .unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("sinse"));
     refresher.abort();
 }

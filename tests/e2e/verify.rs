@@ -41,6 +41,9 @@ fn assert_exact(v: &Value, ok: bool, e: &Expected) {
     assert!(ok, "verify found drift in a correct store: {v:#}");
     assert_eq!(v["posts_off"], 0, "{v:#}");
     assert_eq!(v["posts_checked"], e.counts.len(), "{v:#}");
+    // Counting likers, a sample of edges is compared too.
+    assert!(v["edges"]["checked"].as_u64().unwrap() > 0, "{v:#}");
+    assert_eq!(v["edges"]["off"], serde_json::json!([]), "{v:#}");
     assert_eq!(v["global_total"]["checked"], true, "{v:#}");
     assert_eq!(v["global_total"]["recount"], e.total(), "{v:#}");
     assert_eq!(v["global_total"]["off_by"], 0, "{v:#}");
@@ -64,6 +67,9 @@ trait Tables {
     fn add_to_global(&self, n: i64);
     /// Deletes one dead letter; its shard and key.
     fn delete_a_letter(&self) -> (String, String);
+    /// Turns the post's first edge (by user) the other way (its `l` plus one reads as its
+    /// opposite: 1 is liked, anything else not); returns its user.
+    fn flip_an_edge(&self, post: &str) -> String;
 }
 
 struct Sqlite(std::path::PathBuf);
@@ -89,6 +95,25 @@ impl Tables for Sqlite {
         )
         .unwrap();
         v["hk"].as_i64().unwrap()
+    }
+
+    fn flip_an_edge(&self, post: &str) -> String {
+        let db = rusqlite::Connection::open(&self.0).unwrap();
+        let (sk, attrs): (String, String) = db
+            .query_row(
+                "SELECT sk, attrs FROM items WHERE pk = ?1 AND sk LIKE 'E#%' ORDER BY sk LIMIT 1",
+                [post],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let mut v: Value = serde_json::from_str(&attrs).unwrap();
+        v["l"] = (v["l"].as_i64().unwrap() + 1).into();
+        db.execute(
+            "UPDATE items SET attrs = ?3 WHERE pk = ?1 AND sk = ?2",
+            rusqlite::params![post, sk, v.to_string()],
+        )
+        .unwrap();
+        sk.trim_start_matches("E#").to_owned()
     }
 
     fn add_to_global(&self, n: i64) {
@@ -200,6 +225,12 @@ impl Tables for Dynamo {
         hk
     }
 
+    fn flip_an_edge(&self, post: &str) -> String {
+        let (sk, _) = self.first(post, "E#");
+        self.add(post, &sk, &[("l", 1)]);
+        sk.trim_start_matches("E#").to_owned()
+    }
+
     fn add_to_global(&self, n: i64) {
         let (sk, _) = self.first("#global", "");
         self.add("#global", &sk, &[("n", n)]);
@@ -248,10 +279,22 @@ fn finds_exact_then_every_planted_drift(t: &Target, tables: &dyn Tables) {
     tables.add_to_global(1);
     // A dead letter removed.
     let (shard, key) = tables.delete_a_letter();
+    // An edge turned the other way (its post's count untouched).
+    let user = tables.flip_an_edge("post-2");
 
     let (v, ok) = verify(t, &[]);
     assert!(!ok, "verify exited 0 on a wrong store: {v:#}");
     assert_eq!(v["posts_off"], 2, "{v:#}");
+    let edges_off = v["edges"]["off"].as_array().unwrap();
+    assert_eq!(edges_off.len(), 1, "{v:#}");
+    assert_eq!(
+        (
+            edges_off[0]["post_id"].as_str(),
+            edges_off[0]["user_id"].as_str()
+        ),
+        (Some("post-2"), Some(user.as_str())),
+        "{v:#}"
+    );
     let drifts = v["drifts"].as_array().unwrap();
     let of =
         |post: &str| -> Vec<&Value> { drifts.iter().filter(|d| d["post_id"] == post).collect() };

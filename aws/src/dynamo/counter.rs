@@ -23,7 +23,7 @@ use tally_core::ports::{
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
 
-use super::{arrival_key, get_n, get_s, n, s, DynamoStore, Expr};
+use super::{arrival_key, get_n, get_s, n, s, side_by_side, Call, DynamoStore, Expr};
 
 /// Summary items written at once (each its own request).
 const WRITES_IN_FLIGHT: usize = 32;
@@ -331,27 +331,17 @@ impl CounterStore for DynamoStore {
         posts: &[(String, PostDelta)],
     ) -> PortResult<PostsApplied> {
         let end = summary::marker(w.end);
-        type Fut<'a> = std::pin::Pin<
-            Box<dyn std::future::Future<Output = (usize, PortResult<Applied>)> + Send + 'a>,
-        >;
-        let writes: Vec<Fut<'_>> = posts
+        let writes: Vec<Call<'_, PortResult<Applied>>> = posts
             .iter()
-            .enumerate()
-            .map(|(i, (post, delta))| {
-                let end = &end;
-                Box::pin(async move { (i, self.apply_post(w.shard_id, post, delta, end).await) })
-                    as Fut<'_>
+            .map(|(post, delta)| {
+                Box::pin(self.apply_post(w.shard_id, post, delta, &end)) as Call<'_, _>
             })
             .collect();
-        let mut results: Vec<(usize, PortResult<Applied>)> = stream::iter(writes)
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        results.sort_by_key(|(i, _)| *i);
+        let results = side_by_side(writes, WRITES_IN_FLIGHT).await;
         // Each post's writes stand on their own (a marker per item): what landed is kept, and
         // only the posts that failed for a passing reason are sent again.
         let mut out = PostsApplied::default();
-        for (i, r) in results {
+        for (i, r) in results.into_iter().enumerate() {
             match r {
                 Ok(a) => out.applied.merge(&a),
                 Err(e) if e.is_retryable() => {

@@ -11,14 +11,13 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
-use futures_util::stream::{self, StreamExt};
 use tally_core::cost::Purpose;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState, Transition};
 use tally_core::ports::{Consistency, EdgesApplied, LikersPage, PortError, PortResult};
 use tally_core::summary::{self, Attrs};
 
 use super::counter::to_attrs;
-use super::{get_s, n, s, DynamoStore, Expr};
+use super::{get_s, n, s, side_by_side, Call, DynamoStore, Expr};
 
 /// Edge writes in flight at once (each its own request).
 const EDGES_IN_FLIGHT: usize = 32;
@@ -120,21 +119,13 @@ impl DynamoStore {
         window: &str,
         edges: &[EdgeEvent],
     ) -> PortResult<EdgesApplied> {
-        type Fut<'a> = std::pin::Pin<
-            Box<dyn std::future::Future<Output = (usize, PortResult<Edge>)> + Send + 'a>,
-        >;
-        let writes: Vec<Fut<'_>> = edges
+        let writes: Vec<Call<'_, PortResult<Edge>>> = edges
             .iter()
-            .enumerate()
-            .map(|(i, e)| Box::pin(async move { (i, self.write_edge(e, window).await) }) as Fut<'_>)
+            .map(|e| Box::pin(self.write_edge(e, window)) as Call<'_, _>)
             .collect();
-        let mut results: Vec<(usize, PortResult<Edge>)> = stream::iter(writes)
-            .buffer_unordered(EDGES_IN_FLIGHT)
-            .collect()
-            .await;
-        results.sort_by_key(|(i, _)| *i);
+        let results = side_by_side(writes, EDGES_IN_FLIGHT).await;
         let mut out = EdgesApplied::default();
-        for (i, r) in results {
+        for (i, r) in results.into_iter().enumerate() {
             match r {
                 Ok(Edge::Wrote(t, u)) => {
                     out.applied.wrote(Purpose::Edges, u);

@@ -67,6 +67,15 @@ pub(crate) fn dedup_sk(max_arrival: i64, end: &Position) -> String {
 pub(crate) fn arrival_key(ms: i64) -> String {
     format!("{:020}", ms.max(0))
 }
+/// One call of several run side by side ([`side_by_side`]).
+pub(crate) type Call<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Runs `calls` side by side, at most `in_flight` at a time; their results in the calls' order.
+pub(crate) async fn side_by_side<T>(calls: Vec<Call<'_, T>>, in_flight: usize) -> Vec<T> {
+    use futures_util::stream::{self, StreamExt};
+    stream::iter(calls).buffered(in_flight).collect().await
+}
+
 /// Latency snapshots are kept this long (seconds).
 pub const SNAPSHOT_TTL_SECS: i64 = 7 * 86_400;
 
