@@ -119,6 +119,63 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("leases", "wanted_by", "TEXT"),
 ];
 
+/// The tables `schema.sql` creates.
+const TABLES: &[&str] = &[
+    "shards",
+    "stream_meta",
+    "records",
+    "leases",
+    "items",
+    "dedup",
+    "dead_letters",
+    "analytics_snapshots",
+    "baseline_counts",
+    "baseline_ids",
+    "trending",
+];
+
+/// Whether the store is already set up as this version expects — WAL, every table and column —
+/// read without taking the write lock, so that a reading command never waits for a writer
+/// (another process may hold the write lock for as long as it likes, paused or stuck).
+fn is_prepared(conn: &Connection) -> PortResult<bool> {
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .map_err(sql_err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Ok(false);
+    }
+    let tables: i64 = conn
+        .query_row(
+            &format!(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({})",
+                TABLES
+                    .iter()
+                    .map(|t| format!("'{t}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if tables != TABLES.len() as i64 {
+        return Ok(false);
+    }
+    for (table, column, _) in ADDED_COLUMNS {
+        let has: i64 = conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
+                [column],
+                |r| r.get(0),
+            )
+            .map_err(sql_err)?;
+        if has == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 fn migrate(conn: &Connection) -> PortResult<()> {
     for (table, column, decl) in ADDED_COLUMNS {
         let has: bool = conn
@@ -215,7 +272,12 @@ impl Embedded {
             .is_readonly(rusqlite::DatabaseName::Main)
             .map_err(sql_err)?;
         let conn = if !read_only {
-            prepare(&conn).map_err(|e| not_a_store(&path, e))?;
+            // A store set up already is read as it is: no write lock, so a writer that holds it
+            // (another process, even a paused one) never keeps a reading command waiting.
+            let ready = is_prepared(&conn).map_err(|e| not_a_store(&path, e))?;
+            if !ready {
+                prepare(&conn).map_err(|e| not_a_store(&path, e))?;
+            }
             conn
         } else if conn
             .query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))

@@ -87,3 +87,26 @@ fn a_fresh_store_opened_at_once_by_many() {
         assert_eq!(opened, vec![4; 6]);
     }
 }
+
+/// A reading command opens a store while another process holds its write lock (a writer paused
+/// mid-transaction, as the stale-writer harness pauses one): it reads at once instead of waiting
+/// for the lock (which it would for as long as the writer holds it: 30 s a try, and retries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_never_waits_for_a_paused_writer() {
+    use tally_core::ports::LeaseStore;
+    let (dir, _writer) = store(2);
+    let holder = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = dir.path().to_owned();
+    std::thread::spawn(move || {
+        let _ = tx.send(Embedded::open_existing(&path).map(|_| ()));
+    });
+    let opened = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("opening for reads waited for the write lock");
+    opened.unwrap();
+    let reader = Embedded::open_existing(dir.path()).unwrap();
+    assert!(reader.list_states("counter").await.unwrap().is_empty());
+    holder.execute_batch("ROLLBACK").unwrap();
+}
