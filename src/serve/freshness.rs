@@ -113,9 +113,18 @@ fn lag(s: &ShardState) -> Option<(i64, i64)> {
 }
 
 /// The smallest of the unfinished shards' values (all shards' largest when every one is
-/// finished); `None` while some unfinished shard has none.
+/// finished); `None` while some unfinished shard has none — except a shard that has applied
+/// nothing and whose reader reports its tip: it has no records, so it bounds nothing (its first
+/// record, while the window holding it is open — at most `counter.window_ms` — is the one it
+/// misses, as `lag_ms` does).
 fn through(states: &[ShardState], value: impl Fn(&ShardState) -> Option<i64>) -> Option<i64> {
-    let active: Vec<&ShardState> = states.iter().filter(|s| !s.lease.finished).collect();
+    let empty = |s: &ShardState| {
+        s.lease.checkpoint.is_none() && s.pending.is_none() && lag(s).is_some_and(|(b, _)| b <= 0)
+    };
+    let active: Vec<&ShardState> = states
+        .iter()
+        .filter(|s| !s.lease.finished && !(value(s).is_none() && empty(s)))
+        .collect();
     if active.is_empty() {
         states.iter().filter_map(&value).max()
     } else if active.iter().any(|s| value(s).is_none()) {

@@ -443,6 +443,54 @@ fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
     drop(worker);
 }
 
+/// A shard that never had a record has nothing to apply: once its reader reports the tip, it
+/// does not hide how long ago the other shards' last record arrived (issue 31, item 7).
+fn a_shard_without_records_hides_no_freshness(t: Target) {
+    // Every like of one post: one key, one shard; the other shard stays empty.
+    let file = file_in(&t, "solo.ndjson");
+    let counts = crate::common::write_likes(&file, "solo", 1);
+    t.run(&["replay", file.to_str().unwrap()]);
+    let post = counts.keys().next().unwrap().clone();
+    let worker = t.spawn("count", &["count"], &[]);
+    t.eventually(
+        "the like counted and every shard's reader at the tip",
+        Duration::from_secs(60),
+        &[&worker],
+        || {
+            let q = t.json(&["query", &post, "--json"]);
+            q["stored"] == 1 && q["applied_through"]["lag_ms"] == 0
+        },
+    );
+    let leases = t.json(&["leases", "--json"]);
+    let empty = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["applied_arrival_ms"].is_null())
+        .count();
+    assert_eq!(empty, 1, "one shard never had a record: {leases}");
+    for v in [
+        t.json(&["query", &post, "--json"]),
+        t.json(&["total", "--json"]),
+    ] {
+        let f = &v["applied_through"];
+        assert!(f["since_last_record_ms"].as_i64().is_some(), "{v}");
+        assert!(f["arrival_ms"].as_i64().is_some(), "{v}");
+    }
+    drop(worker);
+}
+
+on_backends! {
+    a_shard_without_records_hides_no_freshness {
+        embedded => {
+            let t = Target::embedded();
+            t.run(&["setup", "--shards", "2"]);
+            a_shard_without_records_hides_no_freshness(t);
+        },
+        aws => a_shard_without_records_hides_no_freshness(Target::aws("solo", 2)),
+    }
+}
+
 on_backends! {
     an_idle_caught_up_pipeline_shows_no_lag {
         embedded => {
