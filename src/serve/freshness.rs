@@ -123,7 +123,7 @@ fn through(states: &[ShardState], value: impl Fn(&ShardState) -> Option<i64>) ->
     };
     let active: Vec<&ShardState> = states
         .iter()
-        .filter(|s| !s.lease.finished && !(value(s).is_none() && empty(s)))
+        .filter(|s| !s.lease.finished && (value(s).is_some() || !empty(s)))
         .collect();
     if active.is_empty() {
         states.iter().filter_map(&value).max()

@@ -161,11 +161,22 @@ fn harness(t: Target, pace: Pace) {
             let o = owners(&t);
             !o.is_empty() && o.values().all(|o| o.as_deref() == Some(who))
         };
+        // …and to have completed the windows the kills left pending: on the embedded store a
+        // process paused inside a write transaction holds SQLite's write lock, and every other
+        // writer waits for it (a lock, not a lease: no fencing can take it), so it is paused
+        // only once it is down to reading and renewing.
+        let none_pending = || {
+            t.json(&["leases", "--json"])
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|l| l["pending"].is_null())
+        };
         t.eventually(
-            "the stale-to-be worker to own every shard",
+            "the stale-to-be worker to own every shard, no window pending",
             Duration::from_secs(60 * slower),
             &[&stale],
-            || owned_by(&stale_id),
+            || owned_by(&stale_id) && none_pending(),
         );
         feed(&t);
         std::thread::sleep(Duration::from_millis(700 * slower));
