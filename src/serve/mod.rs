@@ -258,8 +258,7 @@ async fn post(
             std::slice::from_ref(&id),
             Default::default(),
         )
-        .await
-        .map_err(bad_request)?;
+        .await?;
         viewer::add_to_post(&mut v, viewer, liked[0], units);
     }
     if let Some(a) = &asked {
@@ -296,9 +295,7 @@ async fn likers(
             .map_err(|e| bad_request(format!("`after`: {e}")))?;
     }
     let counter = &c.backend.counter;
-    viewer::check_likers(counter.as_ref())
-        .await
-        .map_err(bad_request)?;
+    viewer::check_likers(counter.as_ref()).await?;
     let page = counter.likers(&id, p.after.as_deref(), limit).await?;
     let mut v = viewer::likers_json(&id, &page);
     v["applied_through"] = c.fresh(apps::COUNTER);
@@ -466,9 +463,8 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     let windows = asked.as_ref().map_or(&[][..], |a| &a.windows[..]);
     let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
     if let Some(viewer) = &viewer {
-        let (liked, units) = viewer::liked(c.backend.counter.as_ref(), viewer, &ids, consistency)
-            .await
-            .map_err(bad_request)?;
+        let (liked, units) =
+            viewer::liked(c.backend.counter.as_ref(), viewer, &ids, consistency).await?;
         viewer::add_to_counts(&mut v, viewer, &liked, units, consistency);
     }
     v["applied_through"] = c.fresh(apps::COUNTER);

@@ -3,33 +3,59 @@
 
 use serde_json::{json, Value};
 use tally_core::edge::CountMode;
-use tally_core::ports::{Consistency, CounterStore, LikersPage};
+use tally_core::ports::{Consistency, CounterStore, LikersPage, PortError};
 
 use crate::answers;
 
-/// Whether `viewer` likes each of `ids`, and the read units (strongly consistent) it cost. An
-/// error names what is wrong: a bad user id, or a store that counts events (it keeps no edges).
+/// Why the viewer's likes or a post's likers cannot be answered: the request (a bad user id, a
+/// store that counts events), or the store (unreachable, throttled: not the caller's fault).
+#[derive(Debug)]
+pub enum Refused {
+    Request(String),
+    Store(PortError),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Request(m) => f.write_str(m),
+            Refused::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<Refused> for super::ApiError {
+    fn from(r: Refused) -> super::ApiError {
+        match r {
+            Refused::Request(m) => super::bad_request(m),
+            Refused::Store(e) => e.into(),
+        }
+    }
+}
+
+/// Whether `viewer` likes each of `ids`, and the read units (strongly consistent) it cost.
 pub async fn liked(
     counter: &dyn CounterStore,
     viewer: &str,
     ids: &[String],
     c: Consistency,
-) -> Result<(Vec<bool>, u64), String> {
-    tally_core::event::check_id("user_id", viewer).map_err(|e| format!("`viewer`: {e}"))?;
+) -> Result<(Vec<bool>, u64), Refused> {
+    tally_core::event::check_id("user_id", viewer)
+        .map_err(|e| Refused::Request(format!("`viewer`: {e}")))?;
     check_likers(counter).await?;
     counter
         .viewer_likes(viewer, ids, c)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(Refused::Store)
 }
 
 /// Refuses a store that counts events: it keeps no edges, so it cannot say who likes what.
-pub async fn check_likers(counter: &dyn CounterStore) -> Result<(), String> {
-    match counter.count_mode(None).await.map_err(|e| e.to_string())? {
-        Some(CountMode::Events) => Err(
+pub async fn check_likers(counter: &dyn CounterStore) -> Result<(), Refused> {
+    match counter.count_mode(None).await.map_err(Refused::Store)? {
+        Some(CountMode::Events) => Err(Refused::Request(
             "this store counts events (counter.count = \"events\"): it keeps no likers, so it cannot say who liked a post"
                 .into(),
-        ),
+        )),
         _ => Ok(()),
     }
 }
