@@ -10,9 +10,9 @@
 //! global total was read, records the stream no longer has, gaps.
 
 mod recount;
+mod source;
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -21,12 +21,12 @@ use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::edge::CountMode;
 use tally_core::ports::{
-    Consistency, CounterStore, PostCount, ShardInfo, ShardState, Stream, MAX_POSTS_PER_CALL,
+    Consistency, CounterStore, PostCount, ShardInfo, ShardState, MAX_POSTS_PER_CALL,
 };
-use tally_core::seq::{Position, SeqNo};
+use tally_core::seq::Position;
 use tally_core::summary::marker;
 
-use self::recount::{Minute, Recount};
+use self::recount::{Minute, Recount, Row};
 use crate::backend::Backend;
 use crate::cli::VerifyArgs;
 use crate::commands::{print_json, rfc3339};
@@ -80,9 +80,15 @@ struct Report {
 pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     let app = apps::COUNTER;
     let before = states(b, app).await?;
-    let checkpoints: HashMap<String, Option<Position>> = before
+    let rows: HashMap<String, Row> = before
         .iter()
-        .map(|(k, v)| (k.clone(), v.lease.checkpoint.clone()))
+        .map(|(k, v)| {
+            let row = Row {
+                checkpoint: v.lease.checkpoint.clone(),
+                finished: v.lease.finished,
+            };
+            (k.clone(), row)
+        })
         .collect();
     let horizon_ms = (s.counter.dedup_horizon_secs * 1_000) as i64;
     // The store says what it counts; one that has counted nothing yet counts as configured.
@@ -102,11 +108,13 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     let (mut recount, source_notes) = match &a.from {
         Some(f) => {
             report.source = f.display().to_string();
-            read_recording(f, rule, checkpoints, &pb)?
+            let (recount, anchors) = source::read_recording(f, rule, &rows, &pb)?;
+            anchors.check(f, b.stream.as_ref(), &rows).await?;
+            (recount, Vec::new())
         }
         None => {
             report.source = "the stream".into();
-            read_stream(b.stream.as_ref(), rule, checkpoints, &pb).await?
+            source::read_stream(b.stream.as_ref(), rule, &rows, &pb).await?
         }
     };
     crate::progress::finish(&pb);
@@ -120,6 +128,14 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     report.since_ms = since.clone();
     let posts = posts_to_check(&recount);
     let counts = read_counts(b.counter.as_ref(), &posts, &since, &mut report).await?;
+    // Read before the second listing: a window that adds to it moves a checkpoint (or leaves
+    // one pending) that the listing then shows.
+    let total = b
+        .counter
+        .global_total()
+        .await
+        .context("reading the global total")?;
+    report.store_calls += 1;
     let after = states(b, app).await?;
 
     compare_posts(
@@ -131,8 +147,8 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
         &after,
         &mut report,
     );
-    compare_total(b.counter.as_ref(), &recount, &before, &after, &mut report).await?;
-    compare_letters(b.counter.as_ref(), &recount, &before, &mut report).await?;
+    compare_total(total, &recount, &before, &after, &mut report);
+    compare_letters(b.counter.as_ref(), &recount, &mut report).await?;
     if recount.counts_likers() {
         compare_edges(b.counter.as_ref(), &recount, &before, &after, &mut report).await?;
     }
@@ -182,79 +198,20 @@ async fn states(b: &Backend, app: &str) -> Result<HashMap<String, ShardState>> {
 
 /// What the recount counts by: events within the dedup horizon, or likers.
 #[derive(Clone, Copy)]
-struct Rule {
+pub(crate) struct Rule {
     horizon_ms: i64,
     /// Likers, with this clock skew allowed (ms).
     likers: Option<i64>,
 }
 
 impl Rule {
-    fn recount(
-        self,
-        shards: &[ShardInfo],
-        checkpoints: HashMap<String, Option<Position>>,
-    ) -> Recount {
-        let r = Recount::new(self.horizon_ms, shards, checkpoints);
+    pub(crate) fn recount(self, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
+        let r = Recount::new(self.horizon_ms, shards, rows);
         match self.likers {
             Some(skew) => r.likers(skew),
             None => r,
         }
     }
-}
-
-/// Reads every shard from its oldest retained record to its tip, parents first.
-async fn read_stream(
-    stream: &dyn Stream,
-    rule: Rule,
-    checkpoints: HashMap<String, Option<Position>>,
-    pb: &indicatif::ProgressBar,
-) -> Result<(Recount, Vec<String>)> {
-    let shards = crate::commands::read::parents_first(stream.list_shards().await?)?;
-    let mut r = rule.recount(&shards, checkpoints);
-    let mut notes = Vec::new();
-    for s in &shards {
-        crate::commands::read::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
-            if let Some(t) = &batch.trimmed_through {
-                notes.push(format!(
-                    "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
-                    s.shard_id
-                ));
-            }
-            for rec in &batch.records {
-                r.record(&s.shard_id, &rec.seq, rec.arrival_ms, &rec.data);
-            }
-            pb.inc(batch.records.len() as u64);
-            Ok(())
-        })
-        .await?;
-    }
-    Ok((r, notes))
-}
-
-/// Reads a recording (`tally record`), as written.
-fn read_recording(
-    file: &Path,
-    rule: Rule,
-    checkpoints: HashMap<String, Option<Position>>,
-    pb: &indicatif::ProgressBar,
-) -> Result<(Recount, Vec<String>)> {
-    let input = crate::commands::produce::open_input(file)?;
-    let mut reader = match crate::recording::Reader::open(input)? {
-        Ok(r) => r,
-        Err(_) => anyhow::bail!(
-            "{} is not a recording (its first line is not the header `tally record` writes): plain NDJSON has no shards or sequence numbers to compare checkpoints with",
-            file.display()
-        ),
-    };
-    let shards: Vec<ShardInfo> = reader.header.shard_infos();
-    let mut r = rule.recount(&shards, checkpoints);
-    while let Some(rec) = reader.next_record()? {
-        let seq = SeqNo::parse(&rec.seq)
-            .with_context(|| format!("{}: sequence number {:?}", file.display(), rec.seq))?;
-        r.record(&rec.shard_id, &seq, rec.arrival_ms, &rec.data);
-        pb.inc(1);
-    }
-    Ok((r, Vec::new()))
 }
 
 /// The minutes "since" is compared at: the ones asked for, else the last minute, hour and day
@@ -360,88 +317,45 @@ fn compare_posts(
         let Some(c) = counts.get(p).filter(|c| !c.is_empty()) else {
             continue;
         };
-        let marks: HashMap<&str, &str> = c[0]
-            .marks
-            .iter()
-            .map(|(s, m)| (s.as_str(), m.as_str()))
-            .collect();
+        let beyond = beyond
+            .get(p.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         // A post the counter applied records to that this check did not read.
-        if marks
-            .iter()
-            .any(|(s, m)| last_read.get(s).is_none_or(|l| *m > l.as_str()))
-        {
+        if c.iter().any(|c| {
+            c.marks
+                .iter()
+                .any(|(s, m)| last_read.get(s.as_str()).is_none_or(|l| m > l))
+        }) {
             unread += 1;
             continue;
         }
-        let held: Vec<&&recount::Beyond> = beyond
-            .get(p.as_str())
-            .map(|v| {
-                v.iter()
-                    .filter(|b| {
-                        marks
-                            .get(b.shard_id.as_str())
-                            .is_some_and(|m| marker(&b.at).as_str() <= *m)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        // Likers: the held records merge into the users' latest actions, not added as deltas.
-        let (applied, held) = if r.counts_likers() {
-            (r.likers_with(p, &held), Vec::new())
-        } else {
-            (r.posts.get(p).cloned().unwrap_or_default(), held)
-        };
-        let moving = beyond
-            .get(p.as_str())
-            .is_some_and(|v| v.iter().any(|b| moved(before, after, &b.shard_id)));
-        let expect = |from: Option<Minute>| -> (i64, i64) {
-            let inside = |m: Minute| from.is_none_or(|f| m >= f);
-            let mut n = match from {
-                None => applied.total,
-                Some(f) => applied.since(f),
-            };
-            let (mut lo, mut hi) = (0, 0);
-            let mut open = |m: Minute, d: i64| {
-                if inside(m) {
-                    if d < 0 {
-                        lo += d
-                    } else {
-                        hi += d
-                    }
-                }
-            };
-            for (m, d) in &applied.late {
-                open(*m, *d);
-            }
-            for b in &held {
-                if b.late {
-                    open(b.minute, b.delta);
-                } else if inside(b.minute) {
-                    n += b.delta;
-                }
-            }
-            (n + lo, n + hi)
-        };
+        // Each read is compared with the records its own markers say it holds: a window may
+        // land between the reads of one post.
         let mut drifts = Vec::new();
-        let check = |since_ms: Option<i64>, store: i64, drifts: &mut Vec<Drift>| {
-            let (lo, hi) = expect(since_ms.map(|t| t.div_euclid(MINUTE_MS)));
-            if store < lo || store > hi {
-                drifts.push(Drift {
-                    post_id: p.clone(),
-                    since_ms,
-                    store,
-                    recount: lo,
-                    recount_up_to: (hi != lo).then_some(hi),
-                    off_by: if store < lo { store - lo } else { store - hi },
-                });
+        for (i, (t, count)) in since.iter().zip(c).enumerate() {
+            let held = Held::of(r, p, beyond, &count.marks);
+            let mut check = |since_ms: Option<i64>, store: i64| {
+                let (lo, hi) = held.range(since_ms.map(|t| t.div_euclid(MINUTE_MS)));
+                if store < lo || store > hi {
+                    drifts.push(Drift {
+                        post_id: p.clone(),
+                        since_ms,
+                        store,
+                        recount: lo,
+                        recount_up_to: (hi != lo).then_some(hi),
+                        off_by: if store < lo { store - lo } else { store - hi },
+                    });
+                }
+            };
+            if i == 0 {
+                check(None, count.total);
             }
-        };
-        check(None, c[0].total, &mut drifts);
-        for (t, count) in since.iter().zip(c) {
             if let Some(n) = count.since {
-                check(Some(*t), n, &mut drifts);
+                check(Some(*t), n);
             }
         }
+        let moving = beyond.iter().any(|b| moved(before, after, &b.shard_id));
         if !drifts.is_empty() && moving {
             // A window was being applied to it while it was read: compared again next run.
             unsettled += 1;
@@ -466,13 +380,89 @@ fn compare_posts(
     }
 }
 
-async fn compare_total(
-    store: &dyn CounterStore,
+/// What one read of a post should show: the recount's applied records, and those after their
+/// checkpoints that the read's markers say the post's summary holds.
+struct Held<'a> {
+    applied: recount::PostRecount,
+    /// Counting events: the held records, added as deltas (counting likers they are merged into
+    /// `applied`).
+    extra: Vec<&'a recount::Beyond>,
+}
+
+impl<'a> Held<'a> {
+    fn of(
+        r: &Recount,
+        post: &str,
+        beyond: &[&'a recount::Beyond],
+        marks: &[(String, String)],
+    ) -> Held<'a> {
+        let marks: HashMap<&str, &str> = marks
+            .iter()
+            .map(|(s, m)| (s.as_str(), m.as_str()))
+            .collect();
+        let held: Vec<&'a recount::Beyond> = beyond
+            .iter()
+            .copied()
+            .filter(|b| {
+                marks
+                    .get(b.shard_id.as_str())
+                    .is_some_and(|m| marker(&b.at).as_str() <= *m)
+            })
+            .collect();
+        if r.counts_likers() {
+            let refs: Vec<&&recount::Beyond> = held.iter().collect();
+            Held {
+                applied: r.likers_with(post, &refs),
+                extra: Vec::new(),
+            }
+        } else {
+            Held {
+                applied: r.posts.get(post).cloned().unwrap_or_default(),
+                extra: held,
+            }
+        }
+    }
+
+    /// The range the store's count (since minute `from`, else the total) may take: late copies
+    /// may or may not have been counted.
+    fn range(&self, from: Option<Minute>) -> (i64, i64) {
+        let inside = |m: Minute| from.is_none_or(|f| m >= f);
+        let mut n = match from {
+            None => self.applied.total,
+            Some(f) => self.applied.since(f),
+        };
+        let (mut lo, mut hi) = (0, 0);
+        let mut open = |m: Minute, d: i64| {
+            if inside(m) {
+                if d < 0 {
+                    lo += d
+                } else {
+                    hi += d
+                }
+            }
+        };
+        for (m, d) in &self.applied.late {
+            open(*m, *d);
+        }
+        for b in &self.extra {
+            if b.late {
+                open(b.minute, b.delta);
+            } else if inside(b.minute) {
+                n += b.delta;
+            }
+        }
+        (n + lo, n + hi)
+    }
+}
+
+/// The store's global `total`, read between the two listings, beside the recount's.
+fn compare_total(
+    total: i64,
     r: &Recount,
     before: &HashMap<String, ShardState>,
     after: &HashMap<String, ShardState>,
     report: &mut Report,
-) -> Result<()> {
+) {
     let moving: Vec<&String> = before
         .keys()
         .chain(after.keys())
@@ -508,18 +498,12 @@ async fn compare_total(
     if let Some(why) = why {
         report.global_total = json!({"checked": false});
         report.not_checked.push(format!("the global total: {why}"));
-        return Ok(());
+        return;
     }
-    let total = store
-        .global_total()
-        .await
-        .context("reading the global total")?;
-    report.store_calls += 1;
     let recount = r.total();
     report.rest_off |= total != recount;
     report.global_total =
         json!({"checked": true, "store": total, "recount": recount, "off_by": total - recount});
-    Ok(())
 }
 
 /// The edges sampled from the recount beside the store's: whether each user likes the post.
@@ -560,12 +544,7 @@ async fn compare_edges(
     Ok(())
 }
 
-async fn compare_letters(
-    store: &dyn CounterStore,
-    r: &Recount,
-    before: &HashMap<String, ShardState>,
-    report: &mut Report,
-) -> Result<()> {
+async fn compare_letters(store: &dyn CounterStore, r: &Recount, report: &mut Report) -> Result<()> {
     let mut stored: BTreeSet<(String, Position)> = BTreeSet::new();
     let mut gaps = 0;
     let mut after = None;
@@ -581,10 +560,7 @@ async fn compare_letters(
                 continue;
             }
             // Only what the counter has applied, in what this check read.
-            let applied = before
-                .get(&d.shard_id)
-                .and_then(|s| s.lease.checkpoint.as_ref())
-                .is_some_and(|c| d.seq <= *c);
+            let applied = r.applied(&d.shard_id, &d.seq);
             let read = r
                 .read
                 .get(&d.shard_id)

@@ -48,6 +48,65 @@ impl PostRecount {
     }
 }
 
+/// What the counter's lease row says of a shard.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    pub checkpoint: Option<Position>,
+    pub finished: bool,
+}
+
+/// How much of a shard the counter has applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    Nothing,
+    Through(Position),
+    All,
+}
+
+/// Each shard's applied records, from the counter's lease `rows`. A finished shard's are all
+/// applied. So are those of a shard without a row whose child has one that shows progress (or
+/// is itself all applied): a child is read only once its parents are finished, and a finished
+/// shard's row is deleted once its children have moved on (the worker's clean-up), while the
+/// store keeps what it applied. Any other shard without a row has nothing applied.
+pub fn applied(shards: &[ShardInfo], rows: &HashMap<String, Row>) -> HashMap<String, Applied> {
+    let mut out: HashMap<String, Applied> = shards
+        .iter()
+        .map(|s| {
+            let a = match rows.get(&s.shard_id) {
+                Some(Row { finished: true, .. }) => Applied::All,
+                Some(Row {
+                    checkpoint: Some(c),
+                    ..
+                }) => Applied::Through(c.clone()),
+                _ => Applied::Nothing,
+            };
+            (s.shard_id.clone(), a)
+        })
+        .collect();
+    // Up the parent links until nothing changes (a lineage is a few generations deep).
+    loop {
+        let mut changed = false;
+        for s in shards {
+            let child_moved = matches!(
+                out.get(&s.shard_id),
+                Some(Applied::All | Applied::Through(_))
+            );
+            if !child_moved {
+                continue;
+            }
+            for p in &s.parents {
+                if !rows.contains_key(p) && out.get(p) == Some(&Applied::Nothing) {
+                    out.insert(p.clone(), Applied::All);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return out;
+        }
+    }
+}
+
 /// A counted user record after its shard's checkpoint: the counter may be applying it while the
 /// check runs, and a post's summary says whether it holds it yet.
 #[derive(Clone, Debug)]
@@ -103,7 +162,7 @@ pub struct Recount {
     likers: Option<i64>,
     /// Likers: each post's users' latest applied action.
     edges: HashMap<String, HashMap<String, Latest>>,
-    checkpoints: HashMap<String, Option<Position>>,
+    applied: HashMap<String, Applied>,
     lineage: HashMap<String, usize>,
     /// First arrival of each event id, per lineage.
     first_seen: HashMap<(usize, String), i64>,
@@ -119,17 +178,13 @@ pub struct Recount {
 
 impl Recount {
     /// A recount of `shards` (their lineages share a duplicate scope) against the counter's
-    /// `checkpoints` (a shard without one has nothing applied).
-    pub fn new(
-        horizon_ms: i64,
-        shards: &[ShardInfo],
-        checkpoints: HashMap<String, Option<Position>>,
-    ) -> Recount {
+    /// lease `rows` (see [`applied`]).
+    pub fn new(horizon_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
         Recount {
             horizon_ms,
             likers: None,
             edges: HashMap::new(),
-            checkpoints,
+            applied: applied(shards, rows),
             lineage: lineages(shards),
             first_seen: HashMap::new(),
             posts: HashMap::new(),
@@ -239,10 +294,12 @@ impl Recount {
             .or_insert_with(|| (whole.clone(), whole));
     }
 
-    fn applied(&self, shard_id: &str, at: &Position) -> bool {
-        match self.checkpoints.get(shard_id) {
-            Some(Some(c)) => at <= c,
-            _ => false,
+    /// Whether the counter has applied the user record at `at` of `shard_id`.
+    pub fn applied(&self, shard_id: &str, at: &Position) -> bool {
+        match self.applied.get(shard_id) {
+            Some(Applied::All) => true,
+            Some(Applied::Through(c)) => at <= c,
+            Some(Applied::Nothing) | None => false,
         }
     }
 
@@ -428,14 +485,61 @@ mod tests {
         SeqNo::parse(&n.to_string()).unwrap()
     }
 
+    fn through(n: u64) -> Row {
+        Row {
+            checkpoint: Some(Position::whole(seq(n))),
+            finished: false,
+        }
+    }
+
+    #[test]
+    fn a_cleaned_up_parent_is_all_applied() {
+        // a split into b and c; b merged with d into e. a's and b's rows were cleaned up.
+        let shards = [
+            shard("a", &[]),
+            shard("b", &["a"]),
+            shard("c", &["a"]),
+            shard("d", &[]),
+            shard("e", &["b", "d"]),
+            shard("f", &[]),
+        ];
+        let mut rows: HashMap<String, Row> = [("c", 5), ("e", 7)]
+            .into_iter()
+            .map(|(s, n)| (s.to_owned(), through(n)))
+            .collect();
+        rows.insert(
+            "d".into(),
+            Row {
+                checkpoint: Some(Position::whole(seq(9))),
+                finished: true,
+            },
+        );
+        let a = applied(&shards, &rows);
+        assert_eq!(a["a"], Applied::All);
+        assert_eq!(a["b"], Applied::All);
+        assert_eq!(a["d"], Applied::All);
+        assert_eq!(a["e"], Applied::Through(Position::whole(seq(7))));
+        assert_eq!(
+            a["f"],
+            Applied::Nothing,
+            "no row, no child: nothing applied"
+        );
+        // A child whose row shows no progress says nothing of its parent.
+        rows.insert("e".into(), Row::default());
+        rows.remove("c");
+        let a = applied(&shards, &rows);
+        assert_eq!(a["b"], Applied::Nothing);
+        assert_eq!(a["a"], Applied::Nothing);
+    }
+
     #[test]
     fn copies_count_once_within_the_horizon_and_per_lineage() {
         let shards = [shard("a", &[]), shard("b", &["a"]), shard("c", &[])];
-        let checkpoints = [("a", 100), ("b", 100), ("c", 100)]
+        let rows = [("a", 100), ("b", 100), ("c", 100)]
             .into_iter()
-            .map(|(s, n)| (s.to_owned(), Some(Position::whole(seq(n)))))
+            .map(|(s, n)| (s.to_owned(), through(n)))
             .collect();
-        let mut r = Recount::new(1_000, &shards, checkpoints);
+        let mut r = Recount::new(1_000, &shards, &rows);
         r.record("a", &seq(1), 0, &ev("e1", "p", "like", 60_000));
         r.record("a", &seq(2), 500, &ev("e1", "p", "like", 60_000)); // a retry: once
         r.record("b", &seq(3), 900, &ev("e1", "p", "like", 60_000)); // the child: same lineage
@@ -463,10 +567,10 @@ mod tests {
     #[test]
     fn likers_are_each_user_s_latest_action() {
         let shards = [shard("a", &[])];
-        let checkpoints = [("a".to_owned(), Some(Position::whole(seq(100))))].into();
+        let rows = [("a".to_owned(), through(100))].into();
         // Every record arrives at T; u4's device clock is far ahead.
         const T: i64 = 1_000_000;
-        let mut r = Recount::new(1_000, &shards, checkpoints).likers(60_000);
+        let mut r = Recount::new(1_000, &shards, &rows).likers(60_000);
         r.record("a", &seq(1), T, &act("e1", "u1", "like", 60_000));
         r.record("a", &seq(2), T, &act("e2", "u1", "like", 120_000)); // a double tap
         r.record("a", &seq(3), T, &act("e3", "u2", "unlike", 60_000)); // of nothing

@@ -100,6 +100,19 @@ fn resharding_keeps_counts_exact(t: Target, parent: &str) {
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     assert_eq!(t.mismatches(&exp.counts), vec![]);
     t.assert_read_as_configured();
+    // verify (which polls) after the clean-up: the parent has no row, and its records are all applied (its
+    // children have moved on). Counting them as not applied reported the global total off.
+    let out = output(t.cmd(&["verify", "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["posts_off"], 0, "{v:#}");
+    assert_eq!(v["global_total"]["checked"], true, "{v:#}");
+    assert_eq!(v["global_total"]["recount"], exp.total(), "{v:#}");
+    assert_eq!(v["recount"]["beyond_checkpoint"], 0, "{v:#}");
+    assert_eq!(
+        v["dead_letters"]["found"], v["dead_letters"]["expected"],
+        "{v:#}"
+    );
 }
 
 on_backends! {

@@ -1,0 +1,170 @@
+//! Where `tally verify` reads the records it recounts: the stream itself, or a recording of it
+//! (`--from`), which must be of the stream the counter read: a replay gives records new sequence
+//! numbers, so the counter's checkpoints on a stack a recording was replayed into name other
+//! records than the recording's.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use tally_core::ports::{ShardInfo, StartPosition, Stream};
+use tally_core::seq::SeqNo;
+
+use super::recount::{Recount, Row};
+use super::Rule;
+
+/// Reads every shard from its oldest retained record to its tip, parents first.
+pub async fn read_stream(
+    stream: &dyn Stream,
+    rule: Rule,
+    rows: &HashMap<String, Row>,
+    pb: &indicatif::ProgressBar,
+) -> Result<(Recount, Vec<String>)> {
+    let shards = crate::commands::read::parents_first(stream.list_shards().await?)?;
+    let mut r = rule.recount(&shards, rows);
+    let mut notes = Vec::new();
+    for s in &shards {
+        crate::commands::read::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
+            if let Some(t) = &batch.trimmed_through {
+                notes.push(format!(
+                    "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
+                    s.shard_id
+                ));
+            }
+            for rec in &batch.records {
+                r.record(&s.shard_id, &rec.seq, rec.arrival_ms, &rec.data);
+            }
+            pb.inc(batch.records.len() as u64);
+            Ok(())
+        })
+        .await?;
+    }
+    Ok((r, notes))
+}
+
+/// Reads a recording (`tally record`), as written.
+pub fn read_recording(
+    file: &Path,
+    rule: Rule,
+    rows: &HashMap<String, Row>,
+    pb: &indicatif::ProgressBar,
+) -> Result<(Recount, Anchors)> {
+    let input = crate::commands::produce::open_input(file)?;
+    let mut reader = match crate::recording::Reader::open(input)? {
+        Ok(r) => r,
+        Err(_) => anyhow::bail!(
+            "{} is not a recording (its first line is not the header `tally record` writes): plain NDJSON has no shards or sequence numbers to compare checkpoints with",
+            file.display()
+        ),
+    };
+    let shards: Vec<ShardInfo> = reader.header.shard_infos();
+    let mut r = rule.recount(&shards, rows);
+    let mut anchors = Anchors::default();
+    while let Some(rec) = reader.next_record()? {
+        let seq = SeqNo::parse(&rec.seq)
+            .with_context(|| format!("{}: sequence number {:?}", file.display(), rec.seq))?;
+        r.record(&rec.shard_id, &seq, rec.arrival_ms, &rec.data);
+        anchors.keep(rows, &rec.shard_id, seq, rec.data);
+        pb.inc(1);
+    }
+    Ok((r, anchors))
+}
+
+/// Records of a recording that the stream must still hold as recorded for the recording to be
+/// of it: per shard, the one at the counter's checkpoint and the last one.
+#[derive(Default)]
+pub struct Anchors {
+    /// The recorded record at the checkpoint's sequence number.
+    at_checkpoint: HashMap<String, (SeqNo, Vec<u8>)>,
+    last: HashMap<String, (SeqNo, Vec<u8>)>,
+    first: HashMap<String, SeqNo>,
+}
+
+impl Anchors {
+    fn keep(&mut self, rows: &HashMap<String, Row>, shard: &str, seq: SeqNo, data: Vec<u8>) {
+        self.first
+            .entry(shard.to_owned())
+            .or_insert_with(|| seq.clone());
+        let checkpoint = rows.get(shard).and_then(|r| r.checkpoint.as_ref());
+        if checkpoint.is_some_and(|c| c.seq == seq) {
+            self.at_checkpoint
+                .insert(shard.to_owned(), (seq.clone(), data.clone()));
+        }
+        self.last.insert(shard.to_owned(), (seq, data));
+    }
+
+    /// Refuses a recording of another stream than `stream`, with the reason: a checkpoint
+    /// that falls between recorded records but on none of them, or a recorded record the
+    /// stream holds otherwise (or not at all, where it cannot have been trimmed yet).
+    pub async fn check(
+        &self,
+        file: &Path,
+        stream: &dyn Stream,
+        rows: &HashMap<String, Row>,
+    ) -> Result<()> {
+        let refuse = |why: String| -> anyhow::Error {
+            anyhow::anyhow!(
+                "{} is not a recording of the stream the counter read: {why}. A replay gives records new sequence numbers, so a recording is compared only with the stack it was recorded from; to check a stack a recording was replayed into, run `tally verify` without --from (it reads that stack's stream)",
+                file.display()
+            )
+        };
+        let mut shared = 0;
+        for (shard, row) in rows {
+            let Some(c) = &row.checkpoint else { continue };
+            let (Some(first), Some(last)) = (self.first.get(shard), self.last.get(shard)) else {
+                continue;
+            };
+            shared += 1;
+            let anchor = match self.at_checkpoint.get(shard) {
+                Some(a) => a,
+                None if c.seq < *first => continue,
+                None if c.seq < last.0 => {
+                    return Err(refuse(format!(
+                        "the counter's checkpoint on {shard} ({c}) is not a record of the recording"
+                    )))
+                }
+                None => last,
+            };
+            let mut reader = stream
+                .open(shard, StartPosition::AtSequence(anchor.0.clone()))
+                .await
+                .map_err(|e| refuse(format!("{shard} has no record {} ({e})", anchor.0)))?;
+            let batch = reader
+                .next_batch(1)
+                .await
+                .with_context(|| format!("reading {shard} at {}", anchor.0))?;
+            if batch
+                .trimmed_through
+                .as_ref()
+                .is_some_and(|t| *t >= anchor.0)
+            {
+                continue;
+            }
+            match batch.records.first() {
+                Some(r) if r.seq == anchor.0 && r.data == anchor.1 => {}
+                Some(r) if r.seq == anchor.0 => {
+                    return Err(refuse(format!(
+                        "{shard}'s record {} is not the recorded one",
+                        anchor.0
+                    )))
+                }
+                _ => {
+                    return Err(refuse(format!(
+                        "{shard} has no record {}, which the recording holds",
+                        anchor.0
+                    )))
+                }
+            }
+        }
+        let elsewhere = rows
+            .iter()
+            .filter(|(s, r)| r.checkpoint.is_some() && !self.last.contains_key(*s))
+            .count();
+        if shared == 0 && elsewhere > 0 {
+            return Err(refuse(format!(
+                "the counter has checkpoints on {elsewhere} shards, none of them with records in the recording"
+            )));
+        }
+        Ok(())
+    }
+}
