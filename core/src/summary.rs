@@ -17,7 +17,11 @@
 //! fixed before any of its writes (its end is recorded as pending in the lease row), so whoever
 //! applies it — the owner, a crashed owner's successor, a stale owner waking up — builds the same
 //! deltas, and each item takes them once. Archive writes come before the live write that makes
-//! them due, so a crash between them is mended by the replay.
+//! them due, so a crash between them is mended by the replay. Until the live write lands, a
+//! reader reads the post as before the window: an archive whose marker is above its shard's live
+//! item's was written by a window the live item does not hold yet, so a rolled-out archive is
+//! not read at all (the live item still holds its slots) and a late add is read without what it
+//! added (its `ld`). Without this, "since" counted a roll's minutes twice between the two writes.
 //!
 //! Both backends store these items as attribute maps and apply [`Write`]s with the same meaning
 //! ([`apply`] here is the reference the embedded store uses; the DynamoDB store translates a write
@@ -382,15 +386,21 @@ fn archive_writes(shard: &str, end: &str, roll: &Roll, fall: &Fall) -> Vec<Write
         remove: vec![],
         purpose: Purpose::Buckets,
     };
-    let archive_add = |key: String, slots: &BTreeMap<u8, i64>, attr: fn(u8) -> String| Write {
-        sk: key,
-        cond: Cond::MarkerBelow,
-        set: vec![("w".to_owned(), Val::S(end.to_owned()))],
-        add: std::iter::once(("n".to_owned(), sum(slots)))
+    let archive_add = |key: String, slots: &BTreeMap<u8, i64>, attr: fn(u8) -> String| {
+        let add: Vec<(String, i64)> = std::iter::once(("n".to_owned(), sum(slots)))
             .chain(slots.iter().map(|(s, v)| (attr(*s), *v)))
-            .collect(),
-        remove: vec![],
-        purpose: Purpose::Buckets,
+            .collect();
+        Write {
+            sk: key,
+            cond: Cond::MarkerBelow,
+            set: vec![
+                ("w".to_owned(), Val::S(end.to_owned())),
+                (LAST_ADD.to_owned(), Val::S(last_add_text(&add))),
+            ],
+            add,
+            remove: vec![],
+            purpose: Purpose::Buckets,
+        }
     };
     let mut writes = Vec::new();
     if let (Some(old), Some(put)) = (roll.from_hour, &fall.hour_put) {
@@ -406,6 +416,46 @@ fn archive_writes(shard: &str, end: &str, roll: &Roll, fall: &Fall) -> Vec<Write
         writes.push(archive_add(sk(day_prefix(*day)), hs, hour_attr));
     }
     writes
+}
+
+/// An archive add's own attribute: what the add added (`n:2,m05:3,m07:-1`), so that a reader
+/// that finds the archive ahead of its shard's live item (the window's live write not landed yet)
+/// can take the add back out. Only the last add is kept: a shard applies one window at a time,
+/// so at most one is ahead.
+pub const LAST_ADD: &str = "ld";
+
+fn last_add_text(add: &[(String, i64)]) -> String {
+    add.iter()
+        .map(|(k, v)| format!("{k}:{v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// An archive as a reader may count it, given the marker of its shard's live item (`""`: none):
+/// whole when the live item holds the window that last wrote it; without that window's add
+/// when it is ahead (a window between its archive writes and its live write, or crashed there);
+/// not at all when it is ahead and was put by a roll (the live item still holds what it holds).
+fn archive_as_read<'a>(a: &'a Attrs, live_marker: &str) -> Option<std::borrow::Cow<'a, Attrs>> {
+    let written_by = match a.get("w") {
+        Some(Val::S(w)) => w.as_str(),
+        _ => "",
+    };
+    if written_by <= live_marker {
+        return Some(std::borrow::Cow::Borrowed(a));
+    }
+    let Some(Val::S(last)) = a.get(LAST_ADD) else {
+        return None;
+    };
+    let mut out = a.clone();
+    for part in last.split(',') {
+        let Some((k, v)) = part.split_once(':') else {
+            continue;
+        };
+        if let (Ok(v), Some(Val::N(n))) = (v.parse::<i64>(), out.get_mut(k)) {
+            *n -= v;
+        }
+    }
+    Some(std::borrow::Cow::Owned(out))
 }
 
 /// The live item's write: its marker and hour set, the delta added to its total; its minutes and
@@ -642,8 +692,28 @@ pub fn since(items: &Items, t_ms: i64) -> i64 {
             .map(|(_, n)| n)
             .sum()
     };
+    // Each shard's live marker: an archive written by a window its live item does not hold yet
+    // is read as before that window.
+    let live_markers: BTreeMap<&str, &str> = items
+        .iter()
+        .filter_map(|(sk, a)| match a.get("w") {
+            Some(Val::S(w)) => Some((sk.strip_prefix(LIVE_PREFIX)?, w.as_str())),
+            _ => None,
+        })
+        .collect();
     let mut out = 0;
     for (sk, a) in items {
+        let a = if sk.starts_with(LIVE_PREFIX) {
+            std::borrow::Cow::Borrowed(a)
+        } else {
+            let shard = sk.split_once('#').map_or("", |(_, s)| s);
+            let live = live_markers.get(shard).copied().unwrap_or("");
+            match archive_as_read(a, live) {
+                Some(a) => a,
+                None => continue,
+            }
+        };
+        let a = a.as_ref();
         if sk.starts_with(LIVE_PREFIX) {
             let Some(hour) = num(a, "hk") else { continue };
             if hour == t_hour {
