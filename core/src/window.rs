@@ -196,6 +196,11 @@ impl WindowBuilder {
         self.content.deltas.get(post_id)
     }
 
+    /// Whether it counts likers (its deltas are known only once its edges are written).
+    pub fn counts_likers(&self) -> bool {
+        self.likers.is_some()
+    }
+
     /// The record the window's first user record came from, if any.
     pub fn first(&self) -> Option<&SeqNo> {
         self.first.as_ref()

@@ -39,6 +39,11 @@ pub struct OpenWindow {
 pub struct ShardOpen {
     pub shard_id: String,
     pub windows: Vec<OpenWindow>,
+    /// The marker of the last record the windows hold, or of the checkpoint when they hold none:
+    /// every record of the shard after the checkpoint and up to it is in them (`None`: nothing
+    /// read and nothing applied). What a read side compares answers by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<String>,
 }
 
 /// Every held shard's windows of one worker.
@@ -86,6 +91,16 @@ impl Board {
             .map(|(shard_id, w)| {
                 let w = lock(&w);
                 let mut windows = Vec::new();
+                // Counting likers, an open window's deltas are not known yet: the answer holds
+                // only the window being applied.
+                let through = w
+                    .open
+                    .as_ref()
+                    .filter(|b| !b.counts_likers())
+                    .and_then(|b| b.end())
+                    .or_else(|| w.applying.as_ref().and_then(|c| c.end.as_ref()))
+                    .or_else(|| w.open.as_ref().and_then(|b| b.start_after()))
+                    .map(marker);
                 if let Some(c) = &w.applying {
                     windows.push(OpenWindow {
                         after: c.start_after.as_ref().map(marker),
@@ -104,7 +119,11 @@ impl Board {
                     });
                 }
                 windows.retain(|w| !w.posts.is_empty());
-                ShardOpen { shard_id, windows }
+                ShardOpen {
+                    shard_id,
+                    windows,
+                    through,
+                }
             })
             .collect();
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));

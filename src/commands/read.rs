@@ -60,8 +60,13 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
             v["applied_through"] = fresh;
             v
         } else {
-            let mut v =
-                crate::serve::counts_json(&args.post_ids, requested, &counts, consistency, &[]);
+            let mut v = crate::serve::counts_json(
+                &args.post_ids,
+                requested,
+                &counts,
+                consistency,
+                &Default::default(),
+            );
             if let Some((u, (liked, units))) = &viewer {
                 crate::serve::viewer::add_to_counts(&mut v, u, liked, *units, consistency);
             }

@@ -234,7 +234,8 @@ async fn post(
     let asked = c
         .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
         .await;
-    let windows = asked.as_ref().map_or(&[][..], |a| &a.windows[..]);
+    let none = pending::Windows::default();
+    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let now = counter.post_count(&id, since_ms).await?;
     let provisional = pending_for(&id, &now, windows, since_ms);
     let mut v = answers::post_count(&id, &now, provisional, since_ms, json!(now.read_units));
@@ -333,7 +334,7 @@ pub fn counts_json(
     since_ms: Option<i64>,
     counts: &[tally_core::ports::PostCount],
     c: tally_core::ports::Consistency,
-    windows: &[(String, tally_counter::board::OpenWindow)],
+    windows: &pending::Windows,
 ) -> Value {
     let items: Vec<Value> = ids
         .iter()
@@ -460,7 +461,8 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
         .counter
         .post_counts(&ids, since_ms, consistency)
         .await?;
-    let windows = asked.as_ref().map_or(&[][..], |a| &a.windows[..]);
+    let none = pending::Windows::default();
+    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
     if let Some(viewer) = &viewer {
         let (liked, units) =

@@ -1,5 +1,5 @@
 //! Provisional counts: what the counter's workers have read but not yet written, added to the
-//! stored counts without being counted twice or dropped.
+//! stored counts without being counted twice, dropped, or taken back.
 //!
 //! A worker reports where it serves its open windows (`--http`, or `--advertise`) with each lease
 //! renewal (`ShardState::holder_addr`). For a counts call the read side, *before* reading the
@@ -7,10 +7,20 @@
 //! [`Pending::timeout`]) for its windows' deltas of the posts asked about; then it reads the
 //! counts, each with its live items' markers; and it adds a window's delta for a post only where
 //! that post's item shows the window is not applied yet (`summary::pending_applies`). A window
-//! that lands in between is in the stored count and not added; one still open is added once. A
-//! shard whose holder does not answer (or reports no address) is named in the answer, which then
-//! holds only what is stored for it. Only a shard's current holder is believed: an answer about a
-//! shard the listing gives to another worker is ignored.
+//! that lands in between is in the stored count and not added; one still open is added once.
+//!
+//! **Never taken back.** Each answer says how far its windows reach (`through`, the marker of the
+//! last record they hold). The read side remembers, per post and shard, the furthest-reaching
+//! answer it has given ([`Memory`]) and keeps giving it until an answer from the shard's holder
+//! reaches as far: a worker that dies with a window open, or a successor that has not yet read as
+//! far, does not take a shown count back. The remembered windows are the dead worker's reads of
+//! the shard after its checkpoint; its successor reads the same records after the same
+//! checkpoint, so they land as they were shown, and they stop being added once the post's marker
+//! shows their window applied. **Complete** means every unfinished shard's live holder answered:
+//! a shard whose holder did not answer, reported no address, or is gone (its lease expired and
+//! not yet taken) is named in `unanswered_shards`, whether or not its remembered answer was used.
+//! Only a shard's current holder is believed: an answer about a shard the listing gives to another
+//! worker is ignored. What is not covered is said in ARCHITECTURE ("Provisional counts").
 
 use crate::answers::Provisional;
 use std::collections::{BTreeMap, HashMap};
@@ -26,7 +36,7 @@ use tally_consumer::worker::now_ms;
 use tally_core::buckets::minute_start;
 use tally_core::ports::{PostCount, ShardState};
 use tally_core::summary::pending_applies;
-use tally_counter::board::{OpenWindow, ShardOpen};
+use tally_counter::board::ShardOpen;
 
 /// How long a counts call waits for the workers, by default (`tally serve --pending-timeout`).
 pub const TIMEOUT: Duration = Duration::from_millis(200);
@@ -44,18 +54,151 @@ pub struct Pending {
     /// How long a counts call waits for the workers; a worker slower than this is named in the
     /// answer as not answering.
     pub timeout: Duration,
+    memory: std::sync::Mutex<Memory>,
 }
 
-/// The open windows the holders answered with, and the shards whose holder did not answer.
+/// One window's delta of one post on one shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostWindow {
+    pub shard: String,
+    /// The marker of the checkpoint the window follows (`None`: the shard's first window).
+    pub after: Option<String>,
+    /// Net change by the start of the minute (ms) the events were created in.
+    pub minutes: BTreeMap<i64, i64>,
+}
+
+/// The windows to add, by post.
+#[derive(Debug, Default)]
+pub struct Windows(HashMap<String, Vec<PostWindow>>);
+
+impl Windows {
+    fn of(&self, post: &str) -> &[PostWindow] {
+        self.0.get(post).map_or(&[], Vec::as_slice)
+    }
+
+    /// How many windows (of one post on one shard) are held.
+    pub fn count(&self) -> usize {
+        self.0.values().map(Vec::len).sum()
+    }
+}
+
+/// The open windows the holders answered with (or remembered), and the shards whose holder did
+/// not answer.
 #[derive(Debug, Default)]
 pub struct Asked {
-    /// (shard, window), from the shards' current holders.
-    pub windows: Vec<(String, OpenWindow)>,
-    /// Held shards whose holder did not answer in time, reported no address, or no longer lists
-    /// the shard: their counts are the stored ones only.
+    pub windows: Windows,
+    /// Unfinished shards whose live holder did not answer: it did not answer in time, reported no
+    /// address, no longer lists the shard, or there is none (the lease expired and was not taken
+    /// yet). Their counts are the stored ones plus what this read side remembers of them.
     pub unanswered: Vec<String>,
+    /// Shards of which a remembered answer was given (their holder's own reached less far, or
+    /// there was none).
+    pub remembered: Vec<String>,
     /// Workers asked.
     pub workers: usize,
+}
+
+/// What one answer said of one post on one shard: its windows' deltas, and how far they reach.
+#[derive(Clone, Debug)]
+struct Said {
+    windows: Vec<(Option<String>, BTreeMap<i64, i64>)>,
+    through: Option<String>,
+    at: std::time::Instant,
+}
+
+/// The furthest-reaching answer given per post and shard, so that no later answer gives less.
+/// Bounded: an entry is forgotten once the shard's holder answers as far, or after [`FORGET`]
+/// (a dead worker's successor has long re-read by then), and the oldest go first past
+/// [`MEMORY_POSTS`] posts.
+#[derive(Default)]
+struct Memory {
+    said: HashMap<String, HashMap<String, Said>>,
+}
+
+/// How long an answer is remembered.
+const FORGET: Duration = Duration::from_secs(600);
+/// How many posts' answers are remembered at most.
+const MEMORY_POSTS: usize = 200_000;
+
+impl Memory {
+    /// Takes the holders' answers `live` (by shard) for `ids`: remembers each where it reaches
+    /// at least as far as what was remembered, and returns the windows to add per post — the
+    /// live answer's, or the remembered one where it reaches further or the shard did not
+    /// answer — and the shards a remembered answer was given for.
+    fn settle(
+        &mut self,
+        ids: &[String],
+        live: &HashMap<String, ShardOpen>,
+    ) -> (Windows, std::collections::BTreeSet<String>) {
+        let now = std::time::Instant::now();
+        let mut out = Windows::default();
+        let mut remembered = std::collections::BTreeSet::new();
+        for post in ids {
+            let said = self.said.entry(post.clone()).or_default();
+            for (shard, answer) in live {
+                let fresh = Said {
+                    windows: answer
+                        .windows
+                        .iter()
+                        .filter_map(|w| Some((w.after.clone(), w.posts.get(post)?.clone())))
+                        .collect(),
+                    through: answer.through.clone(),
+                    at: now,
+                };
+                match said.get(shard) {
+                    Some(old) if old.through > fresh.through => {
+                        if !old.windows.is_empty() {
+                            remembered.insert(shard.clone());
+                        }
+                    }
+                    // Nothing of the post in it: nothing to remember (it supersedes what was).
+                    _ if fresh.windows.is_empty() => {
+                        said.remove(shard);
+                    }
+                    _ => {
+                        said.insert(shard.clone(), fresh);
+                    }
+                }
+            }
+            said.retain(|_, s| now.duration_since(s.at) < FORGET);
+            for (shard, s) in said.iter() {
+                if !live.contains_key(shard) && !s.windows.is_empty() {
+                    remembered.insert(shard.clone());
+                }
+                out.0
+                    .entry(post.clone())
+                    .or_default()
+                    .extend(s.windows.iter().map(|(after, minutes)| PostWindow {
+                        shard: shard.clone(),
+                        after: after.clone(),
+                        minutes: minutes.clone(),
+                    }));
+            }
+            if said.is_empty() {
+                self.said.remove(post);
+            }
+        }
+        if self.said.len() > MEMORY_POSTS {
+            self.forget_oldest(now);
+        }
+        (out, remembered)
+    }
+
+    /// Forgets the answers of the posts asked about longest ago, down to half the bound.
+    fn forget_oldest(&mut self, now: std::time::Instant) {
+        let mut ages: Vec<(Duration, String)> = self
+            .said
+            .iter()
+            .map(|(p, s)| {
+                let newest = s.values().map(|x| now.duration_since(x.at)).min();
+                (newest.unwrap_or(FORGET), p.clone())
+            })
+            .collect();
+        ages.sort_unstable();
+        for (_, p) in ages.into_iter().skip(MEMORY_POSTS / 2) {
+            self.said.remove(&p);
+        }
+    }
 }
 
 impl Pending {
@@ -66,18 +209,21 @@ impl Pending {
         Pending {
             client: Client::builder(TokioExecutor::new()).build(http),
             timeout,
+            memory: Default::default(),
         }
     }
 
     /// Asks every live holder in `states` (the counter's lease listing) for its windows' deltas
-    /// of `ids`, side by side, each within the timeout.
+    /// of `ids`, side by side, each within the timeout; settles them with what was remembered.
     pub async fn ask(&self, states: &[ShardState], ids: &[String]) -> Asked {
         let now = now_ms();
         let mut by_worker: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
         let mut asked = Asked::default();
         for st in states.iter().filter(|s| !s.lease.finished) {
             let Some(owner) = st.lease.owner.clone().filter(|_| st.lease.expires_ms > now) else {
-                continue; // no live holder: nothing read and not written is held anywhere
+                // No live holder: what its last one read and did not write is not known here.
+                asked.unanswered.push(st.lease.shard_id.clone());
+                continue;
             };
             match &st.holder_addr {
                 Some(addr) => by_worker
@@ -96,24 +242,32 @@ impl Pending {
                 (owner, shards, answer.ok().flatten())
             }
         });
+        let mut live: HashMap<String, ShardOpen> = HashMap::new();
         for (owner, shards, answer) in futures_util::future::join_all(calls).await {
-            let mut open: HashMap<String, Vec<OpenWindow>> = match answer {
+            let mut open: HashMap<String, ShardOpen> = match answer {
                 Some(a) if a.owner == owner => a
                     .shards
                     .into_iter()
-                    .map(|s| (s.shard_id, s.windows))
+                    .map(|s| (s.shard_id.clone(), s))
                     .collect(),
                 _ => HashMap::new(),
             };
             for shard in shards {
                 match open.remove(&shard) {
-                    Some(ws) => asked
-                        .windows
-                        .extend(ws.into_iter().map(|w| (shard.clone(), w))),
+                    Some(s) => {
+                        live.insert(shard, s);
+                    }
                     None => asked.unanswered.push(shard),
                 }
             }
         }
+        let (windows, remembered) = self
+            .memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settle(ids, &live);
+        asked.windows = windows;
+        asked.remembered = remembered.into_iter().collect();
         asked.unanswered.sort();
         asked
     }
@@ -133,19 +287,16 @@ impl Pending {
 pub fn pending_for(
     post: &str,
     count: &PostCount,
-    windows: &[(String, OpenWindow)],
+    windows: &Windows,
     since_ms: Option<i64>,
 ) -> Provisional {
     let from = since_ms.map(minute_start);
     let (mut total, mut since) = (0, 0);
-    for (shard, w) in windows {
-        let Some(minutes) = w.posts.get(post) else {
-            continue;
-        };
-        if !pending_applies(&count.marks, shard, w.after.as_deref()) {
+    for w in windows.of(post) {
+        if !pending_applies(&count.marks, &w.shard, w.after.as_deref()) {
             continue;
         }
-        for (&minute, &n) in minutes {
+        for (&minute, &n) in &w.minutes {
             total += n;
             if from.is_some_and(|f| minute >= f) {
                 since += n;
@@ -159,9 +310,10 @@ pub fn pending_for(
 pub fn pending_json(asked: &Asked) -> Value {
     json!({
         "workers_asked": asked.workers,
-        "windows": asked.windows.len(),
+        "windows": asked.windows.count(),
         "complete": asked.unanswered.is_empty(),
         "unanswered_shards": asked.unanswered,
+        "remembered_shards": asked.remembered,
     })
 }
 
@@ -169,6 +321,7 @@ pub fn pending_json(asked: &Asked) -> Value {
 mod tests {
     use super::*;
     use tally_core::lease::Lease;
+    use tally_counter::board::OpenWindow;
 
     fn held(shard: &str, owner: &str, addr: &str) -> ShardState {
         ShardState {
@@ -206,10 +359,12 @@ mod tests {
                 ShardOpen {
                     shard_id: "s0".into(),
                     windows: vec![window(5)],
+                    through: Some("0013".into()),
                 },
                 ShardOpen {
                     shard_id: "s1".into(),
                     windows: vec![window(7)],
+                    through: Some("0013".into()),
                 },
             ],
         })
@@ -234,8 +389,65 @@ mod tests {
             .ask(&states, &["p".to_owned()])
             .await;
         server.abort();
-        assert_eq!(asked.windows, vec![("s1".to_owned(), window(7))]);
+        assert_eq!(
+            asked.windows.of("p"),
+            [PostWindow {
+                shard: "s1".into(),
+                after: None,
+                minutes: [(0, 7)].into_iter().collect(),
+            }]
+        );
         assert_eq!(asked.unanswered, vec!["s0".to_owned(), "s2".to_owned()]);
         assert_eq!(asked.workers, 3);
+    }
+
+    fn answer(shard: &str, after: Option<&str>, n: i64, through: &str) -> ShardOpen {
+        ShardOpen {
+            shard_id: shard.into(),
+            windows: vec![OpenWindow {
+                after: after.map(str::to_owned),
+                posts: [("p".to_owned(), [(0, n)].into_iter().collect())]
+                    .into_iter()
+                    .collect(),
+            }],
+            through: Some(through.into()),
+        }
+    }
+
+    fn added(w: &Windows) -> Vec<(String, i64)> {
+        w.of("p")
+            .iter()
+            .map(|w| (w.shard.clone(), w.minutes.values().sum()))
+            .collect()
+    }
+
+    /// A shown window stays shown: when its worker stops answering, and while its successor has
+    /// read less far; it gives way to an answer that reaches as far, and one with nothing of the
+    /// post that reaches as far forgets it.
+    #[test]
+    fn an_answer_is_given_until_one_reaches_as_far() {
+        let ids = ["p".to_owned()];
+        let mut m = Memory::default();
+        let live = |a: Vec<ShardOpen>| -> HashMap<String, ShardOpen> {
+            a.into_iter().map(|s| (s.shard_id.clone(), s)).collect()
+        };
+        let (w, r) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 7, "0019")]));
+        assert_eq!((added(&w), r.len()), (vec![("s0".into(), 7)], 0));
+        // The worker is gone: the same window, remembered.
+        let (w, r) = m.settle(&ids, &live(vec![]));
+        assert_eq!(added(&w), vec![("s0".into(), 7)]);
+        assert_eq!(r.into_iter().collect::<Vec<_>>(), ["s0"]);
+        // Its successor has read less far: still the remembered one.
+        let (w, _) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 4, "0017")]));
+        assert_eq!(added(&w), vec![("s0".into(), 7)]);
+        // Now as far and further: the successor's.
+        let (w, r) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 9, "00210")]));
+        assert_eq!((added(&w), r.len()), (vec![("s0".into(), 9)], 0));
+        // Applied: an answer without the post, reaching further, forgets it.
+        let mut none = answer("s0", Some("00210"), 0, "00211");
+        none.windows.clear();
+        let (w, _) = m.settle(&ids, &live(vec![none]));
+        assert!(added(&w).is_empty());
+        assert!(m.said.is_empty());
     }
 }
