@@ -484,6 +484,14 @@ pub struct ServeArgs {
     /// not written yet); a worker slower than this is named in the answer. 0: stored counts only.
     #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = humantime::parse_duration)]
     pub pending_timeout: std::time::Duration,
+    /// Ask every request for `Authorization: Bearer <token>`, the token this file holds (at
+    /// least 16 printable characters); `/healthz`, `/readyz`, `/api/openapi.json` and the
+    /// dashboard's page stay open (open the dashboard as `/#token=<token>`).
+    #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
+    pub auth_token_file: Option<std::path::PathBuf>,
+    /// As --auth-token-file, the token in this environment variable (how ECS hands a secret over).
+    #[arg(long, value_name = "NAME")]
+    pub auth_token_env: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -660,8 +668,8 @@ pub fn since_duration(s: &str) -> Result<std::time::Duration, String> {
                 "{s} ago is before 1970-01-01T00:00:00Z, the earliest time a like can have"
             )),
         },
-        Err(e) => Err(format!(
-            "must be a duration (15m, 2h, 7d), an RFC 3339 time (2026-12-01T08:00:00Z) or epoch milliseconds: {e}"
+        Err(_) => Err(format!(
+            "must be a duration (15m, 2h, 7d), an RFC 3339 time (2026-12-01T08:00:00Z) or epoch milliseconds, got {s:?}"
         )),
     }
 }

@@ -153,7 +153,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Latency(a) => commands::read::latency(&b, a).await,
         Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
         Command::Leases(a) => commands::read::leases(&b, a).await,
-        Command::Serve(a) => serve::serve(&settings, b, a.addr, a.pending_timeout).await,
+        Command::Serve(a) => serve::serve(&settings, b, a).await,
         Command::Demo(_)
         | Command::Setup(_)
         | Command::Teardown(_)

@@ -329,10 +329,9 @@ impl Embedded {
         &self,
         f: impl FnOnce(&mut Connection) -> PortResult<T>,
     ) -> PortResult<T> {
-        let mut guard = self
-            .conn
-            .lock()
-            .map_err(|_| PortError::Other("embedded store: connection mutex poisoned".into()))?;
+        // A panic while the connection was held (a bug, answered as an error by `run`) leaves it
+        // usable: an open transaction rolled back as it unwound. Later calls go on.
+        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut guard)
     }
 

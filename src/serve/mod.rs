@@ -29,6 +29,7 @@ use crate::settings::Settings;
 pub mod freshness;
 pub mod prom;
 
+pub mod auth;
 pub mod pending;
 pub mod viewer;
 
@@ -45,6 +46,8 @@ pub struct Ctx {
     /// Asks the counter's workers for what they read and have not written (`None`: counts are
     /// the stored ones only).
     pub pending: Option<Arc<Pending>>,
+    /// The bearer token every request but the open ones must carry (`None`: anyone may read).
+    pub token: Option<auth::Token>,
 }
 
 impl Ctx {
@@ -60,6 +63,7 @@ impl Ctx {
             settings: Arc::new(settings.clone()),
             listings,
             pending: Some(Arc::new(Pending::new(pending::TIMEOUT))),
+            token: None,
         };
         Ok((ctx, task))
     }
@@ -105,7 +109,8 @@ type ApiResult = std::result::Result<Json<Value>, ApiError>;
 
 /// The read side's routes.
 pub fn router(ctx: Ctx) -> Router {
-    Router::new()
+    let token = ctx.token.clone();
+    let routes = Router::new()
         .route("/", get(dashboard))
         .route("/api/posts/{id}", get(post))
         .route("/api/posts/{id}/likers", get(likers))
@@ -120,8 +125,21 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .route("/api/openapi.json", get(openapi))
         .fallback(not_found)
-        .with_state(ctx)
+        .with_state(ctx);
+    match token {
+        Some(t) => routes.layer(axum::middleware::from_fn_with_state(t, auth::require)),
+        None => routes,
+    }
+}
+
+/// The API's OpenAPI 3.1 description (`src/serve/openapi.json`, checked against the answers by
+/// `tests/e2e/openapi.rs`).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 /// An unknown path: a JSON error naming it, as every other error of the API.
@@ -129,7 +147,7 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
         format!(
-            "no such path: {} (the API is under /api/: posts/ID, counts, total, trending, top-liked, latency, leases, dead-letters, cost; and /metrics, /healthz, /readyz, /)",
+            "no such path: {} (the API is under /api/: posts/ID, counts, total, trending, top-liked, latency, leases, dead-letters, cost, openapi.json; and /metrics, /healthz, /readyz, /)",
             uri.path()
         ),
     )
@@ -213,6 +231,19 @@ struct PostParams {
     viewer: Option<String>,
 }
 
+/// The latest time the API takes (9999-12-31T23:59:59.999Z, in ms since the epoch).
+pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
+
+/// A time parameter in ms since the epoch, or a 400 naming it.
+fn time_param(name: &str, v: Option<i64>) -> std::result::Result<Option<i64>, ApiError> {
+    match v {
+        Some(t) if !(0..=MAX_TIME_MS).contains(&t) => Err(bad_request(format!(
+            "`{name}` must be a time in ms since the epoch, between 0 and {MAX_TIME_MS}, got {t}"
+        ))),
+        _ => Ok(v),
+    }
+}
+
 fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
     crate::cli::since_duration(v)
         .map(|d| now_ms() - d.as_millis() as i64)
@@ -227,8 +258,9 @@ async fn post(
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
     let since_ms = match (&p.since, p.since_ms) {
         (Some(s), _) => Some(duration_param("since", s)?),
-        (None, t) => t,
+        (None, t) => time_param("since_ms", t)?,
     };
+    let as_of_ms = time_param("as_of_ms", p.as_of_ms)?;
     let counter = &c.backend.counter;
     // The workers first, the store second (see `pending`).
     let asked = c
@@ -243,7 +275,7 @@ async fn post(
         v["since_requested_ms"] = json!(t);
     }
     v["applied_through"] = c.fresh(apps::COUNTER);
-    if let Some(t) = p.as_of_ms {
+    if let Some(t) = as_of_ms {
         // Likes created before T's minute: the total less those created since.
         let later = counter.post_count(&id, Some(t)).await?;
         let p = pending_for(&id, &later, windows, Some(t));
@@ -440,7 +472,7 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     check_ids(&ids).map_err(bad_request)?;
     let since_ms = match (&since, since_ms) {
         (Some(s), _) => Some(duration_param("since", s)?),
-        (None, t) => t,
+        (None, t) => time_param("since_ms", t)?,
     };
     let consistency = match consistency.as_deref() {
         None | Some("strong") => tally_core::ports::Consistency::Strong,
@@ -547,7 +579,7 @@ struct LatencyParams {
 async fn latency(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LatencyParams>) -> ApiResult {
     let since = match (&p.since, p.since_ms) {
         (Some(s), _) => duration_param("since", s)?,
-        (None, t) => t.unwrap_or(0),
+        (None, t) => time_param("since_ms", t)?.unwrap_or(0),
     };
     let w = tally_analytics::latency_windows(c.backend.analytics.as_ref(), apps::ANALYTICS, since)
         .await?;
@@ -689,15 +721,16 @@ pub async fn ready_for(leases: &dyn tally_core::ports::LeaseStore, app: &str) ->
 }
 
 /// `tally serve`: the read side until Ctrl-C or SIGTERM.
-pub async fn serve(
-    s: &Settings,
-    b: Backend,
-    addr: SocketAddr,
-    pending_timeout: std::time::Duration,
-) -> Result<()> {
-    let listener = bind(addr).await?;
+pub async fn serve(s: &Settings, b: Backend, a: &crate::cli::ServeArgs) -> Result<()> {
+    let token = match (&a.auth_token_file, &a.auth_token_env) {
+        (Some(f), _) => Some(auth::Token::from_file(f)?),
+        (None, Some(v)) => Some(auth::Token::from_env(v)?),
+        (None, None) => None,
+    };
+    let listener = bind(a.addr).await?;
     let (mut ctx, refresher) = Ctx::start(b, s).await?;
-    ctx.pending = (!pending_timeout.is_zero()).then(|| Arc::new(Pending::new(pending_timeout)));
+    ctx.pending = (!a.pending_timeout.is_zero()).then(|| Arc::new(Pending::new(a.pending_timeout)));
+    ctx.token = token;
     let served = serve_on(listener, router(ctx), crate::signal::shutdown()).await;
     refresher.abort();
     served

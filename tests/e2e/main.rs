@@ -19,6 +19,7 @@ mod harness;
 mod in_process;
 mod kpl;
 mod likers;
+mod openapi;
 mod pipeline;
 mod read_contract;
 mod resharding;

@@ -12,7 +12,7 @@ use crate::common::{file_in, write_contract_file, Bg, Expected, Target};
 use serde_json::Value;
 
 /// The address a `tally serve` or `--http` process printed ("serving on http://ADDR/").
-fn served_addr(bg: &Bg) -> String {
+pub(crate) fn served_addr(bg: &Bg) -> String {
     let start = Instant::now();
     loop {
         let log = bg.log_text();
@@ -44,16 +44,31 @@ fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
 }
 
 fn request(addr: &str, method: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
+    request_with(addr, method, path, body, &[]).map(|(status, _, body)| (status, body))
+}
+
+/// One HTTP/1.1 request with extra headers: the status, the head (lower case) and the body.
+pub(crate) fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Option<(u16, String, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     match body {
         None => write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"
         ),
         Some(b) => write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
             b.len()
         ),
     }
@@ -97,7 +112,7 @@ fn request(addr: &str, method: &str, path: &str, body: Option<&str>) -> Option<(
     } else {
         body
     };
-    Some((status, body))
+    Some((status, head, body))
 }
 
 fn dechunk(mut s: &str) -> String {

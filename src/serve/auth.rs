@@ -1,0 +1,111 @@
+//! Who may read: with a token configured (`tally serve --auth-token-file`, or
+//! `--auth-token-env` where a platform hands secrets over as environment variables, as ECS does),
+//! every route asks for `Authorization: Bearer <token>` but the probes (`/healthz`, `/readyz`),
+//! the API's own description (`/api/openapi.json`) and the dashboard's page (its script sends the
+//! token it is given in the page's `#token=` fragment). A missing or wrong token is a 401 with a
+//! JSON error, as every other error of the API.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::ApiError;
+
+/// The shortest token taken: a guessable one protects nothing.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The bearer token a request must carry.
+#[derive(Clone)]
+pub struct Token(Arc<Vec<u8>>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(…)")
+    }
+}
+
+impl Token {
+    /// A token from text (surrounding whitespace dropped, as a file's last newline), or why
+    /// it is not one; `from` names where it came from.
+    pub fn parse(text: &str, from: &str) -> Result<Token> {
+        let t = text.trim();
+        anyhow::ensure!(
+            t.len() >= MIN_TOKEN_LEN,
+            "{from}: the token must be at least {MIN_TOKEN_LEN} characters (got {})",
+            t.len()
+        );
+        anyhow::ensure!(
+            t.bytes().all(|b| b.is_ascii_graphic()),
+            "{from}: the token must be printable ASCII without spaces"
+        );
+        Ok(Token(Arc::new(t.as_bytes().to_vec())))
+    }
+
+    /// The token a file holds.
+    pub fn from_file(path: &Path) -> Result<Token> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--auth-token-file {}: cannot read it", path.display()))?;
+        Token::parse(&text, &format!("--auth-token-file {}", path.display()))
+    }
+
+    /// The token an environment variable holds.
+    pub fn from_env(name: &str) -> Result<Token> {
+        let text = std::env::var(name)
+            .with_context(|| format!("--auth-token-env {name}: the variable is not set"))?;
+        Token::parse(&text, &format!("--auth-token-env {name}"))
+    }
+
+    fn admits(&self, header: Option<&str>) -> bool {
+        header
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .is_some_and(|given| bool::from(given.trim().as_bytes().ct_eq(self.0.as_slice())))
+    }
+}
+
+/// Routes anyone may call.
+fn is_open(path: &str) -> bool {
+    matches!(path, "/" | "/healthz" | "/readyz" | "/api/openapi.json")
+}
+
+/// The middleware: the request goes on if its route is open or it carries the token.
+pub async fn require(State(token): State<Token>, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if is_open(req.uri().path()) || token.admits(given) {
+        return next.run(req).await;
+    }
+    let why = match given {
+        Some(h) if h.starts_with("Bearer ") => "the bearer token is not this API's",
+        _ => "this API asks for a bearer token: send `Authorization: Bearer <token>`",
+    };
+    let mut r = ApiError(StatusCode::UNAUTHORIZED, why.into()).into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_token_is_admitted() {
+        let t = Token::parse("s3cret-token-0123456789\n", "test").unwrap();
+        assert!(t.admits(Some("Bearer s3cret-token-0123456789")));
+        assert!(!t.admits(Some("Bearer s3cret-token-012345678")));
+        assert!(!t.admits(Some("Basic s3cret-token-0123456789")));
+        assert!(!t.admits(None));
+        assert!(Token::parse("short", "x").is_err());
+        assert!(Token::parse("has a space in it, long enough", "x").is_err());
+    }
+}
