@@ -78,6 +78,11 @@ output "fan_out_consumers" {
   value       = { for app, c in aws_kinesis_stream_consumer.app : app => c.arn }
 }
 
+output "serve_token_secret_arn" {
+  description = "The Secrets Manager secret holding the bearer token `tally serve` asks for (null when serve_require_token is false): apps read it with secretsmanager:GetSecretValue and kms:Decrypt on tally's key, and send `Authorization: Bearer <token>`."
+  value       = one(aws_secretsmanager_secret.serve_token[*].arn)
+}
+
 output "serve_url" {
   description = "Where apps read counts: the read side's internal load balancer (GET /api/counts?ids=…)."
   value       = "${var.serve_certificate_arn == "" ? "http" : "https"}://${aws_lb.serve.dns_name}"

@@ -155,11 +155,13 @@ resource "aws_ecs_task_definition" "serve" {
     {
       name                   = "serve"
       image                  = var.image
-      command                = ["serve", "--log-json", "--addr", "0.0.0.0:${local.serve_port}"]
+      command                = concat(["serve", "--log-json", "--addr", "0.0.0.0:${local.serve_port}"], local.serve_auth_args)
       essential              = true
       readonlyRootFilesystem = true
       portMappings           = [{ containerPort = local.serve_port, protocol = "tcp" }]
       environment            = [for k, v in local.tally_env : { name = k, value = v }]
+      # The bearer token, handed over by ECS from Secrets Manager (never in the task definition).
+      secrets = [for s in aws_secretsmanager_secret.serve_token : { name = local.serve_token_env, valueFrom = s.arn }]
       healthCheck = {
         command     = ["CMD", "/usr/local/bin/tally", "probe", "http://127.0.0.1:${local.serve_port}/healthz"]
         interval    = 30
@@ -209,7 +211,7 @@ resource "aws_ecs_service" "serve" {
     ignore_changes = [desired_count]
   }
 
-  depends_on = [aws_lb_listener.serve, aws_iam_role_policy.serve, aws_iam_role_policy_attachment.execution]
+  depends_on = [aws_lb_listener.serve, aws_iam_role_policy.serve, aws_iam_role_policy_attachment.execution, aws_iam_role_policy.execution_secrets, aws_secretsmanager_secret_version.serve_token]
 }
 
 resource "aws_appautoscaling_target" "serve" {
@@ -259,4 +261,66 @@ resource "aws_security_group_rule" "counter_from_serve" {
   from_port                = local.health_port
   to_port                  = local.health_port
   protocol                 = "tcp"
+}
+
+# Who may read (serve_require_token): the API answers who liked what, so it asks for a bearer
+# token. Secrets Manager generates it (the AWS provider's own generator: no other provider in the
+# lock file); ECS hands it to the tasks as an environment variable that `tally serve
+# --auth-token-env` reads; apps read it by `serve_token_secret_arn`. Rotate by putting a new value
+# (`aws secretsmanager put-secret-value`) and redeploying the service (RUNBOOK, "Who may read").
+locals {
+  serve_token_env = "TALLY_SERVE_TOKEN"
+  serve_auth_args = var.serve_require_token ? ["--auth-token-env", local.serve_token_env] : []
+}
+
+data "aws_secretsmanager_random_password" "serve_token" {
+  count               = var.serve_require_token ? 1 : 0
+  password_length     = 48
+  exclude_punctuation = true
+}
+
+resource "aws_secretsmanager_secret" "serve_token" {
+  # checkov:skip=CKV2_AWS_57: rotation is put-secret-value and a redeploy of the read side (RUNBOOK, "Who may read"), not a Lambda
+  count                   = var.serve_require_token ? 1 : 0
+  name                    = "${local.name}/serve-token"
+  description             = "The bearer token tally serve asks every API request for"
+  kms_key_id              = aws_kms_key.tally.arn
+  recovery_window_in_days = 7
+}
+
+resource "aws_secretsmanager_secret_version" "serve_token" {
+  count         = var.serve_require_token ? 1 : 0
+  secret_id     = aws_secretsmanager_secret.serve_token[0].id
+  secret_string = data.aws_secretsmanager_random_password.serve_token[0].random_password
+  # The generator draws a new value at every plan: keep the first (rotation is deliberate).
+  lifecycle {
+    ignore_changes = [secret_string]
+  }
+}
+
+# The execution role fetches the token for the container (and decrypts it with tally's key).
+data "aws_iam_policy_document" "execution_secrets" {
+  count = var.serve_require_token ? 1 : 0
+  statement {
+    sid       = "ServeToken"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [aws_secretsmanager_secret.serve_token[0].arn]
+  }
+  statement {
+    sid       = "DecryptServeToken"
+    actions   = ["kms:Decrypt"]
+    resources = [aws_kms_key.tally.arn]
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["secretsmanager.${var.region}.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "execution_secrets" {
+  count  = var.serve_require_token ? 1 : 0
+  name   = "serve-token"
+  role   = aws_iam_role.execution.id
+  policy = data.aws_iam_policy_document.execution_secrets[0].json
 }

@@ -289,6 +289,12 @@ variable "serve_allowed_cidrs" {
   }
 }
 
+variable "serve_require_token" {
+  description = "Whether `tally serve` asks every API request for a bearer token (a generated secret, output serve_token_secret_arn). The API answers who liked what: leave it on unless only trusted networks reach the load balancer."
+  type        = bool
+  default     = true
+}
+
 variable "serve_certificate_arn" {
   description = "ACM certificate of the read side's HTTPS listener; empty: plain HTTP on port 80 inside the VPC."
   type        = string

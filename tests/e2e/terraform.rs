@@ -877,6 +877,35 @@ fn the_read_side_is_deployed_behind_an_internal_load_balancer() {
         .map(|o| o.labels()[0].as_str().to_owned())
         .collect();
     assert!(outputs.contains("serve_url"));
+    // Who may read: a generated token in Secrets Manager (the AWS provider's own generator),
+    // encrypted with tally's key, handed to the container by ECS and read by the flag tally
+    // has; the execution role may fetch only that secret; apps find it by an output.
+    assert!(outputs.contains("serve_token_secret_arn"));
+    assert!(serve_tf.contains("data \"aws_secretsmanager_random_password\" \"serve_token\""));
+    let secret = resource(&bodies, "aws_secretsmanager_secret", "serve_token");
+    assert_eq!(
+        attr_text(secret, "kms_key_id").as_deref(),
+        Some("aws_kms_key.tally.arn")
+    );
+    let version = resource(&bodies, "aws_secretsmanager_secret_version", "serve_token");
+    assert!(has_block(version, "lifecycle"), "a new token only on purpose");
+    let env = match local(&bodies, "serve_token_env") {
+        Expression::String(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert!(serve_tf.contains("[\"--auth-token-env\", local.serve_token_env]"));
+    assert!(serve_tf.contains("valueFrom = s.arn"));
+    assert!(env.starts_with("TALLY_") && !env.contains("__"), "{env}: not a setting");
+    let help = crate::common::output({
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
+        c.args(["serve", "--help"]);
+        c
+    });
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--auth-token-env"));
+    assert_eq!(
+        policy_actions(&bodies, "execution_secrets"),
+        set(&["secretsmanager:GetSecretValue", "kms:Decrypt"])
+    );
     // The port the container serves on is the target group's and the health check's.
     let port = match local(&bodies, "serve_port") {
         Expression::Number(n) => n.to_string(),
