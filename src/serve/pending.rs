@@ -133,7 +133,9 @@ impl Memory {
         let now = std::time::Instant::now();
         let mut out = Windows::default();
         let mut remembered = std::collections::BTreeSet::new();
-        for post in ids {
+        // A page may name a post twice: its windows are added once.
+        let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+        for post in unique {
             let said = self.said.entry(post.clone()).or_default();
             for (shard, answer) in live {
                 let fresh = Said {

@@ -22,6 +22,7 @@ mod likers;
 mod openapi;
 mod pipeline;
 mod read_contract;
+mod readers;
 mod resharding;
 mod retention;
 mod sending;

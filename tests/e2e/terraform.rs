@@ -888,14 +888,20 @@ fn the_read_side_is_deployed_behind_an_internal_load_balancer() {
         Some("aws_kms_key.tally.arn")
     );
     let version = resource(&bodies, "aws_secretsmanager_secret_version", "serve_token");
-    assert!(has_block(version, "lifecycle"), "a new token only on purpose");
+    assert!(
+        has_block(version, "lifecycle"),
+        "a new token only on purpose"
+    );
     let env = match local(&bodies, "serve_token_env") {
         Expression::String(s) => s,
         other => panic!("{other:?}"),
     };
     assert!(serve_tf.contains("[\"--auth-token-env\", local.serve_token_env]"));
     assert!(serve_tf.contains("valueFrom = s.arn"));
-    assert!(env.starts_with("TALLY_") && !env.contains("__"), "{env}: not a setting");
+    assert!(
+        env.starts_with("TALLY_") && !env.contains("__"),
+        "{env}: not a setting"
+    );
     let help = crate::common::output({
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
         c.args(["serve", "--help"]);
