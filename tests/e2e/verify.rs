@@ -419,17 +419,30 @@ fn finds_exact_then_every_planted_drift(t: &Target, tables: &dyn Tables) {
         .is_empty());
 }
 
+/// A two-shard embedded stack and its tables, to edit by hand.
+fn on_sqlite() -> (Target, Sqlite) {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let db = Sqlite(t.dir.path().join("tally.db"));
+    (t, db)
+}
+
+/// A two-shard stack on the local peers and its tables, to edit by hand.
+#[cfg(feature = "aws-local")]
+fn on_dynamo(name: &str) -> (Target, Dynamo) {
+    let t = Target::aws(name, 2);
+    let tables = Dynamo::of(&t);
+    (t, tables)
+}
+
 on_backends! {
     verify_finds_a_correct_store_exact_and_names_planted_drifts {
         embedded => {
-            let t = Target::embedded();
-            t.run(&["setup", "--shards", "2"]);
-            let db = Sqlite(t.dir.path().join("tally.db"));
+            let (t, db) = on_sqlite();
             finds_exact_then_every_planted_drift(&t, &db);
         },
         aws => {
-            let t = Target::aws("verify", 2);
-            let tables = Dynamo::of(&t);
+            let (t, tables) = on_dynamo("verify");
             finds_exact_then_every_planted_drift(&t, &tables);
         },
     }
@@ -462,14 +475,11 @@ fn a_roll_half_written_is_read_as_before_it(t: &Target, tables: &dyn Tables) {
 on_backends! {
     a_roll_half_written_is_read_as_before_it {
         embedded => {
-            let t = Target::embedded();
-            t.run(&["setup", "--shards", "2"]);
-            let db = Sqlite(t.dir.path().join("tally.db"));
+            let (t, db) = on_sqlite();
             a_roll_half_written_is_read_as_before_it(&t, &db);
         },
         aws => {
-            let t = Target::aws("verify-roll", 2);
-            let tables = Dynamo::of(&t);
+            let (t, tables) = on_dynamo("verify-roll");
             a_roll_half_written_is_read_as_before_it(&t, &tables);
         },
     }
