@@ -10,7 +10,6 @@ use std::process::Command;
 use std::time::Instant;
 
 use rusqlite::{params, Connection};
-use tally::commands::gen_config;
 use tally::settings::Settings;
 use tally_producer::generate::Generator;
 
@@ -57,9 +56,7 @@ fn floor(demo: &Demo) -> (f64, f64) {
     let mut conn = Connection::open(dir.path().join(tally_embedded::DB_FILE)).expect("open");
     tally_embedded::journal(&conn).expect("the store's journal settings");
     // The demo's defaults: 2 % producer retries, 0.1 % malformed records.
-    let mut settings = Settings::default();
-    settings.producer.duplicate_ratio = tally::commands::demo::DUPLICATE_RATIO;
-    settings.producer.malformed_ratio = tally::commands::demo::MALFORMED_RATIO;
+    let settings = Settings::default().for_demo(false, false);
     let shards = [
         "shardId-000000000000",
         "shardId-000000000001",
@@ -68,7 +65,7 @@ fn floor(demo: &Demo) -> (f64, f64) {
     ];
     let started = Instant::now();
     let mut put = 0u64;
-    let mut gen = Generator::new(gen_config(&settings, EVENTS))
+    let mut gen = Generator::new(settings.gen_config(EVENTS))
         .map(|(_, e)| e)
         .peekable();
     while gen.peek().is_some() {

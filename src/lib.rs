@@ -9,7 +9,9 @@ pub mod backend;
 pub mod cli;
 pub mod commands;
 pub mod man;
+pub mod output;
 pub mod progress;
+pub mod reading;
 pub mod recording;
 pub mod serve;
 pub mod settings;
@@ -81,7 +83,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             return Ok(());
         }
         Command::Man => return man::print(),
-        Command::Probe(a) => return serve::probe(&a.url).await,
+        Command::Probe(a) => return serve::client::probe(&a.url).await,
         _ => {}
     }
     let settings = Settings::load(cli.config.as_deref(), cli.overrides())?;
@@ -96,7 +98,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     }
     if let Command::Config(a) = &cli.command {
         if a.json {
-            commands::print_json(&serde_json::to_value(&settings)?);
+            output::print_json(&serde_json::to_value(&settings)?);
         } else {
             print!("{}", toml::to_string_pretty(&settings)?);
         }

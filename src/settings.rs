@@ -2,6 +2,9 @@
 //! through the `config` crate into serde structs that reject unknown keys. [`Settings::validate`]
 //! runs once at start-up and names the key of any bad value.
 
+mod runtime;
+pub use runtime::{DEMO_DUPLICATE_RATIO, DEMO_MALFORMED_RATIO, NO_OP_RATIO};
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

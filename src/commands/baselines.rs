@@ -12,7 +12,6 @@ use tally_core::ports::BaselineWriters;
 use tally_producer::generate::{Generator, Truth};
 use tokio::task::JoinSet;
 
-use super::gen_config;
 use crate::backend::Backend;
 use crate::settings::Settings;
 
@@ -82,7 +81,7 @@ pub async fn run(
     truth: &Truth,
 ) -> Result<Value> {
     // Every decodable record, retries included, as a producer would send them.
-    let records: Vec<Action> = Generator::new(gen_config(settings, events))
+    let records: Vec<Action> = Generator::new(settings.gen_config(events))
         .filter_map(|(_, e)| decode(&e.data).ok())
         .map(|e| Action {
             delta: e.action.delta(),

@@ -14,10 +14,11 @@ use tally_core::apps;
 use tally_counter::board::Board;
 use tally_counter::{Counter, CounterMetrics};
 
-use super::{analytics_config, counter_config, print_json, worker_config};
 use crate::answers;
 use crate::backend::Backend;
 use crate::cli::ConsumeArgs;
+use crate::output::print_json;
+use crate::serve::worker::{advertise_addr, WorkerHttp};
 use crate::settings::Settings;
 
 /// Runs a worker configured by `cfg` with this processor factory until `shutdown`, or until idle
@@ -92,10 +93,10 @@ pub async fn run_counter_with(
     settle_count_mode(settings, backend).await?;
     let mut factory = Counter::new(
         backend.counter.clone(),
-        counter_config(settings),
+        settings.counter_config(),
         metrics.clone(),
     );
-    let mut cfg = worker_config(settings, apps::COUNTER);
+    let mut cfg = settings.worker_config(apps::COUNTER);
     if let Some(sh) = shown {
         factory = factory.on_board(sh.board);
         cfg.advertise = Some(sh.advertise);
@@ -142,13 +143,13 @@ pub async fn run_analytics_with(
 ) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
     let factory = Analytics::new(
         backend.analytics.clone(),
-        analytics_config(settings),
+        settings.analytics_config(),
         metrics.clone(),
     );
     let leases = run_app(
         settings,
         backend,
-        worker_config(settings, apps::ANALYTICS),
+        settings.worker_config(apps::ANALYTICS),
         Arc::new(factory),
         idle,
         shutdown,
@@ -185,7 +186,7 @@ async fn timed_out_error(
     args: &ConsumeArgs,
 ) -> TimedOut {
     let t = humantime::format_duration(args.timeout.unwrap_or_default());
-    let me = super::worker_config(settings, app).worker_id;
+    let me = settings.worker_config(app).worker_id;
     let now = tally_consumer::worker::now_ms();
     let held: Vec<String> = match backend.leases.list_leases(app).await {
         Ok(ls) => ls
@@ -280,139 +281,13 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
     })
 }
 
-/// Serves a worker's `/metrics`, `/healthz` and `/readyz` on `--http` — and a counter's open
-/// windows on `/api/open` — until dropped.
-struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
-
-/// What a counter worker's `/api/open?ids=a,b` answers: its held shards' windows that are read
-/// but not written, for those posts (`serve::pending` is the reader).
-async fn open_windows(
-    board: Arc<Board>,
-    owner: String,
-    q: axum::extract::Query<std::collections::HashMap<String, String>>,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let ids: Vec<String> = q
-        .get("ids")
-        .filter(|s| !s.is_empty())
-        .map(|s| s.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
-    if let Err(e) = crate::serve::check_ids(&ids) {
-        return (
-            axum::http::StatusCode::BAD_REQUEST,
-            axum::Json(json!({ "error": e })),
-        )
-            .into_response();
-    }
-    let answer = crate::serve::pending::OpenAnswer {
-        owner,
-        shards: board.pending(&ids),
-    };
-    axum::Json(answer).into_response()
-}
-
-/// Where the read side reaches a worker whose `--http` is bound at `bound`: `--advertise`; else
-/// the bound address; on every interface, the ECS task's IP (its metadata endpoint), else the
-/// host name.
-async fn advertise_addr(args: &ConsumeArgs, bound: std::net::SocketAddr) -> String {
-    if let Some(adv) = &args.advertise {
-        return adv.clone();
-    }
-    if !bound.ip().is_unspecified() {
-        return bound.to_string();
-    }
-    let host = match ecs_task_ip().await {
-        Some(ip) => ip,
-        None => worker::host_name(),
-    };
-    format!("{host}:{}", bound.port())
-}
-
-/// The task's IPv4 address from the ECS task metadata endpoint (v4), when running in a task.
-async fn ecs_task_ip() -> Option<String> {
-    let uri = std::env::var("ECS_CONTAINER_METADATA_URI_V4").ok()?;
-    let body = crate::serve::get_text(&uri, std::time::Duration::from_secs(2))
-        .await
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    v["Networks"][0]["IPv4Addresses"][0]
-        .as_str()
-        .map(str::to_owned)
-}
-
-impl WorkerHttp {
-    /// Binds `--http` first: an address in use stops the worker at start, naming it, since a
-    /// health check would otherwise probe nothing (or another process).
-    async fn start(
-        args: &ConsumeArgs,
-        backend: &Backend,
-        app: &'static str,
-        render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
-        open: Option<(Arc<Board>, String)>,
-    ) -> Result<(WorkerHttp, Option<std::net::SocketAddr>)> {
-        let Some(addr) = args.http else {
-            return Ok((WorkerHttp(None), None));
-        };
-        let listener = crate::serve::bind(addr).await?;
-        let bound = listener.local_addr()?;
-        let leases = backend.leases.clone();
-        let index = format!(
-            "tally {app} worker: /metrics (Prometheus), /healthz, /readyz{}; the dashboard is tally serve's\n",
-            if open.is_some() { ", /api/open?ids=… (open windows)" } else { "" }
-        );
-        let mut router = axum::Router::new().route(
-            "/",
-            axum::routing::get(move || {
-                let index = index.clone();
-                async move { index }
-            }),
-        );
-        if let Some((board, owner)) = open {
-            router = router.route(
-                "/api/open",
-                axum::routing::get(move |q| open_windows(board.clone(), owner.clone(), q)),
-            );
-        }
-        let router = router
-            .route(
-                "/metrics",
-                axum::routing::get(move || {
-                    let render = render.clone();
-                    async move { crate::serve::prom::text(render()) }
-                }),
-            )
-            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-            .route(
-                "/readyz",
-                axum::routing::get(move || {
-                    let leases = leases.clone();
-                    async move { crate::serve::ready_for(leases.as_ref(), app).await }
-                }),
-            );
-        let task = tokio::spawn(async move {
-            if let Err(e) = crate::serve::serve_on(listener, router, std::future::pending()).await {
-                tracing::error!(error = %format!("{e:#}"), "the worker's HTTP endpoint stopped");
-            }
-        });
-        Ok((WorkerHttp(Some(task)), Some(bound)))
-    }
-}
-
-impl Drop for WorkerHttp {
-    fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
-            h.abort();
-        }
-    }
-}
-
 pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<CounterMetrics>, Arc<LeaseMetrics>) = Default::default();
     let board = Arc::new(Board::default());
-    let owner = worker_config(settings, apps::COUNTER).worker_id;
+    let owner = settings.worker_config(apps::COUNTER).worker_id;
     let (_http, bound) = WorkerHttp::start(
-        args,
-        backend,
+        args.http,
+        backend.leases.clone(),
         apps::COUNTER,
         {
             let (m, l) = (m.clone(), l.clone());
@@ -424,7 +299,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
     let shown = match bound {
         Some(at) => Some(Shown {
             board,
-            advertise: advertise_addr(args, at).await,
+            advertise: advertise_addr(args.advertise.as_deref(), at).await,
         }),
         None => None,
     };
@@ -484,8 +359,8 @@ fn stopped_summary(v: &serde_json::Value) -> String {
 pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<AnalyticsMetrics>, Arc<LeaseMetrics>) = Default::default();
     let (_http, _) = WorkerHttp::start(
-        args,
-        backend,
+        args.http,
+        backend.leases.clone(),
         apps::ANALYTICS,
         {
             let (m, l) = (m.clone(), l.clone());

@@ -14,27 +14,18 @@ use tally_counter::CounterMetrics;
 use tally_producer::generate::Truth;
 
 use super::consume::{run_analytics, run_counter};
-use super::print_json;
 use super::produce::produce;
 use crate::backend::{self, Backend};
 use crate::cli::DemoArgs;
+use crate::output::print_json;
 use crate::settings::{BackendKind, Settings};
 
-/// The demo's producer retries and malformed records, unless configured: some of each, so the
-/// report shows them handled (`cargo bench --bench demo` puts the same for its floor).
-pub const DUPLICATE_RATIO: f64 = 0.02;
-pub const MALFORMED_RATIO: f64 = 0.001;
-
 pub async fn demo(settings: &Settings, args: &DemoArgs, explicit_data_dir: bool) -> Result<()> {
-    let mut settings = settings.clone();
     // Demo defaults: some retries and some garbage, so the report shows them handled.
-    if args.gen.duplicate_ratio.is_none() && settings.producer.duplicate_ratio == 0.0 {
-        settings.producer.duplicate_ratio = DUPLICATE_RATIO;
-    }
-    if args.gen.malformed_ratio.is_none() && settings.producer.malformed_ratio == 0.0 {
-        settings.producer.malformed_ratio = MALFORMED_RATIO;
-    }
-    settings.producer.rate = 0.0;
+    let mut settings = settings.for_demo(
+        args.gen.duplicate_ratio.is_some(),
+        args.gen.malformed_ratio.is_some(),
+    );
     match settings.backend {
         BackendKind::Embedded => {
             let _tmp;

@@ -1,6 +1,6 @@
 //! `tally produce` and `tally replay`.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufRead;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,10 +15,11 @@ use tally_producer::put::{
     batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
 };
 
-use super::{gen_config, print_json, rfc3339};
 use crate::backend::Backend;
 use crate::cli::{ProduceArgs, ReplayArgs};
+use crate::output::{print_json, rfc3339};
 use crate::progress;
+use crate::reading::open_input;
 use crate::recording::{self, Recorded};
 use crate::settings::Settings;
 
@@ -84,7 +85,7 @@ pub async fn produce(
     quiet: bool,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<(Truth, PutStats)> {
-    let mut gen = Generator::new(gen_config(settings, events));
+    let mut gen = Generator::new(settings.gen_config(events));
     // The bar follows the events (retries and malformed records come on top).
     let pb = progress::start(Some(events), "events", quiet);
     let stats = put_all(
@@ -147,26 +148,6 @@ pub async fn run_produce(settings: &Settings, backend: &Backend, args: &ProduceA
         .into());
     }
     Ok(())
-}
-
-/// Opens the input (`-`: standard input), decompressing gzip (by its magic bytes, whatever the
-/// name).
-pub fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
-    let raw: Box<dyn Read> = if path == Path::new("-") {
-        Box::new(std::io::stdin())
-    } else {
-        Box::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?)
-    };
-    let mut r = BufReader::with_capacity(1 << 16, raw);
-    let gz = r.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    Ok(if gz {
-        Box::new(BufReader::with_capacity(
-            1 << 16,
-            flate2::bufread::MultiGzDecoder::new(r),
-        ))
-    } else {
-        Box::new(r)
-    })
 }
 
 /// A UTF-8 byte-order mark, as many exporters write at the start of a file.

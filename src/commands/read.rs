@@ -8,14 +8,15 @@ use serde_json::json;
 use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
-use tally_core::ports::{Consistency, ReadBatch, ShardInfo, StartPosition, Stream};
+use tally_core::ports::{Consistency, Stream};
 
-use super::print_json;
 use crate::answers::{self, Provisional};
 use crate::backend::Backend;
 use crate::cli::{
     DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
 };
+use crate::output::print_json;
+use crate::reading::{parents_first, read_to_tip};
 use crate::recording::{Header, Recorded};
 use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
@@ -342,53 +343,6 @@ pub async fn record(backend: &Backend, args: &RecordArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The shards in an order where each comes after every parent it lists (a parent the stream no
-/// longer lists is no constraint).
-pub fn parents_first(shards: Vec<ShardInfo>) -> Result<Vec<ShardInfo>> {
-    let listed: std::collections::HashSet<String> =
-        shards.iter().map(|s| s.shard_id.clone()).collect();
-    let mut done: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut out = Vec::with_capacity(shards.len());
-    let mut todo = shards;
-    while !todo.is_empty() {
-        let before = todo.len();
-        let (ready, rest): (Vec<ShardInfo>, Vec<ShardInfo>) = todo.into_iter().partition(|s| {
-            s.parents
-                .iter()
-                .all(|p| done.contains(p) || !listed.contains(p))
-        });
-        done.extend(ready.iter().map(|s| s.shard_id.clone()));
-        out.extend(ready);
-        todo = rest;
-        if todo.len() == before {
-            anyhow::bail!(
-                "shard parents form a cycle: {:?}",
-                todo.iter().map(|s| &s.shard_id).collect::<Vec<_>>()
-            );
-        }
-    }
-    Ok(out)
-}
-
-/// Reads `shard_id` from its oldest retained record to its tip (or its end), handing each batch
-/// to `each`: how `tally record` and `tally verify` read a stream.
-pub async fn read_to_tip(
-    stream: &dyn Stream,
-    shard_id: &str,
-    limit: usize,
-    mut each: impl FnMut(ReadBatch) -> Result<()>,
-) -> Result<()> {
-    let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
-    loop {
-        let batch = reader.next_batch(limit).await?;
-        let done = batch.shard_end || batch.is_caught_up();
-        each(batch)?;
-        if done {
-            return Ok(());
-        }
-    }
 }
 
 /// One shard's records as lines of a recording; how many.

@@ -30,7 +30,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tally_consumer::worker::now_ms;
 use tally_core::buckets::minute_start;
@@ -38,15 +37,10 @@ use tally_core::ports::{PostCount, ShardState};
 use tally_core::summary::pending_applies;
 use tally_counter::board::ShardOpen;
 
+use super::worker::OpenAnswer;
+
 /// How long a counts call waits for the workers, by default (`tally serve --pending-timeout`).
 pub const TIMEOUT: Duration = Duration::from_millis(200);
-
-/// What a worker's `/api/open` answers: who it is, and its held shards' windows.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct OpenAnswer {
-    pub owner: String,
-    pub shards: Vec<ShardOpen>,
-}
 
 /// Asks the counter's workers for their open windows.
 pub struct Pending {

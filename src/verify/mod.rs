@@ -29,7 +29,7 @@ use tally_core::summary::marker;
 use self::recount::{Minute, Recount, Row};
 use crate::backend::Backend;
 use crate::cli::VerifyArgs;
-use crate::commands::{print_json, rfc3339};
+use crate::output::{print_json, rfc3339};
 use crate::settings::Settings;
 
 /// A drift: the store's count beside the recount's (a range when late copies leave it open).

@@ -20,11 +20,11 @@ pub async fn read_stream(
     rows: &HashMap<String, Row>,
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Vec<String>)> {
-    let shards = crate::commands::read::parents_first(stream.list_shards().await?)?;
+    let shards = crate::reading::parents_first(stream.list_shards().await?)?;
     let mut r = rule.recount(&shards, rows);
     let mut notes = Vec::new();
     for s in &shards {
-        crate::commands::read::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
+        crate::reading::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
             if let Some(t) = &batch.trimmed_through {
                 notes.push(format!(
                     "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
@@ -49,7 +49,7 @@ pub fn read_recording(
     rows: &HashMap<String, Row>,
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Anchors)> {
-    let input = crate::commands::produce::open_input(file)?;
+    let input = crate::reading::open_input(file)?;
     let mut reader = match crate::recording::Reader::open(input)? {
         Ok(r) => r,
         Err(_) => anyhow::bail!(

@@ -1,7 +1,8 @@
 //! The structural invariants ARCHITECTURE.md states, held by reading the tree (no build of
 //! anything): the core depends on no runtime, SDK or database; the apps name no adapter; the
 //! counter and analytics are siblings on the consumer runtime, neither depending on the other; in
-//! the binary only `src/backend.rs` names an adapter.
+//! the binary only `src/backend.rs` names an adapter, and nothing but the dispatcher imports the
+//! commands.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -113,4 +114,27 @@ fn only_the_backend_module_names_an_adapter() {
         named.is_empty(),
         "adapters named outside src/backend.rs: {named:?}"
     );
+}
+
+/// The commands are thin adapters: nothing imports them but the dispatcher (`src/lib.rs`) — not
+/// the read side, verify, the stream reading, the benches or the tests — and the read side
+/// (`src/serve/`) names no command.
+#[test]
+fn nothing_imports_the_commands() {
+    let mut files = Vec::new();
+    for dir in ["src", "benches", "tests"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let commands = root().join("src/commands");
+    let importers: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(&commands) && !f.ends_with("src/lib.rs"))
+        .filter(|f| !f.ends_with("tests/e2e/structure.rs"))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.contains("commands::") || text.contains("mod commands")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(importers.is_empty(), "commands imported by {importers:?}");
 }

@@ -1,0 +1,76 @@
+//! Reading a stream whole: its shards parents first, each from its oldest retained record to its
+//! tip, and the files records come from (plain or gzip, or standard input). What `tally record`,
+//! `tally replay` and `tally verify` share.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use tally_core::ports::{ReadBatch, ShardInfo, StartPosition, Stream};
+
+/// The shards in an order where each comes after every parent it lists (a parent the stream no
+/// longer lists is no constraint).
+pub fn parents_first(shards: Vec<ShardInfo>) -> Result<Vec<ShardInfo>> {
+    let listed: std::collections::HashSet<String> =
+        shards.iter().map(|s| s.shard_id.clone()).collect();
+    let mut done: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(shards.len());
+    let mut todo = shards;
+    while !todo.is_empty() {
+        let before = todo.len();
+        let (ready, rest): (Vec<ShardInfo>, Vec<ShardInfo>) = todo.into_iter().partition(|s| {
+            s.parents
+                .iter()
+                .all(|p| done.contains(p) || !listed.contains(p))
+        });
+        done.extend(ready.iter().map(|s| s.shard_id.clone()));
+        out.extend(ready);
+        todo = rest;
+        if todo.len() == before {
+            anyhow::bail!(
+                "shard parents form a cycle: {:?}",
+                todo.iter().map(|s| &s.shard_id).collect::<Vec<_>>()
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `shard_id` from its oldest retained record to its tip (or its end), handing each batch
+/// to `each`: how `tally record` and `tally verify` read a stream.
+pub async fn read_to_tip(
+    stream: &dyn Stream,
+    shard_id: &str,
+    limit: usize,
+    mut each: impl FnMut(ReadBatch) -> Result<()>,
+) -> Result<()> {
+    let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
+    loop {
+        let batch = reader.next_batch(limit).await?;
+        let done = batch.shard_end || batch.is_caught_up();
+        each(batch)?;
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// Opens the input (`-`: standard input), decompressing gzip (by its magic bytes, whatever the
+/// name).
+pub fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
+    let raw: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?)
+    };
+    let mut r = BufReader::with_capacity(1 << 16, raw);
+    let gz = r.fill_buf()?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gz {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            flate2::bufread::MultiGzDecoder::new(r),
+        ))
+    } else {
+        Box::new(r)
+    })
+}

@@ -1,0 +1,146 @@
+//! A worker's own HTTP endpoint (`tally count|analytics --http`): its metrics and probes, and a
+//! counter worker's end of the read side's protocol — `/api/open`, what it has read and not
+//! written ([`OpenAnswer`]), which `serve::pending` asks for — with where the read side reaches
+//! it (`--advertise`, or the ECS task's address).
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tally_core::ports::LeaseStore;
+use tally_counter::board::{Board, ShardOpen};
+
+/// What a worker's `/api/open` answers: who it is, and its held shards' windows.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OpenAnswer {
+    /// The worker's id: an answer from another worker than the lease's holder is not believed.
+    pub owner: String,
+    /// Each held shard's windows read and not written, for the posts asked about.
+    pub shards: Vec<ShardOpen>,
+}
+
+/// Serves a worker's `/metrics`, `/healthz` and `/readyz` on `--http` — and a counter's open
+/// windows on `/api/open` — until dropped.
+pub struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
+
+/// What a counter worker's `/api/open?ids=a,b` answers: its held shards' windows that are read
+/// but not written, for those posts (`serve::pending` is the reader).
+async fn open_windows(
+    board: Arc<Board>,
+    owner: String,
+    q: axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let ids: Vec<String> = q
+        .get("ids")
+        .filter(|s| !s.is_empty())
+        .map(|s| s.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    if let Err(e) = super::check_ids(&ids) {
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            axum::Json(json!({ "error": e })),
+        )
+            .into_response();
+    }
+    let answer = OpenAnswer {
+        owner,
+        shards: board.pending(&ids),
+    };
+    axum::Json(answer).into_response()
+}
+
+/// Where the read side reaches a worker whose `--http` is bound at `bound`: `--advertise`; else
+/// the bound address; on every interface, the ECS task's IP (its metadata endpoint), else the
+/// host name.
+pub async fn advertise_addr(advertise: Option<&str>, bound: std::net::SocketAddr) -> String {
+    if let Some(adv) = advertise {
+        return adv.to_owned();
+    }
+    if !bound.ip().is_unspecified() {
+        return bound.to_string();
+    }
+    let host = match ecs_task_ip().await {
+        Some(ip) => ip,
+        None => tally_consumer::worker::host_name(),
+    };
+    format!("{host}:{}", bound.port())
+}
+
+/// The task's IPv4 address from the ECS task metadata endpoint (v4), when running in a task.
+async fn ecs_task_ip() -> Option<String> {
+    let uri = std::env::var("ECS_CONTAINER_METADATA_URI_V4").ok()?;
+    let body = super::client::get_text(&uri, std::time::Duration::from_secs(2))
+        .await
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["Networks"][0]["IPv4Addresses"][0]
+        .as_str()
+        .map(str::to_owned)
+}
+
+impl WorkerHttp {
+    /// Binds `--http` first: an address in use stops the worker at start, naming it, since a
+    /// health check would otherwise probe nothing (or another process).
+    pub async fn start(
+        http: Option<std::net::SocketAddr>,
+        leases: Arc<dyn LeaseStore>,
+        app: &'static str,
+        render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
+        open: Option<(Arc<Board>, String)>,
+    ) -> Result<(WorkerHttp, Option<std::net::SocketAddr>)> {
+        let Some(addr) = http else {
+            return Ok((WorkerHttp(None), None));
+        };
+        let listener = super::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let index = format!(
+            "tally {app} worker: /metrics (Prometheus), /healthz, /readyz{}; the dashboard is tally serve's\n",
+            if open.is_some() { ", /api/open?ids=… (open windows)" } else { "" }
+        );
+        let mut router = axum::Router::new().route(
+            "/",
+            axum::routing::get(move || {
+                let index = index.clone();
+                async move { index }
+            }),
+        );
+        if let Some((board, owner)) = open {
+            router = router.route(
+                "/api/open",
+                axum::routing::get(move |q| open_windows(board.clone(), owner.clone(), q)),
+            );
+        }
+        let router = router
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let render = render.clone();
+                    async move { super::prom::text(render()) }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let leases = leases.clone();
+                    async move { super::ready_for(leases.as_ref(), app).await }
+                }),
+            );
+        let task = tokio::spawn(async move {
+            if let Err(e) = super::serve_on(listener, router, std::future::pending()).await {
+                tracing::error!(error = %format!("{e:#}"), "the worker's HTTP endpoint stopped");
+            }
+        });
+        Ok((WorkerHttp(Some(task)), Some(bound)))
+    }
+}
+
+impl Drop for WorkerHttp {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
+}
