@@ -73,99 +73,105 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
     }
 }
 
-/// Runs the command line's subcommand.
+/// Runs the command line's subcommand: one match, each command taking what it needs — nothing,
+/// the settings, or the settings and the store opened for reading (never created) or for writing
+/// (created if missing).
 pub async fn run(cli: Cli) -> Result<()> {
-    // What needs no configuration at all.
+    let settings = || Settings::load(cli.config.as_deref(), cli.overrides());
+    let store = |access: Access| async move {
+        let s = settings()?;
+        let b = open_store(&s, access).await?;
+        anyhow::Ok((s, b))
+    };
     match &cli.command {
         Command::Completions(a) => {
             let mut cmd = cli::command();
             clap_complete::generate(a.shell, &mut cmd, "tally", &mut std::io::stdout());
-            return Ok(());
+            Ok(())
         }
-        Command::Man => return man::print(),
-        Command::Probe(a) => return serve::client::probe(&a.url).await,
-        _ => {}
-    }
-    let settings = Settings::load(cli.config.as_deref(), cli.overrides())?;
-    if let Command::Demo(a) = &cli.command {
-        return commands::demo::demo(&settings, a, cli.data_dir.is_some()).await;
-    }
-    if let Command::Setup(a) = &cli.command {
-        return commands::setup::setup(&settings, a).await;
-    }
-    if let Command::Teardown(a) = &cli.command {
-        return commands::setup::teardown(&settings, a).await;
-    }
-    if let Command::Config(a) = &cli.command {
-        if a.json {
-            output::print_json(&serde_json::to_value(&settings)?);
-        } else {
-            print!("{}", toml::to_string_pretty(&settings)?);
+        Command::Man => man::print(),
+        Command::Probe(a) => serve::client::probe(&a.url).await,
+        Command::Config(a) => print_config(&settings()?, a.json),
+        Command::Demo(a) => commands::demo::demo(&settings()?, a, cli.data_dir.is_some()).await,
+        Command::Setup(a) => commands::setup::setup(&settings()?, a).await,
+        Command::Teardown(a) => commands::setup::teardown(&settings()?, a).await,
+        Command::Reshard(a) => commands::setup::reshard(&settings()?, a).await,
+        Command::Trim(a) => commands::setup::trim(&settings()?, a),
+        Command::Produce(a) => {
+            let (s, b) = store(Access::Write).await?;
+            commands::produce::run_produce(&s, &b, a).await
         }
-        return Ok(());
+        Command::Replay(a) => {
+            // Before anything is created: a mistyped file name leaves no new store behind.
+            commands::produce::check_replay_file(&a.file)?;
+            let (s, b) = store(Access::Write).await?;
+            commands::produce::run_replay(&s, &b, a).await
+        }
+        Command::Count(a) => {
+            let (s, b) = store(Access::Write).await?;
+            commands::consume::count(&s, &b, a).await
+        }
+        Command::Analytics(a) => {
+            let (s, b) = store(Access::Write).await?;
+            commands::consume::analytics(&s, &b, a).await
+        }
+        Command::Record(a) => commands::read::record(&store(Access::Read).await?.1, a).await,
+        Command::Verify(a) => {
+            let (s, b) = store(Access::Read).await?;
+            verify::run(&s, &b, a).await
+        }
+        Command::Query(a) => commands::read::query(&store(Access::Read).await?.1, a).await,
+        Command::Total(a) => commands::read::total(&store(Access::Read).await?.1, a).await,
+        Command::Top(a) => {
+            let (s, b) = store(Access::Read).await?;
+            commands::read::top(&s, &b, a).await
+        }
+        Command::Latency(a) => commands::read::latency(&store(Access::Read).await?.1, a).await,
+        Command::DeadLetters(a) => {
+            commands::read::dead_letters(&store(Access::Read).await?.1, a).await
+        }
+        Command::Leases(a) => commands::read::leases(&store(Access::Read).await?.1, a).await,
+        Command::Serve(a) => {
+            let (s, b) = store(Access::Read).await?;
+            serve::serve(&s, b, a).await
+        }
     }
-    if let Command::Reshard(a) = &cli.command {
-        return commands::setup::reshard(&settings, a).await;
+}
+
+/// How a command uses the store.
+#[derive(Clone, Copy)]
+enum Access {
+    /// It only reads: a store that does not exist is an error, never created.
+    Read,
+    /// It writes (producers, consumers): a missing embedded store is created, and said so.
+    Write,
+}
+
+async fn open_store(settings: &Settings, access: Access) -> Result<Backend> {
+    match access {
+        Access::Read => Backend::open_existing(settings).await,
+        Access::Write => {
+            let creates = settings.backend == settings::BackendKind::Embedded
+                && !backend::store_file(settings).exists();
+            let b = Backend::open(settings).await?;
+            if creates {
+                // A mistyped --data-dir should not look like the store that was meant.
+                eprintln!(
+                    "created a new store at {}",
+                    backend::store_file(settings).display()
+                );
+            }
+            Ok(b)
+        }
     }
-    if let Command::Trim(a) = &cli.command {
-        return commands::setup::trim(&settings, a);
-    }
-    // Reads never create a store; writers (producers, consumers) create one if missing.
-    let reads = matches!(
-        cli.command,
-        Command::Record(_)
-            | Command::Verify(_)
-            | Command::Query(_)
-            | Command::Total(_)
-            | Command::Top(_)
-            | Command::Latency(_)
-            | Command::DeadLetters(_)
-            | Command::Leases(_)
-            | Command::Serve(_)
-    );
-    if let Command::Replay(a) = &cli.command {
-        // Before anything is created: a mistyped file name leaves no new store behind.
-        commands::produce::check_replay_file(&a.file)?;
-    }
-    let creates = !reads
-        && settings.backend == settings::BackendKind::Embedded
-        && !backend::store_file(&settings).exists();
-    let b = if reads {
-        Backend::open_existing(&settings).await?
+}
+
+/// `tally config`: the settings in effect, as TOML (or JSON).
+fn print_config(settings: &Settings, json: bool) -> Result<()> {
+    if json {
+        output::print_json(&serde_json::to_value(settings)?);
     } else {
-        Backend::open(&settings).await?
-    };
-    if creates {
-        // A mistyped --data-dir should not look like the store that was meant.
-        eprintln!(
-            "created a new store at {}",
-            backend::store_file(&settings).display()
-        );
+        print!("{}", toml::to_string_pretty(settings)?);
     }
-    match &cli.command {
-        Command::Produce(a) => commands::produce::run_produce(&settings, &b, a).await,
-        Command::Replay(a) => commands::produce::run_replay(&settings, &b, a).await,
-        Command::Record(a) => commands::read::record(&b, a).await,
-        Command::Verify(a) => verify::run(&settings, &b, a).await,
-        Command::Count(a) => commands::consume::count(&settings, &b, a).await,
-        Command::Analytics(a) => commands::consume::analytics(&settings, &b, a).await,
-        Command::Query(a) => commands::read::query(&b, a).await,
-        Command::Total(a) => commands::read::total(&b, a).await,
-        Command::Top(a) => commands::read::top(&settings, &b, a).await,
-        Command::Latency(a) => commands::read::latency(&b, a).await,
-        Command::DeadLetters(a) => commands::read::dead_letters(&b, a).await,
-        Command::Leases(a) => commands::read::leases(&b, a).await,
-        Command::Serve(a) => serve::serve(&settings, b, a).await,
-        Command::Demo(_)
-        | Command::Setup(_)
-        | Command::Teardown(_)
-        | Command::Reshard(_)
-        | Command::Trim(_)
-        | Command::Config(_)
-        | Command::Completions(_)
-        | Command::Probe(_)
-        | Command::Man => {
-            unreachable!("handled above")
-        }
-    }
+    Ok(())
 }

@@ -640,11 +640,41 @@ pub trait DedupStore: Send + Sync {
 /// A post's decayed like rate, as trending reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrendingEntry {
+    /// The post.
     pub post_id: String,
     /// Decayed like count at `at_ms`.
     pub score: f64,
     /// Over-estimate bound from the bounded sketch.
     pub error: f64,
+}
+
+impl TrendingEntry {
+    /// A sketch's entries as both stores keep them: a JSON array of `[post_id, score, error]`.
+    pub fn encode_all(entries: &[TrendingEntry]) -> String {
+        let rows: Vec<(&str, f64, f64)> = entries
+            .iter()
+            .map(|e| (e.post_id.as_str(), e.score, e.error))
+            .collect();
+        serde_json::to_string(&rows).unwrap_or_else(|_| "[]".to_owned())
+    }
+
+    /// The entries [`TrendingEntry::encode_all`] wrote; stored text that is not such an array is
+    /// an error naming `item` (the stored item it came from), never an empty sketch.
+    pub fn decode_all(text: &str, item: &str) -> PortResult<Vec<TrendingEntry>> {
+        let rows: Vec<(String, f64, f64)> = serde_json::from_str(text).map_err(|e| {
+            PortError::Other(format!(
+                "{item}: its trending entries are not [post_id, score, error] rows ({e}); the item is corrupt: delete it and the shard's next snapshot writes it again"
+            ))
+        })?;
+        Ok(rows
+            .into_iter()
+            .map(|(post_id, score, error)| TrendingEntry {
+                post_id,
+                score,
+                error,
+            })
+            .collect())
+    }
 }
 
 /// One analytics window of one shard: what is stored atomically with its checkpoint.
@@ -727,6 +757,20 @@ pub trait BaselineWriters: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trending_entries_read_back_and_a_corrupt_item_is_named() {
+        let e = vec![TrendingEntry {
+            post_id: "p1".into(),
+            score: 2.5,
+            error: 0.5,
+        }];
+        let text = TrendingEntry::encode_all(&e);
+        assert_eq!(TrendingEntry::decode_all(&text, "x").unwrap(), e);
+        let err = TrendingEntry::decode_all("{oops", "row (analytics, s0)").unwrap_err();
+        assert!(err.to_string().contains("row (analytics, s0)"), "{err}");
+        assert!(TrendingEntry::decode_all("[]", "x").unwrap().is_empty());
+    }
 
     #[test]
     fn an_empty_read_that_reports_lag_is_not_idle() {

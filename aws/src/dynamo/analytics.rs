@@ -49,27 +49,14 @@ impl AnalyticsStore for DynamoStore {
             .item("expires_at", n(now_ms() / 1000 + SNAPSHOT_TTL_SECS))
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
-        let entries: Vec<(&str, f64, f64)> = snap
-            .trending
-            .iter()
-            .map(|e| (e.post_id.as_str(), e.score, e.error))
-            .collect();
         let trending = Put::builder()
             .table_name(self.table("analytics"))
             .item("pk", s(format!("{}#trending", fence.app)))
             .item("sk", s(&fence.shard_id))
             .item("at_ms", n(snap.trending_at_ms))
-            .item(
-                "entries",
-                s(serde_json::to_string(&entries).unwrap_or_default()),
-            )
+            .item("entries", s(TrendingEntry::encode_all(&snap.trending)))
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
-        let all: Vec<(&str, f64, f64)> = snap
-            .top_liked
-            .iter()
-            .map(|e| (e.post_id.as_str(), e.score, e.error))
-            .collect();
         let top_liked = Put::builder()
             .table_name(self.table("analytics"))
             .item(
@@ -81,10 +68,7 @@ impl AnalyticsStore for DynamoStore {
             )
             .item("sk", s(&fence.shard_id))
             .item("at_ms", n(snap.trending_at_ms))
-            .item(
-                "entries",
-                s(serde_json::to_string(&all).unwrap_or_default()),
-            )
+            .item("entries", s(TrendingEntry::encode_all(&snap.top_liked)))
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
         let mut items = vec![
@@ -113,25 +97,20 @@ impl AnalyticsStore for DynamoStore {
         let items = self
             .partition("analytics", "pk", format!("{app}#trending"))
             .await?;
-        Ok(items
+        items
             .iter()
             .map(|i| {
-                let raw: Vec<(String, f64, f64)> = get_s(i, "entries")
-                    .and_then(|j| serde_json::from_str(&j).ok())
-                    .unwrap_or_default();
-                (
-                    get_s(i, "sk").unwrap_or_default(),
-                    raw.into_iter()
-                        .map(|(post_id, score, error)| TrendingEntry {
-                            post_id,
-                            score,
-                            error,
-                        })
-                        .collect(),
-                    get_n(i, "at_ms").unwrap_or(0),
-                )
+                let shard = get_s(i, "sk").unwrap_or_default();
+                let item = format!("{} item ({app}#trending, {shard})", self.table("analytics"));
+                let text = get_s(i, "entries").ok_or_else(|| {
+                    PortError::Other(format!(
+                        "{item}: it has no `entries` string; the item is corrupt"
+                    ))
+                })?;
+                let entries = TrendingEntry::decode_all(&text, &item)?;
+                Ok((shard, entries, get_n(i, "at_ms").unwrap_or(0)))
             })
-            .collect())
+            .collect()
     }
 
     async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<(i64, Vec<u8>)>> {

@@ -19,16 +19,14 @@ impl AnalyticsStore for Embedded {
                 params![fence.app, fence.shard_id, s.end.to_string(), s.taken_at_ms, s.latency],
             )
             .map_err(sql_err)?;
-            let entries: Vec<(&str, f64, f64)> = s.trending.iter().map(|e| (e.post_id.as_str(), e.score, e.error)).collect();
             tx.execute(
                 "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
-                params![fence.app, fence.shard_id, s.trending_at_ms, serde_json::to_string(&entries).unwrap_or_default()],
+                params![fence.app, fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.trending)],
             )
             .map_err(sql_err)?;
-            let all: Vec<(&str, f64, f64)> = s.top_liked.iter().map(|e| (e.post_id.as_str(), e.score, e.error)).collect();
             tx.execute(
                 "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
-                params![tally_core::ports::all_time(&fence.app), fence.shard_id, s.trending_at_ms, serde_json::to_string(&all).unwrap_or_default()],
+                params![tally_core::ports::all_time(&fence.app), fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.top_liked)],
             )
             .map_err(sql_err)?;
             if !s.dedup.ids.is_empty() {
@@ -68,24 +66,12 @@ impl AnalyticsStore for Embedded {
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            Ok(rows
-                .into_iter()
+            rows.into_iter()
                 .map(|(shard, json, at)| {
-                    let raw: Vec<(String, f64, f64)> =
-                        serde_json::from_str(&json).unwrap_or_default();
-                    (
-                        shard,
-                        raw.into_iter()
-                            .map(|(post_id, score, error)| TrendingEntry {
-                                post_id,
-                                score,
-                                error,
-                            })
-                            .collect(),
-                        at,
-                    )
+                    let item = format!("the trending row ({app}, {shard})");
+                    Ok((shard, TrendingEntry::decode_all(&json, &item)?, at))
                 })
-                .collect())
+                .collect()
         })
         .await
     }
@@ -106,5 +92,29 @@ impl AnalyticsStore for Embedded {
             Ok(rows)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trending row whose entries are not what the store writes is an error naming the row,
+    /// not an empty sketch (trending would silently lose the shard's posts).
+    #[tokio::test]
+    async fn a_corrupt_trending_row_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Embedded::open(dir.path(), 1).unwrap();
+        store
+            .with(|c| {
+                c.execute(
+                    "INSERT INTO trending (app, shard_id, at_ms, entries) VALUES ('analytics', 's0', 1, 'not json')",
+                    [],
+                )
+                .map_err(sql_err)
+            })
+            .unwrap();
+        let err = store.trending_sketches("analytics").await.unwrap_err();
+        assert!(err.to_string().contains("(analytics, s0)"), "{err}");
     }
 }
