@@ -1,14 +1,57 @@
 //! Lease and shard metrics: logged, and emitted as CloudWatch embedded metric format.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use tally_core::clock::now_ms;
 use tally_core::ports::ReadBatch;
 use tracing::info;
 
-use super::{metric, LeaseMetrics, WorkerConfig};
+use super::{metric, WorkerConfig};
 use crate::emf::Unit;
+
+/// Lease metrics of a worker.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    pub taken: AtomicU64,
+    pub stolen: AtomicU64,
+    pub released: AtomicU64,
+    pub lost: AtomicU64,
+    pub finished: AtomicU64,
+    pub held: AtomicU64,
+    pub renewed: AtomicU64,
+    /// Takes refused because another worker moved first.
+    pub take_failed: AtomicU64,
+    /// Requests for a lease of a worker above its share (`LeaseStore::ask_handoff`), and leases
+    /// this worker handed over on such a request.
+    pub asked: AtomicU64,
+    pub handed_over: AtomicU64,
+    /// Writes of this worker's fleet row.
+    pub heartbeats: AtomicU64,
+    /// Full listings of the application's leases, and listings of its fleet rows.
+    pub listings: AtomicU64,
+    pub fleet_listings: AtomicU64,
+}
+
+impl LeaseMetrics {
+    /// What the lease writes cost in DynamoDB write units: each is a plain conditional write of
+    /// a row under 1 KB (one unit), and a refused one is charged too.
+    pub fn write_units(&self) -> u64 {
+        [
+            &self.taken,
+            &self.stolen,
+            &self.released,
+            &self.renewed,
+            &self.take_failed,
+            &self.heartbeats,
+            &self.asked,
+            &self.handed_over,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
+    }
+}
 
 /// The lease counters as last reported, to report the change since.
 #[derive(Clone, Copy, Debug, Default)]

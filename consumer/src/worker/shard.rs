@@ -13,9 +13,34 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
 
 use super::report::ShardStats;
-use super::{IdleExit, LeaseMetrics, Running, ShardEnd, ShardProcessor, WorkerConfig, WorkerDeps};
+use super::{IdleExit, LeaseMetrics, ShardProcessor, WorkerConfig, WorkerDeps};
 use crate::retry::{with_backoff, with_bounded_backoff, Retry};
 use crate::ConsumerError;
+
+/// How a shard task ended.
+#[derive(Debug)]
+pub(super) enum ShardEnd {
+    /// Read to its end and marked finished.
+    Finished,
+    /// Stopped on request, flushed and released.
+    Stopped,
+    /// Asked for by another worker: flushed, checkpointed and handed over to it.
+    HandedOver(String),
+    /// Its lease was lost to another worker.
+    Lost,
+    Failed(ConsumerError),
+}
+
+pub(super) struct Running {
+    pub(super) handle: JoinHandle<ShardEnd>,
+    /// The lease the task holds, released by the worker after a graceful stop.
+    pub(super) fence: Fence,
+    pub(super) stop: watch::Sender<bool>,
+    /// When the shard's last empty read started, if it is caught up and flushed.
+    pub(super) idle_at: Arc<Mutex<Option<Instant>>>,
+    /// The worker that asked for the lease, as a renewal or a fleet listing heard it.
+    pub(super) asked_by: Arc<Mutex<Option<String>>>,
+}
 
 pub(super) fn spawn_shard(
     deps: &WorkerDeps,
