@@ -12,6 +12,9 @@
 #[path = "../tests/e2e/common/fault_proxy.rs"]
 mod fault_proxy;
 
+mod common;
+use common::stack::{aws_args, tally};
+
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -21,18 +24,6 @@ use fault_proxy::{FaultMix, FaultProxy};
 const EVENTS: usize = 3_000;
 /// Rounds: each counts the same records fault-free and faulted.
 const ROUNDS: usize = 3;
-
-fn tally(args: &[String], cmd: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
-    c.args(cmd)
-        .args(args)
-        .env("RUST_LOG", "error")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .stdin(Stdio::null());
-    c
-}
 
 fn json(c: &mut Command) -> serde_json::Value {
     let out = c.output().unwrap();
@@ -76,25 +67,7 @@ fn run(
 ) -> (f64, usize) {
     let unique = format!("faults-{tag}-{}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
-    let base = |k: &str, d: &str| -> Vec<String> {
-        [
-            "--backend",
-            "aws",
-            "--stream",
-            &format!("s-{unique}"),
-            "--table-prefix",
-            &format!("t-{unique}"),
-            "--kinesis-endpoint-url",
-            k,
-            "--dynamodb-endpoint-url",
-            d,
-            "--data-dir",
-            &dir.path().display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
+    let base = |k: &str, d: &str| aws_args(k, d, &unique, Some(dir.path()));
     let direct = base(kinesis, dynamodb);
     let quiet = |args: &[&str]| {
         let ok = tally(&direct, args).stdout(Stdio::null()).status().unwrap();

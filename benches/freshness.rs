@@ -15,6 +15,9 @@
 //! Run: `cargo bench --bench freshness` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::stack::{aws_args, tally};
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,15 +37,6 @@ struct Backend {
     _dir: tempfile::TempDir,
 }
 
-fn tally(args: &[String], cmd: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
-    c.args(cmd)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null());
-    c
-}
-
 async fn embedded() -> Backend {
     embedded_shards(1).await
 }
@@ -54,21 +48,7 @@ async fn aws(kinesis: &str, dynamodb: &str, run: &str) -> Backend {
 async fn aws_shards(kinesis: &str, dynamodb: &str, run: &str, shards: usize) -> Backend {
     let dir = tempfile::tempdir().unwrap();
     let unique = format!("fresh-{run}-{}", std::process::id());
-    let args: Vec<String> = [
-        "--backend",
-        "aws",
-        "--stream",
-        &format!("s-{unique}"),
-        "--table-prefix",
-        &format!("t-{unique}"),
-        "--kinesis-endpoint-url",
-        kinesis,
-        "--dynamodb-endpoint-url",
-        dynamodb,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = aws_args(kinesis, dynamodb, &unique, None);
     let mut setup: Vec<String> = args.clone();
     setup.extend(["--data-dir".into(), dir.path().display().to_string()]);
     let ok = tally(&setup, &["setup", "--shards", &shards.to_string()])

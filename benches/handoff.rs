@@ -20,33 +20,23 @@
 //! Run: `cargo bench --bench handoff` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::stack::{aws_args, peers};
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// `tally` on a store: `dir` is an embedded store's data dir, or `aws:<name>` for a stream and
 /// tables of that name on the local AWS peers (`-- fleet aws`).
 fn tally(dir: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
-    c.args(args);
-    match dir.strip_prefix("aws:") {
+    let store = match dir.strip_prefix("aws:") {
         Some(name) => {
-            let peer = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
-            c.args(["--backend", "aws", "--stream", name, "--table-prefix", name])
-                .args([
-                    "--kinesis-endpoint-url",
-                    &peer("TEST_KINESIS_ENDPOINT", "http://127.0.0.1:4568"),
-                ])
-                .args([
-                    "--dynamodb-endpoint-url",
-                    &peer("TEST_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
-                ]);
+            let (kinesis, dynamodb) = peers();
+            aws_args(&kinesis, &dynamodb, name, None)
         }
-        None => {
-            c.args(["--data-dir", dir]);
-        }
-    }
-    c.env("RUST_LOG", "warn").stdin(Stdio::null());
-    c
+        None => vec!["--data-dir".to_owned(), dir.to_owned()],
+    };
+    common::stack::tally(&store, args)
 }
 
 fn worker(dir: &str, id: &str) -> Child {

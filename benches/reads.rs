@@ -9,6 +9,9 @@
 //! Run: `cargo bench --bench reads` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::stack::{aws_args, tally};
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -22,19 +25,6 @@ const POSTS: usize = 2_000;
 /// Timed requests per kind and store.
 const SINGLES: usize = 300;
 const BATCHES: usize = 60;
-
-fn tally(args: &[String], cmd: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
-    c.args(cmd)
-        .args(args)
-        .env("RUST_LOG", "error")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    c
-}
 
 fn ok(mut c: Command) {
     let st = c.status().unwrap();
@@ -174,23 +164,7 @@ fn embedded(shards: usize) -> Row {
 fn aws(kinesis: &str, dynamodb: &str, shards: usize) -> Row {
     let dir = tempfile::tempdir().unwrap();
     let unique = format!("reads-{shards}-{}", std::process::id());
-    let args: Vec<String> = [
-        "--backend",
-        "aws",
-        "--stream",
-        &format!("s-{unique}"),
-        "--table-prefix",
-        &format!("t-{unique}"),
-        "--kinesis-endpoint-url",
-        kinesis,
-        "--dynamodb-endpoint-url",
-        dynamodb,
-        "--data-dir",
-        &dir.path().display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = aws_args(kinesis, dynamodb, &unique, Some(dir.path()));
     measure(
         &format!("local AWS peers, {shards} shards"),
         &args,

@@ -1,81 +1,10 @@
-//! The core benchmarks' workload and the passes they time, shared by `core` (criterion, each
-//! pass alone) and `interleaved` (the passes in turns, for ratios that hold on a noisy machine).
+//! What the benches share: the core's workload and passes (`fold`, used by `core` and
+//! `interleaved`), and running `tally` against a store (`stack`, used by the benches that time
+//! the binary on the embedded store and on the local AWS peers). Each bench uses part of it.
+#![allow(dead_code)]
 
-use std::collections::{HashMap, HashSet};
+pub mod fold;
+pub mod stack;
 
-use tally_analytics::fold::Fold;
-use tally_core::boundary::Extent;
-use tally_core::dedup::Dedup;
-use tally_core::event::LikeEvent;
-use tally_core::ports::StreamRecord;
-use tally_core::window::{ClosedWindow, WindowBuilder};
-use tally_core::SeqNo;
-
-/// `n` like events over `posts` posts, each post in turn (a long tail: no post is liked twice
-/// within `posts` records).
-pub fn records(n: usize, posts: usize) -> Vec<StreamRecord> {
-    (0..n)
-        .map(|i| {
-            let post = (i * 7919) % posts;
-            let data = format!(
-                r#"{{"event_id":"e{i:016x}","post_id":"p{post}","user_id":"u{}","action":"like","created_at":{}}}"#,
-                i % 1000,
-                1_796_000_000_000i64 + i as i64
-            );
-            StreamRecord {
-                seq: SeqNo::parse(&(1_000_000 + i).to_string()).expect("decimal"),
-                arrival_ms: i as i64,
-                partition_key: format!("p{post}"),
-                data: data.into_bytes(),
-            }
-        })
-        .collect()
-}
-
-/// Baseline: serde_json alone, decoding each record into an owned event.
-pub fn bare_decode(recs: &[StreamRecord]) -> usize {
-    recs.iter()
-        .filter(|r| serde_json::from_slice::<LikeEvent>(&r.data).is_ok())
-        .count()
-}
-
-/// Baseline: the obvious fold — owned decode, a set of ids, a map of counts.
-pub fn naive_fold(recs: &[StreamRecord]) -> usize {
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut counts: HashMap<String, i64> = HashMap::new();
-    for r in recs {
-        if let Ok(e) = serde_json::from_slice::<LikeEvent>(&r.data) {
-            if seen.insert(e.event_id) {
-                *counts.entry(e.post_id).or_default() += e.action.delta();
-            }
-        }
-    }
-    counts.len()
-}
-
-/// tally's counter fold of `recs` into one window, closed.
-pub fn fold_window(recs: &[StreamRecord], dedup: &mut Dedup) -> ClosedWindow {
-    let mut w = WindowBuilder::new(None, 0);
-    for r in recs {
-        w.push("shard-0", r, dedup);
-    }
-    w.close(dedup)
-}
-
-/// A fresh analytics fold as a shard starts one: sketches of 200 posts, 5-minute half-life.
-pub fn analytics() -> Fold {
-    Fold::new(200, 300_000, i64::MAX, 600_000)
-}
-
-/// Analytics: decode + dedup + three latencies + two trending sketches (settled, as a window
-/// is before it is stored); the likes counted.
-pub fn analytics_fold(recs: &[StreamRecord], f: &mut Fold) -> u64 {
-    let now = 1_796_000_010_000;
-    let mut window = Extent::default();
-    let likes = recs
-        .iter()
-        .map(|r| f.take(&mut window, r, 0, usize::MAX, now).1)
-        .sum();
-    f.settle();
-    likes
-}
+#[allow(unused_imports)] // the benches that time the binary fold nothing
+pub use fold::*;
