@@ -919,3 +919,32 @@ fn the_read_side_is_deployed_behind_an_internal_load_balancer() {
     };
     assert_eq!(port, "8080");
 }
+
+/// terraform/README names every `.tf` file and every output, as the README's configuration
+/// sample is held against `tally config`: a file or output added without a word fails here.
+#[test]
+fn the_terraform_readme_names_every_file_and_output() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("terraform");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".tf"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for f in &files {
+        assert!(
+            readme.contains(&format!("`{f}`")),
+            "terraform/README does not name {f}"
+        );
+    }
+    let bodies = terraform();
+    for o in blocks(&bodies, "output") {
+        let name = o.labels()[0].as_str();
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "terraform/README does not name the output {name}"
+        );
+    }
+}
