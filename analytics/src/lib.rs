@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The analytics consumer: trending posts and latency, an application of its own with its own
 //! leases and checkpoints over the same stream.
 //!
@@ -38,7 +39,9 @@ use tally_core::Position;
 pub mod metric {
     /// Processing time − `created_at`: median, 99th percentile and maximum of the window.
     pub const CREATION_P50_MS: &str = "CreationToProcessingP50Ms";
+    /// See [`CREATION_P50_MS`].
     pub const CREATION_P99_MS: &str = "CreationToProcessingP99Ms";
+    /// See [`CREATION_P50_MS`].
     pub const CREATION_MAX_MS: &str = "CreationToProcessingMaxMs";
     /// Processing time − arrival in the stream, 99th percentile.
     pub const ARRIVAL_P99_MS: &str = "ArrivalToProcessingP99Ms";
@@ -54,6 +57,7 @@ pub mod metric {
 /// The analytics settings.
 #[derive(Clone, Debug)]
 pub struct AnalyticsConfig {
+    /// Application name (leases and checkpoints).
     pub app: String,
     /// Posts kept by each shard's sketch: memory is bounded by this, not by distinct posts.
     pub sketch_capacity: usize,
@@ -73,6 +77,7 @@ pub struct AnalyticsConfig {
 }
 
 impl AnalyticsConfig {
+    /// Defaults.
     pub fn new(app: &str) -> AnalyticsConfig {
         AnalyticsConfig {
             app: app.to_owned(),
@@ -90,8 +95,11 @@ impl AnalyticsConfig {
 /// Counters for reports.
 #[derive(Debug, Default)]
 pub struct AnalyticsMetrics {
+    /// Records read.
     pub records: AtomicU64,
+    /// Likes folded into the sketches.
     pub likes: AtomicU64,
+    /// Windows stored (each a snapshot with its checkpoint).
     pub snapshots: AtomicU64,
 }
 
@@ -103,6 +111,7 @@ pub struct Analytics {
 }
 
 impl Analytics {
+    /// Analytics on `store`, configured by `cfg`, counting into `metrics`.
     pub fn new(
         store: Arc<dyn AnalyticsStore>,
         cfg: AnalyticsConfig,
@@ -447,15 +456,20 @@ pub struct LatencyReport {
 pub struct WindowLatency {
     /// When the window was stored (ms since the epoch).
     pub taken_at_ms: i64,
+    /// Processing time − `created_at`.
     pub creation_ms: Percentiles,
+    /// Processing time − arrival in the stream.
     pub arrival_ms: Percentiles,
+    /// How far behind its shard's tip the reader was.
     pub iterator_age_ms: Percentiles,
 }
 
 /// The stored windows since a time: each one's percentiles, and their merge (histograms).
 #[derive(Debug, Clone, Default)]
 pub struct LatencyWindows {
+    /// Each stored window, oldest first.
     pub windows: Vec<WindowLatency>,
+    /// Their histograms merged.
     pub merged: Latency,
 }
 

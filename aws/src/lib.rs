@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The AWS backend: the ports on Amazon Kinesis and DynamoDB through the official SDK.
 //!
 //! - [`sdk_config`]: the one function that builds the SDK configuration (region and credentials
@@ -173,7 +174,9 @@ pub fn region_of(c: &SdkConfig) -> String {
 /// The AWS backend: a stream and the stores.
 #[derive(Clone)]
 pub struct Aws {
+    /// The Kinesis stream (polling).
     pub stream: KinesisStream,
+    /// The DynamoDB tables (every store port).
     pub tables: DynamoStore,
 }
 

@@ -160,6 +160,8 @@ pub async fn leases_are_handed_over_on_request(store: &dyn LeaseStore, name: &st
     assert_eq!(store.renew_lease(&d, far, None, None).await.unwrap(), None);
 }
 
+/// A lease taken at a new epoch fences its earlier holder: renewals, releases and fenced writes
+/// at the old epoch fail.
 pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
     let app = format!("app-{name}");
     let shards = vec![

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! One conformance suite per port: the same checks run against every backend (the embedded one
 //! in its crate's tests, the AWS one against the local API peers). A backend is done when it
 //! passes them.

@@ -9,8 +9,11 @@ use serde_json::{json, Map, Value};
 /// A metric's CloudWatch unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
+    /// A number of things (records, leases).
     Count,
+    /// A rate (records per second).
     CountPerSecond,
+    /// A duration or an age.
     Milliseconds,
 }
 

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The consumer runtime every application runs on. The applications are crates of their own
 //! beside it — the counter (`tally-counter`) and analytics (`tally-analytics`) — which depend on
 //! this one and never on each other.
@@ -18,20 +19,28 @@ pub mod worker;
 /// Errors of the consumer applications.
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
+    /// A store or stream call failed (its retries, where retryable, exhausted).
     #[error(transparent)]
     Port(#[from] tally_core::ports::PortError),
     /// A stored checkpoint disagrees with what the stream delivers.
     #[error("inconsistent state for shard {shard_id}: {detail}")]
-    Inconsistent { shard_id: String, detail: String },
+    Inconsistent {
+        /// The shard.
+        shard_id: String,
+        /// What disagrees.
+        detail: String,
+    },
     /// A window's write failed for good (not a lost lease, not worth retrying): the worker stops
     /// and says which records it could not apply, rather than stalling the shard in silence.
     #[error("shard {shard_id}: applying the window of records after {after} through {end} failed: {source}")]
     Window {
+        /// The shard.
         shard_id: String,
         /// The checkpoint the window starts after (`the shard's start` before the first).
         after: String,
         /// The window's last sequence number.
         end: String,
+        /// The store's error.
         source: Box<tally_core::ports::PortError>,
     },
 }

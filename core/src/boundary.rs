@@ -123,6 +123,7 @@ impl Extent {
 
 /// A shard's windows, as [`fold_record`] drives them.
 pub trait Windows {
+    /// What closing a window can fail with.
     type Error;
 
     /// The shard's checkpoint: in a record it falls inside, the user records it covers are

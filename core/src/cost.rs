@@ -19,6 +19,7 @@ pub enum Purpose {
     Buckets,
     /// Likers' edges: one item per (post, user) a window changed or touched.
     Edges,
+    /// Dead letters: malformed records and gaps, one item each.
     DeadLetters,
     /// Dedup records, one per window (they expire by TTL, which costs nothing).
     Dedup,
@@ -82,10 +83,12 @@ impl Purpose {
 pub struct Units([u64; Purpose::ALL.len()]);
 
 impl Units {
+    /// Adds `n` units spent for `p`.
     pub fn add(&mut self, p: Purpose, n: u64) {
         self.0[p.index()] += n;
     }
 
+    /// The units spent for `p`.
     pub fn get(&self, p: Purpose) -> u64 {
         self.0[p.index()]
     }
@@ -97,6 +100,7 @@ impl Units {
         }
     }
 
+    /// The units spent for every purpose.
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
     }

@@ -35,12 +35,15 @@ use crate::summary::{Attrs, Val};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CountMode {
+    /// A post's count is its users whose latest action is a like (the default).
     #[default]
     Likers,
+    /// A post's count is its distinct like events less its unlike events (claps, views).
     Events,
 }
 
 impl CountMode {
+    /// Its name in settings and in the store (`likers`, `events`).
     pub fn as_str(self) -> &'static str {
         match self {
             CountMode::Likers => "likers",
@@ -48,6 +51,7 @@ impl CountMode {
         }
     }
 
+    /// The mode a name names, if any.
     pub fn parse(s: &str) -> Option<CountMode> {
         match s {
             "likers" => Some(CountMode::Likers),
@@ -95,11 +99,15 @@ pub fn ordering_time(created_at: i64, arrival_ms: i64, max_skew_ms: i64) -> i64 
 /// The latest event of one edge in a window: what the window writes to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EdgeEvent {
+    /// The post.
     pub post_id: String,
+    /// The user.
     pub user_id: String,
+    /// Whether the event is a like (else an unlike).
     pub liked: bool,
     /// The time it orders by ([`ordering_time`]), ms.
     pub at_ms: i64,
+    /// The event's id: the tie-break between events of one time.
     pub event_id: String,
 }
 
@@ -127,16 +135,22 @@ pub fn window_id(shard: &str, marker: &str) -> String {
 /// time of the like, `None` for not liked).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
+    /// The post whose count it moves.
     pub post_id: String,
+    /// When the like it replaced was made (ms; `None`: the user did not like the post).
     pub before: Option<i64>,
+    /// When the like it is now was made (ms; `None`: the user does not like the post).
     pub after: Option<i64>,
 }
 
 /// An edge as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EdgeState {
+    /// Whether the user likes the post.
     pub liked: bool,
+    /// The ordering time of the event that set it (ms).
     pub at_ms: i64,
+    /// That event's id.
     pub event_id: String,
     /// The window that wrote it.
     pub window: String,

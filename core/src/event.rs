@@ -13,7 +13,9 @@ use serde_json::value::RawValue;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
+    /// The user likes the post.
     Like,
+    /// The user takes a like back.
     Unlike,
 }
 
@@ -51,11 +53,15 @@ pub const MAX_CREATED_AT: i64 = 253_402_300_799_999;
 /// Why a record is malformed. The message is what lands in the dead-letter store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The record is not a JSON object (the parser's words).
     #[error("not a JSON object: {0}")]
     NotJson(String),
+    /// A field is missing or not what the contract says.
     #[error("field `{field}`: {problem}")]
     Field {
+        /// The field (`post_id`, `created_at`, …).
         field: &'static str,
+        /// What is wrong with it.
         problem: String,
     },
 }
@@ -80,10 +86,15 @@ struct Raw<'a> {
 /// copied): what the counter's fold reads, without allocating per record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRef<'a> {
+    /// The producer's id of the event: a retry carries the same.
     pub event_id: Cow<'a, str>,
+    /// The post liked or unliked.
     pub post_id: Cow<'a, str>,
+    /// The user who did it.
     pub user_id: Cow<'a, str>,
+    /// Like or unlike.
     pub action: Action,
+    /// When the user did it, by the producer's clock (ms since the epoch).
     pub created_at: i64,
 }
 

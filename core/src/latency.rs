@@ -23,11 +23,17 @@ pub struct Latency {
 /// `null` (never as a latency of 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Percentiles {
+    /// How many values the histogram holds.
     pub count: u64,
+    /// The median (ms).
     pub p50: u64,
+    /// The 90th percentile (ms).
     pub p90: u64,
+    /// The 99th percentile (ms).
     pub p99: u64,
+    /// The 99.9th percentile (ms).
     pub p999: u64,
+    /// The largest value (ms).
     pub max: u64,
 }
 

@@ -8,7 +8,9 @@ use crate::seq::Position;
 /// One lease row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    /// The application the row is for: each has its own leases and checkpoints.
     pub app: String,
+    /// The shard.
     pub shard_id: String,
     /// The worker holding it; `None` when free.
     pub owner: Option<String>,
@@ -20,6 +22,7 @@ pub struct Lease {
     pub checkpoint: Option<Position>,
     /// The shard was read to its end and everything was applied.
     pub finished: bool,
+    /// The shard's parents (a split's one, a merge's two): read to their end before it.
     pub parents: Vec<String>,
     /// The running maximum arrival time at the checkpoint: the dedup clock, which decides which
     /// dedup records a restart (of this shard or of a descendant) still needs.
@@ -44,11 +47,19 @@ pub struct LeasePolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseAction {
     /// Free or expired.
-    Take { shard_id: String, epoch: u64 },
+    Take {
+        /// The shard.
+        shard_id: String,
+        /// The epoch the take is conditioned on.
+        epoch: u64,
+    },
     /// Held by an overloaded worker.
     Steal {
+        /// The shard.
         shard_id: String,
+        /// The epoch its holder holds it at.
         epoch: u64,
+        /// The holder, asked to hand it over.
         from: String,
     },
 }

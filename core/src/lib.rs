@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! tally's pure core and its ports.
 //!
 //! Everything here is synchronous and free of I/O except the port traits, which the backends

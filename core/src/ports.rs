@@ -19,7 +19,12 @@ pub enum PortError {
     /// The write's lease condition failed: another worker owns the shard, or the progress recorded
     /// with the checkpoint is not what the writer expected.
     #[error("lease or checkpoint condition failed for {app}/{shard_id}")]
-    Fenced { app: String, shard_id: String },
+    Fenced {
+        /// The application whose row refused the write.
+        app: String,
+        /// The shard whose row refused it.
+        shard_id: String,
+    },
     /// The backend asked us to slow down.
     #[error("throttled: {0}")]
     Throttled(String),
@@ -34,20 +39,34 @@ pub enum PortError {
     IteratorExpired(String),
     /// The stream, a table or a shard does not exist.
     #[error("{what} does not exist{hint}")]
-    NotFound { what: String, hint: String },
+    NotFound {
+        /// What is missing, named (`stream likes`, `table tally-counts`).
+        what: String,
+        /// What to do about it, with its leading punctuation (or empty).
+        hint: String,
+    },
     /// The endpoint did not answer.
     #[error("could not reach {endpoint}: {detail}")]
-    Unavailable { endpoint: String, detail: String },
+    Unavailable {
+        /// The endpoint called.
+        endpoint: String,
+        /// Why it did not answer, as the SDK or the OS said.
+        detail: String,
+    },
     /// The credentials may not make this call on this resource.
     #[error("permission denied: {call} on {resource}: {detail}")]
     Permission {
+        /// The API call refused (`dynamodb:UpdateItem`).
         call: String,
+        /// The resource it was called on (a table, a stream).
         resource: String,
+        /// The service's own words.
         detail: String,
     },
     /// The request was rejected as invalid: a bug in tally, said plainly.
     #[error("request rejected as invalid (a bug in tally): {0}")]
     Invalid(String),
+    /// Anything else, said as the backend said it.
     #[error("{0}")]
     Other(String),
 }
@@ -71,6 +90,7 @@ pub type PortResult<T> = Result<T, PortError>;
 /// A shard as listed by the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardInfo {
+    /// The shard's id (`shardId-000000000000`).
     pub shard_id: String,
     /// Parent and adjacent parent, after a split or merge; read to their end before this shard.
     pub parents: Vec<String>,
@@ -90,10 +110,13 @@ impl ReadBatch {
 /// Where a reader starts in a shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StartPosition {
+    /// The oldest record the stream still has.
     TrimHorizon,
+    /// Only records put from now on.
     Latest,
     /// Arrival time in milliseconds since the epoch.
     AtTimestamp(i64),
+    /// The record after this one (a whole-record checkpoint).
     AfterSequence(SeqNo),
     /// The record itself first: a checkpoint inside a KPL aggregate resumes there.
     AtSequence(SeqNo),
@@ -115,16 +138,20 @@ impl StartPosition {
 /// One record read from a shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamRecord {
+    /// Its sequence number in the shard.
     pub seq: SeqNo,
     /// When the stream accepted the record (ms since the epoch).
     pub arrival_ms: i64,
+    /// The key it was put with (which chose its shard).
     pub partition_key: String,
+    /// Its bytes: one event, or a KPL aggregate of several.
     pub data: Vec<u8>,
 }
 
 /// One read from a shard.
 #[derive(Clone, Debug, Default)]
 pub struct ReadBatch {
+    /// The records read, in the shard's order.
     pub records: Vec<StreamRecord>,
     /// How far the reader is behind the shard's tip (iterator age).
     pub millis_behind_latest: Option<i64>,
@@ -143,15 +170,29 @@ pub struct ReadBatch {
 /// A record to put.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PutEntry {
+    /// The key that chooses the shard (a post id, or a hot post's fan-out key).
     pub partition_key: String,
+    /// The record's bytes (at most 1 MiB with the key).
     pub data: Vec<u8>,
 }
 
 /// What happened to one entry of a put batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PutOutcome {
-    Ok { shard_id: String, seq: SeqNo },
-    Failed { code: String, message: String },
+    /// Put: where, and at what sequence number.
+    Ok {
+        /// The shard it went to.
+        shard_id: String,
+        /// Its sequence number there.
+        seq: SeqNo,
+    },
+    /// Not put (resend it): the stream's error code and message.
+    Failed {
+        /// The error code (`ProvisionedThroughputExceededException`, `InternalFailure`).
+        code: String,
+        /// The stream's message.
+        message: String,
+    },
 }
 
 /// A stream of records split into shards (Kinesis, or the embedded log).
@@ -183,6 +224,7 @@ pub trait ShardReader: Send {
 /// applies it builds the same deltas.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
+    /// The window's last record (or user record of an aggregate): its checkpoint once applied.
     pub end: Position,
     /// The Kinesis record the window's first user record is in: a rebuild that does not meet it
     /// first has lost the window's head to the stream's retention, and gives the window up on
@@ -230,7 +272,9 @@ pub struct ReadProgress {
 /// What a store knows of one shard of one application.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardState {
+    /// The lease row: holder, epoch, checkpoint.
     pub lease: Lease,
+    /// The window being applied, if one is (its end recorded, its checkpoint not yet moved).
     pub pending: Option<Pending>,
     /// The counter's cumulative spending on the shard (zero for analytics).
     pub spent: ShardTally,
@@ -244,8 +288,11 @@ pub struct ShardState {
 /// Proof of lease ownership that every fenced write carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
+    /// The application whose lease it is.
     pub app: String,
+    /// The shard.
     pub shard_id: String,
+    /// The worker holding it.
     pub owner: String,
     /// Bumped at every take: a stale holder's writes fail on it.
     pub epoch: u64,
@@ -308,6 +355,7 @@ pub trait LeaseStore: Send + Sync {
     async fn release_lease(&self, fence: &Fence) -> PortResult<()>;
     /// Removes the row of a finished shard.
     async fn delete_lease(&self, app: &str, shard_id: &str) -> PortResult<()>;
+    /// One shard's row and what it records (a missing row reads as a fresh one).
     async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState>;
     /// Marks a held shard finished (read to its end, nothing left to apply); `Fenced` if the lease
     /// was lost or a window is still pending.
@@ -338,15 +386,20 @@ pub trait LeaseStore: Send + Sync {
 /// over only the lease it still holds at that epoch.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Ask {
+    /// The shard whose lease is asked for.
     pub shard_id: String,
+    /// The worker that holds it.
     pub holder: String,
+    /// The lease's epoch when asked.
     pub epoch: u64,
 }
 
 /// A live member of an application's fleet, and the leases it asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
+    /// The worker's id.
     pub worker: String,
+    /// The leases it asks other workers for.
     pub asks: Vec<Ask>,
 }
 
@@ -371,14 +424,18 @@ pub fn fleet_app(app: &str) -> String {
 /// A window's identity in its writes: whose it is, and its end (each item's marker).
 #[derive(Clone, Copy, Debug)]
 pub struct WindowRef<'a> {
+    /// The application writing.
     pub app: &'a str,
+    /// The shard the window is of.
     pub shard_id: &'a str,
+    /// The window's last record: the marker its writes carry.
     pub end: &'a Position,
 }
 
 /// What a window writes besides its posts' items.
 #[derive(Clone, Copy, Debug)]
 pub struct WindowRest<'a> {
+    /// The window's malformed records, each written as a dead letter.
     pub dead_letters: &'a [DeadLetter],
     /// The shard's global-total delta.
     pub total_delta: i64,
@@ -397,6 +454,7 @@ pub struct Applied {
     pub refused: u64,
     /// Items read to plan a write (a live item whose content a roll-over needs).
     pub reads: u64,
+    /// Write and read units, by purpose.
     pub units: Units,
 }
 
@@ -414,6 +472,7 @@ impl Applied {
         self.units.add(Purpose::FailedConditions, units);
     }
 
+    /// Adds what another part of the window's writes did.
     pub fn merge(&mut self, o: &Applied) {
         self.written += o.written;
         self.refused += o.refused;
@@ -454,6 +513,7 @@ pub struct LikersPage {
     pub users: Vec<String>,
     /// Where the next page starts (the last user of this one), if there may be more.
     pub next: Option<String>,
+    /// What the page cost in read units (strongly consistent).
     pub read_units: u64,
 }
 
@@ -463,9 +523,11 @@ pub const MAX_LIKERS_PER_PAGE: usize = 1_000;
 /// A stored dedup record, with whose window it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredDedup {
+    /// The shard whose window it is.
     pub shard_id: String,
     /// The window's end: a restore at a checkpoint takes only records at or before it.
     pub end: Position,
+    /// The window's first-seen ids and its arrival clock.
     pub record: DedupRecord,
 }
 
@@ -475,6 +537,7 @@ pub struct StoredDedup {
 /// for ever.
 #[derive(Clone, Debug)]
 pub struct GapCommit<'a> {
+    /// The lease the write is fenced by.
     pub fence: &'a Fence,
     /// The stored checkpoint (a condition).
     pub start_after: Option<&'a Position>,
@@ -491,7 +554,9 @@ pub struct GapCommit<'a> {
 /// Where a page of dead letters ends: the last letter's shard and key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LetterCursor {
+    /// The last letter's shard.
     pub shard_id: String,
+    /// The last letter's key in that shard (its position).
     pub key: String,
 }
 
@@ -500,8 +565,10 @@ pub struct LetterCursor {
 /// may not be seen yet).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Consistency {
+    /// Sees every acknowledged write (one read unit per 4 KB).
     #[default]
     Strong,
+    /// Half the units; a write of the last second may not be seen yet.
     Eventual,
 }
 
@@ -511,6 +578,7 @@ pub const MAX_POSTS_PER_CALL: usize = 100;
 /// A post's count.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PostCount {
+    /// Net likes, all time (likers: the users who like it now).
     pub total: i64,
     /// Likes created at or after the `since` time, at minute granularity.
     pub since: Option<i64>,
@@ -564,6 +632,7 @@ pub trait CounterStore: LeaseStore + DedupStore {
         shard_finished: bool,
         spent: &ShardTally,
     ) -> PortResult<()>;
+    /// One post's count, strongly consistent ([`CounterStore::post_counts`] of one).
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
         let mut v = self
             .post_counts(&[post_id.to_owned()], since_ms, Consistency::Strong)
@@ -580,6 +649,7 @@ pub trait CounterStore: LeaseStore + DedupStore {
     ) -> PortResult<Vec<PostCount>>;
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;
+    /// The oldest dead letters, at most `limit`, by arrival.
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>>;
     /// One page of dead letters in key order (shard, then letter key): at most `limit`, after
     /// the position `after` a previous page returned as its next. Reads only the page, however
@@ -589,6 +659,7 @@ pub trait CounterStore: LeaseStore + DedupStore {
         after: Option<&LetterCursor>,
         limit: usize,
     ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)>;
+    /// How many dead letters there are.
     async fn dead_letter_count(&self) -> PortResult<u64>;
     /// Likers mode: writes the window's edges, each only if its stored event is older (or
     /// absent), keeping the state it replaced and the window's identity on the item
@@ -680,10 +751,13 @@ impl TrendingEntry {
 /// One analytics window of one shard: what is stored atomically with its checkpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AnalyticsSnapshot {
+    /// The shard.
     pub shard_id: String,
     /// The window's last record (new checkpoint).
     pub end: Position,
+    /// The shard's arrival clock at `end` (ms): the dedup records' clock.
     pub max_arrival: i64,
+    /// When the snapshot was taken (ms since the epoch): latency windows are keyed by it.
     pub taken_at_ms: i64,
     /// The shard's whole sketch, so that a restart resumes it.
     pub trending: Vec<TrendingEntry>,
@@ -699,6 +773,7 @@ pub struct AnalyticsSnapshot {
     pub dedup: DedupRecord,
     /// The dedup horizon, for the record's expiry.
     pub horizon_ms: i64,
+    /// The shard was read to its end: the row is marked finished with the snapshot.
     pub shard_finished: bool,
 }
 

@@ -76,7 +76,9 @@ impl fmt::Display for SeqNo {
 /// position written by a tally that knew only whole records reads back as the same position.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Position {
+    /// The Kinesis record.
     pub seq: SeqNo,
+    /// The user record inside a KPL aggregate (`None`: the whole record).
     pub sub: Option<u32>,
 }
 

@@ -45,7 +45,9 @@ pub const PLAN_ATTEMPTS: usize = 5;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 pub enum Val {
+    /// A number (DynamoDB `N`).
     N(i64),
+    /// A string (DynamoDB `S`).
     S(String),
 }
 
@@ -183,16 +185,26 @@ pub enum Cond {
     MarkerBelow,
     /// The live item: marker below the window's and hour `hour`, or (`or_absent`) no item; with
     /// `hour` `None`, only no item.
-    Live { hour: Option<i64>, or_absent: bool },
+    Live {
+        /// The hour the item must be at (`None`: only an absent item will do).
+        hour: Option<i64>,
+        /// Whether an absent item will do too.
+        or_absent: bool,
+    },
 }
 
 /// One conditional write of one item.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
+    /// The item's sort key (in the post's partition).
     pub sk: String,
+    /// What the item must be for the write to apply.
     pub cond: Cond,
+    /// Attributes set.
     pub set: Vec<(String, Val)>,
+    /// Numbers added to (created at 0).
     pub add: Vec<(String, i64)>,
+    /// Attributes removed.
     pub remove: Vec<String>,
     /// What it is charged to: the live item to counts, archives to buckets.
     pub purpose: Purpose,

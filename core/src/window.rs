@@ -38,9 +38,13 @@ pub enum Bound<'a> {
 /// What a window counted, for metrics and reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WindowStats {
+    /// User records folded.
     pub records: u64,
+    /// Events counted (likers: each (post, user)'s latest, kept).
     pub counted: u64,
+    /// Copies of events met before (producer retries).
     pub duplicates: u64,
+    /// Records that are no event (each a dead letter).
     pub malformed: u64,
     /// The latest `created_at` of an event counted (ms; 0: none).
     pub latest_created_ms: i64,
@@ -369,6 +373,7 @@ pub struct ClosedWindow {
     pub total_delta: i64,
     /// The window's first-seen ids.
     pub dedup: DedupRecord,
+    /// What it counted.
     pub stats: WindowStats,
 }
 

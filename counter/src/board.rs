@@ -37,7 +37,9 @@ pub struct OpenWindow {
 /// A shard's windows, for the posts asked about.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShardOpen {
+    /// The shard.
     pub shard_id: String,
+    /// Its closed window being applied, if any, then its open one (for the posts asked about).
     pub windows: Vec<OpenWindow>,
     /// The marker of the last record the windows hold, or of the checkpoint when they hold none:
     /// every record of the shard after the checkpoint and up to it is in them (`None`: nothing

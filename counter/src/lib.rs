@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The counter: exact per-post counts, applied exactly once. An application on the consumer
 //! runtime (`tally_consumer::worker`), as analytics is; neither knows the other.
 //!
@@ -103,9 +104,13 @@ pub struct CounterMetrics {
     /// Records of the windows this worker applied: the rest of `records` were read into a window
     /// another holder of the shard applies (the lease moved first), or were applied already.
     pub applied_records: AtomicU64,
+    /// Events counted in the windows applied (likers: each edge's latest event kept).
     pub counted: AtomicU64,
+    /// Copies of events met before, in the windows applied (producer retries).
     pub duplicates: AtomicU64,
+    /// Malformed records dead-lettered.
     pub malformed: AtomicU64,
+    /// Windows applied.
     pub windows: AtomicU64,
     /// Store calls that wrote a batch of posts' items.
     pub batches: AtomicU64,
@@ -127,12 +132,14 @@ pub struct CounterMetrics {
 pub struct CostMeter([AtomicU64; Purpose::ALL.len()]);
 
 impl CostMeter {
+    /// Adds a window's units.
     pub fn add(&self, u: &Units) {
         for (i, p) in Purpose::ALL.iter().enumerate() {
             self.0[i].fetch_add(u.get(*p), Ordering::Relaxed);
         }
     }
 
+    /// The units so far.
     pub fn snapshot(&self) -> Units {
         let mut u = Units::default();
         for (i, p) in Purpose::ALL.iter().enumerate() {
@@ -151,6 +158,7 @@ pub struct Counter {
 }
 
 impl Counter {
+    /// A counter on `store`, configured by `cfg`, counting into `metrics`.
     pub fn new(
         store: Arc<dyn CounterStore>,
         cfg: CounterConfig,

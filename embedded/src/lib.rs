@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The embedded backend: every port on one SQLite file under a data dir.
 //!
 //! Layout: `schema.sql` holds the tables — `shards` and `records` (the stream: one log, sequence

@@ -115,8 +115,11 @@ impl Embedded {
 /// Records of one shard that a trim would drop before an application applied them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unapplied {
+    /// The application that has not applied them.
     pub app: String,
+    /// The shard.
     pub shard_id: String,
+    /// How many records the trim would drop unapplied.
     pub records: u64,
 }
 

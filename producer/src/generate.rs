@@ -21,6 +21,7 @@ pub struct GenConfig {
     pub events: u64,
     /// Posts, drawn Zipf-distributed: post `p1` is the most liked.
     pub posts: u64,
+    /// The Zipf exponent of the posts' popularity (1.0: the classic long tail).
     pub zipf_exponent: f64,
     /// Users, drawn uniformly.
     pub users: u64,
@@ -34,6 +35,7 @@ pub struct GenConfig {
     pub duplicate_ratio: f64,
     /// Share of extra records that are malformed.
     pub malformed_ratio: f64,
+    /// The random seed: the same seed makes the same records.
     pub seed: u64,
 }
 
@@ -56,8 +58,11 @@ impl Default for GenConfig {
 /// What kind of record was generated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// A new event.
     Event,
+    /// A verbatim copy of a recent record (a producer retry).
     Duplicate,
+    /// A record that is no event.
     Malformed,
 }
 
@@ -84,8 +89,11 @@ pub struct Generator {
 /// Generation statistics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Truth {
+    /// Distinct events generated.
     pub events: u64,
+    /// Copies generated.
     pub duplicates: u64,
+    /// Malformed records generated.
     pub malformed: u64,
     /// Expected count per post.
     pub counts: HashMap<String, i64>,

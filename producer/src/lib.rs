@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The producer: a synthetic like-event generator and the batched, retrying put path.
 //!
 //! - [`generate`]: Zipf-distributed posts, uniform users, unlike / duplicate / malformed ratios,
@@ -14,12 +15,17 @@ pub mod put;
 /// Errors of the producer.
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerError {
+    /// A stream call failed outright.
     #[error(transparent)]
     Port(#[from] tally_core::ports::PortError),
+    /// Some records were still refused when the batch's retries ran out.
     #[error("{failed} records still failed after {attempts} attempts; last error: {last}")]
     GaveUp {
+        /// How many records of the batch were not put.
         failed: usize,
+        /// How many times the batch was put.
         attempts: u32,
+        /// The last refusal's error code and message.
         last: String,
     },
 }

@@ -58,7 +58,9 @@ pub fn failed_entries(
 /// Totals of a put run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PutStats {
+    /// Records put.
     pub records: u64,
+    /// PutRecords calls made.
     pub calls: u64,
     /// Entries resent after a partial failure.
     pub resent: u64,

@@ -77,8 +77,11 @@ impl WorkerConfig {
 /// What a worker needs from the backends.
 #[derive(Clone)]
 pub struct WorkerDeps {
+    /// The stream read (polling or enhanced fan-out, as the application is configured).
     pub stream: Arc<dyn Stream>,
+    /// Where the leases, checkpoints and fleet rows are.
     pub leases: Arc<dyn LeaseStore>,
+    /// Makes the application's processor of each shard taken.
     pub factory: Arc<dyn ProcessorFactory>,
 }
 

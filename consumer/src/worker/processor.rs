@@ -35,5 +35,6 @@ pub trait ShardProcessor: Send {
 
 /// Makes a processor per shard.
 pub trait ProcessorFactory: Send + Sync {
+    /// A processor for a shard whose lease was just taken.
     fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor>;
 }

@@ -13,23 +13,32 @@ use crate::emf::Unit;
 /// Lease metrics of a worker.
 #[derive(Debug, Default)]
 pub struct LeaseMetrics {
+    /// Leases taken (free or expired).
     pub taken: AtomicU64,
+    /// Leases taken outright from a worker that did not hand them over in time.
     pub stolen: AtomicU64,
+    /// Leases given up on shutdown.
     pub released: AtomicU64,
+    /// Leases lost to another worker.
     pub lost: AtomicU64,
+    /// Shards read to their end.
     pub finished: AtomicU64,
+    /// Leases held now.
     pub held: AtomicU64,
+    /// Lease renewals written.
     pub renewed: AtomicU64,
     /// Takes refused because another worker moved first.
     pub take_failed: AtomicU64,
     /// Requests for a lease of a worker above its share (`LeaseStore::ask_handoff`), and leases
     /// this worker handed over on such a request.
     pub asked: AtomicU64,
+    /// Leases this worker handed over on request.
     pub handed_over: AtomicU64,
     /// Writes of this worker's fleet row.
     pub heartbeats: AtomicU64,
     /// Full listings of the application's leases, and listings of its fleet rows.
     pub listings: AtomicU64,
+    /// Listings of the fleet rows.
     pub fleet_listings: AtomicU64,
 }
 
