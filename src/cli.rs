@@ -485,8 +485,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = humantime::parse_duration)]
     pub pending_timeout: std::time::Duration,
     /// Ask every request for `Authorization: Bearer <token>`, the token this file holds (at
-    /// least 16 printable characters); `/healthz`, `/readyz`, `/api/openapi.json` and the
-    /// dashboard's page stay open (open the dashboard as `/#token=<token>`).
+    /// least 16 printable characters; two, one per line, while a rotation overlaps);
+    /// `/healthz`, `/readyz`, `/api/openapi.json` and the dashboard's page stay open (open the
+    /// dashboard as `/#token=<token>`).
     #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
     pub auth_token_file: Option<std::path::PathBuf>,
     /// As --auth-token-file, the token in this environment variable (how ECS hands a secret over).

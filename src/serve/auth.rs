@@ -20,51 +20,64 @@ use super::ApiError;
 /// The shortest token taken: a guessable one protects nothing.
 pub const MIN_TOKEN_LEN: usize = 16;
 
-/// The bearer token a request must carry.
+/// The bearer tokens a request may carry: usually one; two while a rotation overlaps (the new
+/// one and the old one, whitespace apart, so that callers move over without a refused request).
 #[derive(Clone)]
-pub struct Token(Arc<Vec<u8>>);
+pub struct Token(Arc<Vec<Vec<u8>>>);
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Token(…)")
+        write!(f, "Token({} accepted)", self.0.len())
     }
 }
 
 impl Token {
-    /// A token from text (surrounding whitespace dropped, as a file's last newline), or why
-    /// it is not one; `from` names where it came from.
+    /// The tokens in `text` (whitespace apart: one per line in a file), or why one is not a
+    /// token; `from` names where they came from.
     pub fn parse(text: &str, from: &str) -> Result<Token> {
-        let t = text.trim();
-        anyhow::ensure!(
-            t.len() >= MIN_TOKEN_LEN,
-            "{from}: the token must be at least {MIN_TOKEN_LEN} characters (got {})",
-            t.len()
-        );
-        anyhow::ensure!(
-            t.bytes().all(|b| b.is_ascii_graphic()),
-            "{from}: the token must be printable ASCII without spaces"
-        );
-        Ok(Token(Arc::new(t.as_bytes().to_vec())))
+        let tokens: Vec<&str> = text.split_whitespace().collect();
+        anyhow::ensure!(!tokens.is_empty(), "{from}: no token in it");
+        for t in &tokens {
+            anyhow::ensure!(
+                t.len() >= MIN_TOKEN_LEN,
+                "{from}: a token must be at least {MIN_TOKEN_LEN} characters (got {})",
+                t.len()
+            );
+            anyhow::ensure!(
+                t.bytes().all(|b| b.is_ascii_graphic()),
+                "{from}: a token must be printable ASCII"
+            );
+        }
+        Ok(Token(Arc::new(
+            tokens.iter().map(|t| t.as_bytes().to_vec()).collect(),
+        )))
     }
 
-    /// The token a file holds.
+    /// The tokens a file holds.
     pub fn from_file(path: &Path) -> Result<Token> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("--auth-token-file {}: cannot read it", path.display()))?;
         Token::parse(&text, &format!("--auth-token-file {}", path.display()))
     }
 
-    /// The token an environment variable holds.
+    /// The tokens an environment variable holds.
     pub fn from_env(name: &str) -> Result<Token> {
         let text = std::env::var(name)
             .with_context(|| format!("--auth-token-env {name}: the variable is not set"))?;
         Token::parse(&text, &format!("--auth-token-env {name}"))
     }
 
+    /// Whether the `Authorization` header carries one of the tokens (each compared in constant
+    /// time, all of them every time).
     fn admits(&self, header: Option<&str>) -> bool {
-        header
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .is_some_and(|given| bool::from(given.trim().as_bytes().ct_eq(self.0.as_slice())))
+        let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
+            return false;
+        };
+        let given = given.trim().as_bytes();
+        self.0
+            .iter()
+            .fold(subtle::Choice::from(0), |any, t| any | given.ct_eq(t))
+            .into()
     }
 }
 
@@ -106,6 +119,11 @@ mod tests {
         assert!(!t.admits(Some("Basic s3cret-token-0123456789")));
         assert!(!t.admits(None));
         assert!(Token::parse("short", "x").is_err());
-        assert!(Token::parse("has a space in it, long enough", "x").is_err());
+        assert!(Token::parse("  \n", "x").is_err());
+        // A rotation: the new token and the old one, both admitted while callers move over.
+        let both = Token::parse("new-token-0123456789\nold-token-0123456789\n", "x").unwrap();
+        assert!(both.admits(Some("Bearer new-token-0123456789")));
+        assert!(both.admits(Some("Bearer old-token-0123456789")));
+        assert!(!both.admits(Some("Bearer new-token-012345678")));
     }
 }
