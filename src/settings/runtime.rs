@@ -24,8 +24,7 @@ pub const DEMO_MALFORMED_RATIO: f64 = 0.001;
 impl Settings {
     /// The runtime settings of a worker of `app`.
     pub fn worker_config(&self, app: &str) -> WorkerConfig {
-        let settings = self;
-        let l = &settings.lease;
+        let l = &self.lease;
         let id = if l.worker_id.is_empty() {
             default_worker_id()
         } else {
@@ -41,60 +40,53 @@ impl Settings {
         w.max_leases_per_worker = l.max_per_worker;
         w.shutdown_timeout = Settings::ms(l.shutdown_timeout_ms);
         w.finished_lease_grace = Duration::from_secs(l.finished_grace_secs);
-        w.lineage_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
-        w.stats_interval = Settings::ms(settings.metrics.interval_ms);
-        w.emf = settings.emf();
+        w.lineage_horizon = Duration::from_secs(self.counter.dedup_horizon_secs);
+        w.stats_interval = Settings::ms(self.metrics.interval_ms);
+        w.emf = self.emf();
         w
     }
 
-    /// The counter's settings.
+    /// The counter's self.
     pub fn counter_config(&self) -> CounterConfig {
-        let settings = self;
         let mut c = CounterConfig::new(apps::COUNTER);
-        c.window_records = settings.counter.window_records;
-        c.window_time = Settings::ms(settings.counter.window_ms);
-        c.close_when_caught_up = settings.counter.close_when_caught_up;
-        c.dedup_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
-        c.count = settings.counter.count;
-        c.max_clock_skew = Duration::from_secs(settings.counter.max_clock_skew_secs);
-        c.posts_per_batch = settings.counter.posts_per_batch;
+        c.window_records = self.counter.window_records;
+        c.window_time = Settings::ms(self.counter.window_ms);
+        c.close_when_caught_up = self.counter.close_when_caught_up;
+        c.dedup_horizon = Duration::from_secs(self.counter.dedup_horizon_secs);
+        c.count = self.counter.count;
+        c.max_clock_skew = Duration::from_secs(self.counter.max_clock_skew_secs);
+        c.posts_per_batch = self.counter.posts_per_batch;
         c.crash_after_batches = std::env::var(crate::settings::FAILPOINT_VAR)
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|n| *n > 0);
-        c.emf = settings.emf();
+        c.emf = self.emf();
         c
     }
 
-    /// The analytics settings.
+    /// The analytics self.
     pub fn analytics_config(&self) -> AnalyticsConfig {
-        let settings = self;
         let mut a = AnalyticsConfig::new(apps::ANALYTICS);
-        a.sketch_capacity = settings.analytics.sketch_capacity;
-        a.half_life = Duration::from_secs(settings.analytics.half_life_secs);
-        a.window_records = settings.analytics.window_records;
-        a.window_time = Settings::ms(settings.analytics.window_ms);
-        a.emf = settings.emf();
-        a.dedup_horizon = Duration::from_secs(settings.counter.dedup_horizon_secs);
-        a.likers = settings.counter.count == tally_core::edge::CountMode::Likers;
+        a.sketch_capacity = self.analytics.sketch_capacity;
+        a.half_life = Duration::from_secs(self.analytics.half_life_secs);
+        a.window_records = self.analytics.window_records;
+        a.window_time = Settings::ms(self.analytics.window_ms);
+        a.emf = self.emf();
+        a.dedup_horizon = Duration::from_secs(self.counter.dedup_horizon_secs);
+        a.likers = self.counter.count == tally_core::edge::CountMode::Likers;
         a
     }
 
     /// Where the consumers' EMF metrics go.
     fn emf(&self) -> tally_consumer::emf::Emf {
-        let settings = self;
         tally_consumer::emf::Emf {
-            namespace: settings
-                .metrics
-                .emf
-                .then(|| settings.metrics.namespace.clone()),
+            namespace: settings.metrics.emf.then(|| self.metrics.namespace.clone()),
         }
     }
 
-    /// The generator's settings.
+    /// The generator's self.
     pub fn gen_config(&self, events: u64) -> GenConfig {
-        let settings = self;
-        let p = &settings.producer;
+        let p = &self.producer;
         GenConfig {
             events,
             posts: p.posts,
@@ -102,7 +94,7 @@ impl Settings {
             users: p.users,
             unlike_ratio: p.unlike_ratio,
             // Counting likers, what users do includes actions that change nothing.
-            no_op_ratio: match settings.counter.count {
+            no_op_ratio: match self.counter.count {
                 tally_core::edge::CountMode::Likers => NO_OP_RATIO,
                 tally_core::edge::CountMode::Events => 0.0,
             },

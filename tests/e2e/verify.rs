@@ -97,64 +97,54 @@ fn rolled_archive(live_sk: &str, attrs: &Value) -> (String, Value) {
 
 struct Sqlite(std::path::PathBuf);
 
-impl Tables for Sqlite {
-    fn add_to_live(&self, post: &str, add: &[(&str, i64)]) -> i64 {
+impl Sqlite {
+    /// The post's first item whose sort key starts with `prefix`: its key and attributes.
+    fn first(&self, post: &str, prefix: &str) -> (String, Value) {
         let db = rusqlite::Connection::open(&self.0).unwrap();
         let (sk, attrs): (String, String) = db
             .query_row(
-                "SELECT sk, attrs FROM items WHERE pk = ?1 AND sk LIKE 'L#%' ORDER BY sk LIMIT 1",
-                [post],
+                "SELECT sk, attrs FROM items WHERE pk = ?1 AND sk LIKE ?2 ORDER BY sk LIMIT 1",
+                [post, &format!("{prefix}%")],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();
-        let mut v: Value = serde_json::from_str(&attrs).unwrap();
+        (sk, serde_json::from_str(&attrs).unwrap())
+    }
+
+    /// Writes an item's attributes (insert or replace).
+    fn put(&self, post: &str, sk: &str, attrs: &Value) {
+        rusqlite::Connection::open(&self.0)
+            .unwrap()
+            .execute(
+                "INSERT OR REPLACE INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)",
+                rusqlite::params![post, sk, attrs.to_string()],
+            )
+            .unwrap();
+    }
+}
+
+impl Tables for Sqlite {
+    fn add_to_live(&self, post: &str, add: &[(&str, i64)]) -> i64 {
+        let (sk, mut v) = self.first(post, "L#");
         for (k, n) in add {
             let was = v[*k].as_i64().unwrap_or(0);
             v[*k] = (was + n).into();
         }
-        db.execute(
-            "UPDATE items SET attrs = ?3 WHERE pk = ?1 AND sk = ?2",
-            rusqlite::params![post, sk, v.to_string()],
-        )
-        .unwrap();
+        self.put(post, &sk, &v);
         v["hk"].as_i64().unwrap()
     }
 
     fn flip_an_edge(&self, post: &str) -> String {
-        let db = rusqlite::Connection::open(&self.0).unwrap();
-        let (sk, attrs): (String, String) = db
-            .query_row(
-                "SELECT sk, attrs FROM items WHERE pk = ?1 AND sk LIKE 'E#%' ORDER BY sk LIMIT 1",
-                [post],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap();
-        let mut v: Value = serde_json::from_str(&attrs).unwrap();
+        let (sk, mut v) = self.first(post, "E#");
         v["l"] = (v["l"].as_i64().unwrap() + 1).into();
-        db.execute(
-            "UPDATE items SET attrs = ?3 WHERE pk = ?1 AND sk = ?2",
-            rusqlite::params![post, sk, v.to_string()],
-        )
-        .unwrap();
+        self.put(post, &sk, &v);
         sk.trim_start_matches("E#").to_owned()
     }
 
     fn put_a_rolled_archive(&self, post: &str) -> i64 {
-        let db = rusqlite::Connection::open(&self.0).unwrap();
-        let (sk, attrs): (String, String) = db
-            .query_row(
-                "SELECT sk, attrs FROM items WHERE pk = ?1 AND sk LIKE 'L#%' ORDER BY sk LIMIT 1",
-                [post],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap();
-        let live: Value = serde_json::from_str(&attrs).unwrap();
+        let (sk, live) = self.first(post, "L#");
         let (archive, a) = rolled_archive(&sk, &live);
-        db.execute(
-            "INSERT INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)",
-            rusqlite::params![post, archive, a.to_string()],
-        )
-        .unwrap();
+        self.put(post, &archive, &a);
         live["hk"].as_i64().unwrap()
     }
 
