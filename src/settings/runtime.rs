@@ -80,11 +80,11 @@ impl Settings {
     /// Where the consumers' EMF metrics go.
     fn emf(&self) -> tally_consumer::emf::Emf {
         tally_consumer::emf::Emf {
-            namespace: settings.metrics.emf.then(|| self.metrics.namespace.clone()),
+            namespace: self.metrics.emf.then(|| self.metrics.namespace.clone()),
         }
     }
 
-    /// The generator's self.
+    /// The generator's settings.
     pub fn gen_config(&self, events: u64) -> GenConfig {
         let p = &self.producer;
         GenConfig {
