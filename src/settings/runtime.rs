@@ -46,7 +46,7 @@ impl Settings {
         w
     }
 
-    /// The counter's self.
+    /// The counter's configuration.
     pub fn counter_config(&self) -> CounterConfig {
         let mut c = CounterConfig::new(apps::COUNTER);
         c.window_records = self.counter.window_records;
@@ -64,7 +64,7 @@ impl Settings {
         c
     }
 
-    /// The analytics self.
+    /// The analytics configuration.
     pub fn analytics_config(&self) -> AnalyticsConfig {
         let mut a = AnalyticsConfig::new(apps::ANALYTICS);
         a.sketch_capacity = self.analytics.sketch_capacity;
