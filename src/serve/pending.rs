@@ -105,7 +105,7 @@ struct Said {
 /// (a dead worker's successor has long re-read by then), and the oldest go first past
 /// [`MEMORY_POSTS`] posts.
 #[derive(Default)]
-struct Memory {
+pub struct Memory {
     said: HashMap<String, HashMap<String, Said>>,
 }
 
@@ -119,7 +119,7 @@ impl Memory {
     /// at least as far as what was remembered, and returns the windows to add per post — the
     /// live answer's, or the remembered one where it reaches further or the shard did not
     /// answer — and the shards a remembered answer was given for.
-    fn settle(
+    pub fn settle(
         &mut self,
         ids: &[String],
         live: &HashMap<String, ShardOpen>,
@@ -127,11 +127,28 @@ impl Memory {
         let now = std::time::Instant::now();
         let mut out = Windows::default();
         let mut remembered = std::collections::BTreeSet::new();
+        // Which answers speak of each post: built once, so that the work per post follows the
+        // windows that hold it, never the shard count.
+        let mut speaking: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (shard, answer) in live {
+            let mut posts: Vec<&str> = answer
+                .windows
+                .iter()
+                .flat_map(|w| w.posts.keys().map(String::as_str))
+                .collect();
+            posts.sort_unstable();
+            posts.dedup();
+            for p in posts {
+                speaking.entry(p).or_default().push(shard.as_str());
+            }
+        }
         // A page may name a post twice: its windows are added once.
         let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
         for post in unique {
             let said = self.said.entry(post.clone()).or_default();
-            for (shard, answer) in live {
+            // The answers that hold the post: remembered where they reach at least as far.
+            for &shard in speaking.get(post.as_str()).into_iter().flatten() {
+                let answer = &live[shard];
                 let fresh = Said {
                     windows: answer
                         .windows
@@ -143,24 +160,37 @@ impl Memory {
                 };
                 match said.get(shard) {
                     Some(old) if old.through > fresh.through => {
-                        if !old.windows.is_empty() {
-                            remembered.insert(shard.clone());
-                        }
-                    }
-                    // Nothing of the post in it: nothing to remember (it supersedes what was).
-                    _ if fresh.windows.is_empty() => {
-                        said.remove(shard);
+                        remembered.insert(shard.to_owned());
                     }
                     _ => {
-                        said.insert(shard.clone(), fresh);
+                        said.insert(shard.to_owned(), fresh);
                     }
                 }
             }
-            said.retain(|_, s| now.duration_since(s.at) < FORGET);
-            for (shard, s) in said.iter() {
-                if !live.contains_key(shard) && !s.windows.is_empty() {
-                    remembered.insert(shard.clone());
+            // What was remembered of shards whose answer now holds nothing of the post: an
+            // answer that reaches as far supersedes it; a shorter one, or none, keeps it given.
+            said.retain(|shard, s| {
+                if now.duration_since(s.at) >= FORGET {
+                    return false;
                 }
+                let Some(answer) = live.get(shard) else {
+                    if !s.windows.is_empty() {
+                        remembered.insert(shard.clone());
+                    }
+                    return true;
+                };
+                let holds = answer.windows.iter().any(|w| w.posts.contains_key(post));
+                if holds {
+                    return true;
+                }
+                if s.through > answer.through {
+                    remembered.insert(shard.clone());
+                    true
+                } else {
+                    false
+                }
+            });
+            for (shard, s) in said.iter() {
                 out.0
                     .entry(post.clone())
                     .or_default()
