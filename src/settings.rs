@@ -3,6 +3,7 @@
 //! runs once at start-up and names the key of any bad value.
 
 mod runtime;
+mod validate;
 pub use runtime::{DEMO_DUPLICATE_RATIO, DEMO_MALFORMED_RATIO, NO_OP_RATIO};
 
 use std::path::{Path, PathBuf};
@@ -447,146 +448,14 @@ impl Settings {
         Ok(s)
     }
 
-    /// Checks every value once; the error names the key and what was expected.
+    /// Checks every value's range, by section, naming the key and what was expected.
     pub fn validate(&self) -> Result<()> {
-        fn range<T: PartialOrd + std::fmt::Display>(key: &str, v: T, lo: T, hi: T) -> Result<()> {
-            if v < lo || v > hi {
-                bail!("invalid configuration: `{key}` must be between {lo} and {hi}, got {v}");
-            }
-            Ok(())
-        }
-        // No cap of ours on AWS: the account's shard limit is the service's to enforce (its error
-        // names the call and the stream); a bound only so that a typo cannot ask for billions.
-        range("shards", self.shards, 1, 1_000_000)?;
-        // Kinesis allows 24 hours to 365 days.
-        range(
-            "stream_retention_hours",
-            self.stream_retention_hours,
-            24,
-            8_760,
-        )?;
-        range(
-            "counter.posts_per_batch",
-            self.counter.posts_per_batch,
-            1,
-            100_000,
-        )?;
-        range(
-            "counter.window_records",
-            self.counter.window_records,
-            1,
-            tally_core::window::MAX_WINDOW_RECORDS,
-        )?;
-        range("counter.window_ms", self.counter.window_ms, 1, 600_000)?;
-        range(
-            "counter.dedup_horizon_secs",
-            self.counter.dedup_horizon_secs,
-            1,
-            86_400,
-        )?;
-        range(
-            "counter.max_clock_skew_secs",
-            self.counter.max_clock_skew_secs,
-            0,
-            7 * 86_400,
-        )?;
-        range(
-            "analytics.sketch_capacity",
-            self.analytics.sketch_capacity,
-            1,
-            // The sketch is stored as one DynamoDB item (≤ 400 KB) per shard.
-            5_000,
-        )?;
-        range(
-            "analytics.half_life_secs",
-            self.analytics.half_life_secs,
-            1,
-            30 * 86_400,
-        )?;
-        // A window's first-seen ids are one store item, as the counter's are.
-        range(
-            "analytics.window_records",
-            self.analytics.window_records,
-            1,
-            tally_core::window::MAX_WINDOW_RECORDS,
-        )?;
-        range("analytics.window_ms", self.analytics.window_ms, 1, 600_000)?;
-        range("lease.duration_ms", self.lease.duration_ms, 100, 3_600_000)?;
-        range(
-            "lease.renew_ms",
-            self.lease.renew_ms,
-            10,
-            self.lease.duration_ms / 2,
-        )?;
-        range("lease.poll_ms", self.lease.poll_ms, 10, 600_000)?;
-        range("lease.discovery_ms", self.lease.discovery_ms, 10, 3_600_000)?;
-        range("lease.idle_poll_ms", self.lease.idle_poll_ms, 1, 60_000)?;
-        range("lease.batch_limit", self.lease.batch_limit, 1, 10_000)?;
-        range("producer.posts", self.producer.posts, 1, u64::MAX)?;
-        range("producer.users", self.producer.users, 1, u64::MAX)?;
-        range(
-            "producer.zipf_exponent",
-            self.producer.zipf_exponent,
-            0.01,
-            10.0,
-        )?;
-        range(
-            "producer.unlike_ratio",
-            self.producer.unlike_ratio,
-            0.0,
-            1.0,
-        )?;
-        range(
-            "producer.duplicate_ratio",
-            self.producer.duplicate_ratio,
-            0.0,
-            0.5,
-        )?;
-        range(
-            "producer.malformed_ratio",
-            self.producer.malformed_ratio,
-            0.0,
-            0.5,
-        )?;
-        range("producer.rate", self.producer.rate, 0.0, 1e9)?;
-        range(
-            "producer.hot_post_keys",
-            self.producer.hot_post_keys,
-            1,
-            1_024,
-        )?;
-        range(
-            "metrics.interval_ms",
-            self.metrics.interval_ms,
-            100,
-            3_600_000,
-        )?;
-        if self.metrics.namespace.is_empty()
-            || self.metrics.namespace.len() > 255
-            || self.metrics.namespace.starts_with(':')
-        {
-            bail!("invalid configuration: `metrics.namespace` must be a CloudWatch namespace (1-255 characters, not starting with `:`), got {:?}", self.metrics.namespace);
-        }
-        if self.stream.is_empty() {
-            bail!("invalid configuration: `stream` must be a stream name, got an empty string");
-        }
-        if self.table_prefix.is_empty()
-            || !self
-                .table_prefix
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
-        {
-            bail!("invalid configuration: `table_prefix` must be letters, digits, `_`, `.` or `-`, got {:?}", self.table_prefix);
-        }
-        for (key, url) in [
-            ("kinesis_endpoint_url", &self.kinesis_endpoint_url),
-            ("dynamodb_endpoint_url", &self.dynamodb_endpoint_url),
-        ] {
-            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-                bail!("invalid configuration: `{key}` must be an http:// or https:// URL, got {url:?}");
-            }
-        }
-        Ok(())
+        self.validate_top()?;
+        self.counter.validate()?;
+        self.analytics.validate()?;
+        self.lease.validate()?;
+        self.producer.validate()?;
+        self.metrics.validate()
     }
 
     pub fn ms(v: u64) -> Duration {
