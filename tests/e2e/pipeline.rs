@@ -273,8 +273,8 @@ fn baselines_side_by_side(t: Target) {
     }
 }
 
-fn events_baselines(mut t: Target) {
-    t.env.push(("TALLY_COUNTER__COUNT".into(), "events".into()));
+fn events_baselines(t: Target) {
+    let t = t.counting_events();
     let v = baselines(&t);
     assert_eq!(v["exact"], true, "{v}");
     let bl = &v["baselines"];

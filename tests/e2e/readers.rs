@@ -294,16 +294,14 @@ fn readers_under_kills(t: Target, events: usize, kills: usize, slower: u64) {
 on_backends! {
     readers_never_see_a_count_taken_back_or_one_the_stream_never_had {
         embedded => {
-            let mut t = Target::embedded();
             // Counting events, an open window's deltas are known as it is read: the most
             // provisional answers to check.
-            t.env.push(("TALLY_COUNTER__COUNT".into(), "events".into()));
+            let t = Target::embedded().counting_events();
             t.run(&["setup", "--shards", "2"]);
             readers_under_kills(t, 4_000, 8, 1);
         },
         aws => {
-            let mut t = Target::aws("readers", 2);
-            t.env.push(("TALLY_COUNTER__COUNT".into(), "events".into()));
+            let t = Target::aws("readers", 2).counting_events();
             readers_under_kills(t, 1_500, 6, 2);
         },
     }

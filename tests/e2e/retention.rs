@@ -111,10 +111,9 @@ fn a_gap_at_a_malformed_record_keeps_both_letters() {
 /// there) is given up on record, not applied as if what is left were the whole window.
 #[test]
 fn a_pending_window_whose_head_was_trimmed_is_a_gap_not_a_short_count() {
-    let mut t = Target::embedded();
     // Counting events: a post's count is its likes, written one post per batch, so the crash
     // lands between two posts' writes (the pipeline is the same counting likers).
-    t.env.push(("TALLY_COUNTER__COUNT".into(), "events".into()));
+    let t = Target::embedded().counting_events();
     t.run(&["setup", "--shards", "1"]);
     let head = file_in(&t, "head.ndjson");
     let mut f = std::fs::File::create(&head).unwrap();

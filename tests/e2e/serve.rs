@@ -882,10 +882,10 @@ fn provisional(addr: &str, posts: &[&String]) -> (Vec<(i64, i64, i64)>, Value) {
 /// window open stays in the answer (its shards named, the answer not complete, also once its
 /// lease expired) until its successor's rebuilt window reaches as far — never less, never more;
 /// after the windows land, stored = counts exactly.
-fn provisional_counts_are_exact(mut t: Target) {
+fn provisional_counts_are_exact(t: Target) {
     // An open window's deltas are known as it is read when counting events; counting likers,
     // only once its edges are written (ARCHITECTURE, "Likers").
-    t.env.push(("TALLY_COUNTER__COUNT".into(), "events".into()));
+    let t = t.counting_events();
     // Windows that stay open until the worker stops: nothing is written before that.
     let open = [
         ("TALLY_COUNTER__WINDOW_MS", "600000"),

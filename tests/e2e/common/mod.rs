@@ -28,6 +28,16 @@ pub struct Target {
     pub kinesis_proxy: Option<fault_proxy::FaultProxy>,
 }
 
+impl Target {
+    /// The same target, counting events instead of likers (`counter.count = "events"`): for
+    /// what is about events — the duplicate filter, a window's deltas known as it is read.
+    pub fn counting_events(mut self) -> Target {
+        self.env
+            .push(("TALLY_COUNTER__COUNT".into(), "events".into()));
+        self
+    }
+}
+
 impl Drop for Target {
     fn drop(&mut self) {
         if self.teardown {
