@@ -12,24 +12,15 @@ mod common;
 use std::hint::black_box;
 use std::time::Instant;
 
+use common::rounds::{median, rounds};
 use common::{analytics, analytics_fold, bare_decode, fold_window, naive_fold, records};
 use tally_core::dedup::Dedup;
 
 type Pass<'a> = Box<dyn Fn() -> u64 + 'a>;
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    // `cargo test --all-targets` runs bench binaries without `--bench`: one round checks the
-    // passes run; the figures come from `cargo bench`.
     let bench = std::env::args().any(|a| a == "--bench");
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(if bench { 300 } else { 1 });
+    let rounds = rounds(300);
     let recs = records(5_000, 1_000);
     let n = recs.len() as f64;
     let passes: Vec<(&str, Pass<'_>)> = vec![

@@ -11,10 +11,13 @@
 //! about time.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 use std::time::Instant;
 
+use common::rounds::{median, rounds};
 use tally::serve::pending::Memory;
 use tally_counter::board::{OpenWindow, ShardOpen};
 
@@ -61,19 +64,8 @@ fn naive(ids: &[String], live: &HashMap<String, ShardOpen>) -> usize {
     found
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    // `cargo test --all-targets` runs bench binaries without `--bench`: one round checks that
-    // the passes run; the figures come from `cargo bench`.
-    let bench = std::env::args().any(|a| a == "--bench");
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(if bench { 200 } else { 1 });
+    let rounds = rounds(200);
     let ids: Vec<String> = (0..PAGE).map(|i| format!("p{i}")).collect();
     println!("provisional: one counts call of {PAGE} posts, median of {rounds} rounds");
     println!("| shards | settle (µs) | naive, every shard per post (µs) |");

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fold;
+pub mod rounds;
 pub mod stack;
 
 #[allow(unused_imports)] // the benches that time the binary fold nothing
