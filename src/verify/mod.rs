@@ -109,7 +109,9 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
         Some(f) => {
             report.source = f.display().to_string();
             let (recount, anchors) = source::read_recording(f, rule, &rows, &pb)?;
-            anchors.check(f, b.stream.as_ref(), &rows).await?;
+            anchors
+                .check(f, b.stream.as_ref(), &rows, &recount.read)
+                .await?;
             (recount, Vec::new())
         }
         None => {
@@ -410,9 +412,8 @@ impl<'a> Held<'a> {
             })
             .collect();
         if r.counts_likers() {
-            let refs: Vec<&&recount::Beyond> = held.iter().collect();
             Held {
-                applied: r.likers_with(post, &refs),
+                applied: r.likers_with(post, &held),
                 extra: Vec::new(),
             }
         } else {

@@ -219,7 +219,7 @@ impl Recount {
 
     /// Likers: a post's count with the records after their checkpoints in `held` (which its
     /// summary shows applied) merged into its users' latest actions.
-    pub fn likers_with(&self, post: &str, held: &[&&Beyond]) -> PostRecount {
+    pub fn likers_with(&self, post: &str, held: &[&Beyond]) -> PostRecount {
         let mut users = self.edges.get(post).cloned().unwrap_or_default();
         for b in held {
             if let Some((user, l)) = &b.action {
@@ -347,8 +347,7 @@ impl Recount {
                 p.add(minute, delta);
             }
         } else {
-            self.tally.beyond_checkpoint += 1;
-            self.beyond.push(Beyond {
+            self.beyond_checkpoint(Beyond {
                 shard_id: shard_id.to_owned(),
                 at,
                 post_id: ev.post_id,
@@ -398,8 +397,7 @@ impl Recount {
                 .and_modify(|e| e.merge(&latest))
                 .or_insert(latest);
         } else {
-            self.tally.beyond_checkpoint += 1;
-            self.beyond.push(Beyond {
+            self.beyond_checkpoint(Beyond {
                 shard_id: shard_id.to_owned(),
                 at,
                 post_id: ev.post_id,
@@ -409,6 +407,12 @@ impl Recount {
                 action: Some((ev.user_id, latest)),
             });
         }
+    }
+
+    /// Keeps a record after its shard's checkpoint, for the posts' comparisons.
+    fn beyond_checkpoint(&mut self, b: Beyond) {
+        self.tally.beyond_checkpoint += 1;
+        self.beyond.push(b);
     }
 
     /// The applied total of every post.
@@ -582,8 +586,7 @@ mod tests {
         r.finish();
         let p = &r.posts["p"];
         assert_eq!((p.total, p.since(2), p.since(3)), (1, 1, 0));
-        let held = r.beyond.iter().collect::<Vec<_>>();
-        let held: Vec<&&Beyond> = held.iter().collect();
+        let held: Vec<&Beyond> = r.beyond.iter().collect();
         let with = r.likers_with("p", &held);
         assert_eq!((with.total, with.since(4)), (2, 1));
     }

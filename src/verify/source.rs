@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use tally_core::ports::{ShardInfo, StartPosition, Stream};
-use tally_core::seq::SeqNo;
+use tally_core::seq::{Position, SeqNo};
 
 use super::recount::{Recount, Row};
 use super::Rule;
@@ -64,33 +64,36 @@ pub fn read_recording(
         let seq = SeqNo::parse(&rec.seq)
             .with_context(|| format!("{}: sequence number {:?}", file.display(), rec.seq))?;
         r.record(&rec.shard_id, &seq, rec.arrival_ms, &rec.data);
-        anchors.keep(rows, &rec.shard_id, seq, rec.data);
+        anchors.keep(rows, &rec.shard_id, &seq, rec.data);
         pb.inc(1);
     }
     Ok((r, anchors))
 }
 
 /// Records of a recording that the stream must still hold as recorded for the recording to be
-/// of it: per shard, the one at the counter's checkpoint and the last one.
+/// of it: per shard, the one at the counter's checkpoint and the last one. Where each shard's
+/// records start and end is the recount's (`Recount::read`); only their bytes are kept here.
 #[derive(Default)]
 pub struct Anchors {
     /// The recorded record at the checkpoint's sequence number.
     at_checkpoint: HashMap<String, (SeqNo, Vec<u8>)>,
-    last: HashMap<String, (SeqNo, Vec<u8>)>,
-    first: HashMap<String, SeqNo>,
+    /// The bytes of each shard's last recorded record.
+    last: HashMap<String, Vec<u8>>,
 }
 
 impl Anchors {
-    fn keep(&mut self, rows: &HashMap<String, Row>, shard: &str, seq: SeqNo, data: Vec<u8>) {
-        self.first
-            .entry(shard.to_owned())
-            .or_insert_with(|| seq.clone());
+    fn keep(&mut self, rows: &HashMap<String, Row>, shard: &str, seq: &SeqNo, data: Vec<u8>) {
         let checkpoint = rows.get(shard).and_then(|r| r.checkpoint.as_ref());
-        if checkpoint.is_some_and(|c| c.seq == seq) {
+        if checkpoint.is_some_and(|c| c.seq == *seq) {
             self.at_checkpoint
                 .insert(shard.to_owned(), (seq.clone(), data.clone()));
         }
-        self.last.insert(shard.to_owned(), (seq, data));
+        match self.last.get_mut(shard) {
+            Some(last) => *last = data,
+            None => {
+                self.last.insert(shard.to_owned(), data);
+            }
+        }
     }
 
     /// Refuses a recording of another stream than `stream`, with the reason: a checkpoint
@@ -101,6 +104,7 @@ impl Anchors {
         file: &Path,
         stream: &dyn Stream,
         rows: &HashMap<String, Row>,
+        read: &HashMap<String, (Position, Position)>,
     ) -> Result<()> {
         let refuse = |why: String| -> anyhow::Error {
             anyhow::anyhow!(
@@ -111,19 +115,21 @@ impl Anchors {
         let mut shared = 0;
         for (shard, row) in rows {
             let Some(c) = &row.checkpoint else { continue };
-            let (Some(first), Some(last)) = (self.first.get(shard), self.last.get(shard)) else {
+            let (Some((first, last)), Some(last_data)) = (read.get(shard), self.last.get(shard))
+            else {
                 continue;
             };
             shared += 1;
+            let last = (last.seq.clone(), last_data.clone());
             let anchor = match self.at_checkpoint.get(shard) {
                 Some(a) => a,
-                None if c.seq < *first => continue,
+                None if c.seq < first.seq => continue,
                 None if c.seq < last.0 => {
                     return Err(refuse(format!(
                         "the counter's checkpoint on {shard} ({c}) is not a record of the recording"
                     )))
                 }
-                None => last,
+                None => &last,
             };
             let mut reader = stream
                 .open(shard, StartPosition::AtSequence(anchor.0.clone()))

@@ -151,11 +151,6 @@ fn a_long_finished_parent_is_never_read_again(
     assert_eq!(t.mismatches(&counts), vec![]);
 }
 
-/// Counting events, as these edge cases of the duplicate filter and of `created_at` are about.
-fn events() -> (String, String) {
-    ("TALLY_COUNTER__COUNT".into(), "events".into())
-}
-
 fn split_embedded(t: &Target, shard: &str) -> Vec<String> {
     let out = t.run(&["reshard", "--split", shard]);
     // "split <parent> into <a> and <b>"
@@ -179,9 +174,9 @@ on_backends! {
 /// Events put again after the stream was resharded twice (every one a producer retry, now routed
 /// to a grandchild of the shard the original went to) count once: a shard's duplicate filter
 /// holds its ancestors' recent ids, not only its parents'.
-fn a_retry_two_reshards_later_counts_once(mut t: Target) {
+fn a_retry_two_reshards_later_counts_once(t: Target) {
     // The duplicate filter is the events mode's (likers need none).
-    t.env.push(events());
+    let t = t.counting_events();
     let file = file_in(&t, "retried.ndjson");
     let exp = write_contract_file(&file, 800, 30, 81);
     t.run(&["replay", file.to_str().unwrap()]);
@@ -226,9 +221,9 @@ fn restored_ids(log: &str, shard: &str) -> Vec<u64> {
 /// A new child restores only the ids its parent saw within the horizon of the parent's last
 /// record, not the parent's whole history (which, for a parent that took 1,000 records a second
 /// for a day, would be ~90 M ids).
-fn a_child_restores_only_what_the_horizon_needs(mut t: Target) {
+fn a_child_restores_only_what_the_horizon_needs(t: Target) {
     // The duplicate filter is the events mode's (likers need none).
-    t.env.push(events());
+    let t = t.counting_events();
     let env = [("TALLY_COUNTER__DEDUP_HORIZON_SECS", "1")];
     let old = file_in(&t, "old.ndjson");
     let old_exp = write_contract_file(&old, 500, 20, 91);
@@ -328,9 +323,9 @@ fn stored_dedup_records(t: &Target, shard: &str, horizon_ms: i64) -> (usize, usi
 /// after a wall-clock time): after a second batch that arrives more than the horizon after the
 /// first, a restore selects only the second batch's records. The embedded store deletes the
 /// others; on DynamoDB their TTL does (for nothing), so they are still stored.
-fn dedup_records_expire_as_the_arrival_clock_moves(mut t: Target) {
+fn dedup_records_expire_as_the_arrival_clock_moves(t: Target) {
     // The duplicate filter is the events mode's (likers need none).
-    t.env.push(events());
+    let t = t.counting_events();
     let env = [("TALLY_COUNTER__DEDUP_HORIZON_SECS", "1")];
     let mut last_windows = 0;
     for seed in [93, 94] {
@@ -508,10 +503,10 @@ fn a_trimmed_pending_window_at_the_tip_is_recorded_as_a_gap() {
 /// found by "since T"; a millisecond later is dead-lettered with the valid range in its reason
 /// (its hour and day keys would have five-digit years, which sort below every other and drop out
 /// of "since T").
-fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(mut t: Target) {
+fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t: Target) {
     // Counted at its own time, however far ahead: the events mode's rule (likers take a clock
     // far past the arrival as the arrival, tests/e2e/likers.rs).
-    t.env.push(events());
+    let t = t.counting_events();
     let path = file_in(&t, "bounds.ndjson");
     let now = crate::common::now_ms();
     let last = 253_402_300_799_999_i64;
