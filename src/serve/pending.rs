@@ -54,6 +54,7 @@ pub struct Pending {
 /// One window's delta of one post on one shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PostWindow {
+    /// The shard whose window it is.
     pub shard: String,
     /// The marker of the checkpoint the window follows (`None`: the shard's first window).
     pub after: Option<String>,
@@ -95,7 +96,7 @@ pub struct Asked {
 /// What one answer said of one post on one shard: its windows' deltas, and how far they reach.
 #[derive(Clone, Debug)]
 struct Said {
-    windows: Vec<(Option<String>, BTreeMap<i64, i64>)>,
+    windows: Vec<PostWindow>,
     through: Option<String>,
     at: std::time::Instant,
 }
@@ -153,7 +154,13 @@ impl Memory {
                     windows: answer
                         .windows
                         .iter()
-                        .filter_map(|w| Some((w.after.clone(), w.posts.get(post)?.clone())))
+                        .filter_map(|w| {
+                            Some(PostWindow {
+                                shard: shard.to_owned(),
+                                after: w.after.clone(),
+                                minutes: w.posts.get(post)?.clone(),
+                            })
+                        })
                         .collect(),
                     through: answer.through.clone(),
                     at: now,
@@ -190,15 +197,11 @@ impl Memory {
                     false
                 }
             });
-            for (shard, s) in said.iter() {
+            for s in said.values() {
                 out.0
                     .entry(post.clone())
                     .or_default()
-                    .extend(s.windows.iter().map(|(after, minutes)| PostWindow {
-                        shard: shard.clone(),
-                        after: after.clone(),
-                        minutes: minutes.clone(),
-                    }));
+                    .extend(s.windows.iter().cloned());
             }
             if said.is_empty() {
                 self.said.remove(post);
