@@ -101,7 +101,7 @@ impl Backend {
             return Ok(self.stream.clone());
         };
         let name = consumer_name(s, app);
-        let wait = Settings::ms(s.lease.idle_poll_ms);
+        let wait = s.lease.idle_poll;
         match tally_aws::fan_out::FanOut::register(kinesis, &name, wait).await {
             Ok(f) => Ok(Arc::new(f)),
             Err(e @ (PortError::Unavailable { .. } | PortError::Timeout(_))) => {

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::settings::{BackendKind, Override, Settings};
+use crate::settings::{BackendKind, Settings};
+use tally_producer::generate::GenConfig;
 
 /// The flags that set a setting whose default is tally's own, by argument id and setting key:
 /// their help ends with the setting's default as `tally config` prints it, so help and behaviour
@@ -321,30 +322,22 @@ pub struct GenArgs {
 }
 
 impl GenArgs {
-    pub fn overrides(&self) -> Vec<Override> {
-        let mut o: Vec<Override> = Vec::new();
-        if let Some(v) = self.posts {
-            o.push(("producer.posts", v.into()));
-        }
-        if let Some(v) = self.zipf {
-            o.push(("producer.zipf_exponent", v.into()));
-        }
-        if let Some(v) = self.users {
-            o.push(("producer.users", v.into()));
-        }
-        if let Some(v) = self.unlike_ratio {
-            o.push(("producer.unlike_ratio", v.into()));
-        }
-        if let Some(v) = self.duplicate_ratio {
-            o.push(("producer.duplicate_ratio", v.into()));
-        }
-        if let Some(v) = self.malformed_ratio {
-            o.push(("producer.malformed_ratio", v.into()));
-        }
-        if let Some(v) = self.seed {
-            o.push(("producer.seed", v.into()));
-        }
-        o
+    /// Sets the generator's settings these flags give.
+    pub fn apply(&self, p: &mut GenConfig) {
+        set(&mut p.posts, self.posts);
+        set(&mut p.zipf_exponent, self.zipf);
+        set(&mut p.users, self.users);
+        set(&mut p.unlike_ratio, self.unlike_ratio);
+        set(&mut p.duplicate_ratio, self.duplicate_ratio);
+        set(&mut p.malformed_ratio, self.malformed_ratio);
+        set(&mut p.seed, self.seed);
+    }
+}
+
+/// A flag given overrides its setting.
+fn set<T>(setting: &mut T, flag: Option<T>) {
+    if let Some(v) = flag {
+        *setting = v;
     }
 }
 
@@ -578,66 +571,37 @@ pub struct SetupArgs {
 }
 
 impl Cli {
-    /// Global flags as configuration overrides.
-    pub fn overrides(&self) -> Vec<Override> {
-        let mut o: Vec<Override> = Vec::new();
-        if let Some(d) = &self.data_dir {
-            o.push(("data_dir", d.display().to_string().into()));
-        }
-        if let Some(b) = self.backend {
-            o.push((
-                "backend",
-                (if b == BackendKind::Aws {
-                    "aws"
-                } else {
-                    "embedded"
-                })
-                .into(),
-            ));
-        }
-        if let Some(s) = &self.stream {
-            o.push(("stream", s.clone().into()));
-        }
-        if let Some(s) = &self.table_prefix {
-            o.push(("table_prefix", s.clone().into()));
-        }
-        if let Some(s) = &self.kinesis_endpoint_url {
-            o.push(("kinesis_endpoint_url", s.clone().into()));
-        }
-        if let Some(s) = &self.dynamodb_endpoint_url {
-            o.push(("dynamodb_endpoint_url", s.clone().into()));
-        }
+    /// Sets the settings the flags give: they take precedence over the file and the
+    /// environment, and are checked with them ([`Settings::validate`]).
+    pub fn apply(&self, s: &mut Settings) {
+        set(&mut s.data_dir, self.data_dir.clone());
+        set(&mut s.backend, self.backend);
+        set(&mut s.stream, self.stream.clone());
+        set(&mut s.table_prefix, self.table_prefix.clone());
+        set(
+            &mut s.kinesis_endpoint_url,
+            self.kinesis_endpoint_url.clone(),
+        );
+        set(
+            &mut s.dynamodb_endpoint_url,
+            self.dynamodb_endpoint_url.clone(),
+        );
         match &self.command {
             Command::Demo(a) => {
-                o.extend(a.gen.overrides());
-                if let Some(s) = a.shards {
-                    o.push(("shards", (s as u64).into()));
-                }
+                a.gen.apply(&mut s.producer);
+                set(&mut s.shards, a.shards);
             }
             Command::Produce(a) => {
-                o.extend(a.gen.overrides());
-                if let Some(r) = a.rate {
-                    o.push(("producer.rate", r.into()));
-                }
+                a.gen.apply(&mut s.producer);
+                set(&mut s.producer.rate, a.rate);
             }
-            Command::Replay(a) => {
-                if let Some(r) = a.rate {
-                    o.push(("producer.rate", r.into()));
-                }
-            }
-            Command::Setup(a) => {
-                if let Some(s) = a.shards {
-                    o.push(("shards", (s as u64).into()));
-                }
-            }
+            Command::Replay(a) => set(&mut s.producer.rate, a.rate),
+            Command::Setup(a) => set(&mut s.shards, a.shards),
             Command::Count(a) | Command::Analytics(a) => {
-                if let Some(w) = &a.worker_id {
-                    o.push(("lease.worker_id", w.clone().into()));
-                }
+                set(&mut s.lease.worker_id, a.worker_id.clone())
             }
             _ => {}
         }
-        o
     }
 }
 

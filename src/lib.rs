@@ -77,7 +77,7 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
 /// the settings, or the settings and the store opened for reading (never created) or for writing
 /// (created if missing).
 pub async fn run(cli: Cli) -> Result<()> {
-    let settings = || Settings::load(cli.config.as_deref(), cli.overrides());
+    let settings = || Settings::load(cli.config.as_deref(), |s| cli.apply(s));
     let store = |access: Access| async move {
         let s = settings()?;
         let b = open_store(&s, access).await?;

@@ -5,15 +5,14 @@
 mod runtime;
 mod validate;
 pub use runtime::{DEMO_DUPLICATE_RATIO, DEMO_MALFORMED_RATIO, NO_OP_RATIO};
+pub use tally_consumer::worker::ReadMode;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tally_analytics::AnalyticsConfig;
 use tally_consumer::worker::WorkerConfig;
-use tally_core::apps;
 use tally_counter::CounterConfig;
 use tally_producer::generate::GenConfig;
 
@@ -47,27 +46,6 @@ impl<'de> Deserialize<'de> for BackendKind {
     }
 }
 
-/// How an application reads Kinesis.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ReadMode {
-    /// GetRecords: 5 reads/s and 2 MB/s per shard, shared by every application on the stream.
-    #[default]
-    Polling,
-    /// Enhanced fan-out: a consumer registered for the application, records pushed over
-    /// SubscribeToShard (2 MB/s per shard of its own).
-    Efo,
-}
-
-impl<'de> Deserialize<'de> for ReadMode {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        <ReadMode as clap::ValueEnum>::from_str(&name, false).map_err(|_| {
-            serde::de::Error::custom(format!("expected one of `polling`, `efo`, got `{name}`"))
-        })
-    }
-}
-
 /// Everything configurable.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -87,10 +65,14 @@ pub struct Settings {
     /// The stream's retention in hours (as Terraform sets it): how long DynamoDB keeps a dedup
     /// record past its horizon before its TTL removes it.
     pub stream_retention_hours: u32,
-    pub counter: CounterSettings,
-    pub analytics: AnalyticsSettings,
-    pub lease: LeaseSettings,
-    pub producer: ProducerSettings,
+    /// `[counter]`: the counter's own configuration type, with its defaults and ranges.
+    pub counter: CounterConfig,
+    /// `[analytics]`: analytics' configuration type.
+    pub analytics: AnalyticsConfig,
+    /// `[lease]`: a worker's configuration type (both applications').
+    pub lease: WorkerConfig,
+    /// `[producer]`: the generator's and putter's configuration type.
+    pub producer: GenConfig,
     pub metrics: MetricsSettings,
 }
 
@@ -110,93 +92,11 @@ pub struct MetricsSettings {
 impl Default for MetricsSettings {
     fn default() -> Self {
         MetricsSettings {
-            interval_ms: WorkerConfig::new("", "").stats_interval.as_millis() as u64,
+            interval_ms: tally_core::config::millis(WorkerConfig::default().stats_interval),
             emf: false,
             namespace: "tally".into(),
         }
     }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CounterSettings {
-    /// A window closes after this many records…
-    pub window_records: usize,
-    /// …or this many milliseconds after it opened.
-    pub window_ms: u64,
-    /// …or as soon as a read reaches the shard's tip (fresher counts at low rates, more windows).
-    pub close_when_caught_up: bool,
-    /// How the counter reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
-    pub read_mode: ReadMode,
-    /// What a post's count is: `likers` (the users whose latest action is a like) or `events`
-    /// (distinct like events minus distinct unlike events, for counters that are events). A
-    /// store counted in one refuses the other.
-    pub count: tally_core::edge::CountMode,
-    /// Likers: a `created_at` more than this many seconds after its record's arrival is taken
-    /// as the arrival (a device clock far ahead must not pin a user's like).
-    pub max_clock_skew_secs: u64,
-    /// A producer retry is recognised for this long after the original arrived (events mode;
-    /// also analytics' horizon and the lineage's).
-    pub dedup_horizon_secs: u64,
-    /// Posts whose summary items one store call writes (embedded: one SQLite transaction;
-    /// DynamoDB: that many conditional writes, 32 in flight at a time).
-    pub posts_per_batch: usize,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AnalyticsSettings {
-    /// Posts kept per shard by the trending sketch (bounds memory).
-    pub sketch_capacity: usize,
-    /// Half-life of the decayed like rate, in seconds.
-    pub half_life_secs: u64,
-    pub window_records: usize,
-    pub window_ms: u64,
-    /// How analytics reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
-    pub read_mode: ReadMode,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LeaseSettings {
-    /// A lease not renewed for this long may be taken by another worker.
-    pub duration_ms: u64,
-    /// How often a held lease is renewed.
-    pub renew_ms: u64,
-    /// How often a worker looks for leases to take or steal.
-    pub poll_ms: u64,
-    /// How often a worker lists the stream's shards.
-    pub discovery_ms: u64,
-    /// Most leases per worker (0: no limit).
-    pub max_per_worker: usize,
-    /// How long a graceful shutdown waits for shards to flush.
-    pub shutdown_timeout_ms: u64,
-    /// A finished shard's lease row is deleted this long after its children finished.
-    pub finished_grace_secs: u64,
-    /// Pause between reads of a caught-up shard.
-    pub idle_poll_ms: u64,
-    /// Most records per read.
-    pub batch_limit: usize,
-    /// This worker's identity (empty: the ECS task id, else host name and pid).
-    pub worker_id: String,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProducerSettings {
-    pub posts: u64,
-    pub zipf_exponent: f64,
-    pub users: u64,
-    pub unlike_ratio: f64,
-    pub duplicate_ratio: f64,
-    pub malformed_ratio: f64,
-    pub seed: u64,
-    /// Records per second (0: as fast as possible).
-    pub rate: f64,
-    /// Posts whose likes are fanned out over several partition keys (so over several shards).
-    pub hot_posts: Vec<String>,
-    /// Keys per hot post.
-    pub hot_post_keys: u32,
 }
 
 impl Default for Settings {
@@ -210,78 +110,11 @@ impl Default for Settings {
             dynamodb_endpoint_url: String::new(),
             shards: 4,
             stream_retention_hours: 24,
-            counter: CounterSettings::default(),
-            analytics: AnalyticsSettings::default(),
-            lease: LeaseSettings::default(),
-            producer: ProducerSettings::default(),
+            counter: CounterConfig::default(),
+            analytics: AnalyticsConfig::default(),
+            lease: WorkerConfig::default(),
+            producer: GenConfig::default(),
             metrics: MetricsSettings::default(),
-        }
-    }
-}
-
-// The defaults are the libraries' own, so that the two cannot drift apart.
-
-impl Default for CounterSettings {
-    fn default() -> Self {
-        let c = CounterConfig::new(apps::COUNTER);
-        CounterSettings {
-            window_records: c.window_records,
-            window_ms: c.window_time.as_millis() as u64,
-            close_when_caught_up: c.close_when_caught_up,
-            read_mode: ReadMode::Polling,
-            count: c.count,
-            max_clock_skew_secs: c.max_clock_skew.as_secs(),
-            dedup_horizon_secs: c.dedup_horizon.as_secs(),
-            posts_per_batch: c.posts_per_batch,
-        }
-    }
-}
-
-impl Default for AnalyticsSettings {
-    fn default() -> Self {
-        let a = AnalyticsConfig::new(apps::ANALYTICS);
-        AnalyticsSettings {
-            sketch_capacity: a.sketch_capacity,
-            half_life_secs: a.half_life.as_secs(),
-            window_records: a.window_records,
-            window_ms: a.window_time.as_millis() as u64,
-            read_mode: ReadMode::Polling,
-        }
-    }
-}
-
-impl Default for LeaseSettings {
-    fn default() -> Self {
-        let w = WorkerConfig::new("", "");
-        LeaseSettings {
-            duration_ms: w.lease_duration.as_millis() as u64,
-            renew_ms: w.renew_interval.as_millis() as u64,
-            poll_ms: w.lease_poll_interval.as_millis() as u64,
-            discovery_ms: w.discovery_interval.as_millis() as u64,
-            max_per_worker: w.max_leases_per_worker,
-            shutdown_timeout_ms: w.shutdown_timeout.as_millis() as u64,
-            finished_grace_secs: w.finished_lease_grace.as_secs(),
-            idle_poll_ms: w.idle_poll.as_millis() as u64,
-            batch_limit: w.batch_limit,
-            worker_id: String::new(),
-        }
-    }
-}
-
-impl Default for ProducerSettings {
-    fn default() -> Self {
-        let g = GenConfig::default();
-        ProducerSettings {
-            posts: g.posts,
-            zipf_exponent: g.zipf_exponent,
-            users: g.users,
-            unlike_ratio: g.unlike_ratio,
-            duplicate_ratio: g.duplicate_ratio,
-            malformed_ratio: g.malformed_ratio,
-            seed: g.seed,
-            rate: 0.0,
-            hot_posts: Vec::new(),
-            hot_post_keys: 8,
         }
     }
 }
@@ -355,7 +188,7 @@ fn is_setting(defaults: &serde_json::Value, path: &[String]) -> bool {
     true
 }
 
-/// Serde's words for our types, in the user's: `expected struct CounterSettings` is a table.
+/// Serde's words for our types, in the user's: `expected struct CounterConfig` is a table.
 fn plain(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
@@ -379,9 +212,6 @@ fn plain(message: &str) -> String {
     }
     out
 }
-
-/// A flag's override: the dotted key and its value.
-pub type Override = (&'static str, config::Value);
 
 /// Reads a config file alone, so that an unknown key or a bad value is reported with the file's
 /// name, line and column.
@@ -418,8 +248,8 @@ impl Settings {
     }
 
     /// Loads the layers. `file`: an explicit `--config` (must exist) or `None` for `./tally.toml`
-    /// if present.
-    pub fn load(file: Option<&Path>, overrides: Vec<Override>) -> Result<Settings> {
+    /// if present; `flags` sets what the command line gives, last, before the ranges are checked.
+    pub fn load(file: Option<&Path>, flags: impl FnOnce(&mut Settings)) -> Result<Settings> {
         let mut b = config::Config::builder().add_source(
             config::Config::try_from(&Settings::default()).context("default settings")?,
         );
@@ -435,30 +265,30 @@ impl Settings {
                 .try_parsing(true)
                 .source(Some(settings_env()?)),
         );
-        for (k, v) in overrides {
-            b = b
-                .set_override(k, v)
-                .with_context(|| format!("flag for {k}"))?;
-        }
         let cfg = b.build().context("reading configuration")?;
-        let s: Settings = cfg
+        let mut s: Settings = cfg
             .try_deserialize()
             .map_err(|e| anyhow::anyhow!("invalid configuration: {}", plain(&e.to_string())))?;
+        flags(&mut s);
         s.validate()?;
         Ok(s)
     }
 
-    /// Checks every value's range, by section, naming the key and what was expected.
+    /// Checks every value's range, by section, naming the key and what was expected: each
+    /// section's type checks its own.
     pub fn validate(&self) -> Result<()> {
+        let sections = [
+            ("counter", self.counter.validate()),
+            ("analytics", self.analytics.validate()),
+            ("lease", self.lease.validate()),
+            ("producer", self.producer.validate()),
+        ];
         self.validate_top()?;
-        self.counter.validate()?;
-        self.analytics.validate()?;
-        self.lease.validate()?;
-        self.producer.validate()?;
+        for (section, checked) in sections {
+            if let Err(e) = checked {
+                bail!("invalid configuration: {}", e.in_section(section));
+            }
+        }
         self.metrics.validate()
-    }
-
-    pub fn ms(v: u64) -> Duration {
-        Duration::from_millis(v)
     }
 }

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tally_consumer::emf::{Emf, Unit};
-use tally_consumer::worker::{now_ms, ProcessorFactory, ShardProcessor};
+use tally_consumer::worker::{now_ms, ProcessorFactory, ReadMode, ShardProcessor};
 use tally_consumer::ConsumerError;
+use tally_core::config::{millis, range, Invalid};
 use tally_core::latency::{percentiles, Latency, Percentiles};
 use tally_core::lease::Lease;
 use tally_core::ports::{
@@ -54,26 +55,46 @@ pub mod metric {
     ];
 }
 
-/// The analytics settings.
-#[derive(Clone, Debug)]
+/// The analytics settings: the `[analytics]` section of the settings (durations in the unit
+/// their key names), and what the binary sets beside it (`#[serde(skip)]`).
+#[serde_with::serde_as]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct AnalyticsConfig {
     /// Application name (leases and checkpoints).
+    #[serde(skip)]
     pub app: String,
     /// Posts kept by each shard's sketch: memory is bounded by this, not by distinct posts.
     pub sketch_capacity: usize,
     /// Half-life of the decayed like rate.
+    #[serde(rename = "half_life_secs")]
+    #[serde_as(as = "serde_with::DurationSeconds<u64>")]
     pub half_life: Duration,
     /// A snapshot is stored after this many user records (a KPL aggregate's count one by one; at
     /// most `tally_core::window::MAX_WINDOW_RECORDS`, as its first-seen ids are one store item)…
     pub window_records: usize,
     /// …or this long after the window opened.
+    #[serde(rename = "window_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub window_time: Duration,
+    /// How analytics reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
+    pub read_mode: ReadMode,
     /// Each stored window's latency percentiles as CloudWatch embedded metric format, when on.
+    #[serde(skip)]
     pub emf: Emf,
     /// A retry of an event is recognised for this long after the event arrived (the counter's).
+    #[serde(skip)]
     pub dedup_horizon: Duration,
     /// The counter counts likers: a user's likes of a post are one like within the horizon.
+    #[serde(skip)]
     pub likers: bool,
+}
+
+impl Default for AnalyticsConfig {
+    /// The defaults, for the analytics application.
+    fn default() -> Self {
+        AnalyticsConfig::new(tally_core::apps::ANALYTICS)
+    }
 }
 
 impl AnalyticsConfig {
@@ -85,10 +106,26 @@ impl AnalyticsConfig {
             half_life: Duration::from_secs(300),
             window_records: 20_000,
             window_time: Duration::from_secs(5),
+            read_mode: ReadMode::Polling,
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             likers: true,
         }
+    }
+
+    /// The `[analytics]` section's ranges (keys without the section).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        // The sketch is stored as one DynamoDB item (≤ 400 KB) per shard.
+        range("sketch_capacity", self.sketch_capacity, 1, 5_000)?;
+        range("half_life_secs", self.half_life.as_secs(), 1, 30 * 86_400)?;
+        // A window's first-seen ids are one store item, as the counter's are.
+        range(
+            "window_records",
+            self.window_records,
+            1,
+            tally_core::window::MAX_WINDOW_RECORDS,
+        )?;
+        range("window_ms", millis(self.window_time), 1, 600_000)
     }
 }
 

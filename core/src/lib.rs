@@ -13,6 +13,7 @@
 pub mod boundary;
 pub mod buckets;
 pub mod clock;
+pub mod config;
 pub mod cost;
 pub mod dead_letter;
 pub mod dedup;

@@ -24,9 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tally_consumer::worker::ReadMode;
 use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
 use tally_core::boundary::{fold_record, Windows};
+use tally_core::config::{millis, range, Invalid};
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
 use tally_core::edge::CountMode;
@@ -45,36 +47,60 @@ mod restore;
 use board::{Board, ShardWindows};
 use gap::{GONE, HEAD_TRIMMED, TIP_READS_FOR_A_GAP, TRIMMED};
 
-/// The counter's settings.
-#[derive(Clone, Debug)]
+/// The counter's settings: the `[counter]` section of the settings (durations in the unit their
+/// key names), and what the binary sets beside it (`#[serde(skip)]`).
+#[serde_with::serde_as]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct CounterConfig {
     /// Application name (leases and checkpoints).
+    #[serde(skip)]
     pub app: String,
     /// A window closes after this many records…
     pub window_records: usize,
     /// …or this long after it opened, whichever comes first.
+    #[serde(rename = "window_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub window_time: Duration,
     /// Also close a window as soon as a read reaches the shard's tip: counts are visible within
     /// a poll at low rates, at the price of more (smaller) windows; at high rates windows fill
     /// before the tip is reached, so nothing changes there.
     pub close_when_caught_up: bool,
-    /// A retry of an event is recognised for this long after the event arrived (events mode;
-    /// likers need no duplicate filter).
-    pub dedup_horizon: Duration,
+    /// How the counter reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
+    pub read_mode: ReadMode,
     /// What a post's count is: its likers (each edge's latest action) or its distinct events.
+    /// A store counted in one refuses the other.
     pub count: CountMode,
     /// Likers: a `created_at` later than its record's arrival by more than this orders as the
-    /// arrival (`tally_core::edge::ordering_time`).
+    /// arrival (`tally_core::edge::ordering_time`): a device clock far ahead must not pin a
+    /// user's like.
+    #[serde(rename = "max_clock_skew_secs")]
+    #[serde_as(as = "serde_with::DurationSeconds<u64>")]
     pub max_clock_skew: Duration,
+    /// A retry of an event is recognised for this long after the event arrived (events mode;
+    /// likers need no duplicate filter). Also analytics' horizon and the lineage's.
+    #[serde(rename = "dedup_horizon_secs")]
+    #[serde_as(as = "serde_with::DurationSeconds<u64>")]
+    pub dedup_horizon: Duration,
     /// Posts whose items one store call writes (the embedded store: one SQLite transaction;
     /// DynamoDB: that many items, a few dozen requests in flight at a time).
     pub posts_per_batch: usize,
     /// Backoff for retryable store errors.
+    #[serde(skip)]
     pub backoff: Backoff,
     /// Test failpoint: abort the process right after this many batches of post writes.
+    #[serde(skip)]
     pub crash_after_batches: Option<u64>,
     /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
+    #[serde(skip)]
     pub emf: tally_consumer::emf::Emf,
+}
+
+impl Default for CounterConfig {
+    /// The defaults, for the counter application.
+    fn default() -> Self {
+        CounterConfig::new(tally_core::apps::COUNTER)
+    }
 }
 
 impl CounterConfig {
@@ -85,6 +111,7 @@ impl CounterConfig {
             window_records: 5_000,
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
+            read_mode: ReadMode::Polling,
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: CountMode::Likers,
             max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
@@ -93,6 +120,30 @@ impl CounterConfig {
             crash_after_batches: None,
             emf: tally_consumer::emf::Emf::default(),
         }
+    }
+
+    /// The `[counter]` section's ranges (keys without the section).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        range("posts_per_batch", self.posts_per_batch, 1, 100_000)?;
+        range(
+            "window_records",
+            self.window_records,
+            1,
+            tally_core::window::MAX_WINDOW_RECORDS,
+        )?;
+        range("window_ms", millis(self.window_time), 1, 600_000)?;
+        range(
+            "dedup_horizon_secs",
+            self.dedup_horizon.as_secs(),
+            1,
+            86_400,
+        )?;
+        range(
+            "max_clock_skew_secs",
+            self.max_clock_skew.as_secs(),
+            0,
+            7 * 86_400,
+        )
     }
 }
 

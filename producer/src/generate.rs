@@ -11,13 +11,19 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
+use tally_core::config::{range, Invalid};
 use tally_core::event::{encode, Action, LikeEvent};
 use tally_core::ports::PutEntry;
 
-/// What to generate.
-#[derive(Clone, Debug)]
+/// What to produce: the `[producer]` section of the settings, and the two values each run sets
+/// beside it (`#[serde(skip)]`: how many events, and the share of no-op actions, which depends
+/// on the count mode). The [`Generator`] reads what to generate; `rate` and the hot posts are the
+/// putter's ([`crate::put::Pacer`], [`crate::keys::HotPosts`]).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct GenConfig {
     /// Distinct events (duplicates and malformed records come on top).
+    #[serde(skip)]
     pub events: u64,
     /// Posts, drawn Zipf-distributed: post `p1` is the most liked.
     pub posts: u64,
@@ -30,6 +36,7 @@ pub struct GenConfig {
     /// Share of events that change no liker: a liker taps like again, or a user unlikes a post
     /// they do not like (each its own event id). Only for counting likers: counted as events,
     /// they would change the counts.
+    #[serde(skip)]
     pub no_op_ratio: f64,
     /// Share of extra records that resend a recent event verbatim (a producer retry).
     pub duplicate_ratio: f64,
@@ -37,6 +44,12 @@ pub struct GenConfig {
     pub malformed_ratio: f64,
     /// The random seed: the same seed makes the same records.
     pub seed: u64,
+    /// Records put per second (0: as fast as possible).
+    pub rate: f64,
+    /// Posts whose likes are fanned out over several partition keys (so over several shards).
+    pub hot_posts: Vec<String>,
+    /// Partition keys per hot post.
+    pub hot_post_keys: u32,
 }
 
 impl Default for GenConfig {
@@ -51,7 +64,24 @@ impl Default for GenConfig {
             duplicate_ratio: 0.0,
             malformed_ratio: 0.0,
             seed: 1,
+            rate: 0.0,
+            hot_posts: Vec::new(),
+            hot_post_keys: 8,
         }
+    }
+}
+
+impl GenConfig {
+    /// The `[producer]` section's ranges (keys without the section).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        range("posts", self.posts, 1, u64::MAX)?;
+        range("users", self.users, 1, u64::MAX)?;
+        range("zipf_exponent", self.zipf_exponent, 0.01, 10.0)?;
+        range("unlike_ratio", self.unlike_ratio, 0.0, 1.0)?;
+        range("duplicate_ratio", self.duplicate_ratio, 0.0, 0.5)?;
+        range("malformed_ratio", self.malformed_ratio, 0.0, 0.5)?;
+        range("rate", self.rate, 0.0, 1e9)?;
+        range("hot_post_keys", self.hot_post_keys, 1, 1_024)
     }
 }
 

@@ -227,7 +227,7 @@ async fn report(
     let trending = tally_analytics::top(
         backend.analytics.as_ref(),
         apps::ANALYTICS,
-        Duration::from_secs(settings.analytics.half_life_secs),
+        settings.analytics.half_life,
         10,
     )
     .await?;

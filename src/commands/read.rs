@@ -128,7 +128,7 @@ pub async fn top(settings: &Settings, backend: &Backend, args: &TopArgs) -> Resu
     let top = tally_analytics::top(
         backend.analytics.as_ref(),
         apps::ANALYTICS,
-        Duration::from_secs(settings.analytics.half_life_secs),
+        settings.analytics.half_life,
         usize::from(args.k),
     )
     .await?;

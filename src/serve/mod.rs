@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::extract::{Path, Query, State};
@@ -541,13 +540,13 @@ async fn trending(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) -
     let top = tally_analytics::top(
         c.backend.analytics.as_ref(),
         apps::ANALYTICS,
-        Duration::from_secs(c.settings.analytics.half_life_secs),
+        c.settings.analytics.half_life,
         k,
     )
     .await?;
     Ok(Json(json!({
         "trending": top.iter().map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error})).collect::<Vec<_>>(),
-        "half_life_secs": c.settings.analytics.half_life_secs,
+        "half_life_secs": c.settings.analytics.half_life.as_secs(),
         "applied_through": c.fresh(apps::ANALYTICS),
     })))
 }

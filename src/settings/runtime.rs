@@ -22,40 +22,24 @@ pub const DEMO_DUPLICATE_RATIO: f64 = 0.02;
 pub const DEMO_MALFORMED_RATIO: f64 = 0.001;
 
 impl Settings {
-    /// The runtime settings of a worker of `app`.
+    /// A worker of `app`: the `[lease]` section, with the application, an identity when none
+    /// is configured, the lineage's horizon (the counter's dedup horizon) and the metrics.
     pub fn worker_config(&self, app: &str) -> WorkerConfig {
-        let l = &self.lease;
-        let id = if l.worker_id.is_empty() {
-            default_worker_id()
-        } else {
-            l.worker_id.clone()
-        };
-        let mut w = WorkerConfig::new(app, &id);
-        w.lease_duration = Settings::ms(l.duration_ms);
-        w.renew_interval = Settings::ms(l.renew_ms);
-        w.lease_poll_interval = Settings::ms(l.poll_ms);
-        w.discovery_interval = Settings::ms(l.discovery_ms);
-        w.idle_poll = Settings::ms(l.idle_poll_ms);
-        w.batch_limit = l.batch_limit;
-        w.max_leases_per_worker = l.max_per_worker;
-        w.shutdown_timeout = Settings::ms(l.shutdown_timeout_ms);
-        w.finished_lease_grace = Duration::from_secs(l.finished_grace_secs);
-        w.lineage_horizon = Duration::from_secs(self.counter.dedup_horizon_secs);
-        w.stats_interval = Settings::ms(self.metrics.interval_ms);
+        let mut w = self.lease.clone();
+        w.app = app.to_owned();
+        if w.worker_id.is_empty() {
+            w.worker_id = default_worker_id();
+        }
+        w.lineage_horizon = self.counter.dedup_horizon;
+        w.stats_interval = Duration::from_millis(self.metrics.interval_ms);
         w.emf = self.emf();
         w
     }
 
-    /// The counter's configuration.
+    /// The counter: the `[counter]` section, with the tests' failpoint and the metrics.
     pub fn counter_config(&self) -> CounterConfig {
-        let mut c = CounterConfig::new(apps::COUNTER);
-        c.window_records = self.counter.window_records;
-        c.window_time = Settings::ms(self.counter.window_ms);
-        c.close_when_caught_up = self.counter.close_when_caught_up;
-        c.dedup_horizon = Duration::from_secs(self.counter.dedup_horizon_secs);
-        c.count = self.counter.count;
-        c.max_clock_skew = Duration::from_secs(self.counter.max_clock_skew_secs);
-        c.posts_per_batch = self.counter.posts_per_batch;
+        let mut c = self.counter.clone();
+        c.app = apps::COUNTER.to_owned();
         c.crash_after_batches = std::env::var(crate::settings::FAILPOINT_VAR)
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -64,15 +48,12 @@ impl Settings {
         c
     }
 
-    /// The analytics configuration.
+    /// Analytics: the `[analytics]` section, with the counter's horizon and count mode.
     pub fn analytics_config(&self) -> AnalyticsConfig {
-        let mut a = AnalyticsConfig::new(apps::ANALYTICS);
-        a.sketch_capacity = self.analytics.sketch_capacity;
-        a.half_life = Duration::from_secs(self.analytics.half_life_secs);
-        a.window_records = self.analytics.window_records;
-        a.window_time = Settings::ms(self.analytics.window_ms);
+        let mut a = self.analytics.clone();
+        a.app = apps::ANALYTICS.to_owned();
         a.emf = self.emf();
-        a.dedup_horizon = Duration::from_secs(self.counter.dedup_horizon_secs);
+        a.dedup_horizon = self.counter.dedup_horizon;
         a.likers = self.counter.count == tally_core::edge::CountMode::Likers;
         a
     }
@@ -84,23 +65,16 @@ impl Settings {
         }
     }
 
-    /// The generator's settings.
+    /// The generator: the `[producer]` section, for `events` events and, counting likers, some
+    /// actions that change no liker.
     pub fn gen_config(&self, events: u64) -> GenConfig {
-        let p = &self.producer;
         GenConfig {
             events,
-            posts: p.posts,
-            zipf_exponent: p.zipf_exponent,
-            users: p.users,
-            unlike_ratio: p.unlike_ratio,
-            // Counting likers, what users do includes actions that change nothing.
             no_op_ratio: match self.counter.count {
                 tally_core::edge::CountMode::Likers => NO_OP_RATIO,
                 tally_core::edge::CountMode::Events => 0.0,
             },
-            duplicate_ratio: p.duplicate_ratio,
-            malformed_ratio: p.malformed_ratio,
-            seed: p.seed,
+            ..self.producer.clone()
         }
     }
 

@@ -90,7 +90,7 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
             (k.clone(), row)
         })
         .collect();
-    let horizon_ms = (s.counter.dedup_horizon_secs * 1_000) as i64;
+    let horizon_ms = tally_core::config::millis(s.counter.dedup_horizon) as i64;
     // The store says what it counts; one that has counted nothing yet counts as configured.
     let mode = b
         .counter
@@ -101,7 +101,7 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     let rule = Rule {
         horizon_ms,
         likers: (mode == CountMode::Likers)
-            .then_some((s.counter.max_clock_skew_secs * 1_000) as i64),
+            .then_some(tally_core::config::millis(s.counter.max_clock_skew) as i64),
     };
     let mut report = Report::default();
     let pb = crate::progress::start(None, "records", a.json);

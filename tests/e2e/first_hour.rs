@@ -437,7 +437,7 @@ fn configuration_errors_say_what_is_valid_and_where() {
     std::fs::write(&cfg, "counter = 5\n").unwrap();
     let err = stderr(&t.fail(&["--config", cfg.to_str().unwrap(), "total"], &[]));
     assert!(
-        err.contains("expected a table") && !err.contains("CounterSettings"),
+        err.contains("expected a table") && !err.contains("CounterConfig"),
         "{err}"
     );
     let err = stderr(&t.fail(&["total"], &[("TALLY_COUNTER__WINDW_MS", "5")]));

@@ -3,6 +3,7 @@
 //! `tally query --json`, and a bad request named.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -19,27 +20,40 @@ fn a_file_and_flags_override_the_defaults_and_a_bad_value_names_its_key() {
     let file = dir.path().join("tally.toml");
     std::fs::write(
         &file,
-        "stream = \"from-file\"\nshards = 9\n[counter]\nwindow_records = 77\n",
+        "stream = \"from-file\"\nshards = 9\n[counter]\nwindow_records = 77\nwindow_ms = 250\n\
+         [lease]\nfinished_grace_secs = 60\n",
     )
     .unwrap();
-    let s = Settings::load(Some(&file), vec![("stream", "from-flag".into())]).unwrap();
+    let s = Settings::load(Some(&file), |s| s.stream = "from-flag".into()).unwrap();
     assert_eq!(s.stream, "from-flag", "a flag beats the file");
     assert_eq!((s.shards, s.counter.window_records), (9, 77));
+    // A key's unit is its name's: the runtime type holds the duration it says.
+    assert_eq!(s.counter.window_time, Duration::from_millis(250));
+    assert_eq!(s.lease.finished_lease_grace, Duration::from_secs(60));
     let d = Settings::default();
     assert_eq!(s.table_prefix, d.table_prefix);
-    assert_eq!(s.counter.dedup_horizon_secs, d.counter.dedup_horizon_secs);
+    assert_eq!(s.counter.dedup_horizon, d.counter.dedup_horizon);
 
     std::fs::write(&file, "[counter]\nwindow_records = 0\n").unwrap();
-    let e = Settings::load(Some(&file), vec![]).unwrap_err().to_string();
+    let e = Settings::load(Some(&file), |_| {}).unwrap_err().to_string();
     assert!(e.contains("`counter.window_records`"), "{e}");
     assert!(e.contains("between 1 and"), "{e}");
+
+    // A flag's value is checked as the file's is.
+    std::fs::write(&file, "").unwrap();
+    let e = Settings::load(Some(&file), |s| s.lease.batch_limit = 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`lease.batch_limit` must be between 1 and 10000, got 0"),
+        "{e}"
+    );
 }
 
 /// The read side's router over the target's store, and its listings' refresher (abort it at the
 /// end).
 async fn router_over(t: &Target) -> (axum::Router, tokio::task::JoinHandle<()>) {
-    let overrides = vec![("data_dir", t.dir.path().display().to_string().into())];
-    let settings = Settings::load(None, overrides).unwrap();
+    let settings = Settings::load(None, |s| s.data_dir = t.dir.path().to_owned()).unwrap();
     let backend = tally::backend::Backend::open_existing(&settings)
         .await
         .unwrap();

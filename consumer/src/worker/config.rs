@@ -3,50 +3,84 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tally_core::config::{millis, range, Invalid};
 use tally_core::ports::{LeaseStore, Stream};
 use tally_core::retry::Backoff;
 
 use super::ProcessorFactory;
 use crate::emf::Emf;
 
-/// The runtime's settings.
-#[derive(Clone, Debug)]
+/// A worker's settings: the `[lease]` section of the settings (its keys in milliseconds or
+/// seconds, as their names say), and what the binary sets beside it (`#[serde(skip)]`: the
+/// application, the metrics, where the worker serves its open windows).
+#[serde_with::serde_as]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
     /// Application name: leases and checkpoints are per application.
+    #[serde(skip)]
     pub app: String,
-    /// This worker's identity in lease rows.
-    pub worker_id: String,
     /// A lease not renewed for this long may be taken by another worker.
+    #[serde(rename = "duration_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub lease_duration: Duration,
     /// How often a held lease is renewed.
+    #[serde(rename = "renew_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub renew_interval: Duration,
-    /// How often the worker looks for leases to take.
+    /// How often the worker looks for leases to take or steal.
+    #[serde(rename = "poll_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub lease_poll_interval: Duration,
     /// How often the worker lists the stream's shards.
+    #[serde(rename = "discovery_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub discovery_interval: Duration,
+    /// Most leases held at once (0: no limit).
+    #[serde(rename = "max_per_worker")]
+    pub max_leases_per_worker: usize,
+    /// How long a graceful shutdown waits for shard tasks to flush.
+    #[serde(rename = "shutdown_timeout_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
+    pub shutdown_timeout: Duration,
+    /// A finished shard's lease row is deleted this long after all its children progressed.
+    #[serde(rename = "finished_grace_secs")]
+    #[serde_as(as = "serde_with::DurationSeconds<u64>")]
+    pub finished_lease_grace: Duration,
     /// Pause between reads of a caught-up shard.
+    #[serde(rename = "idle_poll_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub idle_poll: Duration,
     /// Most records per read.
     pub batch_limit: usize,
-    /// Most leases held at once (0: no limit).
-    pub max_leases_per_worker: usize,
-    /// How long shutdown waits for shard tasks to flush.
-    pub shutdown_timeout: Duration,
-    /// Finished shards' lease rows are deleted this long after all their children progressed.
-    pub finished_lease_grace: Duration,
+    /// This worker's identity in lease rows (empty in the settings: the ECS task id, else host
+    /// name and pid, [`default_worker_id`]).
+    pub worker_id: String,
     /// …and only once every child's arrival clock is more than this far past the shard's own
     /// (the dedup horizon): until then a descendant's restart needs the row to find the shard's
     /// recent dedup records.
+    #[serde(skip)]
     pub lineage_horizon: Duration,
     /// Backoff for retryable port errors.
+    #[serde(skip)]
     pub backoff: Backoff,
-    /// How often lease and shard metrics are logged (and emitted as EMF).
+    /// How often lease and shard metrics are logged (and emitted as EMF): `metrics.interval_ms`.
+    #[serde(skip)]
     pub stats_interval: Duration,
     /// Metrics as CloudWatch embedded metric format lines, when on.
+    #[serde(skip)]
     pub emf: Emf,
     /// Where this worker serves its open windows (`host:port`), reported with each renewal so
     /// that the read side can ask it; `None`: it serves none.
+    #[serde(skip)]
     pub advertise: Option<String>,
+}
+
+impl Default for WorkerConfig {
+    /// The defaults, for no application and an identity chosen at start ([`default_worker_id`]).
+    fn default() -> Self {
+        WorkerConfig::new("", "")
+    }
 }
 
 impl WorkerConfig {
@@ -70,6 +104,48 @@ impl WorkerConfig {
             stats_interval: Duration::from_secs(30),
             emf: Emf::default(),
             advertise: None,
+        }
+    }
+
+    /// The `[lease]` section's ranges (keys without the section).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let duration = millis(self.lease_duration);
+        range("duration_ms", duration, 100, 3_600_000)?;
+        range("renew_ms", millis(self.renew_interval), 10, duration / 2)?;
+        range("poll_ms", millis(self.lease_poll_interval), 10, 600_000)?;
+        range(
+            "discovery_ms",
+            millis(self.discovery_interval),
+            10,
+            3_600_000,
+        )?;
+        range("idle_poll_ms", millis(self.idle_poll), 1, 60_000)?;
+        range("batch_limit", self.batch_limit, 1, 10_000)
+    }
+}
+
+/// How an application reads Kinesis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadMode {
+    /// GetRecords: 5 reads/s and 2 MB/s per shard, shared by every application on the stream.
+    #[default]
+    Polling,
+    /// Enhanced fan-out: a consumer registered for the application, records pushed over
+    /// SubscribeToShard (2 MB/s per shard of its own).
+    Efo,
+}
+
+impl<'de> serde::Deserialize<'de> for ReadMode {
+    /// By name, and an unknown name is answered with the valid ones.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "polling" => Ok(ReadMode::Polling),
+            "efo" => Ok(ReadMode::Efo),
+            _ => Err(serde::de::Error::custom(format!(
+                "expected one of `polling`, `efo`, got `{name}`"
+            ))),
         }
     }
 }

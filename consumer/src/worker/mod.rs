@@ -37,7 +37,7 @@ mod processor;
 mod report;
 mod shard;
 
-pub use config::{default_worker_id, host_name, WorkerConfig, WorkerDeps};
+pub use config::{default_worker_id, host_name, ReadMode, WorkerConfig, WorkerDeps};
 pub use idle::IdleExit;
 pub use processor::{ProcessorFactory, ShardProcessor};
 pub use report::LeaseMetrics;

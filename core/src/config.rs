@@ -1,0 +1,66 @@
+//! What the configuration types share: a range check that names the key, and the error it
+//! gives. Each library's configuration type (the counter's, analytics', a worker's, the
+//! generator's) is deserialized from its section of the settings with its defaults, and checks
+//! its own ranges with [`range`]; the binary adds the section's name to the key.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A value outside what its key accepts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}` must be {expected}, got {got}")]
+pub struct Invalid {
+    /// The key, dotted from its section (`counter.window_ms`) once the section is known.
+    pub key: String,
+    /// What was expected, in words (`between 1 and 600000`).
+    pub expected: String,
+    /// The value given.
+    pub got: String,
+}
+
+impl Invalid {
+    /// A value of `key` that is not `expected`.
+    pub fn new(key: &str, expected: impl Into<String>, got: impl fmt::Display) -> Invalid {
+        Invalid {
+            key: key.to_owned(),
+            expected: expected.into(),
+            got: got.to_string(),
+        }
+    }
+
+    /// The same, with its key under `section`.
+    pub fn in_section(mut self, section: &str) -> Invalid {
+        self.key = format!("{section}.{}", self.key);
+        self
+    }
+}
+
+/// `key` must be within `lo..=hi`.
+pub fn range<T: PartialOrd + fmt::Display>(key: &str, v: T, lo: T, hi: T) -> Result<(), Invalid> {
+    if v < lo || v > hi {
+        return Err(Invalid::new(key, format!("between {lo} and {hi}"), v));
+    }
+    Ok(())
+}
+
+/// A duration as a settings key in milliseconds (`…_ms`) gives it.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_out_of_range_names_its_key_and_the_range() {
+        assert_eq!(range("window_ms", 5u64, 1, 10), Ok(()));
+        let e = range("window_ms", 0u64, 1, 10)
+            .unwrap_err()
+            .in_section("counter");
+        assert_eq!(
+            e.to_string(),
+            "`counter.window_ms` must be between 1 and 10, got 0"
+        );
+    }
+}
