@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+/// An application's own table, read by `tally backfill`.
+pub use tally_aws::source::{SourceTable, Streaming};
 
 use anyhow::{Context, Result};
 use tally_core::ports::{
@@ -121,7 +123,7 @@ impl Backend {
 }
 
 /// The AWS adapter's settings from ours.
-fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
+pub(crate) fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
     let opt = |u: &str| (!u.is_empty()).then(|| u.to_owned());
     tally_aws::AwsSettings {
         stream: s.stream.clone(),

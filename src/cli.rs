@@ -156,6 +156,12 @@ pub enum Command {
         after_help = "Examples:\n  tally produce --events 100000 --rate 5000\n  tally produce --events 10000 --truth truth.json   the counts it should come to\n  tally produce --events 1000 --duplicate-ratio 0.05 --malformed-ratio 0.01"
     )]
     Produce(ProduceArgs),
+    /// Put a DynamoDB table's like items to the stream as change records, once the table's
+    /// changes stream there (`input.format = "dynamodb"`): the likes it held before.
+    #[command(
+        after_help = "Examples:\n  tally backfill --table app   after enabling the table's Kinesis streaming destination\n\nEach item is put as it is now, as of just before the scan began: a change the stream delivers\nfrom then on is later and wins, an older one loses to the state the scan read."
+    )]
+    Backfill(BackfillArgs),
     /// Put each line of an NDJSON file (.gz too) as one record, valid or not.
     #[command(
         after_help = "Examples:\n  tally replay likes.ndjson\n  tally replay likes.ndjson.gz --rate 500\n  tally replay recorded.ndjson --speed 10   the recorded gaps, ten times faster\n  zcat export-*.gz | tally replay -"
@@ -319,11 +325,25 @@ pub struct GenArgs {
     /// Seed for a reproducible run.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// What to write: like `events`, or `dynamodb` change records of a likes table (with copies
+    /// and late records, as AWS delivers them) [setting: input.format].
+    #[arg(long, value_name = "events|dynamodb", value_parser = input_format)]
+    pub format: Option<tally_core::input::Format>,
+}
+
+/// An `--format` value.
+fn input_format(s: &str) -> Result<tally_core::input::Format, String> {
+    match s {
+        "events" => Ok(tally_core::input::Format::Events),
+        "dynamodb" => Ok(tally_core::input::Format::Dynamodb),
+        _ => Err(format!("expected `events` or `dynamodb`, got `{s}`")),
+    }
 }
 
 impl GenArgs {
     /// Sets the generator's settings these flags give.
-    pub fn apply(&self, p: &mut GenConfig) {
+    pub fn apply(&self, p: &mut GenConfig, input: &mut tally_core::input::InputConfig) {
+        set(&mut input.format, self.format);
         set(&mut p.posts, self.posts);
         set(&mut p.zipf_exponent, self.zipf);
         set(&mut p.users, self.users);
@@ -381,6 +401,20 @@ pub struct ProduceArgs {
     /// Write the expected count of every post to this JSON file.
     #[arg(long, value_name = "FILE")]
     pub truth: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BackfillArgs {
+    /// The DynamoDB table whose items to put (through `dynamodb_endpoint_url`, if set).
+    #[arg(long)]
+    pub table: String,
+    /// Go on when the endpoint cannot say whether the table streams to the stream (DynamoDB
+    /// Local): you have made sure its changes reach the stream already.
+    #[arg(long)]
+    pub assume_streaming: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -588,11 +622,11 @@ impl Cli {
         );
         match &self.command {
             Command::Demo(a) => {
-                a.gen.apply(&mut s.producer);
+                a.gen.apply(&mut s.producer, &mut s.input);
                 set(&mut s.shards, a.shards);
             }
             Command::Produce(a) => {
-                a.gen.apply(&mut s.producer);
+                a.gen.apply(&mut s.producer, &mut s.input);
                 set(&mut s.producer.rate, a.rate);
             }
             Command::Replay(a) => set(&mut s.producer.rate, a.rate),

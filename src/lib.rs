@@ -107,6 +107,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             let (s, b) = store(Access::Write).await?;
             commands::produce::run_replay(&s, &b, a).await
         }
+        Command::Backfill(a) => {
+            let (s, b) = store(Access::Write).await?;
+            commands::backfill::run_backfill(&s, &b, a).await
+        }
         Command::Count(a) => {
             let (s, b) = store(Access::Write).await?;
             commands::consume::count(&s, &b, a).await

@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tally_analytics::AnalyticsConfig;
 use tally_consumer::worker::WorkerConfig;
+use tally_core::input::InputConfig;
 use tally_counter::CounterConfig;
 use tally_producer::generate::GenConfig;
 
@@ -65,6 +66,9 @@ pub struct Settings {
     /// The stream's retention in hours (as Terraform sets it): how long DynamoDB keeps a dedup
     /// record past its horizon before its TTL removes it.
     pub stream_retention_hours: u32,
+    /// `[input]`: what the stream's records are (like events, or a DynamoDB table's change
+    /// records and where a like is in its items).
+    pub input: InputConfig,
     /// `[counter]`: the counter's own configuration type, with its defaults and ranges.
     pub counter: CounterConfig,
     /// `[analytics]`: analytics' configuration type.
@@ -110,6 +114,7 @@ impl Default for Settings {
             dynamodb_endpoint_url: String::new(),
             shards: 4,
             stream_retention_hours: 24,
+            input: InputConfig::default(),
             counter: CounterConfig::default(),
             analytics: AnalyticsConfig::default(),
             lease: WorkerConfig::default(),
@@ -278,6 +283,7 @@ impl Settings {
     /// section's type checks its own.
     pub fn validate(&self) -> Result<()> {
         let sections = [
+            ("input", self.input.validate()),
             ("counter", self.counter.validate()),
             ("analytics", self.analytics.validate()),
             ("lease", self.lease.validate()),

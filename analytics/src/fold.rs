@@ -33,6 +33,8 @@ pub struct Fold {
     /// Counting likers: the (post, user) pairs whose like trended within the horizon (kept in
     /// memory only, sealed with each window and evicted by arrival like the ids).
     pairs: Option<Dedup>,
+    /// What the records are (`None`: like events).
+    input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
 }
 
 impl Fold {
@@ -47,7 +49,15 @@ impl Fold {
             gathered_at: 0,
             gathered_latest: i64::MIN,
             pairs: None,
+            input: None,
         }
+    }
+
+    /// Reads the records by `input`'s contract (a table's change records); items that are no
+    /// likes are passed over.
+    pub fn input(mut self, input: std::sync::Arc<tally_core::input::InputConfig>) -> Fold {
+        self.input = Some(input);
+        self
     }
 
     /// Counts likers: within the dedup horizon a user's likes of a post are one like in the
@@ -128,7 +138,15 @@ impl Fold {
     }
 
     fn fold_event(&mut self, data: &[u8], arrival_ms: i64, now: i64) -> bool {
-        let Ok(ev) = decode_ref(data) else {
+        let ev = match &self.input {
+            None => decode_ref(data),
+            Some(input) => match input.decode(data) {
+                Ok(tally_core::input::Decoded::Event(ev)) => Ok(ev),
+                Ok(tally_core::input::Decoded::Skipped) => return false,
+                Err(e) => Err(e),
+            },
+        };
+        let Ok(ev) = ev else {
             return false;
         };
         if !self.dedup.observe(id_hash(&ev.event_id), arrival_ms) {

@@ -88,6 +88,9 @@ pub struct AnalyticsConfig {
     /// The counter counts likers: a user's likes of a post are one like within the horizon.
     #[serde(skip)]
     pub likers: bool,
+    /// What the records are, when not like events (`[input]`: a table's change records).
+    #[serde(skip)]
+    pub input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
 }
 
 impl Default for AnalyticsConfig {
@@ -110,6 +113,7 @@ impl AnalyticsConfig {
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             likers: true,
+            input: None,
         }
     }
 
@@ -177,6 +181,10 @@ impl ProcessorFactory for Analytics {
                     ALL_TIME,
                     self.cfg.dedup_horizon.as_millis() as i64,
                 );
+                let f = match &self.cfg.input {
+                    Some(input) => f.input(input.clone()),
+                    None => f,
+                };
                 if self.cfg.likers {
                     f.likers()
                 } else {

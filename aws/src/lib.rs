@@ -21,6 +21,7 @@ pub mod errors;
 pub mod fan_out;
 pub mod kinesis;
 pub mod setup;
+pub mod source;
 
 use std::time::Duration;
 

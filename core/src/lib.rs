@@ -2,7 +2,7 @@
 //! tally's pure core and its ports.
 //!
 //! Everything here is synchronous and free of I/O except the port traits, which the backends
-//! implement: the event contract ([`event`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
+//! implement: the input contracts ([`event`], a table's change records in [`input`]), sequence numbers ([`seq`]), dedup ([`dedup`]),
 //! dead letters and gaps ([`dead_letter`]), likers' edges ([`edge`]), where windows end ([`boundary`]), the counter's windows
 //! ([`window`]), what writes cost ([`cost`]), time buckets ([`buckets`]), the summary items and
 //! their exactly-once writes ([`summary`]), lease decisions ([`lease`]),
@@ -20,6 +20,7 @@ pub mod dedup;
 pub mod edge;
 pub mod event;
 pub mod hashing;
+pub mod input;
 pub mod kpl;
 pub mod latency;
 pub mod lease;

@@ -8,6 +8,7 @@
 //! pending window — a restarted owner, a successor, a stale owner — write the same deltas.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::boundary::{Extent, Fold, UserRecord};
 use crate::buckets::PostDelta;
@@ -17,6 +18,7 @@ use crate::dead_letter::{
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::edge::{self, EdgeEvent, Transition};
 use crate::event::decode_ref;
+use crate::input::{Decoded, InputConfig};
 use crate::kpl::Took;
 use crate::ports::StreamRecord;
 use crate::seq::{Position, SeqNo};
@@ -46,6 +48,8 @@ pub struct WindowStats {
     pub duplicates: u64,
     /// Records that are no event (each a dead letter).
     pub malformed: u64,
+    /// Records of a change stream about items that are no likes (read and skipped).
+    pub skipped: u64,
     /// The latest `created_at` of an event counted (ms; 0: none).
     pub latest_created_ms: i64,
 }
@@ -66,6 +70,8 @@ pub struct WindowBuilder {
     /// Counting likers (`Some`: the largest skew of `created_at` over the arrival taken as it
     /// is, ms) rather than events.
     likers: Option<i64>,
+    /// What the records are (`None`: like events, contract v1).
+    input: Option<Arc<InputConfig>>,
 }
 
 /// What a window folded.
@@ -85,6 +91,7 @@ struct Counting<'a> {
     content: &'a mut Content,
     dedup: &'a mut Dedup,
     likers: Option<i64>,
+    input: Option<&'a InputConfig>,
 }
 
 impl WindowBuilder {
@@ -97,7 +104,15 @@ impl WindowBuilder {
             content: Content::default(),
             opened_at_ms,
             likers: None,
+            input: None,
         }
+    }
+
+    /// Reads the records by `input`'s contract (a table's change records) instead of as like
+    /// events.
+    pub fn input(mut self, input: Arc<InputConfig>) -> WindowBuilder {
+        self.input = Some(input);
+        self
     }
 
     /// Counts likers instead of events: each edge's latest event is kept (ordered by
@@ -164,6 +179,7 @@ impl WindowBuilder {
             content: &mut self.content,
             dedup,
             likers: self.likers,
+            input: self.input.as_deref(),
         };
         self.extent.take(&mut counting, record, from, max)
     }
@@ -272,7 +288,16 @@ impl Counting<'_> {
         data: &[u8],
         arrival_ms: i64,
     ) -> Result<(), crate::event::DecodeError> {
-        let ev = decode_ref(data)?;
+        let ev = match self.input {
+            None => decode_ref(data)?,
+            Some(input) => match input.decode(data)? {
+                Decoded::Event(ev) => ev,
+                Decoded::Skipped => {
+                    self.content.stats.skipped += 1;
+                    return Ok(());
+                }
+            },
+        };
         if let Some(skew) = self.likers {
             self.dedup.tick(arrival_ms);
             self.fold_edge(ev, arrival_ms, skew);
@@ -434,6 +459,7 @@ mod tests {
                 counted: 4,
                 duplicates: 1,
                 malformed: 1,
+                skipped: 0,
                 latest_created_ms: 1796021058123,
             }
         );

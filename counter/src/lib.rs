@@ -32,6 +32,7 @@ use tally_core::config::{millis, range, Invalid};
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
 use tally_core::edge::CountMode;
+use tally_core::input::InputConfig;
 use tally_core::kpl::Took;
 use tally_core::lease::Lease;
 use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
@@ -94,6 +95,9 @@ pub struct CounterConfig {
     /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
     #[serde(skip)]
     pub emf: tally_consumer::emf::Emf,
+    /// What the records are, when not like events (`[input]`: a table's change records).
+    #[serde(skip)]
+    pub input: Option<Arc<InputConfig>>,
 }
 
 impl Default for CounterConfig {
@@ -119,6 +123,7 @@ impl CounterConfig {
             backoff: Backoff::default(),
             crash_after_batches: None,
             emf: tally_consumer::emf::Emf::default(),
+            input: None,
         }
     }
 
@@ -161,6 +166,8 @@ pub struct CounterMetrics {
     pub duplicates: AtomicU64,
     /// Malformed records dead-lettered.
     pub malformed: AtomicU64,
+    /// Change records of items that are no likes, skipped.
+    pub skipped: AtomicU64,
     /// Windows applied.
     pub windows: AtomicU64,
     /// Store calls that wrote a batch of posts' items.
@@ -315,6 +322,7 @@ impl CounterShard {
         self.metrics
             .malformed
             .fetch_add(s.malformed, Ordering::Relaxed);
+        self.metrics.skipped.fetch_add(s.skipped, Ordering::Relaxed);
         self.metrics.windows.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = closed.end.clone();
         board::lock(&self.windows).applying = None;
@@ -368,7 +376,10 @@ impl Windows for CounterShard {
         };
         let mut w = board::lock(&self.windows);
         let window = w.open.get_or_insert_with(|| {
-            let w = WindowBuilder::new(self.checkpoint.clone(), now_ms);
+            let mut w = WindowBuilder::new(self.checkpoint.clone(), now_ms);
+            if let Some(input) = &self.cfg.input {
+                w = w.input(input.clone());
+            }
             match self.cfg.count {
                 CountMode::Events => w,
                 CountMode::Likers => w.likers(self.cfg.max_clock_skew.as_millis() as i64),

@@ -94,6 +94,8 @@ pub enum Kind {
     Duplicate,
     /// A record that is no event.
     Malformed,
+    /// A change stream's record of an item that is no like (`crate::change`).
+    Other,
 }
 
 /// The generator; an iterator of records to put.

@@ -8,6 +8,7 @@
 //!   the entries that failed, with capped, jittered backoff.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod change;
 pub mod generate;
 pub mod keys;
 pub mod put;

@@ -320,6 +320,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "counted": m.counted.load(Ordering::Relaxed),
         "duplicates": m.duplicates.load(Ordering::Relaxed),
         "malformed": m.malformed.load(Ordering::Relaxed),
+        "skipped": m.skipped.load(Ordering::Relaxed),
         "windows": m.windows.load(Ordering::Relaxed),
         "items_written": m.items_written.load(Ordering::Relaxed),
         "writes_refused": m.writes_refused.load(Ordering::Relaxed),

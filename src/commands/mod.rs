@@ -2,6 +2,7 @@
 //! pipeline's crates, `serve`, `verify`, `reading`). Each takes the loaded settings and the wired
 //! backend. Nothing imports this module but the dispatcher (`tally::run`).
 
+pub mod backfill;
 pub mod baselines;
 pub mod consume;
 pub mod demo;

@@ -7,9 +7,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::json;
 use tally_core::event::partition_key_of;
+use tally_core::input::Format;
 use tally_core::ports::{PutEntry, Stream};
 use tally_core::retry::Backoff;
-use tally_producer::generate::{Generator, Truth};
+use tally_producer::change::{ChangeConfig, Changes};
+use tally_producer::generate::{Generator, Kind, Truth};
 use tally_producer::keys::HotPosts;
 use tally_producer::put::{
     batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
@@ -88,26 +90,74 @@ pub async fn produce(
     let mut gen = Generator::new(settings.gen_config(events));
     // The bar follows the events (retries and malformed records come on top).
     let pb = progress::start(Some(events), "events", quiet);
-    let stats = put_all(
-        backend.stream.as_ref(),
-        &hot_posts(settings),
-        gen.by_ref()
-            .inspect(|(kind, _)| {
-                if *kind == tally_producer::generate::Kind::Event {
-                    pb.inc(1);
-                }
-            })
-            .map(|(_, e)| e),
-        settings.producer.rate,
-        &pb,
-        false,
+    let put = Put {
+        backend,
+        settings,
+        hot: hot_posts(settings),
+        pb: &pb,
         stop,
-    )
-    .await;
+    };
+    let (stats, changed) = match settings.input.format {
+        Format::Events => (put.generated(gen.by_ref()).await, None),
+        Format::Dynamodb => {
+            let mut changes = Changes::new(
+                gen.by_ref(),
+                ChangeConfig {
+                    input: settings.input.clone(),
+                    late_ratio: settings.producer.duplicate_ratio,
+                    other_ratio: OTHER_ITEMS_RATIO,
+                    seed: settings.producer.seed,
+                },
+            );
+            let stats = put.generated(changes.by_ref()).await;
+            (stats, Some(changes.stats().clone()))
+        }
+    };
     progress::finish(&pb);
     // Interrupted between batches, everything generated was put: the truth covers it.
-    Ok((gen.truth(), stats?))
+    let mut truth = gen.truth();
+    if let Some(c) = changed {
+        // The records put are the table's: its copies and malformed records.
+        truth.duplicates = c.duplicates;
+        truth.malformed = c.malformed;
+    }
+    Ok((truth, stats?))
 }
+
+/// Where generated records go.
+struct Put<'a> {
+    backend: &'a Backend,
+    settings: &'a Settings,
+    hot: HotPosts,
+    pb: &'a indicatif::ProgressBar,
+    stop: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Put<'_> {
+    /// Puts the records, the bar following the events.
+    async fn generated(&self, records: impl Iterator<Item = (Kind, PutEntry)>) -> Result<PutStats> {
+        let events_only = |(kind, e): (Kind, PutEntry)| {
+            if kind == Kind::Event {
+                self.pb.inc(1);
+            }
+            e
+        };
+        put_all(
+            self.backend.stream.as_ref(),
+            &self.hot,
+            records.map(events_only),
+            self.settings.producer.rate,
+            self.pb,
+            false,
+            self.stop,
+        )
+        .await
+    }
+}
+
+/// A change stream's share of actions followed by a change to another item of the post (its
+/// metadata, a comment): records the counter skips.
+const OTHER_ITEMS_RATIO: f64 = 0.05;
 
 pub async fn run_produce(settings: &Settings, backend: &Backend, args: &ProduceArgs) -> Result<()> {
     let stop = crate::signal::stop_flag();

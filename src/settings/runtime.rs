@@ -45,6 +45,7 @@ impl Settings {
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|n| *n > 0);
         c.emf = self.emf();
+        c.input = self.input_config();
         c
     }
 
@@ -55,7 +56,14 @@ impl Settings {
         a.emf = self.emf();
         a.dedup_horizon = self.counter.dedup_horizon;
         a.likers = self.counter.count == tally_core::edge::CountMode::Likers;
+        a.input = self.input_config();
         a
+    }
+
+    /// What the records are, when not like events.
+    pub fn input_config(&self) -> Option<std::sync::Arc<tally_core::input::InputConfig>> {
+        (self.input.format != tally_core::input::Format::Events)
+            .then(|| std::sync::Arc::new(self.input.clone()))
     }
 
     /// Where the consumers' EMF metrics go.

@@ -36,6 +36,14 @@ impl Settings {
         {
             bail!("invalid configuration: `table_prefix` must be letters, digits, `_`, `.` or `-`, got {:?}", self.table_prefix);
         }
+        if self.input.format == tally_core::input::Format::Dynamodb
+            && self.counter.count != tally_core::edge::CountMode::Likers
+        {
+            bail!(
+                "invalid configuration: `input.format = \"dynamodb\"` needs `counter.count = \"likers\"`, got \"{}\": a table's change records are states of (post, user) items, and counted as events a MODIFY or a copy would count again",
+                self.counter.count.as_str()
+            );
+        }
         for (key, url) in [
             ("kinesis_endpoint_url", &self.kinesis_endpoint_url),
             ("dynamodb_endpoint_url", &self.dynamodb_endpoint_url),

@@ -102,6 +102,7 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
         horizon_ms,
         likers: (mode == CountMode::Likers)
             .then_some(tally_core::config::millis(s.counter.max_clock_skew) as i64),
+        input: s.input_config(),
     };
     let mut report = Report::default();
     let pb = crate::progress::start(None, "records", a.json);
@@ -199,16 +200,18 @@ async fn states(b: &Backend, app: &str) -> Result<HashMap<String, ShardState>> {
 }
 
 /// What the recount counts by: events within the dedup horizon, or likers.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Rule {
     horizon_ms: i64,
     /// Likers, with this clock skew allowed (ms).
     likers: Option<i64>,
+    /// What the records are (`None`: like events).
+    input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
 }
 
 impl Rule {
-    pub(crate) fn recount(self, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
-        let r = Recount::new(self.horizon_ms, shards, rows);
+    pub(crate) fn recount(&self, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
+        let r = Recount::new(self.horizon_ms, shards, rows).input(self.input.clone());
         match self.likers {
             Some(skew) => r.likers(skew),
             None => r,

@@ -151,6 +151,8 @@ pub struct Tally {
     /// Copies later than the horizon (each leaves its post's count a range).
     pub late_copies: u64,
     pub malformed: u64,
+    /// Change records of items that are no likes (read and skipped).
+    pub skipped: u64,
     /// Records after their shard's checkpoint.
     pub beyond_checkpoint: u64,
 }
@@ -160,6 +162,8 @@ pub struct Recount {
     horizon_ms: i64,
     /// Counting likers, with this clock skew allowed (ms); `None`: events.
     likers: Option<i64>,
+    /// What the records are (`None`: like events).
+    input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
     /// Likers: each post's users' latest applied action.
     edges: HashMap<String, HashMap<String, Latest>>,
     applied: HashMap<String, Applied>,
@@ -183,6 +187,7 @@ impl Recount {
         Recount {
             horizon_ms,
             likers: None,
+            input: None,
             edges: HashMap::new(),
             applied: applied(shards, rows),
             lineage: lineages(shards),
@@ -193,6 +198,16 @@ impl Recount {
             read: HashMap::new(),
             tally: Tally::default(),
         }
+    }
+
+    /// Reads the records by `input`'s contract (a table's change records, whose other items are
+    /// skipped).
+    pub fn input(
+        mut self,
+        input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
+    ) -> Recount {
+        self.input = input;
+        self
     }
 
     /// Recounts likers, a `created_at` further than `skew_ms` past its arrival taken as the
@@ -312,7 +327,18 @@ impl Recount {
 
     fn user_record(&mut self, shard_id: &str, at: Position, arrival_ms: i64, data: &[u8]) {
         self.tally.user_records += 1;
-        let Ok(ev) = decode(data) else {
+        let ev = match &self.input {
+            None => decode(data),
+            Some(input) => match input.decode(data) {
+                Ok(tally_core::input::Decoded::Event(ev)) => Ok(ev.into_owned()),
+                Ok(tally_core::input::Decoded::Skipped) => {
+                    self.tally.skipped += 1;
+                    return;
+                }
+                Err(e) => Err(e),
+            },
+        };
+        let Ok(ev) = ev else {
             self.malformed_at(shard_id, at);
             return;
         };
