@@ -9,6 +9,7 @@
 mod common;
 
 mod aws_stack;
+mod change_stream;
 mod crash_recovery;
 mod edges;
 mod fan_out;
