@@ -8,7 +8,7 @@ resource "aws_kms_key" "tally" {
   }
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [
+    Statement = concat([
       {
         Sid       = "AccountAdministers"
         Effect    = "Allow"
@@ -33,7 +33,20 @@ resource "aws_kms_key" "tally" {
         Action    = ["kms:Decrypt", "kms:GenerateDataKey*"]
         Resource  = "*"
       }
-    ]
+      ], local.reads_a_table ? [
+      {
+        # A source table's changes are put to the stream by DynamoDB (source.tf): a producer of
+        # the encrypted stream, which needs GenerateDataKey under this stream's context only.
+        Sid       = "DynamoDBStreamsTableChanges"
+        Effect    = "Allow"
+        Principal = { Service = "dynamodb.amazonaws.com" }
+        Action    = ["kms:GenerateDataKey"]
+        Resource  = "*"
+        Condition = {
+          StringEquals = { "kms:EncryptionContext:aws:kinesis:arn" = "arn:${data.aws_partition.current.partition}:kinesis:${var.region}:${data.aws_caller_identity.current.account_id}:stream/${local.stream_name}" }
+        }
+      }
+    ] : [])
   })
 }
 

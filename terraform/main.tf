@@ -37,7 +37,20 @@ locals {
     TALLY_COUNTER__READ_MODE         = var.counter_read_mode
     TALLY_ANALYTICS__READ_MODE       = var.analytics_read_mode
     AWS_REGION                       = var.region
+    # What the records are: like events, or a source table's change records (source.tf).
+    TALLY_INPUT__FORMAT              = var.source_table_name != "" ? "dynamodb" : "events"
+    TALLY_INPUT__POST_ATTRIBUTE      = var.source_items.post_attribute
+    TALLY_INPUT__POST_PREFIX         = var.source_items.post_prefix
+    TALLY_INPUT__USER_ATTRIBUTE      = var.source_items.user_attribute
+    TALLY_INPUT__USER_PREFIX         = var.source_items.user_prefix
+    TALLY_INPUT__LIKE_ATTRIBUTE      = var.source_items.like_attribute
+    TALLY_INPUT__LIKE_PREFIX         = var.source_items.like_prefix
+    TALLY_INPUT__WITHDRAWN_ATTRIBUTE = var.source_items.withdrawn_attribute
+    TALLY_INPUT__TIME_PRECISION      = var.source_time_precision == "MICROSECOND" ? "microsecond" : "millisecond"
   }
+
+  # Reading a table's change stream (source.tf).
+  reads_a_table = var.source_table_name != ""
 
   # How each application reads the stream: "polling" (GetRecords, shared by both) or "efo"
   # (enhanced fan-out: a consumer of its own, kinesis.tf).

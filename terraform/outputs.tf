@@ -87,3 +87,8 @@ output "serve_url" {
   description = "Where apps read counts: the read side's internal load balancer (GET /api/counts?ids=…)."
   value       = "${var.serve_certificate_arn == "" ? "http" : "https"}://${aws_lb.serve.dns_name}"
 }
+
+output "backfill_policy_arn" {
+  description = "With source_table_name: the policy `tally backfill` needs on the source table (attach it with producer_policy_arn); null otherwise."
+  value       = local.reads_a_table ? aws_iam_policy.backfill[0].arn : null
+}

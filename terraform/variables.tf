@@ -310,3 +310,49 @@ variable "serve_access_logs_bucket" {
   type        = string
   default     = ""
 }
+
+variable "source_table_name" {
+  description = "An existing DynamoDB table of likes whose changes tally counts (Kinesis Data Streams for DynamoDB to the stream); \"\" (the default): producers put like events."
+  type        = string
+  default     = ""
+}
+
+variable "source_time_precision" {
+  description = "The unit of the table's change records' ApproximateCreationDateTime: \"MILLISECOND\" or \"MICROSECOND\"."
+  type        = string
+  default     = "MILLISECOND"
+  validation {
+    condition     = contains(["MILLISECOND", "MICROSECOND"], var.source_time_precision)
+    error_message = "source_time_precision must be \"MILLISECOND\" or \"MICROSECOND\"."
+  }
+}
+
+variable "source_items" {
+  description = "Where a like is in the source table's items (tally's [input] settings): the post and user attributes and the prefixes stripped from them, the attribute whose prefix tells like items from the table's others (\"\": every item is a like), and an attribute marking withdrawn likes (\"\": none). The defaults are a single-table design: PK = POST#<post>, SK = LIKE#<user>."
+  type = object({
+    post_attribute      = optional(string, "PK")
+    post_prefix         = optional(string, "POST#")
+    user_attribute      = optional(string, "SK")
+    user_prefix         = optional(string, "LIKE#")
+    like_attribute      = optional(string, "SK")
+    like_prefix         = optional(string, "LIKE#")
+    withdrawn_attribute = optional(string, "")
+  })
+  default = {
+    post_attribute      = "PK"
+    post_prefix         = "POST#"
+    user_attribute      = "SK"
+    user_prefix         = "LIKE#"
+    like_attribute      = "SK"
+    like_prefix         = "LIKE#"
+    withdrawn_attribute = ""
+  }
+  validation {
+    condition     = var.source_items.post_attribute != "" && var.source_items.user_attribute != ""
+    error_message = "source_items needs post_attribute and user_attribute."
+  }
+  validation {
+    condition     = (var.source_items.like_attribute == "") == (var.source_items.like_prefix == "")
+    error_message = "source_items: like_attribute and like_prefix are set together (both \"\": every item is a like)."
+  }
+}

@@ -97,6 +97,13 @@ pub const DYNAMODB_OPERATOR_ACTIONS: &[&str] = &[
     "dynamodb:Query",
     "dynamodb:Scan",
 ];
+/// DynamoDB calls of `tally backfill` on the application's own table (beside the producer's on
+/// the stream): is its change stream on, its key, its items.
+pub const DYNAMODB_BACKFILL_ACTIONS: &[&str] = &[
+    "dynamodb:DescribeTable",
+    "dynamodb:DescribeKinesisStreamingDestination",
+    "dynamodb:Scan",
+];
 pub use kinesis::KinesisStream;
 
 /// Settings of the AWS adapters.
