@@ -123,7 +123,7 @@ fn verified(t: &Target) -> Value {
 
 fn counts_a_table_s_final_state(t: Target) {
     let t = reading_changes(t);
-    let t0 = now_ms() - 60_000;
+    let t0 = now_ms() - 120_000;
     let (cases, pc_likers, bad) = the_cases(t0);
     let file = file_in(&t, "cases.ndjson");
     write_lines(&file, &cases);
@@ -191,10 +191,38 @@ fn counts_a_table_s_final_state(t: Target) {
     assert_eq!(v["global_total"]["recount"], total, "{v:#}");
     assert_eq!(v["dead_letters"]["found"], malformed, "{v:#}");
     assert!(v["recount"]["skipped"].as_u64().unwrap() >= 2, "{v:#}");
-    // Trending reads the same likes.
+    // "Since T" by the records' times: pc's two likers were created two minutes ago.
+    let q = t.json(&["query", "pc", "--since", "1h", "--json"]);
+    assert_eq!(
+        (q["count"].as_i64(), q["count_since"].as_i64()),
+        (Some(2), Some(2)),
+        "{q}"
+    );
+    let q = t.json(&["query", "pc", "--since", "10s", "--json"]);
+    assert_eq!(q["count_since"], 0, "{q}");
+
+    // Trending and latency read the same likes.
     t.run(&["analytics", "--until-idle"]);
     let top = t.json(&["top", "--json"]);
     assert!(top.to_string().contains("\"p1\""), "{top}");
+    let lat = t.json(&["latency", "--json"]);
+    assert!(lat.to_string().contains("p99"), "{lat}");
+
+    // Recorded, the stream verifies against its file, and replayed into a fresh store it counts
+    // the same.
+    let rec = file_in(&t, "recorded.ndjson");
+    t.run(&["record", rec.to_str().unwrap()]);
+    let out = crate::common::output(t.cmd(&["verify", "--from", rec.to_str().unwrap(), "--json"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let fresh = reading_changes(Target::embedded());
+    fresh.run(&["replay", rec.to_str().unwrap()]);
+    fresh.run(&["count", "--until-idle"]);
+    assert_eq!(fresh.mismatches(&expected), vec![]);
+    verified(&fresh);
 }
 
 on_backends! {
