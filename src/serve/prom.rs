@@ -283,6 +283,11 @@ pub fn counter_metrics(m: &CounterMetrics, l: &LeaseMetrics) -> anyhow::Result<S
             "Records dead-lettered as malformed",
             &m.malformed,
         ),
+        (
+            "skipped",
+            "Change records of items that are no likes, skipped",
+            &m.skipped,
+        ),
         ("windows", "Windows applied", &m.windows),
         ("items_written", "Store items written", &m.items_written),
         (
