@@ -1,7 +1,8 @@
 //! `cargo bench --bench demo [-- runs]`: `tally demo --events 1000000` beside its floor, in the
 //! same run (issue 21, item 4). The floor is a bare loop doing what the demo must at least do to
 //! the same SQLite file format: insert the same records (the same generator, seed and settings;
-//! PutRecords batches of 500, one transaction each, into the embedded stream's `records` table)
+//! PutRecords batches of 500, one transaction each, appended to the embedded stream's `batches`
+//! table as it does: one row per shard and put)
 //! and write as many summary items as the demo's counter wrote (the demo's `store_writes`, one
 //! row of a live item's size each, a window's items per transaction) — no reading, folding,
 //! checking or concurrency. The ratio is what tally adds on top of SQLite.
@@ -68,17 +69,28 @@ fn floor(demo: &Demo) -> (f64, f64) {
     let mut gen = Generator::new(settings.gen_config(EVENTS))
         .map(|(_, e)| e)
         .peekable();
+    let mut next_seq = 1i64;
     while gen.peek().is_some() {
         let tx = conn.transaction().expect("begin");
         {
             let mut ins = tx
-                .prepare_cached("INSERT INTO records (shard_id, arrival_ms, partition_key, data) VALUES (?1, ?2, ?3, ?4)")
+                .prepare_cached("INSERT INTO batches (shard_id, last_seq, first_seq, arrival_ms, records) VALUES (?1, ?2, ?3, ?4, ?5)")
                 .expect("prepare");
+            // A put of 500 records: one batch row per shard, as the embedded stream appends.
+            let mut blobs: [(Vec<u8>, i64); 4] = Default::default();
             for e in gen.by_ref().take(500) {
-                let shard = shards[e.partition_key.len() % shards.len()];
-                ins.execute(params![shard, put as i64, e.partition_key, e.data])
-                    .expect("insert");
+                let s = e.partition_key.len() % shards.len();
+                tally_embedded::batch::push(&mut blobs[s].0, &e.partition_key, &e.data);
+                blobs[s].1 += 1;
                 put += 1;
+            }
+            for (s, (blob, n)) in blobs.iter().enumerate() {
+                if *n > 0 {
+                    let first = next_seq;
+                    next_seq += n;
+                    ins.execute(params![shards[s], next_seq - 1, first, put as i64, blob])
+                        .expect("insert");
+                }
             }
         }
         tx.commit().expect("commit");

@@ -1,7 +1,7 @@
 #![warn(missing_docs)]
 //! The embedded backend: every port on one SQLite file under a data dir.
 //!
-//! Layout: `schema.sql` holds the tables — `shards` and `records` (the stream: one log, sequence
+//! Layout: `schema.sql` holds the tables — `shards` and `batches` (the stream: one log, sequence
 //! numbers from SQLite's AUTOINCREMENT rowid, rendered as decimal strings), `leases` (lease and
 //! checkpoint per application and shard), `items` (the counter's summary items, the same items
 //! and conditional writes as on DynamoDB), `dedup`, `dead_letters` (the counter),
@@ -16,7 +16,7 @@
 mod stores;
 mod stream;
 
-pub use stream::Unapplied;
+pub use stream::{batch, Unapplied};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -124,7 +124,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 const TABLES: &[&str] = &[
     "shards",
     "stream_meta",
-    "records",
+    "batches",
     "leases",
     "items",
     "dedup",
@@ -162,6 +162,17 @@ fn is_prepared(conn: &Connection) -> PortResult<bool> {
     if tables != TABLES.len() as i64 {
         return Ok(false);
     }
+    // A stream still in the per-record layout is migrated first (`stream::migrate_records`).
+    let old_stream: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'records'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if old_stream > 0 {
+        return Ok(false);
+    }
     for (table, column, _) in ADDED_COLUMNS {
         let has: i64 = conn
             .query_row(
@@ -178,6 +189,7 @@ fn is_prepared(conn: &Connection) -> PortResult<bool> {
 }
 
 fn migrate(conn: &Connection) -> PortResult<()> {
+    stream::migrate_records(conn)?;
     for (table, column, decl) in ADDED_COLUMNS {
         let has: bool = conn
             .query_row(
@@ -311,7 +323,7 @@ impl Embedded {
     pub fn holds_data(&self) -> PortResult<bool> {
         self.with(|c| {
             c.query_row(
-                "SELECT EXISTS(SELECT 1 FROM records) OR EXISTS(SELECT 1 FROM leases) \
+                "SELECT EXISTS(SELECT 1 FROM batches) OR EXISTS(SELECT 1 FROM leases) \
                  OR EXISTS(SELECT 1 FROM items)",
                 [],
                 |r| r.get::<_, bool>(0),

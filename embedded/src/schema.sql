@@ -12,14 +12,18 @@ CREATE TABLE IF NOT EXISTS stream_meta (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS records (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-    shard_id      TEXT NOT NULL,
-    arrival_ms    INTEGER NOT NULL,
-    partition_key TEXT NOT NULL,
-    data          BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS records_by_shard ON records(shard_id, seq);
+-- The stream's records: each put's records for one shard are one row, a batch, appended as
+-- Kafka's and Redpanda's logs append a producer's batch: the index grows per batch, not per
+-- record. Sequence numbers come from `stream_meta.next_seq`, one contiguous range per batch
+-- (record i of a batch is first_seq + i), increasing across the whole stream in put order.
+CREATE TABLE IF NOT EXISTS batches (
+    shard_id   TEXT NOT NULL,
+    last_seq   INTEGER NOT NULL,
+    first_seq  INTEGER NOT NULL,
+    arrival_ms INTEGER NOT NULL,
+    records    BLOB NOT NULL,               -- per record: partition key, then data, each u32-LE-length-prefixed
+    PRIMARY KEY (shard_id, last_seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS leases (
     app           TEXT NOT NULL,
     shard_id      TEXT NOT NULL,

@@ -1,4 +1,6 @@
-//! The embedded stream: shards with hash-key ranges over one append-only `records` table.
+//! The embedded stream: shards with hash-key ranges over one append-only `batches` table — each
+//! put's records for a shard in one row (`batch`), so that a put of 500 records writes a handful
+//! of rows and index entries, not 500.
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -10,6 +12,123 @@ use tally_core::ports::{
 use tally_core::SeqNo;
 
 use crate::{now_ms, sql_err, Embedded};
+
+/// How a batch's records are laid out in its row: each record's partition key, then its data,
+/// each prefixed by its length (u32, little-endian).
+pub mod batch {
+    use tally_core::ports::{PortError, PortResult};
+
+    /// Appends one record.
+    pub fn push(out: &mut Vec<u8>, partition_key: &str, data: &[u8]) {
+        for part in [partition_key.as_bytes(), data] {
+            // A record is at most 1 MiB (checked at the put): its length fits in a u32.
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+
+    /// The records of a batch, in order: (partition key, data).
+    pub fn records(mut blob: &[u8]) -> PortResult<Vec<(String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let corrupt = || PortError::Other("embedded store: a corrupt stream batch".into());
+        let part = |blob: &mut &[u8]| -> PortResult<Vec<u8>> {
+            let (len, rest) = blob.split_first_chunk::<4>().ok_or_else(corrupt)?;
+            let len = u32::from_le_bytes(*len) as usize;
+            if rest.len() < len {
+                return Err(corrupt());
+            }
+            let (v, rest) = rest.split_at(len);
+            *blob = rest;
+            Ok(v.to_vec())
+        };
+        while !blob.is_empty() {
+            let key = String::from_utf8(part(&mut blob)?).map_err(|_| corrupt())?;
+            let data = part(&mut blob)?;
+            out.push((key, data));
+        }
+        Ok(out)
+    }
+}
+
+/// A store from before batches kept one row per record in `records`: each becomes a batch of
+/// one, with its sequence number, and the old table goes (in the schema's write transaction, so
+/// several processes opening the store at once migrate it once).
+pub(crate) fn migrate_records(conn: &Connection) -> PortResult<()> {
+    let old: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'records'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if old == 0 {
+        return Ok(());
+    }
+    {
+        let mut read = conn
+            .prepare(
+                "SELECT seq, shard_id, arrival_ms, partition_key, data FROM records ORDER BY seq",
+            )
+            .map_err(sql_err)?;
+        let mut ins = conn
+            .prepare("INSERT INTO batches (shard_id, last_seq, first_seq, arrival_ms, records) VALUES (?1, ?2, ?2, ?3, ?4)")
+            .map_err(sql_err)?;
+        let mut rows = read.query([]).map_err(sql_err)?;
+        while let Some(r) = rows.next().map_err(sql_err)? {
+            let (seq, shard, arrival): (i64, String, i64) = (
+                r.get(0).map_err(sql_err)?,
+                r.get(1).map_err(sql_err)?,
+                r.get(2).map_err(sql_err)?,
+            );
+            let key: String = r.get(3).map_err(sql_err)?;
+            let data: Vec<u8> = r.get(4).map_err(sql_err)?;
+            let mut blob = Vec::with_capacity(key.len() + data.len() + 8);
+            batch::push(&mut blob, &key, &data);
+            ins.execute(params![shard, seq, arrival, blob])
+                .map_err(sql_err)?;
+        }
+    }
+    // The next number is past every one given, the AUTOINCREMENT's own counter included.
+    let given: i64 = conn
+        .query_row(
+            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0), \
+             COALESCE((SELECT MAX(seq) FROM records), 0))",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    let next = next_seq(conn)?.max(given + 1);
+    conn.execute(
+        "INSERT OR REPLACE INTO stream_meta (key, value) VALUES ('next_seq', ?1)",
+        [next],
+    )
+    .map_err(sql_err)?;
+    conn.execute_batch("DROP INDEX IF EXISTS records_by_shard; DROP TABLE records;")
+        .map_err(sql_err)
+}
+
+/// The next sequence number to give, kept in `stream_meta` so that no number is given twice
+/// although `trim` deletes batches.
+fn next_seq(tx: &Connection) -> PortResult<i64> {
+    let stored: Option<i64> = tx
+        .query_row(
+            "SELECT value FROM stream_meta WHERE key = 'next_seq'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql_err)?;
+    match stored {
+        Some(n) => Ok(n),
+        None => tx
+            .query_row(
+                "SELECT MAX(COALESCE((SELECT MAX(last_seq) FROM batches), 0),                  COALESCE((SELECT MAX(trimmed_through) FROM shards), 0)) + 1",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sql_err),
+    }
+}
 
 fn shard_name(i: usize) -> String {
     format!("shardId-{i:012}")
@@ -127,7 +246,7 @@ pub struct Unapplied {
 /// prefix in sequence order, up to the last record that arrived before the cutoff (0: none).
 fn trim_bound(c: &Connection, cutoff_ms: i64) -> PortResult<i64> {
     c.query_row(
-        "SELECT COALESCE(MAX(seq), 0) FROM records WHERE arrival_ms < ?1",
+        "SELECT COALESCE(MAX(last_seq), 0) FROM batches WHERE arrival_ms < ?1",
         [cutoff_ms],
         |r| r.get(0),
     )
@@ -142,7 +261,7 @@ impl Embedded {
         self.with(|c| {
             let bound = trim_bound(c, cutoff_ms)?;
             let shards: Vec<String> = c
-                .prepare("SELECT DISTINCT shard_id FROM records WHERE seq <= ?1 ORDER BY shard_id")
+                .prepare("SELECT DISTINCT shard_id FROM batches WHERE first_seq <= ?1 ORDER BY shard_id")
                 .map_err(sql_err)?
                 .query_map([bound], |r| r.get(0))
                 .map_err(sql_err)?
@@ -182,7 +301,8 @@ impl Embedded {
                     };
                     let records: i64 = c
                         .query_row(
-                            "SELECT COUNT(*) FROM records WHERE shard_id = ?1 AND seq > ?2 AND seq <= ?3",
+                            "SELECT COALESCE(SUM(MIN(last_seq, ?3) - MAX(first_seq, ?2 + 1) + 1), 0) FROM batches \
+                             WHERE shard_id = ?1 AND last_seq > ?2 AND first_seq <= ?3",
                             params![shard, applied_through, bound],
                             |r| r.get(0),
                         )
@@ -206,17 +326,20 @@ impl Embedded {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let bound = trim_bound(&tx, cutoff_ms)?;
             tx.execute(
-                "UPDATE shards SET trimmed_through = (SELECT MAX(seq) FROM records r WHERE r.shard_id = shards.shard_id AND r.seq <= ?1) \
-                 WHERE EXISTS (SELECT 1 FROM records r WHERE r.shard_id = shards.shard_id AND r.seq <= ?1)",
+                "UPDATE shards SET trimmed_through = (SELECT MAX(last_seq) FROM batches b WHERE b.shard_id = shards.shard_id AND b.last_seq <= ?1) \
+                 WHERE EXISTS (SELECT 1 FROM batches b WHERE b.shard_id = shards.shard_id AND b.last_seq <= ?1)",
                 [bound],
             )
             .map_err(sql_err)?;
-            let records = tx.execute("DELETE FROM records WHERE seq <= ?1", [bound]).map_err(sql_err)?;
+            let records: i64 = tx
+                .query_row("SELECT COALESCE(SUM(last_seq - first_seq + 1), 0) FROM batches WHERE last_seq <= ?1", [bound], |r| r.get(0))
+                .map_err(sql_err)?;
+            tx.execute("DELETE FROM batches WHERE last_seq <= ?1", [bound]).map_err(sql_err)?;
             let shards = tx
-                .execute("DELETE FROM shards WHERE closed = 1 AND NOT EXISTS (SELECT 1 FROM records r WHERE r.shard_id = shards.shard_id)", [])
+                .execute("DELETE FROM shards WHERE closed = 1 AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.shard_id = shards.shard_id)", [])
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)?;
-            Ok((records, shards))
+            Ok((records as usize, shards))
         })
     }
 }
@@ -270,11 +393,11 @@ impl Stream for Embedded {
                         .map(|n| n - 1)
                         .map_err(|_| PortError::Invalid(format!("sequence number {s} is not one of the embedded stream's"))),
                     StartPosition::Latest => c
-                        .query_row("SELECT COALESCE(MAX(seq), 0) FROM records WHERE shard_id = ?1", [&shard], |r| r.get(0))
+                        .query_row("SELECT COALESCE(MAX(last_seq), 0) FROM batches WHERE shard_id = ?1", [&shard], |r| r.get(0))
                         .map_err(sql_err),
                     StartPosition::AtTimestamp(ts) => c
                         .query_row(
-                            "SELECT COALESCE((SELECT MIN(seq) FROM records WHERE shard_id = ?1 AND arrival_ms >= ?2), (SELECT COALESCE(MAX(seq), 0) + 1 FROM records WHERE shard_id = ?1)) - 1",
+                            "SELECT COALESCE((SELECT MIN(first_seq) FROM batches WHERE shard_id = ?1 AND arrival_ms >= ?2), (SELECT COALESCE(MAX(last_seq), 0) + 1 FROM batches WHERE shard_id = ?1)) - 1",
                             params![shard, ts],
                             |r| r.get(0),
                         )
@@ -310,20 +433,39 @@ impl Stream for Embedded {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let shards = open_shards(&tx)?;
             let now = now_ms();
-            let mut out = Vec::with_capacity(entries.len());
-            {
-                let mut ins = tx.prepare_cached("INSERT INTO records (shard_id, arrival_ms, partition_key, data) VALUES (?1, ?2, ?3, ?4)").map_err(sql_err)?;
-                for e in &entries {
-                    let h = hash_key(&e.partition_key);
-                    let Some(s) = shards.iter().find(|s| s.lo <= h && h <= s.hi) else {
-                        out.push(PutOutcome::Failed { code: "InternalFailure".into(), message: "no open shard covers the hash key".into() });
-                        continue;
-                    };
-                    ins.execute(params![s.id, now, e.partition_key, e.data]).map_err(sql_err)?;
-                    let seq = tx.last_insert_rowid().to_string();
-                    out.push(PutOutcome::Ok { shard_id: s.id.clone(), seq: SeqNo::parse(&seq).unwrap_or_else(|| unreachable!("rowids are decimal")) });
+            // Each shard's records of this put, in put order: one batch per shard.
+            let mut out: Vec<Option<PutOutcome>> = vec![None; entries.len()];
+            let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+            for (i, e) in entries.iter().enumerate() {
+                let h = hash_key(&e.partition_key);
+                let Some(s) = shards.iter().position(|s| s.lo <= h && h <= s.hi) else {
+                    out[i] = Some(PutOutcome::Failed { code: "InternalFailure".into(), message: "no open shard covers the hash key".into() });
+                    continue;
+                };
+                match groups.iter_mut().find(|(g, _)| *g == s) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((s, vec![i])),
                 }
             }
+            let mut next = next_seq(&tx)?;
+            {
+                let mut ins = tx
+                    .prepare_cached("INSERT INTO batches (shard_id, last_seq, first_seq, arrival_ms, records) VALUES (?1, ?2, ?3, ?4, ?5)")
+                    .map_err(sql_err)?;
+                for (s, members) in &groups {
+                    let first = next;
+                    let mut blob = Vec::with_capacity(members.iter().map(|&i| entries[i].data.len() + entries[i].partition_key.len() + 8).sum());
+                    for (k, &i) in members.iter().enumerate() {
+                        batch::push(&mut blob, &entries[i].partition_key, &entries[i].data);
+                        let seq = (first + k as i64).to_string();
+                        out[i] = Some(PutOutcome::Ok { shard_id: shards[*s].id.clone(), seq: SeqNo::parse(&seq).unwrap_or_else(|| unreachable!("decimal")) });
+                    }
+                    next = first + members.len() as i64;
+                    ins.execute(params![shards[*s].id, next - 1, first, now, blob]).map_err(sql_err)?;
+                }
+            }
+            tx.execute("INSERT OR REPLACE INTO stream_meta (key, value) VALUES ('next_seq', ?1)", [next]).map_err(sql_err)?;
+            let out: Vec<PutOutcome> = out.into_iter().map(|o| o.unwrap_or_else(|| unreachable!("every entry is put or failed"))).collect();
             tx.commit().map_err(sql_err)?;
             Ok(out)
         })
@@ -352,21 +494,32 @@ impl ShardReader for EmbeddedReader {
                 // One read transaction: the records and the closed flag come from one snapshot.
                 let tx = conn.transaction().map_err(sql_err)?;
                 let c: &Connection = &tx;
+                // The batches holding records after `after`, until `limit` records are taken.
                 let mut st = c
-                    .prepare_cached("SELECT seq, arrival_ms, partition_key, data FROM records WHERE shard_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")
+                    .prepare_cached("SELECT first_seq, arrival_ms, records FROM batches WHERE shard_id = ?1 AND last_seq > ?2 ORDER BY last_seq")
                     .map_err(sql_err)?;
-                let records = st
-                    .query_map(params![shard, after, limit as i64], |r| {
-                        Ok(StreamRecord {
-                            seq: SeqNo::parse(&r.get::<_, i64>(0)?.to_string()).unwrap_or_else(|| unreachable!("rowids are decimal")),
-                            arrival_ms: r.get(1)?,
-                            partition_key: r.get(2)?,
-                            data: r.get(3)?,
-                        })
-                    })
-                    .map_err(sql_err)?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(sql_err)?;
+                let mut rows = st.query(params![shard, after]).map_err(sql_err)?;
+                let mut records: Vec<StreamRecord> = Vec::new();
+                while records.len() < limit {
+                    let Some(row) = rows.next().map_err(sql_err)? else { break };
+                    let first: i64 = row.get(0).map_err(sql_err)?;
+                    let arrival_ms: i64 = row.get(1).map_err(sql_err)?;
+                    let blob = row.get_ref(2).map_err(sql_err)?.as_blob().map_err(|e| sql_err(e.into()))?;
+                    for (i, (partition_key, data)) in batch::records(blob)?.into_iter().enumerate() {
+                        let seq = first + i as i64;
+                        if seq <= after || records.len() == limit {
+                            continue;
+                        }
+                        records.push(StreamRecord {
+                            seq: SeqNo::parse(&seq.to_string()).unwrap_or_else(|| unreachable!("decimal")),
+                            arrival_ms,
+                            partition_key,
+                            data,
+                        });
+                    }
+                }
+                drop(rows);
+                drop(st);
                 let mut batch = ReadBatch { millis_behind_latest: Some(0), ..ReadBatch::default() };
                 let trimmed: Option<i64> = c
                     .query_row("SELECT trimmed_through FROM shards WHERE shard_id = ?1", [&shard], |r| r.get(0))

@@ -110,3 +110,111 @@ async fn a_reader_never_waits_for_a_paused_writer() {
     assert!(reader.list_states("counter").await.unwrap().is_empty());
     holder.execute_batch("ROLLBACK").unwrap();
 }
+
+/// The stream appends a put's records per shard as one batch: a reader with a small limit, or
+/// opened after a sequence number inside a batch, resumes exactly after its position.
+#[tokio::test]
+async fn reads_resume_inside_a_batch() {
+    use tally_core::ports::{PutEntry, PutOutcome, StartPosition, Stream};
+    let (_d, e) = store(1);
+    let entries: Vec<PutEntry> = (0..10)
+        .map(|i| PutEntry {
+            partition_key: format!("k{i}"),
+            data: format!("r{i}").into_bytes(),
+        })
+        .collect();
+    let put = e.put_records(&entries).await.unwrap();
+    let seqs: Vec<String> = put
+        .iter()
+        .map(|o| match o {
+            PutOutcome::Ok { seq, .. } => seq.as_str().to_owned(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let mut r = e
+        .open("shardId-000000000000", StartPosition::TrimHorizon)
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    loop {
+        let b = r.next_batch(3).await.unwrap();
+        if b.records.is_empty() {
+            break;
+        }
+        assert!(b.records.len() <= 3);
+        read.extend(b.records);
+    }
+    let data: Vec<String> = read
+        .iter()
+        .map(|r| String::from_utf8(r.data.clone()).unwrap())
+        .collect();
+    assert_eq!(data, (0..10).map(|i| format!("r{i}")).collect::<Vec<_>>());
+    let got: Vec<String> = read.iter().map(|r| r.seq.as_str().to_owned()).collect();
+    assert_eq!(got, seqs, "the sequence numbers the put answered");
+    assert_eq!(read[4].partition_key, "k4");
+    let after = tally_core::SeqNo::parse(&seqs[5]).unwrap();
+    let mut r = e
+        .open("shardId-000000000000", StartPosition::AfterSequence(after))
+        .await
+        .unwrap();
+    let rest = r.next_batch(100).await.unwrap().records;
+    assert_eq!(rest.len(), 4);
+    assert_eq!(rest[0].data, b"r6");
+    // A later put's numbers come after.
+    let more = e.put_records(&entries[..1]).await.unwrap();
+    match &more[0] {
+        PutOutcome::Ok { seq, .. } => {
+            assert!(seq.as_str().parse::<i64>().unwrap() > seqs[9].parse::<i64>().unwrap())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A store written by a tally from before batches (one `records` row per record) is migrated
+/// when opened: every record is read with its sequence number, and new ones come after.
+#[tokio::test]
+async fn an_old_per_record_store_is_read_after_migrating() {
+    use tally_core::ports::{PutEntry, PutOutcome, StartPosition, Stream};
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 2).unwrap());
+    {
+        let c = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+        c.execute_batch(
+            "DROP TABLE batches;
+             CREATE TABLE records (seq INTEGER PRIMARY KEY AUTOINCREMENT, shard_id TEXT NOT NULL,
+               arrival_ms INTEGER NOT NULL, partition_key TEXT NOT NULL, data BLOB NOT NULL);
+             CREATE INDEX records_by_shard ON records(shard_id, seq);
+             INSERT INTO records (shard_id, arrival_ms, partition_key, data) VALUES
+               ('shardId-000000000000', 1, 'a', x'6131'), ('shardId-000000000001', 1, 'b', x'6231'),
+               ('shardId-000000000000', 2, 'a', x'6132'), ('shardId-000000000000', 3, 'a', x'6133');
+             DELETE FROM records WHERE seq = 4; -- the AUTOINCREMENT counter stays at 4",
+        )
+        .unwrap();
+    }
+    let e = Embedded::open(dir.path(), 2).unwrap();
+    let mut r = e
+        .open("shardId-000000000000", StartPosition::TrimHorizon)
+        .await
+        .unwrap();
+    let b = r.next_batch(10).await.unwrap();
+    let got: Vec<(String, Vec<u8>)> = b
+        .records
+        .iter()
+        .map(|r| (r.seq.as_str().to_owned(), r.data.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("1".into(), b"a1".to_vec()), ("3".into(), b"a2".to_vec())]
+    );
+    let put = e
+        .put_records(&[PutEntry {
+            partition_key: "z".into(),
+            data: b"z".to_vec(),
+        }])
+        .await
+        .unwrap();
+    match &put[0] {
+        PutOutcome::Ok { seq, .. } => assert_eq!(seq.as_str(), "5", "never a number given before"),
+        other => panic!("{other:?}"),
+    }
+}
