@@ -25,9 +25,10 @@ struct Demo {
     exact: bool,
 }
 
-fn demo() -> Demo {
+fn demo(count: &str) -> Demo {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .env("TALLY_COUNTER__COUNT", count)
         .args(["--data-dir"])
         .arg(dir.path())
         .args(["demo", "--events", &EVENTS.to_string(), "--json"])
@@ -49,15 +50,77 @@ fn demo() -> Demo {
     }
 }
 
-/// The floor's two parts, in seconds: inserting the records, writing the items.
-fn floor(demo: &Demo) -> (f64, f64) {
+/// The baseline of issue 34: one core decoding the demo's records with serde (`LikeEvent`, as
+/// `cargo bench --bench core`'s `bare_serde_decode`), the best of three passes, in seconds.
+fn serde_decode(count: &str) -> (f64, usize) {
+    let settings = demo_settings(count);
+    let records: Vec<Vec<u8>> = Generator::new(settings.gen_config(EVENTS))
+        .map(|(_, e)| e.data)
+        .collect();
+    let mut best = f64::MAX;
+    let mut decoded = 0;
+    for _ in 0..3 {
+        let started = Instant::now();
+        decoded = records
+            .iter()
+            .filter(|d| serde_json::from_slice::<tally_core::event::LikeEvent>(d).is_ok())
+            .count();
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    (best, decoded)
+}
+
+/// The layout before (issue 34): the same records appended one SQLite row each, with the index
+/// on (shard, sequence number) it had — in the same run, what the batches save. Seconds.
+fn per_record_floor(count: &str) -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut conn = Connection::open(dir.path().join("per-record.db")).expect("open");
+    tally_embedded::journal(&conn).expect("the store's journal settings");
+    conn.execute_batch(
+        "CREATE TABLE records (seq INTEGER PRIMARY KEY AUTOINCREMENT, shard_id TEXT NOT NULL,
+           arrival_ms INTEGER NOT NULL, partition_key TEXT NOT NULL, data BLOB NOT NULL);
+         CREATE INDEX records_by_shard ON records(shard_id, seq);",
+    )
+    .expect("the old table");
+    let shards = ["s0", "s1", "s2", "s3"];
+    let started = Instant::now();
+    let mut gen = Generator::new(demo_settings(count).gen_config(EVENTS))
+        .map(|(_, e)| e)
+        .peekable();
+    while gen.peek().is_some() {
+        let tx = conn.transaction().expect("begin");
+        {
+            let mut ins = tx
+                .prepare_cached("INSERT INTO records (shard_id, arrival_ms, partition_key, data) VALUES (?1, ?2, ?3, ?4)")
+                .expect("prepare");
+            for e in gen.by_ref().take(500) {
+                let shard = shards[e.partition_key.len() % shards.len()];
+                ins.execute(params![shard, 0, e.partition_key, e.data])
+                    .expect("insert");
+            }
+        }
+        tx.commit().expect("commit");
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// The demo's settings: 2 % producer retries, 0.1 % malformed records, counting `count`.
+fn demo_settings(count: &str) -> Settings {
+    let mut settings = Settings::default().for_demo(false, false);
+    if count == "events" {
+        settings.counter.count = tally_core::edge::CountMode::Events;
+    }
+    settings
+}
+
+/// The floor's two parts, in seconds: appending the records, writing the items.
+fn floor(demo: &Demo, count: &str) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("temp dir");
     // The embedded store's own schema, journal mode, durability and checkpoint interval.
     drop(tally_embedded::Embedded::open(dir.path(), 4).expect("store"));
     let mut conn = Connection::open(dir.path().join(tally_embedded::DB_FILE)).expect("open");
     tally_embedded::journal(&conn).expect("the store's journal settings");
-    // The demo's defaults: 2 % producer retries, 0.1 % malformed records.
-    let settings = Settings::default().for_demo(false, false);
+    let settings = demo_settings(count);
     let shards = [
         "shardId-000000000000",
         "shardId-000000000001",
@@ -129,23 +192,27 @@ fn main() {
         .filter_map(|a| a.parse().ok())
         .next()
         .unwrap_or(3);
-    println!("tally demo --events {EVENTS} (embedded, defaults) beside the floor: the same records inserted and as many items written, bare SQLite, one thread");
+    println!("tally demo --events {EVENTS} (embedded, defaults) beside one core decoding the same records with serde, and beside the floor: the same records appended and as many items written, bare SQLite, one thread");
     println!(
-        "| run | demo | floor (records + items) | demo / floor | records | items written | exact |"
+        "| run | counting | demo | serde decode | demo / decode | floor (records + items) | records one row each | records | items written | exact |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for run in 1..=runs {
-        let d = demo();
-        let (records, items) = floor(&d);
-        let f = records + items;
-        println!(
-            "| {run} | {:.2} s | {:.2} s ({records:.2} + {items:.2}) | {:.2} | {} | {} | {} |",
-            d.elapsed,
-            f,
-            d.elapsed / f,
-            d.records,
-            d.store_writes,
-            if d.exact { "yes" } else { "NO" }
-        );
+        for count in ["events", "likers"] {
+            let d = demo(count);
+            let (decode, decoded) = serde_decode(count);
+            let (records, items) = floor(&d, count);
+            let one_row_each = per_record_floor(count);
+            let f = records + items;
+            println!(
+                "| {run} | {count} | {:.2} s | {decode:.3} s ({:.2} M records/s) | **{:.1}×** | {f:.2} s ({records:.2} + {items:.2}) | {one_row_each:.2} s | {} | {} | {} |",
+                d.elapsed,
+                decoded as f64 / decode / 1e6,
+                d.elapsed / decode,
+                d.records,
+                d.store_writes,
+                if d.exact { "yes" } else { "NO" }
+            );
+        }
     }
 }

@@ -88,8 +88,14 @@ pub fn journal(conn: &Connection) -> PortResult<()> {
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(sql_err)?;
     conn.pragma_update(None, "wal_autocheckpoint", 10_000)
+        .map_err(sql_err)?;
+    conn.pragma_update(None, "cache_size", -CACHE_KIB)
         .map_err(sql_err)
 }
+
+/// Each connection's page cache, KiB: likers' edges are a read and a write per changed edge, at
+/// random keys over the whole `items` table, which outgrows SQLite's default 2 MiB at once.
+const CACHE_KIB: i64 = 64 * 1024;
 
 fn prepare_once(conn: &Connection) -> PortResult<()> {
     journal(conn)?;

@@ -966,3 +966,52 @@ fn the_terraform_readme_names_every_file_and_output() {
         );
     }
 }
+
+/// The source table's item mapping defaults to tally's own `[input]` defaults, key by key, so that
+/// a deploy that sets only `source_table_name` reads what `tally config` says it reads.
+#[test]
+fn the_source_items_default_to_tally_s_input_defaults() {
+    let bodies = terraform();
+    let var = blocks(&bodies, "variable")
+        .find(|b| b.labels().first().map(|l| l.as_str()) == Some("source_items"))
+        .expect("variable source_items");
+    let default = var
+        .body()
+        .attributes()
+        .find(|a| a.key() == "default")
+        .expect("a default")
+        .expr()
+        .clone();
+    let tf: BTreeMap<String, String> = object(&default)
+        .iter()
+        .map(|(k, v)| (k.clone(), string(v)))
+        .collect();
+    // The type's `optional(string, "…")` defaults (a partial object given) are the same.
+    let ty = var
+        .body()
+        .attributes()
+        .find(|a| a.key() == "type")
+        .expect("a type")
+        .expr()
+        .clone();
+    let Expression::FuncCall(object_type) = ty else {
+        panic!("object(...) expected")
+    };
+    let optional: BTreeMap<String, String> = object(&object_type.args[0])
+        .iter()
+        .map(|(k, v)| match v {
+            Expression::FuncCall(f) => (k.clone(), string(&f.args[1])),
+            other => panic!("optional(string, default) expected for {k}: {other:?}"),
+        })
+        .collect();
+    assert_eq!(optional, tf);
+    let code = serde_json::to_value(tally_core::input::InputConfig::default()).unwrap();
+    let code: BTreeMap<String, String> = code
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| !["format", "time_precision"].contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(tf, code);
+}
