@@ -262,14 +262,30 @@ pub fn encode(event: &LikeEvent) -> Vec<u8> {
     serde_json::to_vec(event).unwrap_or_default()
 }
 
-/// The partition key of a raw record: its `post_id` when it has one that is a string.
+/// The partition key of a raw record: its `post_id` when it has one that is a string; for a
+/// DynamoDB change record (`crate::input`), its item's key (`dynamodb.Keys`, as canonical JSON),
+/// so that every change of one item goes to one shard, as DynamoDB itself keys them — one writer
+/// per edge.
 pub fn partition_key_of(data: &[u8]) -> Option<String> {
     #[derive(Deserialize)]
     struct Key {
         post_id: Option<serde_json::Value>,
+        dynamodb: Option<Change>,
     }
-    match serde_json::from_slice::<Key>(data).ok()?.post_id? {
-        serde_json::Value::String(s) if !s.is_empty() && s.len() <= 256 => Some(s),
+    #[derive(Deserialize)]
+    struct Change {
+        #[serde(rename = "Keys")]
+        keys: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    let k = serde_json::from_slice::<Key>(data).ok()?;
+    match (k.post_id, k.dynamodb.and_then(|d| d.keys)) {
+        (Some(serde_json::Value::String(s)), _) if !s.is_empty() && s.len() <= 256 => Some(s),
+        (None, Some(keys)) if !keys.is_empty() => {
+            // serde_json's map is ordered by key: the same item, the same text. At most 256
+            // characters, as Kinesis allows.
+            let text = serde_json::Value::Object(keys).to_string();
+            Some(text.chars().take(256).collect())
+        }
         _ => None,
     }
 }
@@ -380,6 +396,18 @@ mod tests {
             Some("p7")
         );
         assert_eq!(partition_key_of(b"garbage"), None);
+        let change = |sk: &str, extra: &str| {
+            format!(
+                r#"{{"eventID":"e","dynamodb":{{"Keys":{{"SK":{{"S":"{sk}"}},"PK":{{"S":"POST#p1"}}}}{extra}}}}}"#
+            )
+        };
+        let a = partition_key_of(change("LIKE#u1", "").as_bytes()).unwrap();
+        let b = partition_key_of(change("LIKE#u1", r#","NewImage":{}"#).as_bytes()).unwrap();
+        assert_eq!(a, b, "one item, one key");
+        assert_ne!(
+            a,
+            partition_key_of(change("LIKE#u2", "").as_bytes()).unwrap()
+        );
         assert_eq!(partition_key_of(br#"{"post_id":3}"#), None);
     }
 }
