@@ -89,14 +89,19 @@ fn likers_count_users_not_events(t: Target) {
     assert_eq!(t.json(&["total", "--json"])["total"], 3);
 
     // "Since T": likers whose latest like is at or after T's minute. u1's is in minute m0 + 2.
-    let since = |post: &str, at: i64| -> i64 {
+    // On a wrong answer, the answer itself, the leases and the minute asked (m0) are shown.
+    let since = |post: &str, at: i64, want: i64| {
         let q = t.json(&["query", post, "--since", &at.to_string(), "--json"]);
-        q["count_since"].as_i64().unwrap_or_else(|| panic!("{q}"))
+        let got = q["count_since"].as_i64().unwrap_or_else(|| panic!("{q}"));
+        if got != want {
+            let leases = t.json(&["leases", "--json"]);
+            panic!("{post} since {at} (m0 = {m0}): {got}, expected {want}\n{q:#}\n{leases:#}");
+        }
     };
-    assert_eq!(since("lk-p1", m0 + 60_000), 1);
-    assert_eq!(since("lk-p1", m0 + 2 * 60_000 + 59_000), 1);
-    assert_eq!(since("lk-p1", m0 + 3 * 60_000), 0);
-    assert_eq!(since("lk-p3", m0), 1);
+    since("lk-p1", m0 + 60_000, 1);
+    since("lk-p1", m0 + 2 * 60_000 + 59_000, 1);
+    since("lk-p1", m0 + 3 * 60_000, 0);
+    since("lk-p3", m0, 1);
 
     // The viewer's own likes beside the counts, in one batch.
     let page = t.json(&[
