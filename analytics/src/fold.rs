@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use smol_str::SmolStr;
 use tally_core::boundary::{self, Extent, UserRecord};
 use tally_core::dedup::{id_hash, Dedup};
-use tally_core::event::{decode_ref, Action};
+use tally_core::event::Action;
 use tally_core::kpl::Took;
 use tally_core::latency::Latency;
 use tally_core::ports::StreamRecord;
@@ -138,15 +138,10 @@ impl Fold {
     }
 
     fn fold_event(&mut self, data: &[u8], arrival_ms: i64, now: i64) -> bool {
-        let ev = match &self.input {
-            None => decode_ref(data),
-            Some(input) => match input.decode(data) {
-                Ok(tally_core::input::Decoded::Event(ev)) => Ok(ev),
-                Ok(tally_core::input::Decoded::Skipped) => return false,
-                Err(e) => Err(e),
-            },
-        };
-        let Ok(ev) = ev else {
+        let Ok(tally_core::input::Decoded::Event(ev)) =
+            tally_core::input::decode(self.input.as_deref(), data)
+        else {
+            // Malformed (the counter dead-letters it) or an item that is no like.
             return false;
         };
         if !self.dedup.observe(id_hash(&ev.event_id), arrival_ms) {

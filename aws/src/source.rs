@@ -38,20 +38,11 @@ pub enum Streaming {
 impl SourceTable {
     /// The table `name`, through the settings' DynamoDB endpoint.
     pub async fn new(s: &AwsSettings, name: &str) -> PortResult<SourceTable> {
-        let sdk = crate::sdk_config().await?;
-        let mut b = aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .retry_partition(crate::retry_partition("tally-dynamodb"));
-        if let Some(url) = &s.dynamodb_endpoint_url {
-            b = b.endpoint_url(url);
-        }
+        // The same client tally's own tables are reached by: endpoint, retries, messages.
+        let tables = crate::dynamo::DynamoStore::new(&crate::sdk_config().await?, s);
         Ok(SourceTable {
-            client: Client::from_conf(b.build()),
-            target: Target::new(
-                "DynamoDB",
-                "dynamodb",
-                s.dynamodb_endpoint_url.as_ref(),
-                &sdk,
-            ),
+            client: tables.client().clone(),
+            target: tables.target().clone(),
             name: name.to_owned(),
         })
     }

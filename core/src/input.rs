@@ -113,6 +113,15 @@ pub enum Decoded<'a> {
     Skipped,
 }
 
+/// Reads one user record by `input`'s contract, or as a like event when there is none: what the
+/// counter's windows, analytics and verify each read a record with.
+pub fn decode<'a>(input: Option<&InputConfig>, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {
+    match input {
+        None => decode_ref(data).map(Decoded::Event),
+        Some(input) => input.decode(data),
+    }
+}
+
 impl InputConfig {
     /// The attributes a change stream's mapping needs (keys without the section).
     pub fn validate(&self) -> Result<(), crate::config::Invalid> {

@@ -17,7 +17,6 @@ use crate::dead_letter::{
 };
 use crate::dedup::{id_hash, Dedup, DedupRecord};
 use crate::edge::{self, EdgeEvent, Transition};
-use crate::event::decode_ref;
 use crate::input::{Decoded, InputConfig};
 use crate::kpl::Took;
 use crate::ports::StreamRecord;
@@ -288,15 +287,12 @@ impl Counting<'_> {
         data: &[u8],
         arrival_ms: i64,
     ) -> Result<(), crate::event::DecodeError> {
-        let ev = match self.input {
-            None => decode_ref(data)?,
-            Some(input) => match input.decode(data)? {
-                Decoded::Event(ev) => ev,
-                Decoded::Skipped => {
-                    self.content.stats.skipped += 1;
-                    return Ok(());
-                }
-            },
+        let ev = match crate::input::decode(self.input, data)? {
+            Decoded::Event(ev) => ev,
+            Decoded::Skipped => {
+                self.content.stats.skipped += 1;
+                return Ok(());
+            }
         };
         if let Some(skew) = self.likers {
             self.dedup.tick(arrival_ms);

@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use tally_core::event::decode;
 use tally_core::kpl::{user_records, UserRecords};
 use tally_core::ports::ShardInfo;
 use tally_core::seq::{Position, SeqNo};
@@ -327,20 +326,16 @@ impl Recount {
 
     fn user_record(&mut self, shard_id: &str, at: Position, arrival_ms: i64, data: &[u8]) {
         self.tally.user_records += 1;
-        let ev = match &self.input {
-            None => decode(data),
-            Some(input) => match input.decode(data) {
-                Ok(tally_core::input::Decoded::Event(ev)) => Ok(ev.into_owned()),
-                Ok(tally_core::input::Decoded::Skipped) => {
-                    self.tally.skipped += 1;
-                    return;
-                }
-                Err(e) => Err(e),
-            },
-        };
-        let Ok(ev) = ev else {
-            self.malformed_at(shard_id, at);
-            return;
+        let ev = match tally_core::input::decode(self.input.as_deref(), data) {
+            Ok(tally_core::input::Decoded::Event(ev)) => ev.into_owned(),
+            Ok(tally_core::input::Decoded::Skipped) => {
+                self.tally.skipped += 1;
+                return;
+            }
+            Err(_) => {
+                self.malformed_at(shard_id, at);
+                return;
+            }
         };
         if let Some(skew) = self.likers {
             return self.user_action(shard_id, at, arrival_ms, ev, skew);

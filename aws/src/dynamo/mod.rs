@@ -272,6 +272,11 @@ impl DynamoStore {
         }
     }
 
+    /// Where its calls go, for messages (a backfill's source table goes there too).
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
     /// The SDK client (setup).
     pub fn client(&self) -> &Client {
         &self.client
