@@ -223,9 +223,50 @@ pub enum EdgeOutcome {
     Superseded,
 }
 
-/// Applies a window's write of an edge to the stored item (`None`: absent), as every store must:
-/// written only if the item is absent or its event is before `e`; a refused write whose item
-/// carries `window` is that window's own earlier write.
+/// What a window's write of `e` does to the stored edge `old` (`None`: absent), without writing
+/// it: written only if the edge is absent or its event is before `e`; a refused write whose edge
+/// carries `window` is that window's own earlier write. [`apply`] writes by it, and the counter's
+/// open windows are read by it before they are written (`counter::board`).
+pub fn resolve(old: Option<&EdgeState>, e: &EdgeEvent, window: &str) -> Resolved {
+    match old {
+        Some(o) if !e.is_after(o.at_ms, &o.event_id) => {
+            if o.window == window {
+                Resolved::Mine(o.transition(&e.post_id))
+            } else {
+                Resolved::Superseded
+            }
+        }
+        _ => Resolved::Writes(Transition {
+            post_id: e.post_id.clone(),
+            before: old.and_then(|o| o.liked.then_some(o.at_ms)),
+            after: e.liked.then_some(e.at_ms),
+        }),
+    }
+}
+
+/// What [`resolve`] finds a window's write of an edge would do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// It is written, making this transition.
+    Writes(Transition),
+    /// The window wrote it already: the transition it made.
+    Mine(Transition),
+    /// A newer (or the same) event is stored: nothing changes.
+    Superseded,
+}
+
+impl Resolved {
+    /// The transition the window makes (or made), if any.
+    pub fn transition(self) -> Option<Transition> {
+        match self {
+            Resolved::Writes(t) | Resolved::Mine(t) => Some(t),
+            Resolved::Superseded => None,
+        }
+    }
+}
+
+/// Applies a window's write of an edge to the stored item (`None`: absent), as every store must
+/// ([`resolve`] decides).
 pub fn apply(item: Option<&Attrs>, e: &EdgeEvent, window: &str) -> Result<EdgeOutcome, String> {
     let old =
         match item {
@@ -234,22 +275,11 @@ pub fn apply(item: Option<&Attrs>, e: &EdgeEvent, window: &str) -> Result<EdgeOu
                 format!("a corrupt edge item {}/{}", e.post_id, edge_sk(&e.user_id))
             })?),
         };
-    match &old {
-        Some(o) if !e.is_after(o.at_ms, &o.event_id) => Ok(if o.window == window {
-            EdgeOutcome::Mine(o.transition(&e.post_id))
-        } else {
-            EdgeOutcome::Superseded
-        }),
-        _ => {
-            let attrs = written(e, window, old.as_ref());
-            let t = Transition {
-                post_id: e.post_id.clone(),
-                before: old.as_ref().and_then(|o| o.liked.then_some(o.at_ms)),
-                after: e.liked.then_some(e.at_ms),
-            };
-            Ok(EdgeOutcome::Wrote(attrs, t))
-        }
-    }
+    Ok(match resolve(old.as_ref(), e, window) {
+        Resolved::Writes(t) => EdgeOutcome::Wrote(written(e, window, old.as_ref()), t),
+        Resolved::Mine(t) => EdgeOutcome::Mine(t),
+        Resolved::Superseded => EdgeOutcome::Superseded,
+    })
 }
 
 /// The per-post deltas (by minute) and the global-total delta of a window's transitions: one

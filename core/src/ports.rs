@@ -673,14 +673,30 @@ pub trait CounterStore: LeaseStore + DedupStore {
     /// global totals — is set to `events`); answers what it holds after (`None`: unset, when
     /// not claimed).
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
-    /// Whether `viewer` likes each post, in order (at most [`MAX_POSTS_PER_CALL`]), read in one
-    /// batch, and what the read cost in read units.
+    /// The stored edges of these (post, user) pairs, in order (`None`: never written), read in
+    /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units.
+    /// The counter's open windows in likers mode are resolved with it (`counter::board`).
+    async fn edges(
+        &self,
+        pairs: &[(String, String)],
+        consistency: Consistency,
+    ) -> PortResult<(Vec<Option<crate::edge::EdgeState>>, u64)>;
+    /// Whether `viewer` likes each post, in order (at most [`MAX_POSTS_PER_CALL`]): its edges,
+    /// and what the read cost in read units.
     async fn viewer_likes(
         &self,
         viewer: &str,
         post_ids: &[String],
         consistency: Consistency,
-    ) -> PortResult<(Vec<bool>, u64)>;
+    ) -> PortResult<(Vec<bool>, u64)> {
+        let pairs: Vec<(String, String)> = post_ids
+            .iter()
+            .map(|p| (p.clone(), viewer.to_owned()))
+            .collect();
+        let (states, units) = self.edges(&pairs, consistency).await?;
+        let liked = states.iter().map(|s| s.as_ref().is_some_and(|s| s.liked));
+        Ok((liked.collect(), units))
+    }
     /// A page of the users who like `post_id`, in id order after `after`, at most `limit`
     /// (capped at [`MAX_LIKERS_PER_PAGE`]).
     async fn likers(

@@ -215,7 +215,20 @@ impl WindowBuilder {
         self.content.deltas.get(post_id)
     }
 
-    /// Whether it counts likers (its deltas are known only once its edges are written).
+    /// Likers: the window's latest event of each edge of the posts `wanted` says (none when
+    /// counting events). What its deltas are resolved from, against the stored edges
+    /// (`edge::resolve`).
+    pub fn edges_of<'a>(
+        &'a self,
+        wanted: impl Fn(&str) -> bool + 'a,
+    ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
+        self.content
+            .edges
+            .values()
+            .filter(move |e| wanted(&e.post_id))
+    }
+
+    /// Whether it counts likers (its deltas are known only once its edges are resolved).
     pub fn counts_likers(&self) -> bool {
         self.likers.is_some()
     }

@@ -7,13 +7,32 @@
 //! *first* and the store *second*, and adds a window's delta for a post only where the post's live
 //! item shows that window is not applied yet (`summary::pending_applies`): a window that lands in
 //! between is counted once, by the store.
+//!
+//! Counting likers, an open window's change to a post depends on the stored edges it will write
+//! over (a like of a user who liked already changes nothing). A board given the store
+//! ([`Board::resolving`]) reads those edges when a post is asked about — each edge once per
+//! window, strongly consistent — and resolves the window's events against them as its write
+//! will (`edge::resolve`). They stay true while the window is open: only this shard's windows
+//! write its posts' edges (a post's records are on one shard), one at a time, and the open one
+//! writes nothing until it closes. An answer is given only if no window closed while the edges
+//! were read (`ShardWindows::closed`); otherwise the open window is left out, as without a store.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tally_core::buckets::PostDelta;
+use tally_core::edge::{self, EdgeState};
+use tally_core::ports::{Consistency, CounterStore};
 use tally_core::summary::marker;
 use tally_core::window::{ClosedWindow, WindowBuilder};
+
+/// Reads of stored edges one answer makes before it gives up the open window (each read is of
+/// the edges asked about that the last one did not cover: new records folded meanwhile).
+const RESOLVE_ATTEMPTS: usize = 3;
+
+/// An edge: (post, user).
+type Pair = (String, String);
 
 /// One shard's windows that are read but not written.
 #[derive(Default)]
@@ -22,6 +41,55 @@ pub struct ShardWindows {
     pub open: Option<WindowBuilder>,
     /// A closed window whose writes are under way.
     pub applying: Option<Arc<ClosedWindow>>,
+    /// Windows closed since the shard was held: edges read while this did not move are the
+    /// ones the open window will write over.
+    closed: u64,
+    /// Likers: the stored edges the open window's events are resolved against (`None`: absent),
+    /// read while it was open.
+    stored: HashMap<Pair, Option<EdgeState>>,
+    /// The id of the pending window the open one rebuilds, whose own edges it may meet
+    /// (`edge::window_id`; none for a new window, which has written nothing).
+    rebuilds: Option<String>,
+}
+
+impl ShardWindows {
+    /// Takes the open window to close it: edges read for it are forgotten.
+    pub fn close_open(&mut self) -> Option<WindowBuilder> {
+        let open = self.open.take()?;
+        self.closed += 1;
+        self.stored.clear();
+        self.rebuilds = None;
+        Some(open)
+    }
+
+    /// Marks the open window as the rebuild of the pending window with this id.
+    pub fn rebuilding(&mut self, window_id: String) {
+        self.rebuilds = Some(window_id);
+    }
+
+    /// Likers: the open window's edges of the wanted posts whose stored state is not read yet.
+    fn unread(&self, wanted: &HashSet<&str>) -> Vec<Pair> {
+        let Some(open) = self.open.as_ref().filter(|b| b.counts_likers()) else {
+            return Vec::new();
+        };
+        open.edges_of(|p| wanted.contains(p))
+            .map(|e| (e.post_id.clone(), e.user_id.clone()))
+            .filter(|k| !self.stored.contains_key(k))
+            .collect()
+    }
+
+    /// Likers: the open window's deltas for the wanted posts, if every edge of theirs in it is
+    /// read.
+    fn resolved(&self, wanted: &HashSet<&str>) -> Option<Vec<(String, PostDelta)>> {
+        let open = self.open.as_ref()?;
+        let window = self.rebuilds.as_deref().unwrap_or_default();
+        let mut transitions = Vec::new();
+        for e in open.edges_of(|p| wanted.contains(p)) {
+            let stored = self.stored.get(&(e.post_id.clone(), e.user_id.clone()))?;
+            transitions.extend(edge::resolve(stored.as_ref(), e, window).transition());
+        }
+        Some(edge::deltas(&transitions).0)
+    }
 }
 
 /// A window's deltas for the posts asked about.
@@ -52,6 +120,11 @@ pub struct ShardOpen {
 #[derive(Default)]
 pub struct Board {
     shards: Mutex<HashMap<String, Arc<Mutex<ShardWindows>>>>,
+    /// Where likers' open windows are resolved (`None`: they are shown once their edges are
+    /// written, as the window being applied).
+    store: Option<Arc<dyn CounterStore>>,
+    /// Read units spent reading edges for open windows.
+    read_units: AtomicU64,
 }
 
 /// Locks a shard's windows; a panic elsewhere while one was held leaves them as they were.
@@ -60,6 +133,25 @@ pub fn lock(w: &Mutex<ShardWindows>) -> MutexGuard<'_, ShardWindows> {
 }
 
 impl Board {
+    /// A board that resolves likers' open windows against `store`'s edges.
+    pub fn resolving(store: Arc<dyn CounterStore>) -> Board {
+        Board {
+            store: Some(store),
+            ..Board::default()
+        }
+    }
+
+    /// Whether open windows are shown whatever is counted (counting likers, only a resolving
+    /// board shows them).
+    pub fn shows_open_windows(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Read units spent reading stored edges for open windows.
+    pub fn read_units(&self) -> u64 {
+        self.read_units.load(Ordering::Relaxed)
+    }
+
     /// The windows of a shard this worker has just started to hold (a fresh, empty entry).
     pub fn hold(&self, shard_id: &str) -> Arc<Mutex<ShardWindows>> {
         let w = Arc::new(Mutex::new(ShardWindows::default()));
@@ -82,54 +174,108 @@ impl Board {
 
     /// What each held shard has read but not written for these posts: shards in id order, each
     /// with its closed window (if its writes are under way) and then its open one.
-    pub fn pending(&self, posts: &[String]) -> Vec<ShardOpen> {
+    pub async fn pending(&self, posts: &[String]) -> Vec<ShardOpen> {
         let held: Vec<(String, Arc<Mutex<ShardWindows>>)> = self
             .entries()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let mut out: Vec<ShardOpen> = held
+        let wanted: HashSet<&str> = posts.iter().map(String::as_str).collect();
+        let answers = held
             .into_iter()
-            .map(|(shard_id, w)| {
-                let w = lock(&w);
-                let mut windows = Vec::new();
-                // Counting likers, an open window's deltas are not known yet: the answer holds
-                // only the window being applied.
-                let through = w
-                    .open
-                    .as_ref()
-                    .filter(|b| !b.counts_likers())
-                    .and_then(|b| b.end())
-                    .or_else(|| w.applying.as_ref().and_then(|c| c.end.as_ref()))
-                    .or_else(|| w.open.as_ref().and_then(|b| b.start_after()))
-                    .map(marker);
-                if let Some(c) = &w.applying {
-                    windows.push(OpenWindow {
-                        after: c.start_after.as_ref().map(marker),
-                        posts: pick(posts, |p| {
-                            c.posts
-                                .binary_search_by(|(id, _)| id.as_str().cmp(p))
-                                .ok()
-                                .map(|i| &c.posts[i].1)
-                        }),
-                    });
-                }
-                if let Some(b) = w.open.as_ref().filter(|b| !b.is_empty()) {
-                    windows.push(OpenWindow {
-                        after: b.start_after().map(marker),
-                        posts: pick(posts, |p| b.delta(p)),
-                    });
-                }
-                windows.retain(|w| !w.posts.is_empty());
-                ShardOpen {
-                    shard_id,
-                    windows,
-                    through,
-                }
-            })
-            .collect();
+            .map(|(shard_id, w)| self.shard_pending(shard_id, w, posts, &wanted));
+        let mut out = futures_util::future::join_all(answers).await;
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         out
+    }
+
+    /// One shard's answer: likers' open window resolved first (when this board can), then the
+    /// windows as they stand.
+    async fn shard_pending(
+        &self,
+        shard_id: String,
+        w: Arc<Mutex<ShardWindows>>,
+        posts: &[String],
+        wanted: &HashSet<&str>,
+    ) -> ShardOpen {
+        if let Some(store) = &self.store {
+            self.read_edges(store.as_ref(), &w, wanted).await;
+        }
+        let w = lock(&w);
+        let open = w.open.as_ref().filter(|b| !b.is_empty());
+        // Counting likers, an open window is shown only once resolved.
+        let likers_open = open
+            .filter(|b| b.counts_likers())
+            .map(|_| w.resolved(wanted));
+        let shows_open = !matches!(likers_open, Some(None));
+        let through = w
+            .open
+            .as_ref()
+            .filter(|_| shows_open)
+            .and_then(|b| b.end())
+            .or_else(|| w.applying.as_ref().and_then(|c| c.end.as_ref()))
+            .or_else(|| w.open.as_ref().and_then(|b| b.start_after()))
+            .map(marker);
+        let mut windows = Vec::new();
+        if let Some(c) = &w.applying {
+            windows.push(OpenWindow {
+                after: c.start_after.as_ref().map(marker),
+                posts: pick(posts, |p| {
+                    c.posts
+                        .binary_search_by(|(id, _)| id.as_str().cmp(p))
+                        .ok()
+                        .map(|i| &c.posts[i].1)
+                }),
+            });
+        }
+        if let Some(b) = open.filter(|_| shows_open) {
+            let after = b.start_after().map(marker);
+            let posts = match likers_open.flatten() {
+                Some(deltas) => pick(posts, |p| {
+                    deltas
+                        .binary_search_by(|(id, _)| id.as_str().cmp(p))
+                        .ok()
+                        .map(|i| &deltas[i].1)
+                }),
+                None => pick(posts, |p| b.delta(p)),
+            };
+            windows.push(OpenWindow { after, posts });
+        }
+        windows.retain(|w| !w.posts.is_empty());
+        ShardOpen {
+            shard_id,
+            windows,
+            through,
+        }
+    }
+
+    /// Likers: reads the stored edges the open window's events for the wanted posts will write
+    /// over, keeping them only if no window closed meanwhile. A failed read leaves the window
+    /// unresolved (the answer leaves it out).
+    async fn read_edges(
+        &self,
+        store: &dyn CounterStore,
+        w: &Mutex<ShardWindows>,
+        wanted: &HashSet<&str>,
+    ) {
+        for _ in 0..RESOLVE_ATTEMPTS {
+            let (closed, unread) = {
+                let w = lock(w);
+                (w.closed, w.unread(wanted))
+            };
+            if unread.is_empty() {
+                return;
+            }
+            let Ok((states, units)) = store.edges(&unread, Consistency::Strong).await else {
+                return;
+            };
+            self.read_units.fetch_add(units, Ordering::Relaxed);
+            let mut w = lock(w);
+            if w.closed != closed {
+                return;
+            }
+            w.stored.extend(unread.into_iter().zip(states));
+        }
     }
 }
 

@@ -37,6 +37,7 @@ use tally_core::kpl::Took;
 use tally_core::lease::Lease;
 use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
 use tally_core::retry::Backoff;
+use tally_core::summary::marker;
 use tally_core::window::{Bound, WindowBuilder};
 use tally_core::Position;
 
@@ -67,6 +68,20 @@ pub struct CounterConfig {
     /// a poll at low rates, at the price of more (smaller) windows; at high rates windows fill
     /// before the tip is reached, so nothing changes there.
     pub close_when_caught_up: bool,
+    /// At a low rate, a worker that shows its open windows to the read side (`--http`:
+    /// provisional counts) keeps a window holding fewer than `window_min_records` records open
+    /// past `window_ms`, up to this long after it opened, so that its fixed writes (the lease
+    /// row's two, the global total, the dedup record) are shared by more likes; the read side
+    /// shows the likes from the open window meanwhile. No effect at or below `window_ms`.
+    #[serde(rename = "window_max_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
+    pub window_max_time: Duration,
+    /// See `window_max_ms`.
+    pub window_min_records: usize,
+    /// Whether this worker shows its open windows to the read side (`--http`): what lets a
+    /// window at a low rate stay open up to `window_max_ms`.
+    #[serde(skip)]
+    pub shows_open: bool,
     /// How the counter reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
     pub read_mode: ReadMode,
     /// What a post's count is: its likers (each edge's latest action) or its distinct events.
@@ -115,6 +130,9 @@ impl CounterConfig {
             window_records: 5_000,
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
+            window_max_time: Duration::from_secs(10),
+            window_min_records: 20,
+            shows_open: false,
             read_mode: ReadMode::Polling,
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: CountMode::Likers,
@@ -127,6 +145,18 @@ impl CounterConfig {
         }
     }
 
+    /// Whether a window holding `records` user records, opened `age_ms` ago, closes on time:
+    /// at `window_ms`; at a low rate (fewer than `window_min_records`), when this worker shows
+    /// its open windows, at `window_max_ms` (ARCHITECTURE, "Windows sized by cost").
+    pub fn due(&self, records: usize, age_ms: i64) -> bool {
+        let (time, max) = (millis(self.window_time), millis(self.window_max_time));
+        let age = age_ms.max(0) as u64;
+        if age < time {
+            return false;
+        }
+        !self.shows_open || records >= self.window_min_records || age >= max
+    }
+
     /// The `[counter]` section's ranges (keys without the section).
     pub fn validate(&self) -> Result<(), Invalid> {
         range("posts_per_batch", self.posts_per_batch, 1, 100_000)?;
@@ -137,6 +167,13 @@ impl CounterConfig {
             tally_core::window::MAX_WINDOW_RECORDS,
         )?;
         range("window_ms", millis(self.window_time), 1, 600_000)?;
+        range("window_max_ms", millis(self.window_max_time), 1, 600_000)?;
+        range(
+            "window_min_records",
+            self.window_min_records,
+            1,
+            tally_core::window::MAX_WINDOW_RECORDS,
+        )?;
         range(
             "dedup_horizon_secs",
             self.dedup_horizon.as_secs(),
@@ -231,7 +268,9 @@ impl Counter {
     }
 
     /// Shows the held shards' open windows on `board` (what the worker's `--http` serves).
+    /// Counting likers, only a board that resolves them shows them (`Board::resolving`).
     pub fn on_board(mut self, board: Arc<Board>) -> Counter {
+        self.cfg.shows_open = self.cfg.count == CountMode::Events || board.shows_open_windows();
         self.board = board;
         self
     }
@@ -293,7 +332,7 @@ impl CounterShard {
         // Closed and put up as applying at once: a reader of the board never misses it.
         let closed = {
             let mut w = board::lock(&self.windows);
-            let Some(window) = w.open.take() else {
+            let Some(window) = w.close_open() else {
                 return Ok(());
             };
             let closed = Arc::new(window.close(&mut self.dedup));
@@ -375,6 +414,11 @@ impl Windows for CounterShard {
             None => Bound::Size(self.cfg.window_records),
         };
         let mut w = board::lock(&self.windows);
+        if w.open.is_none() {
+            if let (Some(p), Ok(fence)) = (&self.replay, self.fence()) {
+                w.rebuilding(tally_core::edge::window_id(&fence.shard_id, &marker(&p.end)));
+            }
+        }
         let window = w.open.get_or_insert_with(|| {
             let mut w = WindowBuilder::new(self.checkpoint.clone(), now_ms);
             if let Some(input) = &self.cfg.input {
@@ -472,7 +516,7 @@ impl ShardProcessor for CounterShard {
         let due = board::lock(&self.windows)
             .open
             .as_ref()
-            .is_some_and(|w| now_ms - w.opened_at_ms() >= self.cfg.window_time.as_millis() as i64);
+            .is_some_and(|w| self.cfg.due(w.len(), now_ms - w.opened_at_ms()));
         if due && self.replay.is_none() {
             self.close_and_apply(false).await?;
         }

@@ -283,7 +283,7 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
 
 pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<CounterMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let board = Arc::new(Board::default());
+    let board = Arc::new(Board::resolving(backend.counter.clone()));
     let owner = settings.worker_config(apps::COUNTER).worker_id;
     let (_http, bound) = WorkerHttp::start(
         args.http,

@@ -46,7 +46,7 @@ async fn open_windows(
     }
     let answer = OpenAnswer {
         owner,
-        shards: board.pending(&ids),
+        shards: board.pending(&ids).await,
     };
     axum::Json(answer).into_response()
 }

@@ -15,7 +15,7 @@ use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
-use tally_core::edge::{self, CountMode, EdgeEvent};
+use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
     PortError, PortResult, PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
@@ -532,13 +532,12 @@ impl CounterStore for DynamoStore {
         self.mode(claim).await
     }
 
-    async fn viewer_likes(
+    async fn edges(
         &self,
-        viewer: &str,
-        post_ids: &[String],
+        pairs: &[(String, String)],
         consistency: Consistency,
-    ) -> PortResult<(Vec<bool>, u64)> {
-        self.viewer_edges(viewer, post_ids, consistency).await
+    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
+        self.edge_states(pairs, consistency).await
     }
 
     async fn likers(

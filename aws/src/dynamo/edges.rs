@@ -22,6 +22,9 @@ use super::{get_s, n, s, side_by_side, Call, DynamoStore, Expr};
 /// Edge writes in flight at once (each its own request).
 const EDGES_IN_FLIGHT: usize = 32;
 
+/// Keys one `BatchGetItem` may ask for.
+const BATCH_GET_KEYS: usize = 100;
+
 /// What one edge write did.
 enum Edge {
     Wrote(Transition, u64),
@@ -201,22 +204,52 @@ impl DynamoStore {
         }
     }
 
-    /// Whether `viewer` likes each post: one `BatchGetItem` (its unprocessed keys sent again).
-    pub(super) async fn viewer_edges(
+    /// The stored edges of these (post, user) pairs, in order: `BatchGetItem`s of up to 100
+    /// distinct keys side by side, each one's unprocessed keys sent again.
+    pub(super) async fn edge_states(
         &self,
-        viewer: &str,
-        posts: &[String],
+        pairs: &[(String, String)],
         c: Consistency,
-    ) -> PortResult<(Vec<bool>, u64)> {
-        let sk = edge::edge_sk(viewer);
-        let mut distinct: Vec<&String> = posts.iter().collect();
-        distinct.sort();
-        distinct.dedup();
-        let mut found: HashMap<String, Attrs> = HashMap::new();
-        let table = self.table("counts");
-        let keys: Vec<HashMap<String, AttributeValue>> = distinct
+    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
+        let keyed: Vec<(&str, String)> = pairs
             .iter()
-            .map(|p| HashMap::from([("pk".to_owned(), s(p.as_str())), ("sk".to_owned(), s(&sk))]))
+            .map(|(p, u)| (p.as_str(), edge::edge_sk(u)))
+            .collect();
+        let mut distinct: Vec<(&str, &str)> = keyed.iter().map(|(p, k)| (*p, k.as_str())).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let calls = distinct
+            .chunks(BATCH_GET_KEYS)
+            .map(|chunk| self.batch_get(chunk, c))
+            .collect::<Vec<_>>();
+        let mut found: HashMap<(String, String), Attrs> = HashMap::new();
+        for part in futures_util::future::try_join_all(calls).await? {
+            found.extend(part);
+        }
+        let mut units = 0;
+        let states = keyed
+            .iter()
+            .map(|(p, sk)| {
+                let a = found.get(&((*p).to_owned(), sk.clone()));
+                units += summary::read_units(a.iter().map(|a| summary::item_size(p, sk, a)));
+                a.and_then(EdgeState::from_attrs)
+            })
+            .collect();
+        Ok((states, units))
+    }
+
+    /// One `BatchGetItem` of the counts table's items at these distinct keys (at most 100),
+    /// its unprocessed keys sent again: the items found, by (pk, sk).
+    async fn batch_get(
+        &self,
+        keys: &[(&str, &str)],
+        c: Consistency,
+    ) -> PortResult<HashMap<(String, String), Attrs>> {
+        let mut found = HashMap::new();
+        let table = self.table("counts");
+        let keys: Vec<HashMap<String, AttributeValue>> = keys
+            .iter()
+            .map(|(p, k)| HashMap::from([("pk".to_owned(), s(*p)), ("sk".to_owned(), s(*k))]))
             .collect();
         let mut todo = Some(
             KeysAndAttributes::builder()
@@ -241,8 +274,8 @@ impl DynamoStore {
                 .into_iter()
                 .flatten()
             {
-                if let Some(pk) = get_s(item, "pk") {
-                    found.insert(pk, to_attrs(item));
+                if let (Some(pk), Some(sk)) = (get_s(item, "pk"), get_s(item, "sk")) {
+                    found.insert((pk, sk), to_attrs(item));
                 }
             }
             todo = resp
@@ -259,16 +292,7 @@ impl DynamoStore {
                 tokio::time::sleep(std::time::Duration::from_millis(20 << rounds.min(5))).await;
             }
         }
-        let mut units = 0;
-        let liked = posts
-            .iter()
-            .map(|p| {
-                let a = found.get(p);
-                units += summary::read_units(a.iter().map(|a| summary::item_size(p, &sk, a)));
-                a.and_then(EdgeState::from_attrs).is_some_and(|st| st.liked)
-            })
-            .collect();
-        Ok((liked, units))
+        Ok(found)
     }
 
     /// A page of a post's likers, by `Query` of its edges from after `after`.

@@ -7,7 +7,7 @@ use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
-use tally_core::edge::{self, CountMode, EdgeEvent};
+use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
     PortError, PortResult, PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
@@ -358,15 +358,13 @@ impl CounterStore for Embedded {
         self.run(move |c| super::edges::count_mode(c, claim)).await
     }
 
-    async fn viewer_likes(
+    async fn edges(
         &self,
-        viewer: &str,
-        post_ids: &[String],
+        pairs: &[(String, String)],
         _consistency: Consistency,
-    ) -> PortResult<(Vec<bool>, u64)> {
-        let (viewer, posts) = (viewer.to_owned(), post_ids.to_vec());
-        self.run(move |c| super::edges::viewer_likes(c, &viewer, &posts))
-            .await
+    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
+        let pairs = pairs.to_vec();
+        self.run(move |c| super::edges::edge_states(c, &pairs)).await
     }
 
     async fn likers(

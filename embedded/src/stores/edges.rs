@@ -80,23 +80,18 @@ fn mode_of(a: &Attrs) -> PortResult<CountMode> {
     .ok_or_else(|| PortError::Other(format!("embedded store: a corrupt count mode item: {a:?}")))
 }
 
-/// Whether `viewer` likes each post; read units as DynamoDB's `BatchGetItem` would charge them.
-pub(super) fn viewer_likes(
+/// The stored edges of these (post, user) pairs, in order, and what the reads cost.
+pub(super) fn edge_states(
     c: &Connection,
-    viewer: &str,
-    posts: &[String],
-) -> PortResult<(Vec<bool>, u64)> {
-    let sk = edge::edge_sk(viewer);
+    pairs: &[(String, String)],
+) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
     let mut units = 0;
-    let mut out = Vec::with_capacity(posts.len());
-    for p in posts {
+    let mut out = Vec::with_capacity(pairs.len());
+    for (p, u) in pairs {
+        let sk = edge::edge_sk(u);
         let item = get_item(c, p, &sk)?;
         units += summary::read_units(item.iter().map(|a| summary::item_size(p, &sk, a)));
-        out.push(
-            item.as_ref()
-                .and_then(EdgeState::from_attrs)
-                .is_some_and(|s| s.liked),
-        );
+        out.push(item.as_ref().and_then(EdgeState::from_attrs));
     }
     Ok((out, units))
 }
