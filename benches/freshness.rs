@@ -12,6 +12,11 @@
 //! settings (stored counts only) beside 10 s windows with provisional counts (the workers' open
 //! windows added), with the write units each spends per like.
 //!
+//! A like's cost by rate (`cargo bench --bench freshness -- rates`): one shard at 1, 2, 10, 100
+//! and 1,000 likes/s, each count mode, default settings with a worker's `--http` (provisional
+//! counts, windows sized by cost): write units per like beside one `UpdateItem` per like, and put
+//! → visible through `/api/counts`.
+//!
 //! Run: `cargo bench --bench freshness` (a test build of it exits at once).
 #![allow(clippy::unwrap_used)]
 
@@ -380,6 +385,117 @@ async fn under_load() {
     }
 }
 
+/// Likes per second per shard in the rates table, and seconds each runs.
+const RATES: [usize; 5] = [1, 2, 10, 100, 1_000];
+const RATE_SECS: u64 = 30;
+
+/// One shard at `rate` likes/s for [`RATE_SECS`] with the default settings, a worker with
+/// `--http` (provisional counts) and `tally serve`: probe likes (one every 250 ms, or the whole
+/// rate below 4/s) timed until `/api/counts` shows them, the rest put by `tally produce`; the
+/// write units per like by the worker's own report, lease rows and start-up included.
+async fn measure_rate(b: &Backend, mode: &str, rate: usize) {
+    let tag = format!("{mode}{rate}");
+    let logs = tempfile::tempdir().unwrap();
+    let env = [("TALLY_COUNTER__COUNT", mode)];
+    let worker = start_worker(b, &tag, &["--http", "127.0.0.1:0"], &env);
+    let (mut serve, addr) = start_serve(b, &logs.path().join("serve.log"));
+    let gap = Duration::from_millis((1_000 / rate.min(4)) as u64);
+    let probes_per_sec = 1_000 / gap.as_millis() as usize;
+    let rest = rate.saturating_sub(probes_per_sec);
+    let mut producer = (rest > 0).then(|| {
+        let events = rest as u64 * RATE_SECS;
+        let mut c = tally(
+            &b.args,
+            &[
+                "produce",
+                "--events",
+                &events.to_string(),
+                "--rate",
+                &rest.to_string(),
+                "--posts",
+                "100000",
+                "--zipf",
+                "1.1",
+            ],
+        );
+        c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    });
+    let mut lat = Vec::new();
+    let started = Instant::now();
+    let mut i = 0;
+    while started.elapsed() < Duration::from_secs(RATE_SECS) {
+        let post = format!("probe-{tag}-{i}");
+        let t0 = Instant::now();
+        put(b, &post, i).await;
+        let path = format!("/api/counts?ids={post}");
+        loop {
+            let body = http_get(&addr, &path).await;
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            if v["counts"][0]["count"].as_i64().unwrap_or(0) >= 1 {
+                lat.push(t0.elapsed());
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{post} never counted: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        i += 1;
+        if let Some(rest) = gap.checked_sub(t0.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
+    }
+    if let Some(p) = producer.as_mut() {
+        let _ = p.wait();
+    }
+    let per_like = stop_worker(worker);
+    Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = serve.wait();
+    lat.sort();
+    println!(
+        "{:<16} {:<7} {:>5} likes/s  probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  write units per like {:.3}  (one UpdateItem per like: 1.000)",
+        b.name,
+        mode,
+        rate,
+        lat.len(),
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        per_like
+    );
+}
+
+/// The rates table (`cargo bench --bench freshness -- rates`): each count mode at 1 to 1,000
+/// likes/s on one shard, each on a fresh store.
+async fn rates() {
+    println!(
+        "a like's cost and freshness by rate, one shard, default settings, worker with --http, \
+         put → visible through tally serve's /api/counts"
+    );
+    for mode in ["events", "likers"] {
+        for rate in RATES {
+            measure_rate(&embedded_shards(1).await, mode, rate).await;
+        }
+    }
+    if let (Ok(k), Ok(d)) = (
+        std::env::var("TEST_KINESIS_ENDPOINT"),
+        std::env::var("TEST_DYNAMODB_ENDPOINT"),
+    ) {
+        // kinesis-local takes a few hundred records a second here: up to 100 likes/s.
+        for mode in ["events", "likers"] {
+            for rate in &RATES[..4] {
+                let b = aws_shards(&k, &d, &format!("r{mode}{rate}"), 1).await;
+                let args = b.args.clone();
+                measure_rate(&b, mode, *rate).await;
+                let _ = tally(&args, &["teardown", "--yes"]).status();
+            }
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     // `cargo test --all-targets` builds and runs benches as tests: nothing to measure then.
@@ -388,6 +504,9 @@ async fn main() {
     }
     if std::env::args().any(|a| a == "load") {
         return under_load().await;
+    }
+    if std::env::args().any(|a| a == "rates") {
+        return rates().await;
     }
     println!(
         "put → visible in the post's count, {LIKES} likes at about 2/s on one shard; each worker \

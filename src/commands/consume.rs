@@ -296,6 +296,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         Some((board.clone(), owner)),
     )
     .await?;
+    let open_reads = board.clone();
     let shown = match bound {
         Some(at) => Some(Shown {
             board,
@@ -325,6 +326,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "items_written": m.items_written.load(Ordering::Relaxed),
         "writes_refused": m.writes_refused.load(Ordering::Relaxed),
         "items_read": m.items_read.load(Ordering::Relaxed),
+        "open_window_read_units": open_reads.read_units(),
         "write_units": answers::write_units(&answers::counter_units(&m, &l)),
         "leases": lease_json(&l),
     });
