@@ -133,15 +133,31 @@ fn start_worker(b: &Backend, tag: &str, extra: &[&str], env: &[(&str, &str)]) ->
 
 /// Stops a worker with SIGTERM; the write units it spent per like counted, by its own report.
 fn stop_worker(worker: Child) -> f64 {
+    stop_worker_report(worker).0
+}
+
+/// Stops a worker with SIGTERM; the write units it spent per like counted, and per like by
+/// purpose (those above zero), by its own report.
+fn stop_worker_report(worker: Child) -> (f64, String) {
     Command::new("kill")
         .args(["-TERM", &worker.id().to_string()])
         .status()
         .unwrap();
     let out = worker.wait_with_output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let counted = v["counted"].as_f64().unwrap_or(f64::NAN);
     let units = v["write_units"]["total"].as_f64().unwrap_or(f64::NAN);
-    units / v["counted"].as_f64().unwrap_or(f64::NAN)
+    let by = v["write_units"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, n)| *k != "total" && n.as_f64().unwrap_or(0.0) > 0.0)
+        .map(|(k, n)| format!("{k} {:.3}", n.as_f64().unwrap_or(0.0) / counted))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (units / counted, by)
 }
+
 
 async fn measure(b: &Backend, setting: &str, env: &[(&str, &str)]) {
     let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
@@ -387,16 +403,20 @@ async fn under_load() {
 
 /// Likes per second per shard in the rates table, and seconds each runs.
 const RATES: [usize; 5] = [1, 2, 10, 100, 1_000];
-const RATE_SECS: u64 = 30;
+const RATE_SECS: u64 = 20;
 
 /// One shard at `rate` likes/s for [`RATE_SECS`] with the default settings, a worker with
 /// `--http` (provisional counts) and `tally serve`: probe likes (one every 250 ms, or the whole
 /// rate below 4/s) timed until `/api/counts` shows them, the rest put by `tally produce`; the
 /// write units per like by the worker's own report, lease rows and start-up included.
-async fn measure_rate(b: &Backend, mode: &str, rate: usize) {
-    let tag = format!("{mode}{rate}");
+async fn measure_rate(b: &Backend, mode: &str, rate: usize, sized: bool) {
+    let tag = format!("{mode}{rate}{}", if sized { "s" } else { "f" });
     let logs = tempfile::tempdir().unwrap();
-    let env = [("TALLY_COUNTER__COUNT", mode)];
+    let mut env = vec![("TALLY_COUNTER__COUNT", mode)];
+    if !sized {
+        // Every window closes at window_ms (1 s), as before windows were sized by cost.
+        env.push(("TALLY_COUNTER__WINDOW_MAX_MS", "1000"));
+    }
     let worker = start_worker(b, &tag, &["--http", "127.0.0.1:0"], &env);
     let (mut serve, addr) = start_serve(b, &logs.path().join("serve.log"));
     let gap = Duration::from_millis((1_000 / rate.min(4)) as u64);
@@ -420,6 +440,8 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize) {
         );
         c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
     });
+    // Probes from when the worker holds the shard (its start-up is in the units, not the times).
+    wait_held(&addr).await;
     let mut lat = Vec::new();
     let started = Instant::now();
     let mut i = 0;
@@ -449,7 +471,7 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize) {
     if let Some(p) = producer.as_mut() {
         let _ = p.wait();
     }
-    let per_like = stop_worker(worker);
+    let (per_like, by) = stop_worker_report(worker);
     Command::new("kill")
         .args(["-TERM", &serve.id().to_string()])
         .status()
@@ -457,15 +479,31 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize) {
     let _ = serve.wait();
     lat.sort();
     println!(
-        "{:<16} {:<7} {:>5} likes/s  probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  write units per like {:.3}  (one UpdateItem per like: 1.000)",
+        "{:<16} {:<7} {:>5} likes/s  {:<14} probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  write units per like {:.3}  (one UpdateItem per like: 1.000)\n    by purpose per like: {by}",
         b.name,
         mode,
         rate,
+        if sized { "sized by cost" } else { "1 s windows" },
         lat.len(),
         pct(&lat, 0.5),
         pct(&lat, 0.99),
         per_like
     );
+}
+
+/// Waits until `tally serve` at `addr` says every shard is held.
+async fn wait_held(addr: &str) {
+    let t0 = Instant::now();
+    loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&http_get(addr, "/api/leases").await).unwrap_or_default();
+        let rows = v.as_array().cloned().unwrap_or_default();
+        if !rows.is_empty() && rows.iter().all(|l| l["held"] == true) {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "never held: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The rates table (`cargo bench --bench freshness -- rates`): each count mode at 1 to 1,000
@@ -477,7 +515,9 @@ async fn rates() {
     );
     for mode in ["events", "likers"] {
         for rate in RATES {
-            measure_rate(&embedded_shards(1).await, mode, rate).await;
+            for sized in [true, false] {
+                measure_rate(&embedded_shards(1).await, mode, rate, sized).await;
+            }
         }
     }
     if let (Ok(k), Ok(d)) = (
@@ -489,7 +529,7 @@ async fn rates() {
             for rate in &RATES[..4] {
                 let b = aws_shards(&k, &d, &format!("r{mode}{rate}"), 1).await;
                 let args = b.args.clone();
-                measure_rate(&b, mode, *rate).await;
+                measure_rate(&b, mode, *rate, true).await;
                 let _ = tally(&args, &["teardown", "--yes"]).status();
             }
         }
