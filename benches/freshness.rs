@@ -264,6 +264,48 @@ fn start_serve(b: &Backend, log: &std::path::Path) -> (Child, String) {
     }
 }
 
+/// Probe likes: each a new post, put every `gap` and timed until `tally serve` at `addr` shows it
+/// (`pending`: provisional counts, else stored counts only).
+struct Probes<'a> {
+    tag: &'a str,
+    addr: &'a str,
+    pending: bool,
+    gap: Duration,
+}
+
+impl Probes<'_> {
+    /// Probes for `how_long`; each probe's put → visible time.
+    async fn run(&self, b: &Backend, how_long: Duration) -> Vec<Duration> {
+        let mut lat = Vec::new();
+        let started = Instant::now();
+        let mut i = 0;
+        while started.elapsed() < how_long {
+            let post = format!("probe-{}-{i}", self.tag);
+            let t0 = Instant::now();
+            put(b, &post, i).await;
+            let path = format!("/api/counts?ids={post}&pending={}", self.pending);
+            loop {
+                let body = http_get(self.addr, &path).await;
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                if v["counts"][0]["count"].as_i64().unwrap_or(0) >= 1 {
+                    lat.push(t0.elapsed());
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "{post} never counted: {body}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            i += 1;
+            if let Some(rest) = self.gap.checked_sub(t0.elapsed()) {
+                tokio::time::sleep(rest).await;
+            }
+        }
+        lat
+    }
+}
+
 async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending: bool) {
     let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
     let logs = tempfile::tempdir().unwrap();
@@ -290,32 +332,13 @@ async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending:
     .unwrap();
     // Let the worker take its leases and the load settle before probing.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut lat = Vec::new();
-    let started = Instant::now();
-    let mut i = 0;
-    while started.elapsed() < Duration::from_secs(LOAD_SECS - 5) {
-        let post = format!("probe-{tag}-{i}");
-        let t0 = Instant::now();
-        put(b, &post, i).await;
-        let path = format!("/api/counts?ids={post}&pending={pending}");
-        loop {
-            let body = http_get(&addr, &path).await;
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            if v["counts"][0]["count"].as_i64().unwrap_or(0) >= 1 {
-                lat.push(t0.elapsed());
-                break;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "{post} never counted: {body}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        i += 1;
-        if let Some(rest) = Duration::from_millis(250).checked_sub(t0.elapsed()) {
-            tokio::time::sleep(rest).await;
-        }
-    }
+    let probing = Probes {
+        tag: &tag,
+        addr: &addr,
+        pending,
+        gap: Duration::from_millis(250),
+    };
+    let mut lat = probing.run(b, Duration::from_secs(LOAD_SECS - 5)).await;
     let _ = producer.wait();
     let per_like = stop_worker(worker);
     Command::new("kill")
@@ -442,32 +465,13 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize, sized: bool) {
     });
     // Probes from when the worker holds the shard (its start-up is in the units, not the times).
     wait_held(&addr).await;
-    let mut lat = Vec::new();
-    let started = Instant::now();
-    let mut i = 0;
-    while started.elapsed() < Duration::from_secs(RATE_SECS) {
-        let post = format!("probe-{tag}-{i}");
-        let t0 = Instant::now();
-        put(b, &post, i).await;
-        let path = format!("/api/counts?ids={post}");
-        loop {
-            let body = http_get(&addr, &path).await;
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            if v["counts"][0]["count"].as_i64().unwrap_or(0) >= 1 {
-                lat.push(t0.elapsed());
-                break;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "{post} never counted: {body}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        i += 1;
-        if let Some(rest) = gap.checked_sub(t0.elapsed()) {
-            tokio::time::sleep(rest).await;
-        }
-    }
+    let probing = Probes {
+        tag: &tag,
+        addr: &addr,
+        pending: true,
+        gap,
+    };
+    let mut lat = probing.run(b, Duration::from_secs(RATE_SECS)).await;
     if let Some(p) = producer.as_mut() {
         let _ = p.wait();
     }
