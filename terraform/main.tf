@@ -35,6 +35,7 @@ locals {
     TALLY_METRICS__EMF               = "true"
     TALLY_METRICS__NAMESPACE         = var.metrics_namespace
     TALLY_COUNTER__READ_MODE         = var.counter_read_mode
+    TALLY_COUNTER__WINDOW_MAX_MS     = tostring(var.counter_window_max_ms)
     TALLY_ANALYTICS__READ_MODE       = var.analytics_read_mode
     AWS_REGION                       = var.region
     # What the records are: like events, or a source table's change records (source.tf).

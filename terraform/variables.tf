@@ -224,6 +224,16 @@ variable "like_latency_alarm_ms" {
   }
 }
 
+variable "counter_window_max_ms" {
+  description = "At a low rate the counter keeps a window of fewer than 20 records open up to this long (ms), so that its fixed writes are shared by more likes; tally serve shows its likes meanwhile (provisional counts), but apps that read the tables straight (docs/READ-CONTRACT.md) see them only when it closes. 1000 (the window's time) turns it off."
+  type        = number
+  default     = 10000
+  validation {
+    condition     = var.counter_window_max_ms >= 1 && var.counter_window_max_ms <= 600000
+    error_message = "counter_window_max_ms must be between 1 and 600000."
+  }
+}
+
 variable "counter_read_mode" {
   description = "How the counter reads the stream: \"polling\" (GetRecords: 5 reads/s and 2 MB/s per shard, shared with analytics) or \"efo\" (enhanced fan-out: 2 MB/s per shard of its own, records pushed; billed per consumer-shard hour and per GB)."
   type        = string
