@@ -158,7 +158,6 @@ fn stop_worker_report(worker: Child) -> (f64, String) {
     (units / counted, by)
 }
 
-
 async fn measure(b: &Backend, setting: &str, env: &[(&str, &str)]) {
     let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
     // Start-up: a record is already in the stream when the worker starts.
@@ -461,7 +460,10 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize, sized: bool) {
                 "1.1",
             ],
         );
-        c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
     });
     // Probes from when the worker holds the shard (its start-up is in the units, not the times).
     wait_held(&addr).await;

@@ -7,7 +7,7 @@ use tally_consumer::retry::with_backoff;
 use tally_consumer::ConsumerError;
 use tally_core::cost::{Purpose, Units};
 use tally_core::edge::{EdgeEvent, Transition};
-use tally_core::ports::{Applied, PortError, WindowRef, WindowRest};
+use tally_core::ports::{Applied, PortError, PortResult, WindowRef, WindowRest};
 use tally_core::window::ClosedWindow;
 use tracing::debug;
 
@@ -126,27 +126,22 @@ impl CounterShard {
         at: WindowRef<'_>,
         edges: &[EdgeEvent],
         spent: &mut Applied,
-    ) -> tally_core::ports::PortResult<Vec<Transition>> {
+    ) -> PortResult<Vec<Transition>> {
         let mut transitions = Vec::new();
         for batch in edges.chunks(self.cfg.posts_per_batch.max(1)) {
-            let mut retry = Retry::new(&self.cfg.backoff, "write a window's edges");
-            let mut todo: std::borrow::Cow<'_, [EdgeEvent]> = batch.into();
+            let mut sending = Resend::new(&self.cfg.backoff, "write a window's edges", batch);
             loop {
-                match self.store.apply_edges(at, &todo).await {
-                    Ok(done) => {
+                let sent = self
+                    .store
+                    .apply_edges(at, sending.todo())
+                    .await
+                    .map(|done| {
                         spent.merge(&done.applied);
                         transitions.extend(done.transitions);
-                        if done.retry.is_empty() {
-                            break;
-                        }
-                        let left = done.retry.iter().map(|&i| todo[i].clone()).collect();
-                        todo = std::borrow::Cow::Owned(left);
-                        let e = done
-                            .error
-                            .unwrap_or_else(|| PortError::Other("edges left unwritten".into()));
-                        retry.pause(e).await?;
-                    }
-                    Err(e) => retry.pause(e).await?,
+                        (done.retry, done.error)
+                    });
+                if sending.settle(sent).await? {
+                    break;
                 }
             }
             let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
@@ -158,33 +153,25 @@ impl CounterShard {
         Ok(transitions)
     }
 
-    /// Writes one batch of posts' items: what a call leaves undone for a passing reason is sent
-    /// again, and only that (as the producer resends only failed PutRecords entries) — a batch
-    /// resent whole would succeed only if every one of its posts did in the same pass.
+    /// Writes one batch of posts' items, sending again only what failed for a passing reason.
     async fn apply_batch(
         &self,
         at: WindowRef<'_>,
         batch: &[(String, tally_core::buckets::PostDelta)],
-    ) -> tally_core::ports::PortResult<Applied> {
-        let mut retry = Retry::new(&self.cfg.backoff, "write a window's summary items");
-        let mut todo: std::borrow::Cow<'_, [(String, tally_core::buckets::PostDelta)]> =
-            batch.into();
+    ) -> PortResult<Applied> {
+        let mut sending = Resend::new(&self.cfg.backoff, "write a window's summary items", batch);
         let mut spent = Applied::default();
         loop {
-            match self.store.apply_posts(at, &todo).await {
-                Ok(done) => {
+            let sent = self
+                .store
+                .apply_posts(at, sending.todo())
+                .await
+                .map(|done| {
                     spent.merge(&done.applied);
-                    if done.retry.is_empty() {
-                        return Ok(spent);
-                    }
-                    let left = done.retry.iter().map(|&i| todo[i].clone()).collect();
-                    todo = std::borrow::Cow::Owned(left);
-                    let e = done.error.unwrap_or_else(|| {
-                        tally_core::ports::PortError::Other("posts left unwritten".into())
-                    });
-                    retry.pause(e).await?;
-                }
-                Err(e) => retry.pause(e).await?,
+                    (done.retry, done.error)
+                });
+            if sending.settle(sent).await? {
+                return Ok(spent);
             }
         }
     }
@@ -273,6 +260,56 @@ impl CounterShard {
             &[&["App"]],
             &values,
         );
+    }
+}
+
+/// A batch sent to the store until each of its items is done: what a call leaves undone for a
+/// passing reason is sent again, and only that (as the producer resends only failed PutRecords
+/// entries) — a batch resent whole would succeed only if every one of its items did in the same
+/// pass.
+struct Resend<'a, T: Clone> {
+    todo: std::borrow::Cow<'a, [T]>,
+    retry: Retry<'a>,
+    what: &'a str,
+}
+
+impl<'a, T: Clone> Resend<'a, T> {
+    fn new(backoff: &'a tally_core::retry::Backoff, what: &'a str, items: &'a [T]) -> Self {
+        Resend {
+            todo: items.into(),
+            retry: Retry::new(backoff, what),
+            what,
+        }
+    }
+
+    /// What is left to send.
+    fn todo(&self) -> &[T] {
+        &self.todo
+    }
+
+    /// Takes a call's answer — the indexes (into [`Resend::todo`]) it left undone and their
+    /// last error, or its failure — and says whether every item is done; if not, keeps only the
+    /// undone ones and pauses before they are sent again (a failure no retry mends ends it).
+    async fn settle(
+        &mut self,
+        sent: PortResult<(Vec<usize>, Option<PortError>)>,
+    ) -> PortResult<bool> {
+        match sent {
+            Ok((undone, _)) if undone.is_empty() => Ok(true),
+            Ok((undone, error)) => {
+                let left = undone.iter().map(|&i| self.todo[i].clone()).collect();
+                self.todo = std::borrow::Cow::Owned(left);
+                let e = error.unwrap_or_else(|| {
+                    PortError::Other(format!("{}: some left undone", self.what))
+                });
+                self.retry.pause(e).await?;
+                Ok(false)
+            }
+            Err(e) => {
+                self.retry.pause(e).await?;
+                Ok(false)
+            }
+        }
     }
 }
 

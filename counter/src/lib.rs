@@ -416,7 +416,10 @@ impl Windows for CounterShard {
         let mut w = board::lock(&self.windows);
         if w.open.is_none() {
             if let (Some(p), Ok(fence)) = (&self.replay, self.fence()) {
-                w.rebuilding(tally_core::edge::window_id(&fence.shard_id, &marker(&p.end)));
+                w.rebuilding(tally_core::edge::window_id(
+                    &fence.shard_id,
+                    &marker(&p.end),
+                ));
             }
         }
         let window = w.open.get_or_insert_with(|| {

@@ -364,7 +364,8 @@ impl CounterStore for Embedded {
         _consistency: Consistency,
     ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
         let pairs = pairs.to_vec();
-        self.run(move |c| super::edges::edge_states(c, &pairs)).await
+        self.run(move |c| super::edges::edge_states(c, &pairs))
+            .await
     }
 
     async fn likers(
