@@ -309,7 +309,7 @@ async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending:
     let tag = setting.replace(|c: char| !c.is_ascii_alphanumeric(), "");
     let logs = tempfile::tempdir().unwrap();
     let worker = start_worker(b, &tag, &["--http", "127.0.0.1:0"], env);
-    let (mut serve, addr) = start_serve(b, &logs.path().join("serve.log"));
+    let (serve, addr) = start_serve(b, &logs.path().join("serve.log"));
     let events = (LOAD_SHARDS * LOAD_RATE) as u64 * LOAD_SECS;
     let mut producer = tally(
         &b.args,
@@ -340,11 +340,7 @@ async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending:
     let mut lat = probing.run(b, Duration::from_secs(LOAD_SECS - 5)).await;
     let _ = producer.wait();
     let per_like = stop_worker(worker);
-    Command::new("kill")
-        .args(["-TERM", &serve.id().to_string()])
-        .status()
-        .unwrap();
-    let _ = serve.wait();
+    stop_serve(serve);
     lat.sort();
     println!(
         "{:<16} {:<46} probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  write units per like {:.3}",
@@ -440,7 +436,7 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize, sized: bool) {
         env.push(("TALLY_COUNTER__WINDOW_MAX_MS", "1000"));
     }
     let worker = start_worker(b, &tag, &["--http", "127.0.0.1:0"], &env);
-    let (mut serve, addr) = start_serve(b, &logs.path().join("serve.log"));
+    let (serve, addr) = start_serve(b, &logs.path().join("serve.log"));
     let gap = Duration::from_millis((1_000 / rate.min(4)) as u64);
     let probes_per_sec = 1_000 / gap.as_millis() as usize;
     let rest = rate.saturating_sub(probes_per_sec);
@@ -478,11 +474,7 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize, sized: bool) {
         let _ = p.wait();
     }
     let (per_like, by) = stop_worker_report(worker);
-    Command::new("kill")
-        .args(["-TERM", &serve.id().to_string()])
-        .status()
-        .unwrap();
-    let _ = serve.wait();
+    stop_serve(serve);
     lat.sort();
     println!(
         "{:<16} {:<7} {:>5} likes/s  {:<14} probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  write units per like {:.3}  (one UpdateItem per like: 1.000)\n    by purpose per like: {by}",
@@ -495,6 +487,15 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize, sized: bool) {
         pct(&lat, 0.99),
         per_like
     );
+}
+
+/// Stops a `tally serve` with SIGTERM and waits for it.
+fn stop_serve(mut serve: Child) {
+    Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = serve.wait();
 }
 
 /// Waits until `tally serve` at `addr` says every shard is held.
