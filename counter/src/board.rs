@@ -37,10 +37,11 @@ type Pair = (String, String);
 /// One shard's windows that are read but not written.
 #[derive(Default)]
 pub struct ShardWindows {
-    /// The window being filled.
-    pub open: Option<WindowBuilder>,
+    /// The window being filled (taken only by [`ShardWindows::close_open`], which keeps
+    /// `closed` true).
+    pub(crate) open: Option<WindowBuilder>,
     /// A closed window whose writes are under way.
-    pub applying: Option<Arc<ClosedWindow>>,
+    pub(crate) applying: Option<Arc<ClosedWindow>>,
     /// Windows closed since the shard was held: edges read while this did not move are the
     /// ones the open window will write over.
     closed: u64,
@@ -266,8 +267,12 @@ impl Board {
             if unread.is_empty() {
                 return;
             }
-            let Ok((states, units)) = store.edges(&unread, Consistency::Strong).await else {
-                return;
+            let (states, units) = match store.edges(&unread, Consistency::Strong).await {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading an open window's edges failed: it is left out of this answer");
+                    return;
+                }
             };
             self.read_units.fetch_add(units, Ordering::Relaxed);
             let mut w = lock(w);

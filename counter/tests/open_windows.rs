@@ -5,6 +5,8 @@
 //! counter's shard driven by hand.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,13 +46,7 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Embedded::open(dir.path(), 1).unwrap());
     let shard = "shardId-000000000000";
-    let shards = store.list_shards().await.unwrap();
-    store.ensure_leases("counter", &shards).await.unwrap();
-    let fence = store
-        .take_lease("counter", shard, 0, "w1", i64::MAX / 2)
-        .await
-        .unwrap()
-        .unwrap();
+    let fence = common::held_by_w1(&store, shard).await;
     let lease = store.list_leases("counter").await.unwrap().remove(0);
     let mut cfg = CounterConfig::new("counter");
     cfg.window_time = Duration::from_secs(600);
@@ -62,8 +58,8 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     // The same records on a board that cannot resolve: the open window is left out.
     let unresolved = Counter::new(store.clone(), cfg, Arc::new(CounterMetrics::default()))
         .on_board(plain.clone());
-    let mut q = unresolved.create("other");
-    drop(q.start(&fence, &lease).await);
+    let mut q = unresolved.create(shard);
+    q.start(&fence, &lease).await.unwrap();
     p.start(&fence, &lease).await.unwrap();
     let mut reader = store
         .open(shard, tally_core::ports::StartPosition::TrimHorizon)

@@ -5,6 +5,8 @@
 //! On the embedded store, with the read built by hand as Kinesis would answer it.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::sync::Arc;
 
 use tally_consumer::worker::ProcessorFactory;
@@ -47,14 +49,8 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
             PutOutcome::Failed { .. } => panic!("put failed"),
         })
         .collect();
-    let shards = store.list_shards().await.unwrap();
-    store.ensure_leases("counter", &shards).await.unwrap();
     // A first worker recorded the window of all 20 as pending and wrote pA's items, then died.
-    let fence = store
-        .take_lease("counter", shard, 0, "w1", i64::MAX / 2)
-        .await
-        .unwrap()
-        .unwrap();
+    let fence = common::held_by_w1(&store, shard).await;
     let end = Position::whole(seqs[19].clone());
     store
         .begin_window(&fence, None, &seqs[0], &end, 600_000)

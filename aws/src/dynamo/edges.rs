@@ -25,6 +25,12 @@ const EDGES_IN_FLIGHT: usize = 32;
 /// Keys one `BatchGetItem` may ask for.
 const BATCH_GET_KEYS: usize = 100;
 
+/// Items a `BatchGetItem` found, by (pk, sk).
+type Found = HashMap<(String, String), Attrs>;
+
+/// `BatchGetItem`s in flight at once (a window's edges: up to 200 of them).
+const BATCH_GETS_IN_FLIGHT: usize = 8;
+
 /// What one edge write did.
 enum Edge {
     Wrote(Transition, u64),
@@ -218,13 +224,13 @@ impl DynamoStore {
         let mut distinct: Vec<(&str, &str)> = keyed.iter().map(|(p, k)| (*p, k.as_str())).collect();
         distinct.sort_unstable();
         distinct.dedup();
-        let calls = distinct
+        let calls: Vec<Call<'_, PortResult<Found>>> = distinct
             .chunks(BATCH_GET_KEYS)
-            .map(|chunk| self.batch_get(chunk, c))
-            .collect::<Vec<_>>();
-        let mut found: HashMap<(String, String), Attrs> = HashMap::new();
-        for part in futures_util::future::try_join_all(calls).await? {
-            found.extend(part);
+            .map(|chunk| Box::pin(self.batch_get(chunk, c)) as Call<'_, _>)
+            .collect();
+        let mut found = HashMap::new();
+        for part in side_by_side(calls, BATCH_GETS_IN_FLIGHT).await {
+            found.extend(part?);
         }
         let mut units = 0;
         let states = keyed
@@ -240,11 +246,7 @@ impl DynamoStore {
 
     /// One `BatchGetItem` of the counts table's items at these distinct keys (at most 100),
     /// its unprocessed keys sent again: the items found, by (pk, sk).
-    async fn batch_get(
-        &self,
-        keys: &[(&str, &str)],
-        c: Consistency,
-    ) -> PortResult<HashMap<(String, String), Attrs>> {
+    async fn batch_get(&self, keys: &[(&str, &str)], c: Consistency) -> PortResult<Found> {
         let mut found = HashMap::new();
         let table = self.table("counts");
         let keys: Vec<HashMap<String, AttributeValue>> = keys
