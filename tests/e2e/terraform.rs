@@ -474,6 +474,16 @@ fn attr_text(b: &Block, name: &str) -> Option<String> {
         .map(|a| hcl::format::to_string(a.expr()).unwrap())
 }
 
+/// The expression of a block's attribute, which must be there.
+fn attr_expr(b: &Block, name: &str) -> Expression {
+    b.body()
+        .attributes()
+        .find(|a| a.key() == name)
+        .unwrap_or_else(|| panic!("{name} expected"))
+        .expr()
+        .clone()
+}
+
 /// Every alarm reaches someone when it fires and when it recovers; the table alarms use metrics
 /// DynamoDB publishes per table, and the system-errors sum covers every operation tally calls.
 #[test]
@@ -975,25 +985,13 @@ fn the_source_items_default_to_tally_s_input_defaults() {
     let var = blocks(&bodies, "variable")
         .find(|b| b.labels().first().map(|l| l.as_str()) == Some("source_items"))
         .expect("variable source_items");
-    let default = var
-        .body()
-        .attributes()
-        .find(|a| a.key() == "default")
-        .expect("a default")
-        .expr()
-        .clone();
+    let default = attr_expr(var, "default");
     let tf: BTreeMap<String, String> = object(&default)
         .iter()
         .map(|(k, v)| (k.clone(), string(v)))
         .collect();
     // The type's `optional(string, "…")` defaults (a partial object given) are the same.
-    let ty = var
-        .body()
-        .attributes()
-        .find(|a| a.key() == "type")
-        .expect("a type")
-        .expr()
-        .clone();
+    let ty = attr_expr(var, "type");
     let Expression::FuncCall(object_type) = ty else {
         panic!("object(...) expected")
     };
