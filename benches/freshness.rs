@@ -155,6 +155,11 @@ fn stop_worker_report(worker: Child) -> (f64, String) {
         .map(|(k, n)| format!("{k} {:.3}", n.as_f64().unwrap_or(0.0) / counted))
         .collect::<Vec<_>>()
         .join(", ");
+    let leases = &v["leases"];
+    let by = format!(
+        "{by}\n    lease writes: taken {}, renewed {}, heartbeats {}, released {}",
+        leases["taken"], leases["renewed"], leases["heartbeats"], leases["released"]
+    );
     (units / counted, by)
 }
 
@@ -520,8 +525,18 @@ async fn rates() {
         "a like's cost and freshness by rate, one shard, default settings, worker with --http, \
          put → visible through tally serve's /api/counts"
     );
-    for mode in ["events", "likers"] {
-        for rate in RATES {
+    // FRESHNESS_RATES=2 and FRESHNESS_MODES=events pick a part of the table.
+    let picked = |var: &str, v: &str| {
+        std::env::var(var).map_or(true, |l| l.split(',').any(|x| x.trim() == v))
+    };
+    for mode in ["events", "likers"]
+        .into_iter()
+        .filter(|m| picked("FRESHNESS_MODES", m))
+    {
+        for rate in RATES
+            .into_iter()
+            .filter(|r| picked("FRESHNESS_RATES", &r.to_string()))
+        {
             for sized in [true, false] {
                 measure_rate(&embedded_shards(1).await, mode, rate, sized).await;
             }
@@ -532,8 +547,14 @@ async fn rates() {
         std::env::var("TEST_DYNAMODB_ENDPOINT"),
     ) {
         // kinesis-local takes a few hundred records a second here: up to 100 likes/s.
-        for mode in ["events", "likers"] {
-            for rate in &RATES[..4] {
+        for mode in ["events", "likers"]
+            .into_iter()
+            .filter(|m| picked("FRESHNESS_MODES", m))
+        {
+            for rate in RATES[..4]
+                .iter()
+                .filter(|r| picked("FRESHNESS_RATES", &r.to_string()))
+            {
                 let b = aws_shards(&k, &d, &format!("r{mode}{rate}"), 1).await;
                 let args = b.args.clone();
                 measure_rate(&b, mode, *rate, true).await;

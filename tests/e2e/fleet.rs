@@ -573,3 +573,90 @@ on_backends! {
         aws => a_fleet_is_balanced_from_the_start(Target::aws("balanced", 8), 8, 3, FAST_AWS),
     }
 }
+
+/// Starts `tally count --json` as worker `name` with stdout kept, for its report on exit.
+fn json_worker(t: &Target, name: &str) -> crate::common::Bg {
+    let log = t.dir.path().join(format!("{name}.log"));
+    let mut c = t.cmd(&["count", "--json", "--worker-id", name]);
+    for (k, v) in FAST {
+        c.env(k, v);
+    }
+    let child = c
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    crate::common::Bg { child, log }
+}
+
+/// Stops a [`json_worker`] with SIGTERM; its lease writes as it reports them.
+fn stop_json(mut w: crate::common::Bg) -> serde_json::Value {
+    use std::io::Read;
+    w.signal("TERM");
+    assert!(w.wait(COMMAND_TIMEOUT).success(), "{}", w.log_text());
+    let mut out = String::new();
+    w.child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["leases"].clone()
+}
+
+/// A worker alone in its fleet writes no heartbeat while it holds leases (no one lists the fleet
+/// to hear it; a worker that joins counts it from the lease rows), and writes them again from the
+/// poll after another worker's row appears — whose ask for a lease it then hears and hands over.
+/// Every count stays exact.
+#[test]
+fn a_worker_alone_writes_no_heartbeats() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let file = t.dir.path().join("likes.ndjson");
+    let exp = crate::common::write_contract_file(&file, 1_000, 30, 11);
+    t.run(&["replay", file.to_str().unwrap()]);
+
+    // Alone for 3 s after counting everything: ten renewal intervals (300 ms).
+    let w1 = json_worker(&t, "w1");
+    t.eventually(
+        "w1 to count everything",
+        Duration::from_secs(60),
+        &[&w1],
+        || t.json(&["total", "--json"])["total"] == exp.total(),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let alone = stop_json(w1);
+    let (renewed, beats) = (
+        alone["renewed"].as_u64().unwrap(),
+        alone["heartbeats"].as_u64().unwrap(),
+    );
+    assert!(renewed >= 10, "its leases were renewed all along: {alone}");
+    // Its join, perhaps one more before it held a lease, and its leave.
+    assert!(beats <= 3, "a lone holder wrote heartbeats: {alone}");
+
+    // Joined: both write heartbeats again, and the joiner's ask is heard.
+    let w2 = json_worker(&t, "w2");
+    t.eventually(
+        "w2 to hold both shards",
+        Duration::from_secs(60),
+        &[&w2],
+        || load(&t).0.get("w2") == Some(&2),
+    );
+    let w3 = json_worker(&t, "w3");
+    t.eventually(
+        "w3 to be handed a lease",
+        Duration::from_secs(60),
+        &[&w2, &w3],
+        || load(&t).0.get("w3") == Some(&1),
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    let joined = stop_json(w2);
+    assert!(joined["handed_over"].as_u64().unwrap() >= 1, "{joined}");
+    // Its join, its leave and at least two of the five renewal intervals since w3 joined.
+    assert!(joined["heartbeats"].as_u64().unwrap() >= 4, "{joined}");
+    stop_json(w3);
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+    assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+}

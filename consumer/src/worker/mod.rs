@@ -446,13 +446,17 @@ impl Worker {
                 }
             }
         }
-        if let Err(e) = self
+        match self
             .deps
             .leases
             .leave_fleet(&self.cfg.app, &self.cfg.worker_id)
             .await
         {
-            warn!(error = %e, "leaving the fleet failed; its row will expire");
+            // A delete is a write (one unit), whether or not the row had lapsed.
+            Ok(()) => {
+                self.metrics.heartbeats.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => warn!(error = %e, "leaving the fleet failed; its row will expire"),
         }
         self.metrics.held.store(0, Ordering::Relaxed);
         report_leases(&self.cfg, &self.metrics, self.reported);

@@ -34,7 +34,7 @@ pub struct LeaseMetrics {
     pub asked: AtomicU64,
     /// Leases this worker handed over on request.
     pub handed_over: AtomicU64,
-    /// Writes of this worker's fleet row.
+    /// Writes of this worker's fleet row: its heartbeats, and its delete when it leaves.
     pub heartbeats: AtomicU64,
     /// Full listings of the application's leases, and listings of its fleet rows.
     pub listings: AtomicU64,
