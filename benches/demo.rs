@@ -5,7 +5,8 @@
 //! table as it does: one row per shard and put)
 //! and write as many summary items as the demo's counter wrote (the demo's `store_writes`, one
 //! row of a live item's size each, a window's items per transaction) — no reading, folding,
-//! checking or concurrency. The ratio is what tally adds on top of SQLite.
+//! checking or concurrency. The ratio is what tally adds on top of SQLite. `-- stages`: the
+//! demo's parts one after another, each alone, to say where its time goes.
 
 use std::process::Command;
 use std::time::Instant;
@@ -183,10 +184,76 @@ fn floor(demo: &Demo, count: &str) -> (f64, f64) {
     (records, started.elapsed().as_secs_f64())
 }
 
+/// Runs `tally ARGS` on `dir` counting `count`; its wall time in seconds.
+fn timed(dir: &std::path::Path, count: &str, args: &[&str]) -> f64 {
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .env("TALLY_COUNTER__COUNT", count)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("tally runs");
+    assert!(
+        out.status.success(),
+        "tally {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    started.elapsed().as_secs_f64()
+}
+
+/// `-- stages`: where the demo's time goes. The demo's three parts run one after another on a
+/// fresh data dir, each alone on the machine — `tally produce` (generate, encode, append), `tally
+/// count --until-idle` (read, decode, drop retries, fold, write: the edges too, counting likers),
+/// `tally analytics --until-idle` (read, decode, sketches) — beside the demo itself (the three at
+/// once, then every post checked) and the serde decode, in the same run.
+fn stages() {
+    println!("where `tally demo --events {EVENTS}` spends its time: its parts one after another, each alone, beside the demo and one core's serde decode of the same records");
+    println!("| counting | demo | produce | count --until-idle | analytics --until-idle | parts in sequence | serde decode | count / decode |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let events = EVENTS.to_string();
+    for count in ["events", "likers"] {
+        let d = demo(count);
+        let dir = tempfile::tempdir().expect("temp dir");
+        timed(dir.path(), count, &["setup", "--shards", "4"]);
+        let produce = timed(
+            dir.path(),
+            count,
+            &[
+                "produce",
+                "--events",
+                &events,
+                "--posts",
+                "1000",
+                "--zipf",
+                "1.1",
+                "--duplicate-ratio",
+                "0.02",
+                "--malformed-ratio",
+                "0.001",
+                "--seed",
+                "1",
+            ],
+        );
+        let counted = timed(dir.path(), count, &["count", "--until-idle"]);
+        let analytics = timed(dir.path(), count, &["analytics", "--until-idle"]);
+        let (decode, _) = serde_decode(count);
+        println!(
+            "| {count} | {:.2} s | {produce:.2} s | {counted:.2} s | {analytics:.2} s | {:.2} s | {decode:.3} s | {:.1}× |",
+            d.elapsed,
+            produce + counted + analytics,
+            counted / decode
+        );
+    }
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries without `--bench`: nothing to do then.
     if !std::env::args().any(|a| a == "--bench") {
         return;
+    }
+    if std::env::args().any(|a| a == "stages") {
+        return stages();
     }
     let runs: usize = std::env::args()
         .filter_map(|a| a.parse().ok())

@@ -6,7 +6,9 @@
 //! distinct likes minus distinct unlikes equal its likers, and the truth holds in both count
 //! modes; producer retries (verbatim copies) and malformed records come on top.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
+
+use ahash::{AHashMap, AHashSet};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -103,11 +105,11 @@ pub struct Generator {
     cfg: GenConfig,
     rng: StdRng,
     zipf: Zipf<f64>,
-    /// Exact expected count per post.
-    truth: HashMap<String, i64>,
+    /// Exact expected count per post, by post number.
+    truth: AHashMap<u64, i64>,
     /// Each post's current likers (post and user numbers), and the same as a set.
-    likers: HashMap<u64, Vec<u64>>,
-    liked: HashSet<(u64, u64)>,
+    likers: AHashMap<u64, Vec<u64>>,
+    liked: AHashSet<(u64, u64)>,
     /// Recent records, for duplicates.
     recent: VecDeque<PutEntry>,
     /// Distinct events emitted so far.
@@ -149,9 +151,9 @@ impl Generator {
         Generator {
             rng: StdRng::seed_from_u64(cfg.seed),
             zipf,
-            truth: HashMap::new(),
-            likers: HashMap::new(),
-            liked: HashSet::new(),
+            truth: AHashMap::new(),
+            likers: AHashMap::new(),
+            liked: AHashSet::new(),
             recent: VecDeque::new(),
             emitted: 0,
             duplicates: 0,
@@ -182,7 +184,11 @@ impl Generator {
             events: self.emitted,
             duplicates: self.duplicates,
             malformed: self.malformed,
-            counts: self.truth.clone(),
+            counts: self
+                .truth
+                .iter()
+                .map(|(post, n)| (format!("p{post}"), *n))
+                .collect(),
         }
     }
 
@@ -277,7 +283,7 @@ impl Iterator for Generator {
             self.rng.gen::<u32>() & 0xff_ffff
         );
         let delta = if changes { action.delta() } else { 0 };
-        *self.truth.entry(post_id.clone()).or_default() += delta;
+        *self.truth.entry(post).or_default() += delta;
         self.emitted += 1;
         let entry = PutEntry {
             partition_key: post_id.clone(),

@@ -55,18 +55,36 @@ pub async fn put_all(
     } else {
         MAX_BATCH_RECORDS
     };
-    let mut buf: Vec<PutEntry> = Vec::with_capacity(per_batch);
-    let mut records = records.map(|e| hot.rekey(e)).peekable();
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) && records.peek().is_some() {
-        buf.extend(records.by_ref().take(per_batch));
-        for batch in batches(std::mem::take(&mut buf), per_batch, MAX_BATCH_BYTES) {
-            let n = batch.len() as u64;
-            pacer.wait(n).await;
-            put_batch(stream, batch, &backoff, &mut stats).await?;
-            if count_records {
-                pb.inc(n);
-            }
+    let mut records = records.map(|e| hot.rekey(e));
+    // Nothing more is taken once a stop is asked for; what was taken is put.
+    let take = |records: &mut dyn Iterator<Item = PutEntry>| -> Vec<PutEntry> {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Vec::new();
         }
+        records.take(per_batch).collect()
+    };
+    let mut next = take(&mut records);
+    while !next.is_empty() {
+        let current = std::mem::take(&mut next);
+        // The next records are made (generated, read, encoded) while these are put: the put
+        // waits on the store or the network, the making on a core, so they overlap instead of
+        // taking turns (`cargo bench --bench demo -- stages`).
+        let (put, following) = tokio::join!(
+            async {
+                for batch in batches(current, per_batch, MAX_BATCH_BYTES) {
+                    let n = batch.len() as u64;
+                    pacer.wait(n).await;
+                    put_batch(stream, batch, &backoff, &mut stats).await?;
+                    if count_records {
+                        pb.inc(n);
+                    }
+                }
+                Ok::<(), tally_producer::ProducerError>(())
+            },
+            async { take(&mut records) }
+        );
+        put?;
+        next = following;
     }
     Ok(stats)
 }
