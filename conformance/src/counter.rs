@@ -53,6 +53,7 @@ async fn window(
             rest.dedup.max_arrival,
             finished,
             &ShardTally::default(),
+            None,
         )
         .await
         .unwrap();
@@ -431,7 +432,7 @@ impl<'a> OneWindow<'a> {
         let (store, fence, end) = (self.store, &self.fence, &self.end);
         assert!(matches!(
             store
-                .finish_window(fence, end, 1_000, false, &ShardTally::default())
+                .finish_window(fence, end, 1_000, false, &ShardTally::default(), None)
                 .await,
             Err(PortError::Fenced { .. })
         ));
@@ -516,12 +517,12 @@ impl<'a> OneWindow<'a> {
         assert_eq!(r.refused, 2, "{r:?}");
         assert!(matches!(
             store
-                .finish_window(&self.fence, end, 1_000, false, &ShardTally::default())
+                .finish_window(&self.fence, end, 1_000, false, &ShardTally::default(), None)
                 .await,
             Err(PortError::Fenced { .. })
         ));
         store
-            .finish_window(&stolen, end, 1_000, false, &spent)
+            .finish_window(&stolen, end, 1_000, false, &spent, None)
             .await
             .unwrap();
         let st = store.shard_state(&self.app, &self.shard).await.unwrap();
@@ -536,7 +537,7 @@ impl<'a> OneWindow<'a> {
         assert_eq!(st.spent, spent, "the row keeps what the window spent");
         assert!(matches!(
             store
-                .finish_window(&stolen, end, 1_000, false, &spent)
+                .finish_window(&stolen, end, 1_000, false, &spent, None)
                 .await,
             Err(PortError::Fenced { .. })
         ));
@@ -687,7 +688,7 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
         .await
         .unwrap();
     store
-        .finish_window(&w2, &x_end, 10, false, &ShardTally::default())
+        .finish_window(&w2, &x_end, 10, false, &ShardTally::default(), None)
         .await
         .unwrap();
     // Y: the same posts, 20 minutes later (the next day's first hour).
@@ -717,7 +718,7 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     );
     assert!(matches!(
         store
-            .finish_window(&w1, &x_end, 10, false, &ShardTally::default())
+            .finish_window(&w1, &x_end, 10, false, &ShardTally::default(), None)
             .await,
         Err(PortError::Fenced { .. })
     ));
@@ -740,5 +741,127 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     assert_eq!(
         (recs[0].end.clone(), recs[0].record.clone()),
         (x_end, x_dedup)
+    );
+}
+
+/// A window's checkpoint that carries a renewal renews the lease in the same write, as
+/// `renew_lease` would: the expiry, the reader's progress and the holder's address, and it answers
+/// who has asked for the lease; one without a renewal leaves them as they were and answers `None`.
+pub async fn a_checkpoint_renews_the_lease(store: &dyn CounterStore, name: &str) {
+    let app = format!("renews-{name}");
+    let shard = format!("shard-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let taken = store.shard_state(&app, &shard).await.unwrap();
+    let held = &fence;
+    let plain = |end| async move {
+        store
+            .begin_window(held, None, &seq(end).seq, &seq(end), HORIZON_MS)
+            .await
+            .unwrap();
+        store
+            .finish_window(held, &seq(end), 1_000, false, &ShardTally::default(), None)
+            .await
+            .unwrap()
+    };
+    assert_eq!(plain("10").await, None);
+    let st = store.shard_state(&app, &shard).await.unwrap();
+    assert_eq!(
+        st.lease.expires_ms, taken.lease.expires_ms,
+        "no renewal: the expiry stays"
+    );
+    assert_eq!((st.progress, st.holder_addr), (None, None));
+
+    assert!(store.ask_handoff(&fence, "w2").await.unwrap());
+    let renewal = tally_core::ports::Renewal {
+        expires_ms: 5_000_000_000_000,
+        progress: Some(tally_core::ports::ReadProgress {
+            at_ms: 4_000_000_000_000,
+            behind_ms: 0,
+        }),
+        addr: Some("127.0.0.1:9101".into()),
+    };
+    store
+        .begin_window(
+            &fence,
+            Some(&seq("10")),
+            &seq("20").seq,
+            &seq("20"),
+            HORIZON_MS,
+        )
+        .await
+        .unwrap();
+    let asked = store
+        .finish_window(
+            &fence,
+            &seq("20"),
+            1_000,
+            false,
+            &ShardTally::default(),
+            Some(&renewal),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        asked.as_deref(),
+        Some("w2"),
+        "the request is read in the same write"
+    );
+    let st = store.shard_state(&app, &shard).await.unwrap();
+    assert_eq!(st.lease.checkpoint, Some(seq("20")));
+    assert_eq!(st.lease.expires_ms, renewal.expires_ms, "renewed");
+    assert_eq!(st.progress, renewal.progress);
+    assert_eq!(st.holder_addr, renewal.addr);
+
+    // A renewal does not let a fenced-out holder write: a newer take fences it.
+    store.release_lease(&fence).await.unwrap();
+    let newer = store
+        .take_lease(&app, &shard, fence.epoch, "w3", i64::MAX / 2)
+        .await
+        .unwrap()
+        .expect("released, free");
+    assert!(matches!(
+        store
+            .begin_window(
+                &fence,
+                Some(&seq("20")),
+                &seq("30").seq,
+                &seq("30"),
+                HORIZON_MS
+            )
+            .await,
+        Err(PortError::Fenced { .. })
+    ));
+    store
+        .begin_window(
+            &newer,
+            Some(&seq("20")),
+            &seq("30").seq,
+            &seq("30"),
+            HORIZON_MS,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .finish_window(
+                &fence,
+                &seq("30"),
+                1_000,
+                false,
+                &ShardTally::default(),
+                Some(&renewal)
+            )
+            .await,
+        Err(PortError::Fenced { .. })
+    ));
+    assert_eq!(
+        store
+            .shard_state(&app, &shard)
+            .await
+            .unwrap()
+            .lease
+            .expires_ms,
+        i64::MAX / 2,
+        "the stale holder's renewal did not land"
     );
 }

@@ -44,9 +44,9 @@ mod stream;
 
 pub use analytics::analytics_snapshots_are_fenced;
 pub use counter::{
-    a_paused_stale_writer_counts_nothing_twice, counter_commits_exactly_once,
-    dedup_records_expire_by_arrival, gaps_are_recorded_with_the_checkpoint,
-    the_largest_window_fits_the_store,
+    a_checkpoint_renews_the_lease, a_paused_stale_writer_counts_nothing_twice,
+    counter_commits_exactly_once, dedup_records_expire_by_arrival,
+    gaps_are_recorded_with_the_checkpoint, the_largest_window_fits_the_store,
 };
 pub use edges::{
     a_fresh_store_takes_the_first_claim, likers_edges_are_written_once,
@@ -83,6 +83,7 @@ macro_rules! suite {
         async fn counter() {
             let b = $fresh("counter", 1).await;
             $crate::counter_commits_exactly_once($stores(&b), $name).await;
+            $crate::a_checkpoint_renews_the_lease($stores(&b), $name).await;
         }
 
         #[tokio::test]

@@ -269,6 +269,20 @@ pub struct ReadProgress {
     pub behind_ms: i64,
 }
 
+/// What a write of a held lease's row extends it with, besides its own change: a new expiry, the
+/// holder's read progress and where it serves its open windows — what [`LeaseStore::renew_lease`]
+/// writes, carried by [`CounterStore::finish_window`] too, so that a window's checkpoint is also a
+/// renewal (the same row, under the same fence, for no extra write).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    /// The lease's new expiry (ms since the epoch).
+    pub expires_ms: i64,
+    /// How far behind its shard's tip the holder reads (`None` keeps what was reported).
+    pub progress: Option<ReadProgress>,
+    /// Where the holder serves its open windows (`None` keeps what was reported).
+    pub addr: Option<String>,
+}
+
 /// What a store knows of one shard of one application.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardState {
@@ -623,7 +637,8 @@ pub trait CounterStore: LeaseStore + DedupStore {
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied>;
     /// Moves the checkpoint to the pending window's end, with the shard's arrival clock, and adds
     /// what the window spent and counted to the shard's; `Fenced` if the lease was lost or that
-    /// window is not the pending one.
+    /// window is not the pending one. With a `renewal` the same write renews the lease, as
+    /// [`LeaseStore::renew_lease`] would, and answers who has asked for it (else `None`).
     async fn finish_window(
         &self,
         fence: &Fence,
@@ -631,7 +646,8 @@ pub trait CounterStore: LeaseStore + DedupStore {
         max_arrival: i64,
         shard_finished: bool,
         spent: &ShardTally,
-    ) -> PortResult<()>;
+        renewal: Option<&Renewal>,
+    ) -> PortResult<Option<String>>;
     /// One post's count, strongly consistent ([`CounterStore::post_counts`] of one).
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
         let mut v = self

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use std::sync::Arc;
 use tally_consumer::retry::with_backoff;
+use tally_consumer::worker::LeaseKeeper;
 use tally_consumer::ConsumerError;
 use tally_core::cost::{Purpose, Units};
 use tally_core::edge::{EdgeEvent, Transition};
@@ -101,9 +102,25 @@ impl CounterShard {
             latest_created_ms,
         };
         kept.units.add(Purpose::Checkpoints, 1);
-        self.fenced(Fenced::Finish, w, &mut spent, || {
-            self.store
-                .finish_window(fence, end, w.dedup.max_arrival, shard_end, &kept)
+        // The checkpoint renews the lease in the same write (`LeaseKeeper`): at a low rate a
+        // renewal fewer per window.
+        self.fenced(Fenced::Finish, w, &mut spent, || async {
+            let renewal = self.keeper.as_ref().map(LeaseKeeper::renewal);
+            let asked = self
+                .store
+                .finish_window(
+                    fence,
+                    end,
+                    w.dedup.max_arrival,
+                    shard_end,
+                    &kept,
+                    renewal.as_ref(),
+                )
+                .await?;
+            if let (Some(k), Some(r)) = (&self.keeper, &renewal) {
+                k.extended(r, asked);
+            }
+            Ok(())
         })
         .await?;
         self.metrics.cost.add(&spent.units);

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tally_consumer::worker::ReadMode;
-use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
+use tally_consumer::worker::{LeaseKeeper, ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
 use tally_core::boundary::{fold_record, Windows};
 use tally_core::config::{millis, range, Invalid};
@@ -291,6 +291,7 @@ impl ProcessorFactory for Counter {
             replay: None,
             tip_reads: 0,
             latest_created_ms: 0,
+            keeper: None,
         })
     }
 }
@@ -316,6 +317,8 @@ pub struct CounterShard {
     tip_reads: u32,
     /// The latest `created_at` counted on the shard, as its row keeps it (freshness in event time).
     latest_created_ms: i64,
+    /// The lease's keeper: each window's checkpoint renews the lease in the same write.
+    keeper: Option<LeaseKeeper>,
 }
 
 impl CounterShard {
@@ -443,6 +446,10 @@ impl Windows for CounterShard {
 
 #[async_trait]
 impl ShardProcessor for CounterShard {
+    fn keep_lease(&mut self, keeper: LeaseKeeper) {
+        self.keeper = Some(keeper);
+    }
+
     async fn start(
         &mut self,
         fence: &Fence,

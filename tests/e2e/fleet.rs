@@ -574,11 +574,12 @@ on_backends! {
     }
 }
 
-/// Starts `tally count --json` as worker `name` with stdout kept, for its report on exit.
-fn json_worker(t: &Target, name: &str) -> crate::common::Bg {
+/// Starts `tally count --json` as worker `name` with stdout kept, for its report on exit, with
+/// the fast lease timings and then `env`.
+fn json_worker(t: &Target, name: &str, env: &[(&str, &str)]) -> crate::common::Bg {
     let log = t.dir.path().join(format!("{name}.log"));
     let mut c = t.cmd(&["count", "--json", "--worker-id", name]);
-    for (k, v) in FAST {
+    for (k, v) in FAST.iter().chain(env) {
         c.env(k, v);
     }
     let child = c
@@ -590,7 +591,7 @@ fn json_worker(t: &Target, name: &str) -> crate::common::Bg {
     crate::common::Bg { child, log }
 }
 
-/// Stops a [`json_worker`] with SIGTERM; its lease writes as it reports them.
+/// Stops a [`json_worker`] with SIGTERM; its report (`count --json`).
 fn stop_json(mut w: crate::common::Bg) -> serde_json::Value {
     use std::io::Read;
     w.signal("TERM");
@@ -602,8 +603,7 @@ fn stop_json(mut w: crate::common::Bg) -> serde_json::Value {
         .unwrap()
         .read_to_string(&mut out)
         .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["leases"].clone()
+    serde_json::from_str(&out).unwrap()
 }
 
 /// A worker alone in its fleet writes no heartbeat while it holds leases (no one lists the fleet
@@ -619,7 +619,7 @@ fn a_worker_alone_writes_no_heartbeats() {
     t.run(&["replay", file.to_str().unwrap()]);
 
     // Alone for 3 s after counting everything: ten renewal intervals (300 ms).
-    let w1 = json_worker(&t, "w1");
+    let w1 = json_worker(&t, "w1", &[]);
     t.eventually(
         "w1 to count everything",
         Duration::from_secs(60),
@@ -627,7 +627,7 @@ fn a_worker_alone_writes_no_heartbeats() {
         || t.json(&["total", "--json"])["total"] == exp.total(),
     );
     std::thread::sleep(Duration::from_secs(3));
-    let alone = stop_json(w1);
+    let alone = stop_json(w1)["leases"].clone();
     let (renewed, beats) = (
         alone["renewed"].as_u64().unwrap(),
         alone["heartbeats"].as_u64().unwrap(),
@@ -637,14 +637,14 @@ fn a_worker_alone_writes_no_heartbeats() {
     assert!(beats <= 3, "a lone holder wrote heartbeats: {alone}");
 
     // Joined: both write heartbeats again, and the joiner's ask is heard.
-    let w2 = json_worker(&t, "w2");
+    let w2 = json_worker(&t, "w2", &[]);
     t.eventually(
         "w2 to hold both shards",
         Duration::from_secs(60),
         &[&w2],
         || load(&t).0.get("w2") == Some(&2),
     );
-    let w3 = json_worker(&t, "w3");
+    let w3 = json_worker(&t, "w3", &[]);
     t.eventually(
         "w3 to be handed a lease",
         Duration::from_secs(60),
@@ -652,11 +652,45 @@ fn a_worker_alone_writes_no_heartbeats() {
         || load(&t).0.get("w3") == Some(&1),
     );
     std::thread::sleep(Duration::from_millis(1_500));
-    let joined = stop_json(w2);
+    let joined = stop_json(w2)["leases"].clone();
     assert!(joined["handed_over"].as_u64().unwrap() >= 1, "{joined}");
     // Its join, its leave and at least two of the five renewal intervals since w3 joined.
     assert!(joined["heartbeats"].as_u64().unwrap() >= 4, "{joined}");
     stop_json(w3);
     assert_eq!(t.mismatches(&exp.counts), vec![]);
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
+}
+
+/// A window's checkpoint renews the lease in the same write (`LeaseKeeper`): while windows keep
+/// checkpointing faster than the renewal interval, the renewal task writes no renewal of its own.
+/// Without it this worker renews about once a second for the whole run.
+#[test]
+fn checkpoints_stand_in_for_renewals() {
+    let t = Target::embedded().counting_events();
+    t.run(&["setup", "--shards", "1"]);
+    let w = json_worker(
+        &t,
+        "w",
+        &[
+            ("TALLY_LEASE__RENEW_MS", "1000"),
+            ("TALLY_COUNTER__WINDOW_MS", "200"),
+        ],
+    );
+    // About 5 s of likes at 200/s: a window closes every 200 ms.
+    t.run(&[
+        "produce", "--events", "1000", "--rate", "200", "--posts", "50",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    let report = stop_json(w);
+    let (windows, renewed) = (
+        report["windows"].as_u64().unwrap(),
+        report["leases"]["renewed"].as_u64().unwrap(),
+    );
+    assert!(windows >= 15, "windows closed every 200 ms: {report}");
+    // At most the report of reaching the tip at the start and one at the end.
+    assert!(
+        renewed <= 2,
+        "the renewal task renewed beside the checkpoints: {report}"
+    );
+    assert_eq!(report["counted"].as_u64().unwrap(), 1_000, "{report}");
 }

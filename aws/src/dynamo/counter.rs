@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckFailure, Select};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, Select,
+};
 use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
@@ -18,7 +20,8 @@ use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
-    PortError, PortResult, PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
+    PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup, WindowRef,
+    WindowRest,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -410,7 +413,8 @@ impl CounterStore for DynamoStore {
         max_arrival: i64,
         shard_finished: bool,
         spent: &ShardTally,
-    ) -> PortResult<()> {
+        renewal: Option<&Renewal>,
+    ) -> PortResult<Option<String>> {
         let mut x = Expr::default();
         let (cp, pe, ph, pf) = (
             x.name("checkpoint"),
@@ -433,8 +437,11 @@ impl CounterStore for DynamoStore {
         }
         // The counter passes the shard's latest creation time so far (a maximum DynamoDB cannot
         // take itself); only the lease holder's finish lands.
+        let renew = renewal.map_or_else(String::new, |r| {
+            format!(", {}", super::leases::renewal_set(&mut x, r))
+        });
         let update = format!(
-            "SET {cp} = {}, {} = {}, {} = {}, {} = {} REMOVE {pe}, {ph}, {pf} ADD {}",
+            "SET {cp} = {}, {} = {}, {} = {}, {} = {}{renew} REMOVE {pe}, {ph}, {pf} ADD {}",
             x.val(s(end.to_string())),
             x.name("max_arrival"),
             x.val(n(max_arrival)),
@@ -444,7 +451,16 @@ impl CounterStore for DynamoStore {
             x.val(n(spent.latest_created_ms)),
             adds.join(", ")
         );
-        self.lease_write(fence, x, &extra, update).await
+        // Renewing, the row as written answers who asked for the lease (no extra units).
+        let returns = if renewal.is_some() {
+            ReturnValue::AllNew
+        } else {
+            ReturnValue::None
+        };
+        let row = self
+            .lease_write_returning(fence, x, &extra, update, returns)
+            .await?;
+        Ok(renewal.and_then(|_| get_s(&row, "wanted_by")))
     }
 
     async fn post_counts(

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 use tally_core::ports::{
     asks_from_text, asks_to_text, fleet_app, Ask, Fence, GapCommit, LeaseStore, Member, PortError,
-    PortResult, ReadProgress, ShardInfo, ShardState,
+    PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
 };
 
 use super::{get_n, get_s, lease_from, n, s, DynamoStore, Expr};
@@ -134,19 +134,12 @@ impl LeaseStore for DynamoStore {
         addr: Option<&str>,
     ) -> PortResult<Option<String>> {
         let mut x = Expr::default();
-        let mut set = format!("SET {} = {}", x.name("expires_ms"), x.val(n(expires_ms)));
-        if let Some(p) = progress {
-            set.push_str(&format!(
-                ", {} = {}, {} = {}",
-                x.name("behind_ms"),
-                x.val(n(p.behind_ms)),
-                x.name("behind_at_ms"),
-                x.val(n(p.at_ms))
-            ));
-        }
-        if let Some(a) = addr {
-            set.push_str(&format!(", {} = {}", x.name("holder_addr"), x.val(s(a))));
-        }
+        let r = Renewal {
+            expires_ms,
+            progress,
+            addr: addr.map(str::to_owned),
+        };
+        let set = format!("SET {}", renewal_set(&mut x, &r));
         // The row as written, for the request in it: an UpdateItem's answer costs no read.
         let row = self
             .lease_write_returning(fence, x, "", set, ReturnValue::AllNew)
@@ -335,4 +328,23 @@ impl LeaseStore for DynamoStore {
             .map_err(|e| self.err("DeleteItem", "leases", e))?;
         Ok(())
     }
+}
+
+/// The assignments of a renewal (`a = b, …`, without `SET`): the expiry, and the progress and
+/// address when given. `renew_lease` writes them alone; a window's checkpoint writes them too.
+pub(super) fn renewal_set(x: &mut Expr, r: &Renewal) -> String {
+    let mut set = format!("{} = {}", x.name("expires_ms"), x.val(n(r.expires_ms)));
+    if let Some(p) = r.progress {
+        set.push_str(&format!(
+            ", {} = {}, {} = {}",
+            x.name("behind_ms"),
+            x.val(n(p.behind_ms)),
+            x.name("behind_at_ms"),
+            x.val(n(p.at_ms))
+        ));
+    }
+    if let Some(a) = &r.addr {
+        set.push_str(&format!(", {} = {}", x.name("holder_addr"), x.val(s(a))));
+    }
+    set
 }

@@ -32,6 +32,7 @@ mod config;
 mod discovery;
 mod fleet;
 mod idle;
+mod keeper;
 pub mod metric;
 mod processor;
 mod report;
@@ -39,6 +40,7 @@ mod shard;
 
 pub use config::{default_worker_id, host_name, ReadMode, WorkerConfig, WorkerDeps};
 pub use idle::IdleExit;
+pub use keeper::LeaseKeeper;
 pub use processor::{ProcessorFactory, ShardProcessor};
 pub use report::LeaseMetrics;
 
@@ -358,7 +360,9 @@ impl Worker {
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
                 info!(shard_id = %shard_id, epoch = fence.epoch, stolen, "lease taken");
-                if let Some(lease) = leases.iter().find(|l| l.shard_id == shard_id).cloned() {
+                if let Some(mut lease) = leases.iter().find(|l| l.shard_id == shard_id).cloned() {
+                    // Held until the take's expiry: its first renewal is due a renewal interval on.
+                    lease.expires_ms = expires;
                     let task = spawn_shard(
                         &self.deps,
                         &self.cfg,

@@ -4,11 +4,16 @@ use async_trait::async_trait;
 use tally_core::lease::Lease;
 use tally_core::ports::{Fence, ReadBatch, StartPosition};
 
+use super::LeaseKeeper;
 use crate::ConsumerError;
 
 /// What one application does with a shard's records.
 #[async_trait]
 pub trait ShardProcessor: Send {
+    /// The lease's keeper, given before `start`: a processor that writes the lease row itself
+    /// (the counter's window checkpoint) carries [`LeaseKeeper::renewal`] in that write and tells
+    /// it with [`LeaseKeeper::extended`], and the renewal loop renews that much later.
+    fn keep_lease(&mut self, _keeper: LeaseKeeper) {}
     /// Loads the shard's stored state after its lease was taken; returns where to read from.
     async fn start(&mut self, fence: &Fence, lease: &Lease)
         -> Result<StartPosition, ConsumerError>;

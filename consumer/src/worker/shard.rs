@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use tally_core::clock::now_ms;
 use tally_core::lease::Lease;
 use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, ReadProgress, ShardReader};
+
+pub(super) use super::keeper::note_ask;
+use super::keeper::LeaseKeeper;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
@@ -55,6 +58,7 @@ pub(super) fn spawn_shard(
     let idle_at = Arc::new(Mutex::new(None));
     let asked_by = Arc::new(Mutex::new(None));
     let processor = deps.factory.create(&fence.shard_id);
+    let keeper = LeaseKeeper::new(cfg, lease.expires_ms, asked_by.clone());
     let span = tracing::info_span!("shard", app = %cfg.app, shard_id = %fence.shard_id);
     let task = ShardTask {
         deps: deps.clone(),
@@ -66,7 +70,7 @@ pub(super) fn spawn_shard(
         idle_exit: idle_exit.clone(),
         stats: ShardStats::new(),
         metrics: metrics.clone(),
-        progress: Arc::default(),
+        keeper,
         asked_by: asked_by.clone(),
     };
     let wake = wake.clone();
@@ -98,8 +102,8 @@ struct ShardTask {
     stats: ShardStats,
     /// The worker's lease metrics (renewals).
     metrics: Arc<LeaseMetrics>,
-    /// How far behind the tip the last read was: each renewal reports it with the lease.
-    progress: Arc<Mutex<Option<ReadProgress>>>,
+    /// The lease's extension, shared with the renewal loop and the processor.
+    keeper: LeaseKeeper,
     /// The worker that asked for the lease, as a renewal (the lease row's request) or the
     /// worker's fleet listing (the asker's fleet row) heard it first.
     asked_by: Arc<Mutex<Option<String>>>,
@@ -168,11 +172,10 @@ impl ShardTask {
         let _renewer = AbortOnDrop(tokio::spawn(renew_loop(
             self.deps.leases.clone(),
             self.fence.clone(),
-            self.cfg.clone(),
+            self.cfg.renew_interval,
             lost_tx,
             self.metrics.clone(),
-            self.progress.clone(),
-            self.asked_by.clone(),
+            self.keeper.clone(),
         )));
         let fenced = PortError::Fenced {
             app: self.fence.app.clone(),
@@ -192,6 +195,7 @@ impl ShardTask {
         &mut self,
         processor: &mut dyn ShardProcessor,
     ) -> Result<ShardEnd, ConsumerError> {
+        processor.keep_lease(self.keeper.clone());
         let from = processor.start(&self.fence, &self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
         let stream = self.deps.stream.clone();
@@ -305,11 +309,11 @@ impl ShardTask {
         } else {
             batch.millis_behind_latest.map(|m| m.max(0))
         };
-        let (Some(behind_ms), Ok(mut p)) = (behind, self.progress.lock()) else {
+        let Some(behind_ms) = behind else {
             return false;
         };
-        let reached = behind_ms == 0 && p.is_none_or(|r| r.behind_ms > 0);
-        *p = Some(ReadProgress {
+        let reached = behind_ms == 0 && self.keeper.progress().is_none_or(|r| r.behind_ms > 0);
+        self.keeper.set_progress(ReadProgress {
             at_ms: now_ms(),
             behind_ms,
         });
@@ -320,17 +324,16 @@ impl ShardTask {
     /// see the lag go to 0 now, not at the next renewal (which a short `--until-idle` run may not
     /// reach). A failure other than a lost lease waits for the next renewal.
     async fn report_progress(&self) -> Result<(), ConsumerError> {
-        let read = self.progress.lock().ok().and_then(|p| *p);
-        let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
+        let r = self.keeper.renewal();
         match self
             .deps
             .leases
-            .renew_lease(&self.fence, expires, read, self.cfg.advertise.as_deref())
+            .renew_lease(&self.fence, r.expires_ms, r.progress, r.addr.as_deref())
             .await
         {
             Ok(asked) => {
                 self.metrics.renewed.fetch_add(1, Ordering::Relaxed);
-                note_ask(&self.asked_by, asked);
+                self.keeper.extended(&r, asked);
                 Ok(())
             }
             Err(e @ PortError::Fenced { .. }) => Err(e.into()),
@@ -372,41 +375,43 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Renews a lease every `renew_interval` until it is lost (then raises `lost`) or aborted.
+/// Renews a lease whenever the last write that extended it (a renewal, or a processor's write of
+/// the lease row that carried one, [`LeaseKeeper`]) is `renew_interval` old, until it is lost
+/// (then raises `lost`) or aborted.
 async fn renew_loop(
     leases: Arc<dyn LeaseStore>,
     fence: Fence,
-    cfg: WorkerConfig,
+    renew_interval: Duration,
     lost: watch::Sender<bool>,
     metrics: Arc<LeaseMetrics>,
-    progress: Arc<Mutex<Option<ReadProgress>>>,
-    asked_by: Arc<Mutex<Option<String>>>,
+    keeper: LeaseKeeper,
 ) {
     loop {
-        tokio::time::sleep(cfg.renew_interval).await;
-        let expires = now_ms() + cfg.lease_duration.as_millis() as i64;
-        let read = progress.lock().ok().and_then(|p| *p);
+        let wait = keeper.due_in();
+        if !wait.is_zero() {
+            // Extended meanwhile by another write: due later.
+            tokio::time::sleep(wait).await;
+            continue;
+        }
+        let r = keeper.renewal();
         match leases
-            .renew_lease(&fence, expires, read, cfg.advertise.as_deref())
+            .renew_lease(&fence, r.expires_ms, r.progress, r.addr.as_deref())
             .await
         {
             Ok(asked) => {
                 metrics.renewed.fetch_add(1, Ordering::Relaxed);
-                note_ask(&asked_by, asked);
+                keeper.extended(&r, asked);
             }
             Err(PortError::Fenced { .. }) => {
                 let _ = lost.send(true);
                 return;
             }
-            // The next tick tries again; renewal runs at most half the lease duration apart.
-            Err(e) => warn!(error = %e, "renewing lease failed"),
+            // A renewal interval later it tries again: renewals run at most half the lease
+            // duration apart.
+            Err(e) => {
+                warn!(error = %e, "renewing lease failed");
+                tokio::time::sleep(renew_interval).await;
+            }
         }
-    }
-}
-
-/// Keeps a request for the lease that a renewal read, for the shard task's loop.
-pub(super) fn note_ask(asked_by: &Mutex<Option<String>>, asked: Option<String>) {
-    if let (Some(to), Ok(mut a)) = (asked, asked_by.lock()) {
-        a.get_or_insert(to);
     }
 }

@@ -10,7 +10,8 @@ use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
-    PortError, PortResult, PostCount, PostsApplied, ShardTally, StoredDedup, WindowRef, WindowRest,
+    PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup, WindowRef,
+    WindowRest,
 };
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
@@ -233,8 +234,9 @@ impl CounterStore for Embedded {
         max_arrival: i64,
         shard_finished: bool,
         spent: &ShardTally,
-    ) -> PortResult<()> {
-        let (fence, end, spent) = (fence.clone(), end.clone(), *spent);
+        renewal: Option<&Renewal>,
+    ) -> PortResult<Option<String>> {
+        let (fence, end, spent, renewal) = (fence.clone(), end.clone(), *spent, renewal.cloned());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
             let st = check_fence(&tx, &fence)?;
@@ -243,11 +245,34 @@ impl CounterStore for Embedded {
             }
             let mut total = st.spent;
             total.merge(&spent);
-            tx.prepare_cached("UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?3, spent = ?4 WHERE app = ?5 AND shard_id = ?6")
+            // A renewal in the same write: each of its values, or what the row has.
+            let r = renewal.as_ref();
+            let progress = r.and_then(|r| r.progress);
+            let wanted: Option<String> = tx
+                .prepare_cached(
+                    "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?3, spent = ?4, \
+                     expires_ms = COALESCE(?7, expires_ms), behind_ms = COALESCE(?8, behind_ms), behind_at_ms = COALESCE(?9, behind_at_ms), holder_addr = COALESCE(?10, holder_addr) \
+                     WHERE app = ?5 AND shard_id = ?6 RETURNING wanted_by",
+                )
                 .map_err(sql_err)?
-                .execute(params![end.to_string(), max_arrival, shard_finished as i64, spent_json(&total), fence.app, fence.shard_id])
+                .query_row(
+                    params![
+                        end.to_string(),
+                        max_arrival,
+                        shard_finished as i64,
+                        spent_json(&total),
+                        fence.app,
+                        fence.shard_id,
+                        r.map(|r| r.expires_ms),
+                        progress.map(|p| p.behind_ms),
+                        progress.map(|p| p.at_ms),
+                        r.and_then(|r| r.addr.clone()),
+                    ],
+                    |row| row.get(0),
+                )
                 .map_err(sql_err)?;
-            tx.commit().map_err(sql_err)
+            tx.commit().map_err(sql_err)?;
+            Ok(wanted.filter(|_| renewal.is_some()))
         })
         .await
     }
