@@ -12,7 +12,7 @@ use tally_core::lease::Lease;
 use tally_core::ports::{Ask, Fence, Member};
 use tracing::{info, warn};
 
-use super::{now_ms, shard, Worker};
+use super::{keeper, now_ms, Worker};
 
 /// What a worker knows of its fleet and of the leases it asked for.
 #[derive(Default)]
@@ -139,7 +139,7 @@ impl Worker {
             for ask in m.asks.iter().filter(|a| a.holder == me) {
                 if let Some(r) = self.running.get(&ask.shard_id) {
                     if r.fence.epoch == ask.epoch {
-                        shard::note_ask(&r.asked_by, Some(m.worker.clone()));
+                        keeper::note_ask(&r.asked_by, Some(m.worker.clone()));
                     }
                 }
             }

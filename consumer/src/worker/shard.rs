@@ -8,13 +8,11 @@ use std::time::{Duration, Instant};
 use tally_core::clock::now_ms;
 use tally_core::lease::Lease;
 use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, ReadProgress, ShardReader};
-
-pub(super) use super::keeper::note_ask;
-use super::keeper::LeaseKeeper;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
 
+use super::keeper::LeaseKeeper;
 use super::report::ShardStats;
 use super::{IdleExit, LeaseMetrics, ShardProcessor, WorkerConfig, WorkerDeps};
 use crate::retry::{with_backoff, with_bounded_backoff, Retry};
