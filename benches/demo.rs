@@ -26,21 +26,31 @@ struct Demo {
     exact: bool,
 }
 
-fn demo(count: &str) -> Demo {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// Runs `tally ARGS` on the data dir `dir` counting `count`, which must succeed; its stdout.
+fn tally(dir: &std::path::Path, count: &str, args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_tally"))
         .env("TALLY_COUNTER__COUNT", count)
-        .args(["--data-dir"])
-        .arg(dir.path())
-        .args(["demo", "--events", &EVENTS.to_string(), "--json"])
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
         .output()
-        .expect("tally demo runs");
+        .expect("tally runs");
     assert!(
         out.status.success(),
-        "tally demo failed: {}",
+        "tally {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("demo --json");
+    out.stdout
+}
+
+fn demo(count: &str) -> Demo {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = tally(
+        dir.path(),
+        count,
+        &["demo", "--events", &EVENTS.to_string(), "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("demo --json");
     let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in the report"));
     Demo {
         elapsed: v["elapsed_secs"].as_f64().expect("elapsed_secs"),
@@ -187,18 +197,7 @@ fn floor(demo: &Demo, count: &str) -> (f64, f64) {
 /// Runs `tally ARGS` on `dir` counting `count`; its wall time in seconds.
 fn timed(dir: &std::path::Path, count: &str, args: &[&str]) -> f64 {
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_tally"))
-        .env("TALLY_COUNTER__COUNT", count)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("tally runs");
-    assert!(
-        out.status.success(),
-        "tally {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tally(dir, count, args);
     started.elapsed().as_secs_f64()
 }
 

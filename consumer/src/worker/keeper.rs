@@ -80,6 +80,11 @@ impl LeaseKeeper {
         Duration::from_millis((due - now_ms()).max(0) as u64)
     }
 
+    /// The worker that asked for the lease, as a write of its row or the fleet listing heard it.
+    pub(super) fn asked_by(&self) -> Option<String> {
+        self.inner.asked_by.lock().ok().and_then(|a| a.clone())
+    }
+
     /// How far behind the tip the last read was, as kept for the next renewal.
     pub(super) fn progress(&self) -> Option<ReadProgress> {
         self.inner.progress.lock().ok().and_then(|p| *p)

@@ -69,7 +69,6 @@ pub(super) fn spawn_shard(
         stats: ShardStats::new(),
         metrics: metrics.clone(),
         keeper,
-        asked_by: asked_by.clone(),
     };
     let wake = wake.clone();
     let handle = tokio::spawn(
@@ -100,11 +99,9 @@ struct ShardTask {
     stats: ShardStats,
     /// The worker's lease metrics (renewals).
     metrics: Arc<LeaseMetrics>,
-    /// The lease's extension, shared with the renewal loop and the processor.
+    /// The lease's extension, shared with the renewal loop and the processor; it keeps who asked
+    /// for the lease, as a write of its row or the worker's fleet listing heard it first.
     keeper: LeaseKeeper,
-    /// The worker that asked for the lease, as a renewal (the lease row's request) or the
-    /// worker's fleet listing (the asker's fleet row) heard it first.
-    asked_by: Arc<Mutex<Option<String>>>,
 }
 
 impl ShardTask {
@@ -155,7 +152,7 @@ impl ShardTask {
 
     /// The worker that asked for this lease, once a renewal has read the request.
     fn asked_by(&self) -> Option<String> {
-        self.asked_by.lock().ok().and_then(|a| a.clone())
+        self.keeper.asked_by()
     }
 
     async fn drive(
