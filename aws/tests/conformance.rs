@@ -116,7 +116,7 @@ async fn dedup_records_carry_their_ttl() {
         .unwrap();
     let end = tally_core::Position::parse("42").unwrap();
     let max_arrival = 1_700_000_000_000i64;
-    t.begin_window(&fence, None, &end.seq, &end, 600_000)
+    t.begin_window(&fence, None, &end.seq, &end, 600_000.into())
         .await
         .unwrap();
     let dedup = DedupRecord {

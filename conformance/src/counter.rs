@@ -6,7 +6,7 @@ use tally_core::cost::Purpose;
 use tally_core::dead_letter::{DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON};
 use tally_core::dedup::DedupRecord;
 use tally_core::ports::{
-    Applied, CounterStore, Fence, GapCommit, Pending, PortError, ShardTally, StoredDedup,
+    Applied, CounterStore, Decided, Fence, GapCommit, Pending, PortError, ShardTally, StoredDedup,
     WindowRef, WindowRest,
 };
 use tally_core::window::MAX_WINDOW_RECORDS;
@@ -40,7 +40,7 @@ async fn window(
     finished: bool,
 ) -> Applied {
     store
-        .begin_window(fence, start_after, &end.seq, end, HORIZON_MS)
+        .begin_window(fence, start_after, &end.seq, end, HORIZON_MS.into())
         .await
         .unwrap();
     let at = at(fence, end);
@@ -236,7 +236,13 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
     };
     window(store, &fence, None, &first_end, &[], rest, false).await;
     store
-        .begin_window(&fence, Some(&first_end), &seq("31").seq, &end, HORIZON_MS)
+        .begin_window(
+            &fence,
+            Some(&first_end),
+            &seq("31").seq,
+            &end,
+            HORIZON_MS.into(),
+        )
         .await
         .unwrap();
     store
@@ -438,12 +444,21 @@ impl<'a> OneWindow<'a> {
         ));
         assert!(matches!(
             store
-                .begin_window(fence, Some(&seq("3")), &end.seq, end, HORIZON_MS)
+                .begin_window(fence, Some(&seq("3")), &end.seq, end, HORIZON_MS.into())
                 .await,
             Err(PortError::Fenced { .. })
         ));
         store
-            .begin_window(fence, None, &self.window_first, end, HORIZON_MS)
+            .begin_window(
+                fence,
+                None,
+                &self.window_first,
+                end,
+                Decided {
+                    horizon_ms: HORIZON_MS,
+                    skew_ms: Some(5_000),
+                },
+            )
             .await
             .unwrap();
         let st = store.shard_state(&self.app, &self.shard).await.unwrap();
@@ -452,14 +467,21 @@ impl<'a> OneWindow<'a> {
             Some(Pending {
                 end: end.clone(),
                 first: Some(self.window_first.clone()),
-                horizon_ms: Some(HORIZON_MS)
+                horizon_ms: Some(HORIZON_MS),
+                skew_ms: Some(5_000),
             }),
-            "the pending window keeps its first record and the horizon it was built with"
+            "the pending window keeps its first record and the settings it was built with"
         );
         assert_eq!(st.lease.checkpoint, None);
         assert!(matches!(
             store
-                .begin_window(fence, None, &self.window_first, &seq("12"), HORIZON_MS)
+                .begin_window(
+                    fence,
+                    None,
+                    &self.window_first,
+                    &seq("12"),
+                    HORIZON_MS.into()
+                )
                 .await,
             Err(PortError::Fenced { .. })
         ));
@@ -660,7 +682,7 @@ pub async fn a_paused_stale_writer_counts_nothing_twice(store: &dyn CounterStore
     };
     let x_end = seq("100");
     store
-        .begin_window(&w1, None, &x_end.seq, &x_end, HORIZON_MS)
+        .begin_window(&w1, None, &x_end.seq, &x_end, HORIZON_MS.into())
         .await
         .unwrap();
     done(store.apply_posts(at(&w1, &x_end), &x[..5]).await.unwrap());
@@ -755,7 +777,7 @@ pub async fn a_checkpoint_renews_the_lease(store: &dyn CounterStore, name: &str)
     let held = &fence;
     let plain = |end| async move {
         store
-            .begin_window(held, None, &seq(end).seq, &seq(end), HORIZON_MS)
+            .begin_window(held, None, &seq(end).seq, &seq(end), HORIZON_MS.into())
             .await
             .unwrap();
         store
@@ -786,7 +808,7 @@ pub async fn a_checkpoint_renews_the_lease(store: &dyn CounterStore, name: &str)
             Some(&seq("10")),
             &seq("20").seq,
             &seq("20"),
-            HORIZON_MS,
+            HORIZON_MS.into(),
         )
         .await
         .unwrap();
@@ -826,7 +848,7 @@ pub async fn a_checkpoint_renews_the_lease(store: &dyn CounterStore, name: &str)
                 Some(&seq("20")),
                 &seq("30").seq,
                 &seq("30"),
-                HORIZON_MS
+                HORIZON_MS.into()
             )
             .await,
         Err(PortError::Fenced { .. })
@@ -837,7 +859,7 @@ pub async fn a_checkpoint_renews_the_lease(store: &dyn CounterStore, name: &str)
             Some(&seq("20")),
             &seq("30").seq,
             &seq("30"),
-            HORIZON_MS,
+            HORIZON_MS.into(),
         )
         .await
         .unwrap();

@@ -189,3 +189,109 @@ pub async fn a_fresh_store_takes_the_first_claim(store: &dyn CounterStore) {
         "a second claim answers the first"
     );
 }
+
+/// Counter store, likers: an edge two shards write keeps each window's write (the item remembers
+/// the last `EDGE_HISTORY`), so a window applied again after another shard's window wrote over
+/// it still finds its own transition — a crash between its edge and count writes loses nothing
+/// whatever the partition key; a copy of an event the edge has held changes nothing even when it
+/// orders at another time (a clamp decided at another arrival); a write over another shard's is
+/// reported as crossed; a window's edge record reads back whole and goes with its checkpoint;
+/// the clock skews the store was counted with are kept in order, once each.
+pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
+    store: &dyn CounterStore,
+    name: &str,
+) {
+    let app = format!("{name}-crossed");
+    let a = held_lease(store, &app, "shard-0").await;
+    let p = format!("{name}-xp");
+    let t = 1_796_000_000_000;
+    let (end_a, end_c, end_c2) = (seq("10"), seq("20"), seq("30"));
+    let at = |f: &'static str, end| WindowRef {
+        app: &app,
+        shard_id: f,
+        end,
+    };
+    // Shard 0's window writes the older like and "dies"; shard 1's writes the newer unlike.
+    let older = vec![like(&p, "u1", true, t, "a")];
+    let first = store
+        .apply_edges(at("shard-0", &end_a), &older)
+        .await
+        .unwrap();
+    assert_eq!(made(&first), vec![moved(&p, None, Some(t))]);
+    let unlike = vec![like(&p, "u1", false, t + 1_000, "b")];
+    let second = store
+        .apply_edges(at("shard-1", &end_c), &unlike)
+        .await
+        .unwrap();
+    assert_eq!(made(&second), vec![moved(&p, Some(t), None)]);
+    assert_eq!(second.crossed, 1, "written over another shard's write");
+    // Shard 0's window rebuilt: its own transition, not "superseded".
+    let again = store
+        .apply_edges(at("shard-0", &end_a), &older)
+        .await
+        .unwrap();
+    assert_eq!(
+        made(&again),
+        vec![moved(&p, None, Some(t))],
+        "a window finds its write after another shard's window wrote over it"
+    );
+    assert_eq!((again.applied.written, again.forgotten), (0, 0));
+    // A copy of the like ordering later (clamped at its first arrival, not at this one): the
+    // edge has held that event, so nothing changes; the unlike stands.
+    let copy = vec![like(&p, "u1", true, t + 20_000, "a")];
+    let late = store
+        .apply_edges(at("shard-1", &end_c2), &copy)
+        .await
+        .unwrap();
+    assert_eq!(
+        made(&late),
+        vec![],
+        "a copy changes nothing, whatever its time"
+    );
+    let (liked, _) = store
+        .viewer_likes("u1", std::slice::from_ref(&p), Consistency::Strong)
+        .await
+        .unwrap();
+    assert_eq!(liked, vec![false]);
+    // Each shard's window is found again whatever the other wrote since.
+    let c_again = store
+        .apply_edges(at("shard-1", &end_c), &unlike)
+        .await
+        .unwrap();
+    assert_eq!(made(&c_again), vec![moved(&p, Some(t), None)]);
+
+    // A window's edge record: whole, in order, across chunks; gone with its checkpoint.
+    let pairs: Vec<(String, String)> = (0..30_000)
+        .map(|i| (format!("{name}-post-{}", i % 50), format!("user-{i:06}")))
+        .collect();
+    let w = at("shard-0", &end_a);
+    assert_eq!(store.window_edges(w).await.unwrap(), None);
+    store
+        .begin_window(&a, None, &end_a.seq, &end_a, HORIZON_MS.into())
+        .await
+        .unwrap();
+    let spent = store.record_window_edges(w, &pairs).await.unwrap();
+    assert!(spent.units.get(Purpose::Edges) > 300, "{spent:?}");
+    store.record_window_edges(w, &pairs).await.unwrap();
+    assert_eq!(store.window_edges(w).await.unwrap(), Some(pairs));
+    assert_eq!(
+        store.window_edges(at("shard-1", &end_a)).await.unwrap(),
+        None
+    );
+
+    // The clock skews counted with: each once, in the order first used.
+    assert_eq!(store.clock_skews(None).await.unwrap(), Vec::<i64>::new());
+    assert_eq!(
+        store.clock_skews(Some(300_000)).await.unwrap(),
+        vec![300_000]
+    );
+    assert_eq!(
+        store.clock_skews(Some(300_000)).await.unwrap(),
+        vec![300_000]
+    );
+    assert_eq!(
+        store.clock_skews(Some(5_000)).await.unwrap(),
+        vec![300_000, 5_000]
+    );
+    assert_eq!(store.clock_skews(None).await.unwrap(), vec![300_000, 5_000]);
+}

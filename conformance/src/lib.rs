@@ -49,8 +49,8 @@ pub use counter::{
     gaps_are_recorded_with_the_checkpoint, the_largest_window_fits_the_store,
 };
 pub use edges::{
-    a_fresh_store_takes_the_first_claim, likers_edges_are_written_once,
-    the_count_mode_is_claimed_once,
+    a_fresh_store_takes_the_first_claim, an_edge_two_shards_write_keeps_each_window_s_write,
+    likers_edges_are_written_once, the_count_mode_is_claimed_once,
 };
 pub use leases::{
     fleet_rows_are_apart_from_leases, leases_are_fenced, leases_are_handed_over_on_request,
@@ -115,6 +115,12 @@ macro_rules! suite {
             let b = $fresh("edges", 1).await;
             $crate::a_fresh_store_takes_the_first_claim($stores(&b)).await;
             $crate::likers_edges_are_written_once($stores(&b), $name).await;
+        }
+
+        #[tokio::test]
+        async fn crossed_edges() {
+            let b = $fresh("crossed", 1).await;
+            $crate::an_edge_two_shards_write_keeps_each_window_s_write($stores(&b), $name).await;
         }
 
         #[tokio::test]

@@ -13,16 +13,22 @@
 //! the old like's minute, a newer like of a liked edge (a double tap a minute later) moves the user
 //! from the old minute to the new one, and anything else changes nothing.
 //!
-//! **Exactly once without a transaction.** A window holds each touched edge's latest event. It
-//! writes each edge with one conditional write — only if the stored event is older (or there is
-//! none) — that also keeps the state it replaced (`pl`, `pt`) and the window that wrote it (`w`).
-//! The transition a write made is read from the item itself (`before` → `after`), so a window
-//! applied again after a crash between its edge writes and its count writes finds, for each edge
-//! it wrote, the same transition on the item (its `w` is the window's), and for each edge it did
-//! not write, the same refusal. The counts are then written as in events mode, guarded by the
-//! summary items' markers. This needs **one writer per edge at a time**: a pair's events always go
-//! to one shard (the partition key is the post, or for a hot post fanned out, the user — never the
-//! event id), a shard has one lease holder, and a child shard starts after its parents finished.
+//! **Exactly once without a transaction: a window's effect is decided once.** A window holds
+//! each touched edge's latest event. It writes each edge with one conditional write — only if
+//! the stored event is older (or there is none), is not the same event, and no write the item
+//! remembers is this window's — that also keeps the event it replaced and the window that wrote
+//! it, and shifts the item's remembered writes one older ([`EDGE_HISTORY`] of them: the write
+//! that made the state and the two before it). The transition a write made is decided by that
+//! write and read back from the item (`before` → `after`), never derived again: a window applied
+//! again after a crash between its edge writes and its count writes — by the same worker or by
+//! another after a lease expiry, under any settings — finds its own write among the remembered
+//! ones (by its identity) and takes the transition recorded there, even after other shards'
+//! windows wrote the edge since (a producer keying a pair's events by event id or at random, a
+//! hot post's keys changed mid-run). A copy of an event the edge has held changes nothing,
+//! whatever time it orders at (a clamp decided at another arrival). The counts are then written
+//! as in events mode, guarded by the summary items' markers. Beyond the remembered writes an
+//! edge cannot say whether an older window wrote it ([`Resolved::Forgotten`]): counted as no
+//! change and reported, never silently.
 //! [`apply`] is the reference both stores follow.
 
 use std::collections::BTreeMap;
@@ -81,6 +87,31 @@ pub const MODE_PK: &str = "#meta";
 /// The sort key of the mode item.
 pub const MODE_SK: &str = "count";
 
+/// The sort key of the item (beside the mode's) that lists the clock skews a likers store was
+/// counted with (`counter.max_clock_skew_secs`, ms, in the order first used): what `tally
+/// verify` recounts with.
+pub const SKEWS_SK: &str = "skews";
+
+/// The stored list of clock skews (`300000,5000`); an error names what is wrong.
+pub fn skews_from_text(text: &str) -> Result<Vec<i64>, String> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse()
+                .map_err(|_| format!("a corrupt clock skew list `{text}`: `{s}` is no number"))
+        })
+        .collect()
+}
+
+/// The list as stored.
+pub fn skews_to_text(skews: &[i64]) -> String {
+    skews
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The default of `counter.max_clock_skew_secs`: a `created_at` later than the record's arrival
 /// by more than this is taken as the arrival time, so a device clock far ahead cannot pin an edge
 /// (every later action of that user on that post would be older, and ignored).
@@ -131,6 +162,11 @@ pub fn window_id(shard: &str, marker: &str) -> String {
     format!("{marker}@{shard}")
 }
 
+/// The shard a [`window_id`] names.
+pub fn window_shard(window: &str) -> &str {
+    window.rsplit_once('@').map_or("", |(_, shard)| shard)
+}
+
 /// What one window's write did to an edge: the like it replaced and the like it is now (each the
 /// time of the like, `None` for not liked).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,6 +179,47 @@ pub struct Transition {
     pub after: Option<i64>,
 }
 
+/// How many writes an edge item remembers (the one that made its state and the two before it):
+/// a window applied again finds its own write among them even after other shards' windows wrote
+/// the edge since (a producer keying a pair's events by event id or at random, a hot post's keys
+/// changed mid-run), and a copy of any event they hold is known as one whatever its ordering
+/// time.
+pub const EDGE_HISTORY: usize = 3;
+
+/// An event as an edge keeps it: whether it liked, when it orders, its id (empty: written by a
+/// tally that did not keep it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// Whether the event was a like.
+    pub liked: bool,
+    /// Its ordering time (ms).
+    pub at_ms: i64,
+    /// Its id.
+    pub event_id: String,
+}
+
+impl Stamp {
+    /// Whether this event orders at or after (`at_ms`, `event_id`).
+    fn is_at_or_after(&self, at_ms: i64, event_id: &str) -> bool {
+        (self.at_ms, self.event_id.as_str()) >= (at_ms, event_id)
+    }
+
+    /// The like it is, if it is one.
+    fn like(&self) -> Option<i64> {
+        self.liked.then_some(self.at_ms)
+    }
+}
+
+/// One write of an edge, as the item remembers it: the window that made it and the event it
+/// replaced (what it replaced it with is the next newer write's `before`, or the edge's state).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeWrite {
+    /// The window that wrote it ([`window_id`]).
+    pub window: String,
+    /// The event it replaced (`None`: the edge was absent).
+    pub before: Option<Stamp>,
+}
+
 /// An edge as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EdgeState {
@@ -152,10 +229,9 @@ pub struct EdgeState {
     pub at_ms: i64,
     /// That event's id.
     pub event_id: String,
-    /// The window that wrote it.
-    pub window: String,
-    /// The state it replaced: liked at this time, or `None`.
-    pub before: Option<i64>,
+    /// The writes that made it, newest first (at most [`EDGE_HISTORY`]): the first made the
+    /// state above.
+    pub writes: Vec<EdgeWrite>,
 }
 
 fn num(a: &Attrs, k: &str) -> Option<i64> {
@@ -172,42 +248,153 @@ fn text<'a>(a: &'a Attrs, k: &str) -> Option<&'a str> {
     }
 }
 
+/// The attribute names of the `g`-th newest write (0: the one that made the state): its window,
+/// and the event it replaced — liked, time, id (`w`, `pl`, `pt`, `pe`; then `w1`, `pl1`, …).
+pub fn write_attrs(g: usize) -> [String; 4] {
+    let sfx = if g == 0 { String::new() } else { g.to_string() };
+    ["w", "pl", "pt", "pe"].map(|n| format!("{n}{sfx}"))
+}
+
 impl EdgeState {
     /// Reads an edge item; `None` if it is not one.
     pub fn from_attrs(a: &Attrs) -> Option<EdgeState> {
-        let liked = num(a, "l")? == 1;
-        let was = num(a, "pl").unwrap_or(0) == 1;
+        let mut writes = Vec::new();
+        for g in 0..EDGE_HISTORY {
+            let [w, pl, pt, pe] = write_attrs(g);
+            let Some(window) = text(a, &w).filter(|w| !w.is_empty()) else {
+                break;
+            };
+            let id = text(a, &pe).unwrap_or_default();
+            let (liked, at) = (num(a, &pl).unwrap_or(0) == 1, num(a, &pt).unwrap_or(0));
+            // Absent before it: nothing liked, no time and no id (a tally that kept no ids wrote
+            // 0 for an absent edge's time, and a real event's time is never 0).
+            let before = (liked || at != 0 || !id.is_empty()).then(|| Stamp {
+                liked,
+                at_ms: at,
+                event_id: id.to_owned(),
+            });
+            writes.push(EdgeWrite {
+                window: window.to_owned(),
+                before,
+            });
+        }
+        if writes.is_empty() {
+            return None;
+        }
         Some(EdgeState {
-            liked,
+            liked: num(a, "l")? == 1,
             at_ms: num(a, "t")?,
             event_id: text(a, "e")?.to_owned(),
-            window: text(a, "w")?.to_owned(),
-            before: if was { Some(num(a, "pt")?) } else { None },
+            writes,
         })
     }
 
-    /// The transition the window that wrote it made.
-    pub fn transition(&self, post_id: &str) -> Transition {
+    /// The state as a stamp.
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            liked: self.liked,
+            at_ms: self.at_ms,
+            event_id: self.event_id.clone(),
+        }
+    }
+
+    /// The transition the `g`-th newest write made (0: the one that made the state).
+    fn transition_of(&self, g: usize, post_id: &str) -> Transition {
+        let after = match g {
+            0 => self.liked.then_some(self.at_ms),
+            _ => self.writes[g - 1].before.as_ref().and_then(Stamp::like),
+        };
         Transition {
             post_id: post_id.to_owned(),
-            before: self.before,
-            after: self.liked.then_some(self.at_ms),
+            before: self.writes[g].before.as_ref().and_then(Stamp::like),
+            after,
+        }
+    }
+
+    /// The transition `window` made when it wrote this edge, if the edge remembers that write:
+    /// what a window given up after its edge writes counts (`counter::gap`).
+    pub fn written_by(&self, window: &str, post_id: &str) -> Option<Transition> {
+        let g = self.writes.iter().position(|w| w.window == window)?;
+        Some(self.transition_of(g, post_id))
+    }
+
+    /// Whether the item remembers every write the edge ever had (fewer than [`EDGE_HISTORY`], or
+    /// back to the edge's first): a window whose write it does not hold did not write it.
+    pub fn remembers_all(&self) -> bool {
+        self.writes.len() < EDGE_HISTORY || self.writes.last().is_some_and(|w| w.before.is_none())
+    }
+
+    /// Whether its newest write replaced a write of another shard's window: two shards writing
+    /// one edge (a producer keying a pair's events by event id or at random, a hot post's keys
+    /// changed mid-run; a parent's edge written by its child after a reshard too). Exact within
+    /// the writes an item remembers ([`EDGE_HISTORY`]), and reported.
+    pub fn crossed(&self) -> bool {
+        match (self.writes.first(), self.writes.get(1)) {
+            (Some(new), Some(old)) => window_shard(&new.window) != window_shard(&old.window),
+            _ => false,
+        }
+    }
+
+    /// The transition the newest write made.
+    pub fn transition(&self, post_id: &str) -> Transition {
+        self.transition_of(0, post_id)
+    }
+
+    /// Whether the edge has held the event `event_id` (it is, or a remembered write replaced
+    /// it), and if so whether the write that put it there is remembered too (`Some(false)`: it
+    /// is the oldest remembered write's `before`, put there by a write the item no longer
+    /// holds). A copy of an event it has held changes nothing, whatever time it orders at.
+    fn held(&self, event_id: &str) -> Option<bool> {
+        if event_id.is_empty() {
+            return None;
+        }
+        if self.event_id == event_id {
+            return Some(true);
+        }
+        let g = self
+            .writes
+            .iter()
+            .position(|w| w.before.as_ref().is_some_and(|b| b.event_id == event_id))?;
+        Some(g + 1 < self.writes.len())
+    }
+
+    /// Whether an event at (`at_ms`, `event_id`), older than the state, may have been written
+    /// before the oldest write the item remembers: the edge has forgotten whether it held it.
+    fn may_have_forgotten(&self, at_ms: i64, event_id: &str) -> bool {
+        match self.writes.last().map(|w| w.before.as_ref()) {
+            // The item remembers back to the edge's first write: nothing is forgotten.
+            Some(None) | None => false,
+            Some(Some(oldest)) => oldest.is_at_or_after(at_ms, event_id),
         }
     }
 }
 
-/// The attributes a window's write sets: the event, the window, and the state it replaces
-/// (`old`: the stored item's `l` and `t`; absent, not liked).
+/// The attributes a window's write sets: the event, the window, the event it replaces (`old`'s
+/// state; absent, nothing), and the writes `old` remembers shifted one older (the oldest of
+/// [`EDGE_HISTORY`] dropped).
 pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
-    let (pl, pt) = old.map_or((0, 0), |o| (i64::from(o.liked), o.at_ms));
-    Attrs::from([
+    let mut a = Attrs::from([
         ("l".to_owned(), Val::N(i64::from(e.liked))),
         ("t".to_owned(), Val::N(e.at_ms)),
         ("e".to_owned(), Val::S(e.event_id.clone())),
-        ("w".to_owned(), Val::S(window.to_owned())),
-        ("pl".to_owned(), Val::N(pl)),
-        ("pt".to_owned(), Val::N(pt)),
-    ])
+    ]);
+    let mut writes = vec![EdgeWrite {
+        window: window.to_owned(),
+        before: old.map(EdgeState::stamp),
+    }];
+    writes.extend(old.iter().flat_map(|o| o.writes.iter().cloned()));
+    for (g, w) in writes.iter().take(EDGE_HISTORY).enumerate() {
+        let [wn, pl, pt, pe] = write_attrs(g);
+        let b = w.before.as_ref();
+        a.insert(wn, Val::S(w.window.clone()));
+        a.insert(pl, Val::N(i64::from(b.is_some_and(|b| b.liked))));
+        a.insert(pt, Val::N(b.map_or(0, |b| b.at_ms)));
+        a.insert(
+            pe,
+            Val::S(b.map_or_else(String::new, |b| b.event_id.clone())),
+        );
+    }
+    a
 }
 
 /// What a window's write of an edge does.
@@ -215,32 +402,53 @@ pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
 pub enum EdgeOutcome {
     /// Written: the new item, and the transition it made.
     Wrote(Attrs, Transition),
-    /// Refused, and the stored event is this window's: written by an earlier attempt of the same
-    /// window, whose transition is on the item.
+    /// Refused, and a write the edge remembers is this window's: made by an earlier attempt of
+    /// the same window, whose transition is on the item.
     Mine(Transition),
-    /// Refused: the stored event is newer (or the same, written by another window). Nothing
-    /// changes.
+    /// Refused: the stored event is newer, or the event is one the edge has held (a copy).
+    /// Nothing changes.
     Superseded,
+    /// Refused as [`EdgeOutcome::Superseded`], but the edge no longer remembers far enough back
+    /// to say that this window did not write it (more than [`EDGE_HISTORY`] writes since):
+    /// counted as no change, and reported.
+    Forgotten,
 }
 
 /// What a window's write of `e` does to the stored edge `old` (`None`: absent), without writing
-/// it: written only if the edge is absent or its event is before `e`; a refused write whose edge
-/// carries `window` is that window's own earlier write. [`apply`] writes by it, and the counter's
-/// open windows are read by it before they are written (`counter::board`).
+/// it. A write the edge remembers made by `window` is that window's own earlier write: its
+/// transition, as decided then, whatever `e` orders at now. Else a copy of an event the edge has
+/// held changes nothing; else `e` is written only if the edge is absent or its event is before
+/// `e`. [`apply`] writes by it, and the counter's open windows are read by it before they are
+/// written (`counter::board`).
 pub fn resolve(old: Option<&EdgeState>, e: &EdgeEvent, window: &str) -> Resolved {
-    match old {
-        Some(o) if !e.is_after(o.at_ms, &o.event_id) => {
-            if o.window == window {
-                Resolved::Mine(o.transition(&e.post_id))
-            } else {
-                Resolved::Superseded
-            }
-        }
-        _ => Resolved::Writes(Transition {
+    let Some(o) = old else {
+        return Resolved::Writes(Transition {
             post_id: e.post_id.clone(),
-            before: old.and_then(|o| o.liked.then_some(o.at_ms)),
+            before: None,
             after: e.liked.then_some(e.at_ms),
-        }),
+        });
+    };
+    if let Some(g) = o.writes.iter().position(|w| w.window == window) {
+        return Resolved::Mine(o.transition_of(g, &e.post_id));
+    }
+    match o.held(&e.event_id) {
+        // Held, put there by another window (this one's write would be remembered as its).
+        Some(true) => return Resolved::Superseded,
+        // Held, by a write the item no longer remembers: this window's, or another's copy.
+        Some(false) => return Resolved::Forgotten,
+        None => {}
+    }
+    if e.is_after(o.at_ms, &o.event_id) {
+        return Resolved::Writes(Transition {
+            post_id: e.post_id.clone(),
+            before: o.liked.then_some(o.at_ms),
+            after: e.liked.then_some(e.at_ms),
+        });
+    }
+    if o.may_have_forgotten(e.at_ms, &e.event_id) {
+        Resolved::Forgotten
+    } else {
+        Resolved::Superseded
     }
 }
 
@@ -253,6 +461,9 @@ pub enum Resolved {
     Mine(Transition),
     /// A newer (or the same) event is stored: nothing changes.
     Superseded,
+    /// Nothing changes, but the edge no longer remembers whether this window wrote it
+    /// ([`EdgeOutcome::Forgotten`]).
+    Forgotten,
 }
 
 impl Resolved {
@@ -260,7 +471,7 @@ impl Resolved {
     pub fn transition(self) -> Option<Transition> {
         match self {
             Resolved::Writes(t) | Resolved::Mine(t) => Some(t),
-            Resolved::Superseded => None,
+            Resolved::Superseded | Resolved::Forgotten => None,
         }
     }
 }
@@ -279,7 +490,65 @@ pub fn apply(item: Option<&Attrs>, e: &EdgeEvent, window: &str) -> Result<EdgeOu
         Resolved::Writes(t) => EdgeOutcome::Wrote(written(e, window, old.as_ref()), t),
         Resolved::Mine(t) => EdgeOutcome::Mine(t),
         Resolved::Superseded => EdgeOutcome::Superseded,
+        Resolved::Forgotten => EdgeOutcome::Forgotten,
     })
+}
+
+/// The most bytes of pairs one stored chunk of a window's edge record holds (DynamoDB: an item
+/// stays below 400 KB with its keys).
+pub const WINDOW_EDGES_CHUNK_BYTES: usize = 300 * 1024;
+
+/// What a stored chunk of a window's edge record holds beside its pairs (keys, count, expiry),
+/// bytes: for its write units.
+pub const WINDOW_EDGES_KEY_BYTES: usize = 100;
+
+/// A window's edge record: the (post, user) pairs it writes, stored before the first of its edge
+/// writes, so that a window given up — its records trimmed from the stream while it was pending
+/// — can still find the edges it wrote and count them ([`EdgeState::written_by`]). Encoded as
+/// length-prefixed ids (u16, little-endian), cut into chunks of at most
+/// [`WINDOW_EDGES_CHUNK_BYTES`].
+pub fn encode_pairs(pairs: &[(String, String)]) -> Vec<Vec<u8>> {
+    let mut chunks = vec![Vec::new()];
+    for (post, user) in pairs {
+        let need = 4 + post.len() + user.len();
+        if chunks
+            .last()
+            .is_some_and(|c| !c.is_empty() && c.len() + need > WINDOW_EDGES_CHUNK_BYTES)
+        {
+            chunks.push(Vec::new());
+        }
+        let c = chunks.last_mut().expect("one chunk at least");
+        for id in [post, user] {
+            // Ids are at most a few hundred bytes (the event contract's limits).
+            let len = u16::try_from(id.len()).unwrap_or(u16::MAX);
+            c.extend_from_slice(&len.to_le_bytes());
+            c.extend_from_slice(&id.as_bytes()[..usize::from(len)]);
+        }
+    }
+    chunks
+}
+
+/// Decodes one chunk of [`encode_pairs`]; an error says what is wrong with it.
+pub fn decode_pairs(mut b: &[u8]) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let take = |b: &mut &[u8]| -> Result<String, String> {
+        let (len, rest) = b
+            .split_first_chunk::<2>()
+            .ok_or("a window's edge record ends inside a length")?;
+        let len = usize::from(u16::from_le_bytes(*len));
+        if rest.len() < len {
+            return Err("a window's edge record ends inside an id".into());
+        }
+        let (id, rest) = rest.split_at(len);
+        *b = rest;
+        String::from_utf8(id.to_vec()).map_err(|e| format!("a window's edge record: {e}"))
+    };
+    while !b.is_empty() {
+        let post = take(&mut b)?;
+        let user = take(&mut b)?;
+        out.push((post, user));
+    }
+    Ok(out)
 }
 
 /// The per-post deltas (by minute) and the global-total delta of a window's transitions: one
@@ -334,7 +603,7 @@ mod tests {
                 Some(t)
             }
             EdgeOutcome::Mine(t) => Some(t),
-            EdgeOutcome::Superseded => None,
+            EdgeOutcome::Superseded | EdgeOutcome::Forgotten => None,
         }
     }
 
@@ -368,6 +637,84 @@ mod tests {
         assert_eq!(again, first);
         // Another window's copy of it: nothing.
         assert_eq!(write(&mut item, &ev("u", false, 5_000, "b"), "w3"), None);
+    }
+
+    #[test]
+    fn a_window_finds_its_write_after_another_shard_wrote_over_it() {
+        // Shard 0's window writes an older like and its owner dies before its counts; shard 1's
+        // window writes the newer unlike (liked → unliked); shard 0's window, rebuilt, must find
+        // its own unliked → liked, or the pair ends counted −1.
+        let mut item = None;
+        let like = ev("u", true, 1_000, "a");
+        let first = write(&mut item, &like, "w1@s0").unwrap();
+        assert_eq!((first.before, first.after), (None, Some(1_000)));
+        let unlike = write(&mut item, &ev("u", false, 2_000, "b"), "w1@s1").unwrap();
+        assert_eq!((unlike.before, unlike.after), (Some(1_000), None));
+        assert_eq!(write(&mut item, &like, "w1@s0"), Some(first.clone()));
+        // Two more writes later it is still remembered; a third pushes it out, and the edge says
+        // it cannot tell instead of calling the event superseded.
+        write(&mut item, &ev("u", true, 3_000, "c"), "w2@s1");
+        assert_eq!(write(&mut item, &like, "w1@s0"), Some(first));
+        write(&mut item, &ev("u", false, 4_000, "d"), "w3@s1");
+        let state = EdgeState::from_attrs(item.as_ref().unwrap()).unwrap();
+        assert_eq!(state.writes.len(), EDGE_HISTORY);
+        assert_eq!(resolve(Some(&state), &like, "w1@s0"), Resolved::Forgotten);
+        // An event the edge never held, older than all it remembers, is forgotten too; one
+        // between remembered writes was never written, certainly.
+        assert_eq!(
+            resolve(Some(&state), &ev("u", true, 2_500, "x"), "w9@s2"),
+            Resolved::Superseded
+        );
+    }
+
+    #[test]
+    fn a_copy_changes_nothing_whatever_time_it_orders_at() {
+        // A like clamped to its first copy's arrival (1_000), an unlike after it, then a copy of
+        // the like that orders at its own later time: the edge has held that event, so nothing.
+        let mut item = None;
+        write(&mut item, &ev("u", true, 1_000, "a"), "w1@s0");
+        write(&mut item, &ev("u", false, 2_000, "b"), "w2@s0");
+        assert_eq!(write(&mut item, &ev("u", true, 20_000, "a"), "w3@s0"), None);
+        let state = EdgeState::from_attrs(item.as_ref().unwrap()).unwrap();
+        assert!(!state.liked);
+    }
+
+    #[test]
+    fn an_item_written_before_the_history_is_read() {
+        // Written by a tally that kept one write and no event ids.
+        let legacy = Attrs::from([
+            ("l".to_owned(), Val::N(0)),
+            ("t".to_owned(), Val::N(2_000)),
+            ("e".to_owned(), Val::S("b".into())),
+            ("w".to_owned(), Val::S("w1@s0".into())),
+            ("pl".to_owned(), Val::N(1)),
+            ("pt".to_owned(), Val::N(1_000)),
+        ]);
+        let st = EdgeState::from_attrs(&legacy).unwrap();
+        assert_eq!(st.transition("p").before, Some(1_000));
+        let mut item = Some(legacy);
+        let t = write(&mut item, &ev("u", true, 3_000, "c"), "w2@s0").unwrap();
+        assert_eq!((t.before, t.after), (None, Some(3_000)));
+        let st = EdgeState::from_attrs(item.as_ref().unwrap()).unwrap();
+        assert_eq!(st.writes.len(), 2);
+        assert_eq!(st.writes[1].window, "w1@s0");
+    }
+
+    #[test]
+    fn a_window_s_edge_record_reads_back_in_chunks() {
+        let pairs: Vec<(String, String)> = (0..40_000)
+            .map(|i| (format!("post-{}", i % 97), format!("user-{i}")))
+            .collect();
+        let chunks = encode_pairs(&pairs);
+        assert!(chunks.len() > 1, "cut into chunks");
+        assert!(chunks.iter().all(|c| c.len() <= WINDOW_EDGES_CHUNK_BYTES));
+        let back: Vec<_> = chunks
+            .iter()
+            .flat_map(|c| decode_pairs(c).unwrap())
+            .collect();
+        assert_eq!(back, pairs);
+        assert!(decode_pairs(&chunks[0][..chunks[0].len() - 1]).is_err());
+        assert_eq!(encode_pairs(&[]), vec![Vec::<u8>::new()]);
     }
 
     #[test]

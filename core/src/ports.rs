@@ -234,6 +234,30 @@ pub struct Pending {
     /// The dedup horizon its duplicate decisions were made with (ms), so that a rebuild after a
     /// settings change decides the same (`None`: recorded by an older tally that did not store it).
     pub horizon_ms: Option<i64>,
+    /// Likers: the clock skew its events were ordered with (`counter.max_clock_skew_secs`, ms),
+    /// so that a rebuild after a settings change orders them the same (`None`: counting events,
+    /// or recorded by an older tally that did not store it).
+    pub skew_ms: Option<i64>,
+}
+
+/// The settings that decide a window's effect, recorded with its pending end ([`Pending`]) so
+/// that a rebuild — by any worker, under any settings — decides the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// The dedup horizon (ms).
+    pub horizon_ms: i64,
+    /// Likers: the clock skew events are ordered with (ms); `None` counting events.
+    pub skew_ms: Option<i64>,
+}
+
+impl From<i64> for Decided {
+    /// A window counting events, decided with this dedup horizon.
+    fn from(horizon_ms: i64) -> Decided {
+        Decided {
+            horizon_ms,
+            skew_ms: None,
+        }
+    }
 }
 
 /// What a shard's applied windows cost and counted so far, and how far in event time they reach,
@@ -514,6 +538,12 @@ pub struct EdgesApplied {
     /// The transitions of the done edges this window made (written now, or by an earlier
     /// attempt of the same window); an edge a newer event holds makes none.
     pub transitions: Vec<Transition>,
+    /// Edges refused whose items no longer remember whether this window wrote them
+    /// (`tally_core::edge::EdgeOutcome::Forgotten`): counted as no change, and reported.
+    pub forgotten: u64,
+    /// Edges written over another shard's write (`tally_core::edge::EdgeState::crossed`): two
+    /// shards writing one edge, reported.
+    pub crossed: u64,
     /// Indexes (into the edges passed) of those not done for a retryable reason, in order.
     pub retry: Vec<usize>,
     /// The last of their errors, for the retry's pause and its log.
@@ -614,15 +644,15 @@ pub struct PostCount {
 #[async_trait]
 pub trait CounterStore: LeaseStore + DedupStore {
     /// Records `end` as the pending window after `start_after` (which must be the checkpoint,
-    /// with no window pending), whose first user record is in the record `first`; `Fenced` if a
-    /// condition failed.
+    /// with no window pending), whose first user record is in the record `first`, with the
+    /// settings that decide it; `Fenced` if a condition failed.
     async fn begin_window(
         &self,
         fence: &Fence,
         start_after: Option<&Position>,
         first: &SeqNo,
         end: &Position,
-        horizon_ms: i64,
+        decided: Decided,
     ) -> PortResult<()>;
     /// Writes the posts' deltas to their summary items, each once. A post whose writes failed
     /// for a reason a retry may mend is named in [`PostsApplied::retry`] while the others are
@@ -684,11 +714,29 @@ pub trait CounterStore: LeaseStore + DedupStore {
     /// edge whose write failed for a reason a retry may mend is named in
     /// [`EdgesApplied::retry`]; a failure no retry mends fails the call.
     async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied>;
+    /// Likers: stores the window's edge record — the (post, user) pairs it writes — before the
+    /// first of its edge writes (`tally_core::edge::encode_pairs`; the same window always records
+    /// the same pairs, so a second write changes nothing). It is kept while the window may still
+    /// be given up (embedded: until its checkpoint moves; DynamoDB: a TTL past the stream's
+    /// retention), so that a window whose records the stream trimmed while it was pending can
+    /// still find the edges it wrote and count them.
+    async fn record_window_edges(
+        &self,
+        w: WindowRef<'_>,
+        pairs: &[(String, String)],
+    ) -> PortResult<Applied>;
+    /// Likers: the window's edge record, if it was stored whole (`None`: not, or not every chunk
+    /// — then none of its edges was written).
+    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>>;
     /// What the store counts. With `claim`, a store that says nothing yet is set to it (one
     /// conditional write; a store already counted by a tally from before modes existed — it has
     /// global totals — is set to `events`); answers what it holds after (`None`: unset, when
     /// not claimed).
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
+    /// Likers: the clock skews (`counter.max_clock_skew_secs`, ms) the store was counted with,
+    /// in the order first used; with `record`, that one is added first if it is new (one
+    /// conditional write; none when it is there). What `tally verify` recounts with.
+    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>>;
     /// The stored edges of these (post, user) pairs, in order (`None`: never written), read in
     /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units.
     /// The counter's open windows in likers mode are resolved with it (`counter::board`).

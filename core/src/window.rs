@@ -80,6 +80,10 @@ struct Content {
     deltas: HashMap<String, PostDelta, ahash::RandomState>,
     /// The latest event of each (post, user) edge; likers mode.
     edges: HashMap<(String, String), EdgeEvent, ahash::RandomState>,
+    /// Likers: the ordering time of each event whose first copy here was clamped
+    /// ([`edge::ordering_time`]): a later copy orders as the first did, although it arrived
+    /// later (only a clamped event's copies can order differently; there are few).
+    clamped: HashMap<String, i64, ahash::RandomState>,
     dead_letters: Vec<DeadLetter>,
     stats: WindowStats,
 }
@@ -336,7 +340,16 @@ impl Counting<'_> {
     /// Keeps the event if it is its edge's latest in the window.
     fn fold_edge(&mut self, ev: crate::event::EventRef<'_>, arrival_ms: i64, skew: i64) {
         let stats = &mut self.content.stats;
-        let at_ms = edge::ordering_time(ev.created_at, arrival_ms, skew);
+        let at_ms = match self.content.clamped.get(ev.event_id.as_ref()) {
+            Some(first) => *first,
+            None => edge::ordering_time(ev.created_at, arrival_ms, skew),
+        };
+        if at_ms != ev.created_at {
+            self.content
+                .clamped
+                .entry(ev.event_id.clone().into_owned())
+                .or_insert(at_ms);
+        }
         stats.latest_created_ms = stats.latest_created_ms.max(at_ms);
         // Counted unless it is a copy of an action this window holds already (no filter
         // remembers ids across windows: a copy there is read, and changes nothing).

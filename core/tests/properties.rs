@@ -513,7 +513,7 @@ impl LikersStore {
                     out.push(t);
                 }
                 EdgeOutcome::Mine(t) => out.push(t),
-                EdgeOutcome::Superseded => {}
+                EdgeOutcome::Superseded | EdgeOutcome::Forgotten => {}
             }
         }
         out

@@ -8,7 +8,7 @@ use tally_consumer::worker::LeaseKeeper;
 use tally_consumer::ConsumerError;
 use tally_core::cost::{Purpose, Units};
 use tally_core::edge::{EdgeEvent, Transition};
-use tally_core::ports::{Applied, PortError, PortResult, WindowRef, WindowRest};
+use tally_core::ports::{Applied, Decided, PortError, PortResult, WindowRef, WindowRest};
 use tally_core::window::ClosedWindow;
 use tracing::debug;
 
@@ -34,7 +34,7 @@ impl CounterShard {
         w: Arc<ClosedWindow>,
         replaying: bool,
         shard_end: bool,
-        horizon_ms: i64,
+        decided: Decided,
         latest_created_ms: i64,
     ) -> Result<(Arc<ClosedWindow>, Applied), ConsumerError> {
         let fence = self.fence()?;
@@ -47,7 +47,7 @@ impl CounterShard {
         if !replaying {
             self.fenced(Fenced::Begin, &w, &mut spent, || {
                 self.store
-                    .begin_window(fence, w.start_after.as_ref(), first, end, horizon_ms)
+                    .begin_window(fence, w.start_after.as_ref(), first, end, decided)
             })
             .await?;
         }
@@ -59,8 +59,23 @@ impl CounterShard {
         let applied = if w.edges.is_empty() {
             w
         } else {
+            // Which edges it writes is durable before the first of them is written: a window
+            // given up later (its records trimmed while pending) still finds and counts them.
+            let pairs: Vec<(String, String)> = w
+                .edges
+                .iter()
+                .map(|e| (e.post_id.clone(), e.user_id.clone()))
+                .collect();
+            let recorded = with_backoff(
+                &self.cfg.backoff,
+                "record which edges a window writes",
+                || self.store.record_window_edges(at, &pairs),
+            )
+            .await
+            .map_err(|e| window_err(&w, &fence.shard_id, e))?;
+            spent.merge(&recorded);
             let transitions = self
-                .apply_edges(at, &w.edges, &mut spent)
+                .apply_edges(at, &w.edges, replaying, &mut spent)
                 .await
                 .map_err(|e| window_err(&w, &fence.shard_id, e))?;
             // What the edges changed is known now: the read side sees it until it is written.
@@ -85,7 +100,7 @@ impl CounterShard {
             dead_letters: &w.dead_letters,
             total_delta: w.total_delta,
             dedup: &w.dedup,
-            horizon_ms,
+            horizon_ms: decided.horizon_ms,
         };
         let done = with_backoff(
             &self.cfg.backoff,
@@ -142,6 +157,7 @@ impl CounterShard {
         &self,
         at: WindowRef<'_>,
         edges: &[EdgeEvent],
+        replaying: bool,
         spent: &mut Applied,
     ) -> PortResult<Vec<Transition>> {
         let mut transitions = Vec::new();
@@ -155,6 +171,9 @@ impl CounterShard {
                     .map(|done| {
                         spent.merge(&done.applied);
                         transitions.extend(done.transitions);
+                        // A first attempt wrote nothing before: what an edge forgot is not its.
+                        let forgotten = if replaying { done.forgotten } else { 0 };
+                        self.note_edges(at, done.crossed, forgotten);
                         (done.retry, done.error)
                     });
                 if sending.settle(sent).await? {
@@ -170,8 +189,28 @@ impl CounterShard {
         Ok(transitions)
     }
 
+    /// Counts and reports what an edge batch met: edges two shards write, and edges that no
+    /// longer remember whether this window wrote them.
+    pub(super) fn note_edges(&self, at: WindowRef<'_>, crossed: u64, forgotten: u64) {
+        self.metrics
+            .edges_crossed
+            .fetch_add(crossed, Ordering::Relaxed);
+        if forgotten > 0 {
+            self.metrics
+                .edges_forgotten
+                .fetch_add(forgotten, Ordering::Relaxed);
+            tracing::warn!(
+                window_end = %at.end,
+                edges = forgotten,
+                "edges of a window applied again no longer remember whether it wrote them \
+                 (more writes by other shards since than an edge keeps): counted as no change; \
+                 `tally verify` shows any post this made wrong"
+            );
+        }
+    }
+
     /// Writes one batch of posts' items, sending again only what failed for a passing reason.
-    async fn apply_batch(
+    pub(super) async fn apply_batch(
         &self,
         at: WindowRef<'_>,
         batch: &[(String, tally_core::buckets::PostDelta)],

@@ -35,7 +35,9 @@ use tally_core::edge::CountMode;
 use tally_core::input::InputConfig;
 use tally_core::kpl::Took;
 use tally_core::lease::Lease;
-use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
+use tally_core::ports::{
+    CounterStore, Decided, Fence, Pending, ReadBatch, StartPosition, StreamRecord,
+};
 use tally_core::retry::Backoff;
 use tally_core::summary::marker;
 use tally_core::window::{Bound, WindowBuilder};
@@ -207,6 +209,14 @@ pub struct CounterMetrics {
     pub skipped: AtomicU64,
     /// Windows applied.
     pub windows: AtomicU64,
+    /// Likers: edges written over another shard's write — two shards writing one edge (a
+    /// producer keying a pair's events by event id or at random, a hot post's keys changed
+    /// mid-run; a reshard's child too). Exact while an edge remembers the writes involved.
+    pub edges_crossed: AtomicU64,
+    /// Likers: edges of a window applied again whose items no longer remember whether that
+    /// window wrote them (more than `tally_core::edge::EDGE_HISTORY` writes since, from other
+    /// shards): counted as no change, so the post may be off by one. Each is logged.
+    pub edges_forgotten: AtomicU64,
     /// Store calls that wrote a batch of posts' items.
     pub batches: AtomicU64,
     /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
@@ -344,9 +354,13 @@ impl CounterShard {
         };
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
+        let decided = Decided {
+            horizon_ms,
+            skew_ms: (self.cfg.count == CountMode::Likers).then(|| self.window_skew()),
+        };
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
         let (closed, spent) = self
-            .apply(closed, replaying, shard_end, horizon_ms, latest)
+            .apply(closed, replaying, shard_end, decided, latest)
             .await?;
         self.latest_created_ms = latest;
         self.emit_cost(&spent.units);
@@ -393,6 +407,15 @@ impl CounterShard {
         self.cfg.dedup_horizon.as_millis() as i64
     }
 
+    /// Likers: the clock skew the window being built orders its events with: the pending one's,
+    /// when rebuilding it (a setting changed since must not change what it decided).
+    fn window_skew(&self) -> i64 {
+        self.replay
+            .as_ref()
+            .and_then(|p| p.skew_ms)
+            .unwrap_or(self.cfg.max_clock_skew.as_millis() as i64)
+    }
+
     /// The horizon of the window being built: the pending one's, when rebuilding it.
     fn window_horizon(&self) -> i64 {
         self.replay
@@ -416,6 +439,7 @@ impl Windows for CounterShard {
             Some(p) => Bound::End(&p.end),
             None => Bound::Size(self.cfg.window_records),
         };
+        let skew = self.window_skew();
         let mut w = board::lock(&self.windows);
         if w.open.is_none() {
             if let (Some(p), Ok(fence)) = (&self.replay, self.fence()) {
@@ -432,7 +456,7 @@ impl Windows for CounterShard {
             }
             match self.cfg.count {
                 CountMode::Events => w,
-                CountMode::Likers => w.likers(self.cfg.max_clock_skew.as_millis() as i64),
+                CountMode::Likers => w.likers(skew),
             }
         });
         let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);

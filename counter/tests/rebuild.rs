@@ -53,7 +53,7 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
     let fence = common::held_by_w1(&store, shard).await;
     let end = Position::whole(seqs[19].clone());
     store
-        .begin_window(&fence, None, &seqs[0], &end, 600_000)
+        .begin_window(&fence, None, &seqs[0], &end, 600_000.into())
         .await
         .unwrap();
     let mut pa = PostDelta::default();

@@ -124,6 +124,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("leases", "holder_addr", "TEXT"),
     ("shards", "trimmed_through", "INTEGER"),
     ("leases", "wanted_by", "TEXT"),
+    ("leases", "pending_skew_ms", "INTEGER"),
 ];
 
 /// The tables `schema.sql` creates.
@@ -134,6 +135,7 @@ const TABLES: &[&str] = &[
     "leases",
     "items",
     "dedup",
+    "window_edges",
     "dead_letters",
     "analytics_snapshots",
     "baseline_counts",

@@ -65,6 +65,19 @@ pub async fn run_counter(
 pub async fn settle_count_mode(settings: &Settings, backend: &Backend) -> Result<()> {
     let want = settings.counter.count;
     let stored = backend.counter.count_mode(Some(want)).await?;
+    if stored == Some(tally_core::edge::CountMode::Likers) {
+        // What `tally verify` recounts with: the clock skew each counter orders events by.
+        let skew = tally_core::config::millis(settings.counter.max_clock_skew) as i64;
+        let skews = backend.counter.clock_skews(Some(skew)).await?;
+        if skews.len() > 1 {
+            tracing::warn!(
+                ?skews,
+                "this store has been counted with several values of counter.max_clock_skew_secs \
+                 (ms): an event whose clock was ahead by between them orders differently by the \
+                 window that read it, and `tally verify` says so"
+            );
+        }
+    }
     match stored {
         Some(m) if m != want => anyhow::bail!(
             "this store counts {m}, and `counter.count` is `{want}`: a store's counts mean one thing. Set counter.count = \"{m}\" (or TALLY_COUNTER__COUNT={m}) to go on counting it, or start a new store (another --data-dir, or another table_prefix) to count {want}"
@@ -323,6 +336,8 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "malformed": m.malformed.load(Ordering::Relaxed),
         "skipped": m.skipped.load(Ordering::Relaxed),
         "windows": m.windows.load(Ordering::Relaxed),
+        "edges_crossed": m.edges_crossed.load(Ordering::Relaxed),
+        "edges_forgotten": m.edges_forgotten.load(Ordering::Relaxed),
         "items_written": m.items_written.load(Ordering::Relaxed),
         "writes_refused": m.writes_refused.load(Ordering::Relaxed),
         "items_read": m.items_read.load(Ordering::Relaxed),

@@ -224,7 +224,7 @@ struct PostParams {
     since_ms: Option<i64>,
     /// …or in this last duration (`15m`, `2h`).
     since: Option<String>,
-    /// Count likes created before this time: the count as it stood then.
+    /// Count likes created before this time: the count as it stood then (counting events only).
     as_of_ms: Option<i64>,
     /// Add what the counter's workers read and have not written yet (default true).
     pending: Option<bool>,
@@ -277,7 +277,9 @@ async fn post(
     }
     v["applied_through"] = c.fresh(apps::COUNTER);
     if let Some(t) = as_of_ms {
-        // Likes created before T's minute: the total less those created since.
+        viewer::check_events(counter.as_ref(), "as_of_ms").await?;
+        // Likes created before T's minute: the total less those created since (counting events,
+        // where each like and unlike is an event of its own minute, that is the count then).
         let later = counter.post_count(&id, Some(t)).await?;
         let p = pending_for(&id, &later, windows, Some(t));
         v["as_of_ms"] = json!(minute_start(t));

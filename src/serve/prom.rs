@@ -289,6 +289,16 @@ pub fn counter_metrics(m: &CounterMetrics, l: &LeaseMetrics) -> anyhow::Result<S
             &m.skipped,
         ),
         ("windows", "Windows applied", &m.windows),
+        (
+            "edges_crossed",
+            "Likers: edges written over another shard's write",
+            &m.edges_crossed,
+        ),
+        (
+            "edges_forgotten",
+            "Likers: edges of a rebuilt window that no longer remember whether it wrote them",
+            &m.edges_forgotten,
+        ),
         ("items_written", "Store items written", &m.items_written),
         (
             "writes_refused",

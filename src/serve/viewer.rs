@@ -60,6 +60,22 @@ pub async fn check_likers(counter: &dyn CounterStore) -> Result<(), Refused> {
     }
 }
 
+/// Refuses `param` unless the store counts events: counting likers, a count as it stood at a past
+/// time needs each user's actions since, which the store does not keep (an edge holds the latest
+/// only). `total − since(T)` is not it: a user who unliked after T, or liked again after an
+/// unlike, drops out of both.
+pub async fn check_events(counter: &dyn CounterStore, param: &str) -> Result<(), Refused> {
+    match counter.count_mode(None).await.map_err(Refused::Store)? {
+        Some(CountMode::Events) => Ok(()),
+        _ => Err(Refused::Request(format!(
+            "`{param}`: this store counts likers (each user's latest action), and a count as it \
+             stood at a past time needs every user's actions since, which it does not keep; \
+             `since` answers the likes made since a time that still stand, and a store that \
+             counts events (counter.count = \"events\") answers `{param}`"
+        ))),
+    }
+}
+
 /// Adds `viewer_liked` to each post's entry of a counts answer (in order), and the read units.
 pub fn add_to_counts(v: &mut Value, viewer: &str, liked: &[bool], units: u64, c: Consistency) {
     if let Some(items) = v["counts"].as_array_mut() {

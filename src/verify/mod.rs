@@ -98,13 +98,37 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
         .await
         .context("reading what the store counts")?
         .unwrap_or(s.counter.count);
+    // Counting likers, the recount orders events by the clock skew the store was counted with
+    // (recorded by the counter), not by today's setting.
+    let mut report = Report::default();
+    let likers = if mode == CountMode::Likers {
+        let skews = b
+            .counter
+            .clock_skews(None)
+            .await
+            .context("reading the clock skews the store was counted with")?;
+        if skews.len() > 1 {
+            report.not_checked.push(format!(
+                "the store was counted with several clock skews ({} ms; the latest is used \
+                 here): a post with an event whose clock was ahead by between them may be \
+                 recounted differently from how it was counted",
+                tally_core::edge::skews_to_text(&skews)
+            ));
+        }
+        Some(
+            skews
+                .last()
+                .copied()
+                .unwrap_or(tally_core::config::millis(s.counter.max_clock_skew) as i64),
+        )
+    } else {
+        None
+    };
     let rule = Rule {
         horizon_ms,
-        likers: (mode == CountMode::Likers)
-            .then_some(tally_core::config::millis(s.counter.max_clock_skew) as i64),
+        likers,
         input: s.input_config(),
     };
-    let mut report = Report::default();
     let pb = crate::progress::start(None, "records", a.json);
     let (mut recount, source_notes) = match &a.from {
         Some(f) => {

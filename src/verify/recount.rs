@@ -390,18 +390,20 @@ impl Recount {
         ev: tally_core::event::LikeEvent,
         skew_ms: i64,
     ) {
-        if self
-            .first_seen
-            .insert((0, ev.event_id.clone()), arrival_ms)
-            .is_some()
-        {
-            self.tally.duplicates += 1;
-        } else {
-            self.tally.counted += 1;
-        }
+        // The event's first copy decides its clamp: a copy that arrives later orders as it did.
+        let first_arrival = match self.first_seen.entry((0, ev.event_id.clone())) {
+            std::collections::hash_map::Entry::Occupied(o) => {
+                self.tally.duplicates += 1;
+                *o.get()
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                self.tally.counted += 1;
+                *v.insert(arrival_ms)
+            }
+        };
         // The clock-skew rule, as documented (README, "counter.max_clock_skew_secs").
-        let at_ms = if ev.created_at > arrival_ms.saturating_add(skew_ms) {
-            arrival_ms
+        let at_ms = if ev.created_at > first_arrival.saturating_add(skew_ms) {
+            first_arrival
         } else {
             ev.created_at
         };

@@ -100,7 +100,7 @@ fn the_api_answers_as_its_document_says(t: Target) {
         (
             "get",
             "/api/posts/{id}",
-            "/api/posts/post-1?since=1h&as_of_ms=1796000000000&viewer=u1",
+            "/api/posts/post-1?since=1h&viewer=u1",
             None,
         ),
         (
@@ -221,6 +221,13 @@ fn the_api_answers_as_its_document_says(t: Target) {
             "/api/posts/p1?as_of_ms=99999999999999999",
             None,
             "as_of_ms",
+        ),
+        (
+            "get",
+            "/api/posts/{id}",
+            "/api/posts/p1?as_of_ms=1796000000000",
+            None,
+            "counts likers",
         ),
         (
             "get",

@@ -19,9 +19,9 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
-    PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup, WindowRef,
-    WindowRest,
+    Applied, Consistency, CounterStore, Decided, DedupStore, EdgesApplied, Fence, LetterCursor,
+    LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup,
+    WindowRef, WindowRest,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -311,20 +311,23 @@ impl CounterStore for DynamoStore {
         start_after: Option<&Position>,
         first: &SeqNo,
         end: &Position,
-        horizon_ms: i64,
+        decided: Decided,
     ) -> PortResult<()> {
         let mut x = Expr::default();
         let (cp, pe) = (x.name("checkpoint"), x.name("pending_end"));
         let mut extra = x.seq_is(&cp, start_after);
         extra.push_str(&format!(" AND attribute_not_exists({pe})"));
-        let update = format!(
+        let mut update = format!(
             "SET {pe} = {}, {} = {}, {} = {}",
             x.val(s(end.to_string())),
             x.name("pending_horizon_ms"),
-            x.val(n(horizon_ms)),
+            x.val(n(decided.horizon_ms)),
             x.name("pending_first"),
             x.val(s(first.as_str()))
         );
+        if let Some(skew) = decided.skew_ms {
+            update += &format!(", {} = {}", x.name("pending_skew_ms"), x.val(n(skew)));
+        }
         self.lease_write(fence, x, &extra, update).await
     }
 
@@ -416,11 +419,12 @@ impl CounterStore for DynamoStore {
         renewal: Option<&Renewal>,
     ) -> PortResult<Option<String>> {
         let mut x = Expr::default();
-        let (cp, pe, ph, pf) = (
+        let (cp, pe, ph, pf, ps) = (
             x.name("checkpoint"),
             x.name("pending_end"),
             x.name("pending_horizon_ms"),
             x.name("pending_first"),
+            x.name("pending_skew_ms"),
         );
         let extra = x.seq_is(&pe, Some(end));
         let mut adds = vec![format!(
@@ -441,7 +445,7 @@ impl CounterStore for DynamoStore {
             format!(", {}", super::leases::renewal_set(&mut x, r))
         });
         let update = format!(
-            "SET {cp} = {}, {} = {}, {} = {}, {} = {}{renew} REMOVE {pe}, {ph}, {pf} ADD {}",
+            "SET {cp} = {}, {} = {}, {} = {}, {} = {}{renew} REMOVE {pe}, {ph}, {pf}, {ps} ADD {}",
             x.val(s(end.to_string())),
             x.name("max_arrival"),
             x.val(n(max_arrival)),
@@ -544,8 +548,24 @@ impl CounterStore for DynamoStore {
         self.write_edges(&window, edges).await
     }
 
+    async fn record_window_edges(
+        &self,
+        w: WindowRef<'_>,
+        pairs: &[(String, String)],
+    ) -> PortResult<Applied> {
+        self.put_window_edges(w, pairs).await
+    }
+
+    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
+        self.read_window_edges(w).await
+    }
+
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
         self.mode(claim).await
+    }
+
+    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
+        self.skews(record).await
     }
 
     async fn edges(

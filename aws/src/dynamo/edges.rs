@@ -8,16 +8,31 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
 use tally_core::cost::Purpose;
-use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState, Transition};
-use tally_core::ports::{Consistency, EdgesApplied, LikersPage, PortError, PortResult};
+use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState, Resolved, Transition};
+use tally_core::ports::{
+    Applied, Consistency, EdgesApplied, LikersPage, PortError, PortResult, WindowRef,
+};
 use tally_core::summary::{self, Attrs};
 
 use super::counter::to_attrs;
-use super::{get_s, n, s, side_by_side, Call, DynamoStore, Expr};
+use super::{get_s, n, s, side_by_side, Call, DynamoStore, Expr, DEDUP_TTL_MARGIN_SECS};
+
+/// The partition of a shard's window edge records in the dedup table.
+fn window_edges_pk(app: &str, shard: &str) -> String {
+    format!("edges#{app}#{shard}")
+}
+
+/// Seconds since the epoch, now.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
 
 /// Edge writes in flight at once (each its own request).
 const EDGES_IN_FLIGHT: usize = 32;
@@ -33,9 +48,11 @@ const BATCH_GETS_IN_FLIGHT: usize = 8;
 
 /// What one edge write did.
 enum Edge {
-    Wrote(Transition, u64),
+    /// Written; `true`: over another shard's write.
+    Wrote(Transition, u64, bool),
     Mine(Transition, u64),
-    Superseded(u64),
+    /// Refused as no change; `true`: the edge no longer remembers whether this window wrote it.
+    Superseded(u64, bool),
 }
 
 fn state_of(
@@ -59,26 +76,41 @@ fn units_of(post: &str, sk: &str, item: Option<&HashMap<String, AttributeValue>>
 }
 
 impl DynamoStore {
-    /// One edge's conditional write: only if the stored event is older, keeping what it replaces.
+    /// One edge's conditional write: only if the stored event is older, is not the same event
+    /// (a copy ordered at another time) and no write the item remembers is this window's;
+    /// keeping the event it replaces and shifting the remembered writes one older
+    /// ([`edge::written`] is the reference). A refusal is resolved against the item as it was
+    /// ([`edge::resolve`]): this window's earlier write, or no change.
     async fn write_edge(&self, e: &EdgeEvent, window: &str) -> PortResult<Edge> {
         let sk = edge::edge_sk(&e.user_id);
         let mut x = Expr::default();
-        let (l, t, ev, w, pl, pt) = (
-            x.name("l"),
-            x.name("t"),
-            x.name("e"),
-            x.name("w"),
-            x.name("pl"),
-            x.name("pt"),
-        );
-        let (vt, ve, zero) = (x.val(n(e.at_ms)), x.val(s(&e.event_id)), x.val(n(0)));
-        let cond =
-            format!("attribute_not_exists({t}) OR {t} < {vt} OR ({t} = {vt} AND {ev} < {ve})");
-        let update = format!(
-            "SET {pl} = if_not_exists({l}, {zero}), {pt} = if_not_exists({t}, {zero}), {l} = {}, {t} = {vt}, {ev} = {ve}, {w} = {}",
+        let (l, t, ev) = (x.name("l"), x.name("t"), x.name("e"));
+        let (vt, ve, vw) = (x.val(n(e.at_ms)), x.val(s(&e.event_id)), x.val(s(window)));
+        let (zero, nil) = (x.val(n(0)), x.val(s("")));
+        let gens: Vec<[String; 4]> = (0..edge::EDGE_HISTORY)
+            .map(|g| edge::write_attrs(g).map(|a| x.name(&a)))
+            .collect();
+        let mut cond =
+            format!("(attribute_not_exists({t}) OR {t} < {vt} OR ({t} = {vt} AND {ev} < {ve}))");
+        for [w, _, _, pe] in &gens {
+            cond += &format!(
+                " AND (attribute_not_exists({w}) OR {w} <> {vw}) AND (attribute_not_exists({pe}) OR {pe} <> {ve})"
+            );
+        }
+        // Each remembered write one older (the oldest dropped), then the newest: this one.
+        let mut sets = Vec::new();
+        for g in (1..edge::EDGE_HISTORY).rev() {
+            let ([w, pl, pt, pe], [w0, pl0, pt0, pe0]) = (&gens[g], &gens[g - 1]);
+            sets.push(format!(
+                "{w} = if_not_exists({w0}, {nil}), {pl} = if_not_exists({pl0}, {zero}), {pt} = if_not_exists({pt0}, {zero}), {pe} = if_not_exists({pe0}, {nil})"
+            ));
+        }
+        let [w, pl, pt, pe] = &gens[0];
+        sets.push(format!(
+            "{pl} = if_not_exists({l}, {zero}), {pt} = if_not_exists({t}, {zero}), {pe} = if_not_exists({ev}, {nil}), {l} = {}, {t} = {vt}, {ev} = {ve}, {w} = {vw}",
             x.val(n(i64::from(e.liked))),
-            x.val(s(window))
-        );
+        ));
+        let update = format!("SET {}", sets.join(", "));
         let r = self
             .client
             .update_item()
@@ -98,7 +130,7 @@ impl DynamoStore {
                 let st = state_of(&e.post_id, &e.user_id, out.attributes())?
                     .ok_or_else(|| PortError::Other("an edge write answered no item".into()))?;
                 let units = units_of(&e.post_id, &sk, out.attributes());
-                Ok(Edge::Wrote(st.transition(&e.post_id), units))
+                Ok(Edge::Wrote(st.transition(&e.post_id), units, st.crossed()))
             }
             Err(SdkError::ServiceError(se))
                 if matches!(
@@ -110,11 +142,15 @@ impl DynamoStore {
                     unreachable!()
                 };
                 let units = units_of(&e.post_id, &sk, f.item());
-                match state_of(&e.post_id, &e.user_id, f.item())? {
-                    Some(st) if st.window == window => {
-                        Ok(Edge::Mine(st.transition(&e.post_id), units))
-                    }
-                    _ => Ok(Edge::Superseded(units)),
+                let old = state_of(&e.post_id, &e.user_id, f.item())?;
+                match edge::resolve(old.as_ref(), e, window) {
+                    Resolved::Mine(t) => Ok(Edge::Mine(t, units)),
+                    Resolved::Superseded => Ok(Edge::Superseded(units, false)),
+                    Resolved::Forgotten => Ok(Edge::Superseded(units, true)),
+                    Resolved::Writes(_) => Err(PortError::Other(format!(
+                        "an edge write of {}/{sk} was refused by an item it should replace: {old:?}",
+                        e.post_id
+                    ))),
                 }
             }
             Err(err) => Err(self.err("UpdateItem", "counts", err)),
@@ -136,15 +172,19 @@ impl DynamoStore {
         let mut out = EdgesApplied::default();
         for (i, r) in results.into_iter().enumerate() {
             match r {
-                Ok(Edge::Wrote(t, u)) => {
+                Ok(Edge::Wrote(t, u, crossed)) => {
                     out.applied.wrote(Purpose::Edges, u);
+                    out.crossed += u64::from(crossed);
                     out.transitions.push(t);
                 }
                 Ok(Edge::Mine(t, u)) => {
                     out.applied.was_refused(u);
                     out.transitions.push(t);
                 }
-                Ok(Edge::Superseded(u)) => out.applied.was_refused(u),
+                Ok(Edge::Superseded(u, forgotten)) => {
+                    out.applied.was_refused(u);
+                    out.forgotten += u64::from(forgotten);
+                }
                 Err(e) if e.is_retryable() => {
                     out.retry.push(i);
                     out.error = Some(e);
@@ -153,6 +193,90 @@ impl DynamoStore {
             }
         }
         Ok(out)
+    }
+
+    /// A window's edge record, in the dedup table beside the shard's dedup records (its own
+    /// partition, `edges#<app>#<shard>`; sort key the window's marker and the chunk), each chunk
+    /// one `PutItem`, expiring by TTL (free) once the stream no longer holds the window's
+    /// records — after which it cannot be given up any more.
+    pub(super) async fn put_window_edges(
+        &self,
+        w: WindowRef<'_>,
+        pairs: &[(String, String)],
+    ) -> PortResult<Applied> {
+        let chunks = edge::encode_pairs(pairs);
+        let marker = summary::marker(w.end);
+        let expires = now_secs() + self.retention_secs + DEDUP_TTL_MARGIN_SECS;
+        let n_chunks = chunks.len();
+        let puts: Vec<Call<'_, PortResult<u64>>> = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, chunk)| {
+                let units =
+                    tally_core::cost::write_units(chunk.len() + edge::WINDOW_EDGES_KEY_BYTES);
+                let call = self
+                    .client
+                    .put_item()
+                    .table_name(self.table("dedup"))
+                    .item("pk", s(window_edges_pk(w.app, w.shard_id)))
+                    .item("sk", s(format!("{marker}#{i:05}")))
+                    .item("chunks", n(n_chunks as i64))
+                    .item("pairs", AttributeValue::B(Blob::new(chunk)))
+                    .item("expires_at", n(expires))
+                    .send();
+                Box::pin(async move {
+                    call.await
+                        .map(|_| units)
+                        .map_err(|e| self.err("PutItem", "dedup", e))
+                }) as Call<'_, _>
+            })
+            .collect();
+        let mut out = Applied::default();
+        for r in side_by_side(puts, BATCH_GETS_IN_FLIGHT).await {
+            out.wrote(Purpose::Edges, r?);
+        }
+        Ok(out)
+    }
+
+    /// A window's edge record, if every chunk of it is stored (strongly consistent).
+    pub(super) async fn read_window_edges(
+        &self,
+        w: WindowRef<'_>,
+    ) -> PortResult<Option<Vec<(String, String)>>> {
+        let marker = summary::marker(w.end);
+        let values = HashMap::from([
+            (":p".to_owned(), s(window_edges_pk(w.app, w.shard_id))),
+            (":m".to_owned(), s(format!("{marker}#"))),
+        ]);
+        let items = self
+            .query_all(
+                "dedup",
+                "pk = :p AND begins_with(sk, :m)",
+                values,
+                None,
+                None,
+            )
+            .await?;
+        let whole = !items.is_empty()
+            && items
+                .iter()
+                .all(|i| super::get_n(i, "chunks") == Some(items.len() as i64));
+        if !whole {
+            return Ok(None);
+        }
+        let mut pairs = Vec::new();
+        for i in &items {
+            let chunk = i.get("pairs").and_then(|v| v.as_b().ok()).ok_or_else(|| {
+                PortError::Other(format!(
+                    "a window's edge record of {}/{} at {} has no pairs",
+                    w.app, w.shard_id, w.end
+                ))
+            })?;
+            pairs.extend(edge::decode_pairs(chunk.as_ref()).map_err(|e| {
+                PortError::Other(format!("{}/{} at {}: {e}", w.app, w.shard_id, w.end))
+            })?);
+        }
+        Ok(Some(pairs))
     }
 
     /// The stored count mode; with `claim`, set first if unset.
@@ -207,6 +331,59 @@ impl DynamoStore {
                 item.as_ref().map(mode_of).transpose()
             }
             Err(e) => Err(self.err("PutItem", "counts", e)),
+        }
+    }
+
+    /// The clock skews the store was counted with; with `record`, added first if new (a put
+    /// conditioned on the list read, tried again if another process changed it meanwhile).
+    pub(super) async fn skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
+        let key = HashMap::from([
+            ("pk".to_owned(), s(edge::MODE_PK)),
+            ("sk".to_owned(), s(edge::SKEWS_SK)),
+        ]);
+        loop {
+            let stored = self.get("counts", key.clone()).await?;
+            let text = stored.as_ref().and_then(|i| get_s(i, "v"));
+            let mut skews = match (&stored, &text) {
+                (None, _) => Vec::new(),
+                (Some(_), Some(t)) => edge::skews_from_text(t).map_err(PortError::Other)?,
+                (Some(i), None) => {
+                    return Err(PortError::Other(format!(
+                        "a corrupt clock skew item in {}: {i:?}",
+                        self.table("counts")
+                    )))
+                }
+            };
+            let Some(v) = record.filter(|v| !skews.contains(v)) else {
+                return Ok(skews);
+            };
+            skews.push(v);
+            let mut put = self
+                .client
+                .put_item()
+                .table_name(self.table("counts"))
+                .set_item(Some(
+                    key.clone()
+                        .into_iter()
+                        .chain([("v".to_owned(), s(edge::skews_to_text(&skews)))])
+                        .collect(),
+                ));
+            put = match &text {
+                None => put.condition_expression("attribute_not_exists(pk)"),
+                Some(t) => put
+                    .condition_expression("v = :old")
+                    .expression_attribute_values(":old", s(t)),
+            };
+            match put.send().await {
+                Ok(_) => return Ok(skews),
+                Err(SdkError::ServiceError(se))
+                    if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+                {
+                    // Another worker recorded one meanwhile: read the list again.
+                    continue;
+                }
+                Err(e) => return Err(self.err("PutItem", "counts", e)),
+            }
         }
     }
 

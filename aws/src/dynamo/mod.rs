@@ -162,6 +162,7 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
                 .as_deref()
                 .and_then(tally_core::SeqNo::parse),
             horizon_ms: get_n(item, "pending_horizon_ms"),
+            skew_ms: get_n(item, "pending_skew_ms"),
         });
     ShardState {
         lease: Lease {

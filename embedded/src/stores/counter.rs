@@ -9,9 +9,9 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CounterStore, DedupStore, EdgesApplied, Fence, LetterCursor, LikersPage,
-    PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup, WindowRef,
-    WindowRest,
+    Applied, Consistency, CounterStore, Decided, DedupStore, EdgesApplied, Fence, LetterCursor,
+    LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup,
+    WindowRef, WindowRest,
 };
 use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
@@ -142,7 +142,7 @@ impl CounterStore for Embedded {
         start_after: Option<&Position>,
         first: &SeqNo,
         end: &Position,
-        horizon_ms: i64,
+        decided: Decided,
     ) -> PortResult<()> {
         let (fence, start_after, end) = (fence.clone(), start_after.cloned(), end.clone());
         let first = first.to_string();
@@ -152,9 +152,9 @@ impl CounterStore for Embedded {
             if st.lease.checkpoint != start_after || st.pending.is_some() {
                 return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
             }
-            tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2, pending_first = ?3 WHERE app = ?4 AND shard_id = ?5")
+            tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2, pending_first = ?3, pending_skew_ms = ?4 WHERE app = ?5 AND shard_id = ?6")
                 .map_err(sql_err)?
-                .execute(params![end.to_string(), horizon_ms, first, fence.app, fence.shard_id])
+                .execute(params![end.to_string(), decided.horizon_ms, first, decided.skew_ms, fence.app, fence.shard_id])
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
@@ -250,7 +250,7 @@ impl CounterStore for Embedded {
             let progress = r.and_then(|r| r.progress);
             let wanted: Option<String> = tx
                 .prepare_cached(
-                    "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?3, spent = ?4, \
+                    "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, pending_skew_ms = NULL, finished = ?3, spent = ?4, \
                      expires_ms = COALESCE(?7, expires_ms), behind_ms = COALESCE(?8, behind_ms), behind_at_ms = COALESCE(?9, behind_at_ms), holder_addr = COALESCE(?10, holder_addr) \
                      WHERE app = ?5 AND shard_id = ?6 RETURNING wanted_by",
                 )
@@ -271,6 +271,7 @@ impl CounterStore for Embedded {
                     |row| row.get(0),
                 )
                 .map_err(sql_err)?;
+            super::edges::forget_window_edges(&tx, &fence.app, &fence.shard_id)?;
             tx.commit().map_err(sql_err)?;
             Ok(wanted.filter(|_| renewal.is_some()))
         })
@@ -379,8 +380,30 @@ impl CounterStore for Embedded {
             .await
     }
 
+    async fn record_window_edges(
+        &self,
+        w: WindowRef<'_>,
+        pairs: &[(String, String)],
+    ) -> PortResult<Applied> {
+        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
+        let chunks = edge::encode_pairs(pairs);
+        self.run(move |c| super::edges::record_window_edges(c, &app, &shard, &end, &chunks))
+            .await
+    }
+
+    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
+        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
+        self.run(move |c| super::edges::window_edges(c, &app, &shard, &end))
+            .await
+    }
+
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
         self.run(move |c| super::edges::count_mode(c, claim)).await
+    }
+
+    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
+        self.run(move |c| super::edges::clock_skews(c, record))
+            .await
     }
 
     async fn edges(

@@ -3,8 +3,10 @@
 
 use rusqlite::{params, Connection};
 use tally_core::cost::Purpose;
-use tally_core::edge::{self, CountMode, EdgeEvent, EdgeOutcome, EdgeState};
-use tally_core::ports::{EdgesApplied, LikersPage, PortError, PortResult};
+use tally_core::edge::{
+    self, CountMode, EdgeEvent, EdgeOutcome, EdgeState, WINDOW_EDGES_KEY_BYTES,
+};
+use tally_core::ports::{Applied, EdgesApplied, LikersPage, PortError, PortResult};
 use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
 
 use super::counter::{get_item, put_item, query};
@@ -27,6 +29,7 @@ pub(super) fn apply_edges(
         match edge::apply(item.as_ref(), e, window).map_err(PortError::Other)? {
             EdgeOutcome::Wrote(a, t) => {
                 put_item(&tx, &e.post_id, &sk, &a)?;
+                out.crossed += u64::from(EdgeState::from_attrs(&a).is_some_and(|s| s.crossed()));
                 out.applied.wrote(Purpose::Edges, units(&a));
                 out.transitions.push(t);
             }
@@ -35,10 +38,99 @@ pub(super) fn apply_edges(
                 out.transitions.push(t);
             }
             EdgeOutcome::Superseded => out.applied.was_refused(item.as_ref().map_or(1, units)),
+            EdgeOutcome::Forgotten => {
+                out.applied.was_refused(item.as_ref().map_or(1, units));
+                out.forgotten += 1;
+            }
         }
     }
     tx.commit().map_err(sql_err)?;
     Ok(out)
+}
+
+/// Stores a window's edge record (`chunks` of `tally_core::edge::encode_pairs`) in one
+/// transaction; a second write of the same window's record replaces it with the same.
+pub(super) fn record_window_edges(
+    c: &mut Connection,
+    app: &str,
+    shard: &str,
+    end: &str,
+    chunks: &[Vec<u8>],
+) -> PortResult<Applied> {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    let mut out = Applied::default();
+    {
+        let mut st = tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO window_edges (app, shard_id, end_seq, chunk, chunks, pairs) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(sql_err)?;
+        for (i, chunk) in chunks.iter().enumerate() {
+            st.execute(params![
+                app,
+                shard,
+                end,
+                i as i64,
+                chunks.len() as i64,
+                chunk
+            ])
+            .map_err(sql_err)?;
+            out.wrote(
+                Purpose::Edges,
+                tally_core::cost::write_units(chunk.len() + WINDOW_EDGES_KEY_BYTES),
+            );
+        }
+    }
+    tx.commit().map_err(sql_err)?;
+    Ok(out)
+}
+
+/// A window's edge record, if stored whole.
+pub(super) fn window_edges(
+    c: &Connection,
+    app: &str,
+    shard: &str,
+    end: &str,
+) -> PortResult<Option<Vec<(String, String)>>> {
+    let mut st = c
+        .prepare_cached(
+            "SELECT chunks, pairs FROM window_edges WHERE app = ?1 AND shard_id = ?2 AND end_seq = ?3 ORDER BY chunk",
+        )
+        .map_err(sql_err)?;
+    let rows = st
+        .query_map(params![app, shard, end], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })
+        .map_err(sql_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err)?;
+    if rows.is_empty() || rows.iter().any(|(n, _)| *n != rows.len() as i64) {
+        return Ok(None);
+    }
+    let mut pairs = Vec::new();
+    for (_, chunk) in &rows {
+        pairs.extend(edge::decode_pairs(chunk).map_err(|e| {
+            PortError::Other(format!("embedded store: {app}/{shard} at {end}: {e}"))
+        })?);
+    }
+    Ok(Some(pairs))
+}
+
+/// Drops a shard's window edge records: its window is applied or given up (in the transaction
+/// that moves its checkpoint).
+pub(super) fn forget_window_edges(
+    tx: &rusqlite::Transaction<'_>,
+    app: &str,
+    shard: &str,
+) -> PortResult<()> {
+    tx.prepare_cached("DELETE FROM window_edges WHERE app = ?1 AND shard_id = ?2")
+        .map_err(sql_err)?
+        .execute(params![app, shard])
+        .map_err(sql_err)?;
+    Ok(())
 }
 
 /// The stored mode; with `claim`, set first if unset (`events` for a store counted before modes).
@@ -70,6 +162,31 @@ pub(super) fn count_mode(
     };
     tx.commit().map_err(sql_err)?;
     Ok(mode)
+}
+
+/// The clock skews the store was counted with; with `record`, added first if new.
+pub(super) fn clock_skews(c: &mut Connection, record: Option<i64>) -> PortResult<Vec<i64>> {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    let mut skews = match get_item(&tx, edge::MODE_PK, edge::SKEWS_SK)? {
+        Some(a) => match a.get("v") {
+            Some(Val::S(text)) => edge::skews_from_text(text).map_err(PortError::Other)?,
+            _ => {
+                return Err(PortError::Other(format!(
+                    "embedded store: a corrupt clock skew item: {a:?}"
+                )))
+            }
+        },
+        None => Vec::new(),
+    };
+    if let Some(v) = record.filter(|v| !skews.contains(v)) {
+        skews.push(v);
+        let a = Attrs::from([("v".to_owned(), Val::S(edge::skews_to_text(&skews)))]);
+        put_item(&tx, edge::MODE_PK, edge::SKEWS_SK, &a)?;
+    }
+    tx.commit().map_err(sql_err)?;
+    Ok(skews)
 }
 
 fn mode_of(a: &Attrs) -> PortResult<CountMode> {

@@ -22,7 +22,7 @@ mod counter;
 mod edges;
 mod leases;
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr, pending_skew_ms";
 
 /// `ShardTally` as stored: a JSON object of write units by purpose name, and `counted`.
 pub(crate) fn spent_json(sp: &ShardTally) -> String {
@@ -74,6 +74,7 @@ fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
                     .as_deref()
                     .and_then(SeqNo::parse),
                 horizon_ms: r.get(10)?,
+                skew_ms: r.get(16)?,
             }),
             None => None,
         },
