@@ -20,6 +20,7 @@ mod harness;
 mod in_process;
 mod kpl;
 mod likers;
+mod likers_chaos;
 mod likers_faults;
 mod openapi;
 mod pipeline;
