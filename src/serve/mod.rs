@@ -26,6 +26,7 @@ use crate::backend::Backend;
 use crate::settings::Settings;
 
 pub mod freshness;
+pub mod params;
 pub mod prom;
 
 pub mod auth;
@@ -82,6 +83,7 @@ impl Ctx {
 }
 
 /// An error answer: a status and a one-line message, as JSON.
+#[derive(Debug)]
 pub struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
@@ -139,8 +141,29 @@ pub fn router(ctx: Ctx) -> Router {
 /// `tests/e2e/openapi.rs`).
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+/// The document as this server answers: on a store that counts likers (or nothing yet: likers is
+/// the default) without `as_of_ms`, which only a store counting events answers — so that every
+/// request the served document admits is one this server takes.
+async fn openapi(State(c): State<Ctx>) -> std::result::Result<Response, ApiError> {
+    let mode = c.backend.counter.count_mode(None).await?;
+    let text = if mode == Some(tally_core::edge::CountMode::Events) {
+        OPENAPI.to_owned()
+    } else {
+        openapi_counting_likers()
+    };
+    Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
+}
+
+/// [`OPENAPI`] without the parameters a store counting likers refuses (`as_of_ms`).
+pub fn openapi_counting_likers() -> String {
+    let mut doc: Value = serde_json::from_str(OPENAPI).unwrap_or(Value::Null);
+    if let Some(ps) = doc
+        .pointer_mut("/paths/~1api~1posts~1{id}/get/parameters")
+        .and_then(Value::as_array_mut)
+    {
+        ps.retain(|p| p["name"] != "as_of_ms");
+    }
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|_| OPENAPI.to_owned())
 }
 
 /// An unknown path: a JSON error naming it, as every other error of the API.
@@ -221,10 +244,12 @@ async fn dashboard() -> Html<&'static str> {
 #[serde(deny_unknown_fields)]
 struct PostParams {
     /// Count likes created at or after this time (ms since the epoch)…
+    #[serde(default, deserialize_with = "params::whole")]
     since_ms: Option<i64>,
     /// …or in this last duration (`15m`, `2h`).
     since: Option<String>,
     /// Count likes created before this time: the count as it stood then (counting events only).
+    #[serde(default, deserialize_with = "params::whole")]
     as_of_ms: Option<i64>,
     /// Add what the counter's workers read and have not written yet (default true).
     pending: Option<bool>,
@@ -232,23 +257,20 @@ struct PostParams {
     viewer: Option<String>,
 }
 
-/// The latest time the API takes (9999-12-31T23:59:59.999Z, in ms since the epoch).
-pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
+use params::time_param;
+pub use params::MAX_TIME_MS;
 
-/// A time parameter in ms since the epoch, or a 400 naming it.
-fn time_param(name: &str, v: Option<i64>) -> std::result::Result<Option<i64>, ApiError> {
-    match v {
-        Some(t) if !(0..=MAX_TIME_MS).contains(&t) => Err(bad_request(format!(
-            "`{name}` must be a time in ms since the epoch, between 0 and {MAX_TIME_MS}, got {t}"
-        ))),
-        _ => Ok(v),
+/// The time "since" asks from: `since` (a duration) if given, else `since_ms`; `since_ms` is
+/// checked either way (a value the document refuses is refused, whatever else is given).
+fn since_of(
+    since: Option<&str>,
+    since_ms: Option<i64>,
+) -> std::result::Result<Option<i64>, ApiError> {
+    let since_ms = time_param("since_ms", since_ms)?;
+    match since {
+        Some(s) => Ok(Some(params::since_param("since", s, now_ms())?)),
+        None => Ok(since_ms),
     }
-}
-
-fn duration_param(name: &str, v: &str) -> std::result::Result<i64, ApiError> {
-    crate::cli::since_duration(v)
-        .map(|d| now_ms() - d.as_millis() as i64)
-        .map_err(|e| bad_request(format!("`{name}` {e}")))
 }
 
 async fn post(
@@ -257,10 +279,7 @@ async fn post(
     ApiQuery(p): ApiQuery<PostParams>,
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
-    let since_ms = match (&p.since, p.since_ms) {
-        (Some(s), _) => Some(duration_param("since", s)?),
-        (None, t) => time_param("since_ms", t)?,
-    };
+    let since_ms = since_of(p.since.as_deref(), p.since_ms)?;
     let as_of_ms = time_param("as_of_ms", p.as_of_ms)?;
     let counter = &c.backend.counter;
     // The workers first, the store second (see `pending`).
@@ -307,6 +326,7 @@ async fn post(
 #[serde(deny_unknown_fields)]
 struct LikersParams {
     /// At most this many users (default 100, at most 1,000).
+    #[serde(default, deserialize_with = "params::whole")]
     limit: Option<usize>,
     /// The page after this user (the previous page's `next`).
     after: Option<String>,
@@ -399,6 +419,7 @@ struct CountsParams {
     /// Comma-separated post ids (GET).
     ids: Option<String>,
     since: Option<String>,
+    #[serde(default, deserialize_with = "params::whole")]
     since_ms: Option<i64>,
     /// `strong` (default) or `eventual`.
     consistency: Option<String>,
@@ -413,6 +434,7 @@ struct CountsParams {
 struct CountsBody {
     ids: Vec<String>,
     since: Option<String>,
+    #[serde(default, deserialize_with = "params::whole")]
     since_ms: Option<i64>,
     consistency: Option<String>,
     pending: Option<bool>,
@@ -473,10 +495,7 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
         viewer,
     } = ask;
     check_ids(&ids).map_err(bad_request)?;
-    let since_ms = match (&since, since_ms) {
-        (Some(s), _) => Some(duration_param("since", s)?),
-        (None, t) => time_param("since_ms", t)?,
-    };
+    let since_ms = since_of(since.as_deref(), since_ms)?;
     let consistency = match consistency.as_deref() {
         None | Some("strong") => tally_core::ports::Consistency::Strong,
         Some("eventual") => tally_core::ports::Consistency::Eventual,
@@ -531,6 +550,7 @@ async fn total(State(c): State<Ctx>) -> ApiResult {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TrendingParams {
+    #[serde(default, deserialize_with = "params::whole")]
     k: Option<usize>,
 }
 
@@ -575,15 +595,13 @@ async fn top_liked(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LatencyParams {
+    #[serde(default, deserialize_with = "params::whole")]
     since_ms: Option<i64>,
     since: Option<String>,
 }
 
 async fn latency(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LatencyParams>) -> ApiResult {
-    let since = match (&p.since, p.since_ms) {
-        (Some(s), _) => duration_param("since", s)?,
-        (None, t) => time_param("since_ms", t)?.unwrap_or(0),
-    };
+    let since = since_of(p.since.as_deref(), p.since_ms)?.unwrap_or(0);
     let w = tally_analytics::latency_windows(c.backend.analytics.as_ref(), apps::ANALYTICS, since)
         .await?;
     let internal =
@@ -627,32 +645,16 @@ async fn leases(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LeasesParams>) -> Ap
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PageParams {
+    #[serde(default, deserialize_with = "params::whole")]
     limit: Option<usize>,
     /// The `next` of the previous page.
     after: Option<String>,
     /// Gone: an offset reads every letter it skips.
+    #[serde(default, deserialize_with = "params::whole")]
     offset: Option<usize>,
 }
 
 /// A page cursor as the API hands it out: opaque (URL-safe base64 of the shard and the key).
-fn encode_cursor(c: &tally_core::ports::LetterCursor) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}\n{}", c.shard_id, c.key))
-}
-
-fn decode_cursor(s: &str) -> Option<tally_core::ports::LetterCursor> {
-    use base64::Engine;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(s)
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let (shard_id, key) = text.split_once('\n')?;
-    Some(tally_core::ports::LetterCursor {
-        shard_id: shard_id.to_owned(),
-        key: key.to_owned(),
-    })
-}
-
 /// Dead letters a page at a time, in key order: `limit` (1–1000) after the cursor `after`, and
 /// `next`, the cursor of the following page (null: the last page).
 async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -> ApiResult {
@@ -667,8 +669,10 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
     }
     let after = match &p.after {
         None => None,
-        Some(s) => Some(decode_cursor(s).ok_or_else(|| {
-            bad_request("`after` is not a cursor this API handed out (a page's `next`)")
+        Some(s) => Some(params::decode_cursor(s).ok_or_else(|| {
+            bad_request(
+                "`after` is not a cursor: a page's `next` (URL-safe base64, 1 to 1,024 characters)",
+            )
         })?),
     };
     let total = c.backend.counter.dead_letter_count().await?;
@@ -682,7 +686,7 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
         "total": total,
         "limit": limit,
         "dead_letters": items,
-        "next": next.as_ref().map(encode_cursor),
+        "next": next.as_ref().map(params::encode_cursor),
     })))
 }
 

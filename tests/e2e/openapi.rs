@@ -88,11 +88,17 @@ fn the_api_answers_as_its_document_says(t: Target) {
     assert_eq!(status, 200);
     let doc: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
-    let file: Value =
+    let mut file: Value =
         serde_json::from_str(&std::fs::read_to_string("src/serve/openapi.json").unwrap()).unwrap();
+    // Counting likers, the document served leaves out what only a store counting events answers.
+    let params = file["paths"]["/api/posts/{id}"]["get"]["parameters"]
+        .as_array_mut()
+        .unwrap();
+    assert!(params.iter().any(|p| p["name"] == "as_of_ms"));
+    params.retain(|p| p["name"] != "as_of_ms");
     assert_eq!(
         doc, file,
-        "the document served is the one in the repository"
+        "the document served is the one in the repository, as a likers store answers it"
     );
     // Every documented operation, answered.
     let ok: &[(&str, &str, &str, Option<&str>)] = &[
@@ -271,7 +277,7 @@ fn the_api_answers_as_its_document_says(t: Target) {
         (
             "get",
             "/api/dead-letters",
-            "/api/dead-letters?after=zzz",
+            "/api/dead-letters?after=not%20a%20cursor",
             None,
             "`after`",
         ),
@@ -359,9 +365,10 @@ fn the_api_asks_for_its_token() {
     );
 }
 
-/// schemathesis against the served document: examples, coverage of every parameter's edges,
-/// fuzzing and stateful sequences — no 5xx, no status or content type the document does not
-/// list, no answer off its schema (a 4xx's included: a JSON error).
+/// schemathesis against the served document, every check: examples, coverage of every
+/// parameter's edges, fuzzing and stateful sequences — no 5xx, no status or content type the
+/// document does not list, no answer off its schema (a 4xx's included: a JSON error), every
+/// request the document admits taken and every one it does not refused, and the token asked.
 fn the_fuzzer_finds_no_fault(t: Target) {
     let (_serve, addr) = served(&t, true);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -373,7 +380,7 @@ fn the_fuzzer_finds_no_fault(t: Target) {
             "--header",
             &format!("Authorization: Bearer {TOKEN}"),
             "--checks",
-            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+            "all",
             "--max-examples",
             "40",
             // One worker: several hit a CPython 3.11 AST race inside the fuzzer (its bug, not ours).
