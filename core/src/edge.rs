@@ -248,11 +248,28 @@ fn text<'a>(a: &'a Attrs, k: &str) -> Option<&'a str> {
     }
 }
 
+/// The attribute names of each remembered write, newest first (0: the one that made the state):
+/// its window, and the event it replaced — liked, time, id.
+const WRITE_ATTRS: [[&str; 4]; EDGE_HISTORY] = [
+    ["w", "pl", "pt", "pe"],
+    ["w1", "pl1", "pt1", "pe1"],
+    ["w2", "pl2", "pt2", "pe2"],
+];
+
 /// The attribute names of the `g`-th newest write (0: the one that made the state): its window,
 /// and the event it replaced — liked, time, id (`w`, `pl`, `pt`, `pe`; then `w1`, `pl1`, …).
-pub fn write_attrs(g: usize) -> [String; 4] {
-    let sfx = if g == 0 { String::new() } else { g.to_string() };
-    ["w", "pl", "pt", "pe"].map(|n| format!("{n}{sfx}"))
+///
+/// # Panics
+/// If `g` is not below [`EDGE_HISTORY`] (a caller's bug: there are no more).
+pub fn write_attrs(g: usize) -> [&'static str; 4] {
+    WRITE_ATTRS[g]
+}
+
+/// Whether a window's write over the stored item `old` replaces another shard's write (read
+/// from the item's `w` alone): [`EdgeState::crossed`] without reading the whole item.
+pub fn crosses(old: Option<&Attrs>, window: &str) -> bool {
+    old.and_then(|a| text(a, "w"))
+        .is_some_and(|w| !w.is_empty() && window_shard(w) != window_shard(window))
 }
 
 impl EdgeState {
@@ -261,11 +278,11 @@ impl EdgeState {
         let mut writes = Vec::new();
         for g in 0..EDGE_HISTORY {
             let [w, pl, pt, pe] = write_attrs(g);
-            let Some(window) = text(a, &w).filter(|w| !w.is_empty()) else {
+            let Some(window) = text(a, w).filter(|w| !w.is_empty()) else {
                 break;
             };
-            let id = text(a, &pe).unwrap_or_default();
-            let (liked, at) = (num(a, &pl).unwrap_or(0) == 1, num(a, &pt).unwrap_or(0));
+            let id = text(a, pe).unwrap_or_default();
+            let (liked, at) = (num(a, pl).unwrap_or(0) == 1, num(a, pt).unwrap_or(0));
             // Absent before it: nothing liked, no time and no id (a tally that kept no ids wrote
             // 0 for an absent edge's time, and a real event's time is never 0).
             let before = (liked || at != 0 || !id.is_empty()).then(|| Stamp {
@@ -386,11 +403,11 @@ pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
     for (g, w) in writes.iter().take(EDGE_HISTORY).enumerate() {
         let [wn, pl, pt, pe] = write_attrs(g);
         let b = w.before.as_ref();
-        a.insert(wn, Val::S(w.window.clone()));
-        a.insert(pl, Val::N(i64::from(b.is_some_and(|b| b.liked))));
-        a.insert(pt, Val::N(b.map_or(0, |b| b.at_ms)));
+        a.insert(wn.to_owned(), Val::S(w.window.clone()));
+        a.insert(pl.to_owned(), Val::N(i64::from(b.is_some_and(|b| b.liked))));
+        a.insert(pt.to_owned(), Val::N(b.map_or(0, |b| b.at_ms)));
         a.insert(
-            pe,
+            pe.to_owned(),
             Val::S(b.map_or_else(String::new, |b| b.event_id.clone())),
         );
     }

@@ -88,7 +88,7 @@ impl DynamoStore {
         let (vt, ve, vw) = (x.val(n(e.at_ms)), x.val(s(&e.event_id)), x.val(s(window)));
         let (zero, nil) = (x.val(n(0)), x.val(s("")));
         let gens: Vec<[String; 4]> = (0..edge::EDGE_HISTORY)
-            .map(|g| edge::write_attrs(g).map(|a| x.name(&a)))
+            .map(|g| edge::write_attrs(g).map(|a| x.name(a)))
             .collect();
         let mut cond =
             format!("(attribute_not_exists({t}) OR {t} < {vt} OR ({t} = {vt} AND {ev} < {ve}))");

@@ -28,8 +28,8 @@ pub(super) fn apply_edges(
         let units = |a: &Attrs| summary::write_units(&e.post_id, &sk, a);
         match edge::apply(item.as_ref(), e, window).map_err(PortError::Other)? {
             EdgeOutcome::Wrote(a, t) => {
+                out.crossed += u64::from(edge::crosses(item.as_ref(), window));
                 put_item(&tx, &e.post_id, &sk, &a)?;
-                out.crossed += u64::from(EdgeState::from_attrs(&a).is_some_and(|s| s.crossed()));
                 out.applied.wrote(Purpose::Edges, units(&a));
                 out.transitions.push(t);
             }
