@@ -309,15 +309,7 @@ impl DynamoStore {
             want
         };
         let r = self
-            .client
-            .put_item()
-            .table_name(self.table("counts"))
-            .set_item(Some(
-                key.clone()
-                    .into_iter()
-                    .chain([("mode".to_owned(), s(m.as_str()))])
-                    .collect(),
-            ))
+            .meta_put(&key, "mode", m.as_str())
             .condition_expression("attribute_not_exists(pk)")
             .send()
             .await;
@@ -332,6 +324,20 @@ impl DynamoStore {
             }
             Err(e) => Err(self.err("PutItem", "counts", e)),
         }
+    }
+
+    /// A `PutItem` of the `#meta` item `key` holding `name` = `value`.
+    fn meta_put(
+        &self,
+        key: &HashMap<String, AttributeValue>,
+        name: &str,
+        value: &str,
+    ) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
+        let item = key.clone().into_iter().chain([(name.to_owned(), s(value))]);
+        self.client
+            .put_item()
+            .table_name(self.table("counts"))
+            .set_item(Some(item.collect()))
     }
 
     /// The clock skews the store was counted with; with `record`, added first if new (a put
@@ -358,16 +364,7 @@ impl DynamoStore {
                 return Ok(skews);
             };
             skews.push(v);
-            let mut put = self
-                .client
-                .put_item()
-                .table_name(self.table("counts"))
-                .set_item(Some(
-                    key.clone()
-                        .into_iter()
-                        .chain([("v".to_owned(), s(edge::skews_to_text(&skews)))])
-                        .collect(),
-                ));
+            let mut put = self.meta_put(&key, "v", &edge::skews_to_text(&skews));
             put = match &text {
                 None => put.condition_expression("attribute_not_exists(pk)"),
                 Some(t) => put
