@@ -248,6 +248,14 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
         vec![],
         "a copy changes nothing, whatever its time"
     );
+    // A copy of the event the edge holds now, ordering later: nothing either.
+    let again_b = vec![like(&p, "u1", false, t + 30_000, "b")];
+    let late_b = store
+        .apply_edges(at("shard-1", &end_c2), &again_b)
+        .await
+        .unwrap();
+    assert_eq!(made(&late_b), vec![], "a copy of the state changes nothing");
+    assert_eq!(late_b.applied.written, 0);
     let (liked, _) = store
         .viewer_likes("u1", std::slice::from_ref(&p), Consistency::Strong)
         .await

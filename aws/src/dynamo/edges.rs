@@ -90,8 +90,9 @@ impl DynamoStore {
         let gens: Vec<[String; 4]> = (0..edge::EDGE_HISTORY)
             .map(|g| edge::write_attrs(g).map(|a| x.name(a)))
             .collect();
-        let mut cond =
-            format!("(attribute_not_exists({t}) OR {t} < {vt} OR ({t} = {vt} AND {ev} < {ve}))");
+        let mut cond = format!(
+            "(attribute_not_exists({t}) OR {t} < {vt} OR ({t} = {vt} AND {ev} < {ve})) AND (attribute_not_exists({ev}) OR {ev} <> {ve})"
+        );
         for [w, _, _, pe] in &gens {
             cond += &format!(
                 " AND (attribute_not_exists({w}) OR {w} <> {vw}) AND (attribute_not_exists({pe}) OR {pe} <> {ve})"
