@@ -236,26 +236,22 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
         "a window finds its write after another shard's window wrote over it"
     );
     assert_eq!((again.applied.written, again.forgotten), (0, 0));
-    // A copy of the like ordering later (clamped at its first arrival, not at this one): the
-    // edge has held that event, so nothing changes; the unlike stands.
-    let copy = vec![like(&p, "u1", true, t + 20_000, "a")];
-    let late = store
-        .apply_edges(at("shard-1", &end_c2), &copy)
-        .await
-        .unwrap();
-    assert_eq!(
-        made(&late),
-        vec![],
-        "a copy changes nothing, whatever its time"
-    );
-    // A copy of the event the edge holds now, ordering later: nothing either.
-    let again_b = vec![like(&p, "u1", false, t + 30_000, "b")];
-    let late_b = store
-        .apply_edges(at("shard-1", &end_c2), &again_b)
-        .await
-        .unwrap();
-    assert_eq!(made(&late_b), vec![], "a copy of the state changes nothing");
-    assert_eq!(late_b.applied.written, 0);
+    // A copy of the replaced like and of the unlike the edge holds now, each ordering later
+    // (clamped at its first arrival, not at this one): the edge has held both events, so nothing
+    // changes and nothing is written; the unlike stands.
+    for (liked, at_ms, id) in [(true, t + 20_000, "a"), (false, t + 30_000, "b")] {
+        let copy = vec![like(&p, "u1", liked, at_ms, id)];
+        let late = store
+            .apply_edges(at("shard-1", &end_c2), &copy)
+            .await
+            .unwrap();
+        assert_eq!(
+            made(&late),
+            vec![],
+            "a copy of {id} changes nothing, whatever its time"
+        );
+        assert_eq!(late.applied.written, 0, "{id}");
+    }
     let (liked, _) = store
         .viewer_likes("u1", std::slice::from_ref(&p), Consistency::Strong)
         .await

@@ -5,7 +5,7 @@ use tally_consumer::ConsumerError;
 use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode};
-use tally_core::ports::{Consistency, GapCommit, WindowRef, WindowRest};
+use tally_core::ports::{Consistency, GapCommit, Pending, WindowRef, WindowRest};
 use tally_core::summary::marker;
 use tally_core::{Position, SeqNo};
 
@@ -49,7 +49,7 @@ impl CounterShard {
         let fence = self.fence()?.clone();
         let pending = self.replay.clone();
         let counted = match &pending {
-            Some(p) => self.count_written_edges(&p.end).await?,
+            Some(p) => self.count_written_edges(p).await?,
             None => None,
         };
         let through = match (pending.as_ref().map(|p| p.end.clone()), trimmed_through) {
@@ -130,7 +130,8 @@ impl CounterShard {
     /// again from the edge's state now) — with the same marker-guarded writes as any window, so
     /// a give-up interrupted and given up again counts each once. `None`: no record, so no edge
     /// of it was written (or it counts events).
-    async fn count_written_edges(&self, end: &Position) -> Result<Option<usize>, ConsumerError> {
+    async fn count_written_edges(&self, pending: &Pending) -> Result<Option<usize>, ConsumerError> {
+        let end = &pending.end;
         let fence = self.fence()?.clone();
         let at = WindowRef {
             app: &fence.app,
@@ -174,7 +175,7 @@ impl CounterShard {
                 max_arrival: i64::MIN,
                 ids: Vec::new(),
             },
-            horizon_ms: self.horizon_ms(),
+            horizon_ms: pending.horizon_ms.unwrap_or_else(|| self.horizon_ms()),
         };
         with_backoff(backoff, "write a given-up window's global total", || {
             self.store.apply_rest(at, rest)

@@ -12,6 +12,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
+use tally_core::clock::now_ms;
 use tally_core::cost::Purpose;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState, Resolved, Transition};
 use tally_core::ports::{
@@ -27,12 +28,8 @@ fn window_edges_pk(app: &str, shard: &str) -> String {
     format!("edges#{app}#{shard}")
 }
 
-/// Seconds since the epoch, now.
-fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
+/// A window's edge record chunks put at once.
+const RECORD_PUTS_IN_FLIGHT: usize = 8;
 
 /// Edge writes in flight at once (each its own request).
 const EDGES_IN_FLIGHT: usize = 32;
@@ -207,7 +204,7 @@ impl DynamoStore {
     ) -> PortResult<Applied> {
         let chunks = edge::encode_pairs(pairs);
         let marker = summary::marker(w.end);
-        let expires = now_secs() + self.retention_secs + DEDUP_TTL_MARGIN_SECS;
+        let expires = now_ms() / 1000 + self.retention_secs + DEDUP_TTL_MARGIN_SECS;
         let n_chunks = chunks.len();
         let puts: Vec<Call<'_, PortResult<u64>>> = chunks
             .into_iter()
@@ -233,7 +230,7 @@ impl DynamoStore {
             })
             .collect();
         let mut out = Applied::default();
-        for r in side_by_side(puts, BATCH_GETS_IN_FLIGHT).await {
+        for r in side_by_side(puts, RECORD_PUTS_IN_FLIGHT).await {
             out.wrote(Purpose::Edges, r?);
         }
         Ok(out)
