@@ -463,9 +463,26 @@ pub struct VerifyArgs {
     /// How many drifts the text summary lists (--json lists every one).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub show: usize,
+    /// The memory the recount may hold (`512MiB`, `2GiB`, `64KiB`): a stream whose recount
+    /// needs more is read in passes over a partition of the posts, each within it (a post's
+    /// likers are split between passes by user; counting events, a post's events are not split).
+    #[arg(long, default_value = "512MiB", value_name = "SIZE", value_parser = memory_size)]
+    pub memory: u64,
     /// Print every drift as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--memory`: a size of at least 1 KiB.
+fn memory_size(s: &str) -> Result<u64, String> {
+    let n = s
+        .parse::<bytesize::ByteSize>()
+        .map_err(|e| format!("expected a size such as 512MiB or 2GiB ({e})"))?
+        .as_u64();
+    if n < 1024 {
+        return Err(format!("expected at least 1KiB, got {n} bytes"));
+    }
+    Ok(n)
 }
 
 #[derive(Args, Debug)]

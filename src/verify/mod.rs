@@ -8,8 +8,12 @@
 //! compared with the records its summary says it holds. What cannot be compared is said: a post
 //! the counter applied records to that this check did not read, shards that moved while the
 //! global total was read, records the stream no longer has, gaps.
+//!
+//! Memory is bounded whatever the stream's size (`--memory-mb`): the recount reads the records
+//! in passes over a partition of the posts ([`partition`]), each compared as it ends.
 
-mod recount;
+pub mod partition;
+pub mod recount;
 mod source;
 
 use std::collections::{BTreeSet, HashMap};
@@ -26,6 +30,7 @@ use tally_core::ports::{
 use tally_core::seq::Position;
 use tally_core::summary::marker;
 
+use self::partition::Part;
 use self::recount::{Minute, Recount, Row};
 use crate::backend::Backend;
 use crate::cli::VerifyArgs;
@@ -72,6 +77,11 @@ struct Report {
     /// DynamoDB read units of the count reads (strongly consistent).
     read_units: u64,
     store_calls: u64,
+    /// The passes the recount read the records in, and the memory each may hold.
+    passes: usize,
+    memory_budget: String,
+    /// One post's likers (counting events, its events) alone held more than the budget.
+    over_budget: bool,
     /// The global total or the dead letters are off (the posts' drifts are in `posts_off`).
     #[serde(skip)]
     rest_off: bool,
@@ -90,73 +100,38 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
             (k.clone(), row)
         })
         .collect();
-    let horizon_ms = tally_core::config::millis(s.counter.dedup_horizon) as i64;
-    // The store says what it counts; one that has counted nothing yet counts as configured.
-    let mode = b
-        .counter
-        .count_mode(None)
-        .await
-        .context("reading what the store counts")?
-        .unwrap_or(s.counter.count);
-    // Counting likers, the recount orders events by the clock skew the store was counted with
-    // (recorded by the counter), not by today's setting.
-    let mut report = Report::default();
-    let likers = if mode == CountMode::Likers {
-        let skews = b
-            .counter
-            .clock_skews(None)
-            .await
-            .context("reading the clock skews the store was counted with")?;
-        if skews.len() > 1 {
-            report.not_checked.push(format!(
-                "the store was counted with several clock skews ({} ms; the latest is used \
-                 here): a post with an event whose clock was ahead by between them may be \
-                 recounted differently from how it was counted",
-                tally_core::edge::skews_to_text(&skews)
-            ));
-        }
-        Some(
-            skews
-                .last()
-                .copied()
-                .unwrap_or(tally_core::config::millis(s.counter.max_clock_skew) as i64),
-        )
-    } else {
-        None
+    let mut report = Report {
+        memory_budget: bytesize::ByteSize(a.memory).to_string(),
+        ..Report::default()
     };
-    let rule = Rule {
-        horizon_ms,
-        likers,
-        input: s.input_config(),
-    };
-    let pb = crate::progress::start(None, "records", a.json);
-    let (mut recount, source_notes) = match &a.from {
+    let rule = Rule::of_store(s, b, &mut report).await?;
+    let source = match &a.from {
         Some(f) => {
             report.source = f.display().to_string();
-            let (recount, anchors) = source::read_recording(f, rule, &rows, &pb)?;
-            anchors
-                .check(f, b.stream.as_ref(), &rows, &recount.read)
-                .await?;
-            (recount, Vec::new())
+            Source::Recording(source::Recording::open(f)?)
         }
         None => {
             report.source = "the stream".into();
-            source::read_stream(b.stream.as_ref(), rule, &rows, &pb).await?
+            Source::Stream
         }
     };
-    crate::progress::finish(&pb);
-    recount.finish();
-    report.not_checked.extend(source_notes);
-    report.shards = recount.read.len();
-    report.records_read = recount.tally.records;
-
-    let now = tally_consumer::worker::now_ms();
-    let since = since_times(now, &a.since);
+    let since = since_times(tally_consumer::worker::now_ms(), &a.since);
     report.since_ms = since.clone();
-    let posts = posts_to_check(&recount);
-    let counts = read_counts(b.counter.as_ref(), &posts, &since, &mut report).await?;
-    // Read before the second listing: a window that adds to it moves a checkpoint (or leaves
-    // one pending) that the listing then shows.
+
+    let pb = crate::progress::start(None, "records", a.json);
+    let recounted = Checked {
+        rule: &rule,
+        source: &source,
+        rows: &rows,
+        before: &before,
+        since: &since,
+        budget: usize::try_from(a.memory).unwrap_or(usize::MAX),
+    }
+    .passes(b, &pb, &mut report)
+    .await?;
+    crate::progress::finish(&pb);
+    // Read between two listings: a window that adds to it moves a checkpoint (or leaves one
+    // pending) that the second listing then shows.
     let total = b
         .counter
         .global_total()
@@ -164,22 +139,7 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
         .context("reading the global total")?;
     report.store_calls += 1;
     let after = states(b, app).await?;
-
-    compare_posts(
-        &recount,
-        &posts,
-        &counts,
-        &since,
-        &before,
-        &after,
-        &mut report,
-    );
-    compare_total(total, &recount, &before, &after, &mut report);
-    compare_letters(b.counter.as_ref(), &recount, &mut report).await?;
-    if recount.counts_likers() {
-        compare_edges(b.counter.as_ref(), &recount, &before, &after, &mut report).await?;
-    }
-    report.recount = recount.tally.clone();
+    compare_total(total, &recounted, &before, &after, &mut report);
     report
         .drifts
         .sort_by_key(|d| std::cmp::Reverse(d.off_by.abs()));
@@ -208,6 +168,126 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     Ok(())
 }
 
+/// Where the records are read from, once per pass.
+enum Source {
+    Stream,
+    Recording(source::Recording),
+}
+
+/// The keys one pass recounts, the memory it may hold, and whether it is the first (which also
+/// keeps what is not partitioned by post: the malformed records, the sampled edges).
+#[derive(Clone, Copy, Debug)]
+pub struct Pass {
+    pub part: Part,
+    pub budget: usize,
+    pub first: bool,
+}
+
+/// What the passes together recounted, for the global total.
+#[derive(Default)]
+struct Recounted {
+    total: i64,
+    late_copies: u64,
+    /// The first and last position read per shard (by the last pass).
+    read: HashMap<String, (Position, Position)>,
+}
+
+/// One verify's recount, read in passes and compared pass by pass.
+struct Checked<'a> {
+    rule: &'a Rule,
+    source: &'a Source,
+    rows: &'a HashMap<String, Row>,
+    before: &'a HashMap<String, ShardState>,
+    since: &'a [i64],
+    budget: usize,
+}
+
+impl Checked<'_> {
+    /// Reads the records once per pass until the passes cover every post, comparing each
+    /// pass's posts with the store as it ends.
+    async fn passes(
+        &self,
+        b: &Backend,
+        pb: &indicatif::ProgressBar,
+        report: &mut Report,
+    ) -> Result<Recounted> {
+        let mut split = HashMap::new();
+        let mut out = Recounted::default();
+        let mut pass = Pass {
+            part: Part::ALL,
+            budget: self.budget,
+            first: true,
+        };
+        loop {
+            let mut r = self.read(b, pass, pb, report).await?;
+            r.finish();
+            report.passes += 1;
+            report.over_budget |= r.over_budget;
+            let drifted =
+                check_posts(b.counter.as_ref(), &r, self.since, &mut split, report).await?;
+            let after = states(b, apps::COUNTER).await?;
+            settle(drifted, self.before, &after, report);
+            if pass.first {
+                report.recount = r.tally.clone();
+                report.shards = r.read.len();
+                report.records_read = r.tally.records;
+                compare_letters(b.counter.as_ref(), &r, report).await?;
+            } else {
+                let (t, p) = (&mut report.recount, &r.tally);
+                t.counted += p.counted;
+                t.duplicates += p.duplicates;
+                t.late_copies += p.late_copies;
+                t.beyond_checkpoint += p.beyond_checkpoint;
+            }
+            if r.counts_likers() {
+                compare_edges(b.counter.as_ref(), &r, self.before, &after, report).await?;
+            }
+            out.total += r.total();
+            out.late_copies += r.tally.late_copies;
+            out.read = std::mem::take(&mut r.read);
+            match r.part().next() {
+                Some(part) => {
+                    pass = Pass {
+                        part,
+                        budget: self.budget,
+                        first: false,
+                    }
+                }
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// One pass over the records.
+    async fn read(
+        &self,
+        b: &Backend,
+        pass: Pass,
+        pb: &indicatif::ProgressBar,
+        report: &mut Report,
+    ) -> Result<Recount> {
+        match self.source {
+            Source::Recording(f) => {
+                let (r, anchors) = source::read_recording(f, self.rule, pass, self.rows, pb)?;
+                if pass.first {
+                    anchors
+                        .check(&f.name, b.stream.as_ref(), self.rows, &r.read)
+                        .await?;
+                }
+                Ok(r)
+            }
+            Source::Stream => {
+                let (r, notes) =
+                    source::read_stream(b.stream.as_ref(), self.rule, pass, self.rows, pb).await?;
+                if pass.first {
+                    report.not_checked.extend(notes);
+                }
+                Ok(r)
+            }
+        }
+    }
+}
+
 /// The store does not hold what the stream says: exit status 1, after the report.
 #[derive(Debug, thiserror::Error)]
 #[error("the store's counts are not the recount's (above)")]
@@ -234,8 +314,55 @@ pub(crate) struct Rule {
 }
 
 impl Rule {
-    pub(crate) fn recount(&self, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
-        let r = Recount::new(self.horizon_ms, shards, rows).input(self.input.clone());
+    /// The rule the store was counted by. The store says what it counts (one that has counted
+    /// nothing yet counts as configured); counting likers, the recount orders events by the
+    /// clock skew the store was counted with (recorded by the counter), not by today's setting.
+    async fn of_store(s: &Settings, b: &Backend, report: &mut Report) -> Result<Rule> {
+        let mode = b
+            .counter
+            .count_mode(None)
+            .await
+            .context("reading what the store counts")?
+            .unwrap_or(s.counter.count);
+        let likers = if mode == CountMode::Likers {
+            let skews = b
+                .counter
+                .clock_skews(None)
+                .await
+                .context("reading the clock skews the store was counted with")?;
+            if skews.len() > 1 {
+                report.not_checked.push(format!(
+                    "the store was counted with several clock skews ({} ms; the latest is used \
+                     here): a post with an event whose clock was ahead by between them may be \
+                     recounted differently from how it was counted",
+                    tally_core::edge::skews_to_text(&skews)
+                ));
+            }
+            Some(
+                skews
+                    .last()
+                    .copied()
+                    .unwrap_or(tally_core::config::millis(s.counter.max_clock_skew) as i64),
+            )
+        } else {
+            None
+        };
+        Ok(Rule {
+            horizon_ms: tally_core::config::millis(s.counter.dedup_horizon) as i64,
+            likers,
+            input: s.input_config(),
+        })
+    }
+
+    pub(crate) fn recount(
+        &self,
+        shards: &[ShardInfo],
+        rows: &HashMap<String, Row>,
+        pass: Pass,
+    ) -> Recount {
+        let r = Recount::new(self.horizon_ms, shards, rows)
+            .input(self.input.clone())
+            .within(pass.part, pass.budget, pass.first);
         match self.likers {
             Some(skew) => r.likers(skew),
             None => r,
@@ -269,39 +396,39 @@ fn since_times(now: i64, asked: &[std::time::Duration]) -> Vec<i64> {
     t
 }
 
-/// Every post the recount names (the stream never names a post the store alone holds; the
-/// global total covers those).
-fn posts_to_check(r: &Recount) -> Vec<String> {
+/// Every post the pass holds records of (the stream never names a post the store alone holds;
+/// the global total covers those), and the split posts whose last part this pass held.
+fn posts_to_check(r: &Recount, split: &HashMap<String, Split>) -> Vec<String> {
+    let part = r.part();
     let mut posts: Vec<String> = r
         .posts
         .keys()
         .cloned()
         .chain(r.beyond.iter().map(|b| b.post_id.clone()))
+        .chain(split.keys().filter(|p| !part.continues(p)).cloned())
         .collect();
     posts.sort_unstable();
     posts.dedup();
     posts
 }
 
-/// Each post's counts since each time, read a feed page at a time.
+/// Posts' counts since each time, a feed page at a time.
 async fn read_counts(
     store: &dyn CounterStore,
     posts: &[String],
     since: &[i64],
     report: &mut Report,
-) -> Result<HashMap<String, Vec<PostCount>>> {
-    let mut out: HashMap<String, Vec<PostCount>> = HashMap::with_capacity(posts.len());
-    for chunk in posts.chunks(MAX_POSTS_PER_CALL) {
-        for t in since {
-            let counts = store
-                .post_counts(chunk, Some(*t), Consistency::Strong)
-                .await
-                .context("reading counts")?;
-            report.store_calls += 1;
-            for (p, c) in chunk.iter().zip(counts) {
-                report.read_units += c.read_units;
-                out.entry(p.clone()).or_default().push(c);
-            }
+) -> Result<Vec<Vec<PostCount>>> {
+    let mut out: Vec<Vec<PostCount>> = posts.iter().map(|_| Vec::new()).collect();
+    for t in since {
+        let counts = store
+            .post_counts(posts, Some(*t), Consistency::Strong)
+            .await
+            .context("reading counts")?;
+        report.store_calls += 1;
+        for (o, c) in out.iter_mut().zip(counts) {
+            report.read_units += c.read_units;
+            o.push(c);
         }
     }
     Ok(out)
@@ -322,15 +449,42 @@ fn moved(
     }
 }
 
-fn compare_posts(
+/// A post whose keys more than one pass holds: its counts as read once, and what the passes so
+/// far say each read should show (a post's count is a sum over its users, so over its passes).
+struct Split {
+    reads: Vec<PostCount>,
+    checks: Vec<Check>,
+    /// Shards of its records after their checkpoints (a window may be applying them).
+    beyond_shards: BTreeSet<String>,
+    /// It holds records this check did not read: not compared.
+    unread: bool,
+}
+
+/// One number the store shows for a post beside the range the recount allows it.
+#[derive(Clone, Debug)]
+struct Check {
+    since_ms: Option<i64>,
+    store: i64,
+    lo: i64,
+    hi: i64,
+}
+
+/// A post whose counts are off, unless a window was being applied to it while it was read.
+struct OffPost {
+    drifts: Vec<Drift>,
+    beyond_shards: BTreeSet<String>,
+}
+
+/// Compares the posts this pass recounted in full (or in their last part) with the store, a
+/// feed page at a time; a post that continues into the next pass is read now and kept in
+/// `split`. Returns the posts found off, for [`settle`].
+async fn check_posts(
+    store: &dyn CounterStore,
     r: &Recount,
-    posts: &[String],
-    counts: &HashMap<String, Vec<PostCount>>,
     since: &[i64],
-    before: &HashMap<String, ShardState>,
-    after: &HashMap<String, ShardState>,
+    split: &mut HashMap<String, Split>,
     report: &mut Report,
-) {
+) -> Result<Vec<OffPost>> {
     let mut beyond: HashMap<&str, Vec<&recount::Beyond>> = HashMap::new();
     for b in &r.beyond {
         beyond.entry(b.post_id.as_str()).or_default().push(b);
@@ -340,42 +494,87 @@ fn compare_posts(
         .iter()
         .map(|(s, (_, last))| (s.as_str(), marker(last)))
         .collect();
+    let posts = posts_to_check(r, split);
+    let mut drifted = Vec::new();
     let mut unread = 0;
-    let mut unsettled = 0;
-    for p in posts {
-        let Some(c) = counts.get(p).filter(|c| !c.is_empty()) else {
-            continue;
-        };
-        let beyond = beyond
-            .get(p.as_str())
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        // A post the counter applied records to that this check did not read.
-        if c.iter().any(|c| {
-            c.marks
-                .iter()
-                .any(|(s, m)| last_read.get(s.as_str()).is_none_or(|l| m > l))
-        }) {
-            unread += 1;
-            continue;
+    for chunk in posts.chunks(MAX_POSTS_PER_CALL) {
+        let to_read: Vec<String> = chunk
+            .iter()
+            .filter(|p| !split.contains_key(*p))
+            .cloned()
+            .collect();
+        let mut reads: HashMap<String, Vec<PostCount>> = to_read
+            .iter()
+            .cloned()
+            .zip(read_counts(store, &to_read, since, report).await?)
+            .collect();
+        for p in chunk {
+            let beyond = beyond
+                .get(p.as_str())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let mut post = match (split.remove(p), reads.remove(p)) {
+                (Some(s), _) => s,
+                (None, Some(c)) if c.is_empty() => continue,
+                (None, Some(c)) => Split {
+                    // A post the counter applied records to that this check did not read.
+                    unread: c.iter().any(|c| {
+                        c.marks
+                            .iter()
+                            .any(|(s, m)| last_read.get(s.as_str()).is_none_or(|l| m > l))
+                    }),
+                    checks: Vec::new(),
+                    reads: c,
+                    beyond_shards: BTreeSet::new(),
+                },
+                (None, None) => continue,
+            };
+            post.add(r, p, beyond, since);
+            if r.part().continues(p) {
+                split.insert(p.clone(), post);
+                continue;
+            }
+            if post.unread {
+                unread += 1;
+                continue;
+            }
+            let drifts = post.drifts(p);
+            if drifts.is_empty() {
+                report.posts_checked += 1;
+            } else {
+                drifted.push(OffPost {
+                    drifts,
+                    beyond_shards: post.beyond_shards,
+                });
+            }
         }
-        // Each read is compared with the records its own markers say it holds: a window may
-        // land between the reads of one post.
-        let mut drifts = Vec::new();
-        for (i, (t, count)) in since.iter().zip(c).enumerate() {
-            let held = Held::of(r, p, beyond, &count.marks);
+    }
+    if unread > 0 {
+        report.not_checked.push(format!(
+            "{unread} posts hold records this check did not read (applied after their shard was read, or the recording ends before the counter's checkpoint)"
+        ));
+    }
+    Ok(drifted)
+}
+
+impl Split {
+    /// Adds what one pass's records of the post say each read should show. Each read is
+    /// compared with the records its own markers say it holds: a window may land between the
+    /// reads of one post.
+    fn add(&mut self, r: &Recount, post: &str, beyond: &[&recount::Beyond], since: &[i64]) {
+        self.beyond_shards
+            .extend(beyond.iter().map(|b| b.shard_id.clone()));
+        let mut checks = Vec::new();
+        for (i, (t, count)) in since.iter().zip(&self.reads).enumerate() {
+            let held = Held::of(r, post, beyond, &count.marks);
             let mut check = |since_ms: Option<i64>, store: i64| {
                 let (lo, hi) = held.range(since_ms.map(|t| t.div_euclid(MINUTE_MS)));
-                if store < lo || store > hi {
-                    drifts.push(Drift {
-                        post_id: p.clone(),
-                        since_ms,
-                        store,
-                        recount: lo,
-                        recount_up_to: (hi != lo).then_some(hi),
-                        off_by: if store < lo { store - lo } else { store - hi },
-                    });
-                }
+                checks.push(Check {
+                    since_ms,
+                    store,
+                    lo,
+                    hi,
+                });
             };
             if i == 0 {
                 check(None, count.total);
@@ -384,23 +583,53 @@ fn compare_posts(
                 check(Some(*t), n);
             }
         }
-        let moving = beyond.iter().any(|b| moved(before, after, &b.shard_id));
-        if !drifts.is_empty() && moving {
-            // A window was being applied to it while it was read: compared again next run.
+        if self.checks.is_empty() {
+            self.checks = checks;
+        } else {
+            for (c, more) in self.checks.iter_mut().zip(checks) {
+                c.lo += more.lo;
+                c.hi += more.hi;
+            }
+        }
+    }
+
+    fn drifts(&self, post: &str) -> Vec<Drift> {
+        self.checks
+            .iter()
+            .filter(|c| c.store < c.lo || c.store > c.hi)
+            .map(|c| Drift {
+                post_id: post.to_owned(),
+                since_ms: c.since_ms,
+                store: c.store,
+                recount: c.lo,
+                recount_up_to: (c.hi != c.lo).then_some(c.hi),
+                off_by: if c.store < c.lo {
+                    c.store - c.lo
+                } else {
+                    c.store - c.hi
+                },
+            })
+            .collect()
+    }
+}
+
+/// The posts found off: off, unless a window was being applied to them while they were read
+/// (compared again next run).
+fn settle(
+    drifted: Vec<OffPost>,
+    before: &HashMap<String, ShardState>,
+    after: &HashMap<String, ShardState>,
+    report: &mut Report,
+) {
+    let mut unsettled = 0;
+    for d in drifted {
+        if d.beyond_shards.iter().any(|s| moved(before, after, s)) {
             unsettled += 1;
             continue;
         }
         report.posts_checked += 1;
-        if drifts.is_empty() {
-            continue;
-        }
         report.posts_off += 1;
-        report.drifts.extend(drifts);
-    }
-    if unread > 0 {
-        report.not_checked.push(format!(
-            "{unread} posts hold records this check did not read (applied after their shard was read, or the recording ends before the counter's checkpoint)"
-        ));
+        report.drifts.extend(d.drifts);
     }
     if unsettled > 0 {
         report.not_checked.push(format!(
@@ -486,7 +715,7 @@ impl<'a> Held<'a> {
 /// The store's global `total`, read between the two listings, beside the recount's.
 fn compare_total(
     total: i64,
-    r: &Recount,
+    r: &Recounted,
     before: &HashMap<String, ShardState>,
     after: &HashMap<String, ShardState>,
     report: &mut Report,
@@ -515,10 +744,10 @@ fn compare_total(
             "{} shards' checkpoints are past the last record read",
             unread.len()
         ))
-    } else if r.has_late_copies() {
+    } else if r.late_copies > 0 {
         Some(format!(
             "{} copies arrived later than the dedup horizon",
-            r.tally.late_copies
+            r.late_copies
         ))
     } else {
         None
@@ -528,13 +757,14 @@ fn compare_total(
         report.not_checked.push(format!("the global total: {why}"));
         return;
     }
-    let recount = r.total();
+    let recount = r.total;
     report.rest_off |= total != recount;
     report.global_total =
         json!({"checked": true, "store": total, "recount": recount, "off_by": total - recount});
 }
 
-/// The edges sampled from the recount beside the store's: whether each user likes the post.
+/// The edges sampled from the pass's recount beside the store's: whether each user likes the
+/// post (added to what earlier passes sampled).
 async fn compare_edges(
     store: &dyn CounterStore,
     r: &Recount,
@@ -548,10 +778,13 @@ async fn compare_edges(
         .chain(after.keys())
         .any(|s| moved(before, after, s))
     {
-        report.edges = json!({"checked": 0});
-        report
-            .not_checked
-            .push("the edges: shards moved while the stream was read".into());
+        const MOVED: &str = "the edges: shards moved while the stream was read";
+        if report.edges.is_null() {
+            report.edges = json!({"checked": 0, "off": []});
+        }
+        if !report.not_checked.iter().any(|n| n == MOVED) {
+            report.not_checked.push(MOVED.into());
+        }
         return Ok(());
     }
     let mut off = Vec::new();
@@ -568,7 +801,10 @@ async fn compare_edges(
         }
     }
     report.rest_off |= !off.is_empty();
-    report.edges = json!({"checked": sample.len(), "off": off});
+    let checked = report.edges["checked"].as_u64().unwrap_or(0) + sample.len() as u64;
+    let mut all_off = report.edges["off"].as_array().cloned().unwrap_or_default();
+    all_off.extend(off);
+    report.edges = json!({"checked": checked, "off": all_off});
     Ok(())
 }
 
@@ -717,7 +953,24 @@ fn print_text(r: &Report, show: usize) {
         println!("not checked: {n}");
     }
     println!(
-        "read {} records; {} store calls, {} read units for counts",
-        r.records_read, r.store_calls, r.read_units
+        "read {} records{}; {} store calls, {} read units for counts",
+        r.records_read,
+        if r.passes > 1 {
+            format!(
+                " in {} passes of at most {} each",
+                r.passes, r.memory_budget
+            )
+        } else {
+            String::new()
+        },
+        r.store_calls,
+        r.read_units
     );
+    if r.over_budget {
+        println!(
+            "memory: one post alone held more than --memory {} (its events, counting events; a \
+             post's likers are split by user)",
+            r.memory_budget
+        );
+    }
 }

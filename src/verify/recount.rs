@@ -21,6 +21,8 @@ use tally_core::kpl::{user_records, UserRecords};
 use tally_core::ports::ShardInfo;
 use tally_core::seq::{Position, SeqNo};
 
+use super::partition::{self, size, Part};
+
 /// A minute since the epoch.
 pub type Minute = i64;
 
@@ -110,6 +112,8 @@ pub fn applied(shards: &[ShardInfo], rows: &HashMap<String, Row>) -> HashMap<Str
 /// check runs, and a post's summary says whether it holds it yet.
 #[derive(Clone, Debug)]
 pub struct Beyond {
+    /// Its place in the key space ([`partition::key`]).
+    pub key: u64,
     pub shard_id: String,
     pub at: Position,
     pub post_id: String,
@@ -138,7 +142,8 @@ impl Latest {
     }
 }
 
-/// How many of each the recount met.
+/// How many of each the recount met. Records, user records, malformed and skipped ones are of
+/// the whole stream (every pass reads it); the rest, of the pass's keys.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Tally {
     /// Kinesis records read.
@@ -168,7 +173,17 @@ pub struct Recount {
     applied: HashMap<String, Applied>,
     lineage: HashMap<String, usize>,
     /// First arrival of each event id, per lineage.
-    first_seen: HashMap<(usize, String), i64>,
+    first_seen: HashMap<(usize, String), Seen>,
+    /// The keys this pass holds; what it holds past which it gives up half of them.
+    part: Part,
+    budget: usize,
+    /// What it holds ([`partition::size`]), and past which it next tries to give some up.
+    bytes: usize,
+    next_shrink: usize,
+    /// Whether it keeps the malformed records (one pass does).
+    keeps_letters: bool,
+    /// It holds more than the budget on a key it cannot give up.
+    pub over_budget: bool,
     pub posts: HashMap<String, PostRecount>,
     pub beyond: Vec<Beyond>,
     /// Malformed user records at or before their shard's checkpoint: each must be a dead letter.
@@ -191,12 +206,33 @@ impl Recount {
             applied: applied(shards, rows),
             lineage: lineages(shards),
             first_seen: HashMap::new(),
+            part: Part::ALL,
+            budget: usize::MAX,
+            bytes: 0,
+            next_shrink: usize::MAX,
+            keeps_letters: true,
+            over_budget: false,
             posts: HashMap::new(),
             beyond: Vec::new(),
             malformed: BTreeSet::new(),
             read: HashMap::new(),
             tally: Tally::default(),
         }
+    }
+
+    /// Holds only the keys of `part` (and of it, less when what it holds passes `budget` bytes);
+    /// keeps the malformed records if `keeps_letters`.
+    pub fn within(mut self, part: Part, budget: usize, keeps_letters: bool) -> Recount {
+        self.part = part;
+        self.budget = budget;
+        self.next_shrink = budget;
+        self.keeps_letters = keeps_letters;
+        self
+    }
+
+    /// The keys this pass held to its end (the next pass starts where it stops).
+    pub fn part(&self) -> Part {
+        self.part
     }
 
     /// Reads the records by `input`'s contract (a table's change records, whose other items are
@@ -221,8 +257,12 @@ impl Recount {
         self.likers.is_some()
     }
 
-    /// Likers: the posts' applied counts, once every record is read.
+    /// Once every record is read: the posts' applied counts (likers) and what the pass met.
     pub fn finish(&mut self) {
+        self.tally.counted = self.first_seen.len() as u64;
+        self.tally.duplicates = self.first_seen.values().map(|s| s.copies).sum();
+        self.tally.late_copies = self.first_seen.values().map(|s| s.late).sum();
+        self.tally.beyond_checkpoint = self.beyond.len() as u64;
         if self.likers.is_none() {
             return;
         }
@@ -319,7 +359,7 @@ impl Recount {
 
     fn malformed_at(&mut self, shard_id: &str, at: Position) {
         self.tally.malformed += 1;
-        if self.applied(shard_id, &at) {
+        if self.keeps_letters && self.applied(shard_id, &at) {
             self.malformed.insert((shard_id.to_owned(), at));
         }
     }
@@ -340,35 +380,49 @@ impl Recount {
         if let Some(skew) = self.likers {
             return self.user_action(shard_id, at, arrival_ms, ev, skew);
         }
+        let key = partition::key(&ev.post_id, None);
+        if !self.part.contains(key) {
+            return;
+        }
         let scope = self.lineage.get(shard_id).copied().unwrap_or(usize::MAX);
-        let late = match self.first_seen.get(&(scope, ev.event_id.clone())) {
+        let late = match self.first_seen.get_mut(&(scope, ev.event_id.clone())) {
             None => {
-                self.first_seen.insert((scope, ev.event_id), arrival_ms);
+                self.bytes += size::seen(&ev.event_id);
+                self.first_seen
+                    .insert((scope, ev.event_id), Seen::first(arrival_ms, key));
                 false
             }
-            Some(first) if (arrival_ms - first).abs() <= self.horizon_ms => {
-                self.tally.duplicates += 1;
-                return;
+            Some(first) if (arrival_ms - first.arrival_ms).abs() <= self.horizon_ms => {
+                first.copies += 1;
+                return self.keep_within_budget();
             }
-            Some(_) => {
-                self.tally.late_copies += 1;
+            Some(first) => {
+                first.late += 1;
                 true
             }
         };
         let minute = ev.created_at.div_euclid(60_000);
         let delta = ev.action.delta();
-        if !late {
-            self.tally.counted += 1;
-        }
         if self.applied(shard_id, &at) {
-            let p = self.posts.entry(ev.post_id).or_default();
+            let p = match self.posts.get_mut(&ev.post_id) {
+                Some(p) => p,
+                None => {
+                    self.bytes += size::post(&ev.post_id);
+                    self.posts.entry(ev.post_id).or_default()
+                }
+            };
             if late {
+                self.bytes += size::LATE;
                 p.late.push((minute, delta));
             } else {
+                if !p.minutes.contains_key(&minute) {
+                    self.bytes += size::MINUTE;
+                }
                 p.add(minute, delta);
             }
         } else {
             self.beyond_checkpoint(Beyond {
+                key,
                 shard_id: shard_id.to_owned(),
                 at,
                 post_id: ev.post_id,
@@ -378,6 +432,7 @@ impl Recount {
                 action: None,
             });
         }
+        self.keep_within_budget();
     }
 
     /// Likers: one user's action, kept if it is the latest of its edge (every copy is read: a
@@ -390,15 +445,19 @@ impl Recount {
         ev: tally_core::event::LikeEvent,
         skew_ms: i64,
     ) {
+        let key = partition::key(&ev.post_id, Some(&ev.user_id));
+        if !self.part.contains(key) {
+            return;
+        }
         // The event's first copy decides its clamp: a copy that arrives later orders as it did.
         let first_arrival = match self.first_seen.entry((0, ev.event_id.clone())) {
-            std::collections::hash_map::Entry::Occupied(o) => {
-                self.tally.duplicates += 1;
-                *o.get()
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                o.get_mut().copies += 1;
+                o.get().arrival_ms
             }
             std::collections::hash_map::Entry::Vacant(v) => {
-                self.tally.counted += 1;
-                *v.insert(arrival_ms)
+                self.bytes += size::seen(v.key().1.as_str());
+                v.insert(Seen::first(arrival_ms, key)).arrival_ms
             }
         };
         // The clock-skew rule, as documented (README, "counter.max_clock_skew_secs").
@@ -413,14 +472,23 @@ impl Recount {
             liked: ev.action == tally_core::event::Action::Like,
         };
         if self.applied(shard_id, &at) {
-            self.edges
-                .entry(ev.post_id)
-                .or_default()
-                .entry(ev.user_id)
-                .and_modify(|e| e.merge(&latest))
-                .or_insert(latest);
+            let users = match self.edges.get_mut(&ev.post_id) {
+                Some(u) => u,
+                None => {
+                    self.bytes += size::post(&ev.post_id);
+                    self.edges.entry(ev.post_id).or_default()
+                }
+            };
+            match users.get_mut(&ev.user_id) {
+                Some(e) => e.merge(&latest),
+                None => {
+                    self.bytes += size::edge(&ev.user_id, &latest.event_id);
+                    users.insert(ev.user_id, latest);
+                }
+            }
         } else {
             self.beyond_checkpoint(Beyond {
+                key,
                 shard_id: shard_id.to_owned(),
                 at,
                 post_id: ev.post_id,
@@ -430,12 +498,81 @@ impl Recount {
                 action: Some((ev.user_id, latest)),
             });
         }
+        self.keep_within_budget();
     }
 
     /// Keeps a record after its shard's checkpoint, for the posts' comparisons.
     fn beyond_checkpoint(&mut self, b: Beyond) {
-        self.tally.beyond_checkpoint += 1;
+        self.bytes += beyond_size(&b);
         self.beyond.push(b);
+    }
+
+    /// Past the budget, gives up the upper half of the keys it holds (and what it kept of them)
+    /// to a later pass. A part it cannot split further (everything on one key) is let grow, and
+    /// tried again only once it has grown by a quarter, so no record pays for the attempt.
+    fn keep_within_budget(&mut self) {
+        if self.bytes <= self.next_shrink {
+            return;
+        }
+        match partition::split_point(self.keys()) {
+            Some(hi) => {
+                self.part.hi = Some(hi);
+                self.retain_below(hi);
+                self.bytes = self.held_bytes();
+            }
+            None => self.over_budget = true,
+        }
+        self.next_shrink = self.budget.max(self.bytes.saturating_add(self.bytes / 4));
+    }
+
+    /// One key per item held.
+    fn keys(&self) -> Vec<u64> {
+        let mut keys: Vec<u64> = self.first_seen.values().map(|s| s.key).collect();
+        keys.extend(self.beyond.iter().map(|b| b.key));
+        for (post, users) in &self.edges {
+            keys.extend(users.keys().map(|u| partition::key(post, Some(u))));
+        }
+        if self.likers.is_none() {
+            keys.extend(self.posts.keys().map(|p| partition::key(p, None)));
+        }
+        keys
+    }
+
+    fn retain_below(&mut self, hi: u64) {
+        self.first_seen.retain(|_, s| s.key < hi);
+        self.beyond.retain(|b| b.key < hi);
+        self.edges.retain(|post, users| {
+            users.retain(|u, _| partition::key(post, Some(u)) < hi);
+            !users.is_empty()
+        });
+        if self.likers.is_none() {
+            self.posts.retain(|p, _| partition::key(p, None) < hi);
+        }
+    }
+
+    /// What it holds, by [`partition::size`].
+    fn held_bytes(&self) -> usize {
+        let seen: usize = self.first_seen.keys().map(|(_, e)| size::seen(e)).sum();
+        let beyond: usize = self.beyond.iter().map(beyond_size).sum();
+        let edges: usize = self
+            .edges
+            .iter()
+            .map(|(p, users)| {
+                size::post(p)
+                    + users
+                        .iter()
+                        .map(|(u, l)| size::edge(u, &l.event_id))
+                        .sum::<usize>()
+            })
+            .sum();
+        let posts: usize = self
+            .posts
+            .iter()
+            .map(|(p, r)| {
+                size::post(p) + r.minutes.len() * size::MINUTE + r.late.len() * size::LATE
+            })
+            .sum();
+        seen + beyond + edges + posts
     }
 
     /// The applied total of every post.
@@ -447,6 +584,35 @@ impl Recount {
     pub fn has_late_copies(&self) -> bool {
         self.tally.late_copies > 0
     }
+}
+
+/// An event's first copy: when it arrived, its key, and how many copies followed (within the
+/// horizon, and later).
+#[derive(Clone, Debug)]
+struct Seen {
+    arrival_ms: i64,
+    key: u64,
+    copies: u64,
+    late: u64,
+}
+
+impl Seen {
+    fn first(arrival_ms: i64, key: u64) -> Seen {
+        Seen {
+            arrival_ms,
+            key,
+            copies: 0,
+            late: 0,
+        }
+    }
+}
+
+fn beyond_size(b: &Beyond) -> usize {
+    let (user, event) = match &b.action {
+        Some((u, l)) => (Some(u.as_str()), Some(l.event_id.as_str())),
+        None => (None, None),
+    };
+    size::beyond(&b.shard_id, &b.post_id, user, event)
 }
 
 /// A post's count from its users' latest actions: those that like it, by the minute they did.
@@ -491,6 +657,8 @@ fn lineages(shards: &[ShardInfo]) -> HashMap<String, usize> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn shard(id: &str, parents: &[&str]) -> ShardInfo {
@@ -575,6 +743,7 @@ mod tests {
         r.record("a", &seq(6), 5_000, &ev("e2", "p", "unlike", 120_000));
         r.record("a", &seq(7), 5_000, b"not json");
         r.record("a", &seq(200), 5_000, &ev("e3", "p", "like", 120_000)); // after the checkpoint
+        r.finish();
         let p = &r.posts["p"];
         assert_eq!((p.total, p.since(1), p.since(2)), (1, 1, -1));
         assert_eq!(p.late, vec![(1, 1)]);
@@ -612,5 +781,87 @@ mod tests {
         let held: Vec<&Beyond> = r.beyond.iter().collect();
         let with = r.likers_with("p", &held);
         assert_eq!((with.total, with.since(4)), (2, 1));
+    }
+
+    /// Each post's recount over passes: (total, count by minute), summed over the passes that
+    /// held its keys; how many passes there were, and the events counted.
+    fn in_passes(
+        records: &[(String, u64, i64, Vec<u8>)],
+        likers: bool,
+        budget: usize,
+    ) -> (BTreeMap<String, (i64, BTreeMap<Minute, i64>)>, usize, u64) {
+        let shards = [shard("a", &[]), shard("b", &[])];
+        let rows: HashMap<String, Row> = [
+            ("a".to_owned(), through(1_000_000)),
+            ("b".to_owned(), through(1_000_000)),
+        ]
+        .into();
+        let mut out: BTreeMap<String, (i64, BTreeMap<Minute, i64>)> = BTreeMap::new();
+        let (mut part, mut passes, mut counted) = (Part::ALL, 0, 0);
+        loop {
+            let mut r = Recount::new(60_000, &shards, &rows).within(part, budget, passes == 0);
+            if likers {
+                r = r.likers(300_000);
+            }
+            for (shard, s, arrival, data) in records {
+                r.record(shard, &seq(*s), *arrival, data);
+            }
+            r.finish();
+            passes += 1;
+            counted += r.tally.counted;
+            for (post, p) in &r.posts {
+                let o = out.entry(post.clone()).or_default();
+                o.0 += p.total;
+                for (m, n) in &p.minutes {
+                    *o.1.entry(*m).or_insert(0) += n;
+                }
+            }
+            match r.part().next() {
+                Some(next) => part = next,
+                None => return (out, passes, counted),
+            }
+        }
+    }
+
+    #[test]
+    fn passes_over_a_partition_recount_what_one_pass_does() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..6u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            // A viral post (whose likers outgrow the budget alone) and a long tail; copies.
+            let mut records: Vec<(String, u64, i64, Vec<u8>)> = Vec::new();
+            for i in 0..3_000u64 {
+                let shard = if rng.gen_bool(0.5) { "a" } else { "b" };
+                if i > 0 && rng.gen_bool(0.05) {
+                    // A copy of an earlier event, arriving again (later than the horizon too).
+                    let (_, _, arrival, data) = records[rng.gen_range(0..records.len())].clone();
+                    let later = arrival + rng.gen_range(0..120_000);
+                    records.push((shard.to_owned(), i + 1, later, data));
+                    continue;
+                }
+                let post = if rng.gen_bool(0.4) {
+                    "viral".to_owned()
+                } else {
+                    format!("p{}", rng.gen_range(0..300))
+                };
+                let user = format!("u{}", rng.gen_range(0..400));
+                let action = if rng.gen_bool(0.7) { "like" } else { "unlike" };
+                // Some clocks ahead of the arrival by more than the allowed skew.
+                let created = rng.gen_range(0..600_000);
+                let arrival = created - rng.gen_range(-60_000..400_000);
+                let data = format!(
+                    r#"{{"event_id":"e{i}","post_id":"{post}","user_id":"{user}","action":"{action}","created_at":{created}}}"#
+                );
+                records.push((shard.to_owned(), i + 1, arrival, data.into_bytes()));
+            }
+            for likers in [true, false] {
+                let (one, passes, counted) = in_passes(&records, likers, usize::MAX);
+                assert_eq!(passes, 1);
+                let (many, passes, counted_in_passes) = in_passes(&records, likers, 20_000);
+                assert!(passes > 4, "seed {seed}: {passes} passes");
+                assert_eq!(counted_in_passes, counted, "seed {seed}, likers {likers}");
+                assert_eq!(many, one, "seed {seed}, likers {likers}");
+            }
+        }
     }
 }

@@ -1,27 +1,62 @@
 //! Where `tally verify` reads the records it recounts: the stream itself, or a recording of it
 //! (`--from`), which must be of the stream the counter read: a replay gives records new sequence
 //! numbers, so the counter's checkpoints on a stack a recording was replayed into name other
-//! records than the recording's.
+//! records than the recording's. Either is read once per pass ([`super::partition`]); a
+//! recording on standard input is first copied to a temporary file, so it can be read again.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use tally_core::ports::{ShardInfo, StartPosition, Stream};
 use tally_core::seq::{Position, SeqNo};
 
 use super::recount::{Recount, Row};
-use super::Rule;
+use super::{Pass, Rule};
+
+/// A recording `tally verify --from` reads, as often as it has passes.
+pub struct Recording {
+    /// The name it was given.
+    pub name: PathBuf,
+    path: PathBuf,
+    /// Standard input's copy, deleted when done.
+    _spool: Option<tempfile::TempPath>,
+}
+
+impl Recording {
+    pub fn open(name: &Path) -> Result<Recording> {
+        if name != Path::new("-") {
+            return Ok(Recording {
+                name: name.to_owned(),
+                path: name.to_owned(),
+                _spool: None,
+            });
+        }
+        let mut spool = tempfile::Builder::new()
+            .prefix("tally-verify-")
+            .tempfile()
+            .context("creating a temporary file for the recording on standard input")?;
+        std::io::copy(&mut std::io::stdin().lock(), spool.as_file_mut())
+            .context("copying the recording on standard input to a temporary file")?;
+        let spool = spool.into_temp_path();
+        Ok(Recording {
+            name: name.to_owned(),
+            path: spool.to_path_buf(),
+            _spool: Some(spool),
+        })
+    }
+}
 
 /// Reads every shard from its oldest retained record to its tip, parents first.
 pub async fn read_stream(
     stream: &dyn Stream,
-    rule: Rule,
+    rule: &Rule,
+    pass: Pass,
     rows: &HashMap<String, Row>,
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Vec<String>)> {
     let shards = crate::reading::parents_first(stream.list_shards().await?)?;
-    let mut r = rule.recount(&shards, rows);
+    let mut r = rule.recount(&shards, rows, pass);
     let mut notes = Vec::new();
     for s in &shards {
         crate::reading::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
@@ -44,12 +79,14 @@ pub async fn read_stream(
 
 /// Reads a recording (`tally record`), as written.
 pub fn read_recording(
-    file: &Path,
-    rule: Rule,
+    recording: &Recording,
+    rule: &Rule,
+    pass: Pass,
     rows: &HashMap<String, Row>,
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Anchors)> {
-    let input = crate::reading::open_input(file)?;
+    let file = recording.name.as_path();
+    let input = crate::reading::open_input(&recording.path)?;
     let mut reader = match crate::recording::Reader::open(input)? {
         Ok(r) => r,
         Err(_) => anyhow::bail!(
@@ -58,7 +95,7 @@ pub fn read_recording(
         ),
     };
     let shards: Vec<ShardInfo> = reader.header.shard_infos();
-    let mut r = rule.recount(&shards, rows);
+    let mut r = rule.recount(&shards, rows, pass);
     let mut anchors = Anchors::default();
     while let Some(rec) = reader.next_record()? {
         let seq = SeqNo::parse(&rec.seq)
