@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 
 use crate::buckets::PostDelta;
-use crate::summary::{Attrs, Val};
+use crate::item::{Attrs, Val};
 
 /// What a post's count is: the users who like it now, or the distinct like events minus the
 /// distinct unlike events (for counters that really are events: claps, views).

@@ -21,6 +21,7 @@ pub mod edge;
 pub mod event;
 pub mod hashing;
 pub mod input;
+pub mod item;
 pub mod kpl;
 pub mod latency;
 pub mod lease;

@@ -41,18 +41,7 @@ use crate::seq::SeqNo;
 /// stores follow it.
 pub const PLAN_ATTEMPTS: usize = 5;
 
-/// An attribute value: a number or a string.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-pub enum Val {
-    /// A number (DynamoDB `N`).
-    N(i64),
-    /// A string (DynamoDB `S`).
-    S(String),
-}
-
-/// An item's attributes (its key apart).
-pub type Attrs = BTreeMap<String, Val>;
+pub use crate::item::{item_size, write_units, Attrs, Val};
 
 /// The partition of the global totals (`#` cannot start a post id); one item per app and shard.
 pub const GLOBAL_PK: &str = "#global";
@@ -559,29 +548,6 @@ pub fn apply(item: Option<&Attrs>, w: &Write, end: &str) -> Result<Attrs, Refuse
         a.remove(k);
     }
     Ok(a)
-}
-
-/// DynamoDB's size of an item, by its published rules: attribute names and string values by
-/// their UTF-8 bytes, a number by about one byte per two significant digits plus one.
-pub fn item_size(pk: &str, sk: &str, attrs: &Attrs) -> usize {
-    let val = |v: &Val| match v {
-        Val::S(s) => s.len(),
-        Val::N(n) => {
-            let digits = n
-                .unsigned_abs()
-                .to_string()
-                .trim_end_matches('0')
-                .len()
-                .max(1);
-            digits.div_ceil(2) + 1
-        }
-    };
-    2 + pk.len() + 2 + sk.len() + attrs.iter().map(|(k, v)| k.len() + val(v)).sum::<usize>()
-}
-
-/// Write units of writing this item once (`cost::write_units`): summary items stay at one.
-pub fn write_units(pk: &str, sk: &str, attrs: &Attrs) -> u64 {
-    cost::write_units(item_size(pk, sk, attrs))
 }
 
 /// The sort key of an app's global-total item of a shard (partition [`GLOBAL_PK`]).

@@ -176,6 +176,7 @@ pub struct Recount {
     first_seen: HashMap<(usize, String), Seen>,
     /// The keys this pass holds; what it holds past which it gives up half of them.
     part: Part,
+    /// What it may hold by [`partition::size`]'s estimate.
     budget: usize,
     /// What it holds ([`partition::size`]), and past which it next tries to give some up.
     bytes: usize,
@@ -224,10 +225,15 @@ impl Recount {
     /// keeps the malformed records if `keeps_letters`.
     pub fn within(mut self, part: Part, budget: usize, keeps_letters: bool) -> Recount {
         self.part = part;
-        self.budget = budget;
-        self.next_shrink = budget;
+        self.budget = size::held_within(budget);
+        self.next_shrink = self.budget;
         self.keeps_letters = keeps_letters;
         self
+    }
+
+    /// What it holds by [`partition::size`]'s estimate, in bytes.
+    pub fn held(&self) -> usize {
+        self.bytes
     }
 
     /// The keys this pass held to its end (the next pass starts where it stops).
@@ -548,6 +554,11 @@ impl Recount {
         if self.likers.is_none() {
             self.posts.retain(|p, _| partition::key(p, None) < hi);
         }
+        // What was given up is given back.
+        self.first_seen.shrink_to_fit();
+        self.beyond.shrink_to_fit();
+        self.edges.shrink_to_fit();
+        self.posts.shrink_to_fit();
     }
 
     /// What it holds, by [`partition::size`].
@@ -783,20 +794,23 @@ mod tests {
         assert_eq!((with.total, with.since(4)), (2, 1));
     }
 
-    /// Each post's recount over passes: (total, count by minute), summed over the passes that
-    /// held its keys; how many passes there were, and the events counted.
+    /// Each post's total and count by minute.
+    type Counts = BTreeMap<String, (i64, BTreeMap<Minute, i64>)>;
+
+    /// Each post's recount over passes, summed over the passes that held its keys; how many
+    /// passes there were, and the events counted.
     fn in_passes(
         records: &[(String, u64, i64, Vec<u8>)],
         likers: bool,
         budget: usize,
-    ) -> (BTreeMap<String, (i64, BTreeMap<Minute, i64>)>, usize, u64) {
+    ) -> (Counts, usize, u64) {
         let shards = [shard("a", &[]), shard("b", &[])];
         let rows: HashMap<String, Row> = [
             ("a".to_owned(), through(1_000_000)),
             ("b".to_owned(), through(1_000_000)),
         ]
         .into();
-        let mut out: BTreeMap<String, (i64, BTreeMap<Minute, i64>)> = BTreeMap::new();
+        let mut out = Counts::new();
         let (mut part, mut passes, mut counted) = (Part::ALL, 0, 0);
         loop {
             let mut r = Recount::new(60_000, &shards, &rows).within(part, budget, passes == 0);

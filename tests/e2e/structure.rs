@@ -1,8 +1,8 @@
 //! The structural invariants ARCHITECTURE.md states, held by reading the tree (no build of
 //! anything): the core depends on no runtime, SDK or database; the apps name no adapter; the
 //! counter and analytics are siblings on the consumer runtime, neither depending on the other; in
-//! the binary only `src/backend.rs` names an adapter, and nothing but the dispatcher imports the
-//! commands.
+//! the binary only `src/backend.rs` names an adapter, nothing but the dispatcher imports the
+//! commands, and no two files of a crate import each other, directly or around a loop.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -137,4 +137,212 @@ fn nothing_imports_the_commands() {
         .map(|f| f.display().to_string())
         .collect();
     assert!(importers.is_empty(), "commands imported by {importers:?}");
+}
+
+/// The module file a path names, starting in module directory `dir` (whose own file is
+/// `module_file`): each segment descends while `seg.rs` or `seg/mod.rs` exists; the file reached
+/// (`module_file` when none does: a name the module itself defines).
+fn resolve(dir: &Path, module_file: &Path, segments: &[&str]) -> PathBuf {
+    let (mut dir, mut file) = (dir.to_owned(), module_file.to_owned());
+    for s in segments {
+        let (flat, nested) = (dir.join(format!("{s}.rs")), dir.join(s).join("mod.rs"));
+        if flat.exists() {
+            file = flat;
+        } else if nested.exists() {
+            file = nested;
+        } else {
+            break;
+        }
+        dir = dir.join(s);
+    }
+    file
+}
+
+/// A module file's directory of children, and its parent module's file and directory.
+fn module_of(file: &Path, src: &Path) -> (PathBuf, Option<(PathBuf, PathBuf)>) {
+    let d = file.parent().unwrap().to_owned();
+    let name = file.file_name().unwrap().to_str().unwrap();
+    let owner = |dir: &Path| -> PathBuf {
+        for f in ["mod.rs", "lib.rs", "main.rs"] {
+            if dir.join(f).exists() {
+                return dir.join(f);
+            }
+        }
+        dir.with_extension("rs")
+    };
+    if matches!(name, "lib.rs" | "main.rs") && d == src {
+        return (d, None);
+    }
+    if name == "mod.rs" {
+        let p = d.parent().unwrap().to_owned();
+        return (d, Some((owner(&p), p)));
+    }
+    (d.join(file.file_stem().unwrap()), Some((owner(&d), d)))
+}
+
+/// A file's code without its comments and its unit tests (an inline `mod tests`, whose `super`
+/// is the file itself).
+fn code_of(text: &str) -> String {
+    let text = text
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or_default();
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The files of one crate (`src` its source root) each file names through `crate::`, `super::`
+/// or `self::` paths (a `{…}` group's entries each).
+fn imports(src: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let root_file = resolve(src, &src.join("lib.rs"), &[]);
+    files
+        .iter()
+        .map(|f| {
+            let text = code_of(&std::fs::read_to_string(f).unwrap());
+            let (own_dir, parent) = module_of(f, src);
+            let mut out = Vec::new();
+            for (start, rest) in ["crate::", "super::", "self::"]
+                .iter()
+                .flat_map(|k| text.match_indices(k).map(move |(i, _)| (*k, i + k.len())))
+            {
+                let before = text[..rest - start.len()].chars().last();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let (dir, file) = match start {
+                    "crate::" => (src.to_owned(), root_file.clone()),
+                    "super::" => match &parent {
+                        Some((pf, pd)) => (pd.clone(), pf.clone()),
+                        None => continue,
+                    },
+                    _ => (own_dir.clone(), f.clone()),
+                };
+                let tail = &text[rest..];
+                let group = tail.starts_with('{');
+                let body: String = if group {
+                    tail[1..tail.find('}').unwrap_or(tail.len())].to_owned()
+                } else {
+                    tail.chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                        .collect()
+                };
+                let paths: Vec<&str> = if group {
+                    body.split(',').map(str::trim).collect()
+                } else {
+                    vec![body.as_str()]
+                };
+                for p in paths {
+                    let segs: Vec<&str> = p
+                        .split("::")
+                        .map(|s| s.trim_matches(|c: char| !(c.is_alphanumeric() || c == '_')))
+                        .filter(|s| !s.is_empty() && *s != "self")
+                        .collect();
+                    let target = resolve(&dir, &file, &segs);
+                    if target != *f && !out.contains(&target) {
+                        out.push(target);
+                    }
+                }
+            }
+            // A child module named by a relative path (`mod source;` … `source::read`).
+            for line in text.lines() {
+                let l = line.trim();
+                let Some(name) = l
+                    .strip_prefix("mod ")
+                    .or_else(|| l.strip_prefix("pub mod "))
+                    .or_else(|| l.strip_prefix("pub(crate) mod "))
+                    .and_then(|r| r.strip_suffix(';'))
+                else {
+                    continue;
+                };
+                let named = text.match_indices(&format!("{name}::")).any(|(i, _)| {
+                    !text[..i]
+                        .chars()
+                        .last()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+                });
+                let target = resolve(&own_dir, f, &[name]);
+                if named && target != *f && !out.contains(&target) {
+                    out.push(target);
+                }
+            }
+            (f.clone(), out)
+        })
+        .collect()
+}
+
+/// Whether `module` is a module above `file`'s (its `mod.rs`, `lib.rs` or `x.rs` beside `x/`):
+/// a child naming what its parent module defines is of that module, not an import between two
+/// rooms.
+fn is_above(module: &Path, file: &Path) -> bool {
+    let dir = match module.file_name().unwrap().to_str().unwrap() {
+        "mod.rs" | "lib.rs" | "main.rs" => module.parent().unwrap().to_owned(),
+        _ => module.with_extension(""),
+    };
+    file != module && file.starts_with(dir)
+}
+
+/// Issue 43: no two files of a crate import each other, directly or around a loop. A child
+/// module naming its parent's definitions (`super::Worker`) is of its parent, as `farm-studio
+/// look` reads it; a parent naming its child, or siblings naming each other, are imports.
+#[test]
+fn no_files_import_each_other_around_a_loop() {
+    let crates = [
+        "core",
+        "consumer",
+        "counter",
+        "analytics",
+        "producer",
+        "embedded",
+        "aws",
+        "conformance",
+    ];
+    let mut loops = Vec::new();
+    for src in crates
+        .iter()
+        .map(|c| root().join(c).join("src"))
+        .chain([root().join("src")])
+    {
+        let graph: Vec<(PathBuf, Vec<PathBuf>)> = imports(&src)
+            .into_iter()
+            .map(|(f, targets)| {
+                let t = targets.into_iter().filter(|t| !is_above(t, &f)).collect();
+                (f, t)
+            })
+            .collect();
+        let index: std::collections::HashMap<&PathBuf, usize> =
+            graph.iter().enumerate().map(|(i, (f, _))| (f, i)).collect();
+        // A loop through `a` is a path from one of its imports back to it.
+        for (a, targets) in &graph {
+            let mut seen = vec![false; graph.len()];
+            let mut stack: Vec<(usize, Vec<usize>)> = targets
+                .iter()
+                .filter_map(|t| index.get(t).map(|&i| (i, vec![i])))
+                .collect();
+            while let Some((i, path)) = stack.pop() {
+                if &graph[i].0 == a {
+                    let names: Vec<String> = std::iter::once(a)
+                        .chain(path.iter().map(|&j| &graph[j].0))
+                        .map(|p| p.strip_prefix(root()).unwrap().display().to_string())
+                        .collect();
+                    loops.push(names.join(" -> "));
+                    break;
+                }
+                if std::mem::replace(&mut seen[i], true) {
+                    continue;
+                }
+                for t in &graph[i].1 {
+                    if let Some(&j) = index.get(t) {
+                        let mut p = path.clone();
+                        p.push(j);
+                        stack.push((j, p));
+                    }
+                }
+            }
+        }
+    }
+    assert!(loops.is_empty(), "import loops:\n{}", loops.join("\n"));
 }

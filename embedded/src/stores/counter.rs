@@ -2,7 +2,7 @@
 //! write applied with the same condition and effect as on DynamoDB (and charged the same).
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
@@ -13,62 +13,12 @@ use tally_core::ports::{
     LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup,
     WindowRef, WindowRest,
 };
-use tally_core::summary::{self, Attrs, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
+use tally_core::summary::{self, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
 
+use super::items::{get_item, put_item, query};
 use super::{check_fence, spent_json, write_dead_letter};
 use crate::{sql_err, Embedded};
-
-pub(super) fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<Attrs>> {
-    let json: Option<String> = c
-        .prepare_cached("SELECT attrs FROM items WHERE pk = ?1 AND sk = ?2")
-        .map_err(sql_err)?
-        .query_row(params![pk, sk], |r| r.get(0))
-        .optional()
-        .map_err(sql_err)?;
-    json.map(|j| {
-        serde_json::from_str(&j)
-            .map_err(|e| PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}")))
-    })
-    .transpose()
-}
-
-pub(super) fn put_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
-    let json = serde_json::to_string(a).map_err(|e| PortError::Other(e.to_string()))?;
-    c.prepare_cached("INSERT OR REPLACE INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)")
-        .map_err(sql_err)?
-        .execute(params![pk, sk, json])
-        .map_err(sql_err)?;
-    Ok(())
-}
-
-/// The items of partition `pk` with `lo <= sk < hi`, with DynamoDB's sizes.
-pub(super) fn query(
-    c: &Connection,
-    pk: &str,
-    lo: &str,
-    hi: &str,
-) -> PortResult<Vec<(String, Attrs)>> {
-    let mut st = c
-        .prepare_cached("SELECT sk, attrs FROM items WHERE pk = ?1 AND sk >= ?2 AND sk < ?3")
-        .map_err(sql_err)?;
-    let rows = st
-        .query_map(params![pk, lo, hi], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })
-        .map_err(sql_err)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(sql_err)?;
-    rows.into_iter()
-        .map(|(sk, j)| {
-            serde_json::from_str(&j)
-                .map(|a| (sk.clone(), a))
-                .map_err(|e| {
-                    PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}"))
-                })
-        })
-        .collect()
-}
 
 /// Applies one conditional write, charging it as DynamoDB would; `Err(Refused::Stale)` asks for a
 /// re-plan.

@@ -9,7 +9,7 @@ use tally_core::edge::{
 use tally_core::ports::{Applied, EdgesApplied, LikersPage, PortError, PortResult};
 use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
 
-use super::counter::{get_item, put_item, query};
+use super::items::{get_item, put_item, query};
 use crate::sql_err;
 
 /// Writes a window's edges in one transaction (every edge is done, or the call failed).

@@ -3,7 +3,8 @@
 //! Layout: this module holds the helpers every store uses (a lease row read, the fence check, a
 //! write item's statements); one file per port implements it: `leases` ([`LeaseStore`]),
 //! `counter` ([`CounterStore`]; likers' edges and the count mode in `edges`), `analytics` ([`AnalyticsStore`]), `baselines`
-//! ([`BaselineWriters`], for benchmarks).
+//! ([`BaselineWriters`], for benchmarks); `items` is the `items` table the summary items and the
+//! edges are rows of.
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::cost::Purpose;
@@ -20,6 +21,7 @@ mod analytics;
 mod baselines;
 mod counter;
 mod edges;
+mod items;
 mod leases;
 
 const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr, pending_skew_ms";

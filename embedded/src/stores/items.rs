@@ -1,0 +1,61 @@
+//! The `items` table: DynamoDB's items as rows of attribute maps (JSON), keyed by partition and
+//! sort key. The summary items and the edges are written through it.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tally_core::ports::{PortError, PortResult};
+use tally_core::summary::Attrs;
+
+use crate::sql_err;
+
+/// One item, if it is there.
+pub(super) fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<Attrs>> {
+    let json: Option<String> = c
+        .prepare_cached("SELECT attrs FROM items WHERE pk = ?1 AND sk = ?2")
+        .map_err(sql_err)?
+        .query_row(params![pk, sk], |r| r.get(0))
+        .optional()
+        .map_err(sql_err)?;
+    json.map(|j| {
+        serde_json::from_str(&j)
+            .map_err(|e| PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}")))
+    })
+    .transpose()
+}
+
+/// Writes one item whole.
+pub(super) fn put_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
+    let json = serde_json::to_string(a).map_err(|e| PortError::Other(e.to_string()))?;
+    c.prepare_cached("INSERT OR REPLACE INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)")
+        .map_err(sql_err)?
+        .execute(params![pk, sk, json])
+        .map_err(sql_err)?;
+    Ok(())
+}
+
+/// The items of partition `pk` with `lo <= sk < hi`, with DynamoDB's sizes.
+pub(super) fn query(
+    c: &Connection,
+    pk: &str,
+    lo: &str,
+    hi: &str,
+) -> PortResult<Vec<(String, Attrs)>> {
+    let mut st = c
+        .prepare_cached("SELECT sk, attrs FROM items WHERE pk = ?1 AND sk >= ?2 AND sk < ?3")
+        .map_err(sql_err)?;
+    let rows = st
+        .query_map(params![pk, lo, hi], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(sql_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err)?;
+    rows.into_iter()
+        .map(|(sk, j)| {
+            serde_json::from_str(&j)
+                .map(|a| (sk.clone(), a))
+                .map_err(|e| {
+                    PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}"))
+                })
+        })
+        .collect()
+}
