@@ -16,6 +16,8 @@ fn like(post: &str, user: &str, liked: bool, at_ms: i64, id: &str) -> EdgeEvent 
         liked,
         at_ms,
         event_id: id.to_owned(),
+        clamped: false,
+        lost: Vec::new(),
     }
 }
 
@@ -188,6 +190,54 @@ pub async fn a_fresh_store_takes_the_first_claim(store: &dyn CounterStore) {
         Some(CountMode::Likers),
         "a second claim answers the first"
     );
+}
+
+/// Counter store, likers: a clamped event that took no effect — refused by the edge, or lost to
+/// a later event inside its window (`EdgeEvent::lost`) — is remembered by the edge (one more
+/// write), so a copy of it arriving later, ordered at its `created_at` rather than at the first
+/// copy's arrival, changes nothing; a newer event still wins.
+pub async fn a_clamped_event_that_lost_is_remembered(store: &dyn CounterStore, name: &str) {
+    let app = format!("{name}-clamped");
+    let p = format!("{name}-cp");
+    let t = 1_796_000_000_000;
+    let at = |end| WindowRef {
+        app: &app,
+        shard_id: "shard-0",
+        end,
+    };
+    let (e1, e2, e3, e4, e5) = (seq("10"), seq("20"), seq("30"), seq("40"), seq("50"));
+    let unlike = vec![like(&p, "u1", false, t + 9_000, "b")];
+    store.apply_edges(at(&e1), &unlike).await.unwrap();
+    // A like clamped to its arrival (t) loses to the unlike; another clamped like lost to it
+    // inside its window.
+    let mut clamped = like(&p, "u1", true, t, "c");
+    clamped.clamped = true;
+    clamped.lost = vec!["d".to_owned()];
+    let lost = store.apply_edges(at(&e2), &[clamped]).await.unwrap();
+    assert_eq!(made(&lost), vec![]);
+    assert_eq!(
+        lost.applied.written, 1,
+        "the edge remembers the clamped events that took no effect"
+    );
+    // Their copies, ordering at their `created_at` now (after the unlike): nothing.
+    for id in ["c", "d"] {
+        let copy = like(&p, "u1", true, t + 30_000, id);
+        let again = store.apply_edges(at(&e3), &[copy]).await.unwrap();
+        assert_eq!(made(&again), vec![], "a copy of the clamped {id}");
+        assert_eq!(again.applied.written, 0, "{id}: nothing new to remember");
+    }
+    let (liked, _) = store
+        .viewer_likes("u1", std::slice::from_ref(&p), Consistency::Strong)
+        .await
+        .unwrap();
+    assert_eq!(liked, vec![false]);
+    // A newer like wins; the edge still knows the clamped ones.
+    let newer = like(&p, "u1", true, t + 40_000, "e");
+    let won = store.apply_edges(at(&e4), &[newer]).await.unwrap();
+    assert_eq!(made(&won), vec![moved(&p, None, Some(t + 40_000))]);
+    let copy = like(&p, "u1", false, t + 50_000, "c");
+    let after = store.apply_edges(at(&e5), &[copy]).await.unwrap();
+    assert_eq!(made(&after), vec![]);
 }
 
 /// Counter store, likers: an edge two shards write keeps each window's write (the item remembers

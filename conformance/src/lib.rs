@@ -49,8 +49,9 @@ pub use counter::{
     gaps_are_recorded_with_the_checkpoint, the_largest_window_fits_the_store,
 };
 pub use edges::{
-    a_fresh_store_takes_the_first_claim, an_edge_two_shards_write_keeps_each_window_s_write,
-    likers_edges_are_written_once, the_count_mode_is_claimed_once,
+    a_clamped_event_that_lost_is_remembered, a_fresh_store_takes_the_first_claim,
+    an_edge_two_shards_write_keeps_each_window_s_write, likers_edges_are_written_once,
+    the_count_mode_is_claimed_once,
 };
 pub use leases::{
     fleet_rows_are_apart_from_leases, leases_are_fenced, leases_are_handed_over_on_request,
@@ -121,6 +122,12 @@ macro_rules! suite {
         async fn crossed_edges() {
             let b = $fresh("crossed", 1).await;
             $crate::an_edge_two_shards_write_keeps_each_window_s_write($stores(&b), $name).await;
+        }
+
+        #[tokio::test]
+        async fn clamped_losers() {
+            let b = $fresh("clamped", 1).await;
+            $crate::a_clamped_event_that_lost_is_remembered($stores(&b), $name).await;
         }
 
         #[tokio::test]

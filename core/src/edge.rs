@@ -140,9 +140,24 @@ pub struct EdgeEvent {
     pub at_ms: i64,
     /// The event's id: the tie-break between events of one time.
     pub event_id: String,
+    /// Whether it orders at its first copy's arrival rather than its `created_at` (its clock was
+    /// ahead by more than the allowed skew: [`ordering_time`]).
+    pub clamped: bool,
+    /// The ids of this edge's other clamped events the window read, which lost to a later one
+    /// in it: the edge remembers them ([`EDGE_LOST`]), so that a copy arriving later — ordered
+    /// at its own arrival, so later than the first copy — changes nothing where the first did
+    /// not.
+    pub lost: Vec<String>,
 }
 
 impl EdgeEvent {
+    /// The ids the edge should remember as clamped events that took no effect, when this event
+    /// is written (`wrote`) or refused.
+    fn to_remember(&self, wrote: bool) -> impl DoubleEndedIterator<Item = &str> {
+        let own = (self.clamped && !wrote).then_some(self.event_id.as_str());
+        self.lost.iter().map(String::as_str).chain(own)
+    }
+
     /// Whether this event comes after one at (`at_ms`, `event_id`).
     pub fn is_after(&self, at_ms: i64, event_id: &str) -> bool {
         (self.at_ms, self.event_id.as_str()) > (at_ms, event_id)
@@ -185,6 +200,15 @@ pub struct Transition {
 /// changed mid-run), and a copy of any event they hold is known as one whatever its ordering
 /// time.
 pub const EDGE_HISTORY: usize = 3;
+
+/// How many clamped events that took no effect an edge item remembers (`c0`, `c1`, `c2`,
+/// newest first): a copy of one arriving later orders at its own arrival, later than the first
+/// copy did, and could win where the first lost; a copy of one the edge remembers changes
+/// nothing. Past three on one edge, the oldest is forgotten (stated in ARCHITECTURE, "Likers").
+pub const EDGE_LOST: usize = 3;
+
+/// The attribute names of the remembered lost clamped events, newest first.
+pub const LOST_ATTRS: [&str; EDGE_LOST] = ["c0", "c1", "c2"];
 
 /// An event as an edge keeps it: whether it liked, when it orders, its id (empty: written by a
 /// tally that did not keep it).
@@ -232,6 +256,8 @@ pub struct EdgeState {
     /// The writes that made it, newest first (at most [`EDGE_HISTORY`]): the first made the
     /// state above.
     pub writes: Vec<EdgeWrite>,
+    /// Clamped events that took no effect on it, newest first (at most [`EDGE_LOST`]).
+    pub lost: Vec<String>,
 }
 
 fn num(a: &Attrs, k: &str) -> Option<i64> {
@@ -298,11 +324,17 @@ impl EdgeState {
         if writes.is_empty() {
             return None;
         }
+        let lost = LOST_ATTRS
+            .iter()
+            .filter_map(|k| text(a, k).filter(|id| !id.is_empty()))
+            .map(str::to_owned)
+            .collect();
         Some(EdgeState {
             liked: num(a, "l")? == 1,
             at_ms: num(a, "t")?,
             event_id: text(a, "e")?.to_owned(),
             writes,
+            lost,
         })
     }
 
@@ -365,7 +397,7 @@ impl EdgeState {
         if event_id.is_empty() {
             return None;
         }
-        if self.event_id == event_id {
+        if self.event_id == event_id || self.lost.iter().any(|l| l == event_id) {
             return Some(true);
         }
         let g = self
@@ -373,6 +405,18 @@ impl EdgeState {
             .iter()
             .position(|w| w.before.as_ref().is_some_and(|b| b.event_id == event_id))?;
         Some(g + 1 < self.writes.len())
+    }
+
+    /// The ids of `ids` the edge does not know yet (a lost clamped event it remembers, or an
+    /// event it has held), each once.
+    fn new_lost<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for id in ids {
+            if self.held(id).is_none() && !out.iter().any(|o| o == id) {
+                out.push(id.to_owned());
+            }
+        }
+        out
     }
 
     /// Whether an event at (`at_ms`, `event_id`), older than the state, may have been written
@@ -387,8 +431,9 @@ impl EdgeState {
 }
 
 /// The attributes a window's write sets: the event, the window, the event it replaces (`old`'s
-/// state; absent, nothing), and the writes `old` remembers shifted one older (the oldest of
-/// [`EDGE_HISTORY`] dropped).
+/// state; absent, nothing), the writes `old` remembers shifted one older (the oldest of
+/// [`EDGE_HISTORY`] dropped), and the window's clamped events that took no effect ahead of those
+/// `old` remembers ([`EDGE_LOST`]).
 pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
     let mut a = Attrs::from([
         ("l".to_owned(), Val::N(i64::from(e.liked))),
@@ -411,7 +456,26 @@ pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
             Val::S(b.map_or_else(String::new, |b| b.event_id.clone())),
         );
     }
+    // The window's lost clamped events, newest first, before those the edge kept (one
+    // expression on DynamoDB: the ids are not compared with the item's there either).
+    let new: Vec<String> = e.to_remember(true).rev().map(str::to_owned).collect();
+    let kept = old.map(|o| o.lost.as_slice()).unwrap_or_default();
+    put_lost(&mut a, &new, kept);
     a
+}
+
+/// Sets the remembered lost clamped events: `new` (newest first), then those `kept` before, the
+/// oldest past [`EDGE_LOST`] dropped.
+fn put_lost(a: &mut Attrs, new: &[String], kept: &[String]) {
+    for (k, id) in LOST_ATTRS.iter().zip(new.iter().chain(kept)) {
+        a.insert((*k).to_owned(), Val::S(id.clone()));
+    }
+}
+
+/// The lost clamped events a refused write of `e` leaves the edge `old` to remember, newest
+/// first (empty: nothing new, so nothing is written).
+pub fn lost_to_remember(old: &EdgeState, e: &EdgeEvent) -> Vec<String> {
+    old.new_lost(e.to_remember(false).rev())
 }
 
 /// What a window's write of an edge does.
@@ -423,12 +487,13 @@ pub enum EdgeOutcome {
     /// the same window, whose transition is on the item.
     Mine(Transition),
     /// Refused: the stored event is newer, or the event is one the edge has held (a copy).
-    /// Nothing changes.
-    Superseded,
+    /// Nothing changes; the item with clamped events that took no effect remembered, when
+    /// there are new ones ([`EDGE_LOST`]).
+    Superseded(Option<Attrs>),
     /// Refused as [`EdgeOutcome::Superseded`], but the edge no longer remembers far enough back
     /// to say that this window did not write it (more than [`EDGE_HISTORY`] writes since):
     /// counted as no change, and reported.
-    Forgotten,
+    Forgotten(Option<Attrs>),
 }
 
 /// What a window's write of `e` does to the stored edge `old` (`None`: absent), without writing
@@ -503,11 +568,21 @@ pub fn apply(item: Option<&Attrs>, e: &EdgeEvent, window: &str) -> Result<EdgeOu
                 format!("a corrupt edge item {}/{}", e.post_id, edge_sk(&e.user_id))
             })?),
         };
+    // A refusal remembers the clamped events of `e` that took no effect.
+    let remembered = || {
+        let (a, o) = (item?, old.as_ref()?);
+        let new = lost_to_remember(o, e);
+        (!new.is_empty()).then(|| {
+            let mut a = a.clone();
+            put_lost(&mut a, &new, &o.lost);
+            a
+        })
+    };
     Ok(match resolve(old.as_ref(), e, window) {
         Resolved::Writes(t) => EdgeOutcome::Wrote(written(e, window, old.as_ref()), t),
         Resolved::Mine(t) => EdgeOutcome::Mine(t),
-        Resolved::Superseded => EdgeOutcome::Superseded,
-        Resolved::Forgotten => EdgeOutcome::Forgotten,
+        Resolved::Superseded => EdgeOutcome::Superseded(remembered()),
+        Resolved::Forgotten => EdgeOutcome::Forgotten(remembered()),
     })
 }
 
@@ -609,6 +684,8 @@ mod tests {
             liked,
             at_ms: at,
             event_id: id.into(),
+            clamped: false,
+            lost: Vec::new(),
         }
     }
 
@@ -620,7 +697,12 @@ mod tests {
                 Some(t)
             }
             EdgeOutcome::Mine(t) => Some(t),
-            EdgeOutcome::Superseded | EdgeOutcome::Forgotten => None,
+            EdgeOutcome::Superseded(remember) | EdgeOutcome::Forgotten(remember) => {
+                if let Some(a) = remember {
+                    *item = Some(a);
+                }
+                None
+            }
         }
     }
 

@@ -355,23 +355,35 @@ impl Counting<'_> {
         // remembers ids across windows: a copy there is read, and changes nothing).
         stats.counted += 1;
         let liked = ev.action == crate::event::Action::Like;
+        let clamped = at_ms != ev.created_at;
         let key = (ev.post_id.into_owned(), ev.user_id.into_owned());
         match self.content.edges.get_mut(&key) {
             Some(kept) if !kept.is_after(at_ms, &ev.event_id) => {
                 if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
+                    // A clamped event it replaces took no effect: the edge remembers it.
+                    let mut lost = std::mem::take(&mut kept.lost);
+                    if kept.clamped && !lost.contains(&kept.event_id) {
+                        lost.push(std::mem::take(&mut kept.event_id));
+                    }
                     *kept = EdgeEvent {
                         post_id: key.0,
                         user_id: key.1,
                         liked,
                         at_ms,
                         event_id: ev.event_id.into_owned(),
+                        clamped,
+                        lost,
                     };
                 } else {
                     stats.counted -= 1;
                     stats.duplicates += 1;
                 }
             }
-            Some(_) => {}
+            Some(kept) => {
+                if clamped && !kept.lost.iter().any(|l| l == ev.event_id.as_ref()) {
+                    kept.lost.push(ev.event_id.into_owned());
+                }
+            }
             None => {
                 let e = EdgeEvent {
                     post_id: key.0.clone(),
@@ -379,6 +391,8 @@ impl Counting<'_> {
                     liked,
                     at_ms,
                     event_id: ev.event_id.into_owned(),
+                    clamped,
+                    lost: Vec::new(),
                 };
                 self.content.edges.insert(key, e);
             }

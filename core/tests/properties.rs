@@ -513,7 +513,11 @@ impl LikersStore {
                     out.push(t);
                 }
                 EdgeOutcome::Mine(t) => out.push(t),
-                EdgeOutcome::Superseded | EdgeOutcome::Forgotten => {}
+                EdgeOutcome::Superseded(remember) | EdgeOutcome::Forgotten(remember) => {
+                    if let Some(a) = remember {
+                        self.edges.insert(key, a);
+                    }
+                }
             }
         }
         out

@@ -8,7 +8,8 @@
 //! 2. Two shards writing one edge (a hot post's keys changed mid-run), with a crash between a
 //!    window's edge writes and its counts: nothing lost.
 //! 3. A pending window rebuilt under another `max_clock_skew_secs`: it counts what it decided.
-//! 4. A producer's retry arriving after the clamp horizon: a copy changes nothing.
+//! 4. A producer's retry arriving after the clamp horizon: a copy changes nothing (also when
+//!    the clamped first copy lost, inside its window or at the edge).
 //! 5. `as_of_ms` counting likers: refused, with the reason (`serve.rs`, `openapi.rs`).
 //! 6. `verify` after the skew setting changed: it recounts with what the store was counted with.
 
@@ -270,6 +271,73 @@ fn a_retry_after_the_clamp(t: Target) {
         (0, false, 0),
         "a copy changes nothing"
     );
+    verified(&t);
+}
+
+on_backends! {
+    a_retry_of_a_clamped_like_that_lost_changes_nothing {
+        embedded => a_retry_of_a_clamped_loser(Target::embedded()),
+        aws => a_retry_of_a_clamped_loser(Target::aws("clamplost", 1)),
+    }
+}
+
+/// Case 4, when the clamped first copy lost: a like dated 30 s ahead is clamped to its arrival
+/// (skew 10 s) and loses to an unlike dated 9 s ahead (within the skew) — for u1 inside one
+/// window, for u2 at the edge the unlike was written to before. The like's retry arrives when
+/// its time is within the skew of its arrival, so it orders at its `created_at`, after the
+/// unlike: nothing remembered the first copy's clamp but the edge (its lost clamped events), so
+/// without that the retry wins (count 2). Still 0, and `verify` agrees.
+fn a_retry_of_a_clamped_loser(t: Target) {
+    let skew = [("TALLY_COUNTER__MAX_CLOCK_SKEW_SECS", "10")];
+    let start = now_ms();
+    let (unlike_at, like_at) = (start + 9_000, start + 30_000);
+    replay(
+        &t,
+        "u2-unlike.ndjson",
+        POST,
+        &[("k2u", "u2", "unlike", unlike_at)],
+        &[],
+    );
+    t.run_env(&["count", "--until-idle"], &skew);
+    replay(
+        &t,
+        "actions.ndjson",
+        POST,
+        &[
+            ("k1u", "u1", "unlike", unlike_at),
+            ("k1l", "u1", "like", like_at),
+            ("k2l", "u2", "like", like_at),
+        ],
+        &[],
+    );
+    assert!(
+        now_ms() < unlike_at,
+        "the likes must arrive before the unlikes' time for the test to mean anything"
+    );
+    t.run_env(&["count", "--until-idle"], &skew);
+    assert_eq!(counted(&t, POST, "u1"), (0, false, 0), "the likes lost");
+    // The retries arrive when the likes' time is within the skew of their arrival.
+    let due = like_at - 10_000 + 1_000;
+    std::thread::sleep(std::time::Duration::from_millis(
+        (due - now_ms()).max(0) as u64
+    ));
+    replay(
+        &t,
+        "retries.ndjson",
+        POST,
+        &[
+            ("k1l", "u1", "like", like_at),
+            ("k2l", "u2", "like", like_at),
+        ],
+        &[],
+    );
+    t.run_env(&["count", "--until-idle"], &skew);
+    assert_eq!(
+        counted(&t, POST, "u2"),
+        (0, false, 0),
+        "a copy of a clamped like that lost changes nothing"
+    );
+    assert!(!counted(&t, POST, "u1").1, "u1 does not like it");
     verified(&t);
 }
 

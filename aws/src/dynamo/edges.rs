@@ -48,8 +48,9 @@ enum Edge {
     /// Written; `true`: over another shard's write.
     Wrote(Transition, u64, bool),
     Mine(Transition, u64),
-    /// Refused as no change; `true`: the edge no longer remembers whether this window wrote it.
-    Superseded(u64, bool),
+    /// Refused as no change (the units of the write remembering its lost clamped events beside);
+    /// `true`: the edge no longer remembers whether this window wrote it.
+    Superseded(u64, u64, bool),
 }
 
 fn state_of(
@@ -95,6 +96,11 @@ impl DynamoStore {
                 " AND (attribute_not_exists({w}) OR {w} <> {vw}) AND (attribute_not_exists({pe}) OR {pe} <> {ve})"
             );
         }
+        // Nor a copy of a clamped event that took no effect on it.
+        let lost: Vec<String> = edge::LOST_ATTRS.iter().map(|c| x.name(c)).collect();
+        for c in &lost {
+            cond += &format!(" AND (attribute_not_exists({c}) OR {c} <> {ve})");
+        }
         // Each remembered write one older (the oldest dropped), then the newest: this one.
         let mut sets = Vec::new();
         for g in (1..edge::EDGE_HISTORY).rev() {
@@ -108,6 +114,9 @@ impl DynamoStore {
             "{pl} = if_not_exists({l}, {zero}), {pt} = if_not_exists({t}, {zero}), {pe} = if_not_exists({ev}, {nil}), {l} = {}, {t} = {vt}, {ev} = {ve}, {w} = {vw}",
             x.val(n(i64::from(e.liked))),
         ));
+        // The window's lost clamped events, newest first, before those the item kept.
+        let new: Vec<&String> = e.lost.iter().rev().collect();
+        sets.extend(lost_shift(&mut x, &lost, &new, &nil));
         let update = format!("SET {}", sets.join(", "));
         let r = self
             .client
@@ -141,15 +150,71 @@ impl DynamoStore {
                 };
                 let units = units_of(&e.post_id, &sk, f.item());
                 let old = state_of(&e.post_id, &e.user_id, f.item())?;
-                match edge::resolve(old.as_ref(), e, window) {
-                    Resolved::Mine(t) => Ok(Edge::Mine(t, units)),
-                    Resolved::Superseded => Ok(Edge::Superseded(units, false)),
-                    Resolved::Forgotten => Ok(Edge::Superseded(units, true)),
-                    Resolved::Writes(_) => Err(PortError::Other(format!(
-                        "an edge write of {}/{sk} was refused by an item it should replace: {old:?}",
-                        e.post_id
-                    ))),
-                }
+                let forgotten = match edge::resolve(old.as_ref(), e, window) {
+                    Resolved::Mine(t) => return Ok(Edge::Mine(t, units)),
+                    Resolved::Superseded => false,
+                    Resolved::Forgotten => true,
+                    Resolved::Writes(_) => {
+                        return Err(PortError::Other(format!(
+                            "an edge write of {}/{sk} was refused by an item it should replace: {old:?}",
+                            e.post_id
+                        )))
+                    }
+                };
+                let remembered = match &old {
+                    Some(o) => self.remember_lost(e, o).await?,
+                    None => 0,
+                };
+                Ok(Edge::Superseded(units, remembered, forgotten))
+            }
+            Err(err) => Err(self.err("UpdateItem", "counts", err)),
+        }
+    }
+
+    /// Remembers on the edge `old` the clamped events of a refused write of `e` that took no
+    /// effect ([`edge::lost_to_remember`]); conditioned on the edge being as read, and refused
+    /// as a conflict (the edge is sent again) if another write came between. Its write units.
+    async fn remember_lost(&self, e: &EdgeEvent, old: &edge::EdgeState) -> PortResult<u64> {
+        let new = edge::lost_to_remember(old, e);
+        if new.is_empty() {
+            return Ok(0);
+        }
+        let sk = edge::edge_sk(&e.user_id);
+        let mut x = Expr::default();
+        let (ev, w) = (x.name("e"), x.name("w"));
+        let (vold, vw) = (
+            x.val(s(&old.event_id)),
+            x.val(s(old.writes.first().map_or("", |w| w.window.as_str()))),
+        );
+        let nil = x.val(s(""));
+        let lost: Vec<String> = edge::LOST_ATTRS.iter().map(|c| x.name(c)).collect();
+        let new: Vec<&String> = new.iter().collect();
+        let sets = lost_shift(&mut x, &lost, &new, &nil);
+        let r = self
+            .client
+            .update_item()
+            .table_name(self.table("counts"))
+            .key("pk", s(&e.post_id))
+            .key("sk", s(&sk))
+            .condition_expression(format!("{ev} = {vold} AND {w} = {vw}"))
+            .update_expression(format!("SET {}", sets.join(", ")))
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match r {
+            Ok(out) => Ok(units_of(&e.post_id, &sk, out.attributes())),
+            Err(SdkError::ServiceError(se))
+                if matches!(
+                    se.err(),
+                    UpdateItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Err(PortError::Conflict(format!(
+                    "the edge {}/{sk} changed while its lost clamped events were remembered",
+                    e.post_id
+                )))
             }
             Err(err) => Err(self.err("UpdateItem", "counts", err)),
         }
@@ -179,8 +244,11 @@ impl DynamoStore {
                     out.applied.was_refused(u);
                     out.transitions.push(t);
                 }
-                Ok(Edge::Superseded(u, forgotten)) => {
+                Ok(Edge::Superseded(u, remembered, forgotten)) => {
                     out.applied.was_refused(u);
+                    if remembered > 0 {
+                        out.applied.wrote(Purpose::Edges, remembered);
+                    }
                     out.forgotten += u64::from(forgotten);
                 }
                 Err(e) if e.is_retryable() => {
@@ -525,4 +593,20 @@ fn mode_of(item: &HashMap<String, AttributeValue>) -> PortResult<CountMode> {
         .as_deref()
         .and_then(CountMode::parse)
         .ok_or_else(|| PortError::Other(format!("a corrupt count mode item: {item:?}")))
+}
+
+/// The SET clauses that put `new` (newest first) at the head of the remembered lost clamped
+/// events `lost` (their attribute names), shifting those kept one place older per new id (the
+/// oldest past [`edge::EDGE_LOST`] dropped): [`edge::written`]'s rule in one expression.
+fn lost_shift(x: &mut Expr, lost: &[String], new: &[&String], nil: &str) -> Vec<String> {
+    if new.is_empty() {
+        return Vec::new();
+    }
+    let k = new.len();
+    (0..lost.len())
+        .map(|i| match new.get(i) {
+            Some(id) => format!("{} = {}", lost[i], x.val(s(id.as_str()))),
+            None => format!("{} = if_not_exists({}, {nil})", lost[i], lost[i - k]),
+        })
+        .collect()
 }

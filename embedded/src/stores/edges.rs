@@ -26,22 +26,29 @@ pub(super) fn apply_edges(
         let sk = edge::edge_sk(&e.user_id);
         let item = get_item(&tx, &e.post_id, &sk)?;
         let units = |a: &Attrs| summary::write_units(&e.post_id, &sk, a);
-        match edge::apply(item.as_ref(), e, window).map_err(PortError::Other)? {
-            EdgeOutcome::Wrote(a, t) => {
-                out.crossed += u64::from(edge::crosses(item.as_ref(), window));
-                put_item(&tx, &e.post_id, &sk, &a)?;
-                out.applied.wrote(Purpose::Edges, units(&a));
-                out.transitions.push(t);
-            }
-            EdgeOutcome::Mine(t) => {
-                out.applied.was_refused(item.as_ref().map_or(1, units));
-                out.transitions.push(t);
-            }
-            EdgeOutcome::Superseded => out.applied.was_refused(item.as_ref().map_or(1, units)),
-            EdgeOutcome::Forgotten => {
-                out.applied.was_refused(item.as_ref().map_or(1, units));
-                out.forgotten += 1;
-            }
+        let (remember, forgotten) =
+            match edge::apply(item.as_ref(), e, window).map_err(PortError::Other)? {
+                EdgeOutcome::Wrote(a, t) => {
+                    out.crossed += u64::from(edge::crosses(item.as_ref(), window));
+                    put_item(&tx, &e.post_id, &sk, &a)?;
+                    out.applied.wrote(Purpose::Edges, units(&a));
+                    out.transitions.push(t);
+                    continue;
+                }
+                EdgeOutcome::Mine(t) => {
+                    out.applied.was_refused(item.as_ref().map_or(1, units));
+                    out.transitions.push(t);
+                    continue;
+                }
+                EdgeOutcome::Superseded(remember) => (remember, false),
+                EdgeOutcome::Forgotten(remember) => (remember, true),
+            };
+        out.applied.was_refused(item.as_ref().map_or(1, units));
+        out.forgotten += u64::from(forgotten);
+        // Clamped events that took no effect, remembered (a second write, as on DynamoDB).
+        if let Some(a) = remember {
+            put_item(&tx, &e.post_id, &sk, &a)?;
+            out.applied.wrote(Purpose::Edges, units(&a));
         }
     }
     tx.commit().map_err(sql_err)?;
