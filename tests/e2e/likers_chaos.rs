@@ -235,31 +235,12 @@ fn chaos(t: Target, setup: bool, phases: usize, per_phase: usize, seed: u64) {
                     let env: Vec<(&str, &str)> =
                         env.iter().map(|(k, v)| (*k, v.as_str())).collect();
                     let worker = format!("run-{phase}-{step}");
-                    let out = t
-                        .cmd(&["count", "--until-idle", "--worker-id", &worker])
-                        .envs(env.iter().copied())
-                        .output()
-                        .unwrap();
-                    assert!(
-                        out.status.success(),
-                        "{}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    warnings.extend(warnings_in(&out.stderr));
+                    warnings.extend(counted_to_the_end(&t, &worker, &env));
                 }
             }
         }
     }
-    let out = t
-        .cmd(&["count", "--until-idle", "--worker-id", "final"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    warnings.extend(warnings_in(&out.stderr));
+    warnings.extend(counted_to_the_end(&t, "final", &[]));
 
     let since = base + 600_000;
     let mut total = 0;
@@ -303,6 +284,21 @@ fn chaos(t: Target, setup: bool, phases: usize, per_phase: usize, seed: u64) {
     let v = t.json(&["verify", "--json"]);
     assert_eq!(v["posts_off"], 0, "{v:#}");
     assert!(crashes > 0, "the failpoints must land (seed {seed:#x})");
+}
+
+/// `tally count --until-idle` as `worker`, which must succeed; its warnings.
+fn counted_to_the_end(t: &Target, worker: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let out = t
+        .cmd(&["count", "--until-idle", "--worker-id", worker])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    warnings_in(&out.stderr)
 }
 
 /// The warning lines of a worker's log.
