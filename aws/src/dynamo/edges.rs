@@ -119,15 +119,7 @@ impl DynamoStore {
         sets.extend(lost_shift(&mut x, &lost, &new, &nil));
         let update = format!("SET {}", sets.join(", "));
         let r = self
-            .client
-            .update_item()
-            .table_name(self.table("counts"))
-            .key("pk", s(&e.post_id))
-            .key("sk", s(&sk))
-            .condition_expression(cond)
-            .update_expression(update)
-            .set_expression_attribute_names(x.names())
-            .set_expression_attribute_values(x.values())
+            .edge_update(e, &x, cond, update)
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -171,6 +163,25 @@ impl DynamoStore {
         }
     }
 
+    /// A conditional `UpdateItem` of `e`'s edge item.
+    fn edge_update(
+        &self,
+        e: &EdgeEvent,
+        x: &Expr,
+        cond: String,
+        update: String,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(self.table("counts"))
+            .key("pk", s(&e.post_id))
+            .key("sk", s(edge::edge_sk(&e.user_id)))
+            .condition_expression(cond)
+            .update_expression(update)
+            .set_expression_attribute_names(x.names())
+            .set_expression_attribute_values(x.values())
+    }
+
     /// Remembers on the edge `old` the clamped events of a refused write of `e` that took no
     /// effect ([`edge::lost_to_remember`]); conditioned on the edge being as read, and refused
     /// as a conflict (the edge is sent again) if another write came between. Its write units.
@@ -191,15 +202,12 @@ impl DynamoStore {
         let new: Vec<&String> = new.iter().collect();
         let sets = lost_shift(&mut x, &lost, &new, &nil);
         let r = self
-            .client
-            .update_item()
-            .table_name(self.table("counts"))
-            .key("pk", s(&e.post_id))
-            .key("sk", s(&sk))
-            .condition_expression(format!("{ev} = {vold} AND {w} = {vw}"))
-            .update_expression(format!("SET {}", sets.join(", ")))
-            .set_expression_attribute_names(x.names())
-            .set_expression_attribute_values(x.values())
+            .edge_update(
+                e,
+                &x,
+                format!("{ev} = {vold} AND {w} = {vw}"),
+                format!("SET {}", sets.join(", ")),
+            )
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
