@@ -12,8 +12,9 @@
 //! from the checkpoint, rebuilds the same window and applies it again: what was written is
 //! refused, what was not is written. See `tally_core::summary` for why this is exact.
 //!
-//! Layout: this crate's root holds the settings, the metrics and the per-shard processor; `apply`
-//! writes a closed window and meters it, `restore` keeps the duplicate filter in the store
+//! Layout: this crate's root holds the settings, the metrics and the per-shard processor; `claim`
+//! is a counter's claim on its store's count mode (made by `Counter::open`); `apply` writes a
+//! closed window and meters it, `restore` keeps the duplicate filter in the store
 //! (restored across the lineage, expired by arrival), `gap` gives up records the stream no longer
 //! has, on record.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -45,10 +46,12 @@ use tally_core::Position;
 
 mod apply;
 pub mod board;
+mod claim;
 mod gap;
 mod restore;
 
 use board::{Board, ShardWindows};
+pub use claim::ClaimError;
 use gap::{GONE, HEAD_TRIMMED, TIP_READS_FOR_A_GAP, TRIMMED};
 
 /// The counter's settings: the `[counter]` section of the settings (durations in the unit their
@@ -263,18 +266,20 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// A counter on `store`, configured by `cfg`, counting into `metrics`.
-    pub fn new(
+    /// A counter on `store`, configured by `cfg`, counting into `metrics`, once it has claimed
+    /// the store for its count mode (`claim`): refused on a store that counts otherwise.
+    pub async fn open(
         store: Arc<dyn CounterStore>,
         cfg: CounterConfig,
         metrics: Arc<CounterMetrics>,
-    ) -> Counter {
-        Counter {
+    ) -> Result<Counter, ClaimError> {
+        claim::claim(store.as_ref(), &cfg).await?;
+        Ok(Counter {
             store,
             cfg,
             metrics,
             board: Arc::default(),
-        }
+        })
     }
 
     /// Shows the held shards' open windows on `board` (what the worker's `--http` serves).

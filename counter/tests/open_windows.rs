@@ -52,11 +52,15 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     cfg.window_time = Duration::from_secs(600);
     let resolving = Arc::new(Board::resolving(store.clone()));
     let plain = Arc::new(Board::default());
-    let counter =
-        Counter::new(store.clone(), cfg.clone(), Arc::default()).on_board(resolving.clone());
+    let counter = Counter::open(store.clone(), cfg.clone(), Arc::default())
+        .await
+        .unwrap()
+        .on_board(resolving.clone());
     let mut p = counter.create(shard);
     // The same records on a board that cannot resolve: the open window is left out.
-    let unresolved = Counter::new(store.clone(), cfg, Arc::new(CounterMetrics::default()))
+    let unresolved = Counter::open(store.clone(), cfg, Arc::new(CounterMetrics::default()))
+        .await
+        .unwrap()
         .on_board(plain.clone());
     let mut q = unresolved.create(shard);
     q.start(&fence, &lease).await.unwrap();

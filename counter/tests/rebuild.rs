@@ -68,7 +68,9 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
     // The next owner reads from the checkpoint; the stream has lost the first four records.
     let mut cfg = CounterConfig::new("counter");
     cfg.window_records = 20;
-    let counter = Counter::new(store.clone(), cfg, Arc::new(CounterMetrics::default()));
+    let counter = Counter::open(store.clone(), cfg, Arc::new(CounterMetrics::default()))
+        .await
+        .unwrap();
     let fence = store
         .take_lease("counter", shard, fence.epoch, "w2", i64::MAX / 2)
         .await

@@ -60,32 +60,6 @@ pub async fn run_counter(
     .await
 }
 
-/// Claims the store for the configured count mode, or refuses to count one made in the other:
-/// a store's counts mean one thing, and a worker of the other mode would mix them.
-pub async fn settle_count_mode(settings: &Settings, backend: &Backend) -> Result<()> {
-    let want = settings.counter.count;
-    let stored = backend.counter.count_mode(Some(want)).await?;
-    if stored == Some(tally_core::edge::CountMode::Likers) {
-        // What `tally verify` recounts with: the clock skew each counter orders events by.
-        let skew = tally_core::config::millis(settings.counter.max_clock_skew) as i64;
-        let skews = backend.counter.clock_skews(Some(skew)).await?;
-        if skews.len() > 1 {
-            tracing::warn!(
-                ?skews,
-                "this store has been counted with several values of counter.max_clock_skew_secs \
-                 (ms): an event whose clock was ahead by between them orders differently by the \
-                 window that read it, and `tally verify` says so"
-            );
-        }
-    }
-    match stored {
-        Some(m) if m != want => anyhow::bail!(
-            "this store counts {m}, and `counter.count` is `{want}`: a store's counts mean one thing. Set counter.count = \"{m}\" (or TALLY_COUNTER__COUNT={m}) to go on counting it, or start a new store (another --data-dir, or another table_prefix) to count {want}"
-        ),
-        _ => Ok(()),
-    }
-}
-
 /// Where a counter worker shows its open windows: its board, and the address it serves it on.
 pub struct Shown {
     pub board: Arc<Board>,
@@ -103,12 +77,12 @@ pub async fn run_counter_with(
     leases: Arc<LeaseMetrics>,
     shown: Option<Shown>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
-    settle_count_mode(settings, backend).await?;
-    let mut factory = Counter::new(
+    let mut factory = Counter::open(
         backend.counter.clone(),
         settings.counter_config(),
         metrics.clone(),
-    );
+    )
+    .await?;
     let mut cfg = settings.worker_config(apps::COUNTER);
     if let Some(sh) = shown {
         factory = factory.on_board(sh.board);
