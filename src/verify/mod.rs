@@ -239,9 +239,7 @@ impl Checked<'_> {
                 t.late_copies += p.late_copies;
                 t.beyond_checkpoint += p.beyond_checkpoint;
             }
-            if r.counts_likers() {
-                compare_edges(b.counter.as_ref(), &r, self.before, &after, report).await?;
-            }
+            compare_edges(b.counter.as_ref(), &r, self.before, &after, report).await?;
             out.total += r.total();
             out.late_copies += r.tally.late_copies;
             out.read = std::mem::take(&mut r.read);
@@ -401,7 +399,7 @@ fn since_times(now: i64, asked: &[std::time::Duration]) -> Vec<i64> {
 fn posts_to_check(r: &Recount, split: &HashMap<String, Split>) -> Vec<String> {
     let part = r.part();
     let mut posts: Vec<String> = r
-        .posts
+        .posts()
         .keys()
         .cloned()
         .chain(r.beyond.iter().map(|b| b.post_id.clone()))
@@ -667,17 +665,8 @@ impl<'a> Held<'a> {
                     .is_some_and(|m| marker(&b.at).as_str() <= *m)
             })
             .collect();
-        if r.counts_likers() {
-            Held {
-                applied: r.likers_with(post, &held),
-                extra: Vec::new(),
-            }
-        } else {
-            Held {
-                applied: r.posts.get(post).cloned().unwrap_or_default(),
-                extra: held,
-            }
-        }
+        let (applied, extra) = r.with_held(post, held);
+        Held { applied, extra }
     }
 
     /// The range the store's count (since minute `from`, else the total) may take: late copies
@@ -773,6 +762,10 @@ async fn compare_edges(
     report: &mut Report,
 ) -> Result<()> {
     const SAMPLE: usize = 100;
+    // Counting events, no edges are kept.
+    let Some(sample) = r.sample_edges(SAMPLE) else {
+        return Ok(());
+    };
     if before
         .keys()
         .chain(after.keys())
@@ -788,7 +781,6 @@ async fn compare_edges(
         return Ok(());
     }
     let mut off = Vec::new();
-    let sample = r.sample_edges(SAMPLE);
     for (post, user, liked) in &sample {
         let (store_liked, units) = store
             .viewer_likes(user, std::slice::from_ref(post), Default::default())

@@ -159,4 +159,20 @@ fn events_mode_counts_events(t: Target) {
     assert!(err.contains("counts events"), "{err}");
     let out = t.fail(&["count", "--until-idle"], &[LIKERS]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("this store counts events"));
+    // `verify` recounts events on a store that counts them (as the store says, whatever the
+    // setting), in one pass and in many, and keeps no edges to sample.
+    for extra in [&[][..], &["--memory", "2KiB"]] {
+        let mut args = vec!["verify", "--json"];
+        args.extend_from_slice(extra);
+        let v = t.json(&args);
+        assert_eq!(v["posts_off"], 0, "{v:#}");
+        assert_eq!(v["posts_checked"], 4, "{v:#}");
+        assert_eq!(v["global_total"]["recount"], 3, "{v:#}");
+        assert!(v["edges"].is_null(), "{v:#}");
+        assert_eq!(
+            v["passes"].as_u64().unwrap() > 1,
+            !extra.is_empty(),
+            "{v:#}"
+        );
+    }
 }

@@ -15,13 +15,16 @@
 //! "since T" those of them whose like was created at or after T's minute. Copies change nothing,
 //! so no horizon leaves a count open.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use tally_core::kpl::{user_records, UserRecords};
 use tally_core::ports::ShardInfo;
 use tally_core::seq::{Position, SeqNo};
 
 use super::partition::{self, size, Part};
+
+mod events;
+mod likers;
 
 /// A minute since the epoch.
 pub type Minute = i64;
@@ -161,19 +164,52 @@ pub struct Tally {
     pub beyond_checkpoint: u64,
 }
 
+/// How a count mode recounts ([`events`], [`likers`]): what it keeps of each event in the pass's
+/// keys, and what a post's count is. Chosen once, when the recount is made; the rest of the
+/// recount (which records are applied, the passes, the dead letters) does not ask which.
+trait Counting: Send {
+    /// The key [`partition`] holds the event under.
+    fn key(&self, ev: &tally_core::event::LikeEvent) -> u64;
+    /// Takes one event of the pass's keys from lineage `scope`; `beyond`: its shard and place
+    /// when it is after its shard's checkpoint (else it is applied). The bytes its state grew
+    /// by, and the record kept beyond the checkpoint.
+    fn take(
+        &mut self,
+        ev: tally_core::event::LikeEvent,
+        key: u64,
+        scope: usize,
+        arrival_ms: i64,
+        beyond: Option<(&str, Position)>,
+    ) -> (usize, Option<Beyond>);
+    /// Once every record is read: the posts' counts, and the events counted, their copies and
+    /// their late copies.
+    fn finish(&mut self, tally: &mut Tally);
+    /// Each post's applied count (after [`Counting::finish`]).
+    fn posts(&self) -> &HashMap<String, PostRecount>;
+    /// What one read of `post` should show given `held`, the records after their checkpoints the
+    /// read's markers cover: the applied count with those merged in, and those still to add as
+    /// deltas.
+    fn with_held<'a>(&self, post: &str, held: Vec<&'a Beyond>) -> (PostRecount, Vec<&'a Beyond>);
+    /// Up to `n` applied edges — (post, user, liked) — of posts not `moving`; `None` when the
+    /// mode keeps no edges.
+    fn sample_edges(&self, n: usize, moving: &HashSet<&str>)
+        -> Option<Vec<(String, String, bool)>>;
+    /// One key per item held.
+    fn keys(&self, out: &mut Vec<u64>);
+    /// Gives up every item whose key is `hi` or above.
+    fn retain_below(&mut self, hi: u64);
+    /// What it holds, by [`partition::size`].
+    fn held_bytes(&self) -> usize;
+}
+
 /// The recount of a stream up to the counter's checkpoints.
 pub struct Recount {
-    horizon_ms: i64,
-    /// Counting likers, with this clock skew allowed (ms); `None`: events.
-    likers: Option<i64>,
+    /// How it counts.
+    mode: Box<dyn Counting>,
     /// What the records are (`None`: like events).
     input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
-    /// Likers: each post's users' latest applied action.
-    edges: HashMap<String, HashMap<String, Latest>>,
     applied: HashMap<String, Applied>,
     lineage: HashMap<String, usize>,
-    /// First arrival of each event id, per lineage.
-    first_seen: HashMap<(usize, String), Seen>,
     /// The keys this pass holds; what it holds past which it gives up half of them.
     part: Part,
     /// What it may hold by [`partition::size`]'s estimate.
@@ -185,7 +221,6 @@ pub struct Recount {
     keeps_letters: bool,
     /// It holds more than the budget on a key it cannot give up.
     pub over_budget: bool,
-    pub posts: HashMap<String, PostRecount>,
     pub beyond: Vec<Beyond>,
     /// Malformed user records at or before their shard's checkpoint: each must be a dead letter.
     pub malformed: BTreeSet<(String, Position)>,
@@ -196,24 +231,20 @@ pub struct Recount {
 }
 
 impl Recount {
-    /// A recount of `shards` (their lineages share a duplicate scope) against the counter's
-    /// lease `rows` (see [`applied`]).
+    /// A recount of events within `horizon_ms` of `shards` (their lineages share a duplicate
+    /// scope) against the counter's lease `rows` (see [`applied`]).
     pub fn new(horizon_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
         Recount {
-            horizon_ms,
-            likers: None,
+            mode: Box::new(events::Events::new(horizon_ms)),
             input: None,
-            edges: HashMap::new(),
             applied: applied(shards, rows),
             lineage: lineages(shards),
-            first_seen: HashMap::new(),
             part: Part::ALL,
             budget: usize::MAX,
             bytes: 0,
             next_shrink: usize::MAX,
             keeps_letters: true,
             over_budget: false,
-            posts: HashMap::new(),
             beyond: Vec::new(),
             malformed: BTreeSet::new(),
             read: HashMap::new(),
@@ -221,7 +252,14 @@ impl Recount {
         }
     }
 
-    /// Holds only the keys of `part` (and of it, less when what it holds passes `budget` bytes);
+    /// Recounts likers instead, a `created_at` further than `skew_ms` past its first copy's
+    /// arrival taken as that arrival.
+    pub fn likers(mut self, skew_ms: i64) -> Recount {
+        self.mode = Box::new(likers::Likers::new(skew_ms));
+        self
+    }
+
+    /// Holds only the keys of `part` (and of it, less when what it holds nears `budget` bytes);
     /// keeps the malformed records if `keeps_letters`.
     pub fn within(mut self, part: Part, budget: usize, keeps_letters: bool) -> Recount {
         self.part = part;
@@ -251,79 +289,32 @@ impl Recount {
         self
     }
 
-    /// Recounts likers, a `created_at` further than `skew_ms` past its arrival taken as the
-    /// arrival.
-    pub fn likers(mut self, skew_ms: i64) -> Recount {
-        self.likers = Some(skew_ms);
-        self
-    }
-
-    /// Whether it recounts likers.
-    pub fn counts_likers(&self) -> bool {
-        self.likers.is_some()
-    }
-
-    /// Once every record is read: the posts' applied counts (likers) and what the pass met.
+    /// Once every record is read: the posts' applied counts and what the pass met.
     pub fn finish(&mut self) {
-        self.tally.counted = self.first_seen.len() as u64;
-        self.tally.duplicates = self.first_seen.values().map(|s| s.copies).sum();
-        self.tally.late_copies = self.first_seen.values().map(|s| s.late).sum();
+        self.mode.finish(&mut self.tally);
         self.tally.beyond_checkpoint = self.beyond.len() as u64;
-        if self.likers.is_none() {
-            return;
-        }
-        for (post, users) in &self.edges {
-            self.posts.insert(post.clone(), count_of(users.values()));
-        }
     }
 
-    /// Likers: a post's count with the records after their checkpoints in `held` (which its
-    /// summary shows applied) merged into its users' latest actions.
-    pub fn likers_with(&self, post: &str, held: &[&Beyond]) -> PostRecount {
-        let mut users = self.edges.get(post).cloned().unwrap_or_default();
-        for b in held {
-            if let Some((user, l)) = &b.action {
-                users
-                    .entry(user.clone())
-                    .and_modify(|e| e.merge(l))
-                    .or_insert_with(|| l.clone());
-            }
-        }
-        count_of(users.values())
+    /// Each post's applied count (once finished).
+    pub fn posts(&self) -> &HashMap<String, PostRecount> {
+        self.mode.posts()
     }
 
-    /// Likers: up to `n` applied edges — (post, user, liked) — of posts with no record after a
-    /// checkpoint (a window may be writing those), spread over the posts, in a fixed order.
-    pub fn sample_edges(&self, n: usize) -> Vec<(String, String, bool)> {
-        let moving: std::collections::HashSet<&str> =
-            self.beyond.iter().map(|b| b.post_id.as_str()).collect();
-        let mut posts: Vec<&String> = self
-            .edges
-            .keys()
-            .filter(|p| !moving.contains(p.as_str()))
-            .collect();
-        posts.sort_unstable();
-        let mut out = Vec::new();
-        // One edge of each post per round, so a few hot posts do not fill the sample.
-        let mut users: Vec<Vec<(&String, &Latest)>> = posts
-            .iter()
-            .map(|p| {
-                let mut u: Vec<(&String, &Latest)> = self.edges[*p].iter().collect();
-                u.sort_unstable_by(|a, b| b.0.cmp(a.0));
-                u
-            })
-            .collect();
-        while out.len() < n && users.iter().any(|u| !u.is_empty()) {
-            for (p, u) in posts.iter().zip(users.iter_mut()) {
-                if let Some((user, l)) = u.pop() {
-                    out.push(((*p).clone(), user.clone(), l.liked));
-                    if out.len() == n {
-                        break;
-                    }
-                }
-            }
-        }
-        out
+    /// What one read of `post` should show given `held` (see `Counting::with_held`).
+    pub fn with_held<'a>(
+        &self,
+        post: &str,
+        held: Vec<&'a Beyond>,
+    ) -> (PostRecount, Vec<&'a Beyond>) {
+        self.mode.with_held(post, held)
+    }
+
+    /// Up to `n` applied edges — (post, user, liked) — of posts with no record after a
+    /// checkpoint (a window may be writing those), spread over the posts, in a fixed order;
+    /// `None` counting events (no edges are kept).
+    pub fn sample_edges(&self, n: usize) -> Option<Vec<(String, String, bool)>> {
+        let moving: HashSet<&str> = self.beyond.iter().map(|b| b.post_id.as_str()).collect();
+        self.mode.sample_edges(n, &moving)
     }
 
     /// Counts one Kinesis record of `shard_id`, in the shard's order.
@@ -383,134 +374,19 @@ impl Recount {
                 return;
             }
         };
-        if let Some(skew) = self.likers {
-            return self.user_action(shard_id, at, arrival_ms, ev, skew);
-        }
-        let key = partition::key(&ev.post_id, None);
+        let key = self.mode.key(&ev);
         if !self.part.contains(key) {
             return;
         }
         let scope = self.lineage.get(shard_id).copied().unwrap_or(usize::MAX);
-        let late = match self.first_seen.get_mut(&(scope, ev.event_id.clone())) {
-            None => {
-                self.bytes += size::seen(&ev.event_id);
-                self.first_seen
-                    .insert((scope, ev.event_id), Seen::first(arrival_ms, key));
-                false
-            }
-            Some(first) if (arrival_ms - first.arrival_ms).abs() <= self.horizon_ms => {
-                first.copies += 1;
-                return self.keep_within_budget();
-            }
-            Some(first) => {
-                first.late += 1;
-                true
-            }
-        };
-        let minute = ev.created_at.div_euclid(60_000);
-        let delta = ev.action.delta();
-        if self.applied(shard_id, &at) {
-            let p = match self.posts.get_mut(&ev.post_id) {
-                Some(p) => p,
-                None => {
-                    self.bytes += size::post(&ev.post_id);
-                    self.posts.entry(ev.post_id).or_default()
-                }
-            };
-            if late {
-                self.bytes += size::LATE;
-                p.late.push((minute, delta));
-            } else {
-                if !p.minutes.contains_key(&minute) {
-                    self.bytes += size::MINUTE;
-                }
-                p.add(minute, delta);
-            }
-        } else {
-            self.beyond_checkpoint(Beyond {
-                key,
-                shard_id: shard_id.to_owned(),
-                at,
-                post_id: ev.post_id,
-                minute,
-                delta,
-                late,
-                action: None,
-            });
+        let beyond = (!self.applied(shard_id, &at)).then_some((shard_id, at));
+        let (bytes, beyond) = self.mode.take(ev, key, scope, arrival_ms, beyond);
+        self.bytes += bytes;
+        if let Some(b) = beyond {
+            self.bytes += beyond_size(&b);
+            self.beyond.push(b);
         }
         self.keep_within_budget();
-    }
-
-    /// Likers: one user's action, kept if it is the latest of its edge (every copy is read: a
-    /// copy changes nothing, wherever it lands).
-    fn user_action(
-        &mut self,
-        shard_id: &str,
-        at: Position,
-        arrival_ms: i64,
-        ev: tally_core::event::LikeEvent,
-        skew_ms: i64,
-    ) {
-        let key = partition::key(&ev.post_id, Some(&ev.user_id));
-        if !self.part.contains(key) {
-            return;
-        }
-        // The event's first copy decides its clamp: a copy that arrives later orders as it did.
-        let first_arrival = match self.first_seen.entry((0, ev.event_id.clone())) {
-            std::collections::hash_map::Entry::Occupied(mut o) => {
-                o.get_mut().copies += 1;
-                o.get().arrival_ms
-            }
-            std::collections::hash_map::Entry::Vacant(v) => {
-                self.bytes += size::seen(v.key().1.as_str());
-                v.insert(Seen::first(arrival_ms, key)).arrival_ms
-            }
-        };
-        // The clock-skew rule, as documented (README, "counter.max_clock_skew_secs").
-        let at_ms = if ev.created_at > first_arrival.saturating_add(skew_ms) {
-            first_arrival
-        } else {
-            ev.created_at
-        };
-        let latest = Latest {
-            at_ms,
-            event_id: ev.event_id,
-            liked: ev.action == tally_core::event::Action::Like,
-        };
-        if self.applied(shard_id, &at) {
-            let users = match self.edges.get_mut(&ev.post_id) {
-                Some(u) => u,
-                None => {
-                    self.bytes += size::post(&ev.post_id);
-                    self.edges.entry(ev.post_id).or_default()
-                }
-            };
-            match users.get_mut(&ev.user_id) {
-                Some(e) => e.merge(&latest),
-                None => {
-                    self.bytes += size::edge(&ev.user_id, &latest.event_id);
-                    users.insert(ev.user_id, latest);
-                }
-            }
-        } else {
-            self.beyond_checkpoint(Beyond {
-                key,
-                shard_id: shard_id.to_owned(),
-                at,
-                post_id: ev.post_id,
-                minute: at_ms.div_euclid(60_000),
-                delta: 0,
-                late: false,
-                action: Some((ev.user_id, latest)),
-            });
-        }
-        self.keep_within_budget();
-    }
-
-    /// Keeps a record after its shard's checkpoint, for the posts' comparisons.
-    fn beyond_checkpoint(&mut self, b: Beyond) {
-        self.bytes += beyond_size(&b);
-        self.beyond.push(b);
     }
 
     /// Past the budget, gives up the upper half of the keys it holds (and what it kept of them)
@@ -520,75 +396,25 @@ impl Recount {
         if self.bytes <= self.next_shrink {
             return;
         }
-        match partition::split_point(self.keys()) {
+        let mut keys: Vec<u64> = self.beyond.iter().map(|b| b.key).collect();
+        self.mode.keys(&mut keys);
+        match partition::split_point(keys) {
             Some(hi) => {
                 self.part.hi = Some(hi);
-                self.retain_below(hi);
-                self.bytes = self.held_bytes();
+                self.mode.retain_below(hi);
+                self.beyond.retain(|b| b.key < hi);
+                self.beyond.shrink_to_fit();
+                self.bytes =
+                    self.mode.held_bytes() + self.beyond.iter().map(beyond_size).sum::<usize>();
             }
             None => self.over_budget = true,
         }
         self.next_shrink = self.budget.max(self.bytes.saturating_add(self.bytes / 4));
     }
 
-    /// One key per item held.
-    fn keys(&self) -> Vec<u64> {
-        let mut keys: Vec<u64> = self.first_seen.values().map(|s| s.key).collect();
-        keys.extend(self.beyond.iter().map(|b| b.key));
-        for (post, users) in &self.edges {
-            keys.extend(users.keys().map(|u| partition::key(post, Some(u))));
-        }
-        if self.likers.is_none() {
-            keys.extend(self.posts.keys().map(|p| partition::key(p, None)));
-        }
-        keys
-    }
-
-    fn retain_below(&mut self, hi: u64) {
-        self.first_seen.retain(|_, s| s.key < hi);
-        self.beyond.retain(|b| b.key < hi);
-        self.edges.retain(|post, users| {
-            users.retain(|u, _| partition::key(post, Some(u)) < hi);
-            !users.is_empty()
-        });
-        if self.likers.is_none() {
-            self.posts.retain(|p, _| partition::key(p, None) < hi);
-        }
-        // What was given up is given back.
-        self.first_seen.shrink_to_fit();
-        self.beyond.shrink_to_fit();
-        self.edges.shrink_to_fit();
-        self.posts.shrink_to_fit();
-    }
-
-    /// What it holds, by [`partition::size`].
-    fn held_bytes(&self) -> usize {
-        let seen: usize = self.first_seen.keys().map(|(_, e)| size::seen(e)).sum();
-        let beyond: usize = self.beyond.iter().map(beyond_size).sum();
-        let edges: usize = self
-            .edges
-            .iter()
-            .map(|(p, users)| {
-                size::post(p)
-                    + users
-                        .iter()
-                        .map(|(u, l)| size::edge(u, &l.event_id))
-                        .sum::<usize>()
-            })
-            .sum();
-        let posts: usize = self
-            .posts
-            .iter()
-            .map(|(p, r)| {
-                size::post(p) + r.minutes.len() * size::MINUTE + r.late.len() * size::LATE
-            })
-            .sum();
-        seen + beyond + edges + posts
-    }
-
     /// The applied total of every post.
     pub fn total(&self) -> i64 {
-        self.posts.values().map(|p| p.total).sum()
+        self.posts().values().map(|p| p.total).sum()
     }
 
     /// Whether any copy left a count open.
@@ -624,15 +450,6 @@ fn beyond_size(b: &Beyond) -> usize {
         None => (None, None),
     };
     size::beyond(&b.shard_id, &b.post_id, user, event)
-}
-
-/// A post's count from its users' latest actions: those that like it, by the minute they did.
-fn count_of<'a>(users: impl Iterator<Item = &'a Latest>) -> PostRecount {
-    let mut p = PostRecount::default();
-    for l in users.filter(|l| l.liked) {
-        p.add(l.at_ms.div_euclid(60_000), 1);
-    }
-    p
 }
 
 /// Each shard's lineage: shards joined by parent links share one (a split's children and their
@@ -755,7 +572,7 @@ mod tests {
         r.record("a", &seq(7), 5_000, b"not json");
         r.record("a", &seq(200), 5_000, &ev("e3", "p", "like", 120_000)); // after the checkpoint
         r.finish();
-        let p = &r.posts["p"];
+        let p = &r.posts()["p"];
         assert_eq!((p.total, p.since(1), p.since(2)), (1, 1, -1));
         assert_eq!(p.late, vec![(1, 1)]);
         assert_eq!(r.tally.duplicates, 2);
@@ -787,10 +604,10 @@ mod tests {
         r.record("a", &seq(7), T, &act("e7", "u4", "unlike", T + 30_000));
         r.record("a", &seq(200), T, &act("e8", "u2", "like", 240_000)); // beyond
         r.finish();
-        let p = &r.posts["p"];
+        let p = &r.posts()["p"];
         assert_eq!((p.total, p.since(2), p.since(3)), (1, 1, 0));
         let held: Vec<&Beyond> = r.beyond.iter().collect();
-        let with = r.likers_with("p", &held);
+        let (with, _) = r.with_held("p", held);
         assert_eq!((with.total, with.since(4)), (2, 1));
     }
 
@@ -823,7 +640,7 @@ mod tests {
             r.finish();
             passes += 1;
             counted += r.tally.counted;
-            for (post, p) in &r.posts {
+            for (post, p) in r.posts() {
                 let o = out.entry(post.clone()).or_default();
                 o.0 += p.total;
                 for (m, n) in &p.minutes {
