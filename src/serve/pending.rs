@@ -20,7 +20,7 @@
 //! a shard whose holder did not answer, reported no address, or is gone (its lease expired and
 //! not yet taken) is named in `unanswered_shards`, whether or not its remembered answer was used.
 //! Only a shard's current holder is believed: an answer about a shard the listing gives to another
-//! worker is ignored. What is not covered is said in ARCHITECTURE ("Provisional counts").
+//! worker is ignored. What is not covered is said in ARCHITECTURE ("What an answer never shows").
 
 use crate::answers::Provisional;
 use std::collections::{BTreeMap, HashMap};
