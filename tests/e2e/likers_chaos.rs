@@ -1,6 +1,7 @@
 //! A randomized fault harness for likers, bounded for CI, on both backends: phases of user
 //! actions (toggles, double taps, unlikes of nothing, late events, copies of earlier phases'
-//! events) put with a partition key that changes from phase to phase — by post, by user (a hot
+//! events, events from a clock a day ahead — clamped — and their copies, read when the first
+//! copy's clamp is long decided) put with a partition key that changes from phase to phase — by post, by user (a hot
 //! post's keys), and at random per record (a producer keying however it likes) — and counted by
 //! workers that crash at failpoints between a window's edge and count writes, are SIGKILLed at
 //! random moments, take each other's leases after they expire, and run under settings changed
@@ -31,7 +32,10 @@ struct Action {
     post: String,
     user: String,
     liked: bool,
+    /// When it orders: its `created_at`, or (a clock far ahead) its first copy's arrival.
     at: i64,
+    /// Its `created_at`.
+    created: i64,
 }
 
 impl Action {
@@ -42,7 +46,7 @@ impl Action {
             self.post,
             self.user,
             if self.liked { "like" } else { "unlike" },
-            self.at
+            self.created
         )
     }
 }
@@ -156,8 +160,11 @@ fn chaos(t: Target, setup: bool, phases: usize, per_phase: usize, seed: u64) {
         .and_then(|n| n.parse().ok())
         .unwrap_or(200);
     let users: Vec<String> = (0..users).map(|i| format!("cu{i:03}")).collect();
-    // Every action is in the past (no clamp: the named tests have those), a phase ten minutes
-    // after the one before, so "since" a phase's start has an exact answer.
+    // Every action is in the past, a phase ten minutes after the one before, so "since" a phase's
+    // start has an exact answer — but a few from devices whose clock is a day ahead: clamped to
+    // their first copy's arrival under any skew the runs use, so they order after every past
+    // action, each phase's after the last's (at most one per edge a phase); their copies, read
+    // later and still ahead, must order as the first did.
     let base = now_ms() - now_ms().rem_euclid(60_000) - 2 * 3_600_000;
     let mut truth = Truth::default();
     let mut sent: Vec<Action> = Vec::new();
@@ -166,6 +173,9 @@ fn chaos(t: Target, setup: bool, phases: usize, per_phase: usize, seed: u64) {
     let mut warnings: Vec<String> = Vec::new();
     for phase in 0..phases {
         let mut actions = Vec::new();
+        // Before this phase's records arrive, after the last phase's did.
+        let arrival = now_ms();
+        let mut ahead_edges = std::collections::BTreeSet::new();
         for i in 0..per_phase {
             let roll: f64 = rng.gen();
             let a = if roll < 0.1 && !sent.is_empty() {
@@ -188,12 +198,19 @@ fn chaos(t: Target, setup: bool, phases: usize, per_phase: usize, seed: u64) {
                     } else {
                         0
                     };
+                let ahead = rng.gen_bool(0.03) && ahead_edges.insert((post.clone(), user.clone()));
+                let (at, created) = if ahead {
+                    (arrival, arrival + 86_400_000 + rng.gen_range(0..3_600_000))
+                } else {
+                    (at, at)
+                };
                 Action {
                     id: format!("e{phase}-{i:04}-{}", rng.gen::<u16>()),
                     post,
                     user,
                     liked,
                     at,
+                    created,
                 }
             };
             truth.apply(&a);
