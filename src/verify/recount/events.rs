@@ -7,13 +7,13 @@ use std::collections::{HashMap, HashSet};
 use tally_core::event::LikeEvent;
 use tally_core::seq::Position;
 
-use super::{partition, size, Beyond, Counting, PostRecount, Seen, Tally};
+use super::{partition, size, Beyond, Counting, FirstCopies, PostRecount, Seen, Tally};
 
 /// What counting events keeps: each event's first copy, and each post's applied count.
 pub(super) struct Events {
     horizon_ms: i64,
     /// First arrival of each event id, per lineage.
-    first_seen: HashMap<(usize, String), Seen>,
+    first_seen: FirstCopies,
     posts: HashMap<String, PostRecount>,
 }
 
@@ -21,7 +21,7 @@ impl Events {
     pub(super) fn new(horizon_ms: i64) -> Events {
         Events {
             horizon_ms,
-            first_seen: HashMap::new(),
+            first_seen: FirstCopies::default(),
             posts: HashMap::new(),
         }
     }
@@ -42,10 +42,11 @@ impl Counting for Events {
         beyond: Option<(&str, Position)>,
     ) -> (usize, Option<Beyond>) {
         let mut bytes = 0;
-        let late = match self.first_seen.get_mut(&(scope, ev.event_id.clone())) {
+        let late = match self.first_seen.0.get_mut(&(scope, ev.event_id.clone())) {
             None => {
                 bytes += size::seen(&ev.event_id);
                 self.first_seen
+                    .0
                     .insert((scope, ev.event_id), Seen::first(arrival_ms, key));
                 false
             }
@@ -93,9 +94,7 @@ impl Counting for Events {
     }
 
     fn finish(&mut self, tally: &mut Tally) {
-        tally.counted = self.first_seen.len() as u64;
-        tally.duplicates = self.first_seen.values().map(|s| s.copies).sum();
-        tally.late_copies = self.first_seen.values().map(|s| s.late).sum();
+        self.first_seen.tally(tally);
     }
 
     fn posts(&self) -> &HashMap<String, PostRecount> {
@@ -112,19 +111,18 @@ impl Counting for Events {
     }
 
     fn keys(&self, out: &mut Vec<u64>) {
-        out.extend(self.first_seen.values().map(|s| s.key));
+        self.first_seen.keys(out);
         out.extend(self.posts.keys().map(|p| partition::key(p, None)));
     }
 
     fn retain_below(&mut self, hi: u64) {
-        self.first_seen.retain(|_, s| s.key < hi);
+        self.first_seen.retain_below(hi);
         self.posts.retain(|p, _| partition::key(p, None) < hi);
-        self.first_seen.shrink_to_fit();
         self.posts.shrink_to_fit();
     }
 
     fn held_bytes(&self) -> usize {
-        let seen: usize = self.first_seen.keys().map(|(_, e)| size::seen(e)).sum();
+        let seen = self.first_seen.held_bytes();
         let posts: usize = self
             .posts
             .iter()

@@ -10,14 +10,14 @@ use std::collections::{HashMap, HashSet};
 use tally_core::event::{Action, LikeEvent};
 use tally_core::seq::Position;
 
-use super::{partition, size, Beyond, Counting, Latest, PostRecount, Seen, Tally};
+use super::{partition, size, Beyond, Counting, FirstCopies, Latest, PostRecount, Seen, Tally};
 
 /// What counting likers keeps: each event's first arrival (its clamp), each post's users'
 /// latest applied action, and — once read — each post's count.
 pub(super) struct Likers {
     /// The clock skew allowed (ms).
     skew_ms: i64,
-    first_seen: HashMap<String, Seen>,
+    first_seen: FirstCopies,
     edges: HashMap<String, HashMap<String, Latest>>,
     posts: HashMap<String, PostRecount>,
 }
@@ -26,7 +26,7 @@ impl Likers {
     pub(super) fn new(skew_ms: i64) -> Likers {
         Likers {
             skew_ms,
-            first_seen: HashMap::new(),
+            first_seen: FirstCopies::default(),
             edges: HashMap::new(),
             posts: HashMap::new(),
         }
@@ -50,13 +50,13 @@ impl Counting for Likers {
     ) -> (usize, Option<Beyond>) {
         let mut bytes = 0;
         // The event's first copy decides its clamp: a copy that arrives later orders as it did.
-        let first_arrival = match self.first_seen.entry(ev.event_id.clone()) {
+        let first_arrival = match self.first_seen.0.entry((0, ev.event_id.clone())) {
             Entry::Occupied(mut o) => {
                 o.get_mut().copies += 1;
                 o.get().arrival_ms
             }
             Entry::Vacant(v) => {
-                bytes += size::seen(v.key());
+                bytes += size::seen(&v.key().1);
                 v.insert(Seen::first(arrival_ms, key)).arrival_ms
             }
         };
@@ -102,8 +102,7 @@ impl Counting for Likers {
     }
 
     fn finish(&mut self, tally: &mut Tally) {
-        tally.counted = self.first_seen.len() as u64;
-        tally.duplicates = self.first_seen.values().map(|s| s.copies).sum();
+        self.first_seen.tally(tally);
         for (post, users) in &self.edges {
             self.posts.insert(post.clone(), count_of(users.values()));
         }
@@ -164,24 +163,23 @@ impl Counting for Likers {
     }
 
     fn keys(&self, out: &mut Vec<u64>) {
-        out.extend(self.first_seen.values().map(|s| s.key));
+        self.first_seen.keys(out);
         for (post, users) in &self.edges {
             out.extend(users.keys().map(|u| partition::key(post, Some(u))));
         }
     }
 
     fn retain_below(&mut self, hi: u64) {
-        self.first_seen.retain(|_, s| s.key < hi);
+        self.first_seen.retain_below(hi);
         self.edges.retain(|post, users| {
             users.retain(|u, _| partition::key(post, Some(u)) < hi);
             !users.is_empty()
         });
-        self.first_seen.shrink_to_fit();
         self.edges.shrink_to_fit();
     }
 
     fn held_bytes(&self) -> usize {
-        let seen: usize = self.first_seen.keys().map(|e| size::seen(e)).sum();
+        let seen = self.first_seen.held_bytes();
         let edges: usize = self
             .edges
             .iter()

@@ -444,6 +444,33 @@ impl Seen {
     }
 }
 
+/// Each event's first copy, by lineage (counting likers, one scope: copies change nothing
+/// wherever they land) and id: what both modes keep of every event.
+#[derive(Default)]
+struct FirstCopies(HashMap<(usize, String), Seen>);
+
+impl FirstCopies {
+    /// The events counted, their copies within the horizon and their later copies.
+    fn tally(&self, t: &mut Tally) {
+        t.counted = self.0.len() as u64;
+        t.duplicates = self.0.values().map(|s| s.copies).sum();
+        t.late_copies = self.0.values().map(|s| s.late).sum();
+    }
+
+    fn keys(&self, out: &mut Vec<u64>) {
+        out.extend(self.0.values().map(|s| s.key));
+    }
+
+    fn retain_below(&mut self, hi: u64) {
+        self.0.retain(|_, s| s.key < hi);
+        self.0.shrink_to_fit();
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.0.keys().map(|(_, e)| size::seen(e)).sum()
+    }
+}
+
 fn beyond_size(b: &Beyond) -> usize {
     let (user, event) = match &b.action {
         Some((u, l)) => (Some(u.as_str()), Some(l.event_id.as_str())),
