@@ -85,9 +85,10 @@ pub struct AnalyticsConfig {
     /// A retry of an event is recognised for this long after the event arrived (the counter's).
     #[serde(skip)]
     pub dedup_horizon: Duration,
-    /// The counter counts likers: a user's likes of a post are one like within the horizon.
+    /// What the counter counts: counting likers, a user's likes of a post are one like within
+    /// the horizon.
     #[serde(skip)]
-    pub likers: bool,
+    pub count: tally_core::edge::CountMode,
     /// What the records are, when not like events (`[input]`: a table's change records).
     #[serde(skip)]
     pub input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
@@ -112,7 +113,7 @@ impl AnalyticsConfig {
             read_mode: ReadMode::Polling,
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
-            likers: true,
+            count: tally_core::edge::CountMode::Likers,
             input: None,
         }
     }
@@ -185,10 +186,9 @@ impl ProcessorFactory for Analytics {
                     Some(input) => f.input(input.clone()),
                     None => f,
                 };
-                if self.cfg.likers {
-                    f.likers()
-                } else {
-                    f
+                match self.cfg.count {
+                    tally_core::edge::CountMode::Likers => f.likers(),
+                    tally_core::edge::CountMode::Events => f,
                 }
             },
             extent: Extent::default(),

@@ -55,7 +55,7 @@ impl Settings {
         a.app = apps::ANALYTICS.to_owned();
         a.emf = self.emf();
         a.dedup_horizon = self.counter.dedup_horizon;
-        a.likers = self.counter.count == tally_core::edge::CountMode::Likers;
+        a.count = self.counter.count;
         a.input = self.input_config();
         a
     }

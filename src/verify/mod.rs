@@ -301,14 +301,20 @@ async fn states(b: &Backend, app: &str) -> Result<HashMap<String, ShardState>> {
         .collect())
 }
 
-/// What the recount counts by: events within the dedup horizon, or likers.
+/// What the recount counts by, and what the records are (`input`; `None`: like events).
 #[derive(Clone)]
 pub(crate) struct Rule {
-    horizon_ms: i64,
-    /// Likers, with this clock skew allowed (ms).
-    likers: Option<i64>,
-    /// What the records are (`None`: like events).
+    counts: Counts,
     input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
+}
+
+/// What the store counts, with the setting it was counted by.
+#[derive(Clone, Copy)]
+enum Counts {
+    /// Events, a copy recognised within this dedup horizon (ms).
+    Events { horizon_ms: i64 },
+    /// Likers, with this clock skew allowed (ms).
+    Likers { skew_ms: i64 },
 }
 
 impl Rule {
@@ -322,32 +328,31 @@ impl Rule {
             .await
             .context("reading what the store counts")?
             .unwrap_or(s.counter.count);
-        let likers = if mode == CountMode::Likers {
-            let skews = b
-                .counter
-                .clock_skews(None)
-                .await
-                .context("reading the clock skews the store was counted with")?;
-            if skews.len() > 1 {
-                report.not_checked.push(format!(
-                    "the store was counted with several clock skews ({} ms; the latest is used \
-                     here): a post with an event whose clock was ahead by between them may be \
-                     recounted differently from how it was counted",
-                    tally_core::edge::skews_to_text(&skews)
-                ));
+        let horizon_ms = tally_core::config::millis(s.counter.dedup_horizon) as i64;
+        let counts = match mode {
+            CountMode::Events => Counts::Events { horizon_ms },
+            CountMode::Likers => {
+                let skews = b
+                    .counter
+                    .clock_skews(None)
+                    .await
+                    .context("reading the clock skews the store was counted with")?;
+                if skews.len() > 1 {
+                    report.not_checked.push(format!(
+                        "the store was counted with several clock skews ({} ms; the latest is \
+                         used here): a post with an event whose clock was ahead by between them \
+                         may be recounted differently from how it was counted",
+                        tally_core::edge::skews_to_text(&skews)
+                    ));
+                }
+                let configured = tally_core::config::millis(s.counter.max_clock_skew) as i64;
+                Counts::Likers {
+                    skew_ms: skews.last().copied().unwrap_or(configured),
+                }
             }
-            Some(
-                skews
-                    .last()
-                    .copied()
-                    .unwrap_or(tally_core::config::millis(s.counter.max_clock_skew) as i64),
-            )
-        } else {
-            None
         };
         Ok(Rule {
-            horizon_ms: tally_core::config::millis(s.counter.dedup_horizon) as i64,
-            likers,
+            counts,
             input: s.input_config(),
         })
     }
@@ -358,13 +363,12 @@ impl Rule {
         rows: &HashMap<String, Row>,
         pass: Pass,
     ) -> Recount {
-        let r = Recount::new(self.horizon_ms, shards, rows)
-            .input(self.input.clone())
-            .within(pass.part, pass.budget, pass.first);
-        match self.likers {
-            Some(skew) => r.likers(skew),
-            None => r,
-        }
+        let r = match self.counts {
+            Counts::Events { horizon_ms } => Recount::events(horizon_ms, shards, rows),
+            Counts::Likers { skew_ms } => Recount::likers(skew_ms, shards, rows),
+        };
+        r.input(self.input.clone())
+            .within(pass.part, pass.budget, pass.first)
     }
 }
 

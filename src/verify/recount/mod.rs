@@ -231,11 +231,21 @@ pub struct Recount {
 }
 
 impl Recount {
-    /// A recount of events within `horizon_ms` of `shards` (their lineages share a duplicate
-    /// scope) against the counter's lease `rows` (see [`applied`]).
-    pub fn new(horizon_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
+    /// A recount of events, a copy recognised within `horizon_ms`, of `shards` (their lineages
+    /// share a duplicate scope) against the counter's lease `rows` (see [`applied`]).
+    pub fn events(horizon_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
+        Recount::new(Box::new(events::Events::new(horizon_ms)), shards, rows)
+    }
+
+    /// A recount of likers of `shards` against the counter's lease `rows`, a `created_at`
+    /// further than `skew_ms` past its first copy's arrival taken as that arrival.
+    pub fn likers(skew_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
+        Recount::new(Box::new(likers::Likers::new(skew_ms)), shards, rows)
+    }
+
+    fn new(mode: Box<dyn Counting>, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
         Recount {
-            mode: Box::new(events::Events::new(horizon_ms)),
+            mode,
             input: None,
             applied: applied(shards, rows),
             lineage: lineages(shards),
@@ -250,13 +260,6 @@ impl Recount {
             read: HashMap::new(),
             tally: Tally::default(),
         }
-    }
-
-    /// Recounts likers instead, a `created_at` further than `skew_ms` past its first copy's
-    /// arrival taken as that arrival.
-    pub fn likers(mut self, skew_ms: i64) -> Recount {
-        self.mode = Box::new(likers::Likers::new(skew_ms));
-        self
     }
 
     /// Holds only the keys of `part` (and of it, less when what it holds nears `budget` bytes);
@@ -589,7 +592,7 @@ mod tests {
             .into_iter()
             .map(|(s, n)| (s.to_owned(), through(n)))
             .collect();
-        let mut r = Recount::new(1_000, &shards, &rows);
+        let mut r = Recount::events(1_000, &shards, &rows);
         r.record("a", &seq(1), 0, &ev("e1", "p", "like", 60_000));
         r.record("a", &seq(2), 500, &ev("e1", "p", "like", 60_000)); // a retry: once
         r.record("b", &seq(3), 900, &ev("e1", "p", "like", 60_000)); // the child: same lineage
@@ -621,7 +624,7 @@ mod tests {
         let rows = [("a".to_owned(), through(100))].into();
         // Every record arrives at T; u4's device clock is far ahead.
         const T: i64 = 1_000_000;
-        let mut r = Recount::new(1_000, &shards, &rows).likers(60_000);
+        let mut r = Recount::likers(60_000, &shards, &rows);
         r.record("a", &seq(1), T, &act("e1", "u1", "like", 60_000));
         r.record("a", &seq(2), T, &act("e2", "u1", "like", 120_000)); // a double tap
         r.record("a", &seq(3), T, &act("e3", "u2", "unlike", 60_000)); // of nothing
@@ -657,10 +660,12 @@ mod tests {
         let mut out = Counts::new();
         let (mut part, mut passes, mut counted) = (Part::ALL, 0, 0);
         loop {
-            let mut r = Recount::new(60_000, &shards, &rows).within(part, budget, passes == 0);
-            if likers {
-                r = r.likers(300_000);
-            }
+            let r = if likers {
+                Recount::likers(300_000, &shards, &rows)
+            } else {
+                Recount::events(60_000, &shards, &rows)
+            };
+            let mut r = r.within(part, budget, passes == 0);
             for (shard, s, arrival, data) in records {
                 r.record(shard, &seq(*s), *arrival, data);
             }
