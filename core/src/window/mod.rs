@@ -6,16 +6,24 @@
 //! global-total delta and its dedup record. The same records, read after the same checkpoint with
 //! the same duplicate filter, always give the same window: that is what lets whoever applies a
 //! pending window — a restarted owner, a successor, a stale owner — write the same deltas.
+//!
+//! How a window folds its events is its count mode's, one module each, chosen once when the
+//! window is made: `events` (each event once, through the shard's duplicate filter, into its
+//! post's delta by minute) and `likers` (each edge's latest event, written to the edge; its
+//! deltas follow from what those writes change). This module holds what both share: the
+//! records' extent, decoding, dead letters and the closed window.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::boundary::{Extent, Fold, UserRecord};
 use crate::buckets::PostDelta;
+
+mod events;
+mod likers;
 use crate::dead_letter::{
     truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
 };
-use crate::dedup::{id_hash, Dedup, DedupRecord};
+use crate::dedup::{Dedup, DedupRecord};
 use crate::edge::{self, EdgeEvent, Transition};
 use crate::input::{Decoded, InputConfig};
 use crate::kpl::Took;
@@ -66,26 +74,24 @@ pub struct WindowBuilder {
     content: Content,
     /// When the window opened (caller's clock, ms), for closing on time.
     opened_at_ms: i64,
-    /// Counting likers (`Some`: the largest skew of `created_at` over the arrival taken as it
-    /// is, ms) rather than events.
-    likers: Option<i64>,
     /// What the records are (`None`: like events, contract v1).
     input: Option<Arc<InputConfig>>,
 }
 
 /// What a window folded.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Content {
-    /// Net change per post (sorted when the window closes); events mode.
-    deltas: HashMap<String, PostDelta, ahash::RandomState>,
-    /// The latest event of each (post, user) edge; likers mode.
-    edges: HashMap<(String, String), EdgeEvent, ahash::RandomState>,
-    /// Likers: the ordering time of each event whose first copy here was clamped
-    /// ([`edge::ordering_time`]): a later copy orders as the first did, although it arrived
-    /// later (only a clamped event's copies can order differently; there are few).
-    clamped: HashMap<String, i64, ahash::RandomState>,
+    /// Its events, as its count mode folds them (chosen once, when the window is made).
+    folded: Folded,
     dead_letters: Vec<DeadLetter>,
     stats: WindowStats,
+}
+
+/// How a window folds its events: one module per count mode.
+#[derive(Debug)]
+enum Folded {
+    Events(events::Events),
+    Likers(likers::Likers),
 }
 
 /// The counter's [`Fold`]: a window's content, with the shard's duplicate filter.
@@ -93,7 +99,6 @@ struct Counting<'a> {
     shard_id: &'a str,
     content: &'a mut Content,
     dedup: &'a mut Dedup,
-    likers: Option<i64>,
     input: Option<&'a InputConfig>,
 }
 
@@ -104,9 +109,12 @@ impl WindowBuilder {
             start_after,
             first: None,
             extent: Extent::default(),
-            content: Content::default(),
+            content: Content {
+                folded: Folded::Events(events::Events::default()),
+                dead_letters: Vec::new(),
+                stats: WindowStats::default(),
+            },
             opened_at_ms,
-            likers: None,
             input: None,
         }
     }
@@ -122,7 +130,7 @@ impl WindowBuilder {
     /// [`edge::ordering_time`] with this skew, then the event id), and no duplicate filter is
     /// needed — a copy is never newer than itself.
     pub fn likers(mut self, max_skew_ms: i64) -> WindowBuilder {
-        self.likers = Some(max_skew_ms);
+        self.content.folded = Folded::Likers(likers::Likers::new(max_skew_ms));
         self
     }
 
@@ -181,7 +189,6 @@ impl WindowBuilder {
             shard_id,
             content: &mut self.content,
             dedup,
-            likers: self.likers,
             input: self.input.as_deref(),
         };
         self.extent.take(&mut counting, record, from, max)
@@ -216,7 +223,10 @@ impl WindowBuilder {
     /// A post's net change so far (before a like and its unlike in one minute cancel out); none
     /// in likers mode, where a change is known only once the edges are written.
     pub fn delta(&self, post_id: &str) -> Option<&PostDelta> {
-        self.content.deltas.get(post_id)
+        match &self.content.folded {
+            Folded::Events(e) => e.deltas.get(post_id),
+            Folded::Likers(_) => None,
+        }
     }
 
     /// Likers: the window's latest event of each edge of the posts `wanted` says (none when
@@ -226,15 +236,19 @@ impl WindowBuilder {
         &'a self,
         wanted: impl Fn(&str) -> bool + 'a,
     ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
-        self.content
-            .edges
-            .values()
+        let edges = match &self.content.folded {
+            Folded::Likers(l) => Some(l.edges.values()),
+            Folded::Events(_) => None,
+        };
+        edges
+            .into_iter()
+            .flatten()
             .filter(move |e| wanted(&e.post_id))
     }
 
     /// Whether it counts likers (its deltas are known only once its edges are resolved).
     pub fn counts_likers(&self) -> bool {
-        self.likers.is_some()
+        matches!(self.content.folded, Folded::Likers(_))
     }
 
     /// The record the window's first user record came from, if any.
@@ -244,34 +258,18 @@ impl WindowBuilder {
 
     /// Closes the window, sealing its first-seen ids.
     pub fn close(mut self, dedup: &mut Dedup) -> ClosedWindow {
-        let total_delta = self.content.deltas.values().map(PostDelta::total).sum();
+        let (posts, edges) = match self.content.folded {
+            Folded::Events(e) => (e.close(), Vec::new()),
+            Folded::Likers(l) => (Vec::new(), l.close()),
+        };
         ClosedWindow {
             start_after: self.start_after,
             first: self.first,
             end: self.extent.take_end(),
-            // A like and its unlike in the same minute cancel out: nothing to write.
-            posts: {
-                let mut posts: Vec<(String, PostDelta)> = self
-                    .content
-                    .deltas
-                    .into_iter()
-                    .filter_map(|(post, mut d)| {
-                        d.by_minute.retain(|_, n| *n != 0);
-                        (!d.by_minute.is_empty()).then_some((post, d))
-                    })
-                    .collect();
-                posts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                posts
-            },
-            edges: {
-                let mut edges: Vec<EdgeEvent> = self.content.edges.into_values().collect();
-                edges.sort_unstable_by(|a, b| {
-                    (&a.post_id, &a.user_id).cmp(&(&b.post_id, &b.user_id))
-                });
-                edges
-            },
+            total_delta: posts.iter().map(|(_, d)| d.total()).sum(),
+            posts,
+            edges,
             dead_letters: self.content.dead_letters,
-            total_delta,
             dedup: dedup.seal(),
             stats: self.content.stats,
         }
@@ -311,92 +309,16 @@ impl Counting<'_> {
                 return Ok(());
             }
         };
-        if let Some(skew) = self.likers {
-            self.dedup.tick(arrival_ms);
-            self.fold_edge(ev, arrival_ms, skew);
-            return Ok(());
-        }
         let stats = &mut self.content.stats;
-        if !self.dedup.observe(id_hash(&ev.event_id), arrival_ms) {
-            stats.duplicates += 1;
-            return Ok(());
-        }
-        stats.counted += 1;
-        stats.latest_created_ms = stats.latest_created_ms.max(ev.created_at);
-        // Looked up by the borrowed id: a post already in the window costs no allocation.
-        let delta = ev.action.delta();
-        let deltas = &mut self.content.deltas;
-        match deltas.get_mut(ev.post_id.as_ref()) {
-            Some(d) => d.add(ev.created_at, delta),
-            None => {
-                let mut d = PostDelta::default();
-                d.add(ev.created_at, delta);
-                deltas.insert(ev.post_id.into_owned(), d);
+        match &mut self.content.folded {
+            Folded::Events(e) => e.fold(ev, arrival_ms, stats, self.dedup),
+            Folded::Likers(l) => {
+                // No filter, but the shard's arrival clock kept with its checkpoint.
+                self.dedup.tick(arrival_ms);
+                l.fold(ev, arrival_ms, stats);
             }
         }
         Ok(())
-    }
-
-    /// Keeps the event if it is its edge's latest in the window.
-    fn fold_edge(&mut self, ev: crate::event::EventRef<'_>, arrival_ms: i64, skew: i64) {
-        let stats = &mut self.content.stats;
-        let at_ms = match self.content.clamped.get(ev.event_id.as_ref()) {
-            Some(first) => *first,
-            None => edge::ordering_time(ev.created_at, arrival_ms, skew),
-        };
-        if at_ms != ev.created_at {
-            self.content
-                .clamped
-                .entry(ev.event_id.clone().into_owned())
-                .or_insert(at_ms);
-        }
-        stats.latest_created_ms = stats.latest_created_ms.max(at_ms);
-        // Counted unless it is a copy of an action this window holds already (no filter
-        // remembers ids across windows: a copy there is read, and changes nothing).
-        stats.counted += 1;
-        let liked = ev.action == crate::event::Action::Like;
-        let clamped = at_ms != ev.created_at;
-        let key = (ev.post_id.into_owned(), ev.user_id.into_owned());
-        match self.content.edges.get_mut(&key) {
-            Some(kept) if !kept.is_after(at_ms, &ev.event_id) => {
-                if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
-                    // A clamped event it replaces took no effect: the edge remembers it.
-                    let mut lost = std::mem::take(&mut kept.lost);
-                    if kept.clamped && !lost.contains(&kept.event_id) {
-                        lost.push(std::mem::take(&mut kept.event_id));
-                    }
-                    *kept = EdgeEvent {
-                        post_id: key.0,
-                        user_id: key.1,
-                        liked,
-                        at_ms,
-                        event_id: ev.event_id.into_owned(),
-                        clamped,
-                        lost,
-                    };
-                } else {
-                    stats.counted -= 1;
-                    stats.duplicates += 1;
-                }
-            }
-            Some(kept) => {
-                if clamped && !kept.lost.iter().any(|l| l == ev.event_id.as_ref()) {
-                    kept.lost.push(ev.event_id.into_owned());
-                }
-            }
-            None => {
-                let e = EdgeEvent {
-                    post_id: key.0.clone(),
-                    user_id: key.1.clone(),
-                    liked,
-                    at_ms,
-                    event_id: ev.event_id.into_owned(),
-                    clamped,
-                    lost: Vec::new(),
-                };
-                self.content.edges.insert(key, e);
-            }
-        }
     }
 
     fn dead_letter(&mut self, at: Position, record: &StreamRecord, data: &[u8], reason: String) {
