@@ -9,9 +9,8 @@
 //! timeout, so a producer, counters and analytics in separate processes share it; every fenced
 //! write is one `BEGIN IMMEDIATE` transaction that checks the lease row first.
 //!
-//! Each handle owns one connection behind a mutex, and a second, read-only one (opened on first
-//! use) for the reads an answer makes — counts, edges, likers — so they never wait behind the
-//! handle's own writes; it runs its statements on tokio's blocking pool.
+//! Each handle owns one connection behind a mutex and runs its statements on tokio's blocking
+//! pool.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod stores;
