@@ -34,10 +34,6 @@ pub const DB_FILE: &str = "tally.db";
 pub struct Embedded {
     /// One connection per handle; handles in one process share nothing else.
     conn: Arc<Mutex<Connection>>,
-    /// A second connection for the reads an answer makes (counts, edges, likers), opened on first
-    /// use: in WAL mode a reader never waits for a writer, so a worker's board answering the read
-    /// side does not queue behind its own windows' edge writes on the one connection.
-    reader: Arc<Mutex<Option<Connection>>>,
     /// Where the data lives, for messages.
     path: PathBuf,
 }
@@ -95,21 +91,6 @@ pub fn journal(conn: &Connection) -> PortResult<()> {
         .map_err(sql_err)?;
     conn.pragma_update(None, "cache_size", -CACHE_KIB)
         .map_err(sql_err)
-}
-
-/// A read-only connection to the store at `path` beside the writer's, if one can be opened.
-fn open_reader(path: &Path) -> Option<Connection> {
-    use rusqlite::OpenFlags;
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let c = Connection::open_with_flags(path, flags).ok()?;
-    c.busy_timeout(Duration::from_secs(30)).ok()?;
-    c.pragma_update(None, "cache_size", -CACHE_KIB).ok()?;
-    // Readable now (not an immutable file that needs other flags).
-    c.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
-        .ok()?;
-    Some(c)
 }
 
 /// Each connection's page cache, KiB: likers' edges are a read and a write per changed edge, at
@@ -279,7 +260,6 @@ impl Embedded {
         prepare(&conn).map_err(|e| not_a_store(&path, e))?;
         let store = Embedded {
             conn: Arc::new(Mutex::new(conn)),
-            reader: Arc::default(),
             path,
         };
         store.with(|c| stream::create_shards_if_empty(c, shards))?;
@@ -343,7 +323,6 @@ impl Embedded {
         };
         Ok(Embedded {
             conn: Arc::new(Mutex::new(conn)),
-            reader: Arc::default(),
             path,
         })
     }
@@ -375,31 +354,6 @@ impl Embedded {
         // usable: an open transaction rolled back as it unwound. Later calls go on.
         let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut guard)
-    }
-
-    /// Runs `f`, which only reads, on the read connection (opened on first use; the one
-    /// connection when a second cannot be opened, as on a read-only filesystem), on tokio's
-    /// blocking pool. Each call's reads see what was committed when it began.
-    pub(crate) async fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
-    ) -> PortResult<T> {
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut guard = this.reader.lock().unwrap_or_else(|e| e.into_inner());
-            if guard.is_none() {
-                *guard = open_reader(&this.path);
-            }
-            match guard.as_mut() {
-                Some(c) => f(c),
-                None => {
-                    drop(guard);
-                    this.with(f)
-                }
-            }
-        })
-        .await
-        .map_err(|e| PortError::Other(format!("embedded store task failed: {e}")))?
     }
 
     /// Runs `f` on the connection on tokio's blocking pool.

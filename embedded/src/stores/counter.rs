@@ -235,7 +235,7 @@ impl CounterStore for Embedded {
         _consistency: Consistency,
     ) -> PortResult<Vec<PostCount>> {
         let posts = post_ids.to_vec();
-        self.read(move |c| {
+        self.run(move |c| {
             // One read transaction: every count of the answer from one snapshot (SQLite's reads
             // are always consistent; what DynamoDB would charge is computed the same way).
             let tx = c.transaction().map_err(sql_err)?;
@@ -362,7 +362,7 @@ impl CounterStore for Embedded {
         _consistency: Consistency,
     ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
         let pairs = pairs.to_vec();
-        self.read(move |c| super::edges::edge_states(c, &pairs))
+        self.run(move |c| super::edges::edge_states(c, &pairs))
             .await
     }
 
@@ -373,7 +373,7 @@ impl CounterStore for Embedded {
         limit: usize,
     ) -> PortResult<LikersPage> {
         let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
-        self.read(move |c| super::edges::likers(c, &post, after.as_deref(), limit))
+        self.run(move |c| super::edges::likers(c, &post, after.as_deref(), limit))
             .await
     }
 }
