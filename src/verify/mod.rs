@@ -400,7 +400,7 @@ fn since_times(now: i64, asked: &[std::time::Duration]) -> Vec<i64> {
 
 /// Every post the pass holds records of (the stream never names a post the store alone holds;
 /// the global total covers those), and the split posts whose last part this pass held.
-fn posts_to_check(r: &Recount, split: &HashMap<String, Split>) -> Vec<String> {
+fn posts_to_check(r: &Recount, split: &HashMap<String, PostCheck>) -> Vec<String> {
     let part = r.part();
     let mut posts: Vec<String> = r
         .posts()
@@ -451,9 +451,11 @@ fn moved(
     }
 }
 
-/// A post whose keys more than one pass holds: its counts as read once, and what the passes so
-/// far say each read should show (a post's count is a sum over its users, so over its passes).
-struct Split {
+/// One post being compared: its counts as read once (in the first pass holding any of its
+/// keys), and what the passes so far say each read should show — a post's count is a sum over
+/// its users, so a post whose keys several passes hold (kept in `split` between them) is compared
+/// with the sum of its passes' parts.
+struct PostCheck {
     reads: Vec<PostCount>,
     checks: Vec<Check>,
     /// Shards of its records after their checkpoints (a window may be applying them).
@@ -484,7 +486,7 @@ async fn check_posts(
     store: &dyn CounterStore,
     r: &Recount,
     since: &[i64],
-    split: &mut HashMap<String, Split>,
+    split: &mut HashMap<String, PostCheck>,
     report: &mut Report,
 ) -> Result<Vec<OffPost>> {
     let mut beyond: HashMap<&str, Vec<&recount::Beyond>> = HashMap::new();
@@ -518,7 +520,7 @@ async fn check_posts(
             let mut post = match (split.remove(p), reads.remove(p)) {
                 (Some(s), _) => s,
                 (None, Some(c)) if c.is_empty() => continue,
-                (None, Some(c)) => Split {
+                (None, Some(c)) => PostCheck {
                     // A post the counter applied records to that this check did not read.
                     unread: c.iter().any(|c| {
                         c.marks
@@ -559,7 +561,7 @@ async fn check_posts(
     Ok(drifted)
 }
 
-impl Split {
+impl PostCheck {
     /// Adds what one pass's records of the post say each read should show. Each read is
     /// compared with the records its own markers say it holds: a window may land between the
     /// reads of one post.

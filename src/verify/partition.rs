@@ -46,12 +46,6 @@ impl Part {
         key >= self.lo && self.hi.is_none_or(|hi| key < hi)
     }
 
-    /// Whether a post's whole run of keys lies in this part.
-    pub fn holds_all_of(&self, post: &str) -> bool {
-        let (first, last) = post_keys(post);
-        self.contains(first) && self.contains(last)
-    }
-
     /// Whether part of a post's run comes after this part (a later pass holds the rest).
     pub fn continues(&self, post: &str) -> bool {
         self.hi.is_some_and(|hi| post_keys(post).1 >= hi)

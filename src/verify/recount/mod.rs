@@ -272,11 +272,6 @@ impl Recount {
         self
     }
 
-    /// What it holds by [`partition::size`]'s estimate, in bytes.
-    pub fn held(&self) -> usize {
-        self.bytes
-    }
-
     /// The keys this pass held to its end (the next pass starts where it stops).
     pub fn part(&self) -> Part {
         self.part
@@ -418,11 +413,6 @@ impl Recount {
     /// The applied total of every post.
     pub fn total(&self) -> i64 {
         self.posts().values().map(|p| p.total).sum()
-    }
-
-    /// Whether any copy left a count open.
-    pub fn has_late_copies(&self) -> bool {
-        self.tally.late_copies > 0
     }
 }
 
