@@ -557,6 +557,10 @@ pub struct QueryArgs {
     /// Also whether this user likes each post (read in one batch; likers mode only).
     #[arg(long, value_name = "USER_ID")]
     pub viewer: Option<String>,
+    /// The stored count only: do not ask the counter's workers for what they have read and not
+    /// yet written (what the API's `pending=false` answers).
+    #[arg(long)]
+    pub stored: bool,
     /// Print JSON (with the bound used, read units and how fresh the count is).
     #[arg(long)]
     pub json: bool,

@@ -7,12 +7,11 @@ use tally_consumer::retry::with_backoff;
 use tally_consumer::worker::LeaseKeeper;
 use tally_consumer::ConsumerError;
 use tally_core::cost::{Purpose, Units};
-use tally_core::edge::{EdgeEvent, Transition};
 use tally_core::ports::{Applied, Decided, PortError, PortResult, WindowRef, WindowRest};
 use tally_core::window::ClosedWindow;
 use tracing::debug;
 
-use crate::{board, CounterShard};
+use crate::CounterShard;
 
 use tally_consumer::retry::Retry;
 
@@ -56,33 +55,10 @@ impl CounterShard {
             shard_id: &fence.shard_id,
             end,
         };
-        let applied = if w.edges.is_empty() {
-            w
-        } else {
-            // Which edges it writes is durable before the first of them is written: a window
-            // given up later (its records trimmed while pending) still finds and counts them.
-            let pairs: Vec<(String, String)> = w
-                .edges
-                .iter()
-                .map(|e| (e.post_id.clone(), e.user_id.clone()))
-                .collect();
-            let recorded = with_backoff(
-                &self.cfg.backoff,
-                "record which edges a window writes",
-                || self.store.record_window_edges(at, &pairs),
-            )
-            .await
-            .map_err(|e| window_err(&w, &fence.shard_id, e))?;
-            spent.merge(&recorded);
-            let transitions = self
-                .apply_edges(at, &w.edges, replaying, &mut spent)
-                .await
-                .map_err(|e| window_err(&w, &fence.shard_id, e))?;
-            // What the edges changed is known now: the read side sees it until it is written.
-            let counted = Arc::new(w.with_transitions(&transitions));
-            board::lock(&self.windows).applying = Some(counted.clone());
-            counted
-        };
+        let applied = self
+            .counting
+            .write(self, w, at, replaying, &mut spent)
+            .await?;
         let w = &*applied;
         for batch in w.posts.chunks(self.cfg.posts_per_batch.max(1)) {
             let done = self
@@ -90,11 +66,7 @@ impl CounterShard {
                 .await
                 .map_err(|e| window_err(w, &fence.shard_id, e))?;
             spent.merge(&done);
-            let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
-            if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
-                eprintln!("failpoint: aborting after {batches} batches of post writes");
-                std::process::abort();
-            }
+            self.failpoint("post writes");
         }
         let rest = WindowRest {
             dead_letters: &w.dead_letters,
@@ -151,61 +123,13 @@ impl CounterShard {
         Ok((applied, spent))
     }
 
-    /// Likers: writes a window's edges, batch by batch, sending again only what failed for a
-    /// passing reason; returns the transitions they made.
-    async fn apply_edges(
-        &self,
-        at: WindowRef<'_>,
-        edges: &[EdgeEvent],
-        replaying: bool,
-        spent: &mut Applied,
-    ) -> PortResult<Vec<Transition>> {
-        let mut transitions = Vec::new();
-        for batch in edges.chunks(self.cfg.posts_per_batch.max(1)) {
-            let mut sending = Resend::new(&self.cfg.backoff, "write a window's edges", batch);
-            loop {
-                let sent = self
-                    .store
-                    .apply_edges(at, sending.todo())
-                    .await
-                    .map(|done| {
-                        spent.merge(&done.applied);
-                        transitions.extend(done.transitions);
-                        // A first attempt wrote nothing before: what an edge forgot is not its.
-                        let forgotten = if replaying { done.forgotten } else { 0 };
-                        self.note_edges(at, done.crossed, forgotten);
-                        (done.retry, done.error)
-                    });
-                if sending.settle(sent).await? {
-                    break;
-                }
-            }
-            let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
-            if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
-                eprintln!("failpoint: aborting after {batches} batches of edge and post writes");
-                std::process::abort();
-            }
-        }
-        Ok(transitions)
-    }
-
-    /// Counts and reports what an edge batch met: edges two shards write, and edges that no
-    /// longer remember whether this window wrote them.
-    pub(super) fn note_edges(&self, at: WindowRef<'_>, crossed: u64, forgotten: u64) {
-        self.metrics
-            .edges_crossed
-            .fetch_add(crossed, Ordering::Relaxed);
-        if forgotten > 0 {
-            self.metrics
-                .edges_forgotten
-                .fetch_add(forgotten, Ordering::Relaxed);
-            tracing::warn!(
-                window_end = %at.end,
-                edges = forgotten,
-                "edges of a window applied again no longer remember whether it wrote them \
-                 (more writes by other shards since than an edge keeps): counted as no change; \
-                 `tally verify` shows any post this made wrong"
-            );
+    /// Counts a batch of writes; the test failpoint `crash_after_batches` aborts the process
+    /// once that many are done (`what`: the writes they were, for its message).
+    pub(crate) fn failpoint(&self, what: &str) {
+        let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
+            eprintln!("failpoint: aborting after {batches} batches of {what}");
+            std::process::abort();
         }
     }
 
@@ -323,14 +247,18 @@ impl CounterShard {
 /// passing reason is sent again, and only that (as the producer resends only failed PutRecords
 /// entries) — a batch resent whole would succeed only if every one of its items did in the same
 /// pass.
-struct Resend<'a, T: Clone> {
+pub(crate) struct Resend<'a, T: Clone> {
     todo: std::borrow::Cow<'a, [T]>,
     retry: Retry<'a>,
     what: &'a str,
 }
 
 impl<'a, T: Clone> Resend<'a, T> {
-    fn new(backoff: &'a tally_core::retry::Backoff, what: &'a str, items: &'a [T]) -> Self {
+    pub(crate) fn new(
+        backoff: &'a tally_core::retry::Backoff,
+        what: &'a str,
+        items: &'a [T],
+    ) -> Self {
         Resend {
             todo: items.into(),
             retry: Retry::new(backoff, what),
@@ -339,14 +267,14 @@ impl<'a, T: Clone> Resend<'a, T> {
     }
 
     /// What is left to send.
-    fn todo(&self) -> &[T] {
+    pub(crate) fn todo(&self) -> &[T] {
         &self.todo
     }
 
     /// Takes a call's answer — the indexes (into [`Resend::todo`]) it left undone and their
     /// last error, or its failure — and says whether every item is done; if not, keeps only the
     /// undone ones and pauses before they are sent again (a failure no retry mends ends it).
-    async fn settle(
+    pub(crate) async fn settle(
         &mut self,
         sent: PortResult<(Vec<usize>, Option<PortError>)>,
     ) -> PortResult<bool> {
@@ -370,7 +298,7 @@ impl<'a, T: Clone> Resend<'a, T> {
 }
 
 /// A window's write that failed for good, naming its records.
-fn window_err(w: &ClosedWindow, shard_id: &str, e: PortError) -> ConsumerError {
+pub(crate) fn window_err(w: &ClosedWindow, shard_id: &str, e: PortError) -> ConsumerError {
     if e.is_retryable() {
         return e.into();
     }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tally_core::buckets::PostDelta;
-use tally_core::edge::{self, EdgeState};
+use tally_core::edge::{EdgeEvent, EdgeState};
 use tally_core::ports::{Consistency, CounterStore};
 use tally_core::summary::marker;
 use tally_core::window::{ClosedWindow, WindowBuilder};
@@ -70,7 +70,7 @@ impl ShardWindows {
 
     /// Likers: the open window's edges of the wanted posts whose stored state is not read yet.
     fn unread(&self, wanted: &HashSet<&str>) -> Vec<Pair> {
-        let Some(open) = self.open.as_ref().filter(|b| b.counts_likers()) else {
+        let Some(open) = self.open.as_ref() else {
             return Vec::new();
         };
         open.edges_of(|p| wanted.contains(p))
@@ -79,17 +79,17 @@ impl ShardWindows {
             .collect()
     }
 
-    /// Likers: the open window's deltas for the wanted posts, if every edge of theirs in it is
-    /// read.
+    /// The open window's deltas for the wanted posts as its write will make them (likers: if
+    /// every edge of theirs in it is read).
     fn resolved(&self, wanted: &HashSet<&str>) -> Option<Vec<(String, PostDelta)>> {
         let open = self.open.as_ref()?;
         let window = self.rebuilds.as_deref().unwrap_or_default();
-        let mut transitions = Vec::new();
-        for e in open.edges_of(|p| wanted.contains(p)) {
-            let stored = self.stored.get(&(e.post_id.clone(), e.user_id.clone()))?;
-            transitions.extend(edge::resolve(stored.as_ref(), e, window).transition());
-        }
-        Some(edge::deltas(&transitions).0)
+        let stored = |e: &EdgeEvent| {
+            self.stored
+                .get(&(e.post_id.clone(), e.user_id.clone()))
+                .map(Option::as_ref)
+        };
+        open.deltas_as_written(|p| wanted.contains(p), stored, window)
     }
 }
 
@@ -204,11 +204,9 @@ impl Board {
         }
         let w = lock(&w);
         let open = w.open.as_ref().filter(|b| !b.is_empty());
-        // Counting likers, an open window is shown only once resolved.
-        let likers_open = open
-            .filter(|b| b.counts_likers())
-            .map(|_| w.resolved(wanted));
-        let shows_open = !matches!(likers_open, Some(None));
+        // An open window is shown only once resolved (likers: its edges read).
+        let resolved = open.map(|_| w.resolved(wanted));
+        let shows_open = !matches!(resolved, Some(None));
         let through = w
             .open
             .as_ref()
@@ -231,15 +229,13 @@ impl Board {
         }
         if let Some(b) = open.filter(|_| shows_open) {
             let after = b.start_after().map(marker);
-            let posts = match likers_open.flatten() {
-                Some(deltas) => pick(posts, |p| {
-                    deltas
-                        .binary_search_by(|(id, _)| id.as_str().cmp(p))
-                        .ok()
-                        .map(|i| &deltas[i].1)
-                }),
-                None => pick(posts, |p| b.delta(p)),
-            };
+            let deltas = resolved.flatten().unwrap_or_default();
+            let posts = pick(posts, |p| {
+                deltas
+                    .binary_search_by(|(id, _)| id.as_str().cmp(p))
+                    .ok()
+                    .map(|i| &deltas[i].1)
+            });
             windows.push(OpenWindow { after, posts });
         }
         windows.retain(|w| !w.posts.is_empty());

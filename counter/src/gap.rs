@@ -3,10 +3,7 @@
 use tally_consumer::retry::with_backoff;
 use tally_consumer::ConsumerError;
 use tally_core::dead_letter::DeadLetter;
-use tally_core::dedup::DedupRecord;
-use tally_core::edge::{self, CountMode};
-use tally_core::ports::{Consistency, GapCommit, Pending, WindowRef, WindowRest};
-use tally_core::summary::marker;
+use tally_core::ports::GapCommit;
 use tally_core::{Position, SeqNo};
 
 use crate::{board, CounterShard};
@@ -22,9 +19,6 @@ pub(super) const TRIMMED: &str =
 /// Why a pending window cannot be rebuilt whole: its first records are gone.
 pub(super) const HEAD_TRIMMED: &str =
     "the stream's retention trimmed the pending window's first records before it was completed";
-
-/// Edges read at once while counting a given-up window's.
-const EDGES_PER_READ: usize = 1_000;
 
 /// Why records were never read: the stream said they were trimmed.
 pub(super) const UNREAD: &str = "the stream's retention trimmed records before they were read";
@@ -48,8 +42,8 @@ impl CounterShard {
     ) -> Result<(), ConsumerError> {
         let fence = self.fence()?.clone();
         let pending = self.replay.clone();
-        let counted = match &pending {
-            Some(p) => self.count_written_edges(p).await?,
+        let became = match &pending {
+            Some(p) => Some(self.counting.give_up(self, p).await?),
             None => None,
         };
         let through = match (pending.as_ref().map(|p| p.end.clone()), trimmed_through) {
@@ -60,22 +54,10 @@ impl CounterShard {
             .checkpoint
             .as_ref()
             .map_or_else(|| "the shard's start".to_owned(), |c| c.to_string());
-        let what = match (&pending, &through) {
-            (Some(_), Some(t)) => match (counted, self.cfg.count) {
-                (Some(n), _) => format!(
-                    "records after {after} through {t} are lost to the window pending there; the \
-                     {n} edges it had written are counted as it decided them, its other records \
-                     are lost"
-                ),
-                (None, CountMode::Likers) => format!(
-                    "records after {after} through {t} are lost to the window pending there (it \
-                     had written no edge yet, so nothing of it is counted)"
-                ),
-                (None, CountMode::Events) => format!(
-                    "records after {after} through {t} are lost to the window pending there (its \
-                     writes had begun, so its likes may be partly counted)"
-                ),
-            },
+        let what = match (&became, &through) {
+            (Some(became), Some(t)) => {
+                format!("records after {after} through {t} are lost to the window pending there{became}")
+            }
             (None, Some(t)) => format!("records after {after} through {t} were never read"),
             (_, None) => format!("records after {after} were never read"),
         };
@@ -123,65 +105,6 @@ impl CounterShard {
             .restore_dedup(&fence, &st.lease, self.horizon_ms())
             .await?;
         Ok(())
-    }
-
-    /// Likers: before a pending window is given up, counts the edges it wrote — found by its edge
-    /// record, each transition as the edge remembers this window's write (decided then, never
-    /// again from the edge's state now) — with the same marker-guarded writes as any window, so
-    /// a give-up interrupted and given up again counts each once. `None`: no record, so no edge
-    /// of it was written (or it counts events).
-    async fn count_written_edges(&self, pending: &Pending) -> Result<Option<usize>, ConsumerError> {
-        let end = &pending.end;
-        let fence = self.fence()?.clone();
-        let at = WindowRef {
-            app: &fence.app,
-            shard_id: &fence.shard_id,
-            end,
-        };
-        let backoff = &self.cfg.backoff;
-        let Some(pairs) = with_backoff(backoff, "read a window's edge record", || {
-            self.store.window_edges(at)
-        })
-        .await?
-        else {
-            return Ok(None);
-        };
-        let window = edge::window_id(&fence.shard_id, &marker(end));
-        let mut transitions = Vec::new();
-        let mut forgotten = 0;
-        for chunk in pairs.chunks(EDGES_PER_READ) {
-            let (states, _) = with_backoff(backoff, "read a given-up window's edges", || {
-                self.store.edges(chunk, Consistency::Strong)
-            })
-            .await?;
-            for ((post, _), st) in chunk.iter().zip(states) {
-                match st.as_ref().map(|s| (s.written_by(&window, post), s)) {
-                    Some((Some(t), _)) => transitions.push(t),
-                    Some((None, s)) if !s.remembers_all() => forgotten += 1,
-                    _ => {}
-                }
-            }
-        }
-        self.note_edges(at, 0, forgotten);
-        let written = transitions.len();
-        let (posts, total_delta) = edge::deltas(&transitions);
-        for batch in posts.chunks(self.cfg.posts_per_batch.max(1)) {
-            self.apply_batch(at, batch).await?;
-        }
-        let rest = WindowRest {
-            dead_letters: &[],
-            total_delta,
-            dedup: &DedupRecord {
-                max_arrival: i64::MIN,
-                ids: Vec::new(),
-            },
-            horizon_ms: pending.horizon_ms.unwrap_or_else(|| self.horizon_ms()),
-        };
-        with_backoff(backoff, "write a given-up window's global total", || {
-            self.store.apply_rest(at, rest)
-        })
-        .await?;
-        Ok(Some(written))
     }
 
     /// The stream says the records after our position through `through` were trimmed before we

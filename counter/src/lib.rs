@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use counting::Counting;
 use tally_consumer::worker::ReadMode;
 use tally_consumer::worker::{LeaseKeeper, ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
@@ -36,9 +37,7 @@ use tally_core::edge::CountMode;
 use tally_core::input::InputConfig;
 use tally_core::kpl::Took;
 use tally_core::lease::Lease;
-use tally_core::ports::{
-    CounterStore, Decided, Fence, Pending, ReadBatch, StartPosition, StreamRecord,
-};
+use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
 use tally_core::retry::Backoff;
 use tally_core::summary::marker;
 use tally_core::window::{Bound, WindowBuilder};
@@ -47,6 +46,7 @@ use tally_core::Position;
 mod apply;
 pub mod board;
 mod claim;
+mod counting;
 mod gap;
 mod restore;
 
@@ -261,6 +261,7 @@ impl CostMeter {
 pub struct Counter {
     store: Arc<dyn CounterStore>,
     cfg: CounterConfig,
+    counting: Arc<dyn Counting>,
     metrics: Arc<CounterMetrics>,
     board: Arc<Board>,
 }
@@ -273,10 +274,12 @@ impl Counter {
         cfg: CounterConfig,
         metrics: Arc<CounterMetrics>,
     ) -> Result<Counter, ClaimError> {
-        claim::claim(store.as_ref(), &cfg).await?;
+        let counting = counting::chosen(&cfg);
+        counting::claim(store.as_ref(), counting.as_ref()).await?;
         Ok(Counter {
             store,
             cfg,
+            counting,
             metrics,
             board: Arc::default(),
         })
@@ -285,7 +288,7 @@ impl Counter {
     /// Shows the held shards' open windows on `board` (what the worker's `--http` serves).
     /// Counting likers, only a board that resolves them shows them (`Board::resolving`).
     pub fn on_board(mut self, board: Arc<Board>) -> Counter {
-        self.cfg.shows_open = self.cfg.count == CountMode::Events || board.shows_open_windows();
+        self.cfg.shows_open = self.counting.shows_open(&board);
         self.board = board;
         self
     }
@@ -296,6 +299,7 @@ impl ProcessorFactory for Counter {
         Box::new(CounterShard {
             store: self.store.clone(),
             cfg: self.cfg.clone(),
+            counting: self.counting.clone(),
             metrics: self.metrics.clone(),
             shard_id: shard_id.to_owned(),
             fence: None,
@@ -315,6 +319,8 @@ impl ProcessorFactory for Counter {
 pub struct CounterShard {
     store: Arc<dyn CounterStore>,
     cfg: CounterConfig,
+    /// How it counts, chosen when the counter was built.
+    counting: Arc<dyn Counting>,
     metrics: Arc<CounterMetrics>,
     shard_id: String,
     /// Set by `start`.
@@ -359,10 +365,7 @@ impl CounterShard {
         };
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
-        let decided = Decided {
-            horizon_ms,
-            skew_ms: (self.cfg.count == CountMode::Likers).then(|| self.window_skew()),
-        };
+        let decided = self.counting.decided(horizon_ms, self.replay.as_ref());
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
         let (closed, spent) = self
             .apply(closed, replaying, shard_end, decided, latest)
@@ -412,15 +415,6 @@ impl CounterShard {
         self.cfg.dedup_horizon.as_millis() as i64
     }
 
-    /// Likers: the clock skew the window being built orders its events with: the pending one's,
-    /// when rebuilding it (a setting changed since must not change what it decided).
-    fn window_skew(&self) -> i64 {
-        self.replay
-            .as_ref()
-            .and_then(|p| p.skew_ms)
-            .unwrap_or(self.cfg.max_clock_skew.as_millis() as i64)
-    }
-
     /// The horizon of the window being built: the pending one's, when rebuilding it.
     fn window_horizon(&self) -> i64 {
         self.replay
@@ -444,7 +438,6 @@ impl Windows for CounterShard {
             Some(p) => Bound::End(&p.end),
             None => Bound::Size(self.cfg.window_records),
         };
-        let skew = self.window_skew();
         let mut w = board::lock(&self.windows);
         if w.open.is_none() {
             if let (Some(p), Ok(fence)) = (&self.replay, self.fence()) {
@@ -459,10 +452,7 @@ impl Windows for CounterShard {
             if let Some(input) = &self.cfg.input {
                 w = w.input(input.clone());
             }
-            match self.cfg.count {
-                CountMode::Events => w,
-                CountMode::Likers => w.likers(skew),
-            }
+            self.counting.fold(w, self.replay.as_ref())
         });
         let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
         (took, window.reached(bound))

@@ -10,7 +10,7 @@ use tally_core::apps;
 use tally_core::buckets::minute_start;
 use tally_core::ports::{Consistency, Stream};
 
-use crate::answers::{self, Provisional};
+use crate::answers;
 use crate::backend::Backend;
 use crate::cli::{
     DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
@@ -18,9 +18,13 @@ use crate::cli::{
 use crate::output::print_json;
 use crate::reading::{parents_first, read_to_tip};
 use crate::recording::{Header, Recorded};
+use crate::serve::pending::{pending_for, pending_json, Pending, Windows};
 use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
 
+/// A post's count as the API answers it (`GET /api/posts/{id}`, `/api/counts`): the stored count
+/// plus what the counter's workers have read and not yet written (asked first, as the read side
+/// does; `--stored`: the stored count only), whether the viewer likes each post, and how fresh.
 pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     crate::serve::check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
@@ -30,6 +34,18 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     } else {
         Consistency::Strong
     };
+    // The workers first, the store second (`serve::pending`).
+    let listing = Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?;
+    let asked = match args.stored {
+        true => None,
+        false => Some(
+            Pending::new(crate::serve::pending::TIMEOUT)
+                .ask(&listing.states, &args.post_ids)
+                .await,
+        ),
+    };
+    let none = Windows::default();
+    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let counts = backend
         .counter
         .post_counts(&args.post_ids, requested, consistency)
@@ -45,35 +61,33 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     };
     // Counts are kept per minute: "since T" counts from the start of T's minute.
     let bound = requested.map(minute_start);
-    let fresh = applied_through(&Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?);
+    let fresh = applied_through(&listing);
     if args.json {
-        let v = if let [c] = counts.as_slice() {
+        let mut v = if let [c] = counts.as_slice() {
             // One post: its count at the top level, as ever.
+            let id = &args.post_ids[0];
             let units = answers::read_units(c.read_units, consistency);
-            let none = Provisional::default();
-            let mut v = answers::post_count(&args.post_ids[0], c, none, requested, units);
+            let provisional = pending_for(id, c, windows, requested);
+            let mut v = answers::post_count(id, c, provisional, requested, units);
             if let (Some(t), Some(_)) = (requested, c.since) {
                 v["since_requested_ms"] = json!(t);
             }
             if let Some((u, (liked, units))) = &viewer {
                 crate::serve::viewer::add_to_post(&mut v, u, liked[0], *units);
             }
-            v["applied_through"] = fresh;
             v
         } else {
-            let mut v = crate::serve::counts_json(
-                &args.post_ids,
-                requested,
-                &counts,
-                consistency,
-                &Default::default(),
-            );
+            let mut v =
+                crate::serve::counts_json(&args.post_ids, requested, &counts, consistency, windows);
             if let Some((u, (liked, units))) = &viewer {
                 crate::serve::viewer::add_to_counts(&mut v, u, liked, *units, consistency);
             }
-            v["applied_through"] = fresh;
             v
         };
+        v["applied_through"] = fresh;
+        if let Some(a) = &asked {
+            v["provisional"] = pending_json(a);
+        }
         print_json(&v);
     } else {
         for (i, (id, c)) in args.post_ids.iter().zip(&counts).enumerate() {
@@ -82,15 +96,41 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
                 Some((u, _)) => format!(" ({u} does not)"),
                 None => String::new(),
             };
+            let p = pending_for(id, c, windows, requested);
+            let unwritten = match p.total {
+                0 => String::new(),
+                n => format!(" ({n:+} of them read by the counter, not yet written)"),
+            };
+            let total = c.total + p.total;
             match (bound, c.since) {
                 (Some(t), Some(n)) => println!(
-                    "{id}: {} likes{by_viewer} ({n:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
-                    c.total,
+                    "{id}: {total} likes{by_viewer}{unwritten} ({:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
+                    n + p.since,
                     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
                     humantime::format_duration(args.since.unwrap_or_default()),
                 ),
-                _ => println!("{id}: {} likes{by_viewer}", c.total),
+                _ => println!("{id}: {total} likes{by_viewer}{unwritten}"),
             }
+        }
+        // Shards a live worker holds that did not answer (those nobody holds are in the
+        // freshness line).
+        let now = now_ms();
+        let silent = asked.as_ref().map_or(0, |a| {
+            a.unanswered
+                .iter()
+                .filter(|s| {
+                    listing
+                        .states
+                        .iter()
+                        .any(|st| st.lease.shard_id == **s && st.lease.is_held(now))
+                })
+                .count()
+        });
+        if silent > 0 {
+            println!(
+                "(the workers holding {silent} shards did not answer in time: what they read and \
+                 have not written is not shown)"
+            );
         }
         println!("{}", freshness_line("counted", &fresh));
     }
@@ -106,6 +146,17 @@ fn freshness_line(what: &str, f: &serde_json::Value) -> String {
         .as_i64()
         .map(|ms| format!("; the last record {what} arrived {} ago", ago(ms)))
         .unwrap_or_default();
+    let unread = f["unread_shards"].as_u64().unwrap_or(0);
+    if unread > 0 {
+        let lag = f["lag_ms"]
+            .as_i64()
+            .map(|lag| format!(", up to {} behind the stream's tip", ago(lag)))
+            .unwrap_or_default();
+        return format!(
+            "({what}: no worker is reading {unread} shard{s}{lag}{last})",
+            s = if unread == 1 { "" } else { "s" }
+        );
+    }
     match f["lag_ms"].as_i64() {
         Some(0) => format!("({what} to the stream's tip on every shard{last})"),
         Some(lag) => format!("({what} up to {} behind the stream's tip{last})", ago(lag)),

@@ -106,10 +106,22 @@ fn clock(l: &Lease) -> Option<i64> {
     (l.max_arrival != i64::MIN).then_some(l.max_arrival)
 }
 
-/// How far behind its tip a shard is: as its reader last reported (`None`: never reported), and
-/// when.
-fn lag(s: &ShardState) -> Option<(i64, i64)> {
-    s.progress.map(|p| (p.behind_ms, p.at_ms))
+/// How far behind its tip a shard is (`None`: never reported), and when its reader reported it.
+/// A live reader's report is the figure; with no live reader (the lease released or expired: no
+/// worker running, or the one that held it died) the shard falls further behind by the time since
+/// the report whenever records arrive, so that time is added — an upper bound, which a stopped
+/// pipeline shows growing, never as "at the tip".
+pub fn lag(s: &ShardState, now_ms: i64) -> Option<(i64, i64)> {
+    s.progress.map(|p| {
+        let read = s.lease.is_held(now_ms);
+        let unread_for = if read { 0 } else { (now_ms - p.at_ms).max(0) };
+        (p.behind_ms.saturating_add(unread_for), p.at_ms)
+    })
+}
+
+/// Whether an unfinished shard has no live reader (its lease released or expired).
+fn unread(s: &ShardState, now_ms: i64) -> bool {
+    !s.lease.finished && !s.lease.is_held(now_ms)
 }
 
 /// The smallest of the unfinished shards' values (all shards' largest when every one is
@@ -117,9 +129,15 @@ fn lag(s: &ShardState) -> Option<(i64, i64)> {
 /// nothing and whose reader reports its tip: it has no records, so it bounds nothing (its first
 /// record, while the window holding it is open — at most `counter.window_ms` — is the one it
 /// misses, as `lag_ms` does).
-fn through(states: &[ShardState], value: impl Fn(&ShardState) -> Option<i64>) -> Option<i64> {
+fn through(
+    states: &[ShardState],
+    now_ms: i64,
+    value: impl Fn(&ShardState) -> Option<i64>,
+) -> Option<i64> {
     let empty = |s: &ShardState| {
-        s.lease.checkpoint.is_none() && s.pending.is_none() && lag(s).is_some_and(|(b, _)| b <= 0)
+        s.lease.checkpoint.is_none()
+            && s.pending.is_none()
+            && lag(s, now_ms).is_some_and(|(b, _)| b <= 0)
     };
     let active: Vec<&ShardState> = states
         .iter()
@@ -137,7 +155,9 @@ fn through(states: &[ShardState], value: impl Fn(&ShardState) -> Option<i64>) ->
 /// How far the listing's app has applied the stream:
 /// - `lag_ms`: how far behind the tip the most lagging unfinished shard's reader is (0: every
 ///   shard read to its tip), as of `lag_reported_ms` (the oldest of those reports); null while
-///   some unfinished shard's reader has not reported;
+///   some unfinished shard's reader has not reported; a shard with no live reader adds the time
+///   since its report ([`lag`]), and `unread_shards` says how many unfinished shards have none
+///   (0: every one is being read; a stopped pipeline shows here and in a growing lag);
 /// - `arrival_ms`: every record that arrived up to then is applied on every shard still being
 ///   read, and `since_last_record_ms` how long ago that is (on an idle stream this grows while
 ///   `lag_ms` stays 0);
@@ -147,25 +167,23 @@ fn through(states: &[ShardState], value: impl Fn(&ShardState) -> Option<i64>) ->
 /// Per shard: `tally leases` and `/api/leases`.
 pub fn applied_through(l: &Listing) -> Value {
     let now = now_ms();
-    let arrival = through(&l.states, |s| clock(&s.lease));
+    let arrival = through(&l.states, now, |s| clock(&s.lease));
     let active: Vec<&ShardState> = l.states.iter().filter(|s| !s.lease.finished).collect();
-    let (lag_ms, reported) = if l.states.is_empty() || active.iter().any(|s| lag(s).is_none()) {
+    let lags: Vec<Option<(i64, i64)>> = active.iter().map(|s| lag(s, now)).collect();
+    let (lag_ms, reported) = if l.states.is_empty() || lags.iter().any(Option::is_none) {
         (None, None)
     } else {
         (
-            active
-                .iter()
-                .filter_map(|s| lag(s))
-                .map(|(b, _)| b)
-                .max()
-                .or(Some(0)),
-            active.iter().filter_map(|s| lag(s)).map(|(_, t)| t).min(),
+            lags.iter().flatten().map(|(b, _)| *b).max().or(Some(0)),
+            lags.iter().flatten().map(|(_, t)| *t).min(),
         )
     };
+    let unread_shards = l.states.iter().filter(|s| unread(s, now)).count();
     let mut v = json!({
         "app": l.app,
         "lag_ms": lag_ms,
         "lag_reported_ms": reported,
+        "unread_shards": unread_shards,
         "arrival_ms": arrival,
         "since_last_record_ms": arrival.map(|t| (now - t).max(0)),
         "listed_ms": l.at_ms,
@@ -174,7 +192,7 @@ pub fn applied_through(l: &Listing) -> Value {
     if l.app == apps::COUNTER {
         let latest =
             |s: &ShardState| (s.spent.latest_created_ms > 0).then_some(s.spent.latest_created_ms);
-        let event = through(&l.states, latest);
+        let event = through(&l.states, now, latest);
         v["event_ms"] = json!(event);
         v["event_lag_ms"] = json!(event.map(|t| (now - t).max(0)));
     }
@@ -198,8 +216,9 @@ pub fn lease_rows(l: &Listing) -> Value {
                 "expires_ms": l.expires_ms,
                 "checkpoint": l.checkpoint.as_ref().map(|c| c.to_string()),
                 "applied_arrival_ms": c,
-                "lag_ms": if l.finished { Some(0) } else { lag(s).map(|(b, _)| b) },
-                "lag_reported_ms": lag(s).map(|(_, t)| t),
+                "lag_ms": if l.finished { Some(0) } else { lag(s, now).map(|(b, _)| b) },
+                "lag_reported_ms": lag(s, now).map(|(_, t)| t),
+                "read": !unread(s, now),
                 "since_last_record_ms": c.map(|t| (now - t).max(0)),
                 "pending": s.pending.as_ref().map(|p| json!({"end": p.end.to_string(), "first": p.first.as_ref().map(ToString::to_string), "horizon_ms": p.horizon_ms})),
                 "finished": l.finished,

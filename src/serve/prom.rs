@@ -136,8 +136,8 @@ fn shard_metrics(reg: &mut Registry, c: &Ctx, now: i64) {
                         .set((now - l.max_arrival).max(0));
                 }
             }
-            if let (false, Some(p)) = (l.finished, st.progress) {
-                lag.get_or_create(&shard).set(p.behind_ms);
+            if let (false, Some((behind, _))) = (l.finished, super::freshness::lag(st, now)) {
+                lag.get_or_create(&shard).set(behind);
             }
         }
     }
@@ -148,7 +148,7 @@ fn shard_metrics(reg: &mut Registry, c: &Ctx, now: i64) {
     );
     reg.register(
         "shard_lag_ms",
-        "How far behind its shard's tip the reader is, as its last lease renewal reported (ms; 0: read to the tip)",
+        "How far behind its shard's tip the reader is, as its last lease renewal reported, plus the time since when no worker holds the shard (ms; 0: read to the tip)",
         lag,
     );
     reg.register(

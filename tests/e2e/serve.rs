@@ -403,7 +403,8 @@ on_backends! {
 /// A worker's `--http` endpoint: its own counters as Prometheus text, and health.
 /// An idle, caught-up pipeline is not shown as lagging: with the counter running and read to the
 /// tip of every shard, lag is 0 in the CLI, the API and `/metrics`, however long ago the last
-/// record arrived — which is its own figure (`since_last_record_ms`), growing meanwhile.
+/// record arrived — which is its own figure (`since_last_record_ms`), growing meanwhile. Once the
+/// counter stops, every answer says so (`unread_shards`), and its lag grows instead of staying 0.
 fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
     let exp = known_store(&t, 5);
     let worker = t.spawn("count", &["count"], &[]);
@@ -454,7 +455,36 @@ fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
             "{metrics}"
         );
     }
-    drop(worker);
+    // The counter stopped (its leases released): no answer says "at the tip" any more.
+    assert_eq!(f["unread_shards"], 0, "{q}");
+    let mut worker = worker;
+    worker.signal("TERM");
+    assert!(
+        worker.wait(Duration::from_secs(60)).success(),
+        "{}",
+        worker.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(1_200));
+    let q = t.json(&["query", exp.counts.keys().next().unwrap(), "--json"]);
+    let f = &q["applied_through"];
+    assert_eq!(f["unread_shards"], 2, "{q}");
+    assert!(f["lag_ms"].as_i64().unwrap() >= 1_000, "{q}");
+    let text = t.run(&["query", exp.counts.keys().next().unwrap()]);
+    assert!(text.contains("no worker is reading 2 shards"), "{text}");
+    std::thread::sleep(Duration::from_millis(1_200)); // the read side's next listing
+    let total = get_json(&addr, "/api/total");
+    assert_eq!(total["applied_through"]["unread_shards"], 2, "{total}");
+    assert!(
+        total["applied_through"]["lag_ms"].as_i64().unwrap() >= 1_000,
+        "{total}"
+    );
+    for l in get_json(&addr, "/api/leases?app=counter")
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(l["read"], false, "{l}");
+        assert!(l["lag_ms"].as_i64().unwrap() >= 1_000, "{l}");
+    }
 }
 
 /// A shard that never had a record has nothing to apply: once its reader reports the tip, it
@@ -932,6 +962,28 @@ fn provisional_counts_are_exact(t: Target, likers: bool) {
     );
     let stored: i64 = t.json(&["total", "--json"])["total"].as_i64().unwrap();
     assert_eq!(stored, 0, "nothing written while the window is open");
+    // `tally query` says what the API says: the open window's likes, not yet written.
+    let (post, w) = (posts[0].as_str(), want[0]);
+    let q = t.json(&["query", post, "--json"]);
+    assert_eq!(
+        (q["count"].as_i64(), q["stored"].as_i64()),
+        (Some(w), Some(0)),
+        "{q}"
+    );
+    assert_eq!(q["pending"].as_i64(), Some(w), "{q}");
+    let text = t.run(&["query", post]);
+    assert!(
+        text.starts_with(&format!(
+            "{post}: {w} likes (+{w} of them read by the counter, not yet written)"
+        )),
+        "{text}"
+    );
+    let q = t.json(&["query", post, "--json", "--stored"]);
+    assert_eq!(
+        (q["count"].as_i64(), q["pending"].as_i64()),
+        (Some(0), Some(0)),
+        "{q}"
+    );
 
     // A window landing between the two reads: a read side that pauses after asking the worker
     // reads the store only after the worker has flushed its window and exited.

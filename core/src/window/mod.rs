@@ -220,18 +220,41 @@ impl WindowBuilder {
         self.start_after.as_ref()
     }
 
-    /// A post's net change so far (before a like and its unlike in one minute cancel out); none
-    /// in likers mode, where a change is known only once the edges are written.
-    pub fn delta(&self, post_id: &str) -> Option<&PostDelta> {
+    /// The window's deltas for the posts `wanted` says, by post id, as its write will make
+    /// them: counting events, its own; counting likers, each of those posts' edges' latest
+    /// event resolved against the edge's stored state (`stored`: `None` while that edge is not
+    /// read, and then the answer is `None`) by the rule every store writes by
+    /// ([`edge::resolve`], as `window`, the identity its write will have).
+    pub fn deltas_as_written<'a>(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+        stored: impl Fn(&EdgeEvent) -> Option<Option<&'a edge::EdgeState>>,
+        window: &str,
+    ) -> Option<Vec<(String, PostDelta)>> {
         match &self.content.folded {
-            Folded::Events(e) => e.deltas.get(post_id),
-            Folded::Likers(_) => None,
+            Folded::Events(e) => {
+                let mut out: Vec<(String, PostDelta)> = e
+                    .deltas
+                    .iter()
+                    .filter(|(p, _)| wanted(p))
+                    .map(|(p, d)| (p.clone(), d.clone()))
+                    .collect();
+                out.sort_by(|a, b| a.0.cmp(&b.0));
+                Some(out)
+            }
+            Folded::Likers(l) => {
+                let mut transitions = Vec::new();
+                for e in l.edges.values().filter(|e| wanted(&e.post_id)) {
+                    let old = stored(e)?;
+                    transitions.extend(edge::resolve(old, e, window).transition());
+                }
+                Some(edge::deltas(&transitions).0)
+            }
         }
     }
 
     /// Likers: the window's latest event of each edge of the posts `wanted` says (none when
-    /// counting events). What its deltas are resolved from, against the stored edges
-    /// (`edge::resolve`).
+    /// counting events): the edges whose stored state its deltas are resolved against.
     pub fn edges_of<'a>(
         &'a self,
         wanted: impl Fn(&str) -> bool + 'a,
@@ -244,11 +267,6 @@ impl WindowBuilder {
             .into_iter()
             .flatten()
             .filter(move |e| wanted(&e.post_id))
-    }
-
-    /// Whether it counts likers (its deltas are known only once its edges are resolved).
-    pub fn counts_likers(&self) -> bool {
-        matches!(self.content.folded, Folded::Likers(_))
     }
 
     /// The record the window's first user record came from, if any.
