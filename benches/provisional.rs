@@ -41,6 +41,7 @@ fn answers(shards: usize) -> HashMap<String, ShardOpen> {
                 windows: vec![OpenWindow {
                     after: Some("0011".into()),
                     posts,
+                    viewer: Default::default(),
                 }],
                 through: Some("0019".into()),
             };
@@ -73,17 +74,17 @@ fn main() {
     for shards in [4usize, 64, 1_000] {
         let live = answers(shards);
         let mut memory = Memory::default();
-        memory.settle(&ids, &live);
+        memory.settle(&ids, &live, None);
         let (mut settle, mut each) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let t = Instant::now();
-            black_box(memory.settle(black_box(&ids), black_box(&live)));
+            black_box(memory.settle(black_box(&ids), black_box(&live), None));
             settle.push(t.elapsed().as_secs_f64() * 1e6);
             let t = Instant::now();
             black_box(naive(black_box(&ids), black_box(&live)));
             each.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        let (windows, _) = memory.settle(&ids, &live);
+        let (windows, _, _) = memory.settle(&ids, &live, None);
         assert_eq!(
             windows.count(),
             shards.min(HOLDING) * 5,

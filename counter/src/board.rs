@@ -91,6 +91,24 @@ impl ShardWindows {
         };
         open.deltas_as_written(|p| wanted.contains(p), stored, window)
     }
+
+    /// Likers: whether `viewer` likes each wanted post once the open window is written, where
+    /// it holds an event of the viewer's — from the same edge reads as [`ShardWindows::resolved`].
+    fn viewer_states(&self, wanted: &HashSet<&str>, viewer: &str) -> BTreeMap<String, bool> {
+        let Some(open) = self.open.as_ref() else {
+            return BTreeMap::new();
+        };
+        let window = self.rebuilds.as_deref().unwrap_or_default();
+        let stored = |e: &EdgeEvent| {
+            self.stored
+                .get(&(e.post_id.clone(), e.user_id.clone()))
+                .map(Option::as_ref)
+        };
+        open.states_as_written(|p| wanted.contains(p), viewer, stored, window)
+            .unwrap_or_default()
+            .into_iter()
+            .collect()
+    }
 }
 
 /// A window's deltas for the posts asked about.
@@ -101,6 +119,11 @@ pub struct OpenWindow {
     /// Net change per post asked about that the window holds, by the start of the minute (ms)
     /// the events were created in.
     pub posts: BTreeMap<String, BTreeMap<i64, i64>>,
+    /// Likers, when a viewer was asked: whether the viewer likes each post once the window is
+    /// written, for the posts where the window holds an event of the viewer's (the same view as
+    /// `posts`: a post's delta and the viewer's state there come from the same edge reads).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub viewer: BTreeMap<String, bool>,
 }
 
 /// A shard's windows, for the posts asked about.
@@ -175,7 +198,9 @@ impl Board {
 
     /// What each held shard has read but not written for these posts: shards in id order, each
     /// with its closed window (if its writes are under way) and then its open one.
-    pub async fn pending(&self, posts: &[String]) -> Vec<ShardOpen> {
+    /// With a `viewer`, each window also says whether the viewer likes each post once it is
+    /// written, where it holds an event of the viewer's ([`OpenWindow::viewer`]).
+    pub async fn pending(&self, posts: &[String], viewer: Option<&str>) -> Vec<ShardOpen> {
         let held: Vec<(String, Arc<Mutex<ShardWindows>>)> = self
             .entries()
             .iter()
@@ -184,7 +209,7 @@ impl Board {
         let wanted: HashSet<&str> = posts.iter().map(String::as_str).collect();
         let answers = held
             .into_iter()
-            .map(|(shard_id, w)| self.shard_pending(shard_id, w, posts, &wanted));
+            .map(|(shard_id, w)| self.shard_pending(shard_id, w, posts, &wanted, viewer));
         let mut out = futures_util::future::join_all(answers).await;
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         out
@@ -198,6 +223,7 @@ impl Board {
         w: Arc<Mutex<ShardWindows>>,
         posts: &[String],
         wanted: &HashSet<&str>,
+        viewer: Option<&str>,
     ) -> ShardOpen {
         if let Some(store) = &self.store {
             self.read_edges(store.as_ref(), &w, wanted).await;
@@ -225,6 +251,8 @@ impl Board {
                         .ok()
                         .map(|i| &c.posts[i].1)
                 }),
+                // Its edges are written before its deltas are known: the stored edges hold it.
+                viewer: BTreeMap::new(),
             });
         }
         if let Some(b) = open.filter(|_| shows_open) {
@@ -236,9 +264,14 @@ impl Board {
                     .ok()
                     .map(|i| &deltas[i].1)
             });
-            windows.push(OpenWindow { after, posts });
+            let viewer = viewer.map_or_else(BTreeMap::new, |v| w.viewer_states(wanted, v));
+            windows.push(OpenWindow {
+                after,
+                posts,
+                viewer,
+            });
         }
-        windows.retain(|w| !w.posts.is_empty());
+        windows.retain(|w| !w.posts.is_empty() || !w.viewer.is_empty());
         ShardOpen {
             shard_id,
             windows,

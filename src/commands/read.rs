@@ -18,7 +18,7 @@ use crate::cli::{
 use crate::output::print_json;
 use crate::reading::{parents_first, read_to_tip};
 use crate::recording::{Header, Recorded};
-use crate::serve::pending::{pending_for, pending_json, Pending, Windows};
+use crate::serve::pending::{liked_for, pending_for, pending_json, Pending, Windows};
 use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
 
@@ -28,6 +28,9 @@ use crate::settings::Settings;
 pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     crate::serve::check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
+    if let Some(u) = &args.viewer {
+        tally_core::event::check_id("user_id", u).map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
+    }
     let requested = args.since.map(|d| now_ms() - d.as_millis() as i64);
     let consistency = if args.eventual {
         Consistency::Eventual
@@ -40,7 +43,7 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
         true => None,
         false => Some(
             Pending::new(crate::serve::pending::TIMEOUT)
-                .ask(&listing.states, &args.post_ids)
+                .ask(&listing.states, &args.post_ids, args.viewer.as_deref())
                 .await,
         ),
     };
@@ -51,12 +54,25 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
         .post_counts(&args.post_ids, requested, consistency)
         .await?;
     let viewer = match &args.viewer {
-        Some(u) => Some((
-            u.as_str(),
-            crate::serve::viewer::liked(backend.counter.as_ref(), u, &args.post_ids, consistency)
-                .await
-                .map_err(|e| anyhow::anyhow!("--viewer: {e}"))?,
-        )),
+        Some(u) => {
+            let (stored, units) = crate::serve::viewer::liked(
+                backend.counter.as_ref(),
+                u,
+                &args.post_ids,
+                consistency,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
+            // From the same view as the counts (`serve::pending::liked_for`).
+            let liked: Vec<bool> = args
+                .post_ids
+                .iter()
+                .zip(&counts)
+                .zip(&stored)
+                .map(|((id, c), &s)| liked_for(id, c, windows, s))
+                .collect();
+            Some((u.as_str(), (liked, units)))
+        }
         None => None,
     };
     // Counts are kept per minute: "since T" counts from the start of T's minute.

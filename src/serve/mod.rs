@@ -70,10 +70,17 @@ impl Ctx {
         Ok((ctx, task))
     }
 
-    /// The counter's workers' open windows for `ids` (nothing asked when `provisional` is off).
-    pub async fn ask_pending(&self, ids: &[String], provisional: bool) -> Option<Asked> {
+    /// The counter's workers' open windows for `ids`, with `viewer`'s state there (nothing asked
+    /// when `provisional` is off).
+    pub async fn ask_pending(
+        &self,
+        ids: &[String],
+        provisional: bool,
+        viewer: Option<&str>,
+    ) -> Option<Asked> {
         let p = self.pending.as_ref().filter(|_| provisional)?;
-        Some(p.ask(&self.listings.get(apps::COUNTER).states, ids).await)
+        let states = &self.listings.get(apps::COUNTER).states;
+        Some(p.ask(states, ids, viewer).await)
     }
 
     /// How fresh `app`'s answers are, from the latest listing.
@@ -283,8 +290,16 @@ async fn post(
     let as_of_ms = time_param("as_of_ms", p.as_of_ms)?;
     let counter = &c.backend.counter;
     // The workers first, the store second (see `pending`).
+    if let Some(v) = &p.viewer {
+        tally_core::event::check_id("user_id", v)
+            .map_err(|e| bad_request(format!("`viewer`: {e}")))?;
+    }
     let asked = c
-        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
+        .ask_pending(
+            std::slice::from_ref(&id),
+            p.pending.unwrap_or(true),
+            p.viewer.as_deref(),
+        )
         .await;
     let none = pending::Windows::default();
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
@@ -314,7 +329,8 @@ async fn post(
             Default::default(),
         )
         .await?;
-        viewer::add_to_post(&mut v, viewer, liked[0], units);
+        let liked = pending::liked_for(&id, &now, windows, liked[0]);
+        viewer::add_to_post(&mut v, viewer, liked, units);
     }
     if let Some(a) = &asked {
         v["provisional"] = pending_json(a);
@@ -505,8 +521,14 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
             )))
         }
     };
+    if let Some(v) = &viewer {
+        tally_core::event::check_id("user_id", v)
+            .map_err(|e| bad_request(format!("`viewer`: {e}")))?;
+    }
     // The workers first, the store second (see `pending`).
-    let asked = c.ask_pending(&ids, pending.unwrap_or(true)).await;
+    let asked = c
+        .ask_pending(&ids, pending.unwrap_or(true), viewer.as_deref())
+        .await;
     if let Some(f) = failpoint_pause() {
         tokio::time::sleep(f).await;
     }
@@ -519,8 +541,15 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
     if let Some(viewer) = &viewer {
-        let (liked, units) =
+        let (stored, units) =
             viewer::liked(c.backend.counter.as_ref(), viewer, &ids, consistency).await?;
+        // From the same view as the counts: a window added to a post's count gives its state.
+        let liked: Vec<bool> = ids
+            .iter()
+            .zip(&n)
+            .zip(&stored)
+            .map(|((id, count), &s)| pending::liked_for(id, count, windows, s))
+            .collect();
         viewer::add_to_counts(&mut v, viewer, &liked, units, consistency);
     }
     v["applied_through"] = c.fresh(apps::COUNTER);

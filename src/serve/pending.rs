@@ -23,7 +23,7 @@
 //! worker is ignored. What is not covered is said in ARCHITECTURE ("What an answer never shows").
 
 use crate::answers::Provisional;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -60,6 +60,9 @@ pub struct PostWindow {
     pub after: Option<String>,
     /// Net change by the start of the minute (ms) the events were created in.
     pub minutes: BTreeMap<i64, i64>,
+    /// Whether the viewer asked about likes the post once the window is written, where it holds
+    /// an event of the viewer's (`None`: it holds none, or no viewer was asked).
+    pub liked: Option<bool>,
 }
 
 /// The windows to add, by post.
@@ -89,6 +92,9 @@ pub struct Asked {
     /// Shards of which a remembered answer was given (their holder's own reached less far, or
     /// there was none).
     pub remembered: Vec<String>,
+    /// Of those, the shards whose remembered answer was given for another viewer (or none):
+    /// whether its windows hold an event of this viewer's is not known here.
+    pub viewer_unknown: Vec<String>,
     /// Workers asked.
     pub workers: usize,
 }
@@ -99,6 +105,8 @@ struct Said {
     windows: Vec<PostWindow>,
     through: Option<String>,
     at: std::time::Instant,
+    /// The viewer the answer was asked with: its windows' `liked` are that viewer's.
+    viewer: Option<String>,
 }
 
 /// The furthest-reaching answer given per post and shard, so that no later answer gives less.
@@ -116,18 +124,21 @@ const FORGET: Duration = Duration::from_secs(600);
 const MEMORY_POSTS: usize = 200_000;
 
 impl Memory {
-    /// Takes the holders' answers `live` (by shard) for `ids`: remembers each where it reaches
-    /// at least as far as what was remembered, and returns the windows to add per post — the
-    /// live answer's, or the remembered one where it reaches further or the shard did not
-    /// answer — and the shards a remembered answer was given for.
+    /// Takes the holders' answers `live` (by shard) for `ids`, asked with `viewer`: remembers
+    /// each where it reaches at least as far as what was remembered, and returns the windows to
+    /// add per post — the live answer's, or the remembered one where it reaches further or the
+    /// shard did not answer — the shards a remembered answer was given for, and those of them
+    /// remembered for another viewer (their windows' `liked` unknown, so left out).
     pub fn settle(
         &mut self,
         ids: &[String],
         live: &HashMap<String, ShardOpen>,
-    ) -> (Windows, std::collections::BTreeSet<String>) {
+        viewer: Option<&str>,
+    ) -> (Windows, BTreeSet<String>, BTreeSet<String>) {
         let now = std::time::Instant::now();
         let mut out = Windows::default();
-        let mut remembered = std::collections::BTreeSet::new();
+        let mut remembered = BTreeSet::new();
+        let mut viewer_unknown = BTreeSet::new();
         // Which answers speak of each post: built once, so that the work per post follows the
         // windows that hold it, never the shard count.
         let mut speaking: HashMap<&str, Vec<&str>> = HashMap::new();
@@ -135,7 +146,7 @@ impl Memory {
             let mut posts: Vec<&str> = answer
                 .windows
                 .iter()
-                .flat_map(|w| w.posts.keys().map(String::as_str))
+                .flat_map(|w| w.posts.keys().chain(w.viewer.keys()).map(String::as_str))
                 .collect();
             posts.sort_unstable();
             posts.dedup();
@@ -154,16 +165,17 @@ impl Memory {
                     windows: answer
                         .windows
                         .iter()
-                        .filter_map(|w| {
-                            Some(PostWindow {
-                                shard: shard.to_owned(),
-                                after: w.after.clone(),
-                                minutes: w.posts.get(post)?.clone(),
-                            })
+                        .filter(|w| w.posts.contains_key(post) || w.viewer.contains_key(post))
+                        .map(|w| PostWindow {
+                            shard: shard.to_owned(),
+                            after: w.after.clone(),
+                            minutes: w.posts.get(post).cloned().unwrap_or_default(),
+                            liked: w.viewer.get(post).copied(),
                         })
                         .collect(),
                     through: answer.through.clone(),
                     at: now,
+                    viewer: viewer.map(str::to_owned),
                 };
                 match said.get(shard) {
                     Some(old) if old.through > fresh.through => {
@@ -186,7 +198,10 @@ impl Memory {
                     }
                     return true;
                 };
-                let holds = answer.windows.iter().any(|w| w.posts.contains_key(post));
+                let holds = answer
+                    .windows
+                    .iter()
+                    .any(|w| w.posts.contains_key(post) || w.viewer.contains_key(post));
                 if holds {
                     return true;
                 }
@@ -197,11 +212,18 @@ impl Memory {
                     false
                 }
             });
-            for s in said.values() {
+            for (shard, s) in said.iter() {
+                let same_viewer = s.viewer.as_deref() == viewer;
+                if viewer.is_some() && !same_viewer {
+                    viewer_unknown.insert(shard.clone());
+                }
                 out.0
                     .entry(post.clone())
                     .or_default()
-                    .extend(s.windows.iter().cloned());
+                    .extend(s.windows.iter().map(|w| PostWindow {
+                        liked: w.liked.filter(|_| same_viewer),
+                        ..w.clone()
+                    }));
             }
             if said.is_empty() {
                 self.said.remove(post);
@@ -210,7 +232,7 @@ impl Memory {
         if self.said.len() > MEMORY_POSTS {
             self.forget_oldest(now);
         }
-        (out, remembered)
+        (out, remembered, viewer_unknown)
     }
 
     /// Forgets the answers of the posts asked about longest ago, down to half the bound.
@@ -244,7 +266,7 @@ impl Pending {
 
     /// Asks every live holder in `states` (the counter's lease listing) for its windows' deltas
     /// of `ids`, side by side, each within the timeout; settles them with what was remembered.
-    pub async fn ask(&self, states: &[ShardState], ids: &[String]) -> Asked {
+    pub async fn ask(&self, states: &[ShardState], ids: &[String], viewer: Option<&str>) -> Asked {
         let now = now_ms();
         let mut by_worker: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
         let mut asked = Asked::default();
@@ -263,7 +285,10 @@ impl Pending {
             }
         }
         asked.workers = by_worker.len();
-        let query = ids.join(",");
+        let query = match viewer {
+            Some(v) => format!("{}&viewer={v}", ids.join(",")),
+            None => ids.join(","),
+        };
         let calls = by_worker.into_iter().map(|((owner, addr), shards)| {
             let url = format!("http://{addr}/api/open?ids={query}");
             async move {
@@ -290,13 +315,14 @@ impl Pending {
                 }
             }
         }
-        let (windows, remembered) = self
+        let (windows, remembered, viewer_unknown) = self
             .memory
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .settle(ids, &live);
+            .settle(ids, &live, viewer);
         asked.windows = windows;
         asked.remembered = remembered.into_iter().collect();
+        asked.viewer_unknown = viewer_unknown.into_iter().collect();
         asked.unanswered.sort();
         asked
     }
@@ -335,6 +361,19 @@ pub fn pending_for(
     Provisional { total, since }
 }
 
+/// Whether the viewer likes `post`, from the same view as [`pending_for`]'s count: its state in
+/// the last window added to the count that holds an event of the viewer's on the post, else as
+/// stored (`stored`).
+pub fn liked_for(post: &str, count: &PostCount, windows: &Windows, stored: bool) -> bool {
+    windows
+        .of(post)
+        .iter()
+        .filter(|w| pending_applies(&count.marks, &w.shard, w.after.as_deref()))
+        .filter_map(|w| w.liked)
+        .next_back()
+        .unwrap_or(stored)
+}
+
 /// What a counts answer says of its provisional part.
 pub fn pending_json(asked: &Asked) -> Value {
     json!({
@@ -343,6 +382,7 @@ pub fn pending_json(asked: &Asked) -> Value {
         "complete": asked.unanswered.is_empty(),
         "unanswered_shards": asked.unanswered,
         "remembered_shards": asked.remembered,
+        "viewer_unknown_shards": asked.viewer_unknown,
     })
 }
 
@@ -381,6 +421,7 @@ mod tests {
             posts: [("p".to_owned(), [(0, n)].into_iter().collect())]
                 .into_iter()
                 .collect(),
+            viewer: BTreeMap::new(),
         };
         let answer = serde_json::to_string(&OpenAnswer {
             owner: "old".into(),
@@ -415,7 +456,7 @@ mod tests {
             held("s2", "gone", "127.0.0.1:9"),
         ];
         let asked = Pending::new(Duration::from_millis(500))
-            .ask(&states, &["p".to_owned()])
+            .ask(&states, &["p".to_owned()], None)
             .await;
         server.abort();
         assert_eq!(
@@ -424,6 +465,7 @@ mod tests {
                 shard: "s1".into(),
                 after: None,
                 minutes: [(0, 7)].into_iter().collect(),
+                liked: None,
             }]
         );
         assert_eq!(asked.unanswered, vec!["s0".to_owned(), "s2".to_owned()]);
@@ -438,6 +480,7 @@ mod tests {
                 posts: [("p".to_owned(), [(0, n)].into_iter().collect())]
                     .into_iter()
                     .collect(),
+                viewer: BTreeMap::new(),
             }],
             through: Some(through.into()),
         }
@@ -460,23 +503,63 @@ mod tests {
         let live = |a: Vec<ShardOpen>| -> HashMap<String, ShardOpen> {
             a.into_iter().map(|s| (s.shard_id.clone(), s)).collect()
         };
-        let (w, r) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 7, "0019")]));
+        let (w, r, _) = m.settle(
+            &ids,
+            &live(vec![answer("s0", Some("0015"), 7, "0019")]),
+            None,
+        );
         assert_eq!((added(&w), r.len()), (vec![("s0".into(), 7)], 0));
         // The worker is gone: the same window, remembered.
-        let (w, r) = m.settle(&ids, &live(vec![]));
+        let (w, r, _) = m.settle(&ids, &live(vec![]), None);
         assert_eq!(added(&w), vec![("s0".into(), 7)]);
         assert_eq!(r.into_iter().collect::<Vec<_>>(), ["s0"]);
         // Its successor has read less far: still the remembered one.
-        let (w, _) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 4, "0017")]));
+        let (w, _, _) = m.settle(
+            &ids,
+            &live(vec![answer("s0", Some("0015"), 4, "0017")]),
+            None,
+        );
         assert_eq!(added(&w), vec![("s0".into(), 7)]);
         // Now as far and further: the successor's.
-        let (w, r) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 9, "00210")]));
+        let (w, r, _) = m.settle(
+            &ids,
+            &live(vec![answer("s0", Some("0015"), 9, "00210")]),
+            None,
+        );
         assert_eq!((added(&w), r.len()), (vec![("s0".into(), 9)], 0));
         // Applied: an answer without the post, reaching further, forgets it.
         let mut none = answer("s0", Some("00210"), 0, "00211");
         none.windows.clear();
-        let (w, _) = m.settle(&ids, &live(vec![none]));
+        let (w, _, _) = m.settle(&ids, &live(vec![none]), None);
         assert!(added(&w).is_empty());
         assert!(m.said.is_empty());
+    }
+
+    /// The viewer's state in a window comes with the window; a window remembered from an answer
+    /// for another viewer says nothing of this one's (its shard is named), and a window that
+    /// changes no count but the viewer's state is still given.
+    #[test]
+    fn a_viewer_s_state_is_given_with_its_window() {
+        let ids = ["p".to_owned()];
+        let mut m = Memory::default();
+        let live = |a: Vec<ShardOpen>| -> HashMap<String, ShardOpen> {
+            a.into_iter().map(|s| (s.shard_id.clone(), s)).collect()
+        };
+        let mut a = answer("s0", Some("0015"), 0, "0019");
+        a.windows[0].posts.clear();
+        a.windows[0].viewer.insert("p".into(), true);
+        let (w, _, unknown) = m.settle(&ids, &live(vec![a]), Some("u1"));
+        assert_eq!(
+            w.of("p").iter().map(|w| w.liked).collect::<Vec<_>>(),
+            [Some(true)]
+        );
+        assert!(unknown.is_empty());
+        // Its worker is gone: remembered for u1, unknown for u2.
+        let (w, _, unknown) = m.settle(&ids, &live(vec![]), Some("u1"));
+        assert_eq!(w.of("p")[0].liked, Some(true));
+        assert!(unknown.is_empty());
+        let (w, _, unknown) = m.settle(&ids, &live(vec![]), Some("u2"));
+        assert_eq!(w.of("p")[0].liked, None);
+        assert_eq!(unknown.into_iter().collect::<Vec<_>>(), ["s0"]);
     }
 }

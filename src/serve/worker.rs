@@ -24,8 +24,9 @@ pub struct OpenAnswer {
 /// windows on `/api/open` — until dropped.
 pub struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
 
-/// What a counter worker's `/api/open?ids=a,b` answers: its held shards' windows that are read
-/// but not written, for those posts (`serve::pending` is the reader).
+/// What a counter worker's `/api/open?ids=a,b[&viewer=u]` answers: its held shards' windows that
+/// are read but not written, for those posts — with a viewer, also the viewer's state there once
+/// they are written (`serve::pending` is the reader).
 async fn open_windows(
     board: Arc<Board>,
     owner: String,
@@ -37,16 +38,23 @@ async fn open_windows(
         .filter(|s| !s.is_empty())
         .map(|s| s.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
-    if let Err(e) = super::check_ids(&ids) {
-        return (
+    let bad = |e: String| {
+        (
             axum::http::StatusCode::BAD_REQUEST,
             axum::Json(json!({ "error": e })),
         )
-            .into_response();
+            .into_response()
+    };
+    if let Err(e) = super::check_ids(&ids) {
+        return bad(e);
+    }
+    let viewer = q.get("viewer").map(String::as_str);
+    if let Some(Err(e)) = viewer.map(|v| tally_core::event::check_id("viewer", v)) {
+        return bad(e.to_string());
     }
     let answer = OpenAnswer {
         owner,
-        shards: board.pending(&ids).await,
+        shards: board.pending(&ids, viewer).await,
     };
     axum::Json(answer).into_response()
 }

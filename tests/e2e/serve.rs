@@ -1136,6 +1136,28 @@ fn open_likers_over_stored_edges(
             .all(|(&(n, s, p), (&h, &w))| n == w && s == h && p == w - h);
         shown && v["provisional"]["complete"] == true
     });
+    // The viewer's state comes from the same view as the count: a stored like unliked in the
+    // open window is not liked any more, a new like is, a like again stays, an unlike of nothing
+    // stays not liked, and a user the window does not hold is as stored.
+    let viewers = [
+        ("u40", false),
+        ("u300", true),
+        ("u0", true),
+        ("nobody0", false),
+        ("u10", true),
+    ];
+    let check_viewers = |how: &str| {
+        for (u, liked) in viewers {
+            let v = get_json(addr, &format!("/api/counts?ids=pv-p0&viewer={u}"));
+            assert_eq!(v["counts"][0]["viewer_liked"], liked, "{how}, {u}: {v}");
+            let v = get_json(addr, &format!("/api/posts/pv-p0?viewer={u}"));
+            assert_eq!(v["viewer_liked"], liked, "{how}, {u}: {v}");
+            assert_eq!(v["count"].as_i64(), Some(want["pv-p0"]), "{how}, {u}: {v}");
+            let q = t.json(&["query", "pv-p0", "--viewer", u, "--json"]);
+            assert_eq!(q["viewer_liked"], liked, "{how}, {u}: {q}");
+        }
+    };
+    check_viewers("open");
     d.signal("TERM");
     assert!(
         d.wait(Duration::from_secs(30)).success(),
@@ -1146,6 +1168,7 @@ fn open_likers_over_stored_edges(
     for ((n, s, p), w) in counts.iter().zip(&now_want) {
         assert_eq!((*n, *s, *p), (*w, *w, 0), "written as shown: {v}");
     }
+    check_viewers("written");
     assert_eq!(t.mismatches(&want), vec![]);
 }
 

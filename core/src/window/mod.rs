@@ -253,6 +253,30 @@ impl WindowBuilder {
         }
     }
 
+    /// Likers: whether `user` likes each of the posts `wanted` says once this window is
+    /// written, for the posts where it holds an event of `user`'s (none when counting events):
+    /// resolved as [`WindowBuilder::deltas_as_written`] resolves its deltas, so that the two
+    /// answer from the same view (`None` while one of those edges is not read).
+    pub fn states_as_written<'a>(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+        user: &str,
+        stored: impl Fn(&EdgeEvent) -> Option<Option<&'a edge::EdgeState>>,
+        window: &str,
+    ) -> Option<Vec<(String, bool)>> {
+        let mut out = Vec::new();
+        for e in self.edges_of(wanted).filter(|e| e.user_id == user) {
+            let old = stored(e)?;
+            let liked = match edge::resolve(old, e, window).transition() {
+                Some(t) => t.after.is_some(),
+                None => old.is_some_and(|o| o.liked),
+            };
+            out.push((e.post_id.clone(), liked));
+        }
+        out.sort();
+        Some(out)
+    }
+
     /// Likers: the window's latest event of each edge of the posts `wanted` says (none when
     /// counting events): the edges whose stored state its deltas are resolved against.
     pub fn edges_of<'a>(
