@@ -42,6 +42,7 @@ fn answers(shards: usize) -> HashMap<String, ShardOpen> {
                     after: Some("0011".into()),
                     posts,
                     viewer: Default::default(),
+                    likers: Default::default(),
                 }],
                 through: Some("0019".into()),
             };

@@ -92,22 +92,57 @@ impl ShardWindows {
         open.deltas_as_written(|p| wanted.contains(p), stored, window)
     }
 
-    /// Likers: whether `viewer` likes each wanted post once the open window is written, where
-    /// it holds an event of the viewer's — from the same edge reads as [`ShardWindows::resolved`].
-    fn viewer_states(&self, wanted: &HashSet<&str>, viewer: &str) -> BTreeMap<String, bool> {
+    /// Likers: whether each user `also` asks about likes each wanted post once the open window
+    /// is written, where it holds an event of that user's — from the same edge reads as
+    /// [`ShardWindows::resolved`]: the viewer's state by post, and the likers' by user.
+    fn states(
+        &self,
+        wanted: &HashSet<&str>,
+        also: &Also<'_>,
+    ) -> (BTreeMap<String, bool>, BTreeMap<String, bool>) {
+        let (mut viewer, mut likers) = (BTreeMap::new(), BTreeMap::new());
         let Some(open) = self.open.as_ref() else {
-            return BTreeMap::new();
+            return (viewer, likers);
         };
+        if also.viewer.is_none() && also.likers.is_none() {
+            return (viewer, likers);
+        }
         let window = self.rebuilds.as_deref().unwrap_or_default();
         let stored = |e: &EdgeEvent| {
             self.stored
                 .get(&(e.post_id.clone(), e.user_id.clone()))
                 .map(Option::as_ref)
         };
-        open.states_as_written(|p| wanted.contains(p), viewer, stored, window)
-            .unwrap_or_default()
-            .into_iter()
-            .collect()
+        let asked = |u: &str| also.viewer == Some(u) || also.wants_liker(u);
+        let states = open
+            .states_as_written(|p| wanted.contains(p), asked, stored, window)
+            .unwrap_or_default();
+        for (post, user, liked) in states {
+            if also.viewer == Some(user.as_str()) {
+                viewer.insert(post.clone(), liked);
+            }
+            if also.wants_liker(&user) {
+                likers.insert(user, liked);
+            }
+        }
+        (viewer, likers)
+    }
+}
+
+/// What a read side asks a worker about besides the posts' deltas.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Also<'a> {
+    /// Whether this user likes each post once the open windows are written.
+    pub viewer: Option<&'a str>,
+    /// A likers page: each user after this one (`Some(None)`: every user) whose like or unlike
+    /// of the post asked about an open window holds, and whether they like it once written.
+    pub likers: Option<Option<&'a str>>,
+}
+
+impl Also<'_> {
+    fn wants_liker(&self, user: &str) -> bool {
+        self.likers
+            .is_some_and(|after| after.is_none_or(|a| user > a))
     }
 }
 
@@ -124,6 +159,10 @@ pub struct OpenWindow {
     /// `posts`: a post's delta and the viewer's state there come from the same edge reads).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub viewer: BTreeMap<String, bool>,
+    /// Likers, when a likers page was asked: each user (after the page's start) whose like or
+    /// unlike of the post the window holds, and whether they like it once it is written.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub likers: BTreeMap<String, bool>,
 }
 
 /// A shard's windows, for the posts asked about.
@@ -198,9 +237,10 @@ impl Board {
 
     /// What each held shard has read but not written for these posts: shards in id order, each
     /// with its closed window (if its writes are under way) and then its open one.
-    /// With a `viewer`, each window also says whether the viewer likes each post once it is
-    /// written, where it holds an event of the viewer's ([`OpenWindow::viewer`]).
-    pub async fn pending(&self, posts: &[String], viewer: Option<&str>) -> Vec<ShardOpen> {
+    /// With a viewer, each window also says whether the viewer likes each post once it is
+    /// written, where it holds an event of the viewer's ([`OpenWindow::viewer`]); with a likers
+    /// page, the users whose state it changes ([`OpenWindow::likers`]).
+    pub async fn pending(&self, posts: &[String], also: Also<'_>) -> Vec<ShardOpen> {
         let held: Vec<(String, Arc<Mutex<ShardWindows>>)> = self
             .entries()
             .iter()
@@ -209,7 +249,7 @@ impl Board {
         let wanted: HashSet<&str> = posts.iter().map(String::as_str).collect();
         let answers = held
             .into_iter()
-            .map(|(shard_id, w)| self.shard_pending(shard_id, w, posts, &wanted, viewer));
+            .map(|(shard_id, w)| self.shard_pending(shard_id, w, posts, &wanted, also));
         let mut out = futures_util::future::join_all(answers).await;
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         out
@@ -223,7 +263,7 @@ impl Board {
         w: Arc<Mutex<ShardWindows>>,
         posts: &[String],
         wanted: &HashSet<&str>,
-        viewer: Option<&str>,
+        also: Also<'_>,
     ) -> ShardOpen {
         if let Some(store) = &self.store {
             self.read_edges(store.as_ref(), &w, wanted).await;
@@ -253,6 +293,7 @@ impl Board {
                 }),
                 // Its edges are written before its deltas are known: the stored edges hold it.
                 viewer: BTreeMap::new(),
+                likers: BTreeMap::new(),
             });
         }
         if let Some(b) = open.filter(|_| shows_open) {
@@ -264,14 +305,15 @@ impl Board {
                     .ok()
                     .map(|i| &deltas[i].1)
             });
-            let viewer = viewer.map_or_else(BTreeMap::new, |v| w.viewer_states(wanted, v));
+            let (viewer, likers) = w.states(wanted, &also);
             windows.push(OpenWindow {
                 after,
                 posts,
                 viewer,
+                likers,
             });
         }
-        windows.retain(|w| !w.posts.is_empty() || !w.viewer.is_empty());
+        windows.retain(|w| !w.posts.is_empty() || !w.viewer.is_empty() || !w.likers.is_empty());
         ShardOpen {
             shard_id,
             windows,

@@ -103,7 +103,7 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     q.process(&batch, 0).await.unwrap();
 
     let ids = vec!["pA".to_owned(), "pB".to_owned(), "pC".to_owned()];
-    let answer = resolving.pending(&ids, None).await;
+    let answer = resolving.pending(&ids, Default::default()).await;
     assert_eq!(answer[0].through, Some(marker(&last)), "{answer:?}");
     let want = BTreeMap::from([
         ("pA".to_owned(), BTreeMap::from([(M0, -2), (M1, 2)])),
@@ -113,10 +113,13 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     assert!(resolving.read_units() > 0, "the edges were read");
     // Asked again: the edges are not read again.
     let spent = resolving.read_units();
-    assert_eq!(open_deltas(&resolving.pending(&ids, None).await), want);
+    assert_eq!(
+        open_deltas(&resolving.pending(&ids, Default::default()).await),
+        want
+    );
     assert_eq!(resolving.read_units(), spent);
 
-    let left_out = plain.pending(&ids, None).await;
+    let left_out = plain.pending(&ids, Default::default()).await;
     assert_eq!(open_deltas(&left_out), BTreeMap::new(), "{left_out:?}");
     assert_ne!(left_out[0].through, Some(marker(&last)));
 
@@ -127,7 +130,7 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     let since_m1 = store.post_count("pA", Some(M1)).await.unwrap();
     assert_eq!(since_m1.since, Some(2), "u1's like again and u3's");
     assert_eq!(
-        open_deltas(&resolving.pending(&ids, None).await),
+        open_deltas(&resolving.pending(&ids, Default::default()).await),
         BTreeMap::new()
     );
 }

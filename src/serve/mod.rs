@@ -346,6 +346,8 @@ struct LikersParams {
     limit: Option<usize>,
     /// The page after this user (the previous page's `next`).
     after: Option<String>,
+    /// Add what the counter's workers read and have not written yet (default true).
+    pending: Option<bool>,
 }
 
 /// A page of the users who like a post, in user id order.
@@ -368,9 +370,33 @@ async fn likers(
     }
     let counter = &c.backend.counter;
     viewer::check_likers(counter.as_ref()).await?;
-    let page = counter.likers(&id, p.after.as_deref(), limit).await?;
+    let after = p.after.as_deref();
+    // The workers first, the store second (see `pending`): the page and the count in one view.
+    let asked = match c.pending.as_ref().filter(|_| p.pending.unwrap_or(true)) {
+        Some(pending) => {
+            let states = &c.listings.get(apps::COUNTER).states;
+            Some(pending.ask_likers(states, &id, after).await)
+        }
+        None => None,
+    };
+    let count = counter.post_count(&id, None).await?;
+    let stored = counter.likers(&id, after, limit).await?;
+    let no_answers = std::collections::HashMap::new();
+    let (live, windows) = match &asked {
+        Some((live, a)) => (live, &a.windows),
+        None => (&no_answers, &pending::Windows::default()),
+    };
+    let page = pending::likers_page(&stored, &count, live, limit);
+    let provisional = pending_for(&id, &count, windows, None);
     let mut v = viewer::likers_json(&id, &page);
+    v["count"] = json!(count.total + provisional.total);
+    v["stored"] = json!(count.total);
+    v["pending"] = json!(provisional.total);
+    v["read_units"] = json!(page.read_units + count.read_units);
     v["applied_through"] = c.fresh(apps::COUNTER);
+    if let Some((_, a)) = &asked {
+        v["provisional"] = pending_json(a);
+    }
     Ok(Json(v))
 }
 

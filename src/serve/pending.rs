@@ -33,9 +33,9 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tally_consumer::worker::now_ms;
 use tally_core::buckets::minute_start;
-use tally_core::ports::{PostCount, ShardState};
+use tally_core::ports::{LikersPage, PostCount, ShardState};
 use tally_core::summary::pending_applies;
-use tally_counter::board::ShardOpen;
+use tally_counter::board::{Also, ShardOpen};
 
 use super::worker::OpenAnswer;
 
@@ -265,8 +265,66 @@ impl Pending {
     }
 
     /// Asks every live holder in `states` (the counter's lease listing) for its windows' deltas
-    /// of `ids`, side by side, each within the timeout; settles them with what was remembered.
+    /// of `ids` (with `viewer`'s state there), side by side, each within the timeout; settles
+    /// them with what was remembered.
     pub async fn ask(&self, states: &[ShardState], ids: &[String], viewer: Option<&str>) -> Asked {
+        let also = Also {
+            viewer,
+            likers: None,
+        };
+        let (live, mut asked) = self.ask_live(states, ids, also).await;
+        let (windows, remembered, viewer_unknown) = self
+            .memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settle(ids, &live, viewer);
+        asked.windows = windows;
+        asked.remembered = remembered.into_iter().collect();
+        asked.viewer_unknown = viewer_unknown.into_iter().collect();
+        asked
+    }
+
+    /// Asks every live holder for a likers page's view of `post`: its windows' deltas of the
+    /// post and each user after `after` whose state they change. Nothing is remembered (a
+    /// page's users are not kept): a shard whose holder does not answer is named.
+    pub async fn ask_likers(
+        &self,
+        states: &[ShardState],
+        post: &str,
+        after: Option<&str>,
+    ) -> (HashMap<String, ShardOpen>, Asked) {
+        let also = Also {
+            viewer: None,
+            likers: Some(after),
+        };
+        let ids = [post.to_owned()];
+        let (live, mut asked) = self.ask_live(states, &ids, also).await;
+        let mut windows = Windows::default();
+        for (shard, answer) in &live {
+            for w in &answer.windows {
+                windows
+                    .0
+                    .entry(post.to_owned())
+                    .or_default()
+                    .push(PostWindow {
+                        shard: shard.clone(),
+                        after: w.after.clone(),
+                        minutes: w.posts.get(post).cloned().unwrap_or_default(),
+                        liked: None,
+                    });
+            }
+        }
+        asked.windows = windows;
+        (live, asked)
+    }
+
+    /// The live holders' answers, by shard, and what is known of who answered.
+    async fn ask_live(
+        &self,
+        states: &[ShardState],
+        ids: &[String],
+        also: Also<'_>,
+    ) -> (HashMap<String, ShardOpen>, Asked) {
         let now = now_ms();
         let mut by_worker: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
         let mut asked = Asked::default();
@@ -285,10 +343,16 @@ impl Pending {
             }
         }
         asked.workers = by_worker.len();
-        let query = match viewer {
-            Some(v) => format!("{}&viewer={v}", ids.join(",")),
-            None => ids.join(","),
-        };
+        let mut query = ids.join(",");
+        if let Some(v) = also.viewer {
+            query.push_str(&format!("&viewer={v}"));
+        }
+        if let Some(after) = also.likers {
+            query.push_str("&likers");
+            if let Some(a) = after {
+                query.push_str(&format!("&after={a}"));
+            }
+        }
         let calls = by_worker.into_iter().map(|((owner, addr), shards)| {
             let url = format!("http://{addr}/api/open?ids={query}");
             async move {
@@ -315,16 +379,8 @@ impl Pending {
                 }
             }
         }
-        let (windows, remembered, viewer_unknown) = self
-            .memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .settle(ids, &live, viewer);
-        asked.windows = windows;
-        asked.remembered = remembered.into_iter().collect();
-        asked.viewer_unknown = viewer_unknown.into_iter().collect();
         asked.unanswered.sort();
-        asked
+        (live, asked)
     }
 
     async fn get(&self, url: &str) -> Option<OpenAnswer> {
@@ -372,6 +428,53 @@ pub fn liked_for(post: &str, count: &PostCount, windows: &Windows, stored: bool)
         .filter_map(|w| w.liked)
         .next_back()
         .unwrap_or(stored)
+}
+
+/// A likers page from the same view as the post's count (`count`, read after the workers were
+/// asked): the stored page with the changes of the windows that count adds — those the post's
+/// markers show not applied yet — users who like the post once they are written added, those
+/// who no longer do dropped, within the page's range (past its last user when the stored page
+/// has more after it, the changes are the next page's).
+pub fn likers_page(
+    stored: &LikersPage,
+    count: &PostCount,
+    live: &HashMap<String, ShardOpen>,
+    limit: usize,
+) -> LikersPage {
+    let bound = stored.next.as_ref().and(stored.users.last());
+    let mut users: BTreeSet<String> = stored.users.iter().cloned().collect();
+    let mut shards: Vec<&String> = live.keys().collect();
+    shards.sort();
+    for shard in shards {
+        for w in &live[shard].windows {
+            if !pending_applies(&count.marks, shard, w.after.as_deref()) {
+                continue;
+            }
+            for (user, &liked) in w
+                .likers
+                .iter()
+                .filter(|(u, _)| bound.is_none_or(|b| *u <= b))
+            {
+                if liked {
+                    users.insert(user.clone());
+                } else {
+                    users.remove(user);
+                }
+            }
+        }
+    }
+    let mut users: Vec<String> = users.into_iter().collect();
+    let next = if users.len() > limit {
+        users.truncate(limit);
+        users.last().cloned()
+    } else {
+        stored.next.clone()
+    };
+    LikersPage {
+        users,
+        next,
+        read_units: stored.read_units,
+    }
 }
 
 /// What a counts answer says of its provisional part.
@@ -422,6 +525,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             viewer: BTreeMap::new(),
+            likers: BTreeMap::new(),
         };
         let answer = serde_json::to_string(&OpenAnswer {
             owner: "old".into(),
@@ -481,6 +585,7 @@ mod tests {
                     .into_iter()
                     .collect(),
                 viewer: BTreeMap::new(),
+                likers: BTreeMap::new(),
             }],
             through: Some(through.into()),
         }
@@ -561,5 +666,49 @@ mod tests {
         let (w, _, unknown) = m.settle(&ids, &live(vec![]), Some("u2"));
         assert_eq!(w.of("p")[0].liked, None);
         assert_eq!(unknown.into_iter().collect::<Vec<_>>(), ["s0"]);
+    }
+
+    /// A likers page merges the changes of the windows its count does not hold yet, within its
+    /// range: a like past a full page's last user is the next page's; an applied window is not
+    /// merged again.
+    #[test]
+    fn a_likers_page_takes_the_open_windows_within_its_range() {
+        let stored = LikersPage {
+            users: vec!["a".into(), "c".into(), "e".into()],
+            next: Some("e".into()),
+            read_units: 1,
+        };
+        let mut w = answer("s0", Some("0015"), 0, "0019");
+        w.windows[0].likers = [("b", true), ("c", false), ("f", true)]
+            .into_iter()
+            .map(|(u, l)| (u.to_owned(), l))
+            .collect();
+        let live: HashMap<String, ShardOpen> = [("s0".to_owned(), w)].into_iter().collect();
+        let count = |mark: &str| PostCount {
+            total: 3,
+            since: None,
+            read_units: 1,
+            marks: vec![("s0".into(), mark.into())],
+        };
+        let page = likers_page(&stored, &count("0015"), &live, 3);
+        assert_eq!(
+            (page.users, page.next),
+            (vec!["a".into(), "b".into(), "e".into()], Some("e".into()))
+        );
+        let page = likers_page(&stored, &count("0015"), &live, 2);
+        assert_eq!(
+            (page.users, page.next),
+            (vec!["a".into(), "b".into()], Some("b".into()))
+        );
+        // The last page: a like past its last user is on it.
+        let last = LikersPage {
+            next: None,
+            ..stored.clone()
+        };
+        let page = likers_page(&last, &count("0015"), &live, 10);
+        assert_eq!(page.users, ["a", "b", "e", "f"]);
+        // The window is applied (the post's marker is at its end): the stored page is the view.
+        let page = likers_page(&last, &count("0019"), &live, 10);
+        assert_eq!(page.users, ["a", "c", "e"]);
     }
 }

@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tally_core::ports::LeaseStore;
-use tally_counter::board::{Board, ShardOpen};
+use tally_counter::board::{Also, Board, ShardOpen};
 
 /// What a worker's `/api/open` answers: who it is, and its held shards' windows.
 #[derive(Debug, Serialize, Deserialize)]
@@ -24,9 +24,10 @@ pub struct OpenAnswer {
 /// windows on `/api/open` — until dropped.
 pub struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
 
-/// What a counter worker's `/api/open?ids=a,b[&viewer=u]` answers: its held shards' windows that
-/// are read but not written, for those posts — with a viewer, also the viewer's state there once
-/// they are written (`serve::pending` is the reader).
+/// What a counter worker's `/api/open?ids=a,b[&viewer=u][&likers&after=u]` answers: its held
+/// shards' windows that are read but not written, for those posts — with a viewer, also the
+/// viewer's state there once they are written; with `likers`, each user (after `after`) whose
+/// state they change (`serve::pending` is the reader).
 async fn open_windows(
     board: Arc<Board>,
     owner: String,
@@ -49,12 +50,19 @@ async fn open_windows(
         return bad(e);
     }
     let viewer = q.get("viewer").map(String::as_str);
-    if let Some(Err(e)) = viewer.map(|v| tally_core::event::check_id("viewer", v)) {
-        return bad(e.to_string());
+    let after = q.get("after").map(String::as_str);
+    for (name, id) in [("viewer", viewer), ("after", after)] {
+        if let Some(Err(e)) = id.map(|v| tally_core::event::check_id(name, v)) {
+            return bad(e.to_string());
+        }
     }
+    let also = Also {
+        viewer,
+        likers: q.contains_key("likers").then_some(after),
+    };
     let answer = OpenAnswer {
         owner,
-        shards: board.pending(&ids, viewer).await,
+        shards: board.pending(&ids, also).await,
     };
     axum::Json(answer).into_response()
 }

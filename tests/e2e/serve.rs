@@ -1158,6 +1158,43 @@ fn open_likers_over_stored_edges(
         }
     };
     check_viewers("open");
+    // The likers page too: while open it already is the page the window's write makes (in pages
+    // of 7 or one of 1,000), with the count from the same view; the stored page alone is not.
+    let likers = |limit: usize, pending: bool| {
+        let mut users = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut url = format!("/api/posts/pv-p0/likers?limit={limit}&pending={pending}");
+            if let Some(a) = &after {
+                url.push_str(&format!("&after={a}"));
+            }
+            let v = get_json(addr, &url);
+            if pending {
+                assert_eq!(v["count"].as_i64(), Some(want["pv-p0"]), "{v}");
+            }
+            users.extend(
+                v["likers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|u| u.as_str().unwrap().to_owned()),
+            );
+            match v["next"].as_str() {
+                Some(n) => after = Some(n.to_owned()),
+                None => return users,
+            }
+        }
+    };
+    let open_page = likers(1_000, true);
+    assert_eq!(open_page.len() as i64, want["pv-p0"], "{open_page:?}");
+    assert!(open_page.iter().any(|u| u == "u300"), "{open_page:?}");
+    assert!(!open_page.iter().any(|u| u == "u40"), "{open_page:?}");
+    assert_eq!(likers(7, true), open_page);
+    assert_ne!(
+        likers(1_000, false),
+        open_page,
+        "the stored page alone is the old one"
+    );
     d.signal("TERM");
     assert!(
         d.wait(Duration::from_secs(30)).success(),
@@ -1169,6 +1206,8 @@ fn open_likers_over_stored_edges(
         assert_eq!((*n, *s, *p), (*w, *w, 0), "written as shown: {v}");
     }
     check_viewers("written");
+    assert_eq!(likers(1_000, false), open_page, "written as shown");
+    assert_eq!(likers(7, true), open_page);
     assert_eq!(t.mismatches(&want), vec![]);
 }
 

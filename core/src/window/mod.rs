@@ -253,25 +253,26 @@ impl WindowBuilder {
         }
     }
 
-    /// Likers: whether `user` likes each of the posts `wanted` says once this window is
-    /// written, for the posts where it holds an event of `user`'s (none when counting events):
-    /// resolved as [`WindowBuilder::deltas_as_written`] resolves its deltas, so that the two
-    /// answer from the same view (`None` while one of those edges is not read).
+    /// Likers: whether each user `users` says likes each of the posts `wanted` says once this
+    /// window is written, for the edges where it holds an event of that user's (none when
+    /// counting events), as (post, user, liked) in that order: resolved as
+    /// [`WindowBuilder::deltas_as_written`] resolves its deltas, so that the two answer from the
+    /// same view (`None` while one of those edges is not read).
     pub fn states_as_written<'a>(
         &self,
         wanted: impl Fn(&str) -> bool,
-        user: &str,
+        users: impl Fn(&str) -> bool,
         stored: impl Fn(&EdgeEvent) -> Option<Option<&'a edge::EdgeState>>,
         window: &str,
-    ) -> Option<Vec<(String, bool)>> {
+    ) -> Option<Vec<(String, String, bool)>> {
         let mut out = Vec::new();
-        for e in self.edges_of(wanted).filter(|e| e.user_id == user) {
+        for e in self.edges_of(wanted).filter(|e| users(&e.user_id)) {
             let old = stored(e)?;
             let liked = match edge::resolve(old, e, window).transition() {
                 Some(t) => t.after.is_some(),
                 None => old.is_some_and(|o| o.liked),
             };
-            out.push((e.post_id.clone(), liked));
+            out.push((e.post_id.clone(), e.user_id.clone(), liked));
         }
         out.sort();
         Some(out)
