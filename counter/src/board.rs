@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tally_core::buckets::PostDelta;
-use tally_core::edge::{EdgeEvent, EdgeState};
+use tally_core::edge::{self, EdgeEvent, EdgeState};
 use tally_core::ports::{Consistency, CounterStore};
 use tally_core::summary::marker;
 use tally_core::window::{ClosedWindow, WindowBuilder};
@@ -42,6 +42,10 @@ pub struct ShardWindows {
     pub(crate) open: Option<WindowBuilder>,
     /// A closed window whose writes are under way.
     pub(crate) applying: Option<Arc<ClosedWindow>>,
+    /// Likers: whether `applying`'s edge writes are under way (its deltas not known yet): an
+    /// answer then resolves it against the stored edges itself, and the open window against the
+    /// edges as it leaves them, with reads kept for that answer only.
+    unwritten: bool,
     /// Windows closed since the shard was held: edges read while this did not move are the
     /// ones the open window will write over.
     closed: u64,
@@ -63,6 +67,19 @@ impl ShardWindows {
         Some(open)
     }
 
+    /// Puts a closed window up as the one being applied (`unwritten`: its edges are still to be
+    /// written, so its deltas are not known yet).
+    pub(crate) fn applying(&mut self, w: Arc<ClosedWindow>, unwritten: bool) {
+        self.applying = Some(w);
+        self.unwritten = unwritten;
+    }
+
+    /// The window being applied is done.
+    pub(crate) fn applied(&mut self) {
+        self.applying = None;
+        self.unwritten = false;
+    }
+
     /// Marks the open window as the rebuild of the pending window with this id.
     pub fn rebuilding(&mut self, window_id: String) {
         self.rebuilds = Some(window_id);
@@ -81,12 +98,11 @@ impl ShardWindows {
 
     /// The open window's deltas for the wanted posts as its write will make them (likers: if
     /// every edge of theirs in it is read).
-    fn resolved(&self, wanted: &HashSet<&str>) -> Option<Vec<(String, PostDelta)>> {
+    fn resolved(&self, wanted: &HashSet<&str>, view: &Edges) -> Option<Vec<(String, PostDelta)>> {
         let open = self.open.as_ref()?;
         let window = self.rebuilds.as_deref().unwrap_or_default();
         let stored = |e: &EdgeEvent| {
-            self.stored
-                .get(&(e.post_id.clone(), e.user_id.clone()))
+            view.get(&(e.post_id.clone(), e.user_id.clone()))
                 .map(Option::as_ref)
         };
         open.deltas_as_written(|p| wanted.contains(p), stored, window)
@@ -99,33 +115,45 @@ impl ShardWindows {
         &self,
         wanted: &HashSet<&str>,
         also: &Also<'_>,
+        view: &Edges,
     ) -> (BTreeMap<String, bool>, BTreeMap<String, bool>) {
-        let (mut viewer, mut likers) = (BTreeMap::new(), BTreeMap::new());
         let Some(open) = self.open.as_ref() else {
-            return (viewer, likers);
+            return Default::default();
         };
         if also.viewer.is_none() && also.likers.is_none() {
-            return (viewer, likers);
+            return Default::default();
         }
         let window = self.rebuilds.as_deref().unwrap_or_default();
         let stored = |e: &EdgeEvent| {
-            self.stored
-                .get(&(e.post_id.clone(), e.user_id.clone()))
+            view.get(&(e.post_id.clone(), e.user_id.clone()))
                 .map(Option::as_ref)
         };
         let asked = |u: &str| also.viewer == Some(u) || also.wants_liker(u);
         let states = open
             .states_as_written(|p| wanted.contains(p), asked, stored, window)
             .unwrap_or_default();
-        for (post, user, liked) in states {
-            if also.viewer == Some(user.as_str()) {
-                viewer.insert(post.clone(), liked);
-            }
-            if also.wants_liker(&user) {
-                likers.insert(user, liked);
-            }
+        also.split(states)
+    }
+
+    /// The (post, user) pairs of the wanted posts' edges in the window being applied while its
+    /// edge writes are under way, then in the open window.
+    fn unwritten_pairs(&self, wanted: &HashSet<&str>) -> Option<Vec<Pair>> {
+        let applying = self.applying.as_ref().filter(|_| self.unwritten)?;
+        let mut pairs: Vec<Pair> = applying
+            .edges
+            .iter()
+            .filter(|e| wanted.contains(e.post_id.as_str()))
+            .map(|e| (e.post_id.clone(), e.user_id.clone()))
+            .collect();
+        if let Some(open) = &self.open {
+            pairs.extend(
+                open.edges_of(|p| wanted.contains(p))
+                    .map(|e| (e.post_id.clone(), e.user_id.clone())),
+            );
         }
-        (viewer, likers)
+        pairs.sort();
+        pairs.dedup();
+        Some(pairs)
     }
 }
 
@@ -143,6 +171,81 @@ impl Also<'_> {
     fn wants_liker(&self, user: &str) -> bool {
         self.likers
             .is_some_and(|after| after.is_none_or(|a| user > a))
+    }
+
+    /// (post, user, liked) states, as the viewer's by post and the likers' by user.
+    fn split(
+        &self,
+        states: Vec<(String, String, bool)>,
+    ) -> (BTreeMap<String, bool>, BTreeMap<String, bool>) {
+        let (mut viewer, mut likers) = (BTreeMap::new(), BTreeMap::new());
+        for (post, user, liked) in states {
+            if self.viewer == Some(user.as_str()) {
+                viewer.insert(post.clone(), liked);
+            }
+            if self.wants_liker(&user) {
+                likers.insert(user, liked);
+            }
+        }
+        (viewer, likers)
+    }
+}
+
+/// Stored edges read for an answer, by (post, user) (`None`: absent).
+type Edges = HashMap<Pair, Option<EdgeState>>;
+
+/// A window being applied while its edge writes are under way, resolved for one answer against
+/// edges read for it: its deltas, the viewer's and likers' states it leaves, and the edges as
+/// it leaves them (what the open window writes over).
+struct Unwritten {
+    deltas: Vec<(String, PostDelta)>,
+    viewer: BTreeMap<String, bool>,
+    likers: BTreeMap<String, bool>,
+    view: Edges,
+}
+
+impl Unwritten {
+    /// Resolves `applying` (its wanted posts' edges) against `read` by the rule every store
+    /// writes by: a write of its that landed is its own (`Resolved::Mine`), one still to come
+    /// is what the write will do.
+    fn resolve(
+        shard_id: &str,
+        applying: &ClosedWindow,
+        wanted: &HashSet<&str>,
+        also: &Also<'_>,
+        mut read: Edges,
+    ) -> Option<Unwritten> {
+        let window = edge::window_id(shard_id, &marker(applying.end.as_ref()?));
+        let mut transitions = Vec::new();
+        let mut states = Vec::new();
+        for e in applying
+            .edges
+            .iter()
+            .filter(|e| wanted.contains(e.post_id.as_str()))
+        {
+            let key = (e.post_id.clone(), e.user_id.clone());
+            let old = read.get(&key)?.clone();
+            let resolved = edge::resolve(old.as_ref(), e, &window);
+            let after = match &resolved {
+                edge::Resolved::Writes(_) => {
+                    EdgeState::from_attrs(&edge::written(e, &window, old.as_ref()))
+                }
+                _ => old,
+            };
+            if also.viewer == Some(e.user_id.as_str()) || also.wants_liker(&e.user_id) {
+                let liked = after.as_ref().is_some_and(|s| s.liked);
+                states.push((e.post_id.clone(), e.user_id.clone(), liked));
+            }
+            transitions.extend(resolved.transition());
+            read.insert(key, after);
+        }
+        let (viewer, likers) = also.split(states);
+        Some(Unwritten {
+            deltas: edge::deltas(&transitions).0,
+            viewer,
+            likers,
+            view: read,
+        })
     }
 }
 
@@ -265,13 +368,20 @@ impl Board {
         wanted: &HashSet<&str>,
         also: Also<'_>,
     ) -> ShardOpen {
-        if let Some(store) = &self.store {
-            self.read_edges(store.as_ref(), &w, wanted).await;
-        }
+        let fresh = match &self.store {
+            Some(store) => self.read_edges(store.as_ref(), &w, wanted).await,
+            None => None,
+        };
         let w = lock(&w);
+        // A window whose edge writes are under way, resolved on edges read for this answer.
+        let unwritten = fresh.and_then(|(closed, read)| {
+            let a = w.applying.as_ref().filter(|_| w.closed == closed)?;
+            Unwritten::resolve(&shard_id, a, wanted, &also, read)
+        });
+        let view = unwritten.as_ref().map_or(&w.stored, |u| &u.view);
         let open = w.open.as_ref().filter(|b| !b.is_empty());
         // An open window is shown only once resolved (likers: its edges read).
-        let resolved = open.map(|_| w.resolved(wanted));
+        let resolved = open.map(|_| w.resolved(wanted, view));
         let shows_open = !matches!(resolved, Some(None));
         let through = w
             .open
@@ -283,17 +393,22 @@ impl Board {
             .map(marker);
         let mut windows = Vec::new();
         if let Some(c) = &w.applying {
+            // Its deltas once its edges are written (the stored edges then hold its states);
+            // while they are being written, as resolved for this answer.
+            let (deltas, viewer, likers) = match &unwritten {
+                Some(u) => (&u.deltas, u.viewer.clone(), u.likers.clone()),
+                None => (&c.posts, BTreeMap::new(), BTreeMap::new()),
+            };
             windows.push(OpenWindow {
                 after: c.start_after.as_ref().map(marker),
                 posts: pick(posts, |p| {
-                    c.posts
+                    deltas
                         .binary_search_by(|(id, _)| id.as_str().cmp(p))
                         .ok()
-                        .map(|i| &c.posts[i].1)
+                        .map(|i| &deltas[i].1)
                 }),
-                // Its edges are written before its deltas are known: the stored edges hold it.
-                viewer: BTreeMap::new(),
-                likers: BTreeMap::new(),
+                viewer,
+                likers,
             });
         }
         if let Some(b) = open.filter(|_| shows_open) {
@@ -305,7 +420,7 @@ impl Board {
                     .ok()
                     .map(|i| &deltas[i].1)
             });
-            let (viewer, likers) = w.states(wanted, &also);
+            let (viewer, likers) = w.states(wanted, &also, view);
             windows.push(OpenWindow {
                 after,
                 posts,
@@ -322,36 +437,44 @@ impl Board {
     }
 
     /// Likers: reads the stored edges the open window's events for the wanted posts will write
-    /// over, keeping them only if no window closed meanwhile. A failed read leaves the window
-    /// unresolved (the answer leaves it out).
+    /// over, keeping them only if no window closed meanwhile. While a closed window's edge
+    /// writes are under way, reads its edges and the open window's afresh for this answer alone
+    /// (returned, with the close count they were read at): a cached read would miss what its
+    /// writes still to land do. A failed read leaves the windows unresolved (the answer leaves
+    /// them out).
     async fn read_edges(
         &self,
         store: &dyn CounterStore,
         w: &Mutex<ShardWindows>,
         wanted: &HashSet<&str>,
-    ) {
+    ) -> Option<(u64, Edges)> {
         for _ in 0..RESOLVE_ATTEMPTS {
-            let (closed, unread) = {
+            let (closed, unread, unwritten) = {
                 let w = lock(w);
-                (w.closed, w.unread(wanted))
+                (w.closed, w.unread(wanted), w.unwritten_pairs(wanted))
             };
-            if unread.is_empty() {
-                return;
+            let pairs = unwritten.as_ref().unwrap_or(&unread);
+            if pairs.is_empty() {
+                return None;
             }
-            let (states, units) = match store.edges(&unread, Consistency::Strong).await {
+            let (states, units) = match store.edges(pairs, Consistency::Strong).await {
                 Ok(read) => read,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading an open window's edges failed: it is left out of this answer");
-                    return;
+                    return None;
                 }
             };
             self.read_units.fetch_add(units, Ordering::Relaxed);
+            if let Some(pairs) = unwritten {
+                return Some((closed, pairs.into_iter().zip(states).collect()));
+            }
             let mut w = lock(w);
-            if w.closed != closed {
-                return;
+            if w.closed != closed || w.unwritten {
+                return None;
             }
             w.stored.extend(unread.into_iter().zip(states));
         }
+        None
     }
 }
 

@@ -360,7 +360,7 @@ impl CounterShard {
                 return Ok(());
             };
             let closed = Arc::new(window.close(&mut self.dedup));
-            w.applying = Some(closed.clone());
+            w.applying(closed.clone(), !closed.edges.is_empty());
             closed
         };
         let replaying = self.replay.is_some();
@@ -389,7 +389,7 @@ impl CounterShard {
         self.metrics.skipped.fetch_add(s.skipped, Ordering::Relaxed);
         self.metrics.windows.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = closed.end.clone();
-        board::lock(&self.windows).applying = None;
+        board::lock(&self.windows).applied();
         if self.replay.take().is_some() && self.dedup.horizon_ms() != self.horizon_ms() {
             // The completed window was built under an older horizon; what follows uses the
             // current one, restored as any restart at this checkpoint would restore it.

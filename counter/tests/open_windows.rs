@@ -154,3 +154,93 @@ fn a_window_at_a_low_rate_stays_open_only_where_its_likes_are_shown() {
     cfg.window_max_time = Duration::from_millis(500);
     assert!(cfg.due(1, 1_000));
 }
+
+/// A closed window whose edge writes are under way is shown as its write will count it — not
+/// left out until its deltas are known — so a like shown while its window was open is never
+/// taken back while the window is written: at every answer, the stored count plus the windows
+/// the post's markers say it does not hold yet is the count the writes end at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_being_written_is_shown_until_it_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Embedded::open(dir.path(), 1).unwrap());
+    let shard = "shardId-000000000000";
+    let fence = common::held_by_w1(&store, shard).await;
+    let lease = store.list_leases("counter").await.unwrap().remove(0);
+    let mut cfg = CounterConfig::new("counter");
+    cfg.window_time = Duration::from_secs(600);
+    // One edge, then one post, per store call: the writes take long enough to be asked about.
+    cfg.posts_per_batch = 1;
+    let board = Arc::new(Board::resolving(store.clone()));
+    let counter = Counter::open(store.clone(), cfg, Arc::default())
+        .await
+        .unwrap()
+        .on_board(board.clone());
+    let mut p = counter.create(shard);
+    p.start(&fence, &lease).await.unwrap();
+    let mut reader = store
+        .open(shard, tally_core::ports::StartPosition::TrimHorizon)
+        .await
+        .unwrap();
+    let ids: Vec<String> = (0..100).map(|i| format!("pw{i:03}")).collect();
+    let likes: Vec<PutEntry> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, post)| action(&format!("w{i}"), post, "u1", "like", M0))
+        .collect();
+    store.put_records(&likes).await.unwrap();
+    p.process(&reader.next_batch(1_000).await.unwrap(), 0)
+        .await
+        .unwrap();
+    // What an answer shows of each post: stored, plus the windows it does not hold yet.
+    let shown = |answer: Vec<ShardOpen>, counts: Vec<tally_core::ports::PostCount>| {
+        ids.iter()
+            .zip(&counts)
+            .map(|(post, c)| {
+                let pending: i64 = answer[0]
+                    .windows
+                    .iter()
+                    .filter(|w| {
+                        tally_core::summary::pending_applies(&c.marks, shard, w.after.as_deref())
+                    })
+                    .filter_map(|w| w.posts.get(post))
+                    .flat_map(|m| m.values())
+                    .sum();
+                (c.total, c.total + pending)
+            })
+            .collect::<Vec<(i64, i64)>>()
+    };
+    let open = board.pending(&ids, Default::default()).await;
+    let counts = store
+        .post_counts(&ids, None, Default::default())
+        .await
+        .unwrap();
+    assert!(shown(open, counts).iter().all(|&(s, n)| (s, n) == (0, 1)));
+
+    let writing = tokio::spawn(async move {
+        p.flush(false).await.unwrap();
+        p
+    });
+    let (mut asked, mut mid_write) = (0, 0);
+    while !writing.is_finished() {
+        let answer = board.pending(&ids, Default::default()).await;
+        let counts = store
+            .post_counts(&ids, None, Default::default())
+            .await
+            .unwrap();
+        let seen = shown(answer, counts);
+        assert!(
+            seen.iter().all(|&(_, n)| n == 1),
+            "a like taken back while its window is written: {seen:?}"
+        );
+        asked += 1;
+        mid_write += usize::from(seen.iter().any(|&(s, _)| s == 0));
+    }
+    let _p = writing.await.unwrap();
+    assert!(
+        mid_write > 0,
+        "asked {asked} times, never while the window was written"
+    );
+    for post in &ids {
+        assert_eq!(store.post_count(post, None).await.unwrap().total, 1);
+    }
+}

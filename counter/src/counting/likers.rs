@@ -110,7 +110,7 @@ impl Counting for Likers {
             .map_err(|e| window_err(&w, at.shard_id, e))?;
         // What the edges changed is known now: the read side sees it until it is written.
         let counted = Arc::new(w.with_transitions(&transitions));
-        board::lock(&shard.windows).applying = Some(counted.clone());
+        board::lock(&shard.windows).applying(counted.clone(), false);
         Ok(counted)
     }
 
