@@ -7,13 +7,13 @@ use tally_consumer::retry::with_backoff;
 use tally_consumer::worker::LeaseKeeper;
 use tally_consumer::ConsumerError;
 use tally_core::cost::{Purpose, Units};
-use tally_core::ports::{Applied, Decided, PortError, PortResult, WindowRef, WindowRest};
+use tally_core::ports::{Applied, Decided, PortError, WindowRef, WindowRest};
 use tally_core::window::ClosedWindow;
 use tracing::debug;
 
-use crate::CounterShard;
-
-use tally_consumer::retry::Retry;
+use crate::board;
+use crate::counting::Counting;
+use crate::writes::{window_err, ShardWrites};
 
 /// Which fenced write of the lease row.
 #[derive(Clone, Copy, Debug)]
@@ -24,7 +24,49 @@ enum Fenced {
     Finish,
 }
 
-impl CounterShard {
+/// What applies a shard's closed windows: the shard's writes (`writes::ShardWrites`, what it
+/// writes with) and how it counts — owned, so that a window can be applied on a task of its own
+/// while the shard reads on (`CounterShard::close_and_apply`).
+pub(crate) struct Applier {
+    pub(crate) writes: ShardWrites,
+    pub(crate) counting: Arc<dyn Counting>,
+}
+
+impl std::ops::Deref for Applier {
+    type Target = ShardWrites;
+
+    fn deref(&self) -> &ShardWrites {
+        &self.writes
+    }
+}
+
+impl Applier {
+    /// Applies a closed window and does what follows once it is written: its cost emitted, its
+    /// records counted in the metrics, and the board no longer showing it as being applied.
+    pub(crate) async fn apply_and_count(
+        &self,
+        w: Arc<ClosedWindow>,
+        replaying: bool,
+        shard_end: bool,
+        decided: Decided,
+        latest_created_ms: i64,
+    ) -> Result<Arc<ClosedWindow>, ConsumerError> {
+        let (closed, spent) = self
+            .apply(w, replaying, shard_end, decided, latest_created_ms)
+            .await?;
+        self.emit_cost(&spent.units);
+        let s = &closed.stats;
+        let m = &self.metrics;
+        m.applied_records.fetch_add(s.records, Ordering::Relaxed);
+        m.counted.fetch_add(s.counted, Ordering::Relaxed);
+        m.duplicates.fetch_add(s.duplicates, Ordering::Relaxed);
+        m.malformed.fetch_add(s.malformed, Ordering::Relaxed);
+        m.skipped.fetch_add(s.skipped, Ordering::Relaxed);
+        m.windows.fetch_add(1, Ordering::Relaxed);
+        board::lock(&self.windows).applied();
+        Ok(closed)
+    }
+
     /// Applies a closed window (`replaying`: it is the pending one already recorded). Returns
     /// the window as applied (in likers mode, with the deltas its edge writes made) and what its
     /// writes did and cost.
@@ -57,7 +99,7 @@ impl CounterShard {
         };
         let applied = self
             .counting
-            .write(self, w, at, replaying, &mut spent)
+            .write(&self.writes, w, at, replaying, &mut spent)
             .await?;
         let w = &*applied;
         for batch in w.posts.chunks(self.cfg.posts_per_batch.max(1)) {
@@ -121,39 +163,6 @@ impl CounterShard {
             .items_read
             .fetch_add(spent.reads, Ordering::Relaxed);
         Ok((applied, spent))
-    }
-
-    /// Counts a batch of writes; the test failpoint `crash_after_batches` aborts the process
-    /// once that many are done (`what`: the writes they were, for its message).
-    pub(crate) fn failpoint(&self, what: &str) {
-        let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
-            eprintln!("failpoint: aborting after {batches} batches of {what}");
-            std::process::abort();
-        }
-    }
-
-    /// Writes one batch of posts' items, sending again only what failed for a passing reason.
-    pub(super) async fn apply_batch(
-        &self,
-        at: WindowRef<'_>,
-        batch: &[(String, tally_core::buckets::PostDelta)],
-    ) -> PortResult<Applied> {
-        let mut sending = Resend::new(&self.cfg.backoff, "write a window's summary items", batch);
-        let mut spent = Applied::default();
-        loop {
-            let sent = self
-                .store
-                .apply_posts(at, sending.todo())
-                .await
-                .map(|done| {
-                    spent.merge(&done.applied);
-                    (done.retry, done.error)
-                });
-            if sending.settle(sent).await? {
-                return Ok(spent);
-            }
-        }
     }
 
     /// One fenced write of the lease row, retrying retryable errors. A failed condition is told
@@ -240,75 +249,5 @@ impl CounterShard {
             &[&["App"]],
             &values,
         );
-    }
-}
-
-/// A batch sent to the store until each of its items is done: what a call leaves undone for a
-/// passing reason is sent again, and only that (as the producer resends only failed PutRecords
-/// entries) — a batch resent whole would succeed only if every one of its items did in the same
-/// pass.
-pub(crate) struct Resend<'a, T: Clone> {
-    todo: std::borrow::Cow<'a, [T]>,
-    retry: Retry<'a>,
-    what: &'a str,
-}
-
-impl<'a, T: Clone> Resend<'a, T> {
-    pub(crate) fn new(
-        backoff: &'a tally_core::retry::Backoff,
-        what: &'a str,
-        items: &'a [T],
-    ) -> Self {
-        Resend {
-            todo: items.into(),
-            retry: Retry::new(backoff, what),
-            what,
-        }
-    }
-
-    /// What is left to send.
-    pub(crate) fn todo(&self) -> &[T] {
-        &self.todo
-    }
-
-    /// Takes a call's answer — the indexes (into [`Resend::todo`]) it left undone and their
-    /// last error, or its failure — and says whether every item is done; if not, keeps only the
-    /// undone ones and pauses before they are sent again (a failure no retry mends ends it).
-    pub(crate) async fn settle(
-        &mut self,
-        sent: PortResult<(Vec<usize>, Option<PortError>)>,
-    ) -> PortResult<bool> {
-        match sent {
-            Ok((undone, _)) if undone.is_empty() => Ok(true),
-            Ok((undone, error)) => {
-                let left = undone.iter().map(|&i| self.todo[i].clone()).collect();
-                self.todo = std::borrow::Cow::Owned(left);
-                let e = error.unwrap_or_else(|| {
-                    PortError::Other(format!("{}: some left undone", self.what))
-                });
-                self.retry.pause(e).await?;
-                Ok(false)
-            }
-            Err(e) => {
-                self.retry.pause(e).await?;
-                Ok(false)
-            }
-        }
-    }
-}
-
-/// A window's write that failed for good, naming its records.
-pub(crate) fn window_err(w: &ClosedWindow, shard_id: &str, e: PortError) -> ConsumerError {
-    if e.is_retryable() {
-        return e.into();
-    }
-    ConsumerError::Window {
-        shard_id: shard_id.to_owned(),
-        after: w
-            .start_after
-            .as_ref()
-            .map_or_else(|| "the shard's start".to_owned(), |s| s.to_string()),
-        end: w.end.as_ref().map_or_else(String::new, |s| s.to_string()),
-        source: Box::new(e),
     }
 }

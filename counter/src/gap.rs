@@ -40,10 +40,11 @@ impl CounterShard {
         why: &str,
         trimmed_through: Option<Position>,
     ) -> Result<(), ConsumerError> {
+        self.settle().await?;
         let fence = self.fence()?.clone();
         let pending = self.replay.clone();
         let became = match &pending {
-            Some(p) => Some(self.counting.give_up(self, p).await?),
+            Some(p) => Some(self.counting.give_up(&self.writes()?, p).await?),
             None => None,
         };
         let through = match (pending.as_ref().map(|p| p.end.clone()), trimmed_through) {

@@ -49,6 +49,7 @@ mod claim;
 mod counting;
 mod gap;
 mod restore;
+mod writes;
 
 use board::{Board, ShardWindows};
 pub use claim::ClaimError;
@@ -311,6 +312,7 @@ impl ProcessorFactory for Counter {
             tip_reads: 0,
             latest_created_ms: 0,
             keeper: None,
+            in_flight: None,
         })
     }
 }
@@ -340,6 +342,9 @@ pub struct CounterShard {
     latest_created_ms: i64,
     /// The lease's keeper: each window's checkpoint renews the lease in the same write.
     keeper: Option<LeaseKeeper>,
+    /// A window being applied on a task of its own while the shard reads on
+    /// ([`CounterShard::close_and_apply`]); `checkpoint` is its end already.
+    in_flight: Option<tokio::task::JoinHandle<Result<(), ConsumerError>>>,
 }
 
 impl CounterShard {
@@ -352,7 +357,34 @@ impl CounterShard {
             })
     }
 
+    /// What this shard's writes are made with, for the lease it holds.
+    fn writes(&self) -> Result<writes::ShardWrites, ConsumerError> {
+        Ok(writes::ShardWrites {
+            store: self.store.clone(),
+            cfg: self.cfg.clone(),
+            metrics: self.metrics.clone(),
+            windows: self.windows.clone(),
+            fence: self.fence()?.clone(),
+            keeper: self.keeper.clone(),
+        })
+    }
+
+    /// What applies this shard's windows, for the lease it holds.
+    fn applier(&self) -> Result<apply::Applier, ConsumerError> {
+        Ok(apply::Applier {
+            writes: self.writes()?,
+            counting: self.counting.clone(),
+        })
+    }
+
+    /// Closes the open window and applies it. A window of a shard read on (not the rebuild of a
+    /// pending one, not the shard's last, and not one after which the duplicate filter's stored
+    /// records must expire) is applied on a task of its own while the shard reads and folds the
+    /// next one — a like put meanwhile is read, and shown, at once instead of after the writes
+    /// — and the next window closes only once it is done ([`CounterShard::settle`]): windows
+    /// are still applied one at a time, in order, each as it always was.
     async fn close_and_apply(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        self.settle().await?;
         // Closed and put up as applying at once: a reader of the board never misses it.
         let closed = {
             let mut w = board::lock(&self.windows);
@@ -367,29 +399,30 @@ impl CounterShard {
         let horizon_ms = self.window_horizon();
         let decided = self.counting.decided(horizon_ms, self.replay.as_ref());
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
-        let (closed, spent) = self
-            .apply(closed, replaying, shard_end, decided, latest)
-            .await?;
+        let evicted = self.dedup.take_evicted();
+        let applier = self.applier()?;
+        // What the next window folds from: this one's end (records up to it are read).
         self.latest_created_ms = latest;
-        self.emit_cost(&spent.units);
-        if self.dedup.take_evicted() {
+        let end = closed.end.clone();
+        if !replaying && !shard_end && !evicted {
+            self.in_flight = Some(tokio::spawn(async move {
+                applier
+                    .apply_and_count(closed, false, false, decided, latest)
+                    .await
+                    .map(|_| ())
+            }));
+            if end.is_some() {
+                self.checkpoint = end;
+            }
+            return Ok(());
+        }
+        let closed = applier
+            .apply_and_count(closed, replaying, shard_end, decided, latest)
+            .await?;
+        if evicted {
             self.expire_dedup(horizon_ms).await;
         }
-        let s = &closed.stats;
-        self.metrics
-            .applied_records
-            .fetch_add(s.records, Ordering::Relaxed);
-        self.metrics.counted.fetch_add(s.counted, Ordering::Relaxed);
-        self.metrics
-            .duplicates
-            .fetch_add(s.duplicates, Ordering::Relaxed);
-        self.metrics
-            .malformed
-            .fetch_add(s.malformed, Ordering::Relaxed);
-        self.metrics.skipped.fetch_add(s.skipped, Ordering::Relaxed);
-        self.metrics.windows.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = closed.end.clone();
-        board::lock(&self.windows).applied();
         if self.replay.take().is_some() && self.dedup.horizon_ms() != self.horizon_ms() {
             // The completed window was built under an older horizon; what follows uses the
             // current one, restored as any restart at this checkpoint would restore it.
@@ -398,6 +431,30 @@ impl CounterShard {
             self.dedup = self
                 .restore_dedup(&fence, &st.lease, self.horizon_ms())
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the window applied on its own task, if any: its failure (a lost lease, a
+    /// write that failed for good) is the shard's.
+    async fn settle(&mut self) -> Result<(), ConsumerError> {
+        let Some(task) = self.in_flight.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(done) => done,
+            Err(e) => Err(ConsumerError::Inconsistent {
+                shard_id: self.shard_id.clone(),
+                detail: format!("the task applying a window ended without an answer: {e}"),
+            }),
+        }
+    }
+
+    /// Settles the window applied on its own task if it is done (its failure is the shard's
+    /// at once), without waiting for it.
+    async fn settle_if_done(&mut self) -> Result<(), ConsumerError> {
+        if self.in_flight.as_ref().is_some_and(|t| t.is_finished()) {
+            self.settle().await?;
         }
         Ok(())
     }
@@ -492,6 +549,7 @@ impl ShardProcessor for CounterShard {
     }
 
     async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError> {
+        self.settle_if_done().await?;
         if let Some(age) = batch.millis_behind_latest {
             self.metrics
                 .max_iterator_age_ms
@@ -542,6 +600,7 @@ impl ShardProcessor for CounterShard {
     }
 
     async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError> {
+        self.settle_if_done().await?;
         let due = board::lock(&self.windows)
             .open
             .as_ref()
@@ -553,6 +612,7 @@ impl ShardProcessor for CounterShard {
     }
 
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
+        self.settle().await?;
         if self.replay.is_some() {
             if shard_end {
                 return self.give_up(true, TRIMMED, None).await;
@@ -561,7 +621,9 @@ impl ShardProcessor for CounterShard {
             return Ok(());
         }
         if self.has_open() {
-            self.close_and_apply(shard_end).await
+            // Flushed means written: a stop, a hand-over or an idle shard waits for it.
+            self.close_and_apply(shard_end).await?;
+            self.settle().await
         } else if shard_end {
             let fence = self.fence()?.clone();
             Ok(self.store.mark_finished(&fence).await?)
@@ -575,7 +637,7 @@ impl ShardProcessor for CounterShard {
     }
 
     fn unapplied(&self) -> bool {
-        self.replay.is_some() || self.has_open()
+        self.replay.is_some() || self.has_open() || self.in_flight.is_some()
     }
 
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
@@ -585,6 +647,11 @@ impl ShardProcessor for CounterShard {
 
 impl Drop for CounterShard {
     fn drop(&mut self) {
+        // A window still being applied is left as a crash leaves it: pending, for the shard's
+        // next holder to rebuild (its writes so far are fenced and marker-guarded).
+        if let Some(task) = self.in_flight.take() {
+            task.abort();
+        }
         self.board.release(&self.shard_id, &self.windows);
     }
 }

@@ -12,7 +12,7 @@ use tally_core::window::{ClosedWindow, WindowBuilder};
 use super::Counting;
 use crate::board::Board;
 use crate::claim::ClaimError;
-use crate::CounterShard;
+use crate::writes::ShardWrites;
 
 /// Counting events.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ impl Counting for Events {
 
     async fn write(
         &self,
-        _shard: &CounterShard,
+        _shard: &ShardWrites,
         w: Arc<ClosedWindow>,
         _at: WindowRef<'_>,
         _replaying: bool,
@@ -55,7 +55,7 @@ impl Counting for Events {
     /// Its writes may have begun: what it wrote stays, nothing tells which posts it reached.
     async fn give_up(
         &self,
-        _shard: &CounterShard,
+        _shard: &ShardWrites,
         _pending: &Pending,
     ) -> Result<String, ConsumerError> {
         Ok(" (its writes had begun, so its likes may be partly counted)".to_owned())

@@ -18,10 +18,9 @@ use tally_core::summary::marker;
 use tally_core::window::{ClosedWindow, WindowBuilder};
 
 use super::Counting;
-use crate::apply::{window_err, Resend};
 use crate::board::{self, Board};
 use crate::claim::ClaimError;
-use crate::CounterShard;
+use crate::writes::{window_err, Resend, ShardWrites};
 
 /// Edges read at once while counting a given-up window's.
 const EDGES_PER_READ: usize = 1_000;
@@ -81,7 +80,7 @@ impl Counting for Likers {
 
     async fn write(
         &self,
-        shard: &CounterShard,
+        shard: &ShardWrites,
         w: Arc<ClosedWindow>,
         at: WindowRef<'_>,
         replaying: bool,
@@ -120,7 +119,7 @@ impl Counting for Likers {
     /// up again counts each once. No record: no edge of it was written.
     async fn give_up(
         &self,
-        shard: &CounterShard,
+        shard: &ShardWrites,
         pending: &Pending,
     ) -> Result<String, ConsumerError> {
         Ok(match count_written_edges(shard, pending).await? {
@@ -136,7 +135,7 @@ impl Counting for Likers {
 /// Writes a window's edges, batch by batch, sending again only what failed for a passing
 /// reason; returns the transitions they made.
 async fn apply_edges(
-    shard: &CounterShard,
+    shard: &ShardWrites,
     at: WindowRef<'_>,
     edges: &[EdgeEvent],
     replaying: bool,
@@ -170,7 +169,7 @@ async fn apply_edges(
 
 /// Counts and reports what an edge batch met: edges two shards write, and edges that no longer
 /// remember whether this window wrote them.
-fn note_edges(shard: &CounterShard, at: WindowRef<'_>, crossed: u64, forgotten: u64) {
+fn note_edges(shard: &ShardWrites, at: WindowRef<'_>, crossed: u64, forgotten: u64) {
     let m = &shard.metrics;
     m.edges_crossed.fetch_add(crossed, Ordering::Relaxed);
     if forgotten > 0 {
@@ -187,7 +186,7 @@ fn note_edges(shard: &CounterShard, at: WindowRef<'_>, crossed: u64, forgotten: 
 
 /// Before a pending window is given up, counts the edges it wrote; `None`: it recorded none.
 async fn count_written_edges(
-    shard: &CounterShard,
+    shard: &ShardWrites,
     pending: &Pending,
 ) -> Result<Option<usize>, ConsumerError> {
     let end = &pending.end;

@@ -15,7 +15,8 @@ use tally_core::window::{ClosedWindow, WindowBuilder};
 
 use crate::board::Board;
 use crate::claim::ClaimError;
-use crate::{CounterConfig, CounterShard};
+use crate::writes::ShardWrites;
+use crate::CounterConfig;
 
 pub(crate) mod events;
 pub(crate) mod likers;
@@ -38,7 +39,7 @@ pub(crate) trait Counting: Send + Sync + std::fmt::Debug {
     /// What a closed window writes before its counts; the window with the counts to write.
     async fn write(
         &self,
-        shard: &CounterShard,
+        shard: &ShardWrites,
         w: Arc<ClosedWindow>,
         at: WindowRef<'_>,
         replaying: bool,
@@ -48,7 +49,7 @@ pub(crate) trait Counting: Send + Sync + std::fmt::Debug {
     /// still be known, and says, for the gap's record, what became of its records.
     async fn give_up(
         &self,
-        shard: &CounterShard,
+        shard: &ShardWrites,
         pending: &Pending,
     ) -> Result<String, ConsumerError>;
 }

@@ -1,0 +1,141 @@
+//! What a shard's window writes are made with — its store, settings, board and lease — and the
+//! store calls every window's writes share: a batch sent until each item is done, the posts'
+//! summary items, the failpoint, a failure named for its window. Both the applying of a window
+//! (`apply`) and each way of counting (`counting`) write with it.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use tally_consumer::retry::Retry;
+use tally_consumer::worker::LeaseKeeper;
+use tally_consumer::ConsumerError;
+use tally_core::ports::{Applied, CounterStore, Fence, PortError, PortResult, WindowRef};
+use tally_core::window::ClosedWindow;
+
+use crate::board::ShardWindows;
+use crate::{CounterConfig, CounterMetrics};
+
+/// A held shard's writes: what they are made with.
+pub(crate) struct ShardWrites {
+    pub(crate) store: Arc<dyn CounterStore>,
+    pub(crate) cfg: CounterConfig,
+    pub(crate) metrics: Arc<CounterMetrics>,
+    pub(crate) windows: Arc<Mutex<ShardWindows>>,
+    pub(crate) fence: Fence,
+    pub(crate) keeper: Option<LeaseKeeper>,
+}
+
+impl ShardWrites {
+    /// The lease the writes are fenced by.
+    pub(crate) fn fence(&self) -> Result<&tally_core::ports::Fence, ConsumerError> {
+        Ok(&self.fence)
+    }
+
+    /// The dedup horizon of the current settings (ms).
+    pub(crate) fn horizon_ms(&self) -> i64 {
+        self.cfg.dedup_horizon.as_millis() as i64
+    }
+
+    /// Counts a batch of writes; the test failpoint `crash_after_batches` aborts the process
+    /// once that many are done (`what`: the writes they were, for its message).
+    pub(crate) fn failpoint(&self, what: &str) {
+        let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
+            eprintln!("failpoint: aborting after {batches} batches of {what}");
+            std::process::abort();
+        }
+    }
+
+    /// Writes one batch of posts' items, sending again only what failed for a passing reason.
+    pub(super) async fn apply_batch(
+        &self,
+        at: WindowRef<'_>,
+        batch: &[(String, tally_core::buckets::PostDelta)],
+    ) -> PortResult<Applied> {
+        let mut sending = Resend::new(&self.cfg.backoff, "write a window's summary items", batch);
+        let mut spent = Applied::default();
+        loop {
+            let sent = self
+                .store
+                .apply_posts(at, sending.todo())
+                .await
+                .map(|done| {
+                    spent.merge(&done.applied);
+                    (done.retry, done.error)
+                });
+            if sending.settle(sent).await? {
+                return Ok(spent);
+            }
+        }
+    }
+}
+
+/// A batch sent to the store until each of its items is done: what a call leaves undone for a
+/// passing reason is sent again, and only that (as the producer resends only failed PutRecords
+/// entries) — a batch resent whole would succeed only if every one of its items did in the same
+/// pass.
+pub(crate) struct Resend<'a, T: Clone> {
+    todo: std::borrow::Cow<'a, [T]>,
+    retry: Retry<'a>,
+    what: &'a str,
+}
+
+impl<'a, T: Clone> Resend<'a, T> {
+    pub(crate) fn new(
+        backoff: &'a tally_core::retry::Backoff,
+        what: &'a str,
+        items: &'a [T],
+    ) -> Self {
+        Resend {
+            todo: items.into(),
+            retry: Retry::new(backoff, what),
+            what,
+        }
+    }
+
+    /// What is left to send.
+    pub(crate) fn todo(&self) -> &[T] {
+        &self.todo
+    }
+
+    /// Takes a call's answer — the indexes (into [`Resend::todo`]) it left undone and their
+    /// last error, or its failure — and says whether every item is done; if not, keeps only the
+    /// undone ones and pauses before they are sent again (a failure no retry mends ends it).
+    pub(crate) async fn settle(
+        &mut self,
+        sent: PortResult<(Vec<usize>, Option<PortError>)>,
+    ) -> PortResult<bool> {
+        match sent {
+            Ok((undone, _)) if undone.is_empty() => Ok(true),
+            Ok((undone, error)) => {
+                let left = undone.iter().map(|&i| self.todo[i].clone()).collect();
+                self.todo = std::borrow::Cow::Owned(left);
+                let e = error.unwrap_or_else(|| {
+                    PortError::Other(format!("{}: some left undone", self.what))
+                });
+                self.retry.pause(e).await?;
+                Ok(false)
+            }
+            Err(e) => {
+                self.retry.pause(e).await?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// A window's write that failed for good, naming its records.
+pub(crate) fn window_err(w: &ClosedWindow, shard_id: &str, e: PortError) -> ConsumerError {
+    if e.is_retryable() {
+        return e.into();
+    }
+    ConsumerError::Window {
+        shard_id: shard_id.to_owned(),
+        after: w
+            .start_after
+            .as_ref()
+            .map_or_else(|| "the shard's start".to_owned(), |s| s.to_string()),
+        end: w.end.as_ref().map_or_else(String::new, |s| s.to_string()),
+        source: Box::new(e),
+    }
+}
