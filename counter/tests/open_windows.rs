@@ -41,13 +41,27 @@ fn open_deltas(answer: &[ShardOpen]) -> BTreeMap<String, BTreeMap<i64, i64>> {
     out
 }
 
-#[tokio::test]
-async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
+const SHARD: &str = "shardId-000000000000";
+
+/// A one-shard embedded store whose lease `w1` holds: the store (and its directory) and the
+/// lease.
+async fn one_shard() -> (
+    tempfile::TempDir,
+    Arc<Embedded>,
+    tally_core::ports::Fence,
+    tally_core::lease::Lease,
+) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Embedded::open(dir.path(), 1).unwrap());
-    let shard = "shardId-000000000000";
-    let fence = common::held_by_w1(&store, shard).await;
+    let fence = common::held_by_w1(&store, SHARD).await;
     let lease = store.list_leases("counter").await.unwrap().remove(0);
+    (dir, store, fence, lease)
+}
+
+#[tokio::test]
+async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
+    let (_dir, store, fence, lease) = one_shard().await;
+    let shard = SHARD;
     let mut cfg = CounterConfig::new("counter");
     cfg.window_time = Duration::from_secs(600);
     let resolving = Arc::new(Board::resolving(store.clone()));
@@ -161,11 +175,8 @@ fn a_window_at_a_low_rate_stays_open_only_where_its_likes_are_shown() {
 /// the post's markers say it does not hold yet is the count the writes end at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_being_written_is_shown_until_it_is_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Embedded::open(dir.path(), 1).unwrap());
-    let shard = "shardId-000000000000";
-    let fence = common::held_by_w1(&store, shard).await;
-    let lease = store.list_leases("counter").await.unwrap().remove(0);
+    let (_dir, store, fence, lease) = one_shard().await;
+    let shard = SHARD;
     let mut cfg = CounterConfig::new("counter");
     cfg.window_time = Duration::from_secs(600);
     // One edge, then one post, per store call: the writes take long enough to be asked about.
