@@ -12,11 +12,14 @@
 //! from the checkpoint, rebuilds the same window and applies it again: what was written is
 //! refused, what was not is written. See `tally_core::summary` for why this is exact.
 //!
-//! Layout: this crate's root holds the settings, the metrics and the per-shard processor; `claim`
-//! is a counter's claim on its store's count mode (made by `Counter::open`); `apply` writes a
-//! closed window and meters it, `restore` keeps the duplicate filter in the store
-//! (restored across the lineage, expired by arrival), `gap` gives up records the stream no longer
-//! has, on record.
+//! Layout: this crate's root holds the settings, the metrics and the per-shard processor;
+//! `counting` is what differs by count mode (chosen once by `Counter::open`, which also claims
+//! the store's mode with it; `claim` names why a claim fails); `apply` writes a closed window and
+//! meters it — on a task of its own while the shard reads on — with what `writes` holds (the
+//! store, settings, board and lease, and the batch calls every window's writes share);
+//! `restore` keeps the duplicate filter in the store (restored across the lineage, expired by
+//! arrival), `gap` gives up records the stream no longer has, on record; `board` shows the
+//! windows read and not written to the read side.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::future::Future;
