@@ -57,6 +57,7 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
         Some(u) => {
             let (stored, units) = crate::serve::viewer::liked(
                 backend.counter.as_ref(),
+                &Default::default(),
                 u,
                 &args.post_ids,
                 consistency,

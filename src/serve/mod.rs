@@ -50,6 +50,8 @@ pub struct Ctx {
     pub pending: Option<Arc<Pending>>,
     /// The bearer token every request but the open ones must carry (`None`: anyone may read).
     pub token: Option<auth::Token>,
+    /// What the store counts, kept once claimed (`viewer`, likers and `as_of_ms` depend on it).
+    pub mode: Arc<viewer::StoreMode>,
 }
 
 impl Ctx {
@@ -66,6 +68,7 @@ impl Ctx {
             listings,
             pending: Some(Arc::new(Pending::new(pending::TIMEOUT))),
             token: None,
+            mode: Arc::default(),
         };
         Ok((ctx, task))
     }
@@ -152,7 +155,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 /// the default) without `as_of_ms`, which only a store counting events answers — so that every
 /// request the served document admits is one this server takes.
 async fn openapi(State(c): State<Ctx>) -> std::result::Result<Response, ApiError> {
-    let mode = c.backend.counter.count_mode(None).await?;
+    let mode = c.mode.of(c.backend.counter.as_ref()).await?;
     let text = if mode == Some(tally_core::edge::CountMode::Events) {
         OPENAPI.to_owned()
     } else {
@@ -311,7 +314,7 @@ async fn post(
     }
     v["applied_through"] = c.fresh(apps::COUNTER);
     if let Some(t) = as_of_ms {
-        viewer::check_events(counter.as_ref(), "as_of_ms").await?;
+        viewer::check_events(counter.as_ref(), &c.mode, "as_of_ms").await?;
         // Likes created before T's minute: the total less those created since (counting events,
         // where each like and unlike is an event of its own minute, that is the count then).
         let later = counter.post_count(&id, Some(t)).await?;
@@ -324,6 +327,7 @@ async fn post(
     if let Some(viewer) = &p.viewer {
         let (liked, units) = viewer::liked(
             counter.as_ref(),
+            &c.mode,
             viewer,
             std::slice::from_ref(&id),
             Default::default(),
@@ -369,7 +373,7 @@ async fn likers(
             .map_err(|e| bad_request(format!("`after`: {e}")))?;
     }
     let counter = &c.backend.counter;
-    viewer::check_likers(counter.as_ref()).await?;
+    viewer::check_likers(counter.as_ref(), &c.mode).await?;
     let after = p.after.as_deref();
     // The workers first, the store second (see `pending`): the page and the count in one view.
     let asked = match c.pending.as_ref().filter(|_| p.pending.unwrap_or(true)) {
@@ -567,8 +571,14 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
     if let Some(viewer) = &viewer {
-        let (stored, units) =
-            viewer::liked(c.backend.counter.as_ref(), viewer, &ids, consistency).await?;
+        let (stored, units) = viewer::liked(
+            c.backend.counter.as_ref(),
+            &c.mode,
+            viewer,
+            &ids,
+            consistency,
+        )
+        .await?;
         // From the same view as the counts: a window added to a post's count gives its state.
         let liked: Vec<bool> = ids
             .iter()

@@ -33,16 +33,37 @@ impl From<Refused> for super::ApiError {
     }
 }
 
+/// What the store counts, read from it until it is claimed and then kept: a store's mode never
+/// changes once claimed, so a read side asks it once, not on every request.
+#[derive(Debug, Default)]
+pub struct StoreMode(std::sync::OnceLock<CountMode>);
+
+impl StoreMode {
+    /// The store's mode (`None`: not claimed yet, so asked again next time).
+    pub async fn of(&self, counter: &dyn CounterStore) -> Result<Option<CountMode>, Refused> {
+        if let Some(m) = self.0.get() {
+            return Ok(Some(*m));
+        }
+        let m = counter.count_mode(None).await.map_err(Refused::Store)?;
+        if let Some(m) = m {
+            // Another request may have set it first: the same mode.
+            let _ = self.0.set(m);
+        }
+        Ok(m)
+    }
+}
+
 /// Whether `viewer` likes each of `ids`, and the read units (strongly consistent) it cost.
 pub async fn liked(
     counter: &dyn CounterStore,
+    mode: &StoreMode,
     viewer: &str,
     ids: &[String],
     c: Consistency,
 ) -> Result<(Vec<bool>, u64), Refused> {
     tally_core::event::check_id("user_id", viewer)
         .map_err(|e| Refused::Request(format!("`viewer`: {e}")))?;
-    check_likers(counter).await?;
+    check_likers(counter, mode).await?;
     counter
         .viewer_likes(viewer, ids, c)
         .await
@@ -50,8 +71,8 @@ pub async fn liked(
 }
 
 /// Refuses a store that counts events: it keeps no edges, so it cannot say who likes what.
-pub async fn check_likers(counter: &dyn CounterStore) -> Result<(), Refused> {
-    match counter.count_mode(None).await.map_err(Refused::Store)? {
+pub async fn check_likers(counter: &dyn CounterStore, mode: &StoreMode) -> Result<(), Refused> {
+    match mode.of(counter).await? {
         Some(CountMode::Events) => Err(Refused::Request(
             "this store counts events (counter.count = \"events\"): it keeps no likers, so it cannot say who liked a post"
                 .into(),
@@ -64,8 +85,12 @@ pub async fn check_likers(counter: &dyn CounterStore) -> Result<(), Refused> {
 /// time needs each user's actions since, which the store does not keep (an edge holds the latest
 /// only). `total − since(T)` is not it: a user who unliked after T, or liked again after an
 /// unlike, drops out of both.
-pub async fn check_events(counter: &dyn CounterStore, param: &str) -> Result<(), Refused> {
-    match counter.count_mode(None).await.map_err(Refused::Store)? {
+pub async fn check_events(
+    counter: &dyn CounterStore,
+    mode: &StoreMode,
+    param: &str,
+) -> Result<(), Refused> {
+    match mode.of(counter).await? {
         Some(CountMode::Events) => Ok(()),
         _ => Err(Refused::Request(format!(
             "`{param}`: this store counts likers (each user's latest action), and a count as it \
