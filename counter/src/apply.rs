@@ -40,20 +40,27 @@ impl std::ops::Deref for Applier {
     }
 }
 
+/// A closed window to apply, with what decides how.
+pub(crate) struct Closing {
+    pub(crate) window: Arc<ClosedWindow>,
+    /// It is the rebuild of the pending window already recorded: no **Begin**.
+    pub(crate) replaying: bool,
+    /// It is the shard's last: **Finish** marks the shard finished.
+    pub(crate) shard_end: bool,
+    /// The settings recorded with it (**Begin**).
+    pub(crate) decided: Decided,
+    /// The latest `created_at` counted on the shard with it (kept in the lease row).
+    pub(crate) latest_created_ms: i64,
+}
+
 impl Applier {
     /// Applies a closed window and does what follows once it is written: its cost emitted, its
     /// records counted in the metrics, and the board no longer showing it as being applied.
     pub(crate) async fn apply_and_count(
         &self,
-        w: Arc<ClosedWindow>,
-        replaying: bool,
-        shard_end: bool,
-        decided: Decided,
-        latest_created_ms: i64,
+        c: Closing,
     ) -> Result<Arc<ClosedWindow>, ConsumerError> {
-        let (closed, spent) = self
-            .apply(w, replaying, shard_end, decided, latest_created_ms)
-            .await?;
+        let (closed, spent) = self.apply(c).await?;
         self.emit_cost(&spent.units);
         let s = &closed.stats;
         let m = &self.metrics;
@@ -70,15 +77,15 @@ impl Applier {
     /// Applies a closed window (`replaying`: it is the pending one already recorded). Returns
     /// the window as applied (in likers mode, with the deltas its edge writes made) and what its
     /// writes did and cost.
-    pub(super) async fn apply(
-        &self,
-        w: Arc<ClosedWindow>,
-        replaying: bool,
-        shard_end: bool,
-        decided: Decided,
-        latest_created_ms: i64,
-    ) -> Result<(Arc<ClosedWindow>, Applied), ConsumerError> {
-        let fence = self.fence()?;
+    async fn apply(&self, c: Closing) -> Result<(Arc<ClosedWindow>, Applied), ConsumerError> {
+        let Closing {
+            window: w,
+            replaying,
+            shard_end,
+            decided,
+            latest_created_ms,
+        } = c;
+        let fence = &self.fence;
         let (Some(end), Some(first)) = (w.end.clone(), w.first.as_ref()) else {
             return Ok((w, Applied::default()));
         };
@@ -181,7 +188,7 @@ impl Applier {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = tally_core::ports::PortResult<()>>,
     {
-        let fence = self.fence()?;
+        let fence = &self.fence;
         let end = w.end.as_ref();
         let what = match step {
             Fenced::Begin => "record a window as pending",
@@ -231,7 +238,7 @@ impl Applier {
 
     /// Emits what a window's writes cost, by purpose (CloudWatch embedded metric format).
     pub(super) fn emit_cost(&self, u: &Units) {
-        let Ok(fence) = self.fence() else { return };
+        let fence = &self.fence;
         let values: Vec<(&str, tally_consumer::emf::Unit, f64)> = Purpose::ALL
             .iter()
             .filter(|p| **p != Purpose::Leases)

@@ -40,12 +40,10 @@ pub struct ShardWindows {
     /// The window being filled (taken only by [`ShardWindows::close_open`], which keeps
     /// `closed` true).
     pub(crate) open: Option<WindowBuilder>,
-    /// A closed window whose writes are under way.
+    /// A closed window whose writes are under way. While it has edges to write (likers: its
+    /// deltas not known yet) an answer resolves it against the stored edges itself, and the open
+    /// window against the edges as it leaves them, with reads kept for that answer only.
     pub(crate) applying: Option<Arc<ClosedWindow>>,
-    /// Likers: whether `applying`'s edge writes are under way (its deltas not known yet): an
-    /// answer then resolves it against the stored edges itself, and the open window against the
-    /// edges as it leaves them, with reads kept for that answer only.
-    unwritten: bool,
     /// Windows closed since the shard was held: edges read while this did not move are the
     /// ones the open window will write over.
     closed: u64,
@@ -67,17 +65,16 @@ impl ShardWindows {
         Some(open)
     }
 
-    /// Puts a closed window up as the one being applied (`unwritten`: its edges are still to be
-    /// written, so its deltas are not known yet).
-    pub(crate) fn applying(&mut self, w: Arc<ClosedWindow>, unwritten: bool) {
-        self.applying = Some(w);
-        self.unwritten = unwritten;
-    }
-
     /// The window being applied is done.
     pub(crate) fn applied(&mut self) {
         self.applying = None;
-        self.unwritten = false;
+    }
+
+    /// Whether the window being applied has edges still to write.
+    fn unwritten(&self) -> bool {
+        self.applying
+            .as_ref()
+            .is_some_and(|a| a.has_edges_to_write())
     }
 
     /// Marks the open window as the rebuild of the pending window with this id.
@@ -137,8 +134,8 @@ impl ShardWindows {
 
     /// The (post, user) pairs of the wanted posts' edges in the window being applied while its
     /// edge writes are under way, then in the open window.
-    fn unwritten_pairs(&self, wanted: &HashSet<&str>) -> Option<Vec<Pair>> {
-        let applying = self.applying.as_ref().filter(|_| self.unwritten)?;
+    fn unwritten_pairs(&self, wanted: &HashSet<&str>) -> Option<(Arc<ClosedWindow>, Vec<Pair>)> {
+        let applying = self.applying.clone().filter(|a| a.has_edges_to_write())?;
         let mut pairs: Vec<Pair> = applying
             .edges
             .iter()
@@ -153,7 +150,7 @@ impl ShardWindows {
         }
         pairs.sort();
         pairs.dedup();
-        Some(pairs)
+        Some((applying, pairs))
     }
 }
 
@@ -373,11 +370,11 @@ impl Board {
             None => None,
         };
         let w = lock(&w);
-        // A window whose edge writes are under way, resolved on edges read for this answer.
-        let unwritten = fresh.and_then(|(closed, read)| {
-            let a = w.applying.as_ref().filter(|_| w.closed == closed)?;
-            Unwritten::resolve(&shard_id, a, wanted, &also, read)
-        });
+        // A window whose edge writes were under way, resolved on edges read for this answer — as
+        // it was when they were read: its writes may have ended since (its deltas are the same).
+        let unwritten = fresh
+            .filter(|(closed, ..)| *closed == w.closed)
+            .and_then(|(_, a, read)| Unwritten::resolve(&shard_id, &a, wanted, &also, read));
         let view = unwritten.as_ref().map_or(&w.stored, |u| &u.view);
         let open = w.open.as_ref().filter(|b| !b.is_empty());
         // An open window is shown only once resolved (likers: its edges read).
@@ -439,7 +436,7 @@ impl Board {
     /// Likers: reads the stored edges the open window's events for the wanted posts will write
     /// over, keeping them only if no window closed meanwhile. While a closed window's edge
     /// writes are under way, reads its edges and the open window's afresh for this answer alone
-    /// (returned, with the close count they were read at): a cached read would miss what its
+    /// (returned, with the close count and the window as they were read): a cached read would miss what its
     /// writes still to land do. A failed read leaves the windows unresolved (the answer leaves
     /// them out).
     async fn read_edges(
@@ -447,13 +444,13 @@ impl Board {
         store: &dyn CounterStore,
         w: &Mutex<ShardWindows>,
         wanted: &HashSet<&str>,
-    ) -> Option<(u64, Edges)> {
+    ) -> Option<(u64, Arc<ClosedWindow>, Edges)> {
         for _ in 0..RESOLVE_ATTEMPTS {
             let (closed, unread, unwritten) = {
                 let w = lock(w);
                 (w.closed, w.unread(wanted), w.unwritten_pairs(wanted))
             };
-            let pairs = unwritten.as_ref().unwrap_or(&unread);
+            let pairs = unwritten.as_ref().map_or(&unread, |(_, p)| p);
             if pairs.is_empty() {
                 return None;
             }
@@ -465,11 +462,11 @@ impl Board {
                 }
             };
             self.read_units.fetch_add(units, Ordering::Relaxed);
-            if let Some(pairs) = unwritten {
-                return Some((closed, pairs.into_iter().zip(states).collect()));
+            if let Some((applying, pairs)) = unwritten {
+                return Some((closed, applying, pairs.into_iter().zip(states).collect()));
             }
             let mut w = lock(w);
-            if w.closed != closed || w.unwritten {
+            if w.closed != closed || w.unwritten() {
                 return None;
             }
             w.stored.extend(unread.into_iter().zip(states));

@@ -154,6 +154,11 @@ impl CounterConfig {
         }
     }
 
+    /// `dedup_horizon_secs` in ms: the horizon windows are built with now.
+    pub fn dedup_horizon_ms(&self) -> i64 {
+        self.dedup_horizon.as_millis() as i64
+    }
+
     /// Whether a window holding `records` user records, opened `age_ms` ago, closes on time:
     /// at `window_ms`; at a low rate (fewer than `window_min_records`), when this worker shows
     /// its open windows, at `window_max_ms` (ARCHITECTURE, "Windows sized by cost").
@@ -307,7 +312,7 @@ impl ProcessorFactory for Counter {
             metrics: self.metrics.clone(),
             shard_id: shard_id.to_owned(),
             fence: None,
-            dedup: Dedup::new(self.cfg.dedup_horizon.as_millis() as i64),
+            dedup: Dedup::new(self.cfg.dedup_horizon_ms()),
             windows: self.board.hold(shard_id),
             board: self.board.clone(),
             checkpoint: None,
@@ -395,7 +400,7 @@ impl CounterShard {
                 return Ok(());
             };
             let closed = Arc::new(window.close(&mut self.dedup));
-            w.applying(closed.clone(), !closed.edges.is_empty());
+            w.applying = Some(closed.clone());
             closed
         };
         let replaying = self.replay.is_some();
@@ -404,24 +409,26 @@ impl CounterShard {
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
         let evicted = self.dedup.take_evicted();
         let applier = self.applier()?;
-        // What the next window folds from: this one's end (records up to it are read).
         self.latest_created_ms = latest;
         let end = closed.end.clone();
+        let closing = apply::Closing {
+            window: closed,
+            replaying,
+            shard_end,
+            decided,
+            latest_created_ms: latest,
+        };
         if !replaying && !shard_end && !evicted {
             self.in_flight = Some(tokio::spawn(async move {
-                applier
-                    .apply_and_count(closed, false, false, decided, latest)
-                    .await
-                    .map(|_| ())
+                applier.apply_and_count(closing).await.map(|_| ())
             }));
+            // What the next window folds from: this one's end (records up to it are read).
             if end.is_some() {
                 self.checkpoint = end;
             }
             return Ok(());
         }
-        let closed = applier
-            .apply_and_count(closed, replaying, shard_end, decided, latest)
-            .await?;
+        let closed = applier.apply_and_count(closing).await?;
         if evicted {
             self.expire_dedup(horizon_ms).await;
         }
@@ -472,7 +479,7 @@ impl CounterShard {
 
     /// The dedup horizon of windows built now, from the current settings.
     fn horizon_ms(&self) -> i64 {
-        self.cfg.dedup_horizon.as_millis() as i64
+        self.cfg.dedup_horizon_ms()
     }
 
     /// The horizon of the window being built: the pending one's, when rebuilding it.

@@ -26,16 +26,6 @@ pub(crate) struct ShardWrites {
 }
 
 impl ShardWrites {
-    /// The lease the writes are fenced by.
-    pub(crate) fn fence(&self) -> Result<&tally_core::ports::Fence, ConsumerError> {
-        Ok(&self.fence)
-    }
-
-    /// The dedup horizon of the current settings (ms).
-    pub(crate) fn horizon_ms(&self) -> i64 {
-        self.cfg.dedup_horizon.as_millis() as i64
-    }
-
     /// Counts a batch of writes; the test failpoint `crash_after_batches` aborts the process
     /// once that many are done (`what`: the writes they were, for its message).
     pub(crate) fn failpoint(&self, what: &str) {

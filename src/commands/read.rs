@@ -29,7 +29,7 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     crate::serve::check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
     if let Some(u) = &args.viewer {
-        tally_core::event::check_id("user_id", u).map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
+        crate::serve::viewer::check_viewer(u).map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
     }
     let requested = args.since.map(|d| now_ms() - d.as_millis() as i64);
     let consistency = if args.eventual {

@@ -294,8 +294,7 @@ async fn post(
     let counter = &c.backend.counter;
     // The workers first, the store second (see `pending`).
     if let Some(v) = &p.viewer {
-        tally_core::event::check_id("user_id", v)
-            .map_err(|e| bad_request(format!("`viewer`: {e}")))?;
+        viewer::check_viewer(v)?;
     }
     let asked = c
         .ask_pending(
@@ -552,8 +551,7 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
         }
     };
     if let Some(v) = &viewer {
-        tally_core::event::check_id("user_id", v)
-            .map_err(|e| bad_request(format!("`viewer`: {e}")))?;
+        viewer::check_viewer(v)?;
     }
     // The workers first, the store second (see `pending`).
     let asked = c

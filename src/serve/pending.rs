@@ -212,7 +212,11 @@ impl Memory {
                     false
                 }
             });
-            for (shard, s) in said.iter() {
+            // In shard order: an answer's windows, and a viewer's state taken from the last of
+            // them (`liked_for`), are the same whatever order the answers came in.
+            let mut shards: Vec<(&String, &Said)> = said.iter().collect();
+            shards.sort_by(|a, b| a.0.cmp(b.0));
+            for (shard, s) in shards {
                 let same_viewer = s.viewer.as_deref() == viewer;
                 if viewer.is_some() && !same_viewer {
                     viewer_unknown.insert(shard.clone());

@@ -61,13 +61,18 @@ pub async fn liked(
     ids: &[String],
     c: Consistency,
 ) -> Result<(Vec<bool>, u64), Refused> {
-    tally_core::event::check_id("user_id", viewer)
-        .map_err(|e| Refused::Request(format!("`viewer`: {e}")))?;
+    check_viewer(viewer)?;
     check_likers(counter, mode).await?;
     counter
         .viewer_likes(viewer, ids, c)
         .await
         .map_err(Refused::Store)
+}
+
+/// Refuses a viewer that is no user id (before it is asked of the workers or the store).
+pub fn check_viewer(viewer: &str) -> Result<(), Refused> {
+    tally_core::event::check_id("user_id", viewer)
+        .map_err(|e| Refused::Request(format!("`viewer`: {e}")))
 }
 
 /// Refuses a store that counts events: it keeps no edges, so it cannot say who likes what.

@@ -391,7 +391,8 @@ pub struct ClosedWindow {
     /// Net change per post, by post id (likers mode: known once the edges are written, see
     /// [`ClosedWindow::with_transitions`]).
     pub posts: Vec<(String, PostDelta)>,
-    /// Likers mode: each touched edge's latest event in the window, by post and user.
+    /// Likers mode: each touched edge's latest event in the window, by post and user, until
+    /// they are written ([`ClosedWindow::with_transitions`]).
     pub edges: Vec<EdgeEvent>,
     /// Malformed records, by sequence number.
     pub dead_letters: Vec<DeadLetter>,
@@ -404,14 +405,21 @@ pub struct ClosedWindow {
 }
 
 impl ClosedWindow {
-    /// The window with the posts' and the global total's deltas its edge writes made (likers).
+    /// The window once its edges are written (likers): the posts' and the global total's
+    /// deltas those writes made, and no edges left to write.
     pub fn with_transitions(&self, transitions: &[Transition]) -> ClosedWindow {
         let (posts, total_delta) = edge::deltas(transitions);
         ClosedWindow {
             posts,
             total_delta,
+            edges: Vec::new(),
             ..self.clone()
         }
+    }
+
+    /// Whether it still has edges to write (likers): its deltas are not known until they are.
+    pub fn has_edges_to_write(&self) -> bool {
+        !self.edges.is_empty()
     }
 }
 

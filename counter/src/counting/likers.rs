@@ -109,7 +109,7 @@ impl Counting for Likers {
             .map_err(|e| window_err(&w, at.shard_id, e))?;
         // What the edges changed is known now: the read side sees it until it is written.
         let counted = Arc::new(w.with_transitions(&transitions));
-        board::lock(&shard.windows).applying(counted.clone(), false);
+        board::lock(&shard.windows).applying = Some(counted.clone());
         Ok(counted)
     }
 
@@ -190,7 +190,7 @@ async fn count_written_edges(
     pending: &Pending,
 ) -> Result<Option<usize>, ConsumerError> {
     let end = &pending.end;
-    let fence = shard.fence()?.clone();
+    let fence = shard.fence.clone();
     let at = WindowRef {
         app: &fence.app,
         shard_id: &fence.shard_id,
@@ -233,7 +233,9 @@ async fn count_written_edges(
             max_arrival: i64::MIN,
             ids: Vec::new(),
         },
-        horizon_ms: pending.horizon_ms.unwrap_or_else(|| shard.horizon_ms()),
+        horizon_ms: pending
+            .horizon_ms
+            .unwrap_or_else(|| shard.cfg.dedup_horizon_ms()),
     };
     with_backoff(backoff, "write a given-up window's global total", || {
         shard.store.apply_rest(at, rest)
