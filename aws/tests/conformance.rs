@@ -127,6 +127,7 @@ async fn dedup_records_carry_their_ttl() {
         app: "counter",
         shard_id: "s",
         end: &end,
+        held: false,
     };
     let rest = WindowRest {
         dead_letters: &[],
@@ -175,6 +176,7 @@ async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
             app: "counter",
             shard_id: "s",
             end,
+            held: false,
         }
     }
     let [e10, e20, e30] = ["10", "20", "30"].map(|e| tally_core::Position::parse(e).unwrap());

@@ -71,6 +71,7 @@ fn at<'a>(fence: &'a Fence, end: &'a Position) -> WindowRef<'a> {
         app: &fence.app,
         shard_id: &fence.shard_id,
         end,
+        held: false,
     }
 }
 

@@ -2,10 +2,12 @@
 //! transitions found again by the window that made them; the viewer's likes in one batch; a
 //! post's likers in pages; the store's count mode claimed once.
 
+use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
-use tally_core::edge::{CountMode, EdgeEvent, Transition};
+use tally_core::edge::{self, CountMode, EdgeEvent, Transition};
 use tally_core::ports::{Consistency, CounterStore, EdgesApplied, WindowRef, WindowRest};
+use tally_core::summary::{held_marker, marker};
 
 use super::{held_lease, seq, HORIZON_MS};
 
@@ -26,6 +28,7 @@ fn moved(post: &str, before: Option<i64>, after: Option<i64>) -> Transition {
         post_id: post.to_owned(),
         before,
         after,
+        held_for: None,
     }
 }
 
@@ -53,6 +56,7 @@ pub async fn likers_edges_are_written_once(store: &dyn CounterStore, name: &str)
         app: &fence.app,
         shard_id: &fence.shard_id,
         end,
+        held: false,
     };
     // Window 1: two likes and an unlike of nothing.
     let w1 = vec![
@@ -160,6 +164,7 @@ pub async fn the_count_mode_is_claimed_once(store: &dyn CounterStore, name: &str
         app: &fence.app,
         shard_id: &fence.shard_id,
         end: &end,
+        held: false,
     };
     let rest = WindowRest {
         dead_letters: &[],
@@ -204,6 +209,7 @@ pub async fn a_clamped_event_that_lost_is_remembered(store: &dyn CounterStore, n
         app: &app,
         shard_id: "shard-0",
         end,
+        held: false,
     };
     let (e1, e2, e3, e4, e5) = (seq("10"), seq("20"), seq("30"), seq("40"), seq("50"));
     let unlike = vec![like(&p, "u1", false, t + 9_000, "b")];
@@ -260,6 +266,7 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
         app: &app,
         shard_id: f,
         end,
+        held: false,
     };
     // Shard 0's window writes the older like and "dies"; shard 1's writes the newer unlike.
     let older = vec![like(&p, "u1", true, t, "a")];
@@ -273,7 +280,12 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
         .apply_edges(at("shard-1", &end_c), &unlike)
         .await
         .unwrap();
-    assert_eq!(made(&second), vec![moved(&p, Some(t), None)]);
+    // Its removal of shard 0's like is held until shard 0's window has written its counts.
+    let held = Transition {
+        held_for: Some(edge::window_id("shard-0", &marker(&end_a))),
+        ..moved(&p, Some(t), None)
+    };
+    assert_eq!(made(&second), vec![held.clone()]);
     assert_eq!(second.crossed, 1, "written over another shard's write");
     // Shard 0's window rebuilt: its own transition, not "superseded".
     let again = store
@@ -312,7 +324,67 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
         .apply_edges(at("shard-1", &end_c), &unlike)
         .await
         .unwrap();
-    assert_eq!(made(&c_again), vec![moved(&p, Some(t), None)]);
+    assert_eq!(
+        made(&c_again),
+        vec![held],
+        "the same removal, held for the same window"
+    );
+
+    // The window whose like a removal takes away is named even once that write is the oldest
+    // the item remembers (its window kept as `w3`): A@0 like, B@1 unlike, C@0 like, D@1
+    // unlike; B rebuilt finds its removal held for A.
+    let q = format!("{name}-xq");
+    let (ea, eb, ec, ed) = (seq("110"), seq("120"), seq("130"), seq("140"));
+    let steps = [
+        ("shard-0", &ea, true, "qa"),
+        ("shard-1", &eb, false, "qb"),
+        ("shard-0", &ec, true, "qc"),
+        ("shard-1", &ed, false, "qd"),
+    ];
+    for (i, (shard, end, liked, id)) in steps.iter().enumerate() {
+        let e = like(&q, "u1", *liked, t + i as i64 * 60_000, id);
+        store.apply_edges(at(shard, end), &[e]).await.unwrap();
+    }
+    let b_again = store
+        .apply_edges(
+            at("shard-1", &eb),
+            &[like(&q, "u1", false, t + 60_000, "qb")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        made(&b_again),
+        vec![Transition {
+            held_for: Some(edge::window_id("shard-0", &marker(&ea))),
+            ..moved(&q, Some(t), None)
+        }],
+        "the oldest remembered write still names the window whose like it removed"
+    );
+
+    // A window's held removals carry its held marker: written once, after its other counts,
+    // and a later window of the shard is not refused by them.
+    let h = format!("{name}-held");
+    let delta = |n: i64| {
+        let mut d = PostDelta::default();
+        d.add(t, n);
+        (h.clone(), d)
+    };
+    let w1 = at("shard-0", &ea);
+    for (w, n) in [(w1, 2), (w1.held(), -1)] {
+        let first = store.apply_posts(w, &[delta(n)]).await.unwrap();
+        assert_eq!(first.applied.written, 1, "{first:?}");
+        let again = store.apply_posts(w, &[delta(n)]).await.unwrap();
+        assert_eq!(again.applied.written, 0, "written once: {again:?}");
+    }
+    let c = store.post_count(&h, None).await.unwrap();
+    assert_eq!(c.total, 1);
+    assert_eq!(c.marks, vec![("shard-0".to_owned(), held_marker(&ea))]);
+    let later = store
+        .apply_posts(at("shard-0", &eb), &[delta(1)])
+        .await
+        .unwrap();
+    assert_eq!(later.applied.written, 1, "{later:?}");
+    assert_eq!(store.post_count(&h, None).await.unwrap().total, 2);
 
     // A window's edge record: whole, in order, across chunks; gone with its checkpoint.
     let pairs: Vec<(String, String)> = (0..30_000)

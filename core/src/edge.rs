@@ -182,6 +182,11 @@ pub fn window_shard(window: &str) -> &str {
     window.rsplit_once('@').map_or("", |(_, shard)| shard)
 }
 
+/// The marker a [`window_id`] names (its end's).
+pub fn window_marker(window: &str) -> &str {
+    window.rsplit_once('@').map_or(window, |(marker, _)| marker)
+}
+
 /// What one window's write did to an edge: the like it replaced and the like it is now (each the
 /// time of the like, `None` for not liked).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,6 +197,34 @@ pub struct Transition {
     pub before: Option<i64>,
     /// When the like it is now was made (ms; `None`: the user does not like the post).
     pub after: Option<i64>,
+    /// The window whose write made the like it removes, when that is another shard's window
+    /// (two shards writing one edge): the removal is **held** — counted only once that window's
+    /// counts are written ([`HeldCounts`]), so that a count never goes below zero while the like
+    /// it removes is still to be counted. `None`: nothing removed, or the like was made by an
+    /// earlier window of the same shard (counted before: a shard's windows are written in order).
+    pub held_for: Option<String>,
+}
+
+impl Transition {
+    /// A transition of `post_id` from `before` to `after`, made over a write of `replaced_by`
+    /// (`None`: the edge was absent, or its writer is not known) by `window`.
+    pub fn over(
+        post_id: &str,
+        before: Option<i64>,
+        after: Option<i64>,
+        replaced_by: Option<&str>,
+        window: &str,
+    ) -> Transition {
+        let held_for = replaced_by
+            .filter(|w| before.is_some() && window_shard(w) != window_shard(window))
+            .map(str::to_owned);
+        Transition {
+            post_id: post_id.to_owned(),
+            before,
+            after,
+            held_for,
+        }
+    }
 }
 
 /// How many writes an edge item remembers (the one that made its state and the two before it):
@@ -209,6 +242,11 @@ pub const EDGE_LOST: usize = 3;
 
 /// The attribute names of the remembered lost clamped events, newest first.
 pub const LOST_ATTRS: [&str; EDGE_LOST] = ["c0", "c1", "c2"];
+
+/// The attribute that keeps the window of the write pushed out of the remembered ones (past
+/// [`EDGE_HISTORY`]): the writer of the oldest remembered write's `before`, so that the window
+/// whose like a remembered write removed is always known ([`Transition::held_for`]).
+pub const DROPPED_ATTR: &str = "w3";
 
 /// An event as an edge keeps it: whether it liked, when it orders, its id (empty: written by a
 /// tally that did not keep it).
@@ -258,6 +296,8 @@ pub struct EdgeState {
     pub writes: Vec<EdgeWrite>,
     /// Clamped events that took no effect on it, newest first (at most [`EDGE_LOST`]).
     pub lost: Vec<String>,
+    /// The window of the newest write no longer remembered ([`DROPPED_ATTR`]), if any.
+    pub dropped: Option<String>,
 }
 
 fn num(a: &Attrs, k: &str) -> Option<i64> {
@@ -335,6 +375,9 @@ impl EdgeState {
             event_id: text(a, "e")?.to_owned(),
             writes,
             lost,
+            dropped: text(a, DROPPED_ATTR)
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned),
         })
     }
 
@@ -353,11 +396,19 @@ impl EdgeState {
             0 => self.liked.then_some(self.at_ms),
             _ => self.writes[g - 1].before.as_ref().and_then(Stamp::like),
         };
-        Transition {
-            post_id: post_id.to_owned(),
-            before: self.writes[g].before.as_ref().and_then(Stamp::like),
+        // The window whose write `before` was: the next older remembered write's, or the one
+        // pushed out of them.
+        let replaced_by = match self.writes.get(g + 1) {
+            Some(w) => Some(w.window.as_str()),
+            None => self.dropped.as_deref(),
+        };
+        Transition::over(
+            post_id,
+            self.writes[g].before.as_ref().and_then(Stamp::like),
             after,
-        }
+            replaced_by,
+            &self.writes[g].window,
+        )
     }
 
     /// The transition `window` made when it wrote this edge, if the edge remembers that write:
@@ -445,6 +496,14 @@ pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
         before: old.map(EdgeState::stamp),
     }];
     writes.extend(old.iter().flat_map(|o| o.writes.iter().cloned()));
+    // The window of the write pushed out now, else the one pushed out before.
+    let dropped = match writes.get(EDGE_HISTORY) {
+        Some(w) => Some(w.window.clone()),
+        None => old.and_then(|o| o.dropped.clone()),
+    };
+    if let Some(w) = dropped {
+        a.insert(DROPPED_ATTR.to_owned(), Val::S(w));
+    }
     for (g, w) in writes.iter().take(EDGE_HISTORY).enumerate() {
         let [wn, pl, pt, pe] = write_attrs(g);
         let b = w.before.as_ref();
@@ -504,11 +563,13 @@ pub enum EdgeOutcome {
 /// written (`counter::board`).
 pub fn resolve(old: Option<&EdgeState>, e: &EdgeEvent, window: &str) -> Resolved {
     let Some(o) = old else {
-        return Resolved::Writes(Transition {
-            post_id: e.post_id.clone(),
-            before: None,
-            after: e.liked.then_some(e.at_ms),
-        });
+        return Resolved::Writes(Transition::over(
+            &e.post_id,
+            None,
+            e.liked.then_some(e.at_ms),
+            None,
+            window,
+        ));
     };
     if let Some(g) = o.writes.iter().position(|w| w.window == window) {
         return Resolved::Mine(o.transition_of(g, &e.post_id));
@@ -521,11 +582,13 @@ pub fn resolve(old: Option<&EdgeState>, e: &EdgeEvent, window: &str) -> Resolved
         None => {}
     }
     if e.is_after(o.at_ms, &o.event_id) {
-        return Resolved::Writes(Transition {
-            post_id: e.post_id.clone(),
-            before: o.liked.then_some(o.at_ms),
-            after: e.liked.then_some(e.at_ms),
-        });
+        return Resolved::Writes(Transition::over(
+            &e.post_id,
+            o.liked.then_some(o.at_ms),
+            e.liked.then_some(e.at_ms),
+            o.writes.first().map(|w| w.window.as_str()),
+            window,
+        ));
     }
     if o.may_have_forgotten(e.at_ms, &e.event_id) {
         Resolved::Forgotten
@@ -645,32 +708,88 @@ pub fn decode_pairs(mut b: &[u8]) -> Result<Vec<(String, String)>, String> {
 
 /// The per-post deltas (by minute) and the global-total delta of a window's transitions: one
 /// out of the old like's minute, one into the new like's; posts whose changes cancel out are
-/// dropped. Sorted by post, as a window's posts are.
+/// dropped. Sorted by post, as a window's posts are. Every removal is in it, held ones too: what
+/// the window does once all of it is written ([`split`] parts it).
 pub fn deltas(transitions: &[Transition]) -> (Vec<(String, PostDelta)>, i64) {
-    let mut posts: BTreeMap<&str, PostDelta> = BTreeMap::new();
-    let mut total = 0;
+    let (counts, held) = split(transitions);
+    let mut posts: BTreeMap<String, PostDelta> = counts.0.into_iter().collect();
+    for (p, d) in held.posts {
+        let into = posts.entry(p).or_default();
+        for (m, n) in d.by_minute {
+            *into.by_minute.entry(m).or_default() += n;
+        }
+    }
+    (nonzero(posts), counts.1 + held.total_delta)
+}
+
+/// A window's removals held until the windows whose likes they remove have written their
+/// counts ([`Transition::held_for`]): written after the window's other counts, under the same
+/// window's **held marker** (`summary::held_marker`), once each of `waits` is written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeldCounts {
+    /// Their per-post deltas (by minute), sorted by post.
+    pub posts: Vec<(String, PostDelta)>,
+    /// Their global-total delta.
+    pub total_delta: i64,
+    /// Each (post, window) whose counts of the post must be written first, each once.
+    pub waits: Vec<(String, String)>,
+}
+
+impl HeldCounts {
+    /// Whether the window holds nothing back.
+    pub fn is_empty(&self) -> bool {
+        self.posts.is_empty() && self.waits.is_empty()
+    }
+}
+
+/// A window's transitions parted into the counts it writes at once ([`deltas`]' form) and the
+/// removals it holds ([`HeldCounts`]). Neither part alone takes a post below zero: a removal
+/// is in the first only when the like it removes was made by an earlier window of the same
+/// shard — written before, as a shard's windows are written in order.
+pub fn split(transitions: &[Transition]) -> ((Vec<(String, PostDelta)>, i64), HeldCounts) {
+    let mut posts: BTreeMap<String, PostDelta> = BTreeMap::new();
+    let mut held: BTreeMap<String, PostDelta> = BTreeMap::new();
+    let mut waits = std::collections::BTreeSet::new();
+    let (mut total, mut held_total) = (0, 0);
     for t in transitions {
         if t.before == t.after {
             continue;
         }
-        let d = posts.entry(t.post_id.as_str()).or_default();
         if let Some(at) = t.before {
-            d.add(at, -1);
-            total -= 1;
+            match &t.held_for {
+                Some(w) => {
+                    held.entry(t.post_id.clone()).or_default().add(at, -1);
+                    held_total -= 1;
+                    waits.insert((t.post_id.clone(), w.clone()));
+                }
+                None => {
+                    posts.entry(t.post_id.clone()).or_default().add(at, -1);
+                    total -= 1;
+                }
+            }
         }
         if let Some(at) = t.after {
-            d.add(at, 1);
+            posts.entry(t.post_id.clone()).or_default().add(at, 1);
             total += 1;
         }
     }
-    let posts = posts
+    let held = HeldCounts {
+        posts: nonzero(held),
+        total_delta: held_total,
+        waits: waits.into_iter().collect(),
+    };
+    ((nonzero(posts), total), held)
+}
+
+/// The posts whose deltas do not cancel out, sorted by post.
+fn nonzero(posts: BTreeMap<String, PostDelta>) -> Vec<(String, PostDelta)> {
+    posts
         .into_iter()
         .filter_map(|(p, mut d)| {
             d.by_minute.retain(|_, n| *n != 0);
-            (!d.by_minute.is_empty()).then(|| (p.to_owned(), d))
+            (!d.by_minute.is_empty()).then_some((p, d))
         })
-        .collect();
-    (posts, total)
+        .collect()
 }
 
 #[cfg(test)]
@@ -828,16 +947,8 @@ mod tests {
     #[test]
     fn a_newer_like_moves_the_user_to_its_minute() {
         let ts = vec![
-            Transition {
-                post_id: "p".into(),
-                before: None,
-                after: Some(60_000),
-            },
-            Transition {
-                post_id: "p".into(),
-                before: Some(60_000),
-                after: Some(180_000),
-            },
+            Transition::over("p", None, Some(60_000), None, "w1@s0"),
+            Transition::over("p", Some(60_000), Some(180_000), Some("w1@s0"), "w2@s0"),
         ];
         let (posts, total) = deltas(&ts);
         assert_eq!(total, 1);

@@ -468,6 +468,16 @@ pub struct WindowRef<'a> {
     pub shard_id: &'a str,
     /// The window's last record: the marker its writes carry.
     pub end: &'a Position,
+    /// The writes are the window's held removals (`tally_core::edge::HeldCounts`): they carry
+    /// its held marker (`summary::held_marker`), after its other counts (`summary::marker_of`).
+    pub held: bool,
+}
+
+impl WindowRef<'_> {
+    /// The same window's held removals.
+    pub fn held(self) -> Self {
+        WindowRef { held: true, ..self }
+    }
 }
 
 /// What a window writes besides its posts' items.

@@ -13,6 +13,7 @@ use tracing::debug;
 
 use crate::board;
 use crate::counting::Counting;
+use crate::held;
 use crate::writes::{window_err, ShardWrites};
 
 /// Which fenced write of the lease row.
@@ -103,6 +104,7 @@ impl Applier {
             app: &fence.app,
             shard_id: &fence.shard_id,
             end,
+            held: false,
         };
         let applied = self
             .counting
@@ -131,6 +133,8 @@ impl Applier {
         .await
         .map_err(|e| window_err(w, &fence.shard_id, e))?;
         spent.merge(&done);
+        // Last, the removals it holds until other shards' windows have written their counts.
+        held::write(&self.writes, at, &w.held, &mut spent).await?;
         // The shard's row keeps what its windows spent (this finish included) and counted.
         let mut kept = tally_core::ports::ShardTally {
             units: spent.units,

@@ -407,6 +407,21 @@ impl Board {
                 viewer,
                 likers,
             });
+            // Its held removals, once its other counts are written: a part of their own, after
+            // the window's marker (its items marked with it hold all but these).
+            if unwritten.is_none() && !c.held.posts.is_empty() {
+                let held = &c.held.posts;
+                windows.push(OpenWindow {
+                    after: c.end.as_ref().map(marker),
+                    posts: pick(posts, |p| {
+                        held.binary_search_by(|(id, _)| id.as_str().cmp(p))
+                            .ok()
+                            .map(|i| &held[i].1)
+                    }),
+                    viewer: BTreeMap::new(),
+                    likers: BTreeMap::new(),
+                });
+            }
         }
         if let Some(b) = open.filter(|_| shows_open) {
             let after = b.start_after().map(marker);

@@ -51,6 +51,7 @@ pub mod board;
 mod claim;
 mod counting;
 mod gap;
+mod held;
 mod restore;
 mod writes;
 

@@ -62,6 +62,7 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
         app: "counter",
         shard_id: shard,
         end: &end,
+        held: false,
     };
     store.apply_posts(at, &[("pA".into(), pa)]).await.unwrap();
 

@@ -523,9 +523,11 @@ async fn check_posts(
                 (None, Some(c)) => PostCheck {
                     // A post the counter applied records to that this check did not read.
                     unread: c.iter().any(|c| {
-                        c.marks
-                            .iter()
-                            .any(|(s, m)| last_read.get(s.as_str()).is_none_or(|l| m > l))
+                        c.marks.iter().any(|(s, m)| {
+                            // A held marker names its window's end (`summary::held_marker`).
+                            let m = tally_core::summary::window_mark(m);
+                            last_read.get(s.as_str()).is_none_or(|l| m > l.as_str())
+                        })
                     }),
                     checks: Vec::new(),
                     reads: c,

@@ -336,7 +336,7 @@ impl CounterStore for DynamoStore {
         w: WindowRef<'_>,
         posts: &[(String, PostDelta)],
     ) -> PortResult<PostsApplied> {
-        let end = summary::marker(w.end);
+        let end = summary::marker_of(&w);
         let writes: Vec<Call<'_, PortResult<Applied>>> = posts
             .iter()
             .map(|(post, delta)| {
@@ -374,7 +374,7 @@ impl CounterStore for DynamoStore {
                 .map_err(|e| self.err("PutItem", "dead-letters", e))?;
             out.wrote(Purpose::DeadLetters, cost::dead_letter_units(d));
         }
-        let end = summary::marker(w.end);
+        let end = summary::marker_of(&w);
         let total = summary::global_total_write(w.app, w.shard_id, rest.total_delta, &end);
         match self.write_summary(summary::GLOBAL_PK, &total, &end).await? {
             Outcome::Written => {

@@ -101,8 +101,11 @@ impl DynamoStore {
         for c in &lost {
             cond += &format!(" AND (attribute_not_exists({c}) OR {c} <> {ve})");
         }
-        // Each remembered write one older (the oldest dropped), then the newest: this one.
-        let mut sets = Vec::new();
+        // The oldest remembered write's window kept as the one pushed out (`edge::DROPPED_ATTR`;
+        // empty while the history is not full), each remembered write one older, then the
+        // newest: this one. Every operand is the item as it was.
+        let (dropped, oldest) = (x.name(edge::DROPPED_ATTR), &gens[edge::EDGE_HISTORY - 1][0]);
+        let mut sets = vec![format!("{dropped} = if_not_exists({oldest}, {nil})")];
         for g in (1..edge::EDGE_HISTORY).rev() {
             let ([w, pl, pt, pe], [w0, pl0, pt0, pe0]) = (&gens[g], &gens[g - 1]);
             sets.push(format!(

@@ -24,7 +24,7 @@ use crate::dead_letter::{
     truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
 };
 use crate::dedup::{Dedup, DedupRecord};
-use crate::edge::{self, EdgeEvent, Transition};
+use crate::edge::{self, EdgeEvent, HeldCounts, Transition};
 use crate::input::{Decoded, InputConfig};
 use crate::kpl::Took;
 use crate::ports::StreamRecord;
@@ -311,6 +311,7 @@ impl WindowBuilder {
             end: self.extent.take_end(),
             total_delta: posts.iter().map(|(_, d)| d.total()).sum(),
             posts,
+            held: HeldCounts::default(),
             edges,
             dead_letters: self.content.dead_letters,
             dedup: dedup.seal(),
@@ -391,6 +392,10 @@ pub struct ClosedWindow {
     /// Net change per post, by post id (likers mode: known once the edges are written, see
     /// [`ClosedWindow::with_transitions`]).
     pub posts: Vec<(String, PostDelta)>,
+    /// Likers mode: the removals it holds until the windows whose likes they remove have
+    /// written their counts (two shards writing one edge), written after `posts` under its held
+    /// marker; not in `posts` or `total_delta`.
+    pub held: HeldCounts,
     /// Likers mode: each touched edge's latest event in the window, by post and user, until
     /// they are written ([`ClosedWindow::with_transitions`]).
     pub edges: Vec<EdgeEvent>,
@@ -406,11 +411,13 @@ pub struct ClosedWindow {
 
 impl ClosedWindow {
     /// The window once its edges are written (likers): the posts' and the global total's
-    /// deltas those writes made, and no edges left to write.
+    /// deltas those writes made — the removals it holds apart ([`edge::split`]) — and no edges
+    /// left to write.
     pub fn with_transitions(&self, transitions: &[Transition]) -> ClosedWindow {
-        let (posts, total_delta) = edge::deltas(transitions);
+        let ((posts, total_delta), held) = edge::split(transitions);
         ClosedWindow {
             posts,
+            held,
             total_delta,
             edges: Vec::new(),
             ..self.clone()

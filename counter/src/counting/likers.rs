@@ -20,6 +20,7 @@ use tally_core::window::{ClosedWindow, WindowBuilder};
 use super::Counting;
 use crate::board::{self, Board};
 use crate::claim::ClaimError;
+use crate::held;
 use crate::writes::{window_err, Resend, ShardWrites};
 
 /// Edges read at once while counting a given-up window's.
@@ -195,6 +196,7 @@ async fn count_written_edges(
         app: &fence.app,
         shard_id: &fence.shard_id,
         end,
+        held: false,
     };
     let backoff = &shard.cfg.backoff;
     let Some(pairs) = with_backoff(backoff, "read a window's edge record", || {
@@ -222,7 +224,7 @@ async fn count_written_edges(
     }
     note_edges(shard, at, 0, forgotten);
     let written = transitions.len();
-    let (posts, total_delta) = edge::deltas(&transitions);
+    let ((posts, total_delta), held) = edge::split(&transitions);
     for batch in posts.chunks(shard.cfg.posts_per_batch.max(1)) {
         shard.apply_batch(at, batch).await?;
     }
@@ -241,5 +243,6 @@ async fn count_written_edges(
         shard.store.apply_rest(at, rest)
     })
     .await?;
+    held::write(shard, at, &held, &mut Applied::default()).await?;
     Ok(Some(written))
 }

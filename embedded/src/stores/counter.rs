@@ -118,7 +118,7 @@ impl CounterStore for Embedded {
     ) -> PortResult<PostsApplied> {
         let (shard, end, posts) = (
             w.shard_id.to_owned(),
-            summary::marker(w.end),
+            summary::marker_of(&w),
             posts.to_vec(),
         );
         self.run(move |c| {
@@ -141,7 +141,7 @@ impl CounterStore for Embedded {
 
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied> {
         let (app, shard, seq_end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.clone());
-        let end = summary::marker(w.end);
+        let end = summary::marker_of(&w);
         let (dead, total_delta, dedup, horizon_ms) = (
             rest.dead_letters.to_vec(),
             rest.total_delta,
