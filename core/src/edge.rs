@@ -886,6 +886,30 @@ mod tests {
     }
 
     #[test]
+    fn the_first_copy_to_reach_the_edge_decides_a_clamped_event() {
+        // A like whose clock is far ahead, clamped to its first copy's arrival (1_000), loses to
+        // an unlike at 2_000; its producer's retry, clamped to its own later arrival (3_000),
+        // changes nothing once the first copy reached the edge — in either shard.
+        let clamped = |at| EdgeEvent {
+            clamped: true,
+            ..ev("u", true, at, "x")
+        };
+        let mut item = None;
+        write(&mut item, &ev("u", false, 2_000, "n"), "w1@s0");
+        assert_eq!(write(&mut item, &clamped(1_000), "w2@s0"), None);
+        assert_eq!(write(&mut item, &clamped(3_000), "w1@s1"), None);
+        assert!(!EdgeState::from_attrs(item.as_ref().unwrap()).unwrap().liked);
+        // The counterexample ARCHITECTURE states (Likers, "Copies on two shards"): the retry
+        // keyed to another shard, read first while the first copy's shard lags, decides at its
+        // own arrival and wins; the first copy then changes nothing. Arrival order says unliked.
+        let mut item = None;
+        write(&mut item, &ev("u", false, 2_000, "n"), "w1@s0");
+        assert!(write(&mut item, &clamped(3_000), "w1@s1").is_some());
+        assert_eq!(write(&mut item, &clamped(1_000), "w2@s0"), None);
+        assert!(EdgeState::from_attrs(item.as_ref().unwrap()).unwrap().liked);
+    }
+
+    #[test]
     fn a_copy_changes_nothing_whatever_time_it_orders_at() {
         // A like clamped to its first copy's arrival (1_000), an unlike after it, then a copy of
         // the like that orders at its own later time: the edge has held that event, so nothing.
