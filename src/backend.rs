@@ -9,7 +9,7 @@ pub use tally_aws::source::{SourceTable, Streaming};
 
 use anyhow::{Context, Result};
 use tally_core::ports::{
-    AnalyticsStore, BaselineWriters, CounterStore, LeaseStore, PortError, Stream,
+    AnalyticsStore, BaselineWriters, CounterStore, LeaseStore, PortError, Readers, Stream,
 };
 
 use crate::settings::{BackendKind, ReadMode, Settings};
@@ -85,6 +85,16 @@ impl Backend {
             baselines: Arc::new(aws.tables),
             kinesis: Some(aws.stream),
         })
+    }
+
+    /// The read side's ports: the same stores, as readers only.
+    pub fn readers(&self) -> Readers {
+        Readers {
+            counts: self.counter.clone(),
+            letters: self.counter.clone(),
+            leases: self.leases.clone(),
+            analytics: self.analytics.clone(),
+        }
     }
 
     /// The stream as `app` reads it: polled, or through its enhanced fan-out consumer when

@@ -137,7 +137,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Leases(a) => commands::read::leases(&store(Access::Read).await?.1, a).await,
         Command::Serve(a) => {
             let (s, b) = store(Access::Read).await?;
-            serve::serve(&s, b, a).await
+            serve::serve(&s, b.readers(), a).await
         }
     }
 }

@@ -25,8 +25,8 @@ use tally_core::config::{millis, range, Invalid};
 use tally_core::latency::{percentiles, Latency, Percentiles};
 use tally_core::lease::Lease;
 use tally_core::ports::{
-    all_time, AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch, StartPosition,
-    StreamRecord, TrendingEntry,
+    all_time, AnalyticsReader, AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, ReadBatch,
+    StartPosition, StreamRecord, TrendingEntry,
 };
 use tally_core::trending::{merge, Trending};
 
@@ -454,7 +454,7 @@ const ALL_TIME: i64 = i64::MAX;
 /// The `k` posts liked most of all time across shards (likes received, unlikes aside), with the
 /// sketch's over-estimate bound; memory is bounded by `analytics.sketch_capacity` per shard.
 pub async fn top_liked(
-    store: &dyn AnalyticsStore,
+    store: &dyn AnalyticsReader,
     app: &str,
     k: usize,
 ) -> PortResult<Vec<TrendingEntry>> {
@@ -469,7 +469,7 @@ pub async fn top_liked(
 
 /// The top `k` posts across shards.
 pub async fn top(
-    store: &dyn AnalyticsStore,
+    store: &dyn AnalyticsReader,
     app: &str,
     half_life: Duration,
     k: usize,
@@ -532,7 +532,7 @@ impl LatencyWindows {
 
 /// Reads the stored latency windows since `since_ms`, oldest first, and merges them.
 pub async fn latency_windows(
-    store: &dyn AnalyticsStore,
+    store: &dyn AnalyticsReader,
     app: &str,
     since_ms: i64,
 ) -> PortResult<LatencyWindows> {
@@ -553,7 +553,7 @@ pub async fn latency_windows(
 
 /// Merges the stored latency windows.
 pub async fn latency(
-    store: &dyn AnalyticsStore,
+    store: &dyn AnalyticsReader,
     app: &str,
     since_ms: i64,
 ) -> PortResult<LatencyReport> {

@@ -11,7 +11,9 @@ use tally_analytics::{latency_windows, Analytics, AnalyticsConfig, AnalyticsMetr
 use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_core::kpl::aggregate;
 use tally_core::lease::Lease;
-use tally_core::ports::{LeaseStore, PutEntry, PutOutcome, ReadBatch, StartPosition, Stream};
+use tally_core::ports::{
+    LeaseReader, LeaseStore, PutEntry, PutOutcome, ReadBatch, StartPosition, Stream,
+};
 use tally_core::{Position, SeqNo};
 use tally_embedded::Embedded;
 

@@ -100,7 +100,7 @@ async fn stream_by_fan_out() {
 #[tokio::test]
 async fn dedup_records_carry_their_ttl() {
     use tally_core::dedup::DedupRecord;
-    use tally_core::ports::{CounterStore, LeaseStore, ShardInfo, WindowRef, WindowRest};
+    use tally_core::ports::{LeaseStore, ShardInfo, WindowRef, WindowRest, WindowWriter};
     let f = fresh("dedupttl", 1).await;
     let t = &f.aws.tables;
     let shard = ShardInfo {
@@ -160,7 +160,7 @@ async fn dedup_records_carry_their_ttl() {
 #[tokio::test]
 async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
     use tally_core::buckets::{PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
-    use tally_core::ports::{CounterStore, WindowRef};
+    use tally_core::ports::{CountReader, WindowRef, WindowWriter};
     let f = fresh("hours", 1).await;
     let other = Aws::connect(&f.settings).await.unwrap();
     let (a, b) = (&f.aws.tables, &other.tables);

@@ -336,11 +336,9 @@ pub struct Fence {
     pub epoch: u64,
 }
 
-/// Leases and checkpoints, one row per application and shard.
+/// Leases and checkpoints as a reader sees them: nothing here writes (the read side's view).
 #[async_trait]
-pub trait LeaseStore: Send + Sync {
-    /// Creates the rows of shards that have none (idempotent).
-    async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()>;
+pub trait LeaseReader: Send + Sync {
     /// Every shard's lease, by shard id.
     async fn list_leases(&self, app: &str) -> PortResult<Vec<Lease>> {
         Ok(self
@@ -360,6 +358,18 @@ pub trait LeaseStore: Send + Sync {
     async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
         self.list_states(app).await
     }
+    /// One shard's row and what it records (a missing row reads as a fresh one).
+    async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState>;
+    /// The members of `app`'s fleet alive at `now_ms` (their heartbeat not expired), by id, with
+    /// what each asks for.
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>>;
+}
+
+/// Leases and checkpoints, one row per application and shard: what the workers write.
+#[async_trait]
+pub trait LeaseStore: LeaseReader {
+    /// Creates the rows of shards that have none (idempotent).
+    async fn ensure_leases(&self, app: &str, shards: &[ShardInfo]) -> PortResult<()>;
     /// Takes a lease if its epoch is still `expected_epoch`; `None` if someone else moved first.
     async fn take_lease(
         &self,
@@ -393,8 +403,6 @@ pub trait LeaseStore: Send + Sync {
     async fn release_lease(&self, fence: &Fence) -> PortResult<()>;
     /// Removes the row of a finished shard.
     async fn delete_lease(&self, app: &str, shard_id: &str) -> PortResult<()>;
-    /// One shard's row and what it records (a missing row reads as a fresh one).
-    async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState>;
     /// Marks a held shard finished (read to its end, nothing left to apply); `Fenced` if the lease
     /// was lost or a window is still pending.
     async fn mark_finished(&self, fence: &Fence) -> PortResult<()>;
@@ -412,9 +420,6 @@ pub trait LeaseStore: Send + Sync {
         expires_ms: i64,
         asks: &[Ask],
     ) -> PortResult<()>;
-    /// The members of `app`'s fleet alive at `now_ms` (their heartbeat not expired), by id, with
-    /// what each asks for.
-    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>>;
     /// Takes `worker` out of `app`'s fleet at once (a clean stop).
     async fn leave_fleet(&self, app: &str, worker: &str) -> PortResult<()>;
 }
@@ -644,7 +649,7 @@ pub struct PostCount {
     pub marks: Vec<(String, String)>,
 }
 
-/// The counter's store: windows applied exactly once, and what they add up to.
+/// The counter's window protocol: windows applied exactly once (what the counter alone holds).
 ///
 /// A window is applied in four steps: `begin_window` records its end as pending in the lease row
 /// (fenced); `apply_posts` and `apply_rest` write its items, each a plain write conditioned on the
@@ -652,7 +657,7 @@ pub struct PostCount {
 /// `finish_window` moves the checkpoint to the end (fenced, and only if that window is pending).
 /// See [`crate::summary`] for why this is exact without a transaction.
 #[async_trait]
-pub trait CounterStore: LeaseStore + DedupStore {
+pub trait WindowWriter: LeaseStore + DedupStore {
     /// Records `end` as the pending window after `start_after` (which must be the checkpoint,
     /// with no window pending), whose first user record is in the record `first`, with the
     /// settings that decide it; `Fenced` if a condition failed.
@@ -688,35 +693,6 @@ pub trait CounterStore: LeaseStore + DedupStore {
         spent: &ShardTally,
         renewal: Option<&Renewal>,
     ) -> PortResult<Option<String>>;
-    /// One post's count, strongly consistent ([`CounterStore::post_counts`] of one).
-    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
-        let mut v = self
-            .post_counts(&[post_id.to_owned()], since_ms, Consistency::Strong)
-            .await?;
-        v.pop()
-            .ok_or_else(|| PortError::Other("a count of one post answered none".into()))
-    }
-    /// Several posts' counts, in order, read side by side (at most [`MAX_POSTS_PER_CALL`]).
-    async fn post_counts(
-        &self,
-        post_ids: &[String],
-        since_ms: Option<i64>,
-        consistency: Consistency,
-    ) -> PortResult<Vec<PostCount>>;
-    /// The sum of every post's count.
-    async fn global_total(&self) -> PortResult<i64>;
-    /// The oldest dead letters, at most `limit`, by arrival.
-    async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>>;
-    /// One page of dead letters in key order (shard, then letter key): at most `limit`, after
-    /// the position `after` a previous page returned as its next. Reads only the page, however
-    /// many letters there are (an offset would read all it skips).
-    async fn dead_letter_page(
-        &self,
-        after: Option<&LetterCursor>,
-        limit: usize,
-    ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)>;
-    /// How many dead letters there are.
-    async fn dead_letter_count(&self) -> PortResult<u64>;
     /// Likers mode: writes the window's edges, each only if its stored event is older (or
     /// absent), keeping the state it replaced and the window's identity on the item
     /// (`tally_core::edge::apply` is the reference), and answers the transitions this window
@@ -738,15 +714,30 @@ pub trait CounterStore: LeaseStore + DedupStore {
     /// Likers: the window's edge record, if it was stored whole (`None`: not, or not every chunk
     /// — then none of its edges was written).
     async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>>;
-    /// What the store counts. With `claim`, a store that says nothing yet is set to it (one
-    /// conditional write; a store already counted by a tally from before modes existed — it has
-    /// global totals — is set to `events`); answers what it holds after (`None`: unset, when
-    /// not claimed).
-    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
-    /// Likers: the clock skews (`counter.max_clock_skew_secs`, ms) the store was counted with,
-    /// in the order first used; with `record`, that one is added first if it is new (one
-    /// conditional write; none when it is there). What `tally verify` recounts with.
-    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>>;
+}
+
+/// What the counter's store answers to a reader — counts, "since", the viewer's likes, a post's
+/// likers, what the store counts — and nothing that writes: the read side (`tally serve`,
+/// `tally query`, `tally verify`) is built from readers alone, so the compiler keeps it read-only.
+#[async_trait]
+pub trait CountReader: Send + Sync {
+    /// One post's count, strongly consistent ([`CounterStore::post_counts`] of one).
+    async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
+        let mut v = self
+            .post_counts(&[post_id.to_owned()], since_ms, Consistency::Strong)
+            .await?;
+        v.pop()
+            .ok_or_else(|| PortError::Other("a count of one post answered none".into()))
+    }
+    /// Several posts' counts, in order, read side by side (at most [`MAX_POSTS_PER_CALL`]).
+    async fn post_counts(
+        &self,
+        post_ids: &[String],
+        since_ms: Option<i64>,
+        consistency: Consistency,
+    ) -> PortResult<Vec<PostCount>>;
+    /// The sum of every post's count.
+    async fn global_total(&self) -> PortResult<i64>;
     /// The stored edges of these (post, user) pairs, in order (`None`: never written), read in
     /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units.
     /// The counter's open windows in likers mode are resolved with it (`counter::board`).
@@ -779,7 +770,49 @@ pub trait CounterStore: LeaseStore + DedupStore {
         after: Option<&str>,
         limit: usize,
     ) -> PortResult<LikersPage>;
+    /// What the store counts (`None`: no counter has claimed it yet). Never writes.
+    async fn stored_mode(&self) -> PortResult<Option<CountMode>>;
+    /// Likers: the clock skews the store was counted with, in the order first used. Never writes.
+    async fn stored_skews(&self) -> PortResult<Vec<i64>>;
 }
+
+/// The dead letters, as a reader pages them (they are written with the windows and gaps).
+#[async_trait]
+pub trait DeadLetterReader: Send + Sync {
+    /// The oldest dead letters, at most `limit`, by arrival.
+    async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>>;
+    /// One page of dead letters in key order (shard, then letter key): at most `limit`, after
+    /// the position `after` a previous page returned as its next. Reads only the page, however
+    /// many letters there are (an offset would read all it skips).
+    async fn dead_letter_page(
+        &self,
+        after: Option<&LetterCursor>,
+        limit: usize,
+    ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)>;
+    /// How many dead letters there are.
+    async fn dead_letter_count(&self) -> PortResult<u64>;
+}
+
+/// What a store records about itself once a counter claims it: its count mode and, counting
+/// likers, the clock skews it was counted with.
+#[async_trait]
+pub trait StoreMeta: Send + Sync {
+    /// What the store counts. With `claim`, a store that says nothing yet is set to it (one
+    /// conditional write; a store already counted by a tally from before modes existed — it has
+    /// global totals — is set to `events`); answers what it holds after (`None`: unset, when
+    /// not claimed).
+    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
+    /// Likers: the clock skews (`counter.max_clock_skew_secs`, ms) the store was counted with,
+    /// in the order first used; with `record`, that one is added first if it is new (one
+    /// conditional write; none when it is there). What `tally verify` recounts with.
+    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>>;
+}
+
+/// The counter's store: its window protocol, the reads, the dead letters and the store's own
+/// records — every capability, which only the counter holds. Any type with all four is one.
+pub trait CounterStore: WindowWriter + CountReader + DeadLetterReader + StoreMeta {}
+
+impl<T: WindowWriter + CountReader + DeadLetterReader + StoreMeta + ?Sized> CounterStore for T {}
 
 /// The duplicate filters' records, per application and shard: each window's first-seen ids,
 /// stored with the window (the counter: before its checkpoint; analytics: with its snapshot).
@@ -872,11 +905,9 @@ pub fn all_time(app: &str) -> String {
     format!("{app}:all-time")
 }
 
-/// The analytics consumer's store.
+/// The analytics consumer's results as a reader sees them (the dashboard's trending and latency).
 #[async_trait]
-pub trait AnalyticsStore: LeaseStore + DedupStore {
-    /// Stores a snapshot and moves the checkpoint to its end, fenced by the lease.
-    async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()>;
+pub trait AnalyticsReader: Send + Sync {
     /// The latest trending sketch of each shard: `(shard_id, entries, at_ms)`.
     async fn trending_sketches(
         &self,
@@ -885,6 +916,27 @@ pub trait AnalyticsStore: LeaseStore + DedupStore {
     /// Serialized latency histograms of windows taken at or after `since_ms`, each with its time,
     /// oldest first.
     async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<(i64, Vec<u8>)>>;
+}
+
+/// The analytics consumer's store.
+#[async_trait]
+pub trait AnalyticsStore: AnalyticsReader + LeaseStore + DedupStore {
+    /// Stores a snapshot and moves the checkpoint to its end, fenced by the lease.
+    async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()>;
+}
+
+/// The read side's ports: counts, dead letters, leases and analytics, each as a reader sees it —
+/// what `tally serve` is built from, so that the compiler, not a reviewer, keeps it read-only.
+#[derive(Clone)]
+pub struct Readers {
+    /// Counts, "since", the viewer's likes, likers, the store's mode.
+    pub counts: std::sync::Arc<dyn CountReader>,
+    /// The dead letters.
+    pub letters: std::sync::Arc<dyn DeadLetterReader>,
+    /// Leases and checkpoints (freshness, the workers to ask for open windows).
+    pub leases: std::sync::Arc<dyn LeaseReader>,
+    /// Trending and latency.
+    pub analytics: std::sync::Arc<dyn AnalyticsReader>,
 }
 
 /// The two ways of counting likes that tally is measured against (`tally demo --baselines`), on

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tally_consumer::worker::ProcessorFactory;
-use tally_core::ports::{CounterStore, LeaseStore, PutEntry, Stream};
+use tally_core::ports::{CountReader, LeaseReader, PutEntry, Stream};
 use tally_core::summary::marker;
 use tally_counter::board::{Board, ShardOpen};
 use tally_counter::{Counter, CounterConfig, CounterMetrics};

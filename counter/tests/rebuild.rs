@@ -12,7 +12,8 @@ use std::sync::Arc;
 use tally_consumer::worker::ProcessorFactory;
 use tally_core::buckets::PostDelta;
 use tally_core::ports::{
-    CounterStore, LeaseStore, PutEntry, PutOutcome, ReadBatch, StartPosition, Stream, WindowRef,
+    CountReader, DeadLetterReader, LeaseReader, LeaseStore, PutEntry, PutOutcome, ReadBatch,
+    StartPosition, Stream, WindowRef, WindowWriter,
 };
 use tally_core::{Position, SeqNo};
 use tally_counter::{Counter, CounterConfig, CounterMetrics};

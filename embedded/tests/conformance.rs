@@ -93,7 +93,7 @@ fn a_fresh_store_opened_at_once_by_many() {
 /// for the lock (which it would for as long as the writer holds it: 30 s a try, and retries).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_never_waits_for_a_paused_writer() {
-    use tally_core::ports::LeaseStore;
+    use tally_core::ports::LeaseReader;
     let (dir, _writer) = store(2);
     let holder = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
     holder.execute_batch("BEGIN IMMEDIATE").unwrap();

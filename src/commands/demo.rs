@@ -400,7 +400,7 @@ async fn watch(settings: &Settings, backend: &Backend, addr: std::net::SocketAdd
         "demo: still producing {} likes a second, counting and analysing; Ctrl-C to stop",
         settings.producer.rate
     );
-    let (ctx, refresher) = crate::serve::Ctx::start(backend.clone(), &settings).await?;
+    let (ctx, refresher) = crate::serve::Ctx::start(backend.readers(), &settings).await?;
     let served =
         crate::serve::run(addr, crate::serve::router(ctx), crate::signal::shutdown()).await;
     refresher.abort();

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::lease::Lease;
-use tally_core::ports::{LeaseStore, PortResult, ShardState};
+use tally_core::ports::{LeaseReader, PortResult, ShardState};
 
 /// One listing of an app's lease rows: what every answer about that app reads until the next.
 #[derive(Clone, Debug)]
@@ -28,7 +28,7 @@ pub struct Listing {
 
 impl Listing {
     /// Lists `app`'s rows now (one store call).
-    pub async fn fetch(leases: &dyn LeaseStore, app: &str) -> PortResult<Listing> {
+    pub async fn fetch(leases: &dyn LeaseReader, app: &str) -> PortResult<Listing> {
         Ok(Listing {
             app: app.to_owned(),
             states: leases.list_states(app).await?,
@@ -41,7 +41,7 @@ impl Listing {
 /// background task: requests never list the leases themselves.
 pub struct Listings {
     by_app: HashMap<&'static str, RwLock<Arc<Listing>>>,
-    leases: Arc<dyn LeaseStore>,
+    leases: Arc<dyn LeaseReader>,
 }
 
 /// How often `tally serve` lists the lease rows.
@@ -51,7 +51,7 @@ impl Listings {
     /// Lists both apps once (an unreachable store fails here, before serving), then refreshes in
     /// the background until the returned handle is dropped.
     pub async fn start(
-        leases: Arc<dyn LeaseStore>,
+        leases: Arc<dyn LeaseReader>,
         every: Duration,
     ) -> PortResult<(Arc<Listings>, tokio::task::JoinHandle<()>)> {
         let mut by_app = HashMap::new();

@@ -22,8 +22,8 @@ use tally_core::apps;
 use tally_core::buckets::minute_start;
 
 use crate::answers;
-use crate::backend::Backend;
 use crate::settings::Settings;
+use tally_core::ports::Readers;
 
 pub mod freshness;
 pub mod params;
@@ -41,7 +41,7 @@ use pending::{pending_for, pending_json, Asked, Pending};
 /// What every route reads from.
 #[derive(Clone)]
 pub struct Ctx {
-    pub backend: Backend,
+    pub read: Readers,
     pub settings: Arc<Settings>,
     /// The lease rows, listed in the background: freshness, leases and metrics read these.
     pub listings: Arc<Listings>,
@@ -58,12 +58,12 @@ impl Ctx {
     /// The context of a read side, its lease listings refreshed every [`freshness::REFRESH`]
     /// until the returned task is aborted.
     pub async fn start(
-        backend: Backend,
+        read: Readers,
         settings: &Settings,
     ) -> Result<(Ctx, tokio::task::JoinHandle<()>)> {
-        let (listings, task) = Listings::start(backend.leases.clone(), freshness::REFRESH).await?;
+        let (listings, task) = Listings::start(read.leases.clone(), freshness::REFRESH).await?;
         let ctx = Ctx {
-            backend,
+            read,
             settings: Arc::new(settings.clone()),
             listings,
             pending: Some(Arc::new(Pending::new(pending::TIMEOUT))),
@@ -155,7 +155,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 /// the default) without `as_of_ms`, which only a store counting events answers — so that every
 /// request the served document admits is one this server takes.
 async fn openapi(State(c): State<Ctx>) -> std::result::Result<Response, ApiError> {
-    let mode = c.mode.of(c.backend.counter.as_ref()).await?;
+    let mode = c.mode.of(c.read.counts.as_ref()).await?;
     let text = if mode == Some(tally_core::edge::CountMode::Events) {
         OPENAPI.to_owned()
     } else {
@@ -291,7 +291,7 @@ async fn post(
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
     let since_ms = since_of(p.since.as_deref(), p.since_ms)?;
     let as_of_ms = time_param("as_of_ms", p.as_of_ms)?;
-    let counter = &c.backend.counter;
+    let counter = &c.read.counts;
     // The workers first, the store second (see `pending`).
     if let Some(v) = &p.viewer {
         viewer::check_viewer(v)?;
@@ -371,7 +371,7 @@ async fn likers(
         tally_core::event::check_id("user_id", a)
             .map_err(|e| bad_request(format!("`after`: {e}")))?;
     }
-    let counter = &c.backend.counter;
+    let counter = &c.read.counts;
     viewer::check_likers(counter.as_ref(), &c.mode).await?;
     let after = p.after.as_deref();
     // The workers first, the store second (see `pending`): the page and the count in one view.
@@ -561,22 +561,16 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
         tokio::time::sleep(f).await;
     }
     let n = c
-        .backend
-        .counter
+        .read
+        .counts
         .post_counts(&ids, since_ms, consistency)
         .await?;
     let none = pending::Windows::default();
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
     if let Some(viewer) = &viewer {
-        let (stored, units) = viewer::liked(
-            c.backend.counter.as_ref(),
-            &c.mode,
-            viewer,
-            &ids,
-            consistency,
-        )
-        .await?;
+        let (stored, units) =
+            viewer::liked(c.read.counts.as_ref(), &c.mode, viewer, &ids, consistency).await?;
         // From the same view as the counts: a window added to a post's count gives its state.
         let liked: Vec<bool> = ids
             .iter()
@@ -605,7 +599,7 @@ fn failpoint_pause() -> Option<std::time::Duration> {
 
 async fn total(State(c): State<Ctx>) -> ApiResult {
     Ok(Json(json!({
-        "total": c.backend.counter.global_total().await?,
+        "total": c.read.counts.global_total().await?,
         "applied_through": c.fresh(apps::COUNTER),
     })))
 }
@@ -623,7 +617,7 @@ async fn trending(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) -
         return Err(bad_request("`k` must be between 1 and 1000"));
     }
     let top = tally_analytics::top(
-        c.backend.analytics.as_ref(),
+        c.read.analytics.as_ref(),
         apps::ANALYTICS,
         c.settings.analytics.half_life,
         k,
@@ -643,10 +637,10 @@ async fn top_liked(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) 
     if k == 0 || k > 1_000 {
         return Err(bad_request("`k` must be between 1 and 1000"));
     }
-    let top = tally_analytics::top_liked(c.backend.analytics.as_ref(), apps::ANALYTICS, k).await?;
+    let top = tally_analytics::top_liked(c.read.analytics.as_ref(), apps::ANALYTICS, k).await?;
     let mut out = Vec::with_capacity(top.len());
     for e in &top {
-        let exact = c.backend.counter.post_count(&e.post_id, None).await?;
+        let exact = c.read.counts.post_count(&e.post_id, None).await?;
         out.push(json!({"post_id": e.post_id, "likes": e.score.round(), "error": e.error.round(), "count": exact.total}));
     }
     Ok(Json(json!({
@@ -665,8 +659,8 @@ struct LatencyParams {
 
 async fn latency(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LatencyParams>) -> ApiResult {
     let since = since_of(p.since.as_deref(), p.since_ms)?.unwrap_or(0);
-    let w = tally_analytics::latency_windows(c.backend.analytics.as_ref(), apps::ANALYTICS, since)
-        .await?;
+    let w =
+        tally_analytics::latency_windows(c.read.analytics.as_ref(), apps::ANALYTICS, since).await?;
     let internal =
         |e: serde_json::Error| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     let mut v = serde_json::to_value(w.report()).map_err(internal)?;
@@ -738,10 +732,10 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
             )
         })?),
     };
-    let total = c.backend.counter.dead_letter_count().await?;
+    let total = c.read.letters.dead_letter_count().await?;
     let (page, next) = c
-        .backend
-        .counter
+        .read
+        .letters
         .dead_letter_page(after.as_ref(), limit)
         .await?;
     let items: Vec<Value> = page.iter().map(answers::dead_letter).collect();
@@ -779,11 +773,11 @@ async fn metrics(State(c): State<Ctx>) -> Response {
 
 /// Ready when the store answers.
 async fn ready(State(c): State<Ctx>) -> Response {
-    ready_for(c.backend.leases.as_ref(), apps::COUNTER).await
+    ready_for(c.read.leases.as_ref(), apps::COUNTER).await
 }
 
 /// 200 when the lease store answers for `app` (a worker competes for leases through it), else 503.
-pub async fn ready_for(leases: &dyn tally_core::ports::LeaseStore, app: &str) -> Response {
+pub async fn ready_for(leases: &dyn tally_core::ports::LeaseReader, app: &str) -> Response {
     match leases.list_leases(app).await {
         Ok(_) => (StatusCode::OK, "ready\n").into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response(),
@@ -791,7 +785,7 @@ pub async fn ready_for(leases: &dyn tally_core::ports::LeaseStore, app: &str) ->
 }
 
 /// `tally serve`: the read side until Ctrl-C or SIGTERM.
-pub async fn serve(s: &Settings, b: Backend, a: &crate::cli::ServeArgs) -> Result<()> {
+pub async fn serve(s: &Settings, b: Readers, a: &crate::cli::ServeArgs) -> Result<()> {
     let token = match (&a.auth_token_file, &a.auth_token_env) {
         (Some(f), _) => Some(auth::Token::from_file(f)?),
         (None, Some(v)) => Some(auth::Token::from_env(v)?),

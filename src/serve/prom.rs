@@ -60,19 +60,19 @@ fn render(reg: &Registry) -> anyhow::Result<String> {
 /// What the store says: totals, dead letters, per-shard progress and lag, leases per worker,
 /// latency percentiles and histograms.
 pub async fn store_metrics(c: &Ctx) -> anyhow::Result<String> {
-    let b = &c.backend;
+    let b = &c.read;
     let mut reg = Registry::with_prefix("tally");
     gauge(
         &mut reg,
         "likes",
         "The global total of likes counted",
-        b.counter.global_total().await?,
+        b.counts.global_total().await?,
     );
     gauge(
         &mut reg,
         "dead_letters",
         "Records dead-lettered (malformed, or lost to retention as gaps)",
-        b.counter.dead_letter_count().await? as i64,
+        b.letters.dead_letter_count().await? as i64,
     );
     let now = now_ms();
     shard_metrics(&mut reg, c, now);

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 use tally_core::edge::CountMode;
-use tally_core::ports::{Consistency, CounterStore, LikersPage, PortError};
+use tally_core::ports::{Consistency, CountReader, LikersPage, PortError};
 
 use crate::answers;
 
@@ -40,11 +40,11 @@ pub struct StoreMode(std::sync::OnceLock<CountMode>);
 
 impl StoreMode {
     /// The store's mode (`None`: not claimed yet, so asked again next time).
-    pub async fn of(&self, counter: &dyn CounterStore) -> Result<Option<CountMode>, Refused> {
+    pub async fn of(&self, counter: &dyn CountReader) -> Result<Option<CountMode>, Refused> {
         if let Some(m) = self.0.get() {
             return Ok(Some(*m));
         }
-        let m = counter.count_mode(None).await.map_err(Refused::Store)?;
+        let m = counter.stored_mode().await.map_err(Refused::Store)?;
         if let Some(m) = m {
             // Another request may have set it first: the same mode.
             let _ = self.0.set(m);
@@ -55,7 +55,7 @@ impl StoreMode {
 
 /// Whether `viewer` likes each of `ids`, and the read units (strongly consistent) it cost.
 pub async fn liked(
-    counter: &dyn CounterStore,
+    counter: &dyn CountReader,
     mode: &StoreMode,
     viewer: &str,
     ids: &[String],
@@ -76,7 +76,7 @@ pub fn check_viewer(viewer: &str) -> Result<(), Refused> {
 }
 
 /// Refuses a store that counts events: it keeps no edges, so it cannot say who likes what.
-pub async fn check_likers(counter: &dyn CounterStore, mode: &StoreMode) -> Result<(), Refused> {
+pub async fn check_likers(counter: &dyn CountReader, mode: &StoreMode) -> Result<(), Refused> {
     match mode.of(counter).await? {
         Some(CountMode::Events) => Err(Refused::Request(
             "this store counts events (counter.count = \"events\"): it keeps no likers, so it cannot say who liked a post"
@@ -91,7 +91,7 @@ pub async fn check_likers(counter: &dyn CounterStore, mode: &StoreMode) -> Resul
 /// only). `total − since(T)` is not it: a user who unliked after T, or liked again after an
 /// unlike, drops out of both.
 pub async fn check_events(
-    counter: &dyn CounterStore,
+    counter: &dyn CountReader,
     mode: &StoreMode,
     param: &str,
 ) -> Result<(), Refused> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tally_core::ports::LeaseStore;
+use tally_core::ports::LeaseReader;
 use tally_counter::board::{Also, Board, ShardOpen};
 
 /// What a worker's `/api/open` answers: who it is, and its held shards' windows.
@@ -101,7 +101,7 @@ impl WorkerHttp {
     /// health check would otherwise probe nothing (or another process).
     pub async fn start(
         http: Option<std::net::SocketAddr>,
-        leases: Arc<dyn LeaseStore>,
+        leases: Arc<dyn LeaseReader>,
         app: &'static str,
         render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
         open: Option<(Arc<Board>, String)>,

@@ -25,7 +25,8 @@ use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::edge::CountMode;
 use tally_core::ports::{
-    Consistency, CounterStore, PostCount, ShardInfo, ShardState, MAX_POSTS_PER_CALL,
+    Consistency, CountReader, DeadLetterReader, PostCount, ShardInfo, ShardState,
+    MAX_POSTS_PER_CALL,
 };
 use tally_core::seq::Position;
 use tally_core::summary::marker;
@@ -324,7 +325,7 @@ impl Rule {
     async fn of_store(s: &Settings, b: &Backend, report: &mut Report) -> Result<Rule> {
         let mode = b
             .counter
-            .count_mode(None)
+            .stored_mode()
             .await
             .context("reading what the store counts")?
             .unwrap_or(s.counter.count);
@@ -334,7 +335,7 @@ impl Rule {
             CountMode::Likers => {
                 let skews = b
                     .counter
-                    .clock_skews(None)
+                    .stored_skews()
                     .await
                     .context("reading the clock skews the store was counted with")?;
                 if skews.len() > 1 {
@@ -416,7 +417,7 @@ fn posts_to_check(r: &Recount, split: &HashMap<String, PostCheck>) -> Vec<String
 
 /// Posts' counts since each time, a feed page at a time.
 async fn read_counts(
-    store: &dyn CounterStore,
+    store: &dyn CountReader,
     posts: &[String],
     since: &[i64],
     report: &mut Report,
@@ -483,7 +484,7 @@ struct OffPost {
 /// feed page at a time; a post that continues into the next pass is read now and kept in
 /// `split`. Returns the posts found off, for [`settle`].
 async fn check_posts(
-    store: &dyn CounterStore,
+    store: &dyn CountReader,
     r: &Recount,
     since: &[i64],
     split: &mut HashMap<String, PostCheck>,
@@ -763,7 +764,7 @@ fn compare_total(
 /// The edges sampled from the pass's recount beside the store's: whether each user likes the
 /// post (added to what earlier passes sampled).
 async fn compare_edges(
-    store: &dyn CounterStore,
+    store: &dyn CountReader,
     r: &Recount,
     before: &HashMap<String, ShardState>,
     after: &HashMap<String, ShardState>,
@@ -808,7 +809,11 @@ async fn compare_edges(
     Ok(())
 }
 
-async fn compare_letters(store: &dyn CounterStore, r: &Recount, report: &mut Report) -> Result<()> {
+async fn compare_letters(
+    store: &dyn DeadLetterReader,
+    r: &Recount,
+    report: &mut Report,
+) -> Result<()> {
     let mut stored: BTreeSet<(String, Position)> = BTreeSet::new();
     let mut gaps = 0;
     let mut after = None;

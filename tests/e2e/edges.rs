@@ -277,7 +277,7 @@ on_backends! {
 /// The counter's dedup records for `shard` in the target's store, read through the port: those a
 /// restore at the shard's checkpoint selects (within the horizon of its clock), and all stored.
 fn stored_dedup_records(t: &Target, shard: &str, horizon_ms: i64) -> (usize, usize) {
-    use tally_core::ports::{DedupStore, LeaseStore};
+    use tally_core::ports::{DedupStore, LeaseReader};
     let rt = tokio::runtime::Runtime::new().unwrap();
     let shards = [shard.to_owned()];
     rt.block_on(async {

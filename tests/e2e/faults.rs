@@ -9,7 +9,7 @@
 use crate::common::fault_proxy::{Fault, FaultMix, FaultProxy};
 use crate::common::{file_in, write_contract_file, Target};
 use tally_core::buckets::PostDelta;
-use tally_core::ports::{CounterStore, LeaseStore, WindowRef};
+use tally_core::ports::{CountReader, LeaseReader, WindowRef, WindowWriter};
 use tally_core::Position;
 
 fn endpoints() -> (String, String) {

@@ -57,7 +57,9 @@ async fn router_over(t: &Target) -> (axum::Router, tokio::task::JoinHandle<()>) 
     let backend = tally::backend::Backend::open_existing(&settings)
         .await
         .unwrap();
-    let (ctx, refresher) = tally::serve::Ctx::start(backend, &settings).await.unwrap();
+    let (ctx, refresher) = tally::serve::Ctx::start(backend.readers(), &settings)
+        .await
+        .unwrap();
     (tally::serve::router(ctx), refresher)
 }
 

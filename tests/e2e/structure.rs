@@ -2,7 +2,8 @@
 //! anything): the core depends on no runtime, SDK or database; the apps name no adapter; the
 //! counter and analytics are siblings on the consumer runtime, neither depending on the other; in
 //! the binary only `src/backend.rs` names an adapter, nothing but the dispatcher imports the
-//! commands, and no two files of a crate import each other, directly or around a loop.
+//! commands, the read side names no port that writes, and no two files of a crate import each
+//! other, directly or around a loop.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -114,6 +115,44 @@ fn only_the_backend_module_names_an_adapter() {
         named.is_empty(),
         "adapters named outside src/backend.rs: {named:?}"
     );
+}
+
+/// The read side holds no writer: `src/serve/` names only the reader ports (`Readers`:
+/// `CountReader`, `DeadLetterReader`, `LeaseReader`, `AnalyticsReader`), never a port that
+/// writes nor the backend that holds them all — so its read-only IAM role is matched by code the
+/// compiler keeps read-only.
+#[test]
+fn the_read_side_holds_no_writer() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src/serve"), &mut files);
+    assert!(files.len() > 5);
+    let writers = [
+        "CounterStore",
+        "WindowWriter",
+        "StoreMeta",
+        "LeaseStore",
+        "AnalyticsStore",
+        "DedupStore",
+        "BaselineWriters",
+        "dyn Stream",
+        "Backend",
+    ];
+    let mut named = Vec::new();
+    for f in &files {
+        let code = code_of(&std::fs::read_to_string(f).unwrap());
+        for w in writers {
+            let found = code.match_indices(w).any(|(i, _)| {
+                let after = code[i + w.len()..].chars().next();
+                let before = code[..i].chars().next_back();
+                !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    && !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            });
+            if found {
+                named.push(format!("{} names {w}", f.display()));
+            }
+        }
+    }
+    assert!(named.is_empty(), "the read side holds a writer: {named:?}");
 }
 
 /// The commands are thin adapters: nothing imports them but the dispatcher (`src/lib.rs`) — not

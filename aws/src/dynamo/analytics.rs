@@ -8,10 +8,56 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use tally_core::clock::now_ms;
 use tally_core::ports::{
-    AnalyticsSnapshot, AnalyticsStore, Fence, PortError, PortResult, TrendingEntry,
+    AnalyticsReader, AnalyticsSnapshot, AnalyticsStore, Fence, PortError, PortResult, TrendingEntry,
 };
 
 use super::{get_n, get_s, n, s, DynamoStore, Expr, SNAPSHOT_TTL_SECS};
+
+#[async_trait]
+impl AnalyticsReader for DynamoStore {
+    async fn trending_sketches(
+        &self,
+        app: &str,
+    ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
+        let items = self
+            .partition("analytics", "pk", format!("{app}#trending"))
+            .await?;
+        items
+            .iter()
+            .map(|i| {
+                let shard = get_s(i, "sk").unwrap_or_default();
+                let item = format!("{} item ({app}#trending, {shard})", self.table("analytics"));
+                let text = get_s(i, "entries").ok_or_else(|| {
+                    PortError::Other(format!(
+                        "{item}: it has no `entries` string; the item is corrupt"
+                    ))
+                })?;
+                let entries = TrendingEntry::decode_all(&text, &item)?;
+                Ok((shard, entries, get_n(i, "at_ms").unwrap_or(0)))
+            })
+            .collect()
+    }
+
+    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<(i64, Vec<u8>)>> {
+        let values = HashMap::from([
+            (":p".to_owned(), s(format!("{app}#latency"))),
+            (":t".to_owned(), s(format!("{:013}", since_ms.max(0)))),
+        ]);
+        let items = self
+            .query_all("analytics", "pk = :p AND sk >= :t", values, None, None)
+            .await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| {
+                // The sort key starts with the 13-digit time the window was taken.
+                let at = get_s(i, "sk")?.get(..13)?.parse().ok()?;
+                i.get("latency")
+                    .and_then(|v| v.as_b().ok())
+                    .map(|b| (at, b.as_ref().to_vec()))
+            })
+            .collect())
+    }
+}
 
 #[async_trait]
 impl AnalyticsStore for DynamoStore {
@@ -88,48 +134,5 @@ impl AnalyticsStore for DynamoStore {
             items.push(TransactWriteItem::builder().put(dedup).build());
         }
         self.transact((&fence.app, &fence.shard_id), items).await
-    }
-
-    async fn trending_sketches(
-        &self,
-        app: &str,
-    ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
-        let items = self
-            .partition("analytics", "pk", format!("{app}#trending"))
-            .await?;
-        items
-            .iter()
-            .map(|i| {
-                let shard = get_s(i, "sk").unwrap_or_default();
-                let item = format!("{} item ({app}#trending, {shard})", self.table("analytics"));
-                let text = get_s(i, "entries").ok_or_else(|| {
-                    PortError::Other(format!(
-                        "{item}: it has no `entries` string; the item is corrupt"
-                    ))
-                })?;
-                let entries = TrendingEntry::decode_all(&text, &item)?;
-                Ok((shard, entries, get_n(i, "at_ms").unwrap_or(0)))
-            })
-            .collect()
-    }
-
-    async fn latency_snapshots(&self, app: &str, since_ms: i64) -> PortResult<Vec<(i64, Vec<u8>)>> {
-        let values = HashMap::from([
-            (":p".to_owned(), s(format!("{app}#latency"))),
-            (":t".to_owned(), s(format!("{:013}", since_ms.max(0)))),
-        ]);
-        let items = self
-            .query_all("analytics", "pk = :p AND sk >= :t", values, None, None)
-            .await?;
-        Ok(items
-            .iter()
-            .filter_map(|i| {
-                // The sort key starts with the 13-digit time the window was taken.
-                let at = get_s(i, "sk")?.get(..13)?.parse().ok()?;
-                i.get("latency")
-                    .and_then(|v| v.as_b().ok())
-                    .map(|b| (at, b.as_ref().to_vec()))
-            })
-            .collect())
     }
 }

@@ -19,9 +19,9 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CounterStore, Decided, DedupStore, EdgesApplied, Fence, LetterCursor,
-    LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup,
-    WindowRef, WindowRest,
+    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
+    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally,
+    StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -304,7 +304,7 @@ impl DynamoStore {
 }
 
 #[async_trait]
-impl CounterStore for DynamoStore {
+impl WindowWriter for DynamoStore {
     async fn begin_window(
         &self,
         fence: &Fence,
@@ -467,6 +467,34 @@ impl CounterStore for DynamoStore {
         Ok(renewal.and_then(|_| get_s(&row, "wanted_by")))
     }
 
+    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
+        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
+        self.write_edges(&window, edges).await
+    }
+
+    async fn record_window_edges(
+        &self,
+        w: WindowRef<'_>,
+        pairs: &[(String, String)],
+    ) -> PortResult<Applied> {
+        self.put_window_edges(w, pairs).await
+    }
+
+    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
+        self.read_window_edges(w).await
+    }
+}
+
+#[async_trait]
+impl CountReader for DynamoStore {
+    async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
+        self.mode(None).await
+    }
+
+    async fn stored_skews(&self) -> PortResult<Vec<i64>> {
+        self.skews(None).await
+    }
+
     async fn post_counts(
         &self,
         post_ids: &[String],
@@ -496,6 +524,26 @@ impl CounterStore for DynamoStore {
         Ok(summary::total_of(&items))
     }
 
+    async fn edges(
+        &self,
+        pairs: &[(String, String)],
+        consistency: Consistency,
+    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
+        self.edge_states(pairs, consistency).await
+    }
+
+    async fn likers(
+        &self,
+        post_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> PortResult<LikersPage> {
+        self.likers_page(post_id, after, limit).await
+    }
+}
+
+#[async_trait]
+impl DeadLetterReader for DynamoStore {
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
         let mut out = Vec::new();
         let mut start = None;
@@ -542,47 +590,16 @@ impl CounterStore for DynamoStore {
             }
         }
     }
+}
 
-    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
-        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
-        self.write_edges(&window, edges).await
-    }
-
-    async fn record_window_edges(
-        &self,
-        w: WindowRef<'_>,
-        pairs: &[(String, String)],
-    ) -> PortResult<Applied> {
-        self.put_window_edges(w, pairs).await
-    }
-
-    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
-        self.read_window_edges(w).await
-    }
-
+#[async_trait]
+impl StoreMeta for DynamoStore {
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
         self.mode(claim).await
     }
 
     async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
         self.skews(record).await
-    }
-
-    async fn edges(
-        &self,
-        pairs: &[(String, String)],
-        consistency: Consistency,
-    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
-        self.edge_states(pairs, consistency).await
-    }
-
-    async fn likers(
-        &self,
-        post_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> PortResult<LikersPage> {
-        self.likers_page(post_id, after, limit).await
     }
 }
 

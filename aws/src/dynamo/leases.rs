@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem,
 };
 use tally_core::ports::{
-    asks_from_text, asks_to_text, fleet_app, Ask, Fence, GapCommit, LeaseStore, Member, PortError,
-    PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
+    asks_from_text, asks_to_text, fleet_app, Ask, Fence, GapCommit, LeaseReader, LeaseStore,
+    Member, PortError, PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
 };
 
 use super::{get_n, get_s, lease_from, n, s, DynamoStore, Expr};
@@ -26,6 +26,48 @@ fn states_of(items: &[HashMap<String, AttributeValue>]) -> Vec<ShardState> {
     let mut out: Vec<ShardState> = items.iter().map(lease_from).collect();
     out.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
     out
+}
+
+#[async_trait]
+impl LeaseReader for DynamoStore {
+    async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
+        let items = self.partition("leases", "app", app).await?;
+        Ok(states_of(&items))
+    }
+
+    async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
+        let values = HashMap::from([(":k".to_owned(), s(app))]);
+        let items = self
+            .query_all_read("leases", "app = :k", values, false)
+            .await?;
+        Ok(states_of(&items))
+    }
+
+    async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
+        match self.get("leases", Self::lease_key(app, shard_id)).await? {
+            Some(item) => Ok(lease_from(&item)),
+            None => Err(PortError::NotFound {
+                what: format!("lease {app}/{shard_id}"),
+                hint: String::new(),
+            }),
+        }
+    }
+
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
+        let items = self.partition("leases", "app", fleet_app(app)).await?;
+        let mut out: Vec<Member> = items
+            .iter()
+            .filter(|i| get_n(i, "expires_ms").unwrap_or(0) > now_ms)
+            .filter_map(|i| {
+                Some(Member {
+                    worker: get_s(i, "shard_id")?,
+                    asks: asks_from_text(get_s(i, "asks").as_deref()),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.worker.cmp(&b.worker));
+        Ok(out)
+    }
 }
 
 #[async_trait]
@@ -111,19 +153,6 @@ impl LeaseStore for DynamoStore {
             Err(PortError::Fenced { .. }) => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
-        let items = self.partition("leases", "app", app).await?;
-        Ok(states_of(&items))
-    }
-
-    async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
-        let values = HashMap::from([(":k".to_owned(), s(app))]);
-        let items = self
-            .query_all_read("leases", "app = :k", values, false)
-            .await?;
-        Ok(states_of(&items))
     }
 
     async fn renew_lease(
@@ -222,16 +251,6 @@ impl LeaseStore for DynamoStore {
         self.transact((app, shard_id), items).await
     }
 
-    async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
-        match self.get("leases", Self::lease_key(app, shard_id)).await? {
-            Some(item) => Ok(lease_from(&item)),
-            None => Err(PortError::NotFound {
-                what: format!("lease {app}/{shard_id}"),
-                hint: String::new(),
-            }),
-        }
-    }
-
     async fn mark_finished(&self, fence: &Fence) -> PortResult<()> {
         self.lease_update(fence, " AND attribute_not_exists(pending_end)", |x| {
             format!(
@@ -301,22 +320,6 @@ impl LeaseStore for DynamoStore {
             .await
             .map_err(|e| self.err("UpdateItem", "leases", e))?;
         Ok(())
-    }
-
-    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
-        let items = self.partition("leases", "app", fleet_app(app)).await?;
-        let mut out: Vec<Member> = items
-            .iter()
-            .filter(|i| get_n(i, "expires_ms").unwrap_or(0) > now_ms)
-            .filter_map(|i| {
-                Some(Member {
-                    worker: get_s(i, "shard_id")?,
-                    asks: asks_from_text(get_s(i, "asks").as_deref()),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.worker.cmp(&b.worker));
-        Ok(out)
     }
 
     async fn leave_fleet(&self, app: &str, worker: &str) -> PortResult<()> {

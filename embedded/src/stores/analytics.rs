@@ -2,50 +2,15 @@
 
 use async_trait::async_trait;
 use rusqlite::params;
-use tally_core::ports::{AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, TrendingEntry};
+use tally_core::ports::{
+    AnalyticsReader, AnalyticsSnapshot, AnalyticsStore, Fence, PortResult, TrendingEntry,
+};
 
 use super::check_fence;
 use crate::{sql_err, Embedded};
 
 #[async_trait]
-impl AnalyticsStore for Embedded {
-    async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()> {
-        let (fence, s) = (fence.clone(), snapshot.clone());
-        self.run(move |c| {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
-            check_fence(&tx, &fence)?;
-            tx.execute(
-                "INSERT OR REPLACE INTO analytics_snapshots (app, shard_id, end_seq, taken_at_ms, latency) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![fence.app, fence.shard_id, s.end.to_string(), s.taken_at_ms, s.latency],
-            )
-            .map_err(sql_err)?;
-            tx.execute(
-                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
-                params![fence.app, fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.trending)],
-            )
-            .map_err(sql_err)?;
-            tx.execute(
-                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
-                params![tally_core::ports::all_time(&fence.app), fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.top_liked)],
-            )
-            .map_err(sql_err)?;
-            if !s.dedup.ids.is_empty() {
-                tx.execute(
-                    "INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![fence.app, fence.shard_id, s.end.to_string(), s.dedup.max_arrival, s.dedup.max_arrival.saturating_add(s.horizon_ms), s.dedup.encode_ids()],
-                )
-                .map_err(sql_err)?;
-            }
-            tx.execute(
-                "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
-                params![s.end.to_string(), s.max_arrival, s.shard_finished as i64, fence.app, fence.shard_id],
-            )
-            .map_err(sql_err)?;
-            tx.commit().map_err(sql_err)
-        })
-        .await
-    }
-
+impl AnalyticsReader for Embedded {
     async fn trending_sketches(
         &self,
         app: &str,
@@ -90,6 +55,46 @@ impl AnalyticsStore for Embedded {
                 .collect::<Result<Vec<(i64, Vec<u8>)>, _>>()
                 .map_err(sql_err)?;
             Ok(rows)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl AnalyticsStore for Embedded {
+    async fn save_snapshot(&self, fence: &Fence, snapshot: &AnalyticsSnapshot) -> PortResult<()> {
+        let (fence, s) = (fence.clone(), snapshot.clone());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
+            check_fence(&tx, &fence)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO analytics_snapshots (app, shard_id, end_seq, taken_at_ms, latency) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![fence.app, fence.shard_id, s.end.to_string(), s.taken_at_ms, s.latency],
+            )
+            .map_err(sql_err)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
+                params![fence.app, fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.trending)],
+            )
+            .map_err(sql_err)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
+                params![tally_core::ports::all_time(&fence.app), fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.top_liked)],
+            )
+            .map_err(sql_err)?;
+            if !s.dedup.ids.is_empty() {
+                tx.execute(
+                    "INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![fence.app, fence.shard_id, s.end.to_string(), s.dedup.max_arrival, s.dedup.max_arrival.saturating_add(s.horizon_ms), s.dedup.encode_ids()],
+                )
+                .map_err(sql_err)?;
+            }
+            tx.execute(
+                "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, finished = ?3 WHERE app = ?4 AND shard_id = ?5",
+                params![s.end.to_string(), s.max_arrival, s.shard_finished as i64, fence.app, fence.shard_id],
+            )
+            .map_err(sql_err)?;
+            tx.commit().map_err(sql_err)
         })
         .await
     }

@@ -9,9 +9,9 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CounterStore, Decided, DedupStore, EdgesApplied, Fence, LetterCursor,
-    LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup,
-    WindowRef, WindowRest,
+    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
+    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally,
+    StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
@@ -85,7 +85,7 @@ fn apply_post(
 }
 
 #[async_trait]
-impl CounterStore for Embedded {
+impl WindowWriter for Embedded {
     async fn begin_window(
         &self,
         fence: &Fence,
@@ -228,6 +228,41 @@ impl CounterStore for Embedded {
         .await
     }
 
+    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
+        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
+        let edges = edges.to_vec();
+        self.run(move |c| super::edges::apply_edges(c, &window, &edges))
+            .await
+    }
+
+    async fn record_window_edges(
+        &self,
+        w: WindowRef<'_>,
+        pairs: &[(String, String)],
+    ) -> PortResult<Applied> {
+        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
+        let chunks = edge::encode_pairs(pairs);
+        self.run(move |c| super::edges::record_window_edges(c, &app, &shard, &end, &chunks))
+            .await
+    }
+
+    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
+        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
+        self.run(move |c| super::edges::window_edges(c, &app, &shard, &end))
+            .await
+    }
+}
+
+#[async_trait]
+impl CountReader for Embedded {
+    async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
+        self.run(move |c| super::edges::count_mode(c, None)).await
+    }
+
+    async fn stored_skews(&self) -> PortResult<Vec<i64>> {
+        self.run(move |c| super::edges::clock_skews(c, None)).await
+    }
+
     async fn post_counts(
         &self,
         post_ids: &[String],
@@ -263,6 +298,30 @@ impl CounterStore for Embedded {
             .await
     }
 
+    async fn edges(
+        &self,
+        pairs: &[(String, String)],
+        _consistency: Consistency,
+    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
+        let pairs = pairs.to_vec();
+        self.run(move |c| super::edges::edge_states(c, &pairs))
+            .await
+    }
+
+    async fn likers(
+        &self,
+        post_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> PortResult<LikersPage> {
+        let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
+        self.run(move |c| super::edges::likers(c, &post, after.as_deref(), limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl DeadLetterReader for Embedded {
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
         self.run(move |c| {
             let mut st = c.prepare_cached("SELECT shard_id, seq, arrival_ms, reason, data, size FROM dead_letters ORDER BY arrival_ms, shard_id LIMIT ?1").map_err(sql_err)?;
@@ -322,58 +381,16 @@ impl CounterStore for Embedded {
         })
         .await
     }
+}
 
-    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
-        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
-        let edges = edges.to_vec();
-        self.run(move |c| super::edges::apply_edges(c, &window, &edges))
-            .await
-    }
-
-    async fn record_window_edges(
-        &self,
-        w: WindowRef<'_>,
-        pairs: &[(String, String)],
-    ) -> PortResult<Applied> {
-        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
-        let chunks = edge::encode_pairs(pairs);
-        self.run(move |c| super::edges::record_window_edges(c, &app, &shard, &end, &chunks))
-            .await
-    }
-
-    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
-        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
-        self.run(move |c| super::edges::window_edges(c, &app, &shard, &end))
-            .await
-    }
-
+#[async_trait]
+impl StoreMeta for Embedded {
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
         self.run(move |c| super::edges::count_mode(c, claim)).await
     }
 
     async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
         self.run(move |c| super::edges::clock_skews(c, record))
-            .await
-    }
-
-    async fn edges(
-        &self,
-        pairs: &[(String, String)],
-        _consistency: Consistency,
-    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
-        let pairs = pairs.to_vec();
-        self.run(move |c| super::edges::edge_states(c, &pairs))
-            .await
-    }
-
-    async fn likers(
-        &self,
-        post_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> PortResult<LikersPage> {
-        let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
-        self.run(move |c| super::edges::likers(c, &post, after.as_deref(), limit))
             .await
     }
 }

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 use tally_core::ports::{
-    asks_from_text, asks_to_text, Ask, Fence, GapCommit, LeaseStore, Member, PortError, PortResult,
-    ReadProgress, ShardInfo, ShardState,
+    asks_from_text, asks_to_text, Ask, Fence, GapCommit, LeaseReader, LeaseStore, Member,
+    PortError, PortResult, ReadProgress, ShardInfo, ShardState,
 };
 
 use super::{check_fence, read_state, state_in, write_dead_letter, LEASE_COLUMNS};
@@ -15,6 +15,54 @@ use crate::{sql_err, Embedded};
 /// deleted row is never created again (ARCHITECTURE.md, "Leases and the fleet").
 pub(crate) fn tombstones(app: &str) -> String {
     format!("{app}#gone")
+}
+
+#[async_trait]
+impl LeaseReader for Embedded {
+    async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
+        let app = app.to_owned();
+        self.run(move |c| {
+            let mut st = c
+                .prepare_cached(&format!(
+                    "SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 ORDER BY shard_id"
+                ))
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map([&app], read_state)
+                .map_err(sql_err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_err)?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
+        let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
+        self.run(move |c| state_in(c, &app, &shard_id)).await
+    }
+
+    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
+        let fleet = tally_core::ports::fleet_app(app);
+        self.run(move |c| {
+            // A fleet row's asks live in its `wanted_by` column (a lease row's asker there).
+            let mut st = c
+                .prepare_cached("SELECT shard_id, wanted_by FROM leases WHERE app = ?1 AND expires_ms > ?2 ORDER BY shard_id")
+                .map_err(sql_err)?;
+            let rows = st
+                .query_map(params![fleet, now_ms], |r| {
+                    Ok(Member {
+                        worker: r.get(0)?,
+                        asks: asks_from_text(r.get::<_, Option<String>>(1)?.as_deref()),
+                    })
+                })
+                .map_err(sql_err)?
+                .collect::<Result<Vec<Member>, _>>()
+                .map_err(sql_err)?;
+            Ok(rows)
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -63,24 +111,6 @@ impl LeaseStore for Embedded {
                 )
                 .map_err(sql_err)?;
             Ok((n == 1).then(|| Fence { app, shard_id, owner, epoch: expected_epoch + 1 }))
-        })
-        .await
-    }
-
-    async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
-        let app = app.to_owned();
-        self.run(move |c| {
-            let mut st = c
-                .prepare_cached(&format!(
-                    "SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 ORDER BY shard_id"
-                ))
-                .map_err(sql_err)?;
-            let rows = st
-                .query_map([&app], read_state)
-                .map_err(sql_err)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(sql_err)?;
-            Ok(rows)
         })
         .await
     }
@@ -180,11 +210,6 @@ impl LeaseStore for Embedded {
         .await
     }
 
-    async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
-        let (app, shard_id) = (app.to_owned(), shard_id.to_owned());
-        self.run(move |c| state_in(c, &app, &shard_id)).await
-    }
-
     async fn mark_finished(&self, fence: &Fence) -> PortResult<()> {
         let f = fence.clone();
         self.run(move |c| {
@@ -239,28 +264,6 @@ impl LeaseStore for Embedded {
             )
             .map_err(sql_err)?;
             Ok(())
-        })
-        .await
-    }
-
-    async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
-        let fleet = tally_core::ports::fleet_app(app);
-        self.run(move |c| {
-            // A fleet row's asks live in its `wanted_by` column (a lease row's asker there).
-            let mut st = c
-                .prepare_cached("SELECT shard_id, wanted_by FROM leases WHERE app = ?1 AND expires_ms > ?2 ORDER BY shard_id")
-                .map_err(sql_err)?;
-            let rows = st
-                .query_map(params![fleet, now_ms], |r| {
-                    Ok(Member {
-                        worker: r.get(0)?,
-                        asks: asks_from_text(r.get::<_, Option<String>>(1)?.as_deref()),
-                    })
-                })
-                .map_err(sql_err)?
-                .collect::<Result<Vec<Member>, _>>()
-                .map_err(sql_err)?;
-            Ok(rows)
         })
         .await
     }
