@@ -385,3 +385,71 @@ fn no_files_import_each_other_around_a_loop() {
     }
     assert!(loops.is_empty(), "import loops:\n{}", loops.join("\n"));
 }
+
+/// ARCHITECTURE's code map names every module file of every crate (a file added without its
+/// line in the map fails here).
+#[test]
+fn the_code_map_names_every_module() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let start = text.find("## Code map").unwrap();
+    let end = text[start + 3..]
+        .find("\n## ")
+        .map_or(text.len(), |e| start + 3 + e);
+    let map = &text[start..end];
+    let named = |stem: &str| {
+        map.match_indices(stem).any(|(i, _)| {
+            let word = |c: char| c.is_alphanumeric() || c == '_';
+            !map[..i].chars().next_back().is_some_and(word)
+                && !map[i + stem.len()..].chars().next().is_some_and(word)
+        })
+    };
+    let mut missing = Vec::new();
+    for dir in [
+        "core/src",
+        "consumer/src",
+        "counter/src",
+        "analytics/src",
+        "producer/src",
+        "embedded/src",
+        "aws/src",
+        "conformance/src",
+        "src",
+    ] {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        for f in files {
+            let stem = f.file_stem().unwrap().to_str().unwrap().to_owned();
+            if !["mod", "lib", "main"].contains(&stem.as_str()) && !named(&stem) {
+                missing.push(f.display().to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE's code map does not name {missing:?}"
+    );
+}
+
+/// README's list of global flags is the CLI's: every flag clap marks global is named there, and
+/// the list names no other.
+#[test]
+fn the_readme_names_every_global_flag() {
+    use clap::CommandFactory;
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = text
+        .find("Global flags:")
+        .expect("README lists the global flags");
+    let end = text[start..].find("\n\n").map_or(text.len(), |e| start + e);
+    let listed: std::collections::BTreeSet<String> = text[start..end]
+        .split(|c: char| !(c.is_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(str::to_owned)
+        .collect();
+    let global: std::collections::BTreeSet<String> = tally::cli::Cli::command()
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    assert!(global.len() >= 9, "{global:?}");
+    assert_eq!(listed, global, "README's global flags against the CLI's");
+}
