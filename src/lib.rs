@@ -122,7 +122,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Record(a) => commands::read::record(&store(Access::Read).await?.1, a).await,
         Command::Verify(a) => {
             let (s, b) = store(Access::Read).await?;
-            verify::run(&s, &b, a).await
+            commands::verify::verify(&s, &b, a).await
         }
         Command::Query(a) => commands::read::query(&store(Access::Read).await?.1, a).await,
         Command::Total(a) => commands::read::total(&store(Access::Read).await?.1, a).await,
@@ -137,7 +137,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Leases(a) => commands::read::leases(&store(Access::Read).await?.1, a).await,
         Command::Serve(a) => {
             let (s, b) = store(Access::Read).await?;
-            serve::serve(&s, b.readers(), a).await
+            commands::serve::serve(&s, b.readers(), a).await
         }
     }
 }

@@ -402,7 +402,7 @@ async fn watch(settings: &Settings, backend: &Backend, addr: std::net::SocketAdd
     );
     let (ctx, refresher) = crate::serve::Ctx::start(backend.readers(), &settings).await?;
     let served =
-        crate::serve::run(addr, crate::serve::router(ctx), crate::signal::shutdown()).await;
+        crate::serve::listen(addr, crate::serve::router(ctx), crate::signal::shutdown()).await;
     refresher.abort();
     producer.abort();
     let _ = stop.send(true);

@@ -8,4 +8,6 @@ pub mod consume;
 pub mod demo;
 pub mod produce;
 pub mod read;
+pub mod serve;
 pub mod setup;
+pub mod verify;

@@ -216,7 +216,7 @@ where
 }
 
 /// Binds `addr` and serves `router` until `shutdown`; prints the address it listens on.
-pub async fn run(
+pub async fn listen(
     addr: SocketAddr,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -784,18 +784,29 @@ pub async fn ready_for(leases: &dyn tally_core::ports::LeaseReader, app: &str) -
     }
 }
 
-/// `tally serve`: the read side until Ctrl-C or SIGTERM.
-pub async fn serve(s: &Settings, b: Readers, a: &crate::cli::ServeArgs) -> Result<()> {
-    let token = match (&a.auth_token_file, &a.auth_token_env) {
-        (Some(f), _) => Some(auth::Token::from_file(f)?),
-        (None, Some(v)) => Some(auth::Token::from_env(v)?),
-        (None, None) => None,
-    };
-    let listener = bind(a.addr).await?;
-    let (mut ctx, refresher) = Ctx::start(b, s).await?;
-    ctx.pending = (!a.pending_timeout.is_zero()).then(|| Arc::new(Pending::new(a.pending_timeout)));
-    ctx.token = token;
-    let served = serve_on(listener, router(ctx), crate::signal::shutdown()).await;
+/// How the read side serves, beside the settings: what `tally serve`'s flags say.
+#[derive(Clone, Debug, Default)]
+pub struct ServeConfig {
+    /// How long a count waits for the counter's workers' open windows (zero: stored counts only).
+    pub pending_timeout: std::time::Duration,
+    /// The token every request must carry (`None`: open).
+    pub token: Option<auth::Token>,
+}
+
+/// The read side on `listener` — the JSON API, `/metrics` and the dashboard over `readers` —
+/// until `shutdown` completes: what `tally serve` runs, callable from a program or a test.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    readers: Readers,
+    s: &Settings,
+    cfg: ServeConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let (mut ctx, refresher) = Ctx::start(readers, s).await?;
+    ctx.pending =
+        (!cfg.pending_timeout.is_zero()).then(|| Arc::new(Pending::new(cfg.pending_timeout)));
+    ctx.token = cfg.token;
+    let served = serve_on(listener, router(ctx), shutdown).await;
     refresher.abort();
     served
 }

@@ -34,7 +34,6 @@ use tally_core::summary::marker;
 use self::partition::Part;
 use self::recount::{Minute, Recount, Row};
 use crate::backend::Backend;
-use crate::cli::VerifyArgs;
 use crate::output::{print_json, rfc3339};
 use crate::settings::Settings;
 
@@ -59,8 +58,9 @@ pub struct LetterDrift {
     pub position: String,
 }
 
+/// What a verify found: the store beside the recount, and what it could not check.
 #[derive(Default, Serialize)]
-struct Report {
+pub struct Report {
     source: String,
     shards: usize,
     records_read: u64,
@@ -88,7 +88,46 @@ struct Report {
     rest_off: bool,
 }
 
-pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
+/// What a verify recounts and how much memory it may hold: what `tally verify`'s flags say.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyConfig {
+    /// A recording to recount instead of the stream.
+    pub from: Option<std::path::PathBuf>,
+    /// "Since" times to compare beside the totals, as durations before now.
+    pub since: Vec<std::time::Duration>,
+    /// The most memory the recount holds (bytes): past it, it reads the records again in passes.
+    pub memory: u64,
+    /// Show a progress bar on standard error.
+    pub progress: bool,
+}
+
+/// A verify's outcome: its report, and whether anything is off.
+pub struct Verified {
+    /// What it found.
+    pub report: Report,
+    /// A post, the global total, a dead letter or a sampled edge is off.
+    pub off: bool,
+}
+
+impl Verified {
+    /// Prints the report (JSON, or text with up to `show` drifts) and fails with [`Drifted`]
+    /// when something is off: `tally verify`'s exit status.
+    pub fn print(&self, json: bool, show: usize) -> Result<()> {
+        if json {
+            print_json(&serde_json::to_value(&self.report)?);
+        } else {
+            print_text(&self.report, show);
+        }
+        if self.off {
+            return Err(Drifted.into());
+        }
+        Ok(())
+    }
+}
+
+/// Recounts the stream (or a recording) apart from the counter and compares the store with it:
+/// what `tally verify` runs, callable from a program or a test.
+pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verified> {
     let app = apps::COUNTER;
     let before = states(b, app).await?;
     let rows: HashMap<String, Row> = before
@@ -119,7 +158,7 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     let since = since_times(tally_consumer::worker::now_ms(), &a.since);
     report.since_ms = since.clone();
 
-    let pb = crate::progress::start(None, "records", a.json);
+    let pb = crate::progress::start(None, "records", !a.progress);
     let recounted = Checked {
         rule: &rule,
         source: &source,
@@ -158,15 +197,7 @@ pub async fn run(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
         || report.edges["off"]
             .as_array()
             .is_some_and(|v| !v.is_empty());
-    if a.json {
-        print_json(&serde_json::to_value(&report)?);
-    } else {
-        print_text(&report, a.show);
-    }
-    if off {
-        return Err(Drifted.into());
-    }
-    Ok(())
+    Ok(Verified { report, off })
 }
 
 /// Where the records are read from, once per pass.

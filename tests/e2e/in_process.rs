@@ -221,3 +221,57 @@ async fn an_unknown_parameter_is_named() {
     assert!(String::from_utf8_lossy(&body).contains("sinse"));
     refresher.abort();
 }
+
+/// One HTTP/1.0 GET over a socket: status code and body.
+async fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out[9..12].parse().unwrap();
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+/// The read side as a library entry point: `serve::run` on a listener the caller bound, from
+/// its own config (no CLI types), answering with the token it was given until its shutdown
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_side_runs_from_its_own_config() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 300, 8, 11);
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let settings = Settings::load(None, |s| s.data_dir = t.dir.path().to_owned()).unwrap();
+    let backend = tally::backend::Backend::open_existing(&settings)
+        .await
+        .unwrap();
+    let token_file = file_in(&t, "token");
+    std::fs::write(&token_file, "a-token-of-twenty-chars\n").unwrap();
+    let cfg = tally::serve::ServeConfig {
+        pending_timeout: Duration::ZERO,
+        token: Some(tally::serve::auth::Token::from_file(&token_file).unwrap()),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        tally::serve::run(listener, backend.readers(), &settings, cfg, async {
+            stopped.await.ok();
+        })
+        .await
+    });
+    let (status, _) = http_get(addr, "/api/total", None).await;
+    assert_eq!(status, 401, "the token is asked for");
+    let (status, body) = http_get(addr, "/api/total", Some("a-token-of-twenty-chars")).await;
+    assert_eq!(status, 200, "{body}");
+    let total: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(total["total"], exp.counts.values().sum::<i64>(), "{total}");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

@@ -155,6 +155,24 @@ fn the_read_side_holds_no_writer() {
     assert!(named.is_empty(), "the read side holds a writer: {named:?}");
 }
 
+/// The CLI's argument types stay with the CLI: only `src/cli.rs`, the commands that turn flags
+/// into the library's own config types, the dispatcher and the man page name `cli::` — the read
+/// side, verify and every other room take their config types, callable without clap.
+#[test]
+fn only_the_commands_take_the_cli_s_types() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    let commands = root().join("src/commands");
+    let allowed = ["src/cli.rs", "src/lib.rs", "src/main.rs", "src/man.rs"];
+    let named: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(&commands) && !allowed.iter().any(|a| f.ends_with(a)))
+        .filter(|f| code_of(&std::fs::read_to_string(f).unwrap()).contains("cli::"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(named.is_empty(), "the CLI's types named by {named:?}");
+}
+
 /// The commands are thin adapters: nothing imports them but the dispatcher (`src/lib.rs`) — not
 /// the read side, verify, the stream reading, the benches or the tests — and the read side
 /// (`src/serve/`) names no command.

@@ -1,0 +1,30 @@
+//! `tally serve`: its flags turned into the read side's config (`serve::ServeConfig`), the
+//! address bound, and the read side run until Ctrl-C or SIGTERM (`serve::run`).
+
+use anyhow::Result;
+use tally_core::ports::Readers;
+
+use crate::cli::ServeArgs;
+use crate::serve::{self, auth::Token, ServeConfig};
+use crate::settings::Settings;
+
+/// The read side's config from the flags: the pending timeout, and the token read from its
+/// file or environment variable.
+pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
+    let token = match (&a.auth_token_file, &a.auth_token_env) {
+        (Some(f), _) => Some(Token::from_file(f)?),
+        (None, Some(v)) => Some(Token::from_env(v)?),
+        (None, None) => None,
+    };
+    Ok(ServeConfig {
+        pending_timeout: a.pending_timeout,
+        token,
+    })
+}
+
+/// `tally serve`.
+pub async fn serve(s: &Settings, readers: Readers, a: &ServeArgs) -> Result<()> {
+    let cfg = config(a)?;
+    let listener = serve::bind(a.addr).await?;
+    serve::run(listener, readers, s, cfg, crate::signal::shutdown()).await
+}
