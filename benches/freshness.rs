@@ -79,7 +79,7 @@ async fn aws_shards(kinesis: &str, dynamodb: &str, run: &str, shards: usize) -> 
 }
 
 async fn put(b: &Backend, post: &str, i: usize) {
-    let now = tally_consumer::worker::now_ms();
+    let now = tally_core::clock::now_ms();
     let data = format!(
         r#"{{"event_id":"{post}-{i}","post_id":"{post}","user_id":"u{i}","action":"like","created_at":{now}}}"#
     );

@@ -384,7 +384,7 @@ pub struct DemoArgs {
     pub baselines: bool,
     /// Afterwards, keep producing a trickle of likes, counting and analysing them, and serve the
     /// dashboard and API on this address (default 127.0.0.1:8080) until Ctrl-C.
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8080")]
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::serve::DEFAULT_ADDR)]
     pub serve: Option<std::net::SocketAddr>,
 }
 
@@ -522,11 +522,11 @@ pub struct ConsumeArgs {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Where to listen (port 0: any free port; the address is printed).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = socket_addr)]
+    #[arg(long, value_name = "ADDR", default_value = crate::serve::DEFAULT_ADDR, value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
     /// How long a count waits for the counter's workers' open windows (what they read and have
     /// not written yet); a worker slower than this is named in the answer. 0: stored counts only.
-    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = crate::serve::pending::TIMEOUT_TEXT, value_parser = humantime::parse_duration)]
     pub pending_timeout: std::time::Duration,
     /// Ask every request for `Authorization: Bearer <token>`, the token this file holds (at
     /// least 16 printable characters; two, one per line, while a rotation overlaps);

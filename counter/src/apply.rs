@@ -255,7 +255,7 @@ impl Applier {
             })
             .collect();
         self.cfg.emf.emit(
-            tally_consumer::worker::now_ms(),
+            tally_core::clock::now_ms(),
             &[("App", fence.app.as_str())],
             &[&["App"]],
             &values,

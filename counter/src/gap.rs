@@ -67,7 +67,7 @@ impl CounterShard {
             &fence.app,
             self.checkpoint.as_ref(),
             if finished { None } else { through.as_ref() },
-            tally_consumer::worker::now_ms(),
+            tally_core::clock::now_ms(),
             &format!("{why}: {what}"),
         );
         let pending_end = pending.as_ref().map(|p| p.end.clone());

@@ -174,7 +174,7 @@ async fn timed_out_error(
 ) -> TimedOut {
     let t = humantime::format_duration(args.timeout.unwrap_or_default());
     let me = settings.worker_config(app).worker_id;
-    let now = tally_consumer::worker::now_ms();
+    let now = tally_core::clock::now_ms();
     let held: Vec<String> = match backend.leases.list_leases(app).await {
         Ok(ls) => ls
             .iter()

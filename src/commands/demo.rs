@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::json;
 use tally_analytics::AnalyticsMetrics;
-use tally_consumer::worker::{now_ms, IdleExit, LeaseMetrics};
+use tally_consumer::worker::{IdleExit, LeaseMetrics};
 use tally_core::apps;
+use tally_core::clock::now_ms;
 use tally_counter::CounterMetrics;
 use tally_producer::generate::Truth;
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::json;
-use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
+use tally_core::clock::now_ms;
 use tally_core::ports::{Consistency, Stream};
 
 use crate::answers;
@@ -42,7 +42,7 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     let asked = match args.stored {
         true => None,
         false => Some(
-            Pending::new(crate::serve::pending::TIMEOUT)
+            Pending::new(crate::serve::pending::default_timeout())
                 .ask(&listing.states, &args.post_ids, args.viewer.as_deref())
                 .await,
         ),

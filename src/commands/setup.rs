@@ -47,7 +47,7 @@ pub async fn teardown(settings: &Settings, args: &crate::cli::TeardownArgs) -> R
 pub fn trim(settings: &Settings, args: &crate::cli::TrimArgs) -> Result<()> {
     match settings.backend {
         BackendKind::Embedded => {
-            let cutoff = tally_consumer::worker::now_ms() - args.older_than.as_millis() as i64;
+            let cutoff = tally_core::clock::now_ms() - args.older_than.as_millis() as i64;
             let unapplied = backend::unapplied_before(settings, cutoff)?;
             if !unapplied.is_empty() {
                 let mut by_app: std::collections::BTreeMap<&str, Vec<String>> = Default::default();

@@ -12,8 +12,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tally_consumer::worker::now_ms;
 use tally_core::apps;
+use tally_core::clock::now_ms;
 use tally_core::lease::Lease;
 use tally_core::ports::{LeaseReader, PortResult, ShardState};
 

@@ -17,9 +17,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tally_consumer::worker::now_ms;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
+use tally_core::clock::now_ms;
 
 use crate::answers;
 use crate::settings::Settings;
@@ -66,7 +66,7 @@ impl Ctx {
             read,
             settings: Arc::new(settings.clone()),
             listings,
-            pending: Some(Arc::new(Pending::new(pending::TIMEOUT))),
+            pending: Some(Arc::new(Pending::new(pending::default_timeout()))),
             token: None,
             mode: Arc::default(),
         };
@@ -783,6 +783,9 @@ pub async fn ready_for(leases: &dyn tally_core::ports::LeaseReader, app: &str) -
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response(),
     }
 }
+
+/// Where `tally serve` listens by default (and `tally demo --serve` without an address).
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 
 /// How the read side serves, beside the settings: what `tally serve`'s flags say.
 #[derive(Clone, Debug, Default)]

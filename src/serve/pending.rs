@@ -31,16 +31,22 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
-use tally_consumer::worker::now_ms;
 use tally_core::buckets::minute_start;
+use tally_core::clock::now_ms;
 use tally_core::ports::{LikersPage, PostCount, ShardState};
 use tally_core::summary::pending_applies;
 use tally_counter::board::{Also, ShardOpen};
 
 use super::worker::OpenAnswer;
 
-/// How long a counts call waits for the workers, by default (`tally serve --pending-timeout`).
-pub const TIMEOUT: Duration = Duration::from_millis(200);
+/// How long a counts call waits for the workers, by default (`tally serve --pending-timeout`,
+/// and `tally query`), as the flag's default is written.
+pub const TIMEOUT_TEXT: &str = "200ms";
+
+/// [`TIMEOUT_TEXT`] as a duration (a unit test holds that it is one).
+pub fn default_timeout() -> Duration {
+    humantime::parse_duration(TIMEOUT_TEXT).unwrap_or_default()
+}
 
 /// Asks the counter's workers for their open windows.
 pub struct Pending {
@@ -495,6 +501,14 @@ pub fn pending_json(asked: &Asked) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_default_timeout_is_a_duration() {
+        assert_eq!(
+            super::default_timeout(),
+            std::time::Duration::from_millis(200)
+        );
+    }
+
     use super::*;
     use tally_core::lease::Lease;
     use tally_counter::board::OpenWindow;

@@ -9,8 +9,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tally_analytics::AnalyticsMetrics;
-use tally_consumer::worker::{now_ms, LeaseMetrics};
+use tally_consumer::worker::LeaseMetrics;
 use tally_core::apps;
+use tally_core::clock::now_ms;
 use tally_counter::CounterMetrics;
 
 use super::Ctx;

@@ -155,7 +155,7 @@ pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verifi
             Source::Stream
         }
     };
-    let since = since_times(tally_consumer::worker::now_ms(), &a.since);
+    let since = since_times(tally_core::clock::now_ms(), &a.since);
     report.since_ms = since.clone();
 
     let pb = crate::progress::start(None, "records", !a.progress);

@@ -12,7 +12,8 @@ use tally_core::lease::Lease;
 use tally_core::ports::{Ask, Fence, Member};
 use tracing::{info, warn};
 
-use super::{keeper, now_ms, Worker};
+use super::{keeper, Worker};
+use tally_core::clock::now_ms;
 
 /// What a worker knows of its fleet and of the leases it asked for.
 #[derive(Default)]

@@ -8,7 +8,8 @@ use tally_core::lease::Lease;
 use tally_core::ports::ShardState;
 use tracing::{info, warn};
 
-use super::{now_ms, Worker};
+use super::Worker;
+use tally_core::clock::now_ms;
 
 /// Arms `--until-idle`: once armed, the worker exits when every shard is caught up and flushed.
 #[derive(Debug, Default)]

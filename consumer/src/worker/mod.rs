@@ -49,7 +49,7 @@ use fleet::Fleet;
 use report::{report_leases, LeaseCounts};
 use shard::{spawn_shard, Running, ShardEnd};
 
-pub use tally_core::clock::now_ms;
+use tally_core::clock::now_ms;
 
 /// Runs a worker until `shutdown` resolves, or until idle when `idle_exit` is armed.
 pub async fn run(
