@@ -539,15 +539,18 @@ pub async fn latency_windows(
 ) -> PortResult<LatencyWindows> {
     let mut out = LatencyWindows::default();
     for (at, bytes) in store.latency_snapshots(app, since_ms).await? {
-        if let Some(l) = Latency::decode(&bytes) {
-            out.windows.push(WindowLatency {
-                taken_at_ms: at,
-                creation_ms: percentiles(&l.creation),
-                arrival_ms: percentiles(&l.arrival),
-                iterator_age_ms: percentiles(&l.iterator_age),
-            });
-            out.merged.merge(&l);
-        }
+        // A window that does not decode is named, never dropped from the percentiles unsaid.
+        let l = Latency::decode(&bytes).ok_or_else(|| tally_core::ports::PortError::Corrupt {
+            item: format!("the latency window of {app} taken at {at} ms"),
+            detail: format!("its {} bytes are not three histograms", bytes.len()),
+        })?;
+        out.windows.push(WindowLatency {
+            taken_at_ms: at,
+            creation_ms: percentiles(&l.creation),
+            arrival_ms: percentiles(&l.arrival),
+            iterator_age_ms: percentiles(&l.iterator_age),
+        });
+        out.merged.merge(&l);
     }
     Ok(out)
 }

@@ -203,3 +203,33 @@ async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
     let c = b.post_count("p", Some(h10 + HOUR_MS)).await.unwrap();
     assert_eq!(c.since, Some(2));
 }
+
+/// A lease item written behind the store's back with a string where tally keeps a list, a
+/// number or a position: read as an error naming the item and the attribute, never a default.
+#[tokio::test]
+async fn a_corrupt_lease_row_is_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let f = fresh("corrupt", 1).await;
+    let tables = tables_of(&f);
+    let (client, table) = (tables.client().clone(), tables.table("leases"));
+    tally_conformance::a_corrupt_lease_row_is_named(tables, "aws", |c| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("app", AttributeValue::S(c.app.to_owned()))
+                .key("shard_id", AttributeValue::S(c.shard.to_owned()))
+                .update_expression("SET #f = :v")
+                .expression_attribute_names("#f", c.field)
+                .expression_attribute_values(
+                    ":v",
+                    AttributeValue::S("not-what-tally-writes".into()),
+                )
+                .send()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}

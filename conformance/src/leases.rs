@@ -308,3 +308,56 @@ pub async fn leases_are_fenced(store: &dyn LeaseStore, name: &str) {
     store.ensure_leases(&app, &[new]).await.unwrap();
     assert_eq!(store.list_leases(&app).await.unwrap().len(), 2);
 }
+
+/// Which lease row [`a_corrupt_lease_row_is_named`] corrupts, and how: the adapter's own test
+/// writes `value` (a string where the field holds something else) into `field` of the row of
+/// `app`/`shard`, behind the store's back.
+pub struct CorruptLease<'a> {
+    /// The application.
+    pub app: &'a str,
+    /// The shard.
+    pub shard: &'a str,
+    /// The field corrupted.
+    pub field: &'a str,
+}
+
+/// Lease store: a lease row whose `parents` (or another field) is not what tally writes is read
+/// as an error naming the row and the field — by a listing and by the shard's own read — never as
+/// a default (a `parents` read as none would let the shard be read before its parents end).
+/// `corrupt` writes the bad value behind the store's back (adapter-specific).
+pub async fn a_corrupt_lease_row_is_named<F, Fut>(store: &dyn LeaseStore, name: &str, corrupt: F)
+where
+    F: Fn(CorruptLease<'static>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for field in ["parents", "max_arrival", "checkpoint"] {
+        // A row of its own per field, in an application of its own (a listing reads them all).
+        let app: &'static str = Box::leak(format!("{name}-corrupt-{field}").into_boxed_str());
+        let shards = vec![ShardInfo {
+            shard_id: "shard-c".into(),
+            parents: vec!["shard-p".into()],
+            closed: false,
+        }];
+        store.ensure_leases(app, &shards).await.unwrap();
+        let st = store.shard_state(app, "shard-c").await.unwrap();
+        assert_eq!(st.lease.parents, vec!["shard-p".to_owned()]);
+        corrupt(CorruptLease {
+            app,
+            shard: "shard-c",
+            field,
+        })
+        .await;
+        for e in [
+            store.shard_state(app, "shard-c").await.unwrap_err(),
+            store.list_states(app).await.unwrap_err(),
+        ] {
+            let text = e.to_string();
+            assert!(
+                matches!(e, PortError::Corrupt { .. })
+                    && text.contains(&format!("leases {app}/shard-c"))
+                    && text.contains(&format!("`{field}`")),
+                "{field}: {text}"
+            );
+        }
+    }
+}

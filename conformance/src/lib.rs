@@ -54,7 +54,8 @@ pub use edges::{
     the_count_mode_is_claimed_once,
 };
 pub use leases::{
-    fleet_rows_are_apart_from_leases, leases_are_fenced, leases_are_handed_over_on_request,
+    a_corrupt_lease_row_is_named, fleet_rows_are_apart_from_leases, leases_are_fenced,
+    leases_are_handed_over_on_request, CorruptLease,
 };
 pub use stream::stream_put_and_read;
 

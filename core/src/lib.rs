@@ -27,6 +27,7 @@ pub mod latency;
 pub mod lease;
 pub mod ports;
 pub mod retry;
+pub mod rows;
 pub mod seq;
 pub mod summary;
 pub mod trending;

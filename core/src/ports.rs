@@ -63,6 +63,15 @@ pub enum PortError {
         /// The service's own words.
         detail: String,
     },
+    /// A stored item is not what tally writes (`tally_core::rows`): which item, and what is wrong
+    /// with it — never read as a default.
+    #[error("a corrupt stored item {item}: {detail}")]
+    Corrupt {
+        /// The item, named (`leases counter/shardId-000000000000`).
+        item: String,
+        /// The field and what is wrong with it.
+        detail: String,
+    },
     /// The request was rejected as invalid: a bug in tally, said plainly.
     #[error("request rejected as invalid (a bug in tally): {0}")]
     Invalid(String),

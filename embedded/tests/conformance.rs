@@ -218,3 +218,27 @@ async fn an_old_per_record_store_is_read_after_migrating() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A lease row written behind the store's back with a string where tally keeps a list, a
+/// number or a position: read as an error naming the row and the field, never a default.
+#[tokio::test]
+async fn a_corrupt_lease_row_is_named() {
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::a_corrupt_lease_row_is_named(&e, "embedded", |c| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            // Column names are the codec's field names; the value a string no field holds.
+            conn.execute(
+                &format!(
+                    "UPDATE leases SET {} = 'not-what-tally-writes' WHERE app = ?1 AND shard_id = ?2",
+                    c.field
+                ),
+                rusqlite::params![c.app, c.shard],
+            )
+            .unwrap();
+        }
+    })
+    .await;
+}

@@ -58,15 +58,8 @@ fn state_of(
     user: &str,
     item: Option<&HashMap<String, AttributeValue>>,
 ) -> PortResult<Option<EdgeState>> {
-    item.map(|i| {
-        EdgeState::from_attrs(&to_attrs(i)).ok_or_else(|| {
-            PortError::Other(format!(
-                "a corrupt edge item {post}/{}",
-                edge::edge_sk(user)
-            ))
-        })
-    })
-    .transpose()
+    item.map(|i| tally_core::rows::edge_state(&to_attrs(i), post, user))
+        .transpose()
 }
 
 fn units_of(post: &str, sk: &str, item: Option<&HashMap<String, AttributeValue>>) -> u64 {
@@ -584,8 +577,9 @@ impl DynamoStore {
                 .collect();
             page.read_units += summary::query_units(post, &items);
             for (sk, a) in &items {
-                if page.users.len() < limit && EdgeState::from_attrs(a).is_some_and(|st| st.liked) {
-                    page.users.push(sk[edge::EDGE_PREFIX.len()..].to_owned());
+                let user = &sk[edge::EDGE_PREFIX.len()..];
+                if page.users.len() < limit && tally_core::rows::edge_state(a, post, user)?.liked {
+                    page.users.push(user.to_owned());
                 }
             }
             match resp.last_evaluated_key() {

@@ -22,17 +22,17 @@ fn tombstones(app: &str) -> String {
 }
 
 /// Lease rows' states, by shard id.
-fn states_of(items: &[HashMap<String, AttributeValue>]) -> Vec<ShardState> {
-    let mut out: Vec<ShardState> = items.iter().map(lease_from).collect();
+fn states_of(items: &[HashMap<String, AttributeValue>]) -> PortResult<Vec<ShardState>> {
+    let mut out: Vec<ShardState> = items.iter().map(lease_from).collect::<PortResult<_>>()?;
     out.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
-    out
+    Ok(out)
 }
 
 #[async_trait]
 impl LeaseReader for DynamoStore {
     async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
         let items = self.partition("leases", "app", app).await?;
-        Ok(states_of(&items))
+        states_of(&items)
     }
 
     async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
@@ -40,12 +40,12 @@ impl LeaseReader for DynamoStore {
         let items = self
             .query_all_read("leases", "app = :k", values, false)
             .await?;
-        Ok(states_of(&items))
+        states_of(&items)
     }
 
     async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
         match self.get("leases", Self::lease_key(app, shard_id)).await? {
-            Some(item) => Ok(lease_from(&item)),
+            Some(item) => lease_from(&item),
             None => Err(PortError::NotFound {
                 what: format!("lease {app}/{shard_id}"),
                 hint: String::new(),

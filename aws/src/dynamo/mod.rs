@@ -26,12 +26,9 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnConsumedCapacity, ReturnValue, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
-use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
-use tally_core::lease::Lease;
-use tally_core::ports::{
-    Fence, Pending, PortError, PortResult, ReadProgress, ShardState, ShardTally,
-};
+use tally_core::ports::{Fence, PortError, PortResult, ShardState};
+use tally_core::rows::{Field, Row};
 use tally_core::Position;
 
 use crate::errors::{map, Target};
@@ -147,60 +144,37 @@ impl Expr {
     }
 }
 
-fn lease_from(item: &HashMap<String, AttributeValue>) -> ShardState {
-    let parents = item
-        .get("parents")
-        .and_then(|v| v.as_l().ok())
-        .map(|l| l.iter().filter_map(|p| p.as_s().ok().cloned()).collect())
-        .unwrap_or_default();
-    let pending = get_s(item, "pending_end")
-        .as_deref()
-        .and_then(Position::parse)
-        .map(|end| Pending {
-            end,
-            first: get_s(item, "pending_first")
-                .as_deref()
-                .and_then(tally_core::SeqNo::parse),
-            horizon_ms: get_n(item, "pending_horizon_ms"),
-            skew_ms: get_n(item, "pending_skew_ms"),
-        });
-    ShardState {
-        lease: Lease {
-            app: get_s(item, "app").unwrap_or_default(),
-            shard_id: get_s(item, "shard_id").unwrap_or_default(),
-            owner: get_s(item, "owner"),
-            epoch: get_n(item, "epoch").unwrap_or(0) as u64,
-            expires_ms: get_n(item, "expires_ms").unwrap_or(0),
-            checkpoint: get_s(item, "checkpoint")
-                .as_deref()
-                .and_then(Position::parse),
-            finished: item
-                .get("finished")
-                .and_then(|v| v.as_bool().ok())
-                .copied()
-                .unwrap_or(false),
-            parents,
-            max_arrival: get_n(item, "max_arrival").unwrap_or(i64::MIN),
-        },
-        pending,
-        spent: {
-            let mut sp = ShardTally {
-                counted: get_n(item, "counted").unwrap_or(0).max(0) as u64,
-                latest_created_ms: get_n(item, "latest_created").unwrap_or(0),
-                ..ShardTally::default()
+/// A DynamoDB item as a stored row (`tally_core::rows`), its attributes as they are.
+fn row_of(item: &HashMap<String, AttributeValue>) -> Row {
+    item.iter()
+        .map(|(k, v)| {
+            let f = match v {
+                AttributeValue::N(n) => n
+                    .parse()
+                    .map_or_else(|_| Field::Other(format!("the number {n}")), Field::N),
+                AttributeValue::S(t) => Field::S(t.clone()),
+                AttributeValue::Bool(b) => Field::B(*b),
+                AttributeValue::L(l) => l
+                    .iter()
+                    .map(|x| x.as_s().ok().cloned())
+                    .collect::<Option<Vec<String>>>()
+                    .map_or_else(|| Field::Other(format!("the list {l:?}")), Field::L),
+                other => Field::Other(format!("{other:?}")),
             };
-            for p in Purpose::ALL {
-                let v = get_n(item, &format!("wu_{}", p.name())).unwrap_or(0).max(0);
-                sp.units.add(p, v as u64);
-            }
-            sp
-        },
-        progress: match (get_n(item, "behind_ms"), get_n(item, "behind_at_ms")) {
-            (Some(behind_ms), Some(at_ms)) => Some(ReadProgress { at_ms, behind_ms }),
-            _ => None,
-        },
-        holder_addr: get_s(item, "holder_addr"),
-    }
+            (k.clone(), f)
+        })
+        .collect()
+}
+
+/// A lease item, decoded by the one codec both stores use (`tally_core::rows::shard_state`):
+/// a corrupt attribute is an error naming the item, never a default.
+fn lease_from(item: &HashMap<String, AttributeValue>) -> PortResult<ShardState> {
+    let name = format!(
+        "leases {}/{}",
+        get_s(item, "app").unwrap_or_default(),
+        get_s(item, "shard_id").unwrap_or_default()
+    );
+    tally_core::rows::shard_state(&row_of(item), &name)
 }
 
 /// Maps a cancelled transaction by its cancellation reasons: a failed condition means the lease

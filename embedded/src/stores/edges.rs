@@ -215,7 +215,11 @@ pub(super) fn edge_states(
         let sk = edge::edge_sk(u);
         let item = get_item(c, p, &sk)?;
         units += summary::read_units(item.iter().map(|a| summary::item_size(p, &sk, a)));
-        out.push(item.as_ref().and_then(EdgeState::from_attrs));
+        out.push(
+            item.as_ref()
+                .map(|a| tally_core::rows::edge_state(a, p, u))
+                .transpose()?,
+        );
     }
     Ok((out, units))
 }
@@ -250,7 +254,8 @@ pub(super) fn likers(
                 PortError::Other(format!("embedded store: corrupt item {post}/{sk}: {e}"))
             })?;
             sizes.push(summary::item_size(post, sk, &a));
-            let liked = EdgeState::from_attrs(&a).is_some_and(|s| s.liked);
+            let user = &sk[edge::EDGE_PREFIX.len()..];
+            let liked = tally_core::rows::edge_state(&a, post, user)?.liked;
             if liked && page.users.len() < limit {
                 page.users.push(sk[edge::EDGE_PREFIX.len()..].to_owned());
             }

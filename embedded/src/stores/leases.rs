@@ -7,7 +7,7 @@ use tally_core::ports::{
     PortError, PortResult, ReadProgress, ShardInfo, ShardState,
 };
 
-use super::{check_fence, read_state, state_in, write_dead_letter, LEASE_COLUMNS};
+use super::{check_fence, read_row, state_in, states_of, write_dead_letter, LEASE_COLUMNS};
 use crate::{sql_err, Embedded};
 
 /// Where an application's lease tombstones are kept: rows under their own application name, so
@@ -28,11 +28,11 @@ impl LeaseReader for Embedded {
                 ))
                 .map_err(sql_err)?;
             let rows = st
-                .query_map([&app], read_state)
+                .query_map([&app], read_row)
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            Ok(rows)
+            states_of(rows)
         })
         .await
     }

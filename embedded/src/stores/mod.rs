@@ -9,11 +9,8 @@
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::cost::Purpose;
 use tally_core::dead_letter::DeadLetter;
-use tally_core::lease::Lease;
-use tally_core::ports::{
-    Fence, Pending, PortError, PortResult, ReadProgress, ShardState, ShardTally,
-};
-use tally_core::{Position, SeqNo};
+use tally_core::ports::{Fence, PortError, PortResult, ShardState, ShardTally};
+use tally_core::rows::{Field, Row};
 
 use crate::sql_err;
 
@@ -37,70 +34,53 @@ pub(crate) fn spent_json(sp: &ShardTally) -> String {
     serde_json::Value::Object(o).to_string()
 }
 
-fn spent_from(json: Option<String>) -> ShardTally {
-    let v: serde_json::Value = json
-        .and_then(|j| serde_json::from_str(&j).ok())
-        .unwrap_or_default();
-    let mut sp = ShardTally {
-        counted: v["counted"].as_u64().unwrap_or(0),
-        latest_created_ms: v["latest_created_ms"].as_i64().unwrap_or(0),
-        ..ShardTally::default()
-    };
-    for p in Purpose::ALL {
-        sp.units.add(p, v[p.name()].as_u64().unwrap_or(0));
+/// A lease row's columns as a stored row (`tally_core::rows`), each as SQLite holds it (a null
+/// is absent).
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    use rusqlite::types::ValueRef;
+    let mut row = Row::new();
+    for (i, name) in LEASE_COLUMNS.split(", ").enumerate() {
+        let f = match r.get_ref(i)? {
+            ValueRef::Null => continue,
+            ValueRef::Integer(n) => Field::N(n),
+            ValueRef::Text(t) => Field::S(String::from_utf8_lossy(t).into_owned()),
+            ValueRef::Real(x) => Field::Other(format!("the real {x}")),
+            ValueRef::Blob(b) => Field::Other(format!("a blob of {} bytes", b.len())),
+        };
+        row.insert(name.to_owned(), f);
     }
-    sp
+    Ok(row)
 }
 
-fn read_state(r: &rusqlite::Row<'_>) -> rusqlite::Result<ShardState> {
-    let checkpoint: Option<String> = r.get(5)?;
-    let parents: String = r.get(7)?;
-    let pending_end: Option<String> = r.get(9)?;
-    Ok(ShardState {
-        lease: Lease {
-            app: r.get(0)?,
-            shard_id: r.get(1)?,
-            owner: r.get(2)?,
-            epoch: r.get::<_, i64>(3)? as u64,
-            expires_ms: r.get(4)?,
-            checkpoint: checkpoint.as_deref().and_then(Position::parse),
-            finished: r.get::<_, i64>(6)? != 0,
-            parents: serde_json::from_str(&parents).unwrap_or_default(),
-            max_arrival: r.get(8)?,
-        },
-        pending: match pending_end.as_deref().and_then(Position::parse) {
-            Some(end) => Some(Pending {
-                end,
-                first: r
-                    .get::<_, Option<String>>(12)?
-                    .as_deref()
-                    .and_then(SeqNo::parse),
-                horizon_ms: r.get(10)?,
-                skew_ms: r.get(16)?,
-            }),
-            None => None,
-        },
-        spent: spent_from(r.get(11)?),
-        progress: match (r.get::<_, Option<i64>>(13)?, r.get::<_, Option<i64>>(14)?) {
-            (Some(behind_ms), Some(at_ms)) => Some(ReadProgress { at_ms, behind_ms }),
-            _ => None,
-        },
-        holder_addr: r.get(15)?,
-    })
+/// A lease row, decoded by the one codec both stores use (`tally_core::rows::shard_state`): a
+/// corrupt column is an error naming the row, never a default.
+fn state_of(row: &Row) -> PortResult<ShardState> {
+    let text = |k: &str| match row.get(k) {
+        Some(Field::S(s)) => s.as_str(),
+        _ => "",
+    };
+    let name = format!("leases {}/{}", text("app"), text("shard_id"));
+    tally_core::rows::shard_state(row, &name)
+}
+
+/// The rows of a query of lease columns, decoded.
+fn states_of(rows: Vec<Row>) -> PortResult<Vec<ShardState>> {
+    rows.iter().map(state_of).collect()
 }
 
 fn state_in(c: &Connection, app: &str, shard_id: &str) -> PortResult<ShardState> {
     c.query_row(
         &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 AND shard_id = ?2"),
         params![app, shard_id],
-        read_state,
+        read_row,
     )
     .optional()
     .map_err(sql_err)?
+    .map(|row| state_of(&row))
     .ok_or_else(|| PortError::NotFound {
         what: format!("lease {app}/{shard_id}"),
         hint: String::new(),
-    })
+    })?
 }
 
 /// Checks the fence inside a write transaction.

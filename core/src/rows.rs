@@ -1,0 +1,272 @@
+//! Stored rows read back, one codec each for both backends: an adapter hands over what it read
+//! as a [`Row`] — its attributes or columns as they are, nothing decoded — and the row is decoded
+//! here, **strictly**: a field that is absent takes its documented default (a row written before
+//! the field existed), but a field that is there and is not what it should be is an error that
+//! names the item and the field ([`PortError::Corrupt`]), never a default. A corrupt `parents`
+//! read as none would break parents-before-children; a corrupt `max_arrival` read as the start of
+//! time would clean up dedup records still needed.
+
+use std::collections::BTreeMap;
+
+use crate::cost::Purpose;
+use crate::edge::EdgeState;
+use crate::lease::Lease;
+use crate::ports::{Pending, PortError, PortResult, ReadProgress, ShardState, ShardTally};
+use crate::seq::{Position, SeqNo};
+
+/// One stored value, as the backend holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// A number (DynamoDB `N`, SQLite `INTEGER`).
+    N(i64),
+    /// A string (`S`, `TEXT`).
+    S(String),
+    /// A boolean (`BOOL`).
+    B(bool),
+    /// A list of strings (`L` of `S`).
+    L(Vec<String>),
+    /// Something no field of tally's is (another DynamoDB type, a number that is no `i64`, a
+    /// blob): what it was, for the error.
+    Other(String),
+}
+
+/// A stored row: its fields by name (an absent or null one is not in it).
+pub type Row = BTreeMap<String, Field>;
+
+/// Reads fields of one row, naming the row in every error.
+struct Fields<'a> {
+    row: &'a Row,
+    item: &'a str,
+}
+
+impl<'a> Fields<'a> {
+    fn corrupt(&self, field: &str, detail: String) -> PortError {
+        PortError::Corrupt {
+            item: self.item.to_owned(),
+            detail: format!("`{field}` {detail}"),
+        }
+    }
+
+    fn num(&self, field: &str) -> PortResult<Option<i64>> {
+        match self.row.get(field) {
+            None => Ok(None),
+            Some(Field::N(n)) => Ok(Some(*n)),
+            Some(other) => Err(self.corrupt(field, format!("is not a number: {other:?}"))),
+        }
+    }
+
+    fn text(&self, field: &str) -> PortResult<Option<&'a str>> {
+        match self.row.get(field) {
+            None => Ok(None),
+            Some(Field::S(s)) => Ok(Some(s.as_str())),
+            Some(other) => Err(self.corrupt(field, format!("is not a string: {other:?}"))),
+        }
+    }
+
+    fn required_text(&self, field: &str) -> PortResult<&'a str> {
+        self.text(field)?
+            .ok_or_else(|| self.corrupt(field, "is missing".into()))
+    }
+
+    fn position(&self, field: &str) -> PortResult<Option<Position>> {
+        self.text(field)?
+            .map(|s| {
+                Position::parse(s)
+                    .ok_or_else(|| self.corrupt(field, format!("is not a position: `{s}`")))
+            })
+            .transpose()
+    }
+
+    fn flag(&self, field: &str) -> PortResult<bool> {
+        match self.row.get(field) {
+            None => Ok(false),
+            Some(Field::B(b)) => Ok(*b),
+            Some(Field::N(0)) => Ok(false),
+            Some(Field::N(1)) => Ok(true),
+            Some(other) => Err(self.corrupt(field, format!("is not a flag: {other:?}"))),
+        }
+    }
+
+    /// A list of strings: a list, or (the embedded store's column) a JSON array of strings.
+    fn list(&self, field: &str) -> PortResult<Vec<String>> {
+        match self.row.get(field) {
+            None => Ok(Vec::new()),
+            Some(Field::L(l)) => Ok(l.clone()),
+            Some(Field::S(s)) => serde_json::from_str(s)
+                .map_err(|e| self.corrupt(field, format!("is not a list of strings: `{s}`: {e}"))),
+            Some(other) => Err(self.corrupt(field, format!("is not a list: {other:?}"))),
+        }
+    }
+}
+
+/// A lease row, decoded: the shard's lease, its pending window, what the counter spent on it and
+/// its holder's progress. `item` names the row in errors (`leases counter/shardId-…`).
+pub fn shard_state(row: &Row, item: &str) -> PortResult<ShardState> {
+    let f = Fields { row, item };
+    let epoch = f.num("epoch")?.unwrap_or(0);
+    let lease = Lease {
+        app: f.required_text("app")?.to_owned(),
+        shard_id: f.required_text("shard_id")?.to_owned(),
+        owner: f.text("owner")?.map(str::to_owned),
+        epoch: u64::try_from(epoch)
+            .map_err(|_| f.corrupt("epoch", format!("is negative: {epoch}")))?,
+        expires_ms: f.num("expires_ms")?.unwrap_or(0),
+        checkpoint: f.position("checkpoint")?,
+        finished: f.flag("finished")?,
+        parents: f.list("parents")?,
+        max_arrival: f.num("max_arrival")?.unwrap_or(i64::MIN),
+    };
+    let pending = match f.position("pending_end")? {
+        None => None,
+        Some(end) => Some(Pending {
+            end,
+            first: f
+                .text("pending_first")?
+                .map(|s| {
+                    SeqNo::parse(s).ok_or_else(|| {
+                        f.corrupt("pending_first", format!("is not a sequence number: `{s}`"))
+                    })
+                })
+                .transpose()?,
+            horizon_ms: f.num("pending_horizon_ms")?,
+            skew_ms: f.num("pending_skew_ms")?,
+        }),
+    };
+    let progress = match (f.num("behind_ms")?, f.num("behind_at_ms")?) {
+        (Some(behind_ms), Some(at_ms)) => Some(ReadProgress { at_ms, behind_ms }),
+        _ => None,
+    };
+    Ok(ShardState {
+        lease,
+        pending,
+        spent: spent(&f)?,
+        progress,
+        holder_addr: f.text("holder_addr")?.map(str::to_owned),
+    })
+}
+
+/// What the counter spent on the shard: the embedded store's `spent` (a JSON object of write
+/// units by purpose name, `counted`, `latest_created_ms`), or DynamoDB's fields (`wu_<purpose>`,
+/// `counted`, `latest_created`).
+fn spent(f: &Fields<'_>) -> PortResult<ShardTally> {
+    let count = |field: &str, n: i64| {
+        u64::try_from(n).map_err(|_| f.corrupt(field, format!("is negative: {n}")))
+    };
+    let mut sp = ShardTally::default();
+    if let Some(json) = f.text("spent")? {
+        let v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json)
+            .map_err(|e| f.corrupt("spent", format!("is not a JSON object: {e}")))?;
+        let get = |k: &str| -> PortResult<Option<i64>> {
+            match v.get(k) {
+                None => Ok(None),
+                Some(x) => x
+                    .as_i64()
+                    .map(Some)
+                    .ok_or_else(|| f.corrupt("spent", format!("`{k}` is not a number: {x}"))),
+            }
+        };
+        sp.counted = count("spent", get("counted")?.unwrap_or(0))?;
+        sp.latest_created_ms = get("latest_created_ms")?.unwrap_or(0);
+        for p in Purpose::ALL {
+            sp.units
+                .add(p, count("spent", get(p.name())?.unwrap_or(0))?);
+        }
+        return Ok(sp);
+    }
+    sp.counted = count("counted", f.num("counted")?.unwrap_or(0))?;
+    sp.latest_created_ms = f.num("latest_created")?.unwrap_or(0);
+    for p in Purpose::ALL {
+        let field = format!("wu_{}", p.name());
+        sp.units.add(p, count(&field, f.num(&field)?.unwrap_or(0))?);
+    }
+    Ok(sp)
+}
+
+/// An edge item (`pk` the post, `sk` the user's `E#…`), decoded: an item that is not an edge as
+/// tally writes it (`crate::edge::EdgeState::from_attrs`) is an error naming it, never "absent"
+/// or "not liked".
+pub fn edge_state(a: &crate::item::Attrs, post: &str, user: &str) -> PortResult<EdgeState> {
+    EdgeState::from_attrs(a).ok_or_else(|| PortError::Corrupt {
+        item: format!("{post}/{}", crate::edge::edge_sk(user)),
+        detail: "is not an edge (its state, time, event or writes are missing or mistyped)".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(fields: &[(&str, Field)]) -> Row {
+        fields
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    fn base() -> Vec<(&'static str, Field)> {
+        vec![
+            ("app", Field::S("counter".into())),
+            ("shard_id", Field::S("s0".into())),
+        ]
+    }
+
+    #[test]
+    fn a_fresh_row_takes_the_defaults() {
+        let st = shard_state(&row(&base()), "leases counter/s0").unwrap();
+        assert_eq!(st.lease.parents, Vec::<String>::new());
+        assert_eq!(st.lease.max_arrival, i64::MIN);
+        assert!(st.pending.is_none() && !st.lease.finished);
+    }
+
+    #[test]
+    fn each_layout_of_a_row_reads_the_same() {
+        let mut dynamo = base();
+        dynamo.extend([
+            ("parents", Field::L(vec!["p0".into()])),
+            ("finished", Field::B(true)),
+            ("counted", Field::N(7)),
+            ("wu_counts", Field::N(3)),
+        ]);
+        let mut sqlite = base();
+        sqlite.extend([
+            ("parents", Field::S(r#"["p0"]"#.into())),
+            ("finished", Field::N(1)),
+            ("spent", Field::S(r#"{"counted":7,"counts":3}"#.into())),
+        ]);
+        let (a, b) = (
+            shard_state(&row(&dynamo), "a").unwrap(),
+            shard_state(&row(&sqlite), "b").unwrap(),
+        );
+        assert_eq!(a.lease, b.lease);
+        assert_eq!(a.spent, b.spent);
+        assert_eq!(a.spent.counted, 7);
+    }
+
+    #[test]
+    fn a_corrupt_field_is_named_never_defaulted() {
+        for (field, bad) in [
+            ("parents", Field::S("not json".into())),
+            ("parents", Field::N(3)),
+            ("max_arrival", Field::S("soon".into())),
+            ("checkpoint", Field::S("x".into())),
+            ("pending_end", Field::S("-1".into())),
+            ("epoch", Field::N(-1)),
+            ("finished", Field::N(2)),
+            ("spent", Field::S("{".into())),
+            ("wu_counts", Field::Other("a binary value".into())),
+        ] {
+            let mut r = base();
+            r.push((field, bad));
+            let e = shard_state(&row(&r), "leases counter/s0").unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("leases counter/s0") && text.contains(&format!("`{field}`")),
+                "{field}: {text}"
+            );
+        }
+        let e = shard_state(&Row::new(), "leases x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`app` is missing"), "{e}");
+    }
+}
