@@ -126,7 +126,7 @@ impl Applier {
             horizon_ms: decided.horizon_ms,
         };
         let done = with_backoff(
-            &self.cfg.backoff,
+            &self.ctx.backoff,
             "write a window's dead letters and dedup record",
             || self.store.apply_rest(at, rest),
         )
@@ -199,7 +199,7 @@ impl Applier {
             Fenced::Finish => "move the checkpoint past a window",
         };
         // The lease row is one unit, whether the write takes effect or is refused.
-        match with_backoff(&self.cfg.backoff, what, &call).await {
+        match with_backoff(&self.ctx.backoff, what, &call).await {
             Ok(()) => {
                 spent.written += 1;
                 spent.units.add(Purpose::Checkpoints, 1);
@@ -254,7 +254,7 @@ impl Applier {
                 )
             })
             .collect();
-        self.cfg.emf.emit(
+        self.ctx.emf.emit(
             tally_core::clock::now_ms(),
             &[("App", fence.app.as_str())],
             &[&["App"]],

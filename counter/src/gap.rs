@@ -79,12 +79,12 @@ impl CounterShard {
             finished,
             gap: &gap,
         };
-        with_backoff(&self.cfg.backoff, "record a gap", || {
+        with_backoff(&self.ctx.backoff, "record a gap", || {
             self.store.commit_gap(commit.clone())
         })
         .await?;
         tracing::error!(reason = %gap.reason, "records lost to the stream's retention; recorded as a gap");
-        self.cfg.emf.emit(
+        self.ctx.emf.emit(
             gap.arrival_ms,
             &[("App", fence.app.as_str())],
             &[&["App"]],

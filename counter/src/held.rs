@@ -55,7 +55,7 @@ pub(crate) async fn write(
         horizon_ms: 0,
     };
     let done = with_backoff(
-        &shard.cfg.backoff,
+        &shard.ctx.backoff,
         "write a window's held removals' global total",
         || shard.store.apply_rest(at, rest),
     )
@@ -73,7 +73,7 @@ async fn wait_for_writers(
     waits: &[(String, String)],
     spent: &mut Applied,
 ) -> Result<(), ConsumerError> {
-    let backoff = &shard.cfg.backoff;
+    let backoff = &shard.ctx.backoff;
     let mut todo: Vec<&(String, String)> = waits.iter().collect();
     let mut pause = Duration::from_millis(20);
     let mut looked = 0u32;

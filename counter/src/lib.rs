@@ -60,14 +60,11 @@ pub use claim::ClaimError;
 use gap::{GONE, HEAD_TRIMMED, TIP_READS_FOR_A_GAP, TRIMMED};
 
 /// The counter's settings: the `[counter]` section of the settings (durations in the unit their
-/// key names), and what the binary sets beside it (`#[serde(skip)]`).
+/// key names) — what a user sets, and nothing the process adds ([`CounterContext`]).
 #[serde_with::serde_as]
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CounterConfig {
-    /// Application name (leases and checkpoints).
-    #[serde(skip)]
-    pub app: String,
     /// A window closes after this many records…
     pub window_records: usize,
     /// …or this long after it opened, whichever comes first.
@@ -88,10 +85,6 @@ pub struct CounterConfig {
     pub window_max_time: Duration,
     /// See `window_max_ms`.
     pub window_min_records: usize,
-    /// Whether this worker shows its open windows to the read side (`--http`): what lets a
-    /// window at a low rate stay open up to `window_max_ms`.
-    #[serde(skip)]
-    pub shows_open: bool,
     /// How the counter reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
     pub read_mode: ReadMode,
     /// What a post's count is: its likers (each edge's latest action) or its distinct events.
@@ -111,50 +104,42 @@ pub struct CounterConfig {
     /// Posts whose items one store call writes (the embedded store: one SQLite transaction;
     /// DynamoDB: that many items, a few dozen requests in flight at a time).
     pub posts_per_batch: usize,
+}
+
+/// What the process adds to the counter's settings — none of it a setting: how store calls are
+/// retried, the tests' failpoint, where its metrics go, what the records are. Passed to
+/// [`Counter::open`] beside the [`CounterConfig`].
+#[derive(Clone, Debug, Default)]
+pub struct CounterContext {
     /// Backoff for retryable store errors.
-    #[serde(skip)]
     pub backoff: Backoff,
     /// Test failpoint: abort the process right after this many batches of post writes.
-    #[serde(skip)]
     pub crash_after_batches: Option<u64>,
     /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
-    #[serde(skip)]
     pub emf: tally_consumer::emf::Emf,
     /// What the records are, when not like events (`[input]`: a table's change records).
-    #[serde(skip)]
     pub input: Option<Arc<InputConfig>>,
 }
 
 impl Default for CounterConfig {
-    /// The defaults, for the counter application.
+    /// The defaults.
     fn default() -> Self {
-        CounterConfig::new(tally_core::apps::COUNTER)
-    }
-}
-
-impl CounterConfig {
-    /// Defaults.
-    pub fn new(app: &str) -> CounterConfig {
         CounterConfig {
-            app: app.to_owned(),
             window_records: 5_000,
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
             window_max_time: Duration::from_secs(10),
             window_min_records: 20,
-            shows_open: false,
             read_mode: ReadMode::Polling,
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: CountMode::Likers,
             max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
             posts_per_batch: 1_000,
-            backoff: Backoff::default(),
-            crash_after_batches: None,
-            emf: tally_consumer::emf::Emf::default(),
-            input: None,
         }
     }
+}
 
+impl CounterConfig {
     /// `dedup_horizon_secs` in ms: the horizon windows are built with now.
     pub fn dedup_horizon_ms(&self) -> i64 {
         self.dedup_horizon.as_millis() as i64
@@ -162,14 +147,15 @@ impl CounterConfig {
 
     /// Whether a window holding `records` user records, opened `age_ms` ago, closes on time:
     /// at `window_ms`; at a low rate (fewer than `window_min_records`), when this worker shows
-    /// its open windows, at `window_max_ms` (ARCHITECTURE, "Windows sized by cost").
-    pub fn due(&self, records: usize, age_ms: i64) -> bool {
+    /// its open windows (`shows_open`: the read side sees the likes meanwhile), at
+    /// `window_max_ms` (ARCHITECTURE, "Windows sized by cost").
+    pub fn due(&self, records: usize, age_ms: i64, shows_open: bool) -> bool {
         let (time, max) = (millis(self.window_time), millis(self.window_max_time));
         let age = age_ms.max(0) as u64;
         if age < time {
             return false;
         }
-        !self.shows_open || records >= self.window_min_records || age >= max
+        !shows_open || records >= self.window_min_records || age >= max
     }
 
     /// The `[counter]` section's ranges (keys without the section).
@@ -271,17 +257,22 @@ impl CostMeter {
 pub struct Counter {
     store: Arc<dyn CounterStore>,
     cfg: CounterConfig,
+    ctx: Arc<CounterContext>,
+    /// Whether its shards show their open windows (a board that resolves them: [`Counter::on_board`]).
+    shows_open: bool,
     counting: Arc<dyn Counting>,
     metrics: Arc<CounterMetrics>,
     board: Arc<Board>,
 }
 
 impl Counter {
-    /// A counter on `store`, configured by `cfg`, counting into `metrics`, once it has claimed
-    /// the store for its count mode (`claim`): refused on a store that counts otherwise.
+    /// A counter on `store`, configured by `cfg`, running in `ctx`, counting into `metrics`,
+    /// once it has claimed the store for its count mode (`claim`): refused on a store that
+    /// counts otherwise.
     pub async fn open(
         store: Arc<dyn CounterStore>,
         cfg: CounterConfig,
+        ctx: CounterContext,
         metrics: Arc<CounterMetrics>,
     ) -> Result<Counter, ClaimError> {
         let counting = counting::chosen(&cfg);
@@ -289,6 +280,8 @@ impl Counter {
         Ok(Counter {
             store,
             cfg,
+            ctx: Arc::new(ctx),
+            shows_open: false,
             counting,
             metrics,
             board: Arc::default(),
@@ -298,7 +291,7 @@ impl Counter {
     /// Shows the held shards' open windows on `board` (what the worker's `--http` serves).
     /// Counting likers, only a board that resolves them shows them (`Board::resolving`).
     pub fn on_board(mut self, board: Arc<Board>) -> Counter {
-        self.cfg.shows_open = self.counting.shows_open(&board);
+        self.shows_open = self.counting.shows_open(&board);
         self.board = board;
         self
     }
@@ -309,6 +302,8 @@ impl ProcessorFactory for Counter {
         Box::new(CounterShard {
             store: self.store.clone(),
             cfg: self.cfg.clone(),
+            ctx: self.ctx.clone(),
+            shows_open: self.shows_open,
             counting: self.counting.clone(),
             metrics: self.metrics.clone(),
             shard_id: shard_id.to_owned(),
@@ -330,6 +325,9 @@ impl ProcessorFactory for Counter {
 pub struct CounterShard {
     store: Arc<dyn CounterStore>,
     cfg: CounterConfig,
+    ctx: Arc<CounterContext>,
+    /// Whether its open windows are shown (see [`CounterConfig::due`]).
+    shows_open: bool,
     /// How it counts, chosen when the counter was built.
     counting: Arc<dyn Counting>,
     metrics: Arc<CounterMetrics>,
@@ -371,6 +369,7 @@ impl CounterShard {
         Ok(writes::ShardWrites {
             store: self.store.clone(),
             cfg: self.cfg.clone(),
+            ctx: self.ctx.clone(),
             metrics: self.metrics.clone(),
             windows: self.windows.clone(),
             fence: self.fence()?.clone(),
@@ -517,7 +516,7 @@ impl Windows for CounterShard {
         }
         let window = w.open.get_or_insert_with(|| {
             let mut w = WindowBuilder::new(self.checkpoint.clone(), now_ms);
-            if let Some(input) = &self.cfg.input {
+            if let Some(input) = &self.ctx.input {
                 w = w.input(input.clone());
             }
             self.counting.fold(w, self.replay.as_ref())
@@ -612,10 +611,10 @@ impl ShardProcessor for CounterShard {
 
     async fn tick(&mut self, now_ms: i64) -> Result<(), ConsumerError> {
         self.settle_if_done().await?;
-        let due = board::lock(&self.windows)
-            .open
-            .as_ref()
-            .is_some_and(|w| self.cfg.due(w.len(), now_ms - w.opened_at_ms()));
+        let due = board::lock(&self.windows).open.as_ref().is_some_and(|w| {
+            self.cfg
+                .due(w.len(), now_ms - w.opened_at_ms(), self.shows_open)
+        });
         if due && self.replay.is_none() {
             self.close_and_apply(false).await?;
         }

@@ -27,7 +27,7 @@ impl CounterShard {
             fence,
             &self.dedup,
             horizon_ms,
-            &self.cfg.backoff,
+            &self.ctx.backoff,
         )
         .await
     }

@@ -13,12 +13,13 @@ use tally_core::ports::{Applied, CounterStore, Fence, PortError, PortResult, Win
 use tally_core::window::ClosedWindow;
 
 use crate::board::ShardWindows;
-use crate::{CounterConfig, CounterMetrics};
+use crate::{CounterConfig, CounterContext, CounterMetrics};
 
 /// A held shard's writes: what they are made with.
 pub(crate) struct ShardWrites {
     pub(crate) store: Arc<dyn CounterStore>,
     pub(crate) cfg: CounterConfig,
+    pub(crate) ctx: Arc<CounterContext>,
     pub(crate) metrics: Arc<CounterMetrics>,
     pub(crate) windows: Arc<Mutex<ShardWindows>>,
     pub(crate) fence: Fence,
@@ -30,7 +31,7 @@ impl ShardWrites {
     /// once that many are done (`what`: the writes they were, for its message).
     pub(crate) fn failpoint(&self, what: &str) {
         let batches = self.metrics.batches.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.cfg.crash_after_batches.is_some_and(|n| batches >= n) {
+        if self.ctx.crash_after_batches.is_some_and(|n| batches >= n) {
             eprintln!("failpoint: aborting after {batches} batches of {what}");
             std::process::abort();
         }
@@ -42,7 +43,7 @@ impl ShardWrites {
         at: WindowRef<'_>,
         batch: &[(String, tally_core::buckets::PostDelta)],
     ) -> PortResult<Applied> {
-        let mut sending = Resend::new(&self.cfg.backoff, "write a window's summary items", batch);
+        let mut sending = Resend::new(&self.ctx.backoff, "write a window's summary items", batch);
         let mut spent = Applied::default();
         loop {
             let sent = self

@@ -15,7 +15,7 @@ use tally_consumer::worker::ProcessorFactory;
 use tally_core::ports::{CountReader, LeaseReader, PutEntry, Stream};
 use tally_core::summary::marker;
 use tally_counter::board::{Board, ShardOpen};
-use tally_counter::{Counter, CounterConfig, CounterMetrics};
+use tally_counter::{Counter, CounterConfig, CounterContext, CounterMetrics};
 use tally_embedded::Embedded;
 
 const M0: i64 = 1_796_000_000_000 / 60_000 * 60_000;
@@ -62,20 +62,32 @@ async fn one_shard() -> (
 async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     let (_dir, store, fence, lease) = one_shard().await;
     let shard = SHARD;
-    let mut cfg = CounterConfig::new("counter");
-    cfg.window_time = Duration::from_secs(600);
+    let cfg = CounterConfig {
+        window_time: Duration::from_secs(600),
+        ..CounterConfig::default()
+    };
     let resolving = Arc::new(Board::resolving(store.clone()));
     let plain = Arc::new(Board::default());
-    let counter = Counter::open(store.clone(), cfg.clone(), Arc::default())
-        .await
-        .unwrap()
-        .on_board(resolving.clone());
+    let counter = Counter::open(
+        store.clone(),
+        cfg.clone(),
+        CounterContext::default(),
+        Arc::default(),
+    )
+    .await
+    .unwrap()
+    .on_board(resolving.clone());
     let mut p = counter.create(shard);
     // The same records on a board that cannot resolve: the open window is left out.
-    let unresolved = Counter::open(store.clone(), cfg, Arc::new(CounterMetrics::default()))
-        .await
-        .unwrap()
-        .on_board(plain.clone());
+    let unresolved = Counter::open(
+        store.clone(),
+        cfg,
+        CounterContext::default(),
+        Arc::new(CounterMetrics::default()),
+    )
+    .await
+    .unwrap()
+    .on_board(plain.clone());
     let mut q = unresolved.create(shard);
     q.start(&fence, &lease).await.unwrap();
     p.start(&fence, &lease).await.unwrap();
@@ -151,22 +163,24 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
 
 #[test]
 fn a_window_at_a_low_rate_stays_open_only_where_its_likes_are_shown() {
-    let mut cfg = CounterConfig::new("counter");
-    cfg.window_time = Duration::from_secs(1);
-    cfg.window_max_time = Duration::from_secs(10);
-    cfg.window_min_records = 20;
+    let mut cfg = CounterConfig {
+        window_time: Duration::from_secs(1),
+        window_max_time: Duration::from_secs(10),
+        window_min_records: 20,
+        ..CounterConfig::default()
+    };
     // Not shown: every window closes at window_ms.
-    assert!(!cfg.due(1, 999));
-    assert!(cfg.due(1, 1_000));
-    cfg.shows_open = true;
-    assert!(!cfg.due(19, 1_000), "few records: it stays open");
-    assert!(!cfg.due(19, 9_999));
-    assert!(cfg.due(19, 10_000), "…up to window_max_ms");
-    assert!(cfg.due(20, 1_000), "enough records: on time");
-    assert!(!cfg.due(500, 999));
+    assert!(!cfg.due(1, 999, false));
+    assert!(cfg.due(1, 1_000, false));
+    // Shown:
+    assert!(!cfg.due(19, 1_000, true), "few records: it stays open");
+    assert!(!cfg.due(19, 9_999, true));
+    assert!(cfg.due(19, 10_000, true), "…up to window_max_ms");
+    assert!(cfg.due(20, 1_000, true), "enough records: on time");
+    assert!(!cfg.due(500, 999, true));
     // A window_max_ms at or below window_ms changes nothing.
     cfg.window_max_time = Duration::from_millis(500);
-    assert!(cfg.due(1, 1_000));
+    assert!(cfg.due(1, 1_000, true));
 }
 
 /// A closed window whose edge writes are under way is shown as its write will count it — not
@@ -177,15 +191,22 @@ fn a_window_at_a_low_rate_stays_open_only_where_its_likes_are_shown() {
 async fn a_window_being_written_is_shown_until_it_is_counted() {
     let (_dir, store, fence, lease) = one_shard().await;
     let shard = SHARD;
-    let mut cfg = CounterConfig::new("counter");
-    cfg.window_time = Duration::from_secs(600);
-    // One edge, then one post, per store call: the writes take long enough to be asked about.
-    cfg.posts_per_batch = 1;
+    let cfg = CounterConfig {
+        window_time: Duration::from_secs(600),
+        // One edge, then one post, per store call: the writes take long enough to be asked about.
+        posts_per_batch: 1,
+        ..CounterConfig::default()
+    };
     let board = Arc::new(Board::resolving(store.clone()));
-    let counter = Counter::open(store.clone(), cfg, Arc::default())
-        .await
-        .unwrap()
-        .on_board(board.clone());
+    let counter = Counter::open(
+        store.clone(),
+        cfg,
+        CounterContext::default(),
+        Arc::default(),
+    )
+    .await
+    .unwrap()
+    .on_board(board.clone());
     let mut p = counter.create(shard);
     p.start(&fence, &lease).await.unwrap();
     let mut reader = store

@@ -16,7 +16,7 @@ use tally_core::ports::{
     StartPosition, Stream, WindowRef, WindowWriter,
 };
 use tally_core::{Position, SeqNo};
-use tally_counter::{Counter, CounterConfig, CounterMetrics};
+use tally_counter::{Counter, CounterConfig, CounterContext, CounterMetrics};
 use tally_embedded::Embedded;
 
 const CREATED: i64 = 1_796_000_000_000;
@@ -68,11 +68,18 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
     store.apply_posts(at, &[("pA".into(), pa)]).await.unwrap();
 
     // The next owner reads from the checkpoint; the stream has lost the first four records.
-    let mut cfg = CounterConfig::new("counter");
-    cfg.window_records = 20;
-    let counter = Counter::open(store.clone(), cfg, Arc::new(CounterMetrics::default()))
-        .await
-        .unwrap();
+    let cfg = CounterConfig {
+        window_records: 20,
+        ..CounterConfig::default()
+    };
+    let counter = Counter::open(
+        store.clone(),
+        cfg,
+        CounterContext::default(),
+        Arc::new(CounterMetrics::default()),
+    )
+    .await
+    .unwrap();
     let fence = store
         .take_lease("counter", shard, fence.epoch, "w2", i64::MAX / 2)
         .await

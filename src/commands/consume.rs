@@ -80,6 +80,7 @@ pub async fn run_counter_with(
     let mut factory = Counter::open(
         backend.counter.clone(),
         settings.counter_config(),
+        settings.counter_context(),
         metrics.clone(),
     )
     .await?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tally_analytics::AnalyticsConfig;
 use tally_consumer::worker::{default_worker_id, WorkerConfig};
 use tally_core::apps;
-use tally_counter::CounterConfig;
+use tally_counter::{CounterConfig, CounterContext};
 use tally_producer::generate::GenConfig;
 
 use super::Settings;
@@ -36,17 +36,22 @@ impl Settings {
         w
     }
 
-    /// The counter: the `[counter]` section, with the tests' failpoint and the metrics.
+    /// The counter's settings: the `[counter]` section.
     pub fn counter_config(&self) -> CounterConfig {
-        let mut c = self.counter.clone();
-        c.app = apps::COUNTER.to_owned();
-        c.crash_after_batches = std::env::var(crate::settings::FAILPOINT_VAR)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|n| *n > 0);
-        c.emf = self.emf();
-        c.input = self.input_config();
-        c
+        self.counter.clone()
+    }
+
+    /// What the process adds to them: the tests' failpoint, the metrics, what the records are.
+    pub fn counter_context(&self) -> CounterContext {
+        CounterContext {
+            crash_after_batches: std::env::var(crate::settings::FAILPOINT_VAR)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|n| *n > 0),
+            emf: self.emf(),
+            input: self.input_config(),
+            ..CounterContext::default()
+        }
     }
 
     /// Analytics: the `[analytics]` section, with the counter's horizon and count mode.

@@ -98,7 +98,7 @@ impl Counting for Likers {
             .map(|e| (e.post_id.clone(), e.user_id.clone()))
             .collect();
         let recorded = with_backoff(
-            &shard.cfg.backoff,
+            &shard.ctx.backoff,
             "record which edges a window writes",
             || shard.store.record_window_edges(at, &pairs),
         )
@@ -142,10 +142,10 @@ async fn apply_edges(
     replaying: bool,
     spent: &mut Applied,
 ) -> PortResult<Vec<Transition>> {
-    let cfg = &shard.cfg;
+    let (cfg, ctx) = (&shard.cfg, &shard.ctx);
     let mut transitions = Vec::new();
     for batch in edges.chunks(cfg.posts_per_batch.max(1)) {
-        let mut sending = Resend::new(&cfg.backoff, "write a window's edges", batch);
+        let mut sending = Resend::new(&ctx.backoff, "write a window's edges", batch);
         loop {
             let sent = shard
                 .store
@@ -198,7 +198,7 @@ async fn count_written_edges(
         end,
         held: false,
     };
-    let backoff = &shard.cfg.backoff;
+    let backoff = &shard.ctx.backoff;
     let Some(pairs) = with_backoff(backoff, "read a window's edge record", || {
         shard.store.window_edges(at)
     })
