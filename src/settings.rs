@@ -96,7 +96,9 @@ pub struct MetricsSettings {
 impl Default for MetricsSettings {
     fn default() -> Self {
         MetricsSettings {
-            interval_ms: tally_core::config::millis(WorkerConfig::default().stats_interval),
+            interval_ms: tally_core::config::millis(
+                tally_consumer::worker::WorkerContext::new("").stats_interval,
+            ),
             emf: false,
             namespace: "tally".into(),
         }

@@ -57,14 +57,11 @@ pub mod metric {
 }
 
 /// The analytics settings: the `[analytics]` section of the settings (durations in the unit
-/// their key names), and what the binary sets beside it (`#[serde(skip)]`).
+/// their key names) — what a user sets there, and nothing else ([`AnalyticsContext`]).
 #[serde_with::serde_as]
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AnalyticsConfig {
-    /// Application name (leases and checkpoints).
-    #[serde(skip)]
-    pub app: String,
     /// Posts kept by each shard's sketch: memory is bounded by this, not by distinct posts.
     pub sketch_capacity: usize,
     /// Half-life of the decayed like rate.
@@ -80,45 +77,53 @@ pub struct AnalyticsConfig {
     pub window_time: Duration,
     /// How analytics reads Kinesis: `polling` (GetRecords) or `efo` (enhanced fan-out).
     pub read_mode: ReadMode,
+}
+
+/// What analytics runs with beside its settings — none of it an `[analytics]` setting: its
+/// application name, where its metrics go, and what it takes from the counter's settings (the
+/// dedup horizon, the count mode) and the input's. Passed to [`Analytics::new`].
+#[derive(Clone, Debug)]
+pub struct AnalyticsContext {
+    /// Application name (leases and checkpoints).
+    pub app: String,
     /// Each stored window's latency percentiles as CloudWatch embedded metric format, when on.
-    #[serde(skip)]
     pub emf: Emf,
     /// A retry of an event is recognised for this long after the event arrived (the counter's).
-    #[serde(skip)]
     pub dedup_horizon: Duration,
     /// What the counter counts: counting likers, a user's likes of a post are one like within
     /// the horizon.
-    #[serde(skip)]
     pub count: tally_core::edge::CountMode,
     /// What the records are, when not like events (`[input]`: a table's change records).
-    #[serde(skip)]
     pub input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
 }
 
-impl Default for AnalyticsConfig {
-    /// The defaults, for the analytics application.
+impl Default for AnalyticsContext {
+    /// The analytics application's, with the counter's defaults.
     fn default() -> Self {
-        AnalyticsConfig::new(tally_core::apps::ANALYTICS)
-    }
-}
-
-impl AnalyticsConfig {
-    /// Defaults.
-    pub fn new(app: &str) -> AnalyticsConfig {
-        AnalyticsConfig {
-            app: app.to_owned(),
-            sketch_capacity: 200,
-            half_life: Duration::from_secs(300),
-            window_records: 20_000,
-            window_time: Duration::from_secs(5),
-            read_mode: ReadMode::Polling,
+        AnalyticsContext {
+            app: tally_core::apps::ANALYTICS.to_owned(),
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: tally_core::edge::CountMode::Likers,
             input: None,
         }
     }
+}
 
+impl Default for AnalyticsConfig {
+    /// The defaults.
+    fn default() -> Self {
+        AnalyticsConfig {
+            sketch_capacity: 200,
+            half_life: Duration::from_secs(300),
+            window_records: 20_000,
+            window_time: Duration::from_secs(5),
+            read_mode: ReadMode::Polling,
+        }
+    }
+}
+
+impl AnalyticsConfig {
     /// The `[analytics]` section's ranges (keys without the section).
     pub fn validate(&self) -> Result<(), Invalid> {
         // The sketch is stored as one DynamoDB item (≤ 400 KB) per shard.
@@ -150,19 +155,22 @@ pub struct AnalyticsMetrics {
 pub struct Analytics {
     store: Arc<dyn AnalyticsStore>,
     cfg: AnalyticsConfig,
+    ctx: Arc<AnalyticsContext>,
     metrics: Arc<AnalyticsMetrics>,
 }
 
 impl Analytics {
-    /// Analytics on `store`, configured by `cfg`, counting into `metrics`.
+    /// Analytics on `store`, configured by `cfg`, running in `ctx`, counting into `metrics`.
     pub fn new(
         store: Arc<dyn AnalyticsStore>,
         cfg: AnalyticsConfig,
+        ctx: AnalyticsContext,
         metrics: Arc<AnalyticsMetrics>,
     ) -> Analytics {
         Analytics {
             store,
             cfg,
+            ctx: Arc::new(ctx),
             metrics,
         }
     }
@@ -173,6 +181,7 @@ impl ProcessorFactory for Analytics {
         Box::new(AnalyticsShard {
             store: self.store.clone(),
             cfg: self.cfg.clone(),
+            ctx: self.ctx.clone(),
             metrics: self.metrics.clone(),
             shard_id: shard_id.to_owned(),
             fence: None,
@@ -181,13 +190,13 @@ impl ProcessorFactory for Analytics {
                     self.cfg.sketch_capacity,
                     self.cfg.half_life.as_millis() as i64,
                     ALL_TIME,
-                    self.cfg.dedup_horizon.as_millis() as i64,
+                    self.ctx.dedup_horizon.as_millis() as i64,
                 );
-                let f = match &self.cfg.input {
+                let f = match &self.ctx.input {
                     Some(input) => f.input(input.clone()),
                     None => f,
                 };
-                match self.cfg.count {
+                match self.ctx.count {
                     tally_core::edge::CountMode::Likers => f.likers(),
                     tally_core::edge::CountMode::Events => f,
                 }
@@ -203,6 +212,7 @@ impl ProcessorFactory for Analytics {
 pub struct AnalyticsShard {
     store: Arc<dyn AnalyticsStore>,
     cfg: AnalyticsConfig,
+    ctx: Arc<AnalyticsContext>,
     metrics: Arc<AnalyticsMetrics>,
     shard_id: String,
     fence: Option<Fence>,
@@ -224,9 +234,9 @@ impl AnalyticsShard {
         if creation.count == 0 {
             return;
         }
-        self.cfg.emf.emit(
+        self.ctx.emf.emit(
             at_ms,
-            &[("App", self.cfg.app.as_str()), ("ShardId", &self.shard_id)],
+            &[("App", self.ctx.app.as_str()), ("ShardId", &self.shard_id)],
             &[&["App"]],
             &[
                 (
@@ -335,7 +345,7 @@ impl ShardProcessor for AnalyticsShard {
             self.store.as_ref(),
             fence,
             &st.lease,
-            self.cfg.dedup_horizon.as_millis() as i64,
+            self.ctx.dedup_horizon.as_millis() as i64,
         )
         .await?;
         let sketches = self.store.trending_sketches(&fence.app).await?;

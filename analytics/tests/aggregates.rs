@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_analytics::{latency_windows, Analytics, AnalyticsConfig, AnalyticsMetrics};
+use tally_analytics::{
+    latency_windows, Analytics, AnalyticsConfig, AnalyticsContext, AnalyticsMetrics,
+};
 use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_core::kpl::aggregate;
 use tally_core::lease::Lease;
@@ -79,11 +81,18 @@ async fn a_checkpoint_inside_an_aggregate_resumes_at_the_next_user_record() {
     let shards = store.list_shards().await.unwrap();
     store.ensure_leases("analytics", &shards).await.unwrap();
 
-    let mut cfg = AnalyticsConfig::new("analytics");
-    cfg.window_records = 4;
-    cfg.window_time = Duration::from_secs(3_600);
+    let cfg = AnalyticsConfig {
+        window_records: 4,
+        window_time: Duration::from_secs(3_600),
+        ..AnalyticsConfig::default()
+    };
     let metrics = Arc::new(AnalyticsMetrics::default());
-    let factory = Analytics::new(store.clone(), cfg, metrics.clone());
+    let factory = Analytics::new(
+        store.clone(),
+        cfg,
+        AnalyticsContext::default(),
+        metrics.clone(),
+    );
 
     // The first worker folds the first aggregate only: one window of its user records 0..=3
     // is stored, record 4 is in the open window when the worker dies.

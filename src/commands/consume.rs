@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde_json::json;
 use tally_analytics::{Analytics, AnalyticsMetrics};
 use tally_consumer::worker::{
-    self, IdleExit, LeaseMetrics, ProcessorFactory, WorkerConfig, WorkerDeps,
+    self, IdleExit, LeaseMetrics, ProcessorFactory, WorkerContext, WorkerDeps,
 };
 use tally_core::apps;
 use tally_counter::board::Board;
@@ -26,18 +26,26 @@ use crate::settings::Settings;
 async fn run_app(
     settings: &Settings,
     backend: &Backend,
-    cfg: WorkerConfig,
+    ctx: WorkerContext,
     factory: Arc<dyn ProcessorFactory>,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
     leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
     let deps = WorkerDeps {
-        stream: backend.stream_for(settings, &cfg.app).await?,
+        stream: backend.stream_for(settings, &ctx.app).await?,
         leases: backend.leases.clone(),
         factory,
     };
-    worker::run(deps, cfg, idle, leases.clone(), shutdown).await?;
+    worker::run(
+        deps,
+        settings.worker_config(),
+        ctx,
+        idle,
+        leases.clone(),
+        shutdown,
+    )
+    .await?;
     Ok(leases)
 }
 
@@ -84,15 +92,15 @@ pub async fn run_counter_with(
         metrics.clone(),
     )
     .await?;
-    let mut cfg = settings.worker_config(apps::COUNTER);
+    let mut ctx = settings.worker_context(apps::COUNTER);
     if let Some(sh) = shown {
         factory = factory.on_board(sh.board);
-        cfg.advertise = Some(sh.advertise);
+        ctx.advertise = Some(sh.advertise);
     }
     let leases = run_app(
         settings,
         backend,
-        cfg,
+        ctx,
         Arc::new(factory),
         idle,
         shutdown,
@@ -132,12 +140,13 @@ pub async fn run_analytics_with(
     let factory = Analytics::new(
         backend.analytics.clone(),
         settings.analytics_config(),
+        settings.analytics_context(),
         metrics.clone(),
     );
     let leases = run_app(
         settings,
         backend,
-        settings.worker_config(apps::ANALYTICS),
+        settings.worker_context(apps::ANALYTICS),
         Arc::new(factory),
         idle,
         shutdown,
@@ -174,7 +183,7 @@ async fn timed_out_error(
     args: &ConsumeArgs,
 ) -> TimedOut {
     let t = humantime::format_duration(args.timeout.unwrap_or_default());
-    let me = settings.worker_config(app).worker_id;
+    let me = settings.worker_config().worker_id;
     let now = tally_core::clock::now_ms();
     let held: Vec<String> = match backend.leases.list_leases(app).await {
         Ok(ls) => ls
@@ -272,7 +281,7 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
 pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<CounterMetrics>, Arc<LeaseMetrics>) = Default::default();
     let board = Arc::new(Board::resolving(backend.counter.clone()));
-    let owner = settings.worker_config(apps::COUNTER).worker_id;
+    let owner = settings.worker_config().worker_id;
     let (_http, bound) = WorkerHttp::start(
         args.http,
         backend.leases.clone(),

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use tally_analytics::AnalyticsConfig;
-use tally_consumer::worker::{default_worker_id, WorkerConfig};
+use tally_analytics::{AnalyticsConfig, AnalyticsContext};
+use tally_consumer::worker::{default_worker_id, WorkerConfig, WorkerContext};
 use tally_core::apps;
 use tally_counter::{CounterConfig, CounterContext};
 use tally_producer::generate::GenConfig;
@@ -22,18 +22,24 @@ pub const DEMO_DUPLICATE_RATIO: f64 = 0.02;
 pub const DEMO_MALFORMED_RATIO: f64 = 0.001;
 
 impl Settings {
-    /// A worker of `app`: the `[lease]` section, with the application, an identity when none
-    /// is configured, the lineage's horizon (the counter's dedup horizon) and the metrics.
-    pub fn worker_config(&self, app: &str) -> WorkerConfig {
+    /// A worker's settings: the `[lease]` section, with an identity when none is configured.
+    pub fn worker_config(&self) -> WorkerConfig {
         let mut w = self.lease.clone();
-        w.app = app.to_owned();
         if w.worker_id.is_empty() {
             w.worker_id = default_worker_id();
         }
-        w.lineage_horizon = self.counter.dedup_horizon;
-        w.stats_interval = Duration::from_millis(self.metrics.interval_ms);
-        w.emf = self.emf();
         w
+    }
+
+    /// What a worker of `app` runs with beside them: the application, the lineage's horizon
+    /// (the counter's dedup horizon) and the metrics' interval and sink.
+    pub fn worker_context(&self, app: &str) -> WorkerContext {
+        WorkerContext {
+            lineage_horizon: self.counter.dedup_horizon,
+            stats_interval: Duration::from_millis(self.metrics.interval_ms),
+            emf: self.emf(),
+            ..WorkerContext::new(app)
+        }
     }
 
     /// The counter's settings: the `[counter]` section.
@@ -54,15 +60,21 @@ impl Settings {
         }
     }
 
-    /// Analytics: the `[analytics]` section, with the counter's horizon and count mode.
+    /// Analytics' settings: the `[analytics]` section.
     pub fn analytics_config(&self) -> AnalyticsConfig {
-        let mut a = self.analytics.clone();
-        a.app = apps::ANALYTICS.to_owned();
-        a.emf = self.emf();
-        a.dedup_horizon = self.counter.dedup_horizon;
-        a.count = self.counter.count;
-        a.input = self.input_config();
-        a
+        self.analytics.clone()
+    }
+
+    /// What analytics runs with beside them: its application, the metrics, and the counter's
+    /// horizon and count mode and the input's format.
+    pub fn analytics_context(&self) -> AnalyticsContext {
+        AnalyticsContext {
+            app: apps::ANALYTICS.to_owned(),
+            emf: self.emf(),
+            dedup_horizon: self.counter.dedup_horizon,
+            count: self.counter.count,
+            input: self.input_config(),
+        }
     }
 
     /// What the records are, when not like events.

@@ -11,15 +11,12 @@ use super::ProcessorFactory;
 use crate::emf::Emf;
 
 /// A worker's settings: the `[lease]` section of the settings (its keys in milliseconds or
-/// seconds, as their names say), and what the binary sets beside it (`#[serde(skip)]`: the
-/// application, the metrics, where the worker serves its open windows).
+/// seconds, as their names say) — what a user sets, and nothing the process adds
+/// ([`WorkerContext`]).
 #[serde_with::serde_as]
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
-    /// Application name: leases and checkpoints are per application.
-    #[serde(skip)]
-    pub app: String,
     /// A lease not renewed for this long may be taken by another worker.
     #[serde(rename = "duration_ms")]
     #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
@@ -56,39 +53,50 @@ pub struct WorkerConfig {
     /// This worker's identity in lease rows (empty in the settings: the ECS task id, else host
     /// name and pid, [`default_worker_id`]).
     pub worker_id: String,
-    /// …and only once every child's arrival clock is more than this far past the shard's own
-    /// (the dedup horizon): until then a descendant's restart needs the row to find the shard's
-    /// recent dedup records.
-    #[serde(skip)]
+}
+
+/// What a worker runs with beside its settings — none of it a `[lease]` setting: its
+/// application, what it takes from other sections (the lineage's horizon is the counter's dedup
+/// horizon; the metrics' interval and sink), how port calls are retried, and where it serves its
+/// open windows. Passed to [`crate::worker::run`] beside the [`WorkerConfig`].
+#[derive(Clone, Debug)]
+pub struct WorkerContext {
+    /// Application name: leases and checkpoints are per application.
+    pub app: String,
+    /// A finished shard's row is deleted only once every child's arrival clock is more than
+    /// this far past the shard's own (the dedup horizon): until then a descendant's restart
+    /// needs the row to find the shard's recent dedup records.
     pub lineage_horizon: Duration,
     /// Backoff for retryable port errors.
-    #[serde(skip)]
     pub backoff: Backoff,
     /// How often lease and shard metrics are logged (and emitted as EMF): `metrics.interval_ms`.
-    #[serde(skip)]
     pub stats_interval: Duration,
     /// Metrics as CloudWatch embedded metric format lines, when on.
-    #[serde(skip)]
     pub emf: Emf,
     /// Where this worker serves its open windows (`host:port`), reported with each renewal so
     /// that the read side can ask it; `None`: it serves none.
-    #[serde(skip)]
     pub advertise: Option<String>,
 }
 
-impl Default for WorkerConfig {
-    /// The defaults, for no application and an identity chosen at start ([`default_worker_id`]).
-    fn default() -> Self {
-        WorkerConfig::new("", "")
+impl WorkerContext {
+    /// The defaults for an application.
+    pub fn new(app: &str) -> WorkerContext {
+        WorkerContext {
+            app: app.to_owned(),
+            lineage_horizon: tally_core::dedup::DEFAULT_HORIZON,
+            backoff: Backoff::default(),
+            stats_interval: Duration::from_secs(30),
+            emf: Emf::default(),
+            advertise: None,
+        }
     }
 }
 
-impl WorkerConfig {
-    /// Defaults for an application and worker id.
-    pub fn new(app: &str, worker_id: &str) -> WorkerConfig {
+impl Default for WorkerConfig {
+    /// The defaults, with an identity chosen at start ([`default_worker_id`]).
+    fn default() -> Self {
         WorkerConfig {
-            app: app.to_owned(),
-            worker_id: worker_id.to_owned(),
+            worker_id: String::new(),
             lease_duration: Duration::from_secs(10),
             // 17 writes per lease per minute; a lease lapses only after two renewals in a row fail.
             renew_interval: Duration::from_millis(3_500),
@@ -99,14 +107,11 @@ impl WorkerConfig {
             max_leases_per_worker: 0,
             shutdown_timeout: Duration::from_secs(20),
             finished_lease_grace: Duration::from_secs(3_600),
-            lineage_horizon: tally_core::dedup::DEFAULT_HORIZON,
-            backoff: Backoff::default(),
-            stats_interval: Duration::from_secs(30),
-            emf: Emf::default(),
-            advertise: None,
         }
     }
+}
 
+impl WorkerConfig {
     /// The `[lease]` section's ranges (keys without the section).
     pub fn validate(&self) -> Result<(), Invalid> {
         let duration = millis(self.lease_duration);

@@ -66,7 +66,7 @@ impl Worker {
             return false;
         }
         self.metrics.fleet_listings.fetch_add(1, Ordering::Relaxed);
-        match self.deps.leases.fleet(&self.cfg.app, now_ms()).await {
+        match self.deps.leases.fleet(&self.ctx.app, now_ms()).await {
             Ok(members) => {
                 self.hear_asks(&members);
                 let fleet: Vec<String> = members.into_iter().map(|m| m.worker).collect();
@@ -82,7 +82,7 @@ impl Worker {
                 }
                 self.fleet.members = fleet;
             }
-            Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet listing")
+            Err(e) => crate::retry::Retry::new(&self.ctx.backoff, "fleet listing")
                 .note(&e, &mut self.fleet.last_beat_warning),
         }
         true
@@ -105,7 +105,7 @@ impl Worker {
         let expires = now_ms() + self.cfg.lease_duration.as_millis() as i64;
         let leases = &self.deps.leases;
         match leases
-            .heartbeat(&self.cfg.app, &self.cfg.worker_id, expires, &asks)
+            .heartbeat(&self.ctx.app, &self.cfg.worker_id, expires, &asks)
             .await
         {
             Ok(()) => {
@@ -113,7 +113,7 @@ impl Worker {
                 self.metrics.heartbeats.fetch_add(1, Ordering::Relaxed);
                 self.fleet.asks_written = asks;
             }
-            Err(e) => crate::retry::Retry::new(&self.cfg.backoff, "fleet heartbeat")
+            Err(e) => crate::retry::Retry::new(&self.ctx.backoff, "fleet heartbeat")
                 .note(&e, &mut self.fleet.last_beat_warning),
         }
     }
@@ -152,7 +152,7 @@ impl Worker {
     /// renewal).
     pub(super) async fn steal(&mut self, shard_id: &str, epoch: u64, from: String, now: i64) {
         let held = Fence {
-            app: self.cfg.app.clone(),
+            app: self.ctx.app.clone(),
             shard_id: shard_id.to_owned(),
             owner: from,
             epoch,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tally_core::clock::now_ms;
 use tally_core::ports::{ReadProgress, Renewal};
 
-use super::WorkerConfig;
+use super::{WorkerConfig, WorkerContext};
 
 /// A held lease's extension: what a write of its row renews it with, and until when it is held.
 #[derive(Clone)]
@@ -39,6 +39,7 @@ impl LeaseKeeper {
     /// The keeper of a lease just taken, held until `expires_ms`.
     pub(super) fn new(
         cfg: &WorkerConfig,
+        ctx: &WorkerContext,
         expires_ms: i64,
         asked_by: Arc<Mutex<Option<String>>>,
     ) -> LeaseKeeper {
@@ -46,7 +47,7 @@ impl LeaseKeeper {
             inner: Arc::new(Inner {
                 duration_ms: cfg.lease_duration.as_millis() as i64,
                 renew_ms: cfg.renew_interval.as_millis() as i64,
-                advertise: cfg.advertise.clone(),
+                advertise: ctx.advertise.clone(),
                 progress: Mutex::new(None),
                 asked_by,
                 until_ms: AtomicI64::new(expires_ms),

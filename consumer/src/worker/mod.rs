@@ -38,7 +38,7 @@ mod processor;
 mod report;
 mod shard;
 
-pub use config::{default_worker_id, host_name, ReadMode, WorkerConfig, WorkerDeps};
+pub use config::{default_worker_id, host_name, ReadMode, WorkerConfig, WorkerContext, WorkerDeps};
 pub use idle::IdleExit;
 pub use keeper::LeaseKeeper;
 pub use processor::{ProcessorFactory, ShardProcessor};
@@ -55,12 +55,13 @@ use tally_core::clock::now_ms;
 pub async fn run(
     deps: WorkerDeps,
     cfg: WorkerConfig,
+    ctx: WorkerContext,
     idle_exit: Arc<IdleExit>,
     metrics: Arc<LeaseMetrics>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ConsumerError> {
-    let span = tracing::info_span!("worker", app = %cfg.app, worker = %cfg.worker_id);
-    run_inner(deps, cfg, idle_exit, metrics, shutdown)
+    let span = tracing::info_span!("worker", app = %ctx.app, worker = %cfg.worker_id);
+    run_inner(deps, cfg, Arc::new(ctx), idle_exit, metrics, shutdown)
         .instrument(span)
         .await
 }
@@ -69,6 +70,7 @@ pub async fn run(
 struct Worker {
     deps: WorkerDeps,
     cfg: WorkerConfig,
+    ctx: Arc<WorkerContext>,
     idle_exit: Arc<IdleExit>,
     metrics: Arc<LeaseMetrics>,
     /// Shard tasks notify it when they end, so that the loop reaps them at once.
@@ -98,6 +100,7 @@ struct Worker {
 async fn run_inner(
     deps: WorkerDeps,
     cfg: WorkerConfig,
+    ctx: Arc<WorkerContext>,
     idle_exit: Arc<IdleExit>,
     metrics: Arc<LeaseMetrics>,
     shutdown: impl Future<Output = ()>,
@@ -106,6 +109,7 @@ async fn run_inner(
     let mut w = Worker {
         deps,
         cfg,
+        ctx,
         idle_exit,
         metrics,
         wake: Arc::new(Notify::new()),
@@ -156,8 +160,8 @@ impl Worker {
         self.metrics
             .held
             .store(self.running.len() as u64, Ordering::Relaxed);
-        if self.last_stats.elapsed() >= self.cfg.stats_interval {
-            self.reported = report_leases(&self.cfg, &self.metrics, self.reported);
+        if self.last_stats.elapsed() >= self.ctx.stats_interval {
+            self.reported = report_leases(&self.ctx, &self.metrics, self.reported);
             self.last_stats = Instant::now();
         }
         if self
@@ -178,10 +182,10 @@ impl Worker {
         // A passing failure skips this round (the next poll lists again): the loop must go on
         // to see a shutdown, and the shard tasks go on meanwhile.
         self.metrics.listings.fetch_add(1, Ordering::Relaxed);
-        let states = match self.deps.leases.list_states_to_plan(&self.cfg.app).await {
+        let states = match self.deps.leases.list_states_to_plan(&self.ctx.app).await {
             Ok(l) => l,
             Err(e) if e.is_retryable() => {
-                crate::retry::Retry::new(&self.cfg.backoff, "list leases")
+                crate::retry::Retry::new(&self.ctx.backoff, "list leases")
                     .note(&e, &mut self.last_list_warning);
                 return Ok(Round::Continue);
             }
@@ -248,20 +252,20 @@ impl Worker {
 
     /// Lists the shards and makes sure each that needs one has a lease row.
     async fn discover(&mut self) -> Result<(), ConsumerError> {
-        let (deps, cfg) = (&self.deps, &self.cfg);
+        let (deps, ctx) = (&self.deps, &self.ctx);
         let discovered = async {
             // Bounded: the first discovery's failure ends the worker with a clear error, and a
             // later one is logged and tried again at the next discovery.
             let shards =
-                with_bounded_backoff(&cfg.backoff, "ListShards", || deps.stream.list_shards())
+                with_bounded_backoff(&ctx.backoff, "ListShards", || deps.stream.list_shards())
                     .await?;
-            let rows = with_bounded_backoff(&cfg.backoff, "list leases", || {
-                deps.leases.list_leases(&cfg.app)
+            let rows = with_bounded_backoff(&ctx.backoff, "list leases", || {
+                deps.leases.list_leases(&ctx.app)
             })
             .await?;
             let shards = shards_needing_rows(shards, &rows);
-            with_bounded_backoff(&cfg.backoff, "create lease rows", || {
-                deps.leases.ensure_leases(&cfg.app, &shards)
+            with_bounded_backoff(&ctx.backoff, "create lease rows", || {
+                deps.leases.ensure_leases(&ctx.app, &shards)
             })
             .await
         }
@@ -349,7 +353,7 @@ impl Worker {
         match self
             .deps
             .leases
-            .take_lease(&self.cfg.app, shard_id, epoch, me, expires)
+            .take_lease(&self.ctx.app, shard_id, epoch, me, expires)
             .await
         {
             Ok(Some(fence)) => {
@@ -363,15 +367,7 @@ impl Worker {
                 if let Some(mut lease) = leases.iter().find(|l| l.shard_id == shard_id).cloned() {
                     // Held until the take's expiry: its first renewal is due a renewal interval on.
                     lease.expires_ms = expires;
-                    let task = spawn_shard(
-                        &self.deps,
-                        &self.cfg,
-                        fence,
-                        lease,
-                        &self.wake,
-                        &self.idle_exit,
-                        &self.metrics,
-                    );
+                    let task = spawn_shard(self, fence, lease);
                     self.running.insert(shard_id.to_owned(), task);
                 }
             }
@@ -386,7 +382,7 @@ impl Worker {
     /// own) and moved its arrival clock past the shard's dedup horizon, after a grace period;
     /// discovery will not create it again.
     async fn clean_up_finished(&mut self, leases: &[Lease]) {
-        let horizon_ms = self.cfg.lineage_horizon.as_millis() as i64;
+        let horizon_ms = self.ctx.lineage_horizon.as_millis() as i64;
         for l in leases.iter().filter(|l| l.finished) {
             let children: Vec<&Lease> = leases
                 .iter()
@@ -408,7 +404,7 @@ impl Worker {
                 if let Err(e) = self
                     .deps
                     .leases
-                    .delete_lease(&self.cfg.app, &l.shard_id)
+                    .delete_lease(&self.ctx.app, &l.shard_id)
                     .await
                 {
                     warn!(shard_id = %l.shard_id, error = %e, "deleting finished lease failed");
@@ -453,7 +449,7 @@ impl Worker {
         match self
             .deps
             .leases
-            .leave_fleet(&self.cfg.app, &self.cfg.worker_id)
+            .leave_fleet(&self.ctx.app, &self.cfg.worker_id)
             .await
         {
             // A delete is a write (one unit), whether or not the row had lapsed.
@@ -463,7 +459,7 @@ impl Worker {
             Err(e) => warn!(error = %e, "leaving the fleet failed; its row will expire"),
         }
         self.metrics.held.store(0, Ordering::Relaxed);
-        report_leases(&self.cfg, &self.metrics, self.reported);
+        report_leases(&self.ctx, &self.metrics, self.reported);
         first_error
     }
 }

@@ -7,7 +7,7 @@ use tally_core::clock::now_ms;
 use tally_core::ports::ReadBatch;
 use tracing::info;
 
-use super::{metric, WorkerConfig};
+use super::{metric, WorkerContext};
 use crate::emf::Unit;
 
 /// Lease metrics of a worker.
@@ -75,7 +75,7 @@ pub(super) struct LeaseCounts {
 /// Logs the lease metrics and emits them as EMF: leases held now, and what changed since
 /// `last`; returns the counters reported.
 pub(super) fn report_leases(
-    cfg: &WorkerConfig,
+    ctx: &WorkerContext,
     m: &LeaseMetrics,
     last: LeaseCounts,
 ) -> LeaseCounts {
@@ -97,9 +97,9 @@ pub(super) fn report_leases(
         "lease stats"
     );
     let delta = |n: u64, l: u64| n.saturating_sub(l) as f64;
-    cfg.emf.emit(
+    ctx.emf.emit(
         now_ms(),
-        &[("App", cfg.app.as_str())],
+        &[("App", ctx.app.as_str())],
         &[&["App"]],
         &[
             (metric::LEASES_HELD, Unit::Count, held as f64),
@@ -151,7 +151,7 @@ impl ShardStats {
     }
 
     /// Logs and emits what was read since the last report, then starts over.
-    pub(super) fn report(&mut self, cfg: &WorkerConfig, shard_id: &str) {
+    pub(super) fn report(&mut self, ctx: &WorkerContext, shard_id: &str) {
         let secs = self.since.elapsed().as_secs_f64().max(1e-3);
         let rate = (self.records as f64 / secs).round();
         // A shard that read nothing says so only at debug level: an idle fleet of many shards
@@ -166,9 +166,9 @@ impl ShardStats {
         } else {
             tracing::debug!(records = 0, "shard stats");
         }
-        cfg.emf.emit(
+        ctx.emf.emit(
             now_ms(),
-            &[("App", cfg.app.as_str()), ("ShardId", shard_id)],
+            &[("App", ctx.app.as_str()), ("ShardId", shard_id)],
             &[&["App"], &["App", "ShardId"]],
             &[
                 (metric::RECORDS, Unit::Count, self.records as f64),

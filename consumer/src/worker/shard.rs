@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use tally_core::clock::now_ms;
 use tally_core::lease::Lease;
 use tally_core::ports::{Fence, LeaseStore, PortError, ReadBatch, ReadProgress, ShardReader};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn, Instrument};
 
 use super::keeper::LeaseKeeper;
 use super::report::ShardStats;
-use super::{IdleExit, LeaseMetrics, ShardProcessor, WorkerConfig, WorkerDeps};
+use super::{IdleExit, LeaseMetrics, ShardProcessor, WorkerConfig, WorkerContext, WorkerDeps};
 use crate::retry::{with_backoff, with_bounded_backoff, Retry};
 use crate::ConsumerError;
 
@@ -43,24 +43,20 @@ pub(super) struct Running {
     pub(super) asked_by: Arc<Mutex<Option<String>>>,
 }
 
-pub(super) fn spawn_shard(
-    deps: &WorkerDeps,
-    cfg: &WorkerConfig,
-    fence: Fence,
-    lease: Lease,
-    wake: &Arc<Notify>,
-    idle_exit: &Arc<IdleExit>,
-    metrics: &Arc<LeaseMetrics>,
-) -> Running {
+/// Starts the task of a shard whose lease `w` has just taken.
+pub(super) fn spawn_shard(w: &super::Worker, fence: Fence, lease: Lease) -> Running {
+    let (deps, cfg, ctx) = (&w.deps, &w.cfg, &w.ctx);
+    let (wake, idle_exit, metrics) = (&w.wake, &w.idle_exit, &w.metrics);
     let (stop_tx, stop_rx) = watch::channel(false);
     let idle_at = Arc::new(Mutex::new(None));
     let asked_by = Arc::new(Mutex::new(None));
     let processor = deps.factory.create(&fence.shard_id);
-    let keeper = LeaseKeeper::new(cfg, lease.expires_ms, asked_by.clone());
-    let span = tracing::info_span!("shard", app = %cfg.app, shard_id = %fence.shard_id);
+    let keeper = LeaseKeeper::new(cfg, ctx, lease.expires_ms, asked_by.clone());
+    let span = tracing::info_span!("shard", app = %ctx.app, shard_id = %fence.shard_id);
     let task = ShardTask {
         deps: deps.clone(),
         cfg: cfg.clone(),
+        ctx: ctx.clone(),
         fence: fence.clone(),
         lease,
         stop: stop_rx,
@@ -91,6 +87,7 @@ pub(super) fn spawn_shard(
 struct ShardTask {
     deps: WorkerDeps,
     cfg: WorkerConfig,
+    ctx: Arc<WorkerContext>,
     fence: Fence,
     lease: Lease,
     stop: watch::Receiver<bool>,
@@ -108,7 +105,7 @@ impl ShardTask {
     async fn run(mut self, mut processor: Box<dyn ShardProcessor>) -> ShardEnd {
         let outcome = self.drive(processor.as_mut()).await;
         // What was read since the last report, however the task ends.
-        self.stats.report(&self.cfg, &self.fence.shard_id);
+        self.stats.report(&self.ctx, &self.fence.shard_id);
         match outcome {
             // The worker releases stopped shards' leases together once all have flushed, so that
             // other workers see this one gone and take them all in one round.
@@ -194,7 +191,7 @@ impl ShardTask {
         let from = processor.start(&self.fence, &self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
         let stream = self.deps.stream.clone();
-        let opened = with_backoff(&self.cfg.backoff, "open shard", || {
+        let opened = with_backoff(&self.ctx.backoff, "open shard", || {
             stream.open(&shard_id, from.clone())
         })
         .await;
@@ -222,8 +219,8 @@ impl ShardTask {
             let batch = self.read(reader.as_mut()).await?;
             processor.process(&batch, now_ms()).await?;
             self.stats.observe(&batch);
-            if self.stats.since.elapsed() >= self.cfg.stats_interval {
-                self.stats.report(&self.cfg, &self.fence.shard_id);
+            if self.stats.since.elapsed() >= self.ctx.stats_interval {
+                self.stats.report(&self.ctx, &self.fence.shard_id);
             }
             if batch.shard_end {
                 info!(children = ?batch.child_shards, "shard read to its end");
@@ -344,14 +341,14 @@ impl ShardTask {
     async fn gone_from_stream(&self) -> Result<bool, ConsumerError> {
         let stream = self.deps.stream.clone();
         let shards =
-            with_bounded_backoff(&self.cfg.backoff, "ListShards", || stream.list_shards()).await?;
+            with_bounded_backoff(&self.ctx.backoff, "ListShards", || stream.list_shards()).await?;
         Ok(!shards.iter().any(|s| s.shard_id == self.fence.shard_id))
     }
 
     /// One read, retried with backoff on throttling and other retryable errors.
     async fn read(&self, reader: &mut dyn ShardReader) -> Result<ReadBatch, ConsumerError> {
         // A reader is borrowed mutably per call, so the loop is here; the policy is `Retry`'s.
-        let mut retry = Retry::new(&self.cfg.backoff, "GetRecords");
+        let mut retry = Retry::new(&self.ctx.backoff, "GetRecords");
         loop {
             match reader.next_batch(self.cfg.batch_limit).await {
                 Ok(b) => return Ok(b),
