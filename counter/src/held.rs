@@ -30,6 +30,9 @@ use crate::writes::ShardWrites;
 /// The longest pause between two looks at the windows a held removal waits for.
 const MOST_PAUSE: Duration = Duration::from_secs(1);
 
+/// How often a wait that lasts is said again in the log.
+const SAY_AGAIN: Duration = Duration::from_secs(30);
+
 /// Writes a window's held removals once the windows they wait for have written their counts.
 pub(crate) async fn write(
     shard: &ShardWrites,
@@ -76,7 +79,8 @@ async fn wait_for_writers(
     let backoff = &shard.ctx.backoff;
     let mut todo: Vec<&(String, String)> = waits.iter().collect();
     let mut pause = Duration::from_millis(20);
-    let mut looked = 0u32;
+    let started = std::time::Instant::now();
+    let mut said: Option<std::time::Instant> = None;
     loop {
         // The writers' shards first: most windows a removal waits for were done long ago.
         let shards: BTreeSet<&str> = todo.iter().map(|(_, w)| edge::window_shard(w)).collect();
@@ -134,18 +138,22 @@ async fn wait_for_writers(
         if todo.is_empty() {
             return Ok(());
         }
-        looked += 1;
-        if looked == 1 {
+        // Said when the wait starts, and again every `SAY_AGAIN` while it lasts (the other
+        // shard may be stalled: this shard's next windows wait behind it).
+        if said.is_none_or(|t| t.elapsed() >= SAY_AGAIN) {
             let (post, window) = todo[0];
+            let waited_secs = started.elapsed().as_secs();
             tracing::info!(
                 shard_id = at.shard_id,
                 window_end = %at.end,
                 waiting = todo.len(),
+                waited_secs,
                 post,
                 window,
                 "a window's removals of likes other shards' windows made are held until those \
                  windows have written their counts (their worker may have died: a lease expiry)"
             );
+            said = Some(std::time::Instant::now());
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MOST_PAUSE);
