@@ -233,3 +233,30 @@ async fn a_corrupt_lease_row_is_named() {
     })
     .await;
 }
+
+/// An edge item written behind the store's back with a string where tally keeps its time: read
+/// as an error naming the post and the user, never as an absent or unliked edge.
+#[tokio::test]
+async fn a_corrupt_edge_is_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let f = fresh("corrupt-edge", 1).await;
+    let tables = tables_of(&f);
+    let (client, table) = (tables.client().clone(), tables.table("counts"));
+    tally_conformance::a_corrupt_edge_is_named(tables, "aws", |post, user| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("pk", AttributeValue::S(post))
+                .key("sk", AttributeValue::S(tally_core::edge::edge_sk(&user)))
+                .update_expression("SET #t = :v")
+                .expression_attribute_names("#t", "t")
+                .expression_attribute_values(":v", AttributeValue::S("soon".into()))
+                .send()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}

@@ -421,3 +421,56 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
     );
     assert_eq!(store.clock_skews(None).await.unwrap(), vec![300_000, 5_000]);
 }
+
+/// Counter store, likers: an edge written behind the store's back with something tally never
+/// writes (adapter-specific: `corrupt(post, user)`) is read as an error naming the post and the
+/// user — by the viewer's read, by a likers page and by the window's own write — never as "not
+/// liked" or an absent edge (which would count a like again).
+pub async fn a_corrupt_edge_is_named<F, Fut>(store: &dyn CounterStore, name: &str, corrupt: F)
+where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use tally_core::ports::PortError;
+    let app = format!("{name}-corrupt-edge");
+    let fence = held_lease(store, &app, "shard-0").await;
+    let post = format!("{name}-corrupt-p");
+    let end = seq("10");
+    let w = WindowRef {
+        app: &fence.app,
+        shard_id: &fence.shard_id,
+        end: &end,
+        held: false,
+    };
+    let e = like(&post, "u1", true, 1_796_000_000_000, "a");
+    store.apply_edges(w, &[e]).await.unwrap();
+    assert_eq!(store.likers(&post, None, 10).await.unwrap().users, ["u1"]);
+    corrupt(post.clone(), "u1".into()).await;
+    let named = |e: PortError, what: &str| {
+        let text = e.to_string();
+        assert!(
+            matches!(e, PortError::Corrupt { .. }) && text.contains(&post) && text.contains("u1"),
+            "{what}: {text}"
+        );
+    };
+    let pairs = [(post.clone(), "u1".to_owned())];
+    named(
+        store.edges(&pairs, Consistency::Strong).await.unwrap_err(),
+        "edges",
+    );
+    named(store.likers(&post, None, 10).await.unwrap_err(), "likers");
+    let later = WindowRef {
+        end: &seq("20"),
+        ..w
+    };
+    let again = store
+        .apply_edges(later, &[like(&post, "u1", false, 1_796_000_001_000, "b")])
+        .await;
+    match again {
+        Err(e) => named(e, "apply_edges"),
+        Ok(a) => named(
+            a.error.expect("a corrupt edge is not written over"),
+            "apply_edges",
+        ),
+    }
+}

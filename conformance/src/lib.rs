@@ -49,9 +49,9 @@ pub use counter::{
     gaps_are_recorded_with_the_checkpoint, the_largest_window_fits_the_store,
 };
 pub use edges::{
-    a_clamped_event_that_lost_is_remembered, a_fresh_store_takes_the_first_claim,
-    an_edge_two_shards_write_keeps_each_window_s_write, likers_edges_are_written_once,
-    the_count_mode_is_claimed_once,
+    a_clamped_event_that_lost_is_remembered, a_corrupt_edge_is_named,
+    a_fresh_store_takes_the_first_claim, an_edge_two_shards_write_keeps_each_window_s_write,
+    likers_edges_are_written_once, the_count_mode_is_claimed_once,
 };
 pub use leases::{
     a_corrupt_lease_row_is_named, fleet_rows_are_apart_from_leases, leases_are_fenced,

@@ -381,6 +381,56 @@ impl EdgeState {
         })
     }
 
+    /// The edge as an item's attributes: what [`EdgeState::from_attrs`] reads back.
+    pub fn to_attrs(&self) -> Attrs {
+        let mut a = Attrs::from([
+            ("l".to_owned(), Val::N(i64::from(self.liked))),
+            ("t".to_owned(), Val::N(self.at_ms)),
+            ("e".to_owned(), Val::S(self.event_id.clone())),
+        ]);
+        if let Some(w) = &self.dropped {
+            a.insert(DROPPED_ATTR.to_owned(), Val::S(w.clone()));
+        }
+        for (g, w) in self.writes.iter().take(EDGE_HISTORY).enumerate() {
+            let [wn, pl, pt, pe] = write_attrs(g);
+            let b = w.before.as_ref();
+            a.insert(wn.to_owned(), Val::S(w.window.clone()));
+            a.insert(pl.to_owned(), Val::N(i64::from(b.is_some_and(|b| b.liked))));
+            a.insert(pt.to_owned(), Val::N(b.map_or(0, |b| b.at_ms)));
+            a.insert(
+                pe.to_owned(),
+                Val::S(b.map_or_else(String::new, |b| b.event_id.clone())),
+            );
+        }
+        for (k, id) in LOST_ATTRS.iter().zip(&self.lost) {
+            a.insert((*k).to_owned(), Val::S(id.clone()));
+        }
+        a
+    }
+
+    /// DynamoDB's size of the edge as an item of `post` for `user` (`crate::item::item_size`
+    /// of [`EdgeState::to_attrs`], without building it): what a write of it is charged.
+    pub fn item_size(&self, post: &str, user: &str) -> usize {
+        use crate::item::number_size as n;
+        let mut size = 2 + post.len() + 2 + EDGE_PREFIX.len() + user.len();
+        size += 1 + n(i64::from(self.liked)) + 1 + n(self.at_ms) + 1 + self.event_id.len();
+        if let Some(w) = &self.dropped {
+            size += DROPPED_ATTR.len() + w.len();
+        }
+        for (g, w) in self.writes.iter().take(EDGE_HISTORY).enumerate() {
+            let [wn, pl, pt, pe] = write_attrs(g);
+            let b = w.before.as_ref();
+            size += wn.len() + w.window.len();
+            size += pl.len() + n(i64::from(b.is_some_and(|b| b.liked)));
+            size += pt.len() + n(b.map_or(0, |b| b.at_ms));
+            size += pe.len() + b.map_or(0, |b| b.event_id.len());
+        }
+        for (k, id) in LOST_ATTRS.iter().zip(&self.lost) {
+            size += k.len() + id.len();
+        }
+        size
+    }
+
     /// The state as a stamp.
     fn stamp(&self) -> Stamp {
         Stamp {
@@ -481,16 +531,11 @@ impl EdgeState {
     }
 }
 
-/// The attributes a window's write sets: the event, the window, the event it replaces (`old`'s
+/// The edge a window's write leaves: the event, the window, the event it replaces (`old`'s
 /// state; absent, nothing), the writes `old` remembers shifted one older (the oldest of
 /// [`EDGE_HISTORY`] dropped), and the window's clamped events that took no effect ahead of those
 /// `old` remembers ([`EDGE_LOST`]).
-pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
-    let mut a = Attrs::from([
-        ("l".to_owned(), Val::N(i64::from(e.liked))),
-        ("t".to_owned(), Val::N(e.at_ms)),
-        ("e".to_owned(), Val::S(e.event_id.clone())),
-    ]);
+pub fn written_state(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> EdgeState {
     let mut writes = vec![EdgeWrite {
         window: window.to_owned(),
         before: old.map(EdgeState::stamp),
@@ -501,34 +546,30 @@ pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
         Some(w) => Some(w.window.clone()),
         None => old.and_then(|o| o.dropped.clone()),
     };
-    if let Some(w) = dropped {
-        a.insert(DROPPED_ATTR.to_owned(), Val::S(w));
-    }
-    for (g, w) in writes.iter().take(EDGE_HISTORY).enumerate() {
-        let [wn, pl, pt, pe] = write_attrs(g);
-        let b = w.before.as_ref();
-        a.insert(wn.to_owned(), Val::S(w.window.clone()));
-        a.insert(pl.to_owned(), Val::N(i64::from(b.is_some_and(|b| b.liked))));
-        a.insert(pt.to_owned(), Val::N(b.map_or(0, |b| b.at_ms)));
-        a.insert(
-            pe.to_owned(),
-            Val::S(b.map_or_else(String::new, |b| b.event_id.clone())),
-        );
-    }
+    writes.truncate(EDGE_HISTORY);
     // The window's lost clamped events, newest first, before those the edge kept (one
     // expression on DynamoDB: the ids are not compared with the item's there either).
     let new: Vec<String> = e.to_remember(true).rev().map(str::to_owned).collect();
     let kept = old.map(|o| o.lost.as_slice()).unwrap_or_default();
-    put_lost(&mut a, &new, kept);
-    a
+    EdgeState {
+        liked: e.liked,
+        at_ms: e.at_ms,
+        event_id: e.event_id.clone(),
+        writes,
+        lost: with_lost(&new, kept),
+        dropped,
+    }
 }
 
-/// Sets the remembered lost clamped events: `new` (newest first), then those `kept` before, the
+/// The attributes a window's write sets ([`written_state`], as an item).
+pub fn written(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Attrs {
+    written_state(e, window, old).to_attrs()
+}
+
+/// The remembered lost clamped events: `new` (newest first), then those `kept` before, the
 /// oldest past [`EDGE_LOST`] dropped.
-fn put_lost(a: &mut Attrs, new: &[String], kept: &[String]) {
-    for (k, id) in LOST_ATTRS.iter().zip(new.iter().chain(kept)) {
-        a.insert((*k).to_owned(), Val::S(id.clone()));
-    }
+fn with_lost(new: &[String], kept: &[String]) -> Vec<String> {
+    new.iter().chain(kept).take(EDGE_LOST).cloned().collect()
 }
 
 /// The lost clamped events a refused write of `e` leaves the edge `old` to remember, newest
@@ -537,22 +578,35 @@ pub fn lost_to_remember(old: &EdgeState, e: &EdgeEvent) -> Vec<String> {
     old.new_lost(e.to_remember(false).rev())
 }
 
-/// What a window's write of an edge does.
+/// What a window's write of an edge does; `I` is the edge as a store keeps it (an item's
+/// attributes, or the typed [`EdgeState`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EdgeOutcome {
+pub enum EdgeOutcome<I = Attrs> {
     /// Written: the new item, and the transition it made.
-    Wrote(Attrs, Transition),
+    Wrote(I, Transition),
     /// Refused, and a write the edge remembers is this window's: made by an earlier attempt of
     /// the same window, whose transition is on the item.
     Mine(Transition),
     /// Refused: the stored event is newer, or the event is one the edge has held (a copy).
     /// Nothing changes; the item with clamped events that took no effect remembered, when
     /// there are new ones ([`EDGE_LOST`]).
-    Superseded(Option<Attrs>),
+    Superseded(Option<I>),
     /// Refused as [`EdgeOutcome::Superseded`], but the edge no longer remembers far enough back
     /// to say that this window did not write it (more than [`EDGE_HISTORY`] writes since):
     /// counted as no change, and reported.
-    Forgotten(Option<Attrs>),
+    Forgotten(Option<I>),
+}
+
+impl<I> EdgeOutcome<I> {
+    /// The same outcome with the edge as `f` makes it.
+    pub fn map<J>(self, f: impl Fn(I) -> J) -> EdgeOutcome<J> {
+        match self {
+            EdgeOutcome::Wrote(i, t) => EdgeOutcome::Wrote(f(i), t),
+            EdgeOutcome::Mine(t) => EdgeOutcome::Mine(t),
+            EdgeOutcome::Superseded(i) => EdgeOutcome::Superseded(i.map(f)),
+            EdgeOutcome::Forgotten(i) => EdgeOutcome::Forgotten(i.map(f)),
+        }
+    }
 }
 
 /// What a window's write of `e` does to the stored edge `old` (`None`: absent), without writing
@@ -621,8 +675,27 @@ impl Resolved {
     }
 }
 
-/// Applies a window's write of an edge to the stored item (`None`: absent), as every store must
-/// ([`resolve`] decides).
+/// Applies a window's write of an edge to the stored edge (`None`: absent), as every store must
+/// ([`resolve`] decides): the typed reference, for a store that keeps edges as [`EdgeState`]s.
+pub fn apply_state(old: Option<&EdgeState>, e: &EdgeEvent, window: &str) -> EdgeOutcome<EdgeState> {
+    // A refusal remembers the clamped events of `e` that took no effect.
+    let remembered = || {
+        let o = old?;
+        let new = lost_to_remember(o, e);
+        (!new.is_empty()).then(|| EdgeState {
+            lost: with_lost(&new, &o.lost),
+            ..o.clone()
+        })
+    };
+    match resolve(old, e, window) {
+        Resolved::Writes(t) => EdgeOutcome::Wrote(written_state(e, window, old), t),
+        Resolved::Mine(t) => EdgeOutcome::Mine(t),
+        Resolved::Superseded => EdgeOutcome::Superseded(remembered()),
+        Resolved::Forgotten => EdgeOutcome::Forgotten(remembered()),
+    }
+}
+
+/// [`apply_state`] on an item's attributes (`None`: absent).
 pub fn apply(item: Option<&Attrs>, e: &EdgeEvent, window: &str) -> Result<EdgeOutcome, String> {
     let old =
         match item {
@@ -631,22 +704,7 @@ pub fn apply(item: Option<&Attrs>, e: &EdgeEvent, window: &str) -> Result<EdgeOu
                 format!("a corrupt edge item {}/{}", e.post_id, edge_sk(&e.user_id))
             })?),
         };
-    // A refusal remembers the clamped events of `e` that took no effect.
-    let remembered = || {
-        let (a, o) = (item?, old.as_ref()?);
-        let new = lost_to_remember(o, e);
-        (!new.is_empty()).then(|| {
-            let mut a = a.clone();
-            put_lost(&mut a, &new, &o.lost);
-            a
-        })
-    };
-    Ok(match resolve(old.as_ref(), e, window) {
-        Resolved::Writes(t) => EdgeOutcome::Wrote(written(e, window, old.as_ref()), t),
-        Resolved::Mine(t) => EdgeOutcome::Mine(t),
-        Resolved::Superseded => EdgeOutcome::Superseded(remembered()),
-        Resolved::Forgotten => EdgeOutcome::Forgotten(remembered()),
-    })
+    Ok(apply_state(old.as_ref(), e, window).map(|s| s.to_attrs()))
 }
 
 /// The most bytes of pairs one stored chunk of a window's edge record holds (DynamoDB: an item
@@ -987,5 +1045,46 @@ mod tests {
     fn a_clock_far_ahead_orders_by_the_arrival() {
         assert_eq!(ordering_time(1_000, 900, 200), 1_000);
         assert_eq!(ordering_time(1_200, 900, 200), 900);
+    }
+
+    proptest::proptest! {
+        /// Every edge a run of writes leaves reads back from its item as itself, and its typed
+        /// size is its item's size: a store keeping edges typed is charged as DynamoDB charges
+        /// the item, and the typed and the item reference decide alike.
+        #[test]
+        fn an_edge_is_its_item_and_sized_as_it(
+            steps in proptest::collection::vec(
+                (proptest::bool::ANY, 0i64..4, 0u8..4, 0u8..5, proptest::bool::ANY, 0usize..3),
+                1..24,
+            )
+        ) {
+            let (mut typed, mut item): (Option<EdgeState>, Option<Attrs>) = (None, None);
+            for (liked, t, id, w, clamped, lost) in steps {
+                let e = EdgeEvent {
+                    clamped,
+                    lost: (0..lost).map(|k| format!("lost{k}-{id}")).collect(),
+                    ..ev("user-1", liked, 1_796_000_000_000 + t * 60_000, &format!("id{id}"))
+                };
+                let window = format!("00000{w}@shardId-00000000000{}", w % 2);
+                let by_item = apply(item.as_ref(), &e, &window).unwrap();
+                let by_type = apply_state(typed.as_ref(), &e, &window);
+                proptest::prop_assert_eq!(&by_type.clone().map(|s| s.to_attrs()), &by_item);
+                let new = match by_type {
+                    EdgeOutcome::Wrote(s, _) => Some(s),
+                    EdgeOutcome::Superseded(s) | EdgeOutcome::Forgotten(s) => s,
+                    EdgeOutcome::Mine(_) => None,
+                };
+                if let Some(s) = new {
+                    let a = s.to_attrs();
+                    proptest::prop_assert_eq!(EdgeState::from_attrs(&a), Some(s.clone()));
+                    proptest::prop_assert_eq!(
+                        s.item_size("post-7", "user-1"),
+                        crate::item::item_size("post-7", &edge_sk("user-1"), &a)
+                    );
+                    typed = Some(s);
+                    item = Some(a);
+                }
+            }
+        }
     }
 }

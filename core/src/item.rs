@@ -24,17 +24,23 @@ pub type Attrs = BTreeMap<String, Val>;
 pub fn item_size(pk: &str, sk: &str, attrs: &Attrs) -> usize {
     let val = |v: &Val| match v {
         Val::S(s) => s.len(),
-        Val::N(n) => {
-            let digits = n
-                .unsigned_abs()
-                .to_string()
-                .trim_end_matches('0')
-                .len()
-                .max(1);
-            digits.div_ceil(2) + 1
-        }
+        Val::N(n) => number_size(*n),
     };
     2 + pk.len() + 2 + sk.len() + attrs.iter().map(|(k, v)| k.len() + val(v)).sum::<usize>()
+}
+
+/// DynamoDB's size of a number: about one byte per two significant digits (trailing zeros do
+/// not count), plus one.
+pub fn number_size(n: i64) -> usize {
+    let mut m = n.unsigned_abs();
+    if m == 0 {
+        return 2;
+    }
+    while m.is_multiple_of(10) {
+        m /= 10;
+    }
+    let digits = m.ilog10() as usize + 1;
+    digits.div_ceil(2) + 1
 }
 
 /// Write units of writing this item once (`cost::write_units`).

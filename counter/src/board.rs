@@ -224,9 +224,7 @@ impl Unwritten {
             let old = read.get(&key)?.clone();
             let resolved = edge::resolve(old.as_ref(), e, &window);
             let after = match &resolved {
-                edge::Resolved::Writes(_) => {
-                    EdgeState::from_attrs(&edge::written(e, &window, old.as_ref()))
-                }
+                edge::Resolved::Writes(_) => Some(edge::written_state(e, &window, old.as_ref())),
                 _ => old,
             };
             if also.viewer == Some(e.user_id.as_str()) || also.wants_liker(&e.user_id) {

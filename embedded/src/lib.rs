@@ -93,6 +93,39 @@ pub fn journal(conn: &Connection) -> PortResult<()> {
         .map_err(sql_err)
 }
 
+/// The WAL pages past which a writing handle's own commit checkpoints: only a safety net, for
+/// when its background checkpointer falls behind.
+const WRITER_AUTOCHECKPOINT_PAGES: i64 = 50_000;
+
+/// How often a writing handle's background checkpointer copies the WAL back into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// Checkpoints off the hot path: a thread with a connection of its own runs a PASSIVE checkpoint
+/// (it never waits for, nor blocks, a reader or a writer) every [`CHECKPOINT_EVERY`], for as long
+/// as a handle on `conn` lives. A commit then only appends its pages to the WAL; copying them
+/// back and syncing the file (a fifth of the time counting likers, whose edge writes dirty a page
+/// each: BENCHMARKS) happens beside it. Durability is unchanged (`journal`). `false`: no thread
+/// could be started, and the handle's commits checkpoint as they go (`journal`'s setting).
+fn checkpoint_in_background(path: &Path, conn: &Arc<Mutex<Connection>>) -> bool {
+    let (handle, path) = (Arc::downgrade(conn), path.to_owned());
+    let spawned = std::thread::Builder::new()
+        .name("tally-checkpoint".into())
+        .spawn(move || {
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let Ok(c) = Connection::open_with_flags(&path, flags) else {
+                return;
+            };
+            while handle.strong_count() > 0 {
+                std::thread::sleep(CHECKPOINT_EVERY);
+                // Busy (another checkpoint running) or failed: the next tick, or the writers'
+                // own safety net, does it.
+                let _ = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }
+        });
+    spawned.is_ok()
+}
+
 /// Each connection's page cache, KiB: likers' edges are a read and a write per changed edge, at
 /// random keys over the whole `items` table, which outgrows SQLite's default 2 MiB at once.
 const CACHE_KIB: i64 = 64 * 1024;
@@ -134,6 +167,7 @@ const TABLES: &[&str] = &[
     "batches",
     "leases",
     "items",
+    "edges",
     "dedup",
     "window_edges",
     "dead_letters",
@@ -198,6 +232,7 @@ fn is_prepared(conn: &Connection) -> PortResult<bool> {
 
 fn migrate(conn: &Connection) -> PortResult<()> {
     stream::migrate_records(conn)?;
+    stores::migrate_edges(conn)?;
     for (table, column, decl) in ADDED_COLUMNS {
         let has: bool = conn
             .query_row(
@@ -258,10 +293,7 @@ impl Embedded {
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(sql_err)?;
         prepare(&conn).map_err(|e| not_a_store(&path, e))?;
-        let store = Embedded {
-            conn: Arc::new(Mutex::new(conn)),
-            path,
-        };
+        let store = Embedded::writer(conn, path)?;
         store.with(|c| stream::create_shards_if_empty(c, shards))?;
         Ok(store)
     }
@@ -299,7 +331,7 @@ impl Embedded {
             if !ready {
                 prepare(&conn).map_err(|e| not_a_store(&path, e))?;
             }
-            conn
+            return Embedded::writer(conn, path);
         } else if conn
             .query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
             .is_ok()
@@ -325,6 +357,18 @@ impl Embedded {
             conn: Arc::new(Mutex::new(conn)),
             path,
         })
+    }
+
+    /// A handle that may write: its connection's commits leave checkpoints to a thread of the
+    /// handle's own ([`checkpoint_in_background`]).
+    fn writer(conn: Connection, path: PathBuf) -> PortResult<Embedded> {
+        let conn = Arc::new(Mutex::new(conn));
+        if checkpoint_in_background(&path, &conn) {
+            let c = conn.lock().unwrap_or_else(|e| e.into_inner());
+            c.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
+                .map_err(sql_err)?;
+        }
+        Ok(Embedded { conn, path })
     }
 
     /// Whether the store holds anything: a record, a lease or a count.

@@ -242,3 +242,74 @@ async fn a_corrupt_lease_row_is_named() {
     })
     .await;
 }
+
+/// An edge row written behind the store's back with a history tally never writes: read as an
+/// error naming the post and the user, never as an absent or unliked edge.
+#[tokio::test]
+async fn a_corrupt_edge_is_named() {
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::a_corrupt_edge_is_named(&e, "embedded", |post, user| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            let n = conn
+                .execute(
+                    "UPDATE edges SET history = x'09' WHERE post = ?1 AND user = ?2",
+                    rusqlite::params![post, user],
+                )
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+    })
+    .await;
+}
+
+/// A store from before the typed `edges` table kept each edge as a JSON item (`E#<user>` in the
+/// post's partition of `items`): opened by this version, its edges move into `edges` in the
+/// schema's transaction and read as they were — a liker is still one, a window's own write is
+/// still found — and no edge item is left behind.
+#[tokio::test]
+async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
+    use tally_core::edge::{self, EdgeEvent};
+    use tally_core::ports::{Consistency, CountReader};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    // The old layout: an edge item written as the old store wrote it, and no `edges` table.
+    let e = EdgeEvent {
+        post_id: "p1".into(),
+        user_id: "u1".into(),
+        liked: true,
+        at_ms: 1_796_000_000_000,
+        event_id: "a".into(),
+        clamped: false,
+        lost: Vec::new(),
+    };
+    let old = edge::written(&e, "0010@shard-0", None);
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("DROP TABLE edges").unwrap();
+        conn.execute(
+            "INSERT INTO items (pk, sk, attrs) VALUES ('p1', 'E#u1', ?1)",
+            [serde_json::to_string(&old).unwrap()],
+        )
+        .unwrap();
+    }
+    let store = Embedded::open_existing(dir.path()).unwrap();
+    assert_eq!(store.likers("p1", None, 10).await.unwrap().users, ["u1"]);
+    let (states, _) = store
+        .edges(&[("p1".into(), "u1".into())], Consistency::Strong)
+        .await
+        .unwrap();
+    let state = states[0].clone().expect("the edge moved");
+    assert_eq!(state.to_attrs(), old);
+    assert!(state.written_by("0010@shard-0", "p1").is_some());
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let left: i64 = conn
+        .query_row("SELECT COUNT(*) FROM items WHERE sk LIKE 'E#%'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(left, 0, "no edge item is left in items");
+}

@@ -171,10 +171,21 @@ impl Tables for Sqlite {
     }
 
     fn flip_an_edge(&self, post: &str) -> String {
-        let (sk, mut v) = self.first(post, "E#");
-        v["l"] = (v["l"].as_i64().unwrap() + 1).into();
-        self.put(post, &sk, &v);
-        sk.trim_start_matches("E#").to_owned()
+        // The embedded store keeps edges typed (`edges`): the same damage as `l` + 1 on DynamoDB.
+        let db = rusqlite::Connection::open(&self.0).unwrap();
+        let user: String = db
+            .query_row(
+                "SELECT user FROM edges WHERE post = ?1 ORDER BY user LIMIT 1",
+                [post],
+                |r| r.get(0),
+            )
+            .unwrap();
+        db.execute(
+            "UPDATE edges SET liked = 1 - liked WHERE post = ?1 AND user = ?2",
+            [post, &user],
+        )
+        .unwrap();
+        user
     }
 
     fn put_a_rolled_archive(&self, post: &str) -> i64 {

@@ -477,14 +477,17 @@ impl DynamoStore {
             found.extend(part?);
         }
         let mut units = 0;
+        // An item that is there and is not an edge is an error naming it, never "absent".
         let states = keyed
             .iter()
-            .map(|(p, sk)| {
+            .zip(pairs)
+            .map(|((p, sk), (_, user))| {
                 let a = found.get(&((*p).to_owned(), sk.clone()));
                 units += summary::read_units(a.iter().map(|a| summary::item_size(p, sk, a)));
-                a.and_then(EdgeState::from_attrs)
+                a.map(|a| tally_core::rows::edge_state(a, p, user))
+                    .transpose()
             })
-            .collect();
+            .collect::<PortResult<Vec<_>>>()?;
         Ok((states, units))
     }
 

@@ -1,16 +1,90 @@
-//! Likers' edges on SQLite: items of the post's partition (`E#<user>`) in the `items` table,
-//! written as [`tally_core::edge::apply`] says, and the store's count mode (`#meta`/`count`).
+//! Likers' edges on SQLite: rows of the typed `edges` table (`tally_core::rows::EdgeRow`),
+//! written as [`tally_core::edge::apply_state`] says and charged as DynamoDB charges the same edge
+//! item; a window's edge record (`window_edges`); the store's count mode (`#meta`/`count`).
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use tally_core::cost::Purpose;
 use tally_core::edge::{
     self, CountMode, EdgeEvent, EdgeOutcome, EdgeState, WINDOW_EDGES_KEY_BYTES,
 };
 use tally_core::ports::{Applied, EdgesApplied, LikersPage, PortError, PortResult};
+use tally_core::rows::{self, EdgeRow};
 use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
 
 use super::items::{get_item, put_item, query};
 use crate::sql_err;
+
+/// The stored edge of (`post`, `user`), if there is one.
+fn get_edge(c: &Connection, post: &str, user: &str) -> PortResult<Option<EdgeState>> {
+    let row = c
+        .prepare_cached(
+            "SELECT liked, at_ms, event_id, window, history FROM edges WHERE post = ?1 AND user = ?2",
+        )
+        .map_err(sql_err)?
+        .query_row(params![post, user], |r| {
+            Ok(EdgeRow {
+                liked: r.get::<_, i64>(0)? == 1,
+                at_ms: r.get(1)?,
+                event_id: r.get(2)?,
+                window: r.get(3)?,
+                history: r.get(4)?,
+            })
+        })
+        .optional()
+        .map_err(sql_err)?;
+    row.map(|row| rows::edge_from_row(post, user, row))
+        .transpose()
+}
+
+/// Writes the edge of (`post`, `user`) whole.
+fn put_edge(c: &Connection, post: &str, user: &str, s: &EdgeState) -> PortResult<()> {
+    let row = rows::edge_row(s);
+    c.prepare_cached(
+        "INSERT OR REPLACE INTO edges (post, user, liked, at_ms, event_id, window, history) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .map_err(sql_err)?
+    .execute(params![
+        post,
+        user,
+        i64::from(row.liked),
+        row.at_ms,
+        row.event_id,
+        row.window,
+        row.history
+    ])
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Moves edges a store kept as items (`sk` `E#<user>` in the `items` table, before the typed
+/// table) into `edges`, in the schema's transaction: once, when the table is new.
+pub(crate) fn migrate_edges(c: &Connection) -> PortResult<()> {
+    let mut st = c
+        .prepare("SELECT pk, sk, attrs FROM items WHERE sk >= 'E#' AND sk < 'E$'")
+        .map_err(sql_err)?;
+    let old = st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })
+        .map_err(sql_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err)?;
+    for (post, sk, json) in old {
+        let user = &sk[edge::EDGE_PREFIX.len()..];
+        let a: Attrs = serde_json::from_str(&json).map_err(|e| {
+            PortError::Other(format!("embedded store: corrupt item {post}/{sk}: {e}"))
+        })?;
+        put_edge(c, &post, user, &rows::edge_state(&a, &post, user)?)?;
+    }
+    c.execute("DELETE FROM items WHERE sk >= 'E#' AND sk < 'E$'", [])
+        .map_err(sql_err)?;
+    Ok(())
+}
 
 /// Writes a window's edges in one transaction (every edge is done, or the call failed).
 pub(super) fn apply_edges(
@@ -23,32 +97,35 @@ pub(super) fn apply_edges(
         .map_err(sql_err)?;
     let mut out = EdgesApplied::default();
     for e in edges {
-        let sk = edge::edge_sk(&e.user_id);
-        let item = get_item(&tx, &e.post_id, &sk)?;
-        let units = |a: &Attrs| summary::write_units(&e.post_id, &sk, a);
-        let (remember, forgotten) =
-            match edge::apply(item.as_ref(), e, window).map_err(PortError::Other)? {
-                EdgeOutcome::Wrote(a, t) => {
-                    out.crossed += u64::from(edge::crosses(item.as_ref(), window));
-                    put_item(&tx, &e.post_id, &sk, &a)?;
-                    out.applied.wrote(Purpose::Edges, units(&a));
-                    out.transitions.push(t);
-                    continue;
-                }
-                EdgeOutcome::Mine(t) => {
-                    out.applied.was_refused(item.as_ref().map_or(1, units));
-                    out.transitions.push(t);
-                    continue;
-                }
-                EdgeOutcome::Superseded(remember) => (remember, false),
-                EdgeOutcome::Forgotten(remember) => (remember, true),
-            };
-        out.applied.was_refused(item.as_ref().map_or(1, units));
+        let (post, user) = (e.post_id.as_str(), e.user_id.as_str());
+        let old = get_edge(&tx, post, user)?;
+        let units = |s: &EdgeState| tally_core::cost::write_units(s.item_size(post, user));
+        // A refused write is charged as DynamoDB charges one: the item it was refused by.
+        let refused = old.as_ref().map_or(1, units);
+        let (remember, forgotten) = match edge::apply_state(old.as_ref(), e, window) {
+            EdgeOutcome::Wrote(s, t) => {
+                out.crossed += u64::from(old.as_ref().is_some_and(|o| {
+                    edge::window_shard(&o.writes[0].window) != edge::window_shard(window)
+                }));
+                put_edge(&tx, post, user, &s)?;
+                out.applied.wrote(Purpose::Edges, units(&s));
+                out.transitions.push(t);
+                continue;
+            }
+            EdgeOutcome::Mine(t) => {
+                out.applied.was_refused(refused);
+                out.transitions.push(t);
+                continue;
+            }
+            EdgeOutcome::Superseded(remember) => (remember, false),
+            EdgeOutcome::Forgotten(remember) => (remember, true),
+        };
+        out.applied.was_refused(refused);
         out.forgotten += u64::from(forgotten);
         // Clamped events that took no effect, remembered (a second write, as on DynamoDB).
-        if let Some(a) = remember {
-            put_item(&tx, &e.post_id, &sk, &a)?;
-            out.applied.wrote(Purpose::Edges, units(&a));
+        if let Some(s) = remember {
+            put_edge(&tx, post, user, &s)?;
+            out.applied.wrote(Purpose::Edges, units(&s));
         }
     }
     tx.commit().map_err(sql_err)?;
@@ -204,7 +281,8 @@ fn mode_of(a: &Attrs) -> PortResult<CountMode> {
     .ok_or_else(|| PortError::Other(format!("embedded store: a corrupt count mode item: {a:?}")))
 }
 
-/// The stored edges of these (post, user) pairs, in order, and what the reads cost.
+/// The stored edges of these (post, user) pairs, in order, and what the reads cost (as the
+/// same items cost on DynamoDB).
 pub(super) fn edge_states(
     c: &Connection,
     pairs: &[(String, String)],
@@ -212,19 +290,15 @@ pub(super) fn edge_states(
     let mut units = 0;
     let mut out = Vec::with_capacity(pairs.len());
     for (p, u) in pairs {
-        let sk = edge::edge_sk(u);
-        let item = get_item(c, p, &sk)?;
-        units += summary::read_units(item.iter().map(|a| summary::item_size(p, &sk, a)));
-        out.push(
-            item.as_ref()
-                .map(|a| tally_core::rows::edge_state(a, p, u))
-                .transpose()?,
-        );
+        let s = get_edge(c, p, u)?;
+        units += summary::read_units(s.iter().map(|s| s.item_size(p, u)));
+        out.push(s);
     }
     Ok((out, units))
 }
 
-/// A page of a post's likers, in user order after `after`.
+/// A page of a post's likers, in user order after `after`; read units as DynamoDB's Query of the
+/// post's edge items would cost (the edges it passes over, liked or not).
 pub(super) fn likers(
     c: &Connection,
     post: &str,
@@ -232,37 +306,44 @@ pub(super) fn likers(
     limit: usize,
 ) -> PortResult<LikersPage> {
     let limit = limit.clamp(1, tally_core::ports::MAX_LIKERS_PER_PAGE);
-    let mut from = after.map_or_else(|| edge::EDGE_PREFIX.to_owned(), |a| edge::edge_sk(a) + "\0");
+    let mut from = after.map(|a| format!("{a}\0")).unwrap_or_default();
     let mut page = LikersPage::default();
     let mut st = c
         .prepare_cached(
-            "SELECT sk, attrs FROM items WHERE pk = ?1 AND sk >= ?2 AND sk < 'E$' ORDER BY sk LIMIT ?3",
+            "SELECT user, liked, at_ms, event_id, window, history FROM edges \
+             WHERE post = ?1 AND user >= ?2 ORDER BY user LIMIT ?3",
         )
         .map_err(sql_err)?;
     loop {
         let rows = st
             .query_map(params![post, from, limit as i64], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    EdgeRow {
+                        liked: r.get::<_, i64>(1)? == 1,
+                        at_ms: r.get(2)?,
+                        event_id: r.get(3)?,
+                        window: r.get(4)?,
+                        history: r.get(5)?,
+                    },
+                ))
             })
             .map_err(sql_err)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql_err)?;
         let full = rows.len() == limit;
         let mut sizes = Vec::new();
-        for (sk, json) in &rows {
-            let a: Attrs = serde_json::from_str(json).map_err(|e| {
-                PortError::Other(format!("embedded store: corrupt item {post}/{sk}: {e}"))
-            })?;
-            sizes.push(summary::item_size(post, sk, &a));
-            let user = &sk[edge::EDGE_PREFIX.len()..];
-            let liked = tally_core::rows::edge_state(&a, post, user)?.liked;
-            if liked && page.users.len() < limit {
-                page.users.push(sk[edge::EDGE_PREFIX.len()..].to_owned());
+        let last = rows.last().map(|(u, _)| u.clone());
+        for (user, row) in rows {
+            let s = rows::edge_from_row(post, &user, row)?;
+            sizes.push(s.item_size(post, &user));
+            if s.liked && page.users.len() < limit {
+                page.users.push(user);
             }
         }
         page.read_units += summary::read_units(sizes);
-        match rows.last() {
-            Some((sk, _)) if full && page.users.len() < limit => from = format!("{sk}\0"),
+        match last {
+            Some(u) if full && page.users.len() < limit => from = format!("{u}\0"),
             _ => {
                 page.next = (page.users.len() == limit).then(|| page.users[limit - 1].clone());
                 return Ok(page);

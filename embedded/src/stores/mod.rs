@@ -3,8 +3,8 @@
 //! Layout: this module holds the helpers every store uses (a lease row read, the fence check, a
 //! write item's statements); one file per port implements it: `leases` ([`LeaseStore`]),
 //! `counter` ([`CounterStore`]; likers' edges and the count mode in `edges`), `analytics` ([`AnalyticsStore`]), `baselines`
-//! ([`BaselineWriters`], for benchmarks); `items` is the `items` table the summary items and the
-//! edges are rows of.
+//! ([`BaselineWriters`], for benchmarks); `items` is the `items` table the summary items are rows of
+//! (the edges have their own typed table, `edges`).
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::cost::Purpose;
@@ -19,6 +19,8 @@ mod baselines;
 mod counter;
 mod edges;
 mod items;
+
+pub(crate) use edges::migrate_edges;
 mod leases;
 
 const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr, pending_skew_ms";
