@@ -21,19 +21,22 @@ fn get_edge(c: &Connection, post: &str, user: &str) -> PortResult<Option<EdgeSta
             "SELECT liked, at_ms, event_id, window, history FROM edges WHERE post = ?1 AND user = ?2",
         )
         .map_err(sql_err)?
-        .query_row(params![post, user], |r| {
-            Ok(EdgeRow {
-                liked: r.get::<_, i64>(0)? == 1,
-                at_ms: r.get(1)?,
-                event_id: r.get(2)?,
-                window: r.get(3)?,
-                history: r.get(4)?,
-            })
-        })
+        .query_row(params![post, user], |r| edge_row_at(r, 0))
         .optional()
         .map_err(sql_err)?;
     row.map(|row| rows::edge_from_row(post, user, row))
         .transpose()
+}
+
+/// The edge row in the columns `liked, at_ms, event_id, window, history` from column `at` on.
+fn edge_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<EdgeRow> {
+    Ok(EdgeRow {
+        liked: r.get::<_, i64>(at)? == 1,
+        at_ms: r.get(at + 1)?,
+        event_id: r.get(at + 2)?,
+        window: r.get(at + 3)?,
+        history: r.get(at + 4)?,
+    })
 }
 
 /// Writes the edge of (`post`, `user`) whole.
@@ -317,16 +320,7 @@ pub(super) fn likers(
     loop {
         let rows = st
             .query_map(params![post, from, limit as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    EdgeRow {
-                        liked: r.get::<_, i64>(1)? == 1,
-                        at_ms: r.get(2)?,
-                        event_id: r.get(3)?,
-                        window: r.get(4)?,
-                        history: r.get(5)?,
-                    },
-                ))
+                Ok((r.get::<_, String>(0)?, edge_row_at(r, 1)?))
             })
             .map_err(sql_err)?
             .collect::<Result<Vec<_>, _>>()
