@@ -280,14 +280,23 @@ pub fn partition_key_of(data: &[u8]) -> Option<String> {
     let k = serde_json::from_slice::<Key>(data).ok()?;
     match (k.post_id, k.dynamodb.and_then(|d| d.keys)) {
         (Some(serde_json::Value::String(s)), _) if !s.is_empty() && s.len() <= 256 => Some(s),
-        (None, Some(keys)) if !keys.is_empty() => {
-            // serde_json's map is ordered by key: the same item, the same text. At most 256
-            // characters, as Kinesis allows.
-            let text = serde_json::Value::Object(keys).to_string();
-            Some(text.chars().take(256).collect())
-        }
+        (None, Some(keys)) => change_key(&keys),
         _ => None,
     }
+}
+
+/// The partition key of a DynamoDB change record whose item's key is `keys` (its `Keys`): the
+/// key as canonical JSON, at most 256 characters as Kinesis allows — every change of one item
+/// on one shard, as DynamoDB keys its own records (one writer per edge). The one rule: the
+/// generator, `tally backfill` and `tally replay` all key change records by it. `None` for an
+/// empty key.
+pub fn change_key(keys: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    if keys.is_empty() {
+        return None;
+    }
+    // serde_json's map is ordered by key: the same item, the same text.
+    let text = serde_json::Value::Object(keys.clone()).to_string();
+    Some(text.chars().take(256).collect())
 }
 
 #[cfg(test)]

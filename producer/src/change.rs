@@ -242,7 +242,8 @@ impl<I: Iterator<Item = (Kind, PutEntry)>> Changes<I> {
             Precision::Microsecond => at_ms * 1_000 + self.clock.1,
         };
         PutEntry {
-            partition_key: post.to_owned(),
+            // Keyed by the item, as DynamoDB keys its own records (`tally_core::event::change_key`).
+            partition_key: tally_core::event::change_key(&keys).unwrap_or_else(|| post.to_owned()),
             data: change_record(
                 name,
                 keys,
@@ -404,6 +405,12 @@ mod tests {
             },
         );
         let records: Vec<PutEntry> = changes.by_ref().map(|(_, e)| e).collect();
+        // One partition-key rule for change records: what replaying the record would key it by.
+        for r in &records {
+            if let Some(key) = tally_core::event::partition_key_of(&r.data) {
+                assert_eq!(r.partition_key, key, "{}", String::from_utf8_lossy(&r.data));
+            }
+        }
         let stats = changes.stats().clone();
         let (counts, skipped, bad) = likers(&input, &records);
         let mut truth = g.truth().counts;

@@ -84,11 +84,13 @@ pub async fn run_backfill(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             let event_id = format!("backfill-{started}-{}", done.items);
+            // Keyed by the item, as DynamoDB keys the stream's own records of it.
+            let partition_key = tally_core::event::change_key(&key);
             let data = change_record("INSERT", key, item, time, &event_id);
             let partition_key = match input.decode(&data) {
-                Ok(Decoded::Event(e)) => {
+                Ok(Decoded::Event(_)) => {
                     done.likes += 1;
-                    e.post_id.into_owned()
+                    partition_key.unwrap_or_else(|| args.table.clone())
                 }
                 // Not a like: nothing to put.
                 Ok(Decoded::Skipped) => {
@@ -99,7 +101,7 @@ pub async fn run_backfill(
                 // own record of the item would be.
                 Err(_) => {
                     done.unfit += 1;
-                    args.table.clone()
+                    partition_key.unwrap_or_else(|| args.table.clone())
                 }
             };
             entries.push(PutEntry {
