@@ -6,12 +6,66 @@ use rand::Rng;
 use tally_core::ports::{PutEntry, PutOutcome, Stream};
 use tally_core::retry::Backoff;
 
+use crate::keys::HotPosts;
 use crate::ProducerError;
 
 /// Most records in one PutRecords call.
 pub const MAX_BATCH_RECORDS: usize = 500;
 /// Most bytes (data plus partition keys) in one PutRecords call.
 pub const MAX_BATCH_BYTES: usize = 5 * 1024 * 1024;
+
+/// Puts everything `records` yields (each re-keyed by `hot`), in PutRecords batches resending
+/// only what failed, at `rate` records/s (0: as fast as the stream takes them), until `stop` is
+/// raised (between batches: what was taken from `records` is put); `on_put` is told how many
+/// records each batch put. What `tally produce`, `replay`, `backfill` and `demo` put with.
+pub async fn put_all(
+    stream: &dyn Stream,
+    hot: &HotPosts,
+    records: impl Iterator<Item = PutEntry>,
+    rate: f64,
+    on_put: &(dyn Fn(u64) + Sync),
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<PutStats, ProducerError> {
+    let mut stats = PutStats::default();
+    let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
+    let backoff = Backoff::default();
+    // Paced, about ten batches a second: a rate below a batch's size still spreads its records.
+    let per_batch = if rate > 0.0 {
+        ((rate / 10.0).ceil() as usize).clamp(1, MAX_BATCH_RECORDS)
+    } else {
+        MAX_BATCH_RECORDS
+    };
+    let mut records = records.map(|e| hot.rekey(e));
+    // Nothing more is taken once a stop is asked for; what was taken is put.
+    let take = |records: &mut dyn Iterator<Item = PutEntry>| -> Vec<PutEntry> {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Vec::new();
+        }
+        records.take(per_batch).collect()
+    };
+    let mut next = take(&mut records);
+    while !next.is_empty() {
+        let current = std::mem::take(&mut next);
+        // The next records are made (generated, read, encoded) while these are put: the put
+        // waits on the store or the network, the making on a core, so they overlap instead of
+        // taking turns (`cargo bench --bench demo -- stages`).
+        let (put, following) = tokio::join!(
+            async {
+                for batch in batches(current, per_batch, MAX_BATCH_BYTES) {
+                    let n = batch.len() as u64;
+                    pacer.wait(n).await;
+                    put_batch(stream, batch, &backoff, &mut stats).await?;
+                    on_put(n);
+                }
+                Ok::<(), ProducerError>(())
+            },
+            async { take(&mut records) }
+        );
+        put?;
+        next = following;
+    }
+    Ok(stats)
+}
 
 /// Cuts entries into batches within the PutRecords limits, in order.
 pub fn batches(entries: Vec<PutEntry>, max_records: usize, max_bytes: usize) -> Vec<Vec<PutEntry>> {

@@ -109,13 +109,12 @@ pub async fn run_backfill(
                 data,
             });
         }
-        crate::commands::produce::put_all(
+        tally_producer::put::put_all(
             backend.stream.as_ref(),
             &HotPosts::default(),
             entries.into_iter(),
             settings.producer.rate,
-            &pb,
-            true,
+            &|n| pb.inc(n),
             &stop,
         )
         .await?;

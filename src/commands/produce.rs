@@ -14,7 +14,7 @@ use tally_producer::change::{ChangeConfig, Changes};
 use tally_producer::generate::{Generator, Kind, Truth};
 use tally_producer::keys::HotPosts;
 use tally_producer::put::{
-    batches, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
+    batches, put_all, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
 };
 
 use crate::backend::Backend;
@@ -32,61 +32,6 @@ pub struct Interrupted(pub String);
 
 impl Interrupted {
     pub const EXIT: i32 = crate::signal::EXIT;
-}
-
-/// Puts everything `records` yields, in PutRecords batches, at `rate` records/s, until `stop` is
-/// raised (between batches: what was taken from `records` is put); `pb` follows the records put,
-/// unless the caller counts something else (`count_records` false).
-pub async fn put_all(
-    stream: &dyn Stream,
-    hot: &HotPosts,
-    records: impl Iterator<Item = PutEntry>,
-    rate: f64,
-    pb: &indicatif::ProgressBar,
-    count_records: bool,
-    stop: &std::sync::atomic::AtomicBool,
-) -> Result<PutStats> {
-    let mut stats = PutStats::default();
-    let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
-    let backoff = Backoff::default();
-    // Paced, about ten batches a second: a rate below a batch's size still spreads its records.
-    let per_batch = if rate > 0.0 {
-        ((rate / 10.0).ceil() as usize).clamp(1, MAX_BATCH_RECORDS)
-    } else {
-        MAX_BATCH_RECORDS
-    };
-    let mut records = records.map(|e| hot.rekey(e));
-    // Nothing more is taken once a stop is asked for; what was taken is put.
-    let take = |records: &mut dyn Iterator<Item = PutEntry>| -> Vec<PutEntry> {
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            return Vec::new();
-        }
-        records.take(per_batch).collect()
-    };
-    let mut next = take(&mut records);
-    while !next.is_empty() {
-        let current = std::mem::take(&mut next);
-        // The next records are made (generated, read, encoded) while these are put: the put
-        // waits on the store or the network, the making on a core, so they overlap instead of
-        // taking turns (`cargo bench --bench demo -- stages`).
-        let (put, following) = tokio::join!(
-            async {
-                for batch in batches(current, per_batch, MAX_BATCH_BYTES) {
-                    let n = batch.len() as u64;
-                    pacer.wait(n).await;
-                    put_batch(stream, batch, &backoff, &mut stats).await?;
-                    if count_records {
-                        pb.inc(n);
-                    }
-                }
-                Ok::<(), tally_producer::ProducerError>(())
-            },
-            async { take(&mut records) }
-        );
-        put?;
-        next = following;
-    }
-    Ok(stats)
 }
 
 /// The hot posts the settings name.
@@ -165,11 +110,11 @@ impl Put<'_> {
             &self.hot,
             records.map(events_only),
             self.settings.producer.rate,
-            self.pb,
-            false,
+            &|_| {},
             self.stop,
         )
         .await
+        .map_err(Into::into)
     }
 }
 
@@ -483,8 +428,7 @@ pub async fn run_replay(settings: &Settings, backend: &Backend, args: &ReplayArg
                 &hot_posts(settings),
                 lines.by_ref(),
                 rate,
-                &pb,
-                true,
+                &|n| pb.inc(n),
                 &stop,
             )
             .await;
@@ -505,11 +449,11 @@ pub async fn run_replay(settings: &Settings, backend: &Backend, args: &ReplayArg
                     &keep_keys,
                     recs.by_ref().map(put_entry),
                     rate,
-                    &pb,
-                    true,
+                    &|n| pb.inc(n),
                     &stop,
                 )
-                .await;
+                .await
+                .map_err(anyhow::Error::from);
                 recs.finish()?;
                 r
             };
