@@ -33,8 +33,8 @@ pub struct Fold {
     /// Counting likers: the (post, user) pairs whose like trended within the horizon (kept in
     /// memory only, sealed with each window and evicted by arrival like the ids).
     pairs: Option<Dedup>,
-    /// What the records are (`None`: like events).
-    input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
+    /// What the records are.
+    input: tally_core::input::Input,
 }
 
 impl Fold {
@@ -49,14 +49,14 @@ impl Fold {
             gathered_at: 0,
             gathered_latest: i64::MIN,
             pairs: None,
-            input: None,
+            input: tally_core::input::Input::Events,
         }
     }
 
-    /// Reads the records by `input`'s contract (a table's change records); items that are no
+    /// Reads the records by `input`'s contract (like events unless told); items that are no
     /// likes are passed over.
-    pub fn input(mut self, input: std::sync::Arc<tally_core::input::InputConfig>) -> Fold {
-        self.input = Some(input);
+    pub fn input(mut self, input: tally_core::input::Input) -> Fold {
+        self.input = input;
         self
     }
 
@@ -138,9 +138,7 @@ impl Fold {
     }
 
     fn fold_event(&mut self, data: &[u8], arrival_ms: i64, now: i64) -> bool {
-        let Ok(tally_core::input::Decoded::Event(ev)) =
-            tally_core::input::decode(self.input.as_deref(), data)
-        else {
+        let Ok(tally_core::input::Decoded::Event(ev)) = self.input.decode(data) else {
             // Malformed (the counter dead-letters it) or an item that is no like.
             return false;
         };

@@ -93,8 +93,8 @@ pub struct AnalyticsContext {
     /// What the counter counts: counting likers, a user's likes of a post are one like within
     /// the horizon.
     pub count: tally_core::edge::CountMode,
-    /// What the records are, when not like events (`[input]`: a table's change records).
-    pub input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
+    /// What the records are (`[input]`: like events, or a table's change records).
+    pub input: tally_core::input::Input,
 }
 
 impl Default for AnalyticsContext {
@@ -105,7 +105,7 @@ impl Default for AnalyticsContext {
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: tally_core::edge::CountMode::Likers,
-            input: None,
+            input: tally_core::input::Input::Events,
         }
     }
 }
@@ -192,10 +192,7 @@ impl ProcessorFactory for Analytics {
                     ALL_TIME,
                     self.ctx.dedup_horizon.as_millis() as i64,
                 );
-                let f = match &self.ctx.input {
-                    Some(input) => f.input(input.clone()),
-                    None => f,
-                };
+                let f = f.input(self.ctx.input.clone());
                 match self.ctx.count {
                     tally_core::edge::CountMode::Likers => f.likers(),
                     tally_core::edge::CountMode::Events => f,

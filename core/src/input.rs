@@ -113,12 +113,33 @@ pub enum Decoded<'a> {
     Skipped,
 }
 
-/// Reads one user record by `input`'s contract, or as a like event when there is none: what the
-/// counter's windows, analytics and verify each read a record with.
-pub fn decode<'a>(input: Option<&InputConfig>, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {
-    match input {
-        None => decode_ref(data).map(Decoded::Event),
-        Some(input) => input.decode(data),
+/// What a stream's records are, decided once from `[input]`: like events (contract v1), or a
+/// table's change records read by a mapping. The counter's windows, analytics and verify each
+/// hold one and read every record by it ([`Input::decode`]); "events" is this value alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Input {
+    /// Like and unlike events, contract v1.
+    #[default]
+    Events,
+    /// A table's change records, read by this mapping (its format is `dynamodb`).
+    Changes(std::sync::Arc<InputConfig>),
+}
+
+impl Input {
+    /// The input `[input]` says.
+    pub fn of(cfg: &InputConfig) -> Input {
+        match cfg.format {
+            Format::Events => Input::Events,
+            Format::Dynamodb => Input::Changes(std::sync::Arc::new(cfg.clone())),
+        }
+    }
+
+    /// Reads one user record by this input's contract.
+    pub fn decode<'a>(&self, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {
+        match self {
+            Input::Events => decode_ref(data).map(Decoded::Event),
+            Input::Changes(mapping) => mapping.decode(data),
+        }
     }
 }
 

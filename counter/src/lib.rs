@@ -37,7 +37,7 @@ use tally_core::config::{millis, range, Invalid};
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;
 use tally_core::edge::CountMode;
-use tally_core::input::InputConfig;
+use tally_core::input::Input;
 use tally_core::kpl::Took;
 use tally_core::lease::Lease;
 use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
@@ -117,8 +117,8 @@ pub struct CounterContext {
     pub crash_after_batches: Option<u64>,
     /// Where a recorded gap is reported as a metric (CloudWatch embedded metric format).
     pub emf: tally_consumer::emf::Emf,
-    /// What the records are, when not like events (`[input]`: a table's change records).
-    pub input: Option<Arc<InputConfig>>,
+    /// What the records are (`[input]`: like events, or a table's change records).
+    pub input: Input,
 }
 
 impl Default for CounterConfig {
@@ -515,10 +515,8 @@ impl Windows for CounterShard {
             }
         }
         let window = w.open.get_or_insert_with(|| {
-            let mut w = WindowBuilder::new(self.checkpoint.clone(), now_ms);
-            if let Some(input) = &self.ctx.input {
-                w = w.input(input.clone());
-            }
+            let w =
+                WindowBuilder::new(self.checkpoint.clone(), now_ms).input(self.ctx.input.clone());
             self.counting.fold(w, self.replay.as_ref())
         });
         let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);

@@ -55,7 +55,7 @@ impl Settings {
                 .and_then(|v| v.parse::<u64>().ok())
                 .filter(|n| *n > 0),
             emf: self.emf(),
-            input: self.input_config(),
+            input: self.record_input(),
             ..CounterContext::default()
         }
     }
@@ -73,14 +73,13 @@ impl Settings {
             emf: self.emf(),
             dedup_horizon: self.counter.dedup_horizon,
             count: self.counter.count,
-            input: self.input_config(),
+            input: self.record_input(),
         }
     }
 
-    /// What the records are, when not like events.
-    pub fn input_config(&self) -> Option<std::sync::Arc<tally_core::input::InputConfig>> {
-        (self.input.format != tally_core::input::Format::Events)
-            .then(|| std::sync::Arc::new(self.input.clone()))
+    /// What the stream's records are, decided once from `[input]`.
+    pub fn record_input(&self) -> tally_core::input::Input {
+        tally_core::input::Input::of(&self.input)
     }
 
     /// Where the consumers' EMF metrics go.

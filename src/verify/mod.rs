@@ -333,11 +333,11 @@ async fn states(b: &Backend, app: &str) -> Result<HashMap<String, ShardState>> {
         .collect())
 }
 
-/// What the recount counts by, and what the records are (`input`; `None`: like events).
+/// What the recount counts by, and what the records are.
 #[derive(Clone)]
 pub(crate) struct Rule {
     counts: Counts,
-    input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
+    input: tally_core::input::Input,
 }
 
 /// What the store counts, with the setting it was counted by.
@@ -385,7 +385,7 @@ impl Rule {
         };
         Ok(Rule {
             counts,
-            input: s.input_config(),
+            input: s.record_input(),
         })
     }
 

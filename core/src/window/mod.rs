@@ -13,8 +13,6 @@
 //! deltas follow from what those writes change). This module holds what both share: the
 //! records' extent, decoding, dead letters and the closed window.
 
-use std::sync::Arc;
-
 use crate::boundary::{Extent, Fold, UserRecord};
 use crate::buckets::PostDelta;
 
@@ -25,7 +23,7 @@ use crate::dead_letter::{
 };
 use crate::dedup::{Dedup, DedupRecord};
 use crate::edge::{self, EdgeEvent, HeldCounts, Transition};
-use crate::input::{Decoded, InputConfig};
+use crate::input::{Decoded, Input};
 use crate::kpl::Took;
 use crate::ports::StreamRecord;
 use crate::seq::{Position, SeqNo};
@@ -74,8 +72,8 @@ pub struct WindowBuilder {
     content: Content,
     /// When the window opened (caller's clock, ms), for closing on time.
     opened_at_ms: i64,
-    /// What the records are (`None`: like events, contract v1).
-    input: Option<Arc<InputConfig>>,
+    /// What the records are.
+    input: Input,
 }
 
 /// What a window folded.
@@ -99,7 +97,7 @@ struct Counting<'a> {
     shard_id: &'a str,
     content: &'a mut Content,
     dedup: &'a mut Dedup,
-    input: Option<&'a InputConfig>,
+    input: &'a Input,
 }
 
 impl WindowBuilder {
@@ -115,14 +113,13 @@ impl WindowBuilder {
                 stats: WindowStats::default(),
             },
             opened_at_ms,
-            input: None,
+            input: Input::Events,
         }
     }
 
-    /// Reads the records by `input`'s contract (a table's change records) instead of as like
-    /// events.
-    pub fn input(mut self, input: Arc<InputConfig>) -> WindowBuilder {
-        self.input = Some(input);
+    /// Reads the records by `input`'s contract (like events unless told).
+    pub fn input(mut self, input: Input) -> WindowBuilder {
+        self.input = input;
         self
     }
 
@@ -189,7 +186,7 @@ impl WindowBuilder {
             shard_id,
             content: &mut self.content,
             dedup,
-            input: self.input.as_deref(),
+            input: &self.input,
         };
         self.extent.take(&mut counting, record, from, max)
     }
@@ -346,7 +343,7 @@ impl Counting<'_> {
         data: &[u8],
         arrival_ms: i64,
     ) -> Result<(), crate::event::DecodeError> {
-        let ev = match crate::input::decode(self.input, data)? {
+        let ev = match self.input.decode(data)? {
             Decoded::Event(ev) => ev,
             Decoded::Skipped => {
                 self.content.stats.skipped += 1;

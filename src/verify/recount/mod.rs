@@ -206,8 +206,8 @@ trait Counting: Send {
 pub struct Recount {
     /// How it counts.
     mode: Box<dyn Counting>,
-    /// What the records are (`None`: like events).
-    input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
+    /// What the records are.
+    input: tally_core::input::Input,
     applied: HashMap<String, Applied>,
     lineage: HashMap<String, usize>,
     /// The keys this pass holds; what it holds past which it gives up half of them.
@@ -246,7 +246,7 @@ impl Recount {
     fn new(mode: Box<dyn Counting>, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
         Recount {
             mode,
-            input: None,
+            input: tally_core::input::Input::Events,
             applied: applied(shards, rows),
             lineage: lineages(shards),
             part: Part::ALL,
@@ -279,10 +279,7 @@ impl Recount {
 
     /// Reads the records by `input`'s contract (a table's change records, whose other items are
     /// skipped).
-    pub fn input(
-        mut self,
-        input: Option<std::sync::Arc<tally_core::input::InputConfig>>,
-    ) -> Recount {
+    pub fn input(mut self, input: tally_core::input::Input) -> Recount {
         self.input = input;
         self
     }
@@ -361,7 +358,7 @@ impl Recount {
 
     fn user_record(&mut self, shard_id: &str, at: Position, arrival_ms: i64, data: &[u8]) {
         self.tally.user_records += 1;
-        let ev = match tally_core::input::decode(self.input.as_deref(), data) {
+        let ev = match self.input.decode(data) {
             Ok(tally_core::input::Decoded::Event(ev)) => ev.into_owned(),
             Ok(tally_core::input::Decoded::Skipped) => {
                 self.tally.skipped += 1;
