@@ -260,3 +260,31 @@ async fn a_corrupt_edge_is_named() {
     })
     .await;
 }
+
+/// A trending item written behind the store's back with a string where tally keeps its time:
+/// read as an error naming the item and the attribute, never as a sketch taken at the epoch.
+#[tokio::test]
+async fn a_corrupt_trending_sketch_is_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let f = fresh("corrupt-trending", 1).await;
+    let tables = tables_of(&f);
+    let (client, table) = (tables.client().clone(), tables.table("analytics"));
+    tally_conformance::a_corrupt_trending_sketch_is_named(tables, "aws", |app, shard| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("pk", AttributeValue::S(format!("{app}#trending")))
+                .key("sk", AttributeValue::S(shard))
+                .update_expression("SET #t = :v")
+                .expression_attribute_names("#t", "at_ms")
+                .expression_attribute_values(":v", AttributeValue::S("soon".into()))
+                .condition_expression("attribute_exists(pk)")
+                .send()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}

@@ -106,3 +106,53 @@ pub async fn analytics_snapshots_are_fenced(store: &dyn AnalyticsStore, name: &s
         Some(seq("42"))
     );
 }
+
+/// Analytics store: a trending sketch whose `at_ms` is not what tally writes (adapter-specific:
+/// `corrupt(app, shard)` writes a string there behind the store's back) is read as an error
+/// naming the sketch and the field, never as a sketch taken at the epoch.
+pub async fn a_corrupt_trending_sketch_is_named<F, Fut>(
+    store: &dyn AnalyticsStore,
+    name: &str,
+    corrupt: F,
+) where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let app = format!("analytics-corrupt-{name}");
+    let shard = format!("shard-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let snap = AnalyticsSnapshot {
+        shard_id: shard.clone(),
+        end: seq("42"),
+        max_arrival: 7,
+        taken_at_ms: 1_000,
+        trending: vec![TrendingEntry {
+            post_id: "p1".into(),
+            score: 2.5,
+            error: 0.0,
+        }],
+        trending_at_ms: 900,
+        top_liked: Vec::new(),
+        latency: vec![1, 2, 3],
+        dedup: DedupRecord {
+            max_arrival: 7,
+            ids: vec![5],
+        },
+        horizon_ms: HORIZON_MS,
+        shard_finished: false,
+    };
+    store.save_snapshot(&fence, &snap).await.unwrap();
+    let read = store.trending_sketches(&app).await.unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].2, 900);
+    corrupt(app.clone(), shard.clone()).await;
+    let e = store.trending_sketches(&app).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, PortError::Corrupt { .. })
+            && text.contains(&app)
+            && text.contains(&shard)
+            && text.contains("`at_ms`"),
+        "{text}"
+    );
+}

@@ -42,7 +42,7 @@ mod edges;
 mod leases;
 mod stream;
 
-pub use analytics::analytics_snapshots_are_fenced;
+pub use analytics::{a_corrupt_trending_sketch_is_named, analytics_snapshots_are_fenced};
 pub use counter::{
     a_checkpoint_renews_the_lease, a_paused_stale_writer_counts_nothing_twice,
     counter_commits_exactly_once, dedup_records_expire_by_arrival,

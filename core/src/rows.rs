@@ -192,6 +192,32 @@ pub fn edge_state(a: &crate::item::Attrs, post: &str, user: &str) -> PortResult<
     })
 }
 
+/// The time a latency snapshot's sort key starts with (13 digits, ms: `<taken_at>#<shard>#<seq>`
+/// on DynamoDB), or an error naming the item.
+pub fn snapshot_time(sk: &str, item: &str) -> PortResult<i64> {
+    sk.get(..13)
+        .filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| PortError::Corrupt {
+            item: item.to_owned(),
+            detail: format!("its sort key `{sk}` does not start with a 13-digit time"),
+        })
+}
+
+/// A shard's trending sketch as stored (`entries`, [`crate::ports::TrendingEntry::encode_all`];
+/// `at_ms`, when it was taken), decoded: either missing or not what tally writes is an error
+/// naming the item, never an empty sketch or a sketch taken at the epoch.
+pub fn trending_row(row: &Row, item: &str) -> PortResult<(Vec<crate::ports::TrendingEntry>, i64)> {
+    let f = Fields { row, item };
+    let text = f.required_text("entries")?;
+    let at = f
+        .num("at_ms")?
+        .ok_or_else(|| f.corrupt("at_ms", "is missing".into()))?;
+    let entries = crate::ports::TrendingEntry::decode_all(text, item)
+        .map_err(|e| f.corrupt("entries", format!("does not decode: {e}")))?;
+    Ok((entries, at))
+}
+
 /// An edge as a store that keeps edges typed holds it (the embedded store's `edges` table): its
 /// state in columns — whether the user likes the post, the ordering time and id of the event
 /// that set it, the window that wrote it — and the rest of what it remembers (the event that

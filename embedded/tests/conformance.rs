@@ -313,3 +313,25 @@ async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
         .unwrap();
     assert_eq!(left, 0, "no edge item is left in items");
 }
+
+/// A trending row written behind the store's back with a string where tally keeps its time:
+/// read as an error naming the row and the field, never as a sketch taken at the epoch.
+#[tokio::test]
+async fn a_corrupt_trending_sketch_is_named() {
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::a_corrupt_trending_sketch_is_named(&e, "embedded", |app, shard| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            let n = conn
+                .execute(
+                    "UPDATE trending SET at_ms = 'soon' WHERE app = ?1 AND shard_id = ?2",
+                    rusqlite::params![app, shard],
+                )
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+    })
+    .await;
+}

@@ -11,7 +11,7 @@ use tally_core::ports::{
     AnalyticsReader, AnalyticsSnapshot, AnalyticsStore, Fence, PortError, PortResult, TrendingEntry,
 };
 
-use super::{get_n, get_s, n, s, DynamoStore, Expr, SNAPSHOT_TTL_SECS};
+use super::{get_s, n, s, DynamoStore, Expr, SNAPSHOT_TTL_SECS};
 
 #[async_trait]
 impl AnalyticsReader for DynamoStore {
@@ -26,14 +26,9 @@ impl AnalyticsReader for DynamoStore {
             .iter()
             .map(|i| {
                 let shard = get_s(i, "sk").unwrap_or_default();
-                let item = format!("{} item ({app}#trending, {shard})", self.table("analytics"));
-                let text = get_s(i, "entries").ok_or_else(|| {
-                    PortError::Other(format!(
-                        "{item}: it has no `entries` string; the item is corrupt"
-                    ))
-                })?;
-                let entries = TrendingEntry::decode_all(&text, &item)?;
-                Ok((shard, entries, get_n(i, "at_ms").unwrap_or(0)))
+                let item = format!("{} {app}#trending/{shard}", self.table("analytics"));
+                let (entries, at) = tally_core::rows::trending_row(&super::row_of(i), &item)?;
+                Ok((shard, entries, at))
             })
             .collect()
     }
@@ -46,16 +41,23 @@ impl AnalyticsReader for DynamoStore {
         let items = self
             .query_all("analytics", "pk = :p AND sk >= :t", values, None, None)
             .await?;
-        Ok(items
+        // A snapshot item that is not what tally writes is an error naming it, never left out.
+        items
             .iter()
-            .filter_map(|i| {
-                // The sort key starts with the 13-digit time the window was taken.
-                let at = get_s(i, "sk")?.get(..13)?.parse().ok()?;
-                i.get("latency")
+            .map(|i| {
+                let sk = get_s(i, "sk").unwrap_or_default();
+                let item = format!("{} {app}#latency/{sk}", self.table("analytics"));
+                let at = tally_core::rows::snapshot_time(&sk, &item)?;
+                let bytes = i
+                    .get("latency")
                     .and_then(|v| v.as_b().ok())
-                    .map(|b| (at, b.as_ref().to_vec()))
+                    .ok_or_else(|| PortError::Corrupt {
+                        item,
+                        detail: "`latency` is missing or not binary".into(),
+                    })?;
+                Ok((at, bytes.as_ref().to_vec()))
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -17,24 +17,24 @@ impl AnalyticsReader for Embedded {
     ) -> PortResult<Vec<(String, Vec<TrendingEntry>, i64)>> {
         let app = app.to_owned();
         self.run(move |c| {
+            const COLUMNS: &str = "shard_id, entries, at_ms";
             let mut st = c
-                .prepare_cached("SELECT shard_id, entries, at_ms FROM trending WHERE app = ?1")
+                .prepare_cached(&format!("SELECT {COLUMNS} FROM trending WHERE app = ?1"))
                 .map_err(sql_err)?;
             let rows = st
-                .query_map([&app], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                })
+                .query_map([&app], |r| super::row_of(r, COLUMNS))
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            rows.into_iter()
-                .map(|(shard, json, at)| {
-                    let item = format!("the trending row ({app}, {shard})");
-                    Ok((shard, TrendingEntry::decode_all(&json, &item)?, at))
+            rows.iter()
+                .map(|row| {
+                    let shard = match row.get("shard_id") {
+                        Some(tally_core::rows::Field::S(s)) => s.clone(),
+                        _ => String::new(),
+                    };
+                    let item = format!("trending {app}/{shard}");
+                    let (entries, at) = tally_core::rows::trending_row(row, &item)?;
+                    Ok((shard, entries, at))
                 })
                 .collect()
         })

@@ -39,9 +39,15 @@ pub(crate) fn spent_json(sp: &ShardTally) -> String {
 /// A lease row's columns as a stored row (`tally_core::rows`), each as SQLite holds it (a null
 /// is absent).
 fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    row_of(r, LEASE_COLUMNS)
+}
+
+/// A row's `columns` (as the query selected them, `, `-separated) as a stored row
+/// (`tally_core::rows`), each as SQLite holds it (a null is absent).
+pub(super) fn row_of(r: &rusqlite::Row<'_>, columns: &str) -> rusqlite::Result<Row> {
     use rusqlite::types::ValueRef;
     let mut row = Row::new();
-    for (i, name) in LEASE_COLUMNS.split(", ").enumerate() {
+    for (i, name) in columns.split(", ").enumerate() {
         let f = match r.get_ref(i)? {
             ValueRef::Null => continue,
             ValueRef::Integer(n) => Field::N(n),
