@@ -213,8 +213,12 @@ pub fn trending_row(row: &Row, item: &str) -> PortResult<(Vec<crate::ports::Tren
     let at = f
         .num("at_ms")?
         .ok_or_else(|| f.corrupt("at_ms", "is missing".into()))?;
-    let entries = crate::ports::TrendingEntry::decode_all(text, item)
-        .map_err(|e| f.corrupt("entries", format!("does not decode: {e}")))?;
+    let entries = crate::ports::TrendingEntry::decode_all(text, item).map_err(|_| {
+        f.corrupt(
+            "entries",
+            "is not [post_id, score, error] rows: delete the item and the shard's next snapshot writes it again".into(),
+        )
+    })?;
     Ok((entries, at))
 }
 

@@ -120,6 +120,11 @@ mod tests {
             })
             .unwrap();
         let err = store.trending_sketches("analytics").await.unwrap_err();
-        assert!(err.to_string().contains("(analytics, s0)"), "{err}");
+        assert!(
+            matches!(err, tally_core::ports::PortError::Corrupt { .. })
+                && err.to_string().contains("trending analytics/s0")
+                && err.to_string().contains("`entries`"),
+            "{err}"
+        );
     }
 }
