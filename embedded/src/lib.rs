@@ -104,18 +104,21 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// (it never waits for, nor blocks, a reader or a writer) every [`CHECKPOINT_EVERY`], for as long
 /// as a handle on `conn` lives. A commit then only appends its pages to the WAL; copying them
 /// back and syncing the file (a fifth of the time counting likers, whose edge writes dirty a page
-/// each: BENCHMARKS) happens beside it. Durability is unchanged (`journal`). `false`: no thread
-/// could be started, and the handle's commits checkpoint as they go (`journal`'s setting).
+/// each: BENCHMARKS) happens beside it. Durability is unchanged (`journal`). `false`: its
+/// connection could not be opened or its thread started, and the handle's commits checkpoint as
+/// they go (`journal`'s setting).
 fn checkpoint_in_background(path: &Path, conn: &Arc<Mutex<Connection>>) -> bool {
-    let (handle, path) = (Arc::downgrade(conn), path.to_owned());
+    let handle = Arc::downgrade(conn);
+    // Opened here, not on the thread: a checkpointer that cannot open leaves the writers' own
+    // checkpoints on, rather than reporting itself started.
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let Ok(c) = Connection::open_with_flags(path, flags) else {
+        return false;
+    };
     let spawned = std::thread::Builder::new()
         .name("tally-checkpoint".into())
         .spawn(move || {
-            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
-                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            let Ok(c) = Connection::open_with_flags(&path, flags) else {
-                return;
-            };
             while handle.strong_count() > 0 {
                 std::thread::sleep(CHECKPOINT_EVERY);
                 // Busy (another checkpoint running) or failed: the next tick, or the writers'

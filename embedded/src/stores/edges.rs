@@ -107,9 +107,7 @@ pub(super) fn apply_edges(
         let refused = old.as_ref().map_or(1, units);
         let (remember, forgotten) = match edge::apply_state(old.as_ref(), e, window) {
             EdgeOutcome::Wrote(s, t) => {
-                out.crossed += u64::from(old.as_ref().is_some_and(|o| {
-                    edge::window_shard(&o.writes[0].window) != edge::window_shard(window)
-                }));
+                out.crossed += u64::from(s.crossed());
                 put_edge(&tx, post, user, &s)?;
                 out.applied.wrote(Purpose::Edges, units(&s));
                 out.transitions.push(t);
