@@ -5,14 +5,18 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod answers;
+pub mod apps;
 pub mod backend;
+pub mod backfill;
 pub mod cli;
 pub mod commands;
+pub mod demo;
 pub mod man;
 pub mod output;
 pub mod progress;
 pub mod reading;
 pub mod recording;
+pub mod replay;
 pub mod serve;
 pub mod settings;
 pub mod signal;
@@ -66,8 +70,8 @@ pub fn init_logging(cli: &Cli) {
 pub fn exit_code(e: &anyhow::Error) -> i32 {
     if e.is::<commands::consume::TimedOut>() {
         commands::consume::TimedOut::EXIT
-    } else if e.is::<commands::produce::Interrupted>() {
-        commands::produce::Interrupted::EXIT
+    } else if e.is::<signal::Interrupted>() {
+        signal::Interrupted::EXIT
     } else {
         1
     }
@@ -103,7 +107,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Replay(a) => {
             // Before anything is created: a mistyped file name leaves no new store behind.
-            commands::produce::check_replay_file(&a.file)?;
+            replay::check_replay_file(&a.file)?;
             let (s, b) = store(Access::Write).await?;
             commands::produce::run_replay(&s, &b, a).await
         }

@@ -8,6 +8,16 @@ use std::sync::Arc;
 /// The exit status of a process a signal ended (128 + SIGINT).
 pub const EXIT: i32 = 130;
 
+/// Interrupted by SIGINT or SIGTERM: what was put is said, and the exit status is [`EXIT`].
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted by a signal: {0}")]
+pub struct Interrupted(pub String);
+
+impl Interrupted {
+    /// The exit status.
+    pub const EXIT: i32 = EXIT;
+}
+
 /// Resolves at the first signal; a second one exits the process at once.
 pub async fn shutdown() {
     first().await;

@@ -3,7 +3,6 @@
 //! backend. Nothing imports this module but the dispatcher (`tally::run`).
 
 pub mod backfill;
-pub mod baselines;
 pub mod consume;
 pub mod demo;
 pub mod produce;

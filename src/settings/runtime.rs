@@ -6,14 +6,22 @@ use std::time::Duration;
 use tally_analytics::{AnalyticsConfig, AnalyticsContext};
 use tally_consumer::worker::{default_worker_id, WorkerConfig, WorkerContext};
 use tally_core::apps;
+use tally_core::input::Format;
 use tally_counter::{CounterConfig, CounterContext};
+use tally_producer::change::ChangeConfig;
 use tally_producer::generate::GenConfig;
+use tally_producer::keys::HotPosts;
+use tally_producer::produce::Plan;
 
 use super::Settings;
 
 /// Counting likers, the share of generated events that change no liker: a liker's second tap, an
 /// unlike of a post the user does not like.
 pub const NO_OP_RATIO: f64 = 0.05;
+
+/// A generated change stream's share of actions followed by a change to another item of the
+/// post (its metadata, a comment): records the counter skips.
+pub const OTHER_ITEMS_RATIO: f64 = 0.05;
 
 /// The demo's producer retries and malformed records, unless configured: some of each, so the
 /// report shows them handled (`cargo bench --bench demo` puts the same for its floor).
@@ -99,6 +107,32 @@ impl Settings {
                 tally_core::edge::CountMode::Events => 0.0,
             },
             ..self.producer.clone()
+        }
+    }
+
+    /// The hot posts the `[producer]` section names, with their keys fanned out.
+    pub fn hot_posts(&self) -> HotPosts {
+        HotPosts::new(
+            self.producer.hot_posts.iter().cloned(),
+            self.producer.hot_post_keys,
+        )
+    }
+
+    /// What `tally produce` and the demo generate and put: `events` events
+    /// ([`Settings::gen_config`]), as a table's change records when the input is one, with the
+    /// hot posts' keys fanned out, at the `[producer]` rate.
+    pub fn produce_plan(&self, events: u64) -> Plan {
+        let changes = (self.input.format == Format::Dynamodb).then(|| ChangeConfig {
+            input: self.input.clone(),
+            late_ratio: self.producer.duplicate_ratio,
+            other_ratio: OTHER_ITEMS_RATIO,
+            seed: self.producer.seed,
+        });
+        Plan {
+            gen: self.gen_config(events),
+            changes,
+            hot: self.hot_posts(),
+            rate: self.producer.rate,
         }
     }
 

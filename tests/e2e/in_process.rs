@@ -275,3 +275,62 @@ async fn the_read_side_runs_from_its_own_config() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// Replay, the counter and the demo as library entry points, called without clap: a file put by
+/// `replay::replay` from its own config and counted by `apps::run_counter` to idle reads back
+/// exact, and a `Demo` run from a `DemoConfig` reports every count it checked exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 300, 8, 13);
+    let settings = Settings::load(None, |s| s.data_dir = t.dir.path().to_owned()).unwrap();
+    let backend = tally::backend::Backend::open(&settings).await.unwrap();
+    let cfg = tally::replay::ReplayConfig {
+        file,
+        speed: None,
+        rate: 0.0,
+        hot: Default::default(),
+    };
+    let replayed = tally::replay::replay(
+        backend.stream.as_ref(),
+        &cfg,
+        &indicatif::ProgressBar::hidden(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(replayed.stats.records as usize, exp.lines);
+    let idle = std::sync::Arc::new(tally_consumer::worker::IdleExit::default());
+    idle.arm();
+    let (m, _) = tally::apps::run_counter(&settings, &backend, idle, std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(
+        m.malformed.load(std::sync::atomic::Ordering::Relaxed) as usize,
+        exp.malformed
+    );
+    for (post, n) in &exp.counts {
+        let got = backend.counter.post_count(post, None).await.unwrap().total;
+        assert_eq!(got, *n, "{post}");
+    }
+
+    let demo = tally::demo::Demo::open(&Settings::default().for_demo(false, false), false, false)
+        .await
+        .unwrap();
+    let report = demo
+        .run(&tally::demo::DemoConfig {
+            events: 2_000,
+            baselines: false,
+            progress: false,
+        })
+        .await
+        .unwrap();
+    let r = &report.json;
+    assert!(report.exact && report.off().is_none(), "{r}");
+    assert_eq!(r["events"], 2_000);
+    assert_eq!(r["posts_wrong"], 0);
+    assert_eq!(r["counted_total"], r["expected_total"]);
+    assert!(r["posts_checked"].as_u64().unwrap() > 100, "{r}");
+    demo.close().await.unwrap();
+}

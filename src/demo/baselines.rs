@@ -1,4 +1,4 @@
-//! `tally demo --baselines`: the same records as the demo, applied on the same backend the two
+//! The demo's baselines (`tally demo --baselines`): the same records as the demo, applied on the same backend the two
 //! ways tally is measured against, with what each costs by DynamoDB's published rules.
 
 use std::collections::HashMap;
