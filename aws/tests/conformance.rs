@@ -261,6 +261,62 @@ async fn a_corrupt_edge_is_named() {
     .await;
 }
 
+/// A summary item or a dedup record written behind the store's back with values tally never
+/// writes: each read is an error naming the item, never a 0 or an empty record.
+#[tokio::test]
+async fn corrupt_summary_and_dedup_are_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use tally_conformance::Corruption;
+    let f = fresh("corrupt-summary", 1).await;
+    let tables = tables_of(&f);
+    let client = tables.client().clone();
+    let (counts, dedup) = (tables.table("counts"), tables.table("dedup"));
+    tally_conformance::corrupt_summary_and_dedup_are_named(tables, "aws", |c| {
+        let (client, counts, dedup) = (client.clone(), counts.clone(), dedup.clone());
+        async move {
+            let set = |table: String, pk: String, sk: String, attr: &str, v: AttributeValue| {
+                client
+                    .update_item()
+                    .table_name(table)
+                    .key("pk", AttributeValue::S(pk))
+                    .key("sk", AttributeValue::S(sk))
+                    .update_expression("SET #a = :v")
+                    .expression_attribute_names("#a", attr)
+                    .expression_attribute_values(":v", v)
+                    .condition_expression("attribute_exists(pk)")
+                    .send()
+            };
+            let three = || AttributeValue::S("three".into());
+            match c {
+                Corruption::LiveTotal { post, sk } => {
+                    set(counts, post, sk, "n", three()).await.unwrap();
+                }
+                Corruption::GlobalTotal { sk } => {
+                    let pk = tally_core::summary::GLOBAL_PK.to_owned();
+                    set(counts, pk, sk, "n", three()).await.unwrap();
+                }
+                Corruption::DedupIds { app, shard } => {
+                    let pk = format!("{app}#{shard}");
+                    let found = client
+                        .query()
+                        .table_name(&dedup)
+                        .key_condition_expression("pk = :p")
+                        .expression_attribute_values(":p", AttributeValue::S(pk.clone()))
+                        .send()
+                        .await
+                        .unwrap();
+                    let items = found.items();
+                    assert_eq!(items.len(), 1);
+                    let sk = items[0]["sk"].as_s().unwrap().clone();
+                    let ids = AttributeValue::B(vec![1, 2, 3].into());
+                    set(dedup.clone(), pk, sk, "ids", ids).await.unwrap();
+                }
+            }
+        }
+    })
+    .await;
+}
+
 /// A trending item written behind the store's back with a string where tally keeps its time:
 /// read as an error naming the item and the attribute, never as a sketch taken at the epoch.
 #[tokio::test]

@@ -888,3 +888,113 @@ pub async fn a_checkpoint_renews_the_lease(store: &dyn CounterStore, name: &str)
         "the stale holder's renewal did not land"
     );
 }
+
+/// What [`corrupt_summary_and_dedup_are_named`] corrupts behind the store's back, each by the
+/// adapter's own means (SQL, `UpdateItem`).
+pub enum Corruption {
+    /// A post's live item of a shard (`pk` the post, `sk` [`tally_core::summary::live_sk`]):
+    /// its total `n` set to a string.
+    LiveTotal {
+        /// The post.
+        post: String,
+        /// The live item's sort key.
+        sk: String,
+    },
+    /// The app's global-total item of a shard: its `n` set to a string.
+    GlobalTotal {
+        /// Its sort key ([`tally_core::summary::global_sk`]).
+        sk: String,
+    },
+    /// The shard's dedup records: their ids set to 3 bytes (not whole 16-byte ids).
+    DedupIds {
+        /// The app.
+        app: String,
+        /// The shard.
+        shard: String,
+    },
+}
+
+/// Counter store: a summary item or a dedup record that is not what tally writes is an error
+/// naming the item (`PortError::Corrupt`) wherever it is read — a count, the global total, a
+/// plan's read of the live item, a dedup restore — never read as 0 or as no ids (a count that
+/// drops a shard's `n` would be taken back once mended; a restore without ids lets a retry
+/// count twice).
+pub async fn corrupt_summary_and_dedup_are_named<F, Fut>(
+    store: &dyn CounterStore,
+    name: &str,
+    corrupt: F,
+) where
+    F: Fn(Corruption) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let app = format!("{name}-corrupt-summary");
+    let shard = format!("shard-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let post = format!("{name}-corrupt-p");
+    let t = 1_796_000_000_000;
+    let end = seq("10");
+    let dedup = DedupRecord {
+        max_arrival: t,
+        ids: vec![7, 8],
+    };
+    let rest = Rest {
+        dead: &[],
+        total: 3,
+        dedup: &dedup,
+    };
+    let posts = [(post.clone(), delta(&[(t, 3)]))];
+    window(store, &fence, None, &end, &posts, rest, false).await;
+    assert_eq!(store.post_count(&post, None).await.unwrap().total, 3);
+    let is_named = |r: Result<(), PortError>, what: &str, item: &str| {
+        let e = r.expect_err(what);
+        let text = e.to_string();
+        assert!(
+            matches!(e, PortError::Corrupt { .. }) && text.contains(item),
+            "{what}: {text}"
+        );
+    };
+
+    corrupt(Corruption::LiveTotal {
+        post: post.clone(),
+        sk: tally_core::summary::live_sk(&shard),
+    })
+    .await;
+    let count = store.post_count(&post, None).await.map(|_| ());
+    is_named(count, "a count", &post);
+    let since = store.post_count(&post, Some(t - HOUR_MS)).await.map(|_| ());
+    is_named(since, "a count since", &post);
+    // The next window's write over the live item fails rather than count on it (the embedded
+    // store reads it for the plan: `Corrupt`; DynamoDB refuses to add to a string: a validation
+    // error of the call).
+    let next = seq("20");
+    store
+        .begin_window(&fence, Some(&end), &next.seq, &next, HORIZON_MS.into())
+        .await
+        .unwrap();
+    let applied = store
+        .apply_posts(at(&fence, &next), &[(post.clone(), delta(&[(t, 1)]))])
+        .await;
+    let failed = match applied {
+        Err(_) => true,
+        Ok(p) => p.error.is_some() || !p.retry.is_empty(),
+    };
+    assert!(failed, "a write over a corrupt live item");
+
+    corrupt(Corruption::GlobalTotal {
+        sk: tally_core::summary::global_sk(&app, &shard),
+    })
+    .await;
+    let total = store.global_total().await.map(|_| ());
+    is_named(total, "the global total", &shard);
+
+    corrupt(Corruption::DedupIds {
+        app: app.clone(),
+        shard: shard.clone(),
+    })
+    .await;
+    let restored = store
+        .load_dedup(&app, std::slice::from_ref(&shard), i64::MIN)
+        .await
+        .map(|_| ());
+    is_named(restored, "a dedup restore", &shard);
+}

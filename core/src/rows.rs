@@ -192,6 +192,30 @@ pub fn edge_state(a: &crate::item::Attrs, post: &str, user: &str) -> PortResult<
     })
 }
 
+/// A window's dedup record as stored: the window's end (`end`, a position as
+/// [`Position::parse`] reads it), its arrival clock (`max_arrival`) and its first-seen ids (`ids`,
+/// [`crate::dedup::DedupRecord::encode_ids`]), decoded. Missing or not what tally writes is an
+/// error naming the item and the field: a record read as empty would let a retry count twice.
+pub fn dedup_row(
+    item: &str,
+    end: Option<&str>,
+    max_arrival: Option<i64>,
+    ids: Option<&[u8]>,
+) -> PortResult<(Position, crate::dedup::DedupRecord)> {
+    let corrupt = |detail: &str| PortError::Corrupt {
+        item: item.to_owned(),
+        detail: detail.to_owned(),
+    };
+    let end = end
+        .and_then(Position::parse)
+        .ok_or_else(|| corrupt("its window end is missing or not a sequence position"))?;
+    let max_arrival = max_arrival.ok_or_else(|| corrupt("`max_arrival` is missing"))?;
+    let ids = ids
+        .and_then(crate::dedup::DedupRecord::decode_ids)
+        .ok_or_else(|| corrupt("`ids` is missing or not whole 16-byte ids"))?;
+    Ok((end, crate::dedup::DedupRecord { max_arrival, ids }))
+}
+
 /// The time a latency snapshot's sort key starts with (13 digits, ms: `<taken_at>#<shard>#<seq>`
 /// on DynamoDB), or an error naming the item.
 pub fn snapshot_time(sk: &str, item: &str) -> PortResult<i64> {

@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 
 use crate::buckets::{day_key, hour_key, minute_of_hour, PostDelta, DAY_MS, HOUR_MS};
 use crate::cost::{self, Purpose};
+use crate::ports::{PortError, PortResult};
 use crate::seq::Position;
 #[cfg(test)]
 use crate::seq::SeqNo;
@@ -597,9 +598,76 @@ pub fn global_total_write(app: &str, shard: &str, delta: i64, end: &str) -> Writ
     }
 }
 
-/// The sum of the items' `n`: the global total from its partition.
-pub fn total_of(items: &Items) -> i64 {
-    items.iter().filter_map(|(_, a)| num(a, "n")).sum()
+/// The sum of the items' `n`: the global total from its partition, read strictly
+/// ([`check_items`]).
+pub fn total_of(items: &Items) -> PortResult<i64> {
+    check_items(GLOBAL_PK, items)?;
+    Ok(items.iter().filter_map(|(_, a)| num(a, "n")).sum())
+}
+
+/// That these items of partition `pk` are summary items as tally writes them: each has its
+/// total `n`, a number; a live item its marker `w`, a string, and its hour `hk`, a number; a
+/// minute or hour slot (`m00`, `h23`) is a number; an archive's last add ([`LAST_ADD`]) reads
+/// as one. Anything else is [`PortError::Corrupt`] naming the item and the attribute — never
+/// read as 0 or as absent, which would show a count it later takes back.
+pub fn check_items(pk: &str, items: &Items) -> PortResult<()> {
+    items.iter().try_for_each(|(sk, a)| check_item(pk, sk, a))
+}
+
+fn check_item(pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
+    let corrupt = |detail: String| PortError::Corrupt {
+        item: format!("{pk}/{sk}"),
+        detail,
+    };
+    let is_slot = |k: &str| {
+        k.len() == 3
+            && (k.starts_with('m') || k.starts_with('h'))
+            && k[1..].bytes().all(|b| b.is_ascii_digit())
+    };
+    let live = sk.starts_with(LIVE_PREFIX);
+    let mut needed: Vec<&str> = vec!["n"];
+    if live {
+        needed.extend(["w", "hk"]);
+    }
+    for k in needed {
+        if !a.contains_key(k) {
+            return Err(corrupt(format!("`{k}` is missing")));
+        }
+    }
+    for (k, v) in a {
+        let want_number = k == "n" || k == "hk" || is_slot(k);
+        match (v, want_number) {
+            (Val::S(_), true) => {
+                return Err(corrupt(format!("`{k}` is a string where a number is kept")))
+            }
+            (Val::N(_), false) if k == "w" || k == LAST_ADD => {
+                return Err(corrupt(format!("`{k}` is a number where a string is kept")))
+            }
+            (Val::S(t), false) if k == LAST_ADD && !last_add_reads(t) => {
+                return Err(corrupt(format!("`{k}` is {t:?}, not `attr:delta,…`")))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A live item read for a plan, strictly ([`check_items`]): its state, or the error naming it.
+pub fn live_state(pk: &str, sk: &str, a: &Attrs) -> PortResult<LiveState> {
+    check_item(pk, sk, a)?;
+    LiveState::from_attrs(a).ok_or_else(|| PortError::Corrupt {
+        item: format!("{pk}/{sk}"),
+        detail: "not a live item".into(),
+    })
+}
+
+/// Whether an archive's last add reads as `attr:delta,…` ([`last_add_text`]).
+fn last_add_reads(t: &str) -> bool {
+    t.is_empty()
+        || t.split(',').all(|part| {
+            part.split_once(':')
+                .is_some_and(|(_, v)| v.parse::<i64>().is_ok())
+        })
 }
 
 /// Read units of one strongly consistent Query or GetItem that returned items of these sizes
@@ -626,7 +694,12 @@ pub fn post_count(
     post_id: &str,
     mut live: Queried,
     since: Option<(i64, Queried, Queried)>,
-) -> crate::ports::PostCount {
+) -> PortResult<crate::ports::PostCount> {
+    check_items(post_id, &live)?;
+    if let Some((_, hours, days)) = &since {
+        check_items(post_id, hours)?;
+        check_items(post_id, days)?;
+    }
     let mut units = query_units(post_id, &live);
     let total = total(&live);
     let marks = live
@@ -645,12 +718,12 @@ pub fn post_count(
         live.extend(days);
         self::since(&live, t)
     });
-    crate::ports::PostCount {
+    Ok(crate::ports::PostCount {
         total,
         since,
         read_units: units,
         marks,
-    }
+    })
 }
 
 /// Whether a window of `shard` after the checkpoint marked `after` ([`marker`] of it; `None`: the

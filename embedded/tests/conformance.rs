@@ -243,6 +243,39 @@ async fn a_corrupt_lease_row_is_named() {
     .await;
 }
 
+/// A summary item or a dedup record written behind the store's back with values tally never
+/// writes: each read is an error naming the item, never a 0 or an empty record.
+#[tokio::test]
+async fn corrupt_summary_and_dedup_are_named() {
+    use tally_conformance::Corruption;
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::corrupt_summary_and_dedup_are_named(&e, "embedded", |c| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            let set_n = "UPDATE items SET attrs = json_set(attrs, '$.n', 'three') \
+                         WHERE pk = ?1 AND sk = ?2";
+            let n = match c {
+                Corruption::LiveTotal { post, sk } => {
+                    conn.execute(set_n, rusqlite::params![post, sk]).unwrap()
+                }
+                Corruption::GlobalTotal { sk } => conn
+                    .execute(set_n, rusqlite::params![tally_core::summary::GLOBAL_PK, sk])
+                    .unwrap(),
+                Corruption::DedupIds { app, shard } => conn
+                    .execute(
+                        "UPDATE dedup SET ids = x'010203' WHERE app = ?1 AND shard_id = ?2",
+                        rusqlite::params![app, shard],
+                    )
+                    .unwrap(),
+            };
+            assert_eq!(n, 1);
+        }
+    })
+    .await;
+}
+
 /// An edge row written behind the store's back with a history tally never writes: read as an
 /// error naming the post and the user, never as an absent or unliked edge.
 #[tokio::test]

@@ -16,14 +16,13 @@ use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
-use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
     LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally,
     StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
 };
-use tally_core::summary::{self, Attrs, Cond, Known, LiveState, Plan, Val, Write};
+use tally_core::summary::{self, Attrs, Cond, Known, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
 
 use super::{arrival_key, get_n, get_s, n, s, side_by_side, Call, DynamoStore, Expr};
@@ -54,16 +53,30 @@ impl KnownHours {
     }
 }
 
-pub(super) fn to_attrs(item: &HashMap<String, AttributeValue>) -> Attrs {
+/// An item of the `counts` table (a summary item, an edge) as the core reads it: its numbers
+/// and strings. An attribute of another type, or a number that is not a whole one, is not what
+/// tally writes: [`PortError::Corrupt`] naming the item and the attribute, never left out.
+pub(super) fn to_attrs(item: &HashMap<String, AttributeValue>) -> PortResult<Attrs> {
+    let corrupt = |k: &str, what: &str| PortError::Corrupt {
+        item: format!(
+            "{}/{}",
+            get_s(item, "pk").unwrap_or_default(),
+            get_s(item, "sk").unwrap_or_default()
+        ),
+        detail: format!("`{k}` is {what}, where tally keeps a whole number or a string"),
+    };
     item.iter()
         .filter(|(k, _)| k.as_str() != "pk" && k.as_str() != "sk")
-        .filter_map(|(k, v)| {
+        .map(|(k, v)| {
             let v = match v {
-                AttributeValue::N(n) => Val::N(n.parse().ok()?),
+                AttributeValue::N(n) => Val::N(
+                    n.parse()
+                        .map_err(|_| corrupt(k, &format!("the number {n}")))?,
+                ),
                 AttributeValue::S(s) => Val::S(s.clone()),
-                _ => return None,
+                other => return Err(corrupt(k, &format!("{other:?}"))),
             };
-            Some((k.clone(), v))
+            Ok((k.clone(), v))
         })
         .collect()
 }
@@ -79,9 +92,11 @@ fn val(v: &Val) -> AttributeValue {
 fn known_from(item: Option<&HashMap<String, AttributeValue>>) -> PortResult<Known> {
     match item {
         None => Ok(Known::Absent),
-        Some(i) => LiveState::from_attrs(&to_attrs(i))
-            .map(Known::Item)
-            .ok_or_else(|| PortError::Other("a live summary item without n, w or hk".into())),
+        Some(i) => {
+            let (pk, sk) = (get_s(i, "pk"), get_s(i, "sk"));
+            let (pk, sk) = (pk.unwrap_or_default(), sk.unwrap_or_default());
+            summary::live_state(&pk, &sk, &to_attrs(i)?).map(Known::Item)
+        }
     }
 }
 
@@ -519,9 +534,9 @@ impl CountReader for DynamoStore {
         let items = self.partition("counts", "pk", summary::GLOBAL_PK).await?;
         let items: Vec<(String, Attrs)> = items
             .iter()
-            .map(|i| (get_s(i, "sk").unwrap_or_default(), to_attrs(i)))
-            .collect();
-        Ok(summary::total_of(&items))
+            .map(|i| Ok((get_s(i, "sk").unwrap_or_default(), to_attrs(i)?)))
+            .collect::<PortResult<_>>()?;
+        summary::total_of(&items)
     }
 
     async fn edges(
@@ -615,7 +630,7 @@ impl DynamoStore {
     ) -> PortResult<PostCount> {
         let live = self.post_items(post, "begins_with(sk, :a)", &[summary::LIVE_PREFIX], c);
         let since = match since_ms {
-            None => return Ok(summary::post_count(post, live.await?, None)),
+            None => return summary::post_count(post, live.await?, None),
             Some(t) => t,
         };
         let (hour_prefix, (lo, hi)) = summary::since_reads(since);
@@ -623,7 +638,7 @@ impl DynamoStore {
         let hours = self.post_items(post, "begins_with(sk, :a)", &hour_args, c);
         let days = self.post_items(post, "sk BETWEEN :a AND :b", &day_args, c);
         let (live, hours, days) = futures_util::future::try_join3(live, hours, days).await?;
-        Ok(summary::post_count(post, live, Some((since, hours, days))))
+        summary::post_count(post, live, Some((since, hours, days)))
     }
 
     async fn post_items(
@@ -647,8 +662,8 @@ impl DynamoStore {
             .await?;
         Ok(items
             .iter()
-            .map(|i| (get_s(i, "sk").unwrap_or_default(), to_attrs(i)))
-            .collect())
+            .map(|i| Ok((get_s(i, "sk").unwrap_or_default(), to_attrs(i)?)))
+            .collect::<PortResult<_>>()?)
     }
 }
 
@@ -676,25 +691,17 @@ impl DedupStore for DynamoStore {
                 .query_all("dedup", "pk = :p AND sk >= :lo", values, None, None)
                 .await?;
             for i in items {
-                let ids = i
-                    .get("ids")
-                    .and_then(|v| v.as_b().ok())
-                    .and_then(|b| DedupRecord::decode_ids(b.as_ref()));
-                let end = get_s(&i, "sk")
-                    .and_then(|sk| sk.split_once('#').and_then(|(_, e)| Position::parse(e)));
-                match (ids, get_n(&i, "max_arrival"), end) {
-                    (Some(ids), Some(max_arrival), Some(end)) => out.push(StoredDedup {
-                        shard_id: shard.clone(),
-                        end,
-                        record: DedupRecord { max_arrival, ids },
-                    }),
-                    _ => {
-                        return Err(PortError::Other(format!(
-                            "corrupt dedup record of {app}/{shard} in {}",
-                            self.table("dedup")
-                        )))
-                    }
-                }
+                let sk = get_s(&i, "sk").unwrap_or_default();
+                let item = format!("{} {app}#{shard}/{sk}", self.table("dedup"));
+                let end = sk.split_once('#').map(|(_, e)| e);
+                let ids = i.get("ids").and_then(|v| v.as_b().ok()).map(|b| b.as_ref());
+                let (end, record) =
+                    tally_core::rows::dedup_row(&item, end, get_n(&i, "max_arrival"), ids)?;
+                out.push(StoredDedup {
+                    shard_id: shard.clone(),
+                    end,
+                    record,
+                });
             }
         }
         Ok(out)

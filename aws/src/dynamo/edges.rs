@@ -58,12 +58,14 @@ fn state_of(
     user: &str,
     item: Option<&HashMap<String, AttributeValue>>,
 ) -> PortResult<Option<EdgeState>> {
-    item.map(|i| tally_core::rows::edge_state(&to_attrs(i), post, user))
+    item.map(|i| tally_core::rows::edge_state(&to_attrs(i)?, post, user))
         .transpose()
 }
 
 fn units_of(post: &str, sk: &str, item: Option<&HashMap<String, AttributeValue>>) -> u64 {
-    item.map_or(1, |i| summary::write_units(post, sk, &to_attrs(i)))
+    // A refused write is charged the stored item's size; one DynamoDB cannot size is charged a unit.
+    item.and_then(|i| to_attrs(i).ok())
+        .map_or(1, |a| summary::write_units(post, sk, &a))
 }
 
 impl DynamoStore {
@@ -524,7 +526,7 @@ impl DynamoStore {
                 .flatten()
             {
                 if let (Some(pk), Some(sk)) = (get_s(item, "pk"), get_s(item, "sk")) {
-                    found.insert((pk, sk), to_attrs(item));
+                    found.insert((pk, sk), to_attrs(item)?);
                 }
             }
             todo = resp
@@ -576,8 +578,8 @@ impl DynamoStore {
             let items: Vec<(String, Attrs)> = resp
                 .items()
                 .iter()
-                .map(|i| (get_s(i, "sk").unwrap_or_default(), to_attrs(i)))
-                .collect();
+                .map(|i| Ok((get_s(i, "sk").unwrap_or_default(), to_attrs(i)?)))
+                .collect::<PortResult<_>>()?;
             page.read_units += summary::query_units(post, &items);
             for (sk, a) in &items {
                 let user = &sk[edge::EDGE_PREFIX.len()..];

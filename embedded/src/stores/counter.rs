@@ -6,14 +6,13 @@ use rusqlite::{params, Connection};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
-use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
     LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally,
     StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
 };
-use tally_core::summary::{self, Known, LiveState, Plan, Refused, Write, GLOBAL_PK};
+use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
 
 use super::items::{get_item, put_item, query};
@@ -56,11 +55,7 @@ fn apply_post(
     for _ in 0..summary::PLAN_ATTEMPTS {
         let known = match get_item(c, post, &live_sk)? {
             None => Known::Absent,
-            Some(a) => Known::Item(LiveState::from_attrs(&a).ok_or_else(|| {
-                PortError::Other(format!(
-                    "embedded store: corrupt live item {post}/{live_sk}"
-                ))
-            })?),
+            Some(a) => Known::Item(summary::live_state(post, &live_sk, &a)?),
         };
         let writes = match summary::plan(shard, delta, end, &known) {
             Plan::Skip => {
@@ -286,7 +281,7 @@ impl CountReader for Embedded {
                         Some((t, hours, query(&tx, post, &day_lo, &day_hi)?))
                     }
                 };
-                out.push(summary::post_count(post, live, since));
+                out.push(summary::post_count(post, live, since)?);
             }
             Ok(out)
         })
@@ -294,7 +289,7 @@ impl CountReader for Embedded {
     }
 
     async fn global_total(&self) -> PortResult<i64> {
-        self.run(|c| Ok(summary::total_of(&query(c, GLOBAL_PK, "", "\u{10ffff}")?)))
+        self.run(|c| summary::total_of(&query(c, GLOBAL_PK, "", "\u{10ffff}")?))
             .await
     }
 
@@ -428,10 +423,9 @@ impl DedupStore for Embedded {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(sql_err)?;
                 for (end, max_arrival, ids) in rows {
-                    let corrupt = || PortError::Other(format!("embedded store: corrupt dedup record of {s}"));
-                    let ids = DedupRecord::decode_ids(&ids).ok_or_else(corrupt)?;
-                    let end = Position::parse(&end).ok_or_else(corrupt)?;
-                    out.push(StoredDedup { shard_id: s.clone(), end, record: DedupRecord { max_arrival, ids } });
+                    let item = format!("dedup {app}/{s}/{end}");
+                    let (end, record) = tally_core::rows::dedup_row(&item, Some(&end), Some(max_arrival), Some(&ids))?;
+                    out.push(StoredDedup { shard_id: s.clone(), end, record });
                 }
             }
             Ok(out)

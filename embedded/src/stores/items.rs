@@ -15,11 +15,8 @@ pub(super) fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<
         .query_row(params![pk, sk], |r| r.get(0))
         .optional()
         .map_err(sql_err)?;
-    json.map(|j| {
-        serde_json::from_str(&j)
-            .map_err(|e| PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}")))
-    })
-    .transpose()
+    json.map(|j| serde_json::from_str(&j).map_err(|e| corrupt(pk, sk, &e)))
+        .transpose()
 }
 
 /// Writes one item whole.
@@ -53,9 +50,15 @@ pub(super) fn query(
         .map(|(sk, j)| {
             serde_json::from_str(&j)
                 .map(|a| (sk.clone(), a))
-                .map_err(|e| {
-                    PortError::Other(format!("embedded store: corrupt item {pk}/{sk}: {e}"))
-                })
+                .map_err(|e| corrupt(pk, &sk, &e))
         })
         .collect()
+}
+
+/// An item whose attributes are not the JSON map tally writes.
+fn corrupt(pk: &str, sk: &str, e: &serde_json::Error) -> PortError {
+    PortError::Corrupt {
+        item: format!("{pk}/{sk}"),
+        detail: format!("its attributes are not an attribute map: {e}"),
+    }
 }
