@@ -5,16 +5,12 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use anyhow::Result;
 use tally_core::event::partition_key_of;
 use tally_core::ports::{PutEntry, Stream};
-use tally_core::retry::Backoff;
 use tally_producer::keys::HotPosts;
-use tally_producer::put::{
-    batches, put_all, put_batch, Pacer, PutStats, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
-};
+use tally_producer::put::{put_all, put_at_pace, PutStats};
 
 use crate::output::rfc3339;
 use crate::reading::open_input;
@@ -95,9 +91,16 @@ pub async fn replay(
         }
         ReplayInput::Recording(mut recs) => {
             let stats = if speed.is_finite() {
-                let ordered = in_arrival_order(recs.by_ref());
+                let ordered: Vec<(i64, PutEntry)> = in_arrival_order(recs.by_ref())
+                    .into_iter()
+                    .map(|r| (r.arrival_ms, put_entry(r)))
+                    .collect();
                 recs.finish()?;
-                put_paced(stream, ordered, speed, cfg.rate, pb, stop).await?
+                let on_put = |n, reached| {
+                    pb.inc(n);
+                    pb.set_message(format!("recorded time {}", rfc3339(reached)));
+                };
+                put_at_pace(stream, ordered, speed, cfg.rate, &on_put, stop).await?
             } else {
                 // Keys as recorded: the hot-post spreading was done when they were first put.
                 let keep_keys = HotPosts::new(std::iter::empty(), 1);
@@ -306,52 +309,4 @@ pub fn in_arrival_order(records: impl Iterator<Item = Recorded>) -> Vec<Recorded
         }
     }
     out
-}
-
-/// Puts records with their recorded gaps divided by `speed`, in batches of what is due, at most
-/// `rate` records/s, until `stop` is raised; the bar's message is the recorded time reached.
-async fn put_paced(
-    stream: &dyn Stream,
-    records: Vec<Recorded>,
-    speed: f64,
-    rate: f64,
-    pb: &indicatif::ProgressBar,
-    stop: &AtomicBool,
-) -> Result<PutStats> {
-    let mut stats = PutStats::default();
-    let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
-    let backoff = Backoff::default();
-    let Some(t0) = records.first().map(|r| r.arrival_ms) else {
-        return Ok(stats);
-    };
-    let w0 = tokio::time::Instant::now();
-    let due = |arrival_ms: i64| {
-        w0 + Duration::from_secs_f64((arrival_ms - t0).max(0) as f64 / 1_000.0 / speed)
-    };
-    let mut records = records.into_iter().peekable();
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let Some(next) = records.peek() else { break };
-        tokio::time::sleep_until(due(next.arrival_ms)).await;
-        // Everything due by now, in batches of at most 500 records and 5 MiB.
-        let now = tokio::time::Instant::now();
-        let mut reached = t0;
-        let due_now: Vec<PutEntry> =
-            std::iter::from_fn(|| records.next_if(|r| due(r.arrival_ms) <= now))
-                .map(|r| {
-                    reached = r.arrival_ms;
-                    put_entry(r)
-                })
-                .collect();
-        for batch in batches(due_now, MAX_BATCH_RECORDS, MAX_BATCH_BYTES) {
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                break;
-            }
-            let n = batch.len() as u64;
-            pacer.wait(n).await;
-            put_batch(stream, batch, &backoff, &mut stats).await?;
-            pb.inc(n);
-        }
-        pb.set_message(format!("recorded time {}", rfc3339(reached)));
-    }
-    Ok(stats)
 }

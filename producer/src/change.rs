@@ -346,7 +346,7 @@ fn s(v: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::{GenConfig, Generator};
+    use crate::generate::{GenConfig, Generation, Generator};
     use tally_core::input::{Decoded, Format};
 
     /// Counts likers from the records as the counter does: each (post, user)'s latest state by
@@ -384,15 +384,19 @@ mod tests {
 
     fn run(input: InputConfig) {
         let shaped = !input.like_attribute.is_empty();
-        let mut g = Generator::new(GenConfig {
-            events: 20_000,
-            posts: 40,
-            users: 300,
-            unlike_ratio: 0.3,
+        let mut g = Generator::new(Generation {
             no_op_ratio: 0.1,
-            duplicate_ratio: 0.05,
-            malformed_ratio: 0.01,
-            ..GenConfig::default()
+            ..Generation::of(
+                GenConfig {
+                    posts: 40,
+                    users: 300,
+                    unlike_ratio: 0.3,
+                    duplicate_ratio: 0.05,
+                    malformed_ratio: 0.01,
+                    ..GenConfig::default()
+                },
+                20_000,
+            )
         })
         .with_clock(|| 1_700_000_000_000);
         let mut changes = Changes::new(

@@ -17,16 +17,13 @@ use tally_core::config::{range, Invalid};
 use tally_core::event::{encode, Action, LikeEvent};
 use tally_core::ports::PutEntry;
 
-/// What to produce: the `[producer]` section of the settings, and the two values each run sets
-/// beside it (`#[serde(skip)]`: how many events, and the share of no-op actions, which depends
-/// on the count mode). The [`Generator`] reads what to generate; `rate` and the hot posts are the
-/// putter's ([`crate::put::Pacer`], [`crate::keys::HotPosts`]).
+/// What to produce: the `[producer]` section of the settings, only what a user sets. A run adds
+/// how many events and the share of no-op actions ([`Generation`]). The [`Generator`] reads what
+/// to generate; `rate` and the hot posts are the putter's ([`crate::put::Pacer`],
+/// [`crate::keys::HotPosts`]).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GenConfig {
-    /// Distinct events (duplicates and malformed records come on top).
-    #[serde(skip)]
-    pub events: u64,
     /// Posts, drawn Zipf-distributed: post `p1` is the most liked.
     pub posts: u64,
     /// The Zipf exponent of the posts' popularity (1.0: the classic long tail).
@@ -35,11 +32,6 @@ pub struct GenConfig {
     pub users: u64,
     /// Share of events that unlike a post that has likes: one of its likers takes the like back.
     pub unlike_ratio: f64,
-    /// Share of events that change no liker: a liker taps like again, or a user unlikes a post
-    /// they do not like (each its own event id). Only for counting likers: counted as events,
-    /// they would change the counts.
-    #[serde(skip)]
-    pub no_op_ratio: f64,
     /// Share of extra records that resend a recent event verbatim (a producer retry).
     pub duplicate_ratio: f64,
     /// Share of extra records that are malformed.
@@ -57,12 +49,10 @@ pub struct GenConfig {
 impl Default for GenConfig {
     fn default() -> Self {
         GenConfig {
-            events: 10_000,
             posts: 1_000,
             zipf_exponent: 1.1,
             users: 100_000,
             unlike_ratio: 0.1,
-            no_op_ratio: 0.0,
             duplicate_ratio: 0.0,
             malformed_ratio: 0.0,
             seed: 1,
@@ -87,6 +77,30 @@ impl GenConfig {
     }
 }
 
+/// One run of the generator: the settings, and what the run sets beside them.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// The `[producer]` settings.
+    pub config: GenConfig,
+    /// Distinct events (duplicates and malformed records come on top).
+    pub events: u64,
+    /// Share of events that change no liker: a liker taps like again, or a user unlikes a post
+    /// they do not like (each its own event id). Only for counting likers: counted as events,
+    /// they would change the counts.
+    pub no_op_ratio: f64,
+}
+
+impl Generation {
+    /// `events` events of `config`, each changing a liker.
+    pub fn of(config: GenConfig, events: u64) -> Generation {
+        Generation {
+            config,
+            events,
+            no_op_ratio: 0.0,
+        }
+    }
+}
+
 /// What kind of record was generated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -103,6 +117,8 @@ pub enum Kind {
 /// The generator; an iterator of records to put.
 pub struct Generator {
     cfg: GenConfig,
+    events: u64,
+    no_op_ratio: f64,
     rng: StdRng,
     zipf: Zipf<f64>,
     /// Exact expected count per post, by post number.
@@ -145,10 +161,17 @@ impl Generator {
     ///
     /// # Panics
     /// If `posts` is 0 or the exponent is not positive (config validation rejects both).
-    pub fn new(cfg: GenConfig) -> Generator {
+    pub fn new(run: Generation) -> Generator {
+        let Generation {
+            config: cfg,
+            events,
+            no_op_ratio,
+        } = run;
         let zipf = Zipf::new(cfg.posts.max(1), cfg.zipf_exponent.max(f64::MIN_POSITIVE))
             .unwrap_or_else(|_| unreachable!("validated"));
         Generator {
+            events,
+            no_op_ratio,
             rng: StdRng::seed_from_u64(cfg.seed),
             zipf,
             truth: AHashMap::new(),
@@ -198,7 +221,7 @@ impl Generator {
     /// drawn user likes already gets an unlike instead).
     /// The third value says whether the action changes the post's likers.
     fn action_on(&mut self, post: u64) -> (u64, Action, bool) {
-        if self.cfg.no_op_ratio > 0.0 && self.rng.gen::<f64>() < self.cfg.no_op_ratio {
+        if self.no_op_ratio > 0.0 && self.rng.gen::<f64>() < self.no_op_ratio {
             let likers = self.likers.entry(post).or_default();
             if !likers.is_empty() && self.rng.gen::<bool>() {
                 return (
@@ -258,7 +281,7 @@ impl Iterator for Generator {
     type Item = (Kind, PutEntry);
 
     fn next(&mut self) -> Option<(Kind, PutEntry)> {
-        if self.emitted >= self.cfg.events {
+        if self.emitted >= self.events {
             return None;
         }
         let r: f64 = self.rng.gen();
@@ -320,15 +343,17 @@ mod tests {
 
     fn truth_matches(no_op_ratio: f64) {
         let cfg = GenConfig {
-            events: 5_000,
             posts: 50,
             unlike_ratio: 0.2,
-            no_op_ratio,
             duplicate_ratio: 0.05,
             malformed_ratio: 0.01,
             ..GenConfig::default()
         };
-        let mut g = Generator::new(cfg).with_clock(|| 1_700_000_000_000);
+        let run = Generation {
+            no_op_ratio,
+            ..Generation::of(cfg, 5_000)
+        };
+        let mut g = Generator::new(run).with_clock(|| 1_700_000_000_000);
         let mut seen = std::collections::HashSet::new();
         let mut counts: HashMap<String, i64> = HashMap::new();
         // Each (post, user)'s latest action, by time and then event id: the likers.
@@ -389,12 +414,14 @@ mod tests {
 
     #[test]
     fn zipf_puts_most_likes_on_the_first_posts() {
-        let mut g = Generator::new(GenConfig {
-            events: 20_000,
-            posts: 1_000,
-            unlike_ratio: 0.0,
-            ..GenConfig::default()
-        });
+        let mut g = Generator::new(Generation::of(
+            GenConfig {
+                posts: 1_000,
+                unlike_ratio: 0.0,
+                ..GenConfig::default()
+            },
+            20_000,
+        ));
         g.by_ref().for_each(drop);
         let t = g.truth();
         assert!(t.counts["p1"] > t.counts.get("p100").copied().unwrap_or(0) * 10);

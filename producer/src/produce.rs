@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use tally_core::ports::{PutEntry, Stream};
 
 use crate::change::{ChangeConfig, Changes};
-use crate::generate::{GenConfig, Generator, Kind, Truth};
+use crate::generate::{Generation, Generator, Kind, Truth};
 use crate::keys::HotPosts;
 use crate::put::{put_all, PutStats};
 use crate::ProducerError;
@@ -14,7 +14,7 @@ use crate::ProducerError;
 #[derive(Clone, Debug)]
 pub struct Plan {
     /// The events: how many, over which posts and users, with which retries and garbage.
-    pub gen: GenConfig,
+    pub gen: Generation,
     /// Put as a table's change records (DynamoDB's records in Kinesis) rather than as events.
     pub changes: Option<ChangeConfig>,
     /// The hot posts' keys fanned out.

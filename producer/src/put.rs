@@ -120,6 +120,54 @@ pub struct PutStats {
     pub resent: u64,
 }
 
+/// Puts records at their recorded pace: each `(arrival_ms, record)` due at its gap from the
+/// first divided by `speed`, in batches of what is due (≤ 500 records / 5 MiB), at most `rate`
+/// records/s (0: no limit), until `stop` is raised; `on_put` is told how many records each
+/// batch put and the recorded time reached. What `tally replay --speed` puts with.
+pub async fn put_at_pace(
+    stream: &dyn Stream,
+    records: Vec<(i64, PutEntry)>,
+    speed: f64,
+    rate: f64,
+    on_put: &(dyn Fn(u64, i64) + Sync),
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<PutStats, ProducerError> {
+    let mut stats = PutStats::default();
+    let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
+    let backoff = Backoff::default();
+    let Some(t0) = records.first().map(|r| r.0) else {
+        return Ok(stats);
+    };
+    let w0 = tokio::time::Instant::now();
+    let due = |arrival_ms: i64| {
+        w0 + Duration::from_secs_f64((arrival_ms - t0).max(0) as f64 / 1_000.0 / speed)
+    };
+    let mut records = records.into_iter().peekable();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let Some(next) = records.peek() else { break };
+        tokio::time::sleep_until(due(next.0)).await;
+        // Everything due by now, in batches of at most 500 records and 5 MiB.
+        let now = tokio::time::Instant::now();
+        let mut reached = t0;
+        let due_now: Vec<PutEntry> = std::iter::from_fn(|| records.next_if(|r| due(r.0) <= now))
+            .map(|(at, e)| {
+                reached = at;
+                e
+            })
+            .collect();
+        for batch in batches(due_now, MAX_BATCH_RECORDS, MAX_BATCH_BYTES) {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let n = batch.len() as u64;
+            pacer.wait(n).await;
+            put_batch(stream, batch, &backoff, &mut stats).await?;
+            on_put(n, reached);
+        }
+    }
+    Ok(stats)
+}
+
 /// Puts one batch, resending only the failed entries until all are in or the budget runs out.
 pub async fn put_batch(
     stream: &dyn Stream,

@@ -9,7 +9,7 @@ use tally_core::apps;
 use tally_core::input::Format;
 use tally_counter::{CounterConfig, CounterContext};
 use tally_producer::change::ChangeConfig;
-use tally_producer::generate::GenConfig;
+use tally_producer::generate::Generation;
 use tally_producer::keys::HotPosts;
 use tally_producer::produce::Plan;
 
@@ -97,16 +97,15 @@ impl Settings {
         }
     }
 
-    /// The generator: the `[producer]` section, for `events` events and, counting likers, some
-    /// actions that change no liker.
-    pub fn gen_config(&self, events: u64) -> GenConfig {
-        GenConfig {
-            events,
+    /// The generator's run: the `[producer]` section, for `events` events and, counting
+    /// likers, some actions that change no liker.
+    pub fn gen_config(&self, events: u64) -> Generation {
+        Generation {
             no_op_ratio: match self.counter.count {
                 tally_core::edge::CountMode::Likers => NO_OP_RATIO,
                 tally_core::edge::CountMode::Events => 0.0,
             },
-            ..self.producer.clone()
+            ..Generation::of(self.producer.clone(), events)
         }
     }
 

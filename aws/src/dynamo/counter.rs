@@ -660,10 +660,10 @@ impl DynamoStore {
                 c == Consistency::Strong,
             )
             .await?;
-        Ok(items
+        items
             .iter()
             .map(|i| Ok((get_s(i, "sk").unwrap_or_default(), to_attrs(i)?)))
-            .collect::<PortResult<_>>()?)
+            .collect()
     }
 }
 
