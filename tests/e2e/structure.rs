@@ -173,6 +173,46 @@ fn only_the_commands_take_the_cli_s_types() {
     assert!(named.is_empty(), "the CLI's types named by {named:?}");
 }
 
+/// Settings hold what a user sets: no type read from `tally.toml` (one that derives
+/// `Deserialize`) has a field serde skips — what a process adds at run time (an app's name, a
+/// run's size, the input decoder) is a context passed beside it, not hidden in the settings.
+#[test]
+fn settings_types_hold_no_runtime_fields() {
+    let mut files = Vec::new();
+    for dir in [
+        "src",
+        "core/src",
+        "producer/src",
+        "consumer/src",
+        "counter/src",
+        "analytics/src",
+    ] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if !l.contains("#[serde(skip)]") {
+                continue;
+            }
+            // The type the field is in: the nearest `struct` above it, and its derives.
+            let Some(at) = (0..i).rev().find(|&j| lines[j].contains("struct ")) else {
+                continue;
+            };
+            let derives = (at.saturating_sub(4)..at)
+                .map(|j| lines[j])
+                .filter(|l| l.contains("derive("))
+                .collect::<String>();
+            if derives.contains("Deserialize") {
+                found.push(format!("{}:{}", f.display(), i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "settings fields serde skips: {found:?}");
+}
+
 /// The commands are thin adapters: nothing imports them but the dispatcher (`src/lib.rs`) — not
 /// the read side, verify, the stream reading, the benches or the tests — and the read side
 /// (`src/serve/`) names no command.
