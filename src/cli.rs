@@ -214,6 +214,12 @@ pub enum Command {
         after_help = "Examples:\n  tally leases\n  tally leases --all        every row, however many shards\n  tally leases --json"
     )]
     Leases(LeasesArgs),
+    /// Take records over HTTP into the embedded stream, in the Kinesis API's own shape
+    /// (PutRecord, PutRecords): an app's producer code, only an endpoint URL apart.
+    #[command(
+        after_help = "Examples:\n  tally ingest                         http://127.0.0.1:4567/\n  tally ingest --auth-token-file token   sign with the token as the secret access key\n  aws kinesis put-record --endpoint-url http://127.0.0.1:4567 --stream-name tally-likes \\\n      --partition-key p1 --cli-binary-format raw-in-base64-out --data '{...}'"
+    )]
+    Ingest(IngestArgs),
     /// Serve the read side over HTTP: a JSON API, Prometheus /metrics, health checks, a dashboard.
     #[command(
         after_help = "Examples:\n  tally serve                          http://127.0.0.1:8080/\n  tally serve --addr 0.0.0.0:8080     every interface (behind a proxy or in a task)\n  curl 127.0.0.1:8080/api/posts/p123?since=1h"
@@ -535,6 +541,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
     pub auth_token_file: Option<std::path::PathBuf>,
     /// As --auth-token-file, the token in this environment variable (how ECS hands a secret over).
+    #[arg(long, value_name = "NAME")]
+    pub auth_token_env: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct IngestArgs {
+    /// Where to listen (port 0: any free port; the address is printed).
+    #[arg(long, value_name = "ADDR", default_value = crate::ingest::DEFAULT_ADDR, value_parser = socket_addr)]
+    pub addr: std::net::SocketAddr,
+    /// Take only requests signed (AWS Signature Version 4) with the token this file holds as the
+    /// secret access key (at least 16 printable characters; two, one per line, while a rotation
+    /// overlaps); the access key id may be anything.
+    #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
+    pub auth_token_file: Option<std::path::PathBuf>,
+    /// As --auth-token-file, the token in this environment variable.
     #[arg(long, value_name = "NAME")]
     pub auth_token_env: Option<String>,
 }

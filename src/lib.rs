@@ -11,6 +11,7 @@ pub mod backfill;
 pub mod cli;
 pub mod commands;
 pub mod demo;
+pub mod ingest;
 pub mod man;
 pub mod output;
 pub mod progress;
@@ -139,6 +140,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             commands::read::dead_letters(&store(Access::Read).await?.1, a).await
         }
         Command::Leases(a) => commands::read::leases(&store(Access::Read).await?.1, a).await,
+        Command::Ingest(a) => {
+            let (s, b) = store(Access::Write).await?;
+            commands::ingest::ingest(&s, &b, a).await
+        }
         Command::Serve(a) => {
             let (s, b) = store(Access::Read).await?;
             commands::serve::serve(&s, b.readers(), a).await

@@ -5,6 +5,7 @@
 pub mod backfill;
 pub mod consume;
 pub mod demo;
+pub mod ingest;
 pub mod produce;
 pub mod read;
 pub mod serve;

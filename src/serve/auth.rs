@@ -67,6 +67,12 @@ impl Token {
         Token::parse(&text, &format!("--auth-token-env {name}"))
     }
 
+    /// The tokens, for a check other than a bearer header (`tally ingest`: the secret a
+    /// request is signed with).
+    pub fn secrets(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(Vec::as_slice)
+    }
+
     /// Whether the `Authorization` header carries one of the tokens (each compared in constant
     /// time, all of them every time).
     fn admits(&self, header: Option<&str>) -> bool {

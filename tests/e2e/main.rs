@@ -28,7 +28,6 @@ mod read_contract;
 mod readers;
 mod resharding;
 mod retention;
-#[cfg(feature = "aws-local")]
 mod sending;
 mod serve;
 mod structure;

@@ -1,6 +1,8 @@
 //! docs/SENDING-LIKES.md's examples, run as a team whose producer is not tally's would run them
 //! — boto3 (`examples/send_likes.py`) and the AWS CLI (`examples/send-likes.sh`), installed from
-//! PyPI by scripts/with-aws-tools.sh — against kinesis-local, and counted exactly: what users did
+//! PyPI by scripts/with-aws-tools.sh — against kinesis-local, and against the embedded default
+//! through `tally ingest` (the same code, only the endpoint URL and the secret apart), and
+//! counted exactly: what users did
 //! to like buttons (double taps, toggles, unlikes of nothing, a retried action, a hot post spread
 //! by user) ends as each user's latest action.
 
@@ -8,18 +10,72 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::Command;
 
-use crate::common::{file_in, now_ms, output, Target};
+use crate::common::{file_in, now_ms, output, Bg, Target};
 
 on_backends! {
     boto3_producer_is_counted_exactly {
+        embedded => sent_and_counted(Target::embedded(), Sender::Boto3),
         aws => sent_and_counted(Target::aws("boto3", 2), Sender::Boto3),
     }
 }
 
 on_backends! {
     aws_cli_producer_is_counted_exactly {
+        embedded => sent_and_counted(Target::embedded(), Sender::Cli),
         aws => sent_and_counted(Target::aws("awscli", 2), Sender::Cli),
     }
+}
+
+/// The token `tally ingest` is started with in these tests: the secret access key a producer
+/// signs with.
+const INGEST_TOKEN: &str = "a-token-of-twenty-chars";
+
+/// Where a producer sends: the stream, its endpoint and the secret access key it signs with;
+/// for the embedded default, a `tally ingest` this test started (with a token), kept running.
+fn endpoint(t: &Target) -> (String, String, String, Option<Bg>) {
+    if t.is_aws() {
+        let stream = t.flag("--stream").unwrap();
+        let endpoint = t.flag("--kinesis-endpoint-url").unwrap();
+        return (stream, endpoint, "test".into(), None);
+    }
+    let token = file_in(t, "ingest-token");
+    std::fs::write(&token, format!("{INGEST_TOKEN}\n")).unwrap();
+    let args = ["ingest", "--addr", "127.0.0.1:0", "--auth-token-file"];
+    let args: Vec<&str> = args.into_iter().chain([token.to_str().unwrap()]).collect();
+    let bg = t.spawn("ingest", &args, &[]);
+    let addr = crate::serve::served_addr(&bg);
+    let stream = t.json(&["config", "--json"])["stream"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (
+        stream,
+        format!("http://{addr}"),
+        INGEST_TOKEN.into(),
+        Some(bg),
+    )
+}
+
+/// A producer signing with another secret than `tally ingest`'s token is refused, as Kinesis
+/// refuses a wrong secret key, and nothing it sent is counted.
+#[test]
+fn ingest_refuses_a_producer_without_its_token() {
+    let t = Target::embedded();
+    let file = file_in(&t, "actions.ndjson");
+    write_actions(&file);
+    let (stream, endpoint, _, _ingest) = endpoint(&t);
+    let out = output(send(
+        &file,
+        &stream,
+        &endpoint,
+        "not-the-token-at-all",
+        Sender::Boto3,
+    ));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("InvalidSignatureException"), "{said}");
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.json(&["total", "--json"])["total"], 0);
 }
 
 #[derive(Clone, Copy)]
@@ -74,30 +130,8 @@ fn write_actions(path: &std::path::Path) -> BTreeMap<String, i64> {
 fn sent_and_counted(t: Target, how: Sender) {
     let file = file_in(&t, "actions.ndjson");
     let want = write_actions(&file);
-    let stream = t.flag("--stream").unwrap();
-    let endpoint = t.flag("--kinesis-endpoint-url").unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut c = Command::new(root.join("scripts/with-aws-tools.sh"));
-    match how {
-        Sender::Boto3 => {
-            c.arg("python3")
-                .arg(root.join("examples/send_likes.py"))
-                .args(["--stream", &stream, "--endpoint-url", &endpoint])
-                .args(["--hot", "hot", "--hot-keys", "4"])
-                .arg(&file);
-        }
-        Sender::Cli => {
-            c.arg(root.join("examples/send-likes.sh"))
-                .arg(&stream)
-                .arg(&file)
-                .env("AWS_ENDPOINT_URL", &endpoint);
-        }
-    }
-    c.env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .env_remove("AWS_PROFILE");
-    let out = output(c);
+    let (stream, endpoint, secret, _ingest) = endpoint(&t);
+    let out = output(send(&file, &stream, &endpoint, &secret, how));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -111,4 +145,36 @@ fn sent_and_counted(t: Target, how: Sender) {
     assert_eq!(page["counts"][0]["viewer_liked"], false, "{page}");
     let page = t.json(&["query", "hot", "calm", "--viewer", "a", "--json"]);
     assert_eq!(page["counts"][1]["viewer_liked"], true, "{page}");
+}
+
+/// The example `how`, sending `file` to `stream` at `endpoint`, signed with `secret`.
+fn send(
+    file: &std::path::Path,
+    stream: &str,
+    endpoint: &str,
+    secret: &str,
+    how: Sender,
+) -> Command {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut c = Command::new(root.join("scripts/with-aws-tools.sh"));
+    match how {
+        Sender::Boto3 => {
+            c.arg("python3")
+                .arg(root.join("examples/send_likes.py"))
+                .args(["--stream", stream, "--endpoint-url", endpoint])
+                .args(["--hot", "hot", "--hot-keys", "4"])
+                .arg(file);
+        }
+        Sender::Cli => {
+            c.arg(root.join("examples/send-likes.sh"))
+                .arg(stream)
+                .arg(file)
+                .env("AWS_ENDPOINT_URL", endpoint);
+        }
+    }
+    c.env("AWS_ACCESS_KEY_ID", "tally")
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env_remove("AWS_PROFILE");
+    c
 }

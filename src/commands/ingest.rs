@@ -1,0 +1,41 @@
+//! `tally ingest`: its flags as an [`IngestConfig`], the address bound, and the embedded stream
+//! served in the Kinesis API's shape until Ctrl-C or SIGTERM (`ingest::run`).
+
+use anyhow::{bail, Result};
+
+use crate::backend::Backend;
+use crate::cli::IngestArgs;
+use crate::ingest::{self, IngestConfig};
+use crate::serve::auth::Token;
+use crate::settings::{BackendKind, Settings};
+
+/// `tally ingest`.
+pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
+    if s.backend == BackendKind::Aws {
+        bail!(
+            "tally ingest serves the embedded stream; on AWS, producers put to the Kinesis \
+             stream {} itself (docs/SENDING-LIKES.md)",
+            s.stream
+        );
+    }
+    let token = match (&a.auth_token_file, &a.auth_token_env) {
+        (Some(f), _) => Some(Token::from_file(f)?),
+        (None, Some(v)) => Some(Token::from_env(v)?),
+        (None, None) => None,
+    };
+    let cfg = IngestConfig {
+        stream: s.stream.clone(),
+        token,
+    };
+    let listener = crate::serve::bind(a.addr).await?;
+    eprintln!(
+        "ingest: stream {} in the Kinesis API's shape{}",
+        s.stream,
+        if cfg.token.is_some() {
+            " (requests signed with the token as the secret access key)"
+        } else {
+            ""
+        }
+    );
+    ingest::run(listener, b.stream.clone(), cfg, crate::signal::shutdown()).await
+}
