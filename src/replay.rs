@@ -10,7 +10,7 @@ use anyhow::Result;
 use tally_core::event::partition_key_of;
 use tally_core::ports::{PutEntry, Stream};
 use tally_producer::keys::HotPosts;
-use tally_producer::put::{put_all, put_at_pace, PutStats};
+use tally_producer::put::{put_all, put_as_they_come, put_at_pace, PutStats, MAX_BATCH_RECORDS};
 
 use crate::output::rfc3339;
 use crate::reading::open_input;
@@ -70,6 +70,9 @@ pub async fn replay(
 ) -> Result<Replayed> {
     check_replay_file(&cfg.file)?;
     let speed = cfg.speed.unwrap_or(f64::INFINITY);
+    if cfg.file == Path::new("-") && speed.is_infinite() {
+        return replay_as_it_comes(stream, cfg, pb, stop).await;
+    }
     match ReplayInput::open(&cfg.file)? {
         ReplayInput::Plain(mut lines) => {
             if speed.is_finite() {
@@ -119,6 +122,50 @@ pub async fn replay(
             Ok(Replayed { stats, blank: 0 })
         }
     }
+}
+
+/// Standard input put as it comes: each line (or a recording's record) as soon as it is read,
+/// so that a producer writing to a pipe has each record counted while the pipe stays open. The
+/// lines are read on a thread of their own (a read blocks until a line comes).
+async fn replay_as_it_comes(
+    stream: &dyn Stream,
+    cfg: &ReplayConfig,
+    pb: &indicatif::ProgressBar,
+    stop: &AtomicBool,
+) -> Result<Replayed> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<PutEntry>(2 * MAX_BATCH_RECORDS);
+    let (path, hot) = (cfg.file.clone(), cfg.hot.clone());
+    let reader = tokio::task::spawn_blocking(move || -> Result<u64> {
+        match ReplayInput::open(&path)? {
+            ReplayInput::Plain(mut lines) => {
+                for e in lines.by_ref() {
+                    if tx.blocking_send(hot.rekey(e)).is_err() {
+                        break;
+                    }
+                }
+                lines.finish()
+            }
+            // Keys as recorded.
+            ReplayInput::Recording(mut recs) => {
+                for r in recs.by_ref() {
+                    if tx.blocking_send(put_entry(r)).is_err() {
+                        break;
+                    }
+                }
+                recs.finish().map(|()| 0)
+            }
+        }
+    });
+    let keep_keys = HotPosts::new(std::iter::empty(), 1);
+    let stats = put_as_they_come(stream, &keep_keys, rx, cfg.rate, &|n| pb.inc(n), stop).await?;
+    // Stopped by a signal (or failed, above), the reader may wait on a line that never comes:
+    // it is left to end with the process.
+    let blank = if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        0
+    } else {
+        reader.await??
+    };
+    Ok(Replayed { stats, blank })
 }
 
 /// A UTF-8 byte-order mark, as many exporters write at the start of a file.

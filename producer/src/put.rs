@@ -168,6 +168,55 @@ pub async fn put_at_pace(
     Ok(stats)
 }
 
+/// Puts records as they come from `records` — each batch whatever has arrived by the time the
+/// last batch is in (≤ 500 records / 5 MiB), so that a record is put as soon as it is read, not
+/// when a batch fills — each re-keyed by `hot`, at most `rate` records/s (0: no limit), until
+/// `records` ends or `stop` is raised; `on_put` is told how many records each batch put. What
+/// `tally replay -` puts standard input with, line by line as a pipe delivers them.
+pub async fn put_as_they_come(
+    stream: &dyn Stream,
+    hot: &HotPosts,
+    mut records: tokio::sync::mpsc::Receiver<PutEntry>,
+    rate: f64,
+    on_put: &(dyn Fn(u64) + Sync),
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<PutStats, ProducerError> {
+    let mut stats = PutStats::default();
+    let mut pacer = Pacer::new((rate > 0.0).then_some(rate));
+    let backoff = Backoff::default();
+    let mut next: Option<PutEntry> = None;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let first = match next.take() {
+            Some(e) => e,
+            // Waiting for a record, a stop is looked at every 200 ms.
+            None => match tokio::time::timeout(Duration::from_millis(200), records.recv()).await {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(_) => continue,
+            },
+        };
+        let first = hot.rekey(first);
+        let mut bytes = first.data.len() + first.partition_key.len();
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH_RECORDS {
+            let Ok(e) = records.try_recv() else { break };
+            let e = hot.rekey(e);
+            let size = e.data.len() + e.partition_key.len();
+            if bytes + size > MAX_BATCH_BYTES {
+                next = Some(e);
+                break;
+            }
+            bytes += size;
+            batch.push(e);
+        }
+        let n = batch.len() as u64;
+        pacer.wait(n).await;
+        put_batch(stream, batch, &backoff, &mut stats).await?;
+        on_put(n);
+    }
+    Ok(stats)
+}
+
 /// Puts one batch, resending only the failed entries until all are in or the budget runs out.
 pub async fn put_batch(
     stream: &dyn Stream,

@@ -161,6 +161,48 @@ fn replay_reads_files_as_exporters_write_them() {
     assert_eq!(t.json(&["dead-letters", "--json"])["total"], 0);
 }
 
+/// `tally replay -` puts each line as it comes: a producer writing to a pipe that stays open has
+/// each like counted while it writes — the first line is counted before the second is written —
+/// and the replay ends when the pipe closes, having put each line once.
+#[test]
+fn replay_from_a_pipe_puts_each_line_as_it_comes() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    let now = now_ms();
+    let mut c = t.cmd(&["replay", "-", "--json"]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    for (i, user) in ["u1", "u2", "u3"].iter().enumerate() {
+        writeln!(pipe, "{}", like(&format!("live-{i}"), "p-live", user, now)).unwrap();
+        pipe.flush().unwrap();
+        let started = std::time::Instant::now();
+        loop {
+            t.run(&["count", "--until-idle"]);
+            if t.count("p-live") == i as i64 + 1 {
+                break;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "line {} written and not counted while the pipe is open",
+                i + 1
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the replay ended early"
+        );
+    }
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["records"], 3, "{v}");
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.count("p-live"), 3);
+}
+
 /// Counts are kept per minute: "since T" counts from the start of T's minute, and the answer
 /// says so — the bound used, and the time asked for.
 #[test]
