@@ -178,3 +178,95 @@ fn send(
         .env_remove("AWS_PROFILE");
     c
 }
+
+/// docs/SENDING-LIKES.md's request path: `examples/like_api.py`, a like button's handler, puts
+/// each tap with one PutRecord (through `tally ingest`, signed with its token) and answers after
+/// the stream took it; a tap sent again with its event id changes nothing; a body that is not a
+/// tap is a 400; and when the stream is gone the handler answers 503 with Retry-After, so the
+/// app keeps the tap. Every count exact.
+#[test]
+fn a_request_handler_puts_each_tap() {
+    use std::io::BufRead;
+    let t = Target::embedded();
+    let (stream, endpoint, secret, ingest) = endpoint(&t);
+    let mut ingest = ingest.unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut api = Command::new(root.join("scripts/with-aws-tools.sh"))
+        .arg("python3")
+        .arg(root.join("examples/like_api.py"))
+        .args([
+            "--stream",
+            &stream,
+            "--endpoint-url",
+            &endpoint,
+            "--port",
+            "0",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "tally")
+        .env("AWS_SECRET_ACCESS_KEY", &secret)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env_remove("AWS_PROFILE")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            self.0.kill().ok();
+            self.0.wait().ok();
+        }
+    }
+    let mut line = String::new();
+    std::io::BufReader::new(api.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _api = Kill(api);
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("the like API did not start: {line:?}"))
+        .to_owned();
+    let tap = |body: &str| {
+        crate::serve::request_with(&addr, "POST", "/likes", Some(body), &[])
+            .map(|(status, _, body)| (status, body))
+            .expect("an answer")
+    };
+    let t0 = now_ms() - 10_000;
+    let taps = [
+        ("p-api", "u1", "like", "tap-1", 1),
+        ("p-api", "u2", "like", "tap-2", 2),
+        ("p-api", "u2", "like", "tap-3", 3),   // a double tap
+        ("p-api", "u3", "unlike", "tap-4", 4), // an unlike of nothing
+        ("p-api", "u1", "unlike", "tap-5", 5),
+        ("p-api", "u1", "like", "tap-6", 6),
+        ("p-api", "u4", "like", "tap-7", 7),
+        ("p-api", "u4", "like", "tap-7", 7), // the same tap sent again
+    ];
+    for (post, user, action, id, dt) in taps {
+        let (status, body) = tap(&format!(
+            r#"{{"post_id":"{post}","user_id":"{user}","action":"{action}","event_id":"{id}","created_at":{}}}"#,
+            t0 + dt
+        ));
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("sequence_number"), "{body}");
+    }
+    let (status, body) = tap(r#"{"post_id":"p-api","user_id":"u9","action":"love"}"#);
+    assert_eq!(status, 400, "{body}");
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.count("p-api"), 3, "u1, u2 and u4 like it");
+
+    // The stream gone: the tap is refused with Retry-After, not lost silently.
+    ingest.child.kill().unwrap();
+    ingest.child.wait().unwrap();
+    let answer = crate::serve::request_with(
+        &addr,
+        "POST",
+        "/likes",
+        Some(r#"{"post_id":"p-api","user_id":"u5","action":"like","event_id":"tap-8"}"#),
+        &[],
+    )
+    .expect("an answer");
+    assert_eq!(answer.0, 503, "{answer:?}");
+    assert!(answer.1.contains("retry-after: 1"), "{answer:?}");
+}
