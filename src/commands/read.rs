@@ -345,24 +345,76 @@ pub async fn leases(backend: &Backend, args: &LeasesArgs) -> Result<()> {
     } else if !args.all && ls.len() > LEASE_ROWS_SHOWN {
         print_lease_summary(&ls, now);
     } else {
-        println!(
-            "{:<22} {:<28} {:<6} {:<9} checkpoint",
-            "shard", "owner", "held", "finished"
-        );
-        for l in &ls {
-            println!(
-                "{:<22} {:<28} {:<6} {:<9} {}",
-                l.shard_id,
-                l.owner.as_deref().unwrap_or("-"),
-                l.is_held(now),
-                l.finished,
-                l.checkpoint
-                    .as_ref()
-                    .map_or_else(|| "-".to_owned(), |c| c.to_string())
-            );
-        }
+        lease_table(&ls, now).iter().for_each(|l| println!("{l}"));
     }
     Ok(())
+}
+
+/// The most characters of a checkpoint the table shows: a Kinesis sequence number has 56 digits;
+/// its last ones tell records apart (`--json` has it whole).
+const CHECKPOINT_SHOWN: usize = 20;
+
+/// One line per lease under a header, each column as wide as its widest value.
+fn lease_table(ls: &[tally_core::lease::Lease], now: i64) -> Vec<String> {
+    let mut shortened = false;
+    let rows: Vec<[String; 5]> = ls
+        .iter()
+        .map(|l| {
+            let cp = l
+                .checkpoint
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |c| c.to_string());
+            let cp = match cp.char_indices().rev().nth(CHECKPOINT_SHOWN - 2) {
+                Some((i, _)) if cp.chars().count() > CHECKPOINT_SHOWN => {
+                    shortened = true;
+                    format!("…{}", &cp[i..])
+                }
+                _ => cp,
+            };
+            [
+                l.shard_id.clone(),
+                l.owner.clone().unwrap_or_else(|| "-".into()),
+                l.is_held(now).to_string(),
+                l.finished.to_string(),
+                cp,
+            ]
+        })
+        .collect();
+    let head = ["shard", "owner", "held", "finished", "checkpoint"];
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([head[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let w: Vec<usize> = (0..4).map(width).collect();
+    let line = |r: [&str; 5]| {
+        format!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3]
+        )
+    };
+    let mut out = vec![line(head)];
+    out.extend(
+        rows.iter()
+            .map(|r| line([&r[0], &r[1], &r[2], &r[3], &r[4]])),
+    );
+    if shortened {
+        out.push(format!(
+            "(checkpoints shortened to their last {} digits: --json for them whole)",
+            CHECKPOINT_SHOWN - 1
+        ));
+    }
+    out
 }
 
 /// Writes every record of the stream as a recording (`crate::recording`): a header naming the
@@ -438,4 +490,43 @@ async fn dump_shard(
     })
     .await?;
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kinesis's 56-digit sequence numbers as checkpoints, and a Fargate task's worker id: the
+    /// table still fits a 100-column terminal, and says what it shortened.
+    #[test]
+    fn the_lease_table_fits_a_terminal_with_kinesis_checkpoints() {
+        let seq = "49659841223508823649281775133591936212436542066744066050";
+        let lease = |shard: &str| tally_core::lease::Lease {
+            app: "counter".into(),
+            shard_id: shard.into(),
+            owner: Some("ip-10-0-1-23.ec2.internal-7f3a9c21".into()),
+            epoch: 3,
+            expires_ms: i64::MAX,
+            checkpoint: Some(tally_core::Position::whole(
+                tally_core::SeqNo::parse(seq).unwrap(),
+            )),
+            finished: false,
+            parents: vec![],
+            max_arrival: 0,
+        };
+        let lines = lease_table(
+            &[lease("shardId-000000000000"), lease("shardId-000000000001")],
+            0,
+        );
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        for l in &lines {
+            assert!(
+                l.chars().count() <= 100,
+                "{} columns: {l}",
+                l.chars().count()
+            );
+        }
+        assert!(lines[1].ends_with(&seq[seq.len() - 19..]), "{}", lines[1]);
+        assert!(lines[3].contains("--json"), "{}", lines[3]);
+    }
 }

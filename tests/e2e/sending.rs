@@ -270,3 +270,21 @@ fn a_request_handler_puts_each_tap() {
     assert_eq!(answer.0, 503, "{answer:?}");
     assert!(answer.1.contains("retry-after: 1"), "{answer:?}");
 }
+
+/// docs/SENDING-LIKES.md's first day, as written: `tally ingest` with a token, the sample file
+/// `examples/actions.ndjson` sent by `examples/send_likes.py` signed with it, `tally count`, and
+/// the counts the page says (p1: alice and bob — bob's double tap once, carol's unlike of nothing
+/// nothing; p2: dave, sent twice — alice took hers back).
+#[test]
+fn the_first_day_path_counts_the_sample_file() {
+    let t = Target::embedded();
+    let (stream, endpoint, secret, _ingest) = endpoint(&t);
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/actions.ndjson");
+    let out = output(send(&sample, &stream, &endpoint, &secret, Sender::Boto3));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("sent 8 records"), "{said}");
+    t.run(&["count", "--until-idle"]);
+    let want = BTreeMap::from([("p1".to_owned(), 2), ("p2".to_owned(), 1)]);
+    assert_eq!(t.mismatches(&want), vec![]);
+}

@@ -814,6 +814,21 @@ fn the_dashboard_shows_the_numbers_and_follows_new_likes() {
     b.screenshot(&shot);
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
     drop(serve);
+
+    // A server that asks for a token, the page opened without one: it says how to give it.
+    let token = file_in(&t, "token");
+    std::fs::write(&token, "a-token-of-twenty-chars\n").unwrap();
+    let args = ["serve", "--addr", "127.0.0.1:0", "--auth-token-file"];
+    let args: Vec<&str> = args.into_iter().chain([token.to_str().unwrap()]).collect();
+    let guarded = t.spawn("serve-token", &args, &[]);
+    let addr = served_addr(&guarded);
+    b.call(
+        "Page.navigate",
+        serde_json::json!({"url": format!("http://{addr}/?refresh_ms=300")}),
+    );
+    b.wait_for("error", "how to give the token", |t| {
+        t.contains("401") && t.contains("/#token=")
+    });
 }
 
 /// At a thousand shards the dashboard stays a summary: the 20 shards furthest behind and a line
