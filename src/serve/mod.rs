@@ -127,6 +127,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/", get(dashboard))
         .route("/api/posts/{id}", get(post))
         .route("/api/posts/{id}/likers", get(likers))
+        .route("/api/posts/{id}/likers/among", get(likers_among))
         .route("/api/counts", get(counts_get).post(counts_post))
         .route("/api/total", get(total))
         .route("/api/trending", get(trending))
@@ -353,6 +354,15 @@ struct LikersParams {
     pending: Option<bool>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AmongParams {
+    /// The users (comma-separated, at most 100: a viewer's friends).
+    users: String,
+    /// Add what the counter's workers read and have not written yet (default true).
+    pending: Option<bool>,
+}
+
 /// A page of the users who like a post, in user id order.
 async fn likers(
     State(c): State<Ctx>,
@@ -397,6 +407,59 @@ async fn likers(
     v["pending"] = json!(provisional.total);
     v["read_units"] = json!(page.read_units + count.read_units);
     v["applied_through"] = c.fresh(apps::COUNTER);
+    if let Some((_, a)) = &asked {
+        v["provisional"] = pending_json(a);
+    }
+    Ok(Json(v))
+}
+
+/// Which of some users (a viewer's friends) like a post: their edges in one batch read, with
+/// the changes of the counter's workers' open windows the post's count adds (the same view as
+/// the count).
+async fn likers_among(
+    State(c): State<Ctx>,
+    Path(id): Path<String>,
+    ApiQuery(p): ApiQuery<AmongParams>,
+) -> ApiResult {
+    tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
+    let users = viewer::check_among(&p.users).map_err(bad_request)?;
+    viewer::check_likers(c.read.counts.as_ref(), &c.mode).await?;
+    let (id, pending) = (id.as_str(), p.pending.unwrap_or(true));
+    let asked = match c.pending.as_ref().filter(|_| pending) {
+        Some(p) => {
+            let states = &c.listings.get(apps::COUNTER).states;
+            Some(p.ask_likers(states, id, None).await)
+        }
+        None => None,
+    };
+    let counter = &c.read.counts;
+    let count = counter.post_count(id, None).await?;
+    let pairs: Vec<(String, String)> = users.iter().map(|u| (id.to_owned(), u.clone())).collect();
+    let (edges, edge_units) = counter
+        .edges(&pairs, tally_core::ports::Consistency::Strong)
+        .await?;
+    let stored: Vec<(String, bool)> = users
+        .iter()
+        .zip(&edges)
+        .map(|(u, e)| (u.clone(), e.as_ref().is_some_and(|e| e.liked)))
+        .collect();
+    let no_answers = std::collections::HashMap::new();
+    let (live, windows) = match &asked {
+        Some((live, a)) => (live, &a.windows),
+        None => (&no_answers, &pending::Windows::default()),
+    };
+    let likers = pending::likers_among(&stored, &count, live);
+    let provisional = pending_for(id, &count, windows, None);
+    let mut v = json!({
+        "post_id": id,
+        "users": users,
+        "likers": likers,
+        "count": count.total + provisional.total,
+        "stored": count.total,
+        "pending": provisional.total,
+        "read_units": edge_units + count.read_units,
+        "applied_through": c.fresh(apps::COUNTER),
+    });
     if let Some((_, a)) = &asked {
         v["provisional"] = pending_json(a);
     }

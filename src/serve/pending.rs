@@ -440,6 +440,36 @@ pub fn liked_for(post: &str, count: &PostCount, windows: &Windows, stored: bool)
         .unwrap_or(stored)
 }
 
+/// Which of the users asked about like the post, in the order asked, from the same view as the
+/// post's count: each user's stored state (`stored`, in order), changed by the windows that
+/// count adds — those the post's markers show not applied yet.
+pub fn likers_among(
+    stored: &[(String, bool)],
+    count: &PostCount,
+    live: &HashMap<String, ShardOpen>,
+) -> Vec<String> {
+    let mut state: HashMap<&str, bool> = stored.iter().map(|(u, l)| (u.as_str(), *l)).collect();
+    let mut shards: Vec<&String> = live.keys().collect();
+    shards.sort();
+    for shard in shards {
+        for w in &live[shard].windows {
+            if !pending_applies(&count.marks, shard, w.after.as_deref()) {
+                continue;
+            }
+            for (user, &liked) in &w.likers {
+                if let Some(s) = state.get_mut(user.as_str()) {
+                    *s = liked;
+                }
+            }
+        }
+    }
+    stored
+        .iter()
+        .filter(|(u, _)| state[u.as_str()])
+        .map(|(u, _)| u.clone())
+        .collect()
+}
+
 /// A likers page from the same view as the post's count (`count`, read after the workers were
 /// asked): the stored page with the changes of the windows that count adds — those the post's
 /// markers show not applied yet — users who like the post once they are written added, those

@@ -75,6 +75,27 @@ pub fn check_viewer(viewer: &str) -> Result<(), Refused> {
         .map_err(|e| Refused::Request(format!("`viewer`: {e}")))
 }
 
+/// The users of a `likers/among` question: 1 to [`tally_core::ports::MAX_POSTS_PER_CALL`] user
+/// ids, comma-separated (a bad one named with its place), each once, in the order given.
+pub fn check_among(among: &str) -> Result<Vec<String>, String> {
+    let max = tally_core::ports::MAX_POSTS_PER_CALL;
+    let mut users: Vec<String> = Vec::new();
+    for (i, u) in among.split(',').enumerate() {
+        tally_core::event::check_id("user_id", u)
+            .map_err(|e| format!("`users`: user {} ({u:?}): {e}", i + 1))?;
+        if !users.iter().any(|x| x == u) {
+            users.push(u.to_owned());
+        }
+    }
+    if users.len() > max {
+        return Err(format!(
+            "`users`: at most {max} users per call (one batch read), got {}",
+            users.len()
+        ));
+    }
+    Ok(users)
+}
+
 /// Refuses a store that counts events: it keeps no edges, so it cannot say who likes what.
 pub async fn check_likers(counter: &dyn CountReader, mode: &StoreMode) -> Result<(), Refused> {
     match mode.of(counter).await? {

@@ -185,6 +185,30 @@ async fn the_router_answers_the_viewer_s_likes_and_a_post_s_likers() {
     .await;
     assert_eq!(rest["likers"], serde_json::json!(["cat"]), "{rest}");
     assert!(rest["next"].is_null(), "{rest}");
+    // Which of a viewer's friends like it: in the order asked, one read unit per edge.
+    let (status, friends) = get(
+        &router,
+        "/api/posts/vp1/likers/among?users=cat,bob,zed,ann,cat",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{friends}");
+    assert_eq!(
+        friends["users"],
+        serde_json::json!(["cat", "bob", "zed", "ann"])
+    );
+    assert_eq!(
+        friends["likers"],
+        serde_json::json!(["cat", "ann"]),
+        "{friends}"
+    );
+    assert_eq!(friends["count"], 2, "{friends}");
+    let (_, alone) = get(&router, "/api/posts/vp1").await;
+    let count_units = alone["read_units"].as_u64().unwrap();
+    assert_eq!(
+        friends["read_units"].as_u64(),
+        Some(count_units + 4),
+        "{friends}"
+    );
 
     let (status, bad) = get(&router, "/api/counts?ids=vp1&viewer=has%20space").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");

@@ -117,6 +117,12 @@ fn the_api_answers_as_its_document_says(t: Target) {
         ),
         (
             "get",
+            "/api/posts/{id}/likers/among",
+            "/api/posts/post-0/likers/among?users=u1,u2,u3",
+            None,
+        ),
+        (
+            "get",
             "/api/counts",
             "/api/counts?ids=post-0,post-1,nobody&since=30m&viewer=u2",
             None,
@@ -241,6 +247,13 @@ fn the_api_answers_as_its_document_says(t: Target) {
             "/api/posts/p1/likers?limit=0",
             None,
             "`limit`",
+        ),
+        (
+            "get",
+            "/api/posts/{id}/likers/among",
+            "/api/posts/p1/likers/among?users=u1,has%20space",
+            None,
+            "`users`",
         ),
         ("get", "/api/counts", "/api/counts?ids=", None, "`ids`"),
         (

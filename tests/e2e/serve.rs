@@ -1171,6 +1171,20 @@ fn open_likers_over_stored_edges(
             let q = t.json(&["query", "pv-p0", "--viewer", u, "--json"]);
             assert_eq!(q["viewer_liked"], liked, "{how}, {u}: {q}");
         }
+        // Which of them like it (a viewer's friends), in one batch read, from the same view.
+        let among: Vec<&str> = viewers.iter().map(|(u, _)| *u).collect();
+        let v = get_json(
+            addr,
+            &format!("/api/posts/pv-p0/likers/among?users={}", among.join(",")),
+        );
+        let liking: Vec<&str> = viewers
+            .iter()
+            .filter(|(_, l)| *l)
+            .map(|(u, _)| *u)
+            .collect();
+        assert_eq!(v["likers"], serde_json::json!(liking), "{how}: {v}");
+        assert_eq!(v["count"].as_i64(), Some(want["pv-p0"]), "{how}: {v}");
+        assert!(v["read_units"].as_u64().unwrap() >= 5, "an edge each: {v}");
     };
     check_viewers("open");
     // The likers page too: while open it already is the page the window's write makes (in pages
