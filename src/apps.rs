@@ -80,10 +80,14 @@ pub async fn run_counter_with(
     leases: Arc<LeaseMetrics>,
     shown: Option<Shown>,
 ) -> Result<(Arc<CounterMetrics>, Arc<LeaseMetrics>)> {
+    let counter_ctx = tally_counter::CounterContext {
+        stream: backend.stream_identity.clone(),
+        ..settings.counter_context()
+    };
     let mut factory = Counter::open(
         backend.counter.clone(),
         settings.counter_config(),
-        settings.counter_context(),
+        counter_ctx,
         metrics.clone(),
     )
     .await?;

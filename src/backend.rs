@@ -25,6 +25,9 @@ pub struct Backend {
     pub baselines: Arc<dyn BaselineWriters>,
     /// The Kinesis stream itself, on AWS (enhanced fan-out registers consumers on it).
     kinesis: Option<tally_aws::KinesisStream>,
+    /// What the store records it is counted from: `kinesis:<region>:<name>` on AWS,
+    /// `embedded:<name>` on the embedded store.
+    pub stream_identity: String,
 }
 
 impl Backend {
@@ -36,7 +39,7 @@ impl Backend {
                     tally_embedded::Embedded::open(&s.data_dir, s.shards).with_context(|| {
                         format!("opening the embedded store in {}", s.data_dir.display())
                     })?;
-                Ok(Backend::embedded(e))
+                Ok(Backend::embedded(e, s))
             }
             BackendKind::Aws => Backend::aws(s).await,
         }
@@ -48,6 +51,7 @@ impl Backend {
         match s.backend {
             BackendKind::Embedded => Ok(Backend::embedded(
                 tally_embedded::Embedded::open_existing(&s.data_dir)?,
+                s,
             )),
             BackendKind::Aws => Backend::aws(s).await,
         }
@@ -64,8 +68,9 @@ impl Backend {
         }
     }
 
-    fn embedded(e: tally_embedded::Embedded) -> Backend {
+    fn embedded(e: tally_embedded::Embedded, s: &Settings) -> Backend {
         Backend {
+            stream_identity: format!("embedded:{}", s.stream),
             stream: Arc::new(e.clone()),
             counter: Arc::new(e.clone()),
             analytics: Arc::new(e.clone()),
@@ -78,6 +83,7 @@ impl Backend {
     async fn aws(s: &Settings) -> Result<Backend> {
         let aws = tally_aws::Aws::connect(&aws_settings(s)).await?;
         Ok(Backend {
+            stream_identity: aws.stream.identity(),
             stream: Arc::new(aws.stream.clone()),
             counter: Arc::new(aws.tables.clone()),
             analytics: Arc::new(aws.tables.clone()),

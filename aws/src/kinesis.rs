@@ -39,6 +39,13 @@ impl KinesisStream {
         }
     }
 
+    /// The stream as a store records what it is counted from: `kinesis:<region>:<name>` (the
+    /// region the SDK resolved; two regions' streams of one name are two streams).
+    pub fn identity(&self) -> String {
+        let region = self.client.config().region().map_or("", |r| r.as_ref());
+        format!("kinesis:{region}:{}", self.name)
+    }
+
     /// The SDK client (setup and resharding).
     pub fn client(&self) -> &Client {
         &self.client

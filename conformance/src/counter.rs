@@ -998,3 +998,33 @@ pub async fn corrupt_summary_and_dedup_are_named<F, Fut>(
         .map(|_| ());
     is_named(restored, "a dedup restore", &shard);
 }
+
+/// Counter store: the stream a store is counted from is claimed once — the first claim wins,
+/// a later claim of another stream answers the first (the counter then refuses, naming both) —
+/// and a store of one region has no replicas.
+pub async fn a_store_is_counted_from_one_stream(store: &dyn CounterStore) {
+    assert_eq!(
+        store.counted_stream(None).await.unwrap(),
+        None,
+        "a fresh store"
+    );
+    let first = "kinesis:us-east-1:likes";
+    assert_eq!(
+        store.counted_stream(Some(first)).await.unwrap().as_deref(),
+        Some(first)
+    );
+    assert_eq!(
+        store
+            .counted_stream(Some("kinesis:eu-west-1:likes"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(first),
+        "the first claim stands"
+    );
+    assert_eq!(
+        store.counted_stream(None).await.unwrap().as_deref(),
+        Some(first)
+    );
+    assert_eq!(store.replica_regions().await.unwrap(), Vec::<String>::new());
+}

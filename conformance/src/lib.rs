@@ -45,9 +45,9 @@ mod stream;
 pub use analytics::{a_corrupt_trending_sketch_is_named, analytics_snapshots_are_fenced};
 pub use counter::{
     a_checkpoint_renews_the_lease, a_paused_stale_writer_counts_nothing_twice,
-    corrupt_summary_and_dedup_are_named, counter_commits_exactly_once,
-    dedup_records_expire_by_arrival, gaps_are_recorded_with_the_checkpoint,
-    the_largest_window_fits_the_store, Corruption,
+    a_store_is_counted_from_one_stream, corrupt_summary_and_dedup_are_named,
+    counter_commits_exactly_once, dedup_records_expire_by_arrival,
+    gaps_are_recorded_with_the_checkpoint, the_largest_window_fits_the_store, Corruption,
 };
 pub use edges::{
     a_clamped_event_that_lost_is_remembered, a_corrupt_edge_is_named,
@@ -87,6 +87,12 @@ macro_rules! suite {
             let b = $fresh("counter", 1).await;
             $crate::counter_commits_exactly_once($stores(&b), $name).await;
             $crate::a_checkpoint_renews_the_lease($stores(&b), $name).await;
+        }
+
+        #[tokio::test]
+        async fn one_stream() {
+            let b = $fresh("one-stream", 1).await;
+            $crate::a_store_is_counted_from_one_stream($stores(&b)).await;
         }
 
         #[tokio::test]

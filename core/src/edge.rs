@@ -87,6 +87,12 @@ pub const MODE_PK: &str = "#meta";
 /// The sort key of the mode item.
 pub const MODE_SK: &str = "count";
 
+/// The sort key of the item (beside the mode's) that names the one stream a store is counted
+/// from (`v`: `kinesis:<region>:<stream>`, or `embedded:<stream>`): a store counted from two
+/// streams — two regions' counters on one table set — would mix their per-shard items, whose
+/// keys are shard ids every stream has (docs/REGIONS.md).
+pub const STREAM_SK: &str = "stream";
+
 /// The sort key of the item (beside the mode's) that lists the clock skews a likers store was
 /// counted with (`counter.max_clock_skew_secs`, ms, in the order first used): what `tally
 /// verify` recounts with.

@@ -815,6 +815,13 @@ pub trait StoreMeta: Send + Sync {
     /// in the order first used; with `record`, that one is added first if it is new (one
     /// conditional write; none when it is there). What `tally verify` recounts with.
     async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>>;
+    /// The one stream the store is counted from ([`crate::edge::STREAM_SK`]). With `claim`, a
+    /// store that names none yet is set to it (one conditional write; the first claim wins);
+    /// answers what it holds after (`None`: unset, when not claimed).
+    async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>>;
+    /// The other regions the store's tables are replicated to (a DynamoDB global table's
+    /// replicas; none for a table of one region, or the embedded store). Never writes.
+    async fn replica_regions(&self) -> PortResult<Vec<String>>;
 }
 
 /// The counter's store: its window protocol, the reads, the dead letters and the store's own

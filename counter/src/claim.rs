@@ -1,7 +1,7 @@
 //! Why a counter cannot claim its store: a store's counts mean one thing, so the first counter
 //! claims the count mode it is configured with and every later one must match it (the claim is
 //! `counting::claim`, made by [`crate::Counter::open`], so that no caller of the library can count
-//! without it).
+//! without it); and a store's counts come from one stream, in one region ([`one_stream`]).
 
 use tally_core::edge::CountMode;
 use tally_core::ports::PortError;
@@ -22,7 +22,53 @@ pub enum ClaimError {
         /// What the counter was configured to count.
         wanted: CountMode,
     },
+    /// The store is counted from another stream.
+    #[error(
+        "this store is counted from stream {stored}, and this counter reads {wanted}: one table \
+         set takes one stream's counts — two streams' counters (two regions' on shared or global \
+         tables) would write per-shard items under shard ids every stream has, and overwrite each \
+         other's counts (docs/REGIONS.md). Point this counter at its own table_prefix"
+    )]
+    OtherStream {
+        /// The stream the store is counted from.
+        stored: String,
+        /// The stream this counter reads.
+        wanted: String,
+    },
+    /// The store's tables are replicated to other regions.
+    #[error(
+        "the store's tables are replicated to {regions} (a DynamoDB global table): tally's counter \
+         does not run on replicated tables — each region's counter would write items keyed by \
+         shard ids every stream has, and replication resolves concurrent writes last-writer-wins, \
+         so one region's counts overwrite the other's (docs/REGIONS.md). Count each region into \
+         tables of its own"
+    )]
+    Replicated {
+        /// The replicas' regions, comma-separated.
+        regions: String,
+    },
     /// Reading or writing the claim failed.
-    #[error("claiming the store's count mode: {0}")]
+    #[error("claiming the store for this counter: {0}")]
     Store(#[from] PortError),
+}
+
+/// Claims `store` for `stream` (the first claim wins; a store counted from another stream is
+/// refused), and refuses a store whose tables are replicated to other regions.
+pub(crate) async fn one_stream(
+    store: &dyn tally_core::ports::CounterStore,
+    stream: &str,
+) -> Result<(), ClaimError> {
+    let regions = store.replica_regions().await?;
+    if !regions.is_empty() {
+        return Err(ClaimError::Replicated {
+            regions: regions.join(", "),
+        });
+    }
+    match store.counted_stream(Some(stream)).await? {
+        Some(stored) if stored != stream => Err(ClaimError::OtherStream {
+            stored,
+            wanted: stream.to_owned(),
+        }),
+        _ => Ok(()),
+    }
 }

@@ -119,6 +119,9 @@ pub struct CounterContext {
     pub emf: tally_consumer::emf::Emf,
     /// What the records are (`[input]`: like events, or a table's change records).
     pub input: Input,
+    /// The stream it counts (`kinesis:<region>:<name>`, `embedded:<name>`): claimed in the store
+    /// when the counter opens it; a store counted from another stream is refused.
+    pub stream: String,
 }
 
 impl Default for CounterConfig {
@@ -277,6 +280,7 @@ impl Counter {
     ) -> Result<Counter, ClaimError> {
         let counting = counting::chosen(&cfg);
         counting::claim(store.as_ref(), counting.as_ref()).await?;
+        claim::one_stream(store.as_ref(), &ctx.stream).await?;
         Ok(Counter {
             store,
             cfg,

@@ -956,3 +956,29 @@ fn the_readme_s_configuration_sample_is_what_tally_config_prints() {
         );
     }
 }
+
+/// A store is counted from one stream: a counter reading another (another region's, or a
+/// mistyped `--stream`) is refused before it writes anything, naming both streams and why, and
+/// the counts stand as they were.
+#[test]
+fn a_counter_of_another_stream_is_refused() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let file = t.dir.path().join("likes.ndjson");
+    std::fs::write(&file, like("e1", "p1", "u1", now_ms()) + "\n").unwrap();
+    t.run(&["replay", file.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let out = t.fail(
+        &["--stream", "other-region-likes", "count", "--until-idle"],
+        &[],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("counted from stream embedded:tally-likes")
+            && said.contains("embedded:other-region-likes")
+            && said.contains("docs/REGIONS.md"),
+        "{said}"
+    );
+    assert_eq!(t.count("p1"), 1);
+    t.run(&["count", "--until-idle"]);
+}

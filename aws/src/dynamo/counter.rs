@@ -616,6 +616,14 @@ impl StoreMeta for DynamoStore {
     async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
         self.skews(record).await
     }
+
+    async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
+        self.stream_claim(claim).await
+    }
+
+    async fn replica_regions(&self) -> PortResult<Vec<String>> {
+        self.replicas().await
+    }
 }
 
 impl DynamoStore {

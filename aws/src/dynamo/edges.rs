@@ -414,6 +414,67 @@ impl DynamoStore {
 
     /// The clock skews the store was counted with; with `record`, added first if new (a put
     /// conditioned on the list read, tried again if another process changed it meanwhile).
+    /// The stream the store is counted from; with `claim`, set to it when none is named yet
+    /// (a conditional put: the first claim wins, and is what is answered).
+    pub(super) async fn stream_claim(&self, claim: Option<&str>) -> PortResult<Option<String>> {
+        let key = HashMap::from([
+            ("pk".to_owned(), s(edge::MODE_PK)),
+            ("sk".to_owned(), s(edge::STREAM_SK)),
+        ]);
+        let named = |item: &HashMap<String, AttributeValue>| {
+            get_s(item, "v").ok_or_else(|| PortError::Corrupt {
+                item: format!(
+                    "{} {}/{}",
+                    self.table("counts"),
+                    edge::MODE_PK,
+                    edge::STREAM_SK
+                ),
+                detail: "`v` is not the stream's name".into(),
+            })
+        };
+        if let Some(item) = self.get("counts", key.clone()).await? {
+            return named(&item).map(Some);
+        }
+        let Some(want) = claim else { return Ok(None) };
+        let r = self
+            .meta_put(&key, "v", want)
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Some(want.to_owned())),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                // Another process claimed it first: its claim stands.
+                let item = self.get("counts", key).await?;
+                item.as_ref().map(named).transpose()
+            }
+            Err(e) => Err(self.err("PutItem", "counts", e)),
+        }
+    }
+
+    /// The regions the tables are replicated to (a global table's replicas), by `DescribeTable`
+    /// of each of the counter's tables.
+    pub(super) async fn replicas(&self) -> PortResult<Vec<String>> {
+        let mut regions = Vec::new();
+        for t in ["counts", "leases", "dedup"] {
+            let d = self
+                .client
+                .describe_table()
+                .table_name(self.table(t))
+                .send()
+                .await
+                .map_err(|e| self.err("DescribeTable", t, e))?;
+            for r in d.table().map(replica_regions).unwrap_or_default() {
+                if !regions.contains(&r) {
+                    regions.push(r);
+                }
+            }
+        }
+        Ok(regions)
+    }
+
     pub(super) async fn skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
         let key = HashMap::from([
             ("pk".to_owned(), s(edge::MODE_PK)),
@@ -619,4 +680,37 @@ fn lost_shift(x: &mut Expr, lost: &[String], new: &[&String], nil: &str) -> Vec<
             None => format!("{} = if_not_exists({}, {nil})", lost[i], lost[i - k]),
         })
         .collect()
+}
+
+/// The regions a table description names as replicas (a global table; none otherwise).
+pub(super) fn replica_regions(t: &aws_sdk_dynamodb::types::TableDescription) -> Vec<String> {
+    t.replicas()
+        .iter()
+        .filter_map(|r| r.region_name().map(str::to_owned))
+        .collect()
+}
+
+#[cfg(test)]
+mod replica_tests {
+    use aws_sdk_dynamodb::types::{ReplicaDescription, TableDescription};
+
+    /// A global table's description names its replicas' regions; a table of one region none.
+    #[test]
+    fn a_global_table_s_replicas_are_named() {
+        let global = TableDescription::builder()
+            .replicas(
+                ReplicaDescription::builder()
+                    .region_name("eu-west-1")
+                    .build(),
+            )
+            .replicas(
+                ReplicaDescription::builder()
+                    .region_name("ap-south-1")
+                    .build(),
+            )
+            .build();
+        assert_eq!(super::replica_regions(&global), ["eu-west-1", "ap-south-1"]);
+        let single = TableDescription::builder().build();
+        assert!(super::replica_regions(&single).is_empty());
+    }
 }

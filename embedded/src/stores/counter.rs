@@ -388,6 +388,17 @@ impl StoreMeta for Embedded {
         self.run(move |c| super::edges::clock_skews(c, record))
             .await
     }
+
+    async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
+        let claim = claim.map(str::to_owned);
+        self.run(move |c| super::edges::counted_stream(c, claim.as_deref()))
+            .await
+    }
+
+    async fn replica_regions(&self) -> PortResult<Vec<String>> {
+        // One file on one machine.
+        Ok(Vec::new())
+    }
 }
 
 #[async_trait]

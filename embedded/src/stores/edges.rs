@@ -274,6 +274,39 @@ pub(super) fn clock_skews(c: &mut Connection, record: Option<i64>) -> PortResult
     Ok(skews)
 }
 
+/// The stream the store is counted from; with `claim`, set to it when none is named yet.
+pub(super) fn counted_stream(
+    c: &mut Connection,
+    claim: Option<&str>,
+) -> PortResult<Option<String>> {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    let stored = match get_item(&tx, edge::MODE_PK, edge::STREAM_SK)? {
+        Some(a) => match a.get("v") {
+            Some(Val::S(v)) => Some(v.clone()),
+            _ => {
+                return Err(PortError::Corrupt {
+                    item: format!("{}/{}", edge::MODE_PK, edge::STREAM_SK),
+                    detail: "`v` is not the stream's name".into(),
+                })
+            }
+        },
+        None => None,
+    };
+    let out = match (stored, claim) {
+        (Some(s), _) => Some(s),
+        (None, None) => None,
+        (None, Some(want)) => {
+            let a = Attrs::from([("v".to_owned(), Val::S(want.to_owned()))]);
+            put_item(&tx, edge::MODE_PK, edge::STREAM_SK, &a)?;
+            Some(want.to_owned())
+        }
+    };
+    tx.commit().map_err(sql_err)?;
+    Ok(out)
+}
+
 fn mode_of(a: &Attrs) -> PortResult<CountMode> {
     match a.get("mode") {
         Some(Val::S(s)) => CountMode::parse(s),
