@@ -220,6 +220,12 @@ pub enum Command {
         after_help = "Examples:\n  tally ingest                         http://127.0.0.1:4567/\n  tally ingest --auth-token-file token   sign with the token as the secret access key\n  aws kinesis put-record --endpoint-url http://127.0.0.1:4567 --stream-name tally-likes \\\n      --partition-key p1 --cli-binary-format raw-in-base64-out --data '{...}'"
     )]
     Ingest(IngestArgs),
+    /// Run the embedded default as an app develops against it, in one process: the ingest
+    /// endpoint (the Kinesis API's shape), the counter, analytics, and the read API and dashboard.
+    #[command(
+        after_help = "Examples:\n  tally up                                  ingest on http://127.0.0.1:4567, API on http://127.0.0.1:8080\n  tally up --auth-token-file token          both ask for the token (a put: signed with it as the secret key)"
+    )]
+    Up(UpArgs),
     /// Serve the read side over HTTP: a JSON API, Prometheus /metrics, health checks, a dashboard.
     #[command(
         after_help = "Examples:\n  tally serve                          http://127.0.0.1:8080/\n  tally serve --addr 0.0.0.0:8080     every interface (behind a proxy or in a task)\n  curl 127.0.0.1:8080/api/posts/p123?since=1h"
@@ -541,6 +547,23 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
     pub auth_token_file: Option<std::path::PathBuf>,
     /// As --auth-token-file, the token in this environment variable (how ECS hands a secret over).
+    #[arg(long, value_name = "NAME")]
+    pub auth_token_env: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Where the ingest endpoint listens (port 0: any free port; the address is printed).
+    #[arg(long, value_name = "ADDR", default_value = crate::ingest::DEFAULT_ADDR, value_parser = socket_addr)]
+    pub ingest_addr: std::net::SocketAddr,
+    /// Where the read API and the dashboard listen.
+    #[arg(long, value_name = "ADDR", default_value = crate::serve::DEFAULT_ADDR, value_parser = socket_addr)]
+    pub addr: std::net::SocketAddr,
+    /// Ask both for the token this file holds: a put signed with it as the secret access key,
+    /// a read with `Authorization: Bearer <token>` (as `tally ingest` and `tally serve` do).
+    #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
+    pub auth_token_file: Option<std::path::PathBuf>,
+    /// As --auth-token-file, the token in this environment variable.
     #[arg(long, value_name = "NAME")]
     pub auth_token_env: Option<String>,
 }

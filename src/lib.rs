@@ -21,6 +21,7 @@ pub mod replay;
 pub mod serve;
 pub mod settings;
 pub mod signal;
+pub mod up;
 pub mod verify;
 
 use anyhow::Result;
@@ -140,6 +141,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             commands::read::dead_letters(&store(Access::Read).await?.1, a).await
         }
         Command::Leases(a) => commands::read::leases(&store(Access::Read).await?.1, a).await,
+        Command::Up(a) => commands::up::up(&settings()?, a).await,
         Command::Ingest(a) => {
             let (s, b) = store(Access::Write).await?;
             commands::ingest::ingest(&s, &b, a).await

@@ -10,4 +10,5 @@ pub mod produce;
 pub mod read;
 pub mod serve;
 pub mod setup;
+pub mod up;
 pub mod verify;

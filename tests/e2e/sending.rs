@@ -288,3 +288,90 @@ fn the_first_day_path_counts_the_sample_file() {
     let want = BTreeMap::from([("p1".to_owned(), 2), ("p2".to_owned(), 1)]);
     assert_eq!(t.mismatches(&want), vec![]);
 }
+
+/// `tally up`, the whole embedded default in one process: the sample file sent to its ingest
+/// endpoint by `examples/send_likes.py` (signed with the token) shows on its read API (with the
+/// same token) without any other command, each count as the page says; SIGTERM stops it cleanly.
+#[test]
+fn tally_up_takes_likes_and_answers_them() {
+    let t = Target::embedded();
+    let token = file_in(&t, "token");
+    std::fs::write(&token, format!("{INGEST_TOKEN}\n")).unwrap();
+    let args = [
+        "up",
+        "--ingest-addr",
+        "127.0.0.1:0",
+        "--addr",
+        "127.0.0.1:0",
+        "--auth-token-file",
+    ];
+    let args: Vec<&str> = args.into_iter().chain([token.to_str().unwrap()]).collect();
+    let mut up = t.spawn("up", &args, &[]);
+    let addr_of = |what: &str| {
+        let started = std::time::Instant::now();
+        loop {
+            let log = up.log_text();
+            if let Some(rest) = log.split(what).nth(1) {
+                return rest.split('/').nth(2).unwrap().to_owned();
+            }
+            assert!(
+                started.elapsed().as_secs() < 30,
+                "tally up did not start:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let (ingest, api) = (
+        addr_of("up: ingest (Kinesis API) on "),
+        addr_of("up: read API and dashboard on "),
+    );
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/actions.ndjson");
+    let endpoint = format!("http://{ingest}");
+    let out = output(send(
+        &sample,
+        "tally-likes",
+        &endpoint,
+        INGEST_TOKEN,
+        Sender::Boto3,
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bearer = format!("Bearer {INGEST_TOKEN}");
+    t.eventually(
+        "the sample's counts on the read API",
+        std::time::Duration::from_secs(30),
+        &[&up],
+        || {
+            let answer = crate::serve::request_with(
+                &api,
+                "GET",
+                "/api/counts?ids=p1,p2&viewer=bob",
+                None,
+                &[("Authorization", &bearer)],
+            );
+            let Some((200, _, body)) = answer else {
+                return false;
+            };
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            v["counts"][0]["count"] == 2
+                && v["counts"][1]["count"] == 1
+                && v["counts"][0]["viewer_liked"] == true
+        },
+    );
+    up.signal("TERM");
+    assert!(
+        up.wait(std::time::Duration::from_secs(30)).success(),
+        "{}",
+        up.log_text()
+    );
+    assert_eq!(
+        t.mismatches(&BTreeMap::from([
+            ("p1".to_owned(), 2),
+            ("p2".to_owned(), 1)
+        ])),
+        vec![]
+    );
+}

@@ -1,0 +1,132 @@
+//! The embedded default as an app develops against it (`tally up`): in one process, the
+//! Kinesis-shaped ingest endpoint ([`crate::ingest`]) the app's producer code puts to, the
+//! counter and analytics, and the read API and dashboard ([`crate::serve`]) it reads from — each
+//! on its own connection to the store, as separate processes would be, until a shutdown. The
+//! counter serves its open windows to the read API, so a like shows as soon as it is read.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use tally_core::apps;
+use tally_counter::board::Board;
+
+use crate::apps::{run_analytics, run_counter_with, Shown};
+use crate::backend::Backend;
+use crate::ingest::{self, IngestConfig};
+use crate::serve::auth::Token;
+use crate::serve::worker::WorkerHttp;
+use crate::serve::{self, ServeConfig};
+use crate::settings::{BackendKind, Settings};
+
+/// Where `tally up` listens, and the token both endpoints ask for.
+#[derive(Clone, Debug)]
+pub struct UpConfig {
+    /// The ingest endpoint (the Kinesis API's shape).
+    pub ingest: SocketAddr,
+    /// The read API and dashboard.
+    pub api: SocketAddr,
+    /// The token: the secret access key a put is signed with, and the read API's bearer token.
+    pub token: Option<Token>,
+}
+
+/// Where it listens, once bound.
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    /// The ingest endpoint.
+    pub ingest: SocketAddr,
+    /// The read API.
+    pub api: SocketAddr,
+}
+
+/// Runs the whole embedded pipeline until `shutdown` completes; `on_bound` is told where it
+/// listens once both endpoints are bound.
+pub async fn run(
+    settings: &Settings,
+    cfg: UpConfig,
+    on_bound: impl FnOnce(Bound),
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    if settings.backend != BackendKind::Embedded {
+        bail!(
+            "tally up runs the embedded default; on AWS the stream, the counter, analytics and \
+             the read side are the stack's services (terraform/, docs/RUNBOOK.md)"
+        );
+    }
+    let backend = Backend::open(settings).await?;
+    let ingest_listener = serve::bind(cfg.ingest).await?;
+    let api_listener = serve::bind(cfg.api).await?;
+    on_bound(Bound {
+        ingest: ingest_listener.local_addr()?,
+        api: api_listener.local_addr()?,
+    });
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let counter = {
+        let (s, b, rx) = (
+            settings.clone(),
+            backend.another(settings).await?,
+            stopped.clone(),
+        );
+        let board = Arc::new(Board::resolving(b.counter.clone()));
+        let (m, l) = Default::default();
+        let owner = s.worker_config().worker_id;
+        let render = {
+            let (m, l) = (Arc::clone(&m), Arc::clone(&l));
+            move || serve::prom::counter_metrics(&m, &l)
+        };
+        let open = Some((board.clone(), owner));
+        let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (http, bound) = WorkerHttp::start(
+            Some(localhost),
+            b.leases.clone(),
+            apps::COUNTER,
+            render,
+            open,
+        )
+        .await?;
+        let shown = bound.map(|at| Shown {
+            board,
+            advertise: at.to_string(),
+        });
+        tokio::spawn(async move {
+            let _http = http;
+            run_counter_with(&s, &b, Default::default(), until(rx), m, l, shown).await
+        })
+    };
+    let analytics = {
+        let (s, b, rx) = (
+            settings.clone(),
+            backend.another(settings).await?,
+            stopped.clone(),
+        );
+        tokio::spawn(async move { run_analytics(&s, &b, Default::default(), until(rx)).await })
+    };
+    let ingest = {
+        let cfg = IngestConfig {
+            stream: settings.stream.clone(),
+            token: cfg.token.clone(),
+        };
+        let (stream, rx) = (backend.stream.clone(), stopped.clone());
+        tokio::spawn(async move { ingest::run(ingest_listener, stream, cfg, until(rx)).await })
+    };
+    let api = {
+        let cfg = ServeConfig {
+            pending_timeout: serve::pending::default_timeout(),
+            token: cfg.token.clone(),
+        };
+        let (s, readers, rx) = (settings.clone(), backend.readers(), stopped.clone());
+        tokio::spawn(async move { serve::run(api_listener, readers, &s, cfg, until(rx)).await })
+    };
+    shutdown.await;
+    let _ = stop.send(true);
+    // The counter finishes its open windows and checkpoints before it returns.
+    counter.await??;
+    analytics.await??;
+    ingest.await??;
+    api.await??;
+    Ok(())
+}
