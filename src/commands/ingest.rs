@@ -18,11 +18,7 @@ pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
             s.stream
         );
     }
-    let token = match (&a.auth_token_file, &a.auth_token_env) {
-        (Some(f), _) => Some(Token::from_file(f)?),
-        (None, Some(v)) => Some(Token::from_env(v)?),
-        (None, None) => None,
-    };
+    let token = Token::from_flags(a.auth_token_file.as_deref(), a.auth_token_env.as_deref())?;
     let cfg = IngestConfig {
         stream: s.stream.clone(),
         token,

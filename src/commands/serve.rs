@@ -11,11 +11,7 @@ use crate::settings::Settings;
 /// The read side's config from the flags: the pending timeout, and the token read from its
 /// file or environment variable.
 pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
-    let token = match (&a.auth_token_file, &a.auth_token_env) {
-        (Some(f), _) => Some(Token::from_file(f)?),
-        (None, Some(v)) => Some(Token::from_env(v)?),
-        (None, None) => None,
-    };
+    let token = Token::from_flags(a.auth_token_file.as_deref(), a.auth_token_env.as_deref())?;
     Ok(ServeConfig {
         pending_timeout: a.pending_timeout,
         token,

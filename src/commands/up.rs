@@ -10,11 +10,7 @@ use crate::up::{self, UpConfig};
 
 /// `tally up`.
 pub async fn up(s: &Settings, a: &UpArgs) -> Result<()> {
-    let token = match (&a.auth_token_file, &a.auth_token_env) {
-        (Some(f), _) => Some(Token::from_file(f)?),
-        (None, Some(v)) => Some(Token::from_env(v)?),
-        (None, None) => None,
-    };
+    let token = Token::from_flags(a.auth_token_file.as_deref(), a.auth_token_env.as_deref())?;
     let cfg = UpConfig {
         ingest: a.ingest_addr,
         api: a.addr,

@@ -67,6 +67,15 @@ impl Token {
         Token::parse(&text, &format!("--auth-token-env {name}"))
     }
 
+    /// The tokens a command's `--auth-token-file` or `--auth-token-env` names (`None`: neither).
+    pub fn from_flags(file: Option<&Path>, env: Option<&str>) -> Result<Option<Token>> {
+        match (file, env) {
+            (Some(f), _) => Token::from_file(f).map(Some),
+            (None, Some(v)) => Token::from_env(v).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+
     /// The tokens, for a check other than a bearer header (`tally ingest`: the secret a
     /// request is signed with).
     pub fn secrets(&self) -> impl Iterator<Item = &[u8]> {

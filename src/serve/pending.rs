@@ -440,6 +440,22 @@ pub fn liked_for(post: &str, count: &PostCount, windows: &Windows, stored: bool)
         .unwrap_or(stored)
 }
 
+/// The open windows whose changes a post's count adds — those its markers show not applied
+/// yet — shard by shard in id order, each shard's in its order.
+fn windows_the_count_adds<'a>(
+    count: &'a PostCount,
+    live: &'a HashMap<String, ShardOpen>,
+) -> impl Iterator<Item = &'a tally_counter::board::OpenWindow> + 'a {
+    let mut shards: Vec<&String> = live.keys().collect();
+    shards.sort();
+    shards.into_iter().flat_map(move |shard| {
+        live[shard]
+            .windows
+            .iter()
+            .filter(move |w| pending_applies(&count.marks, shard, w.after.as_deref()))
+    })
+}
+
 /// Which of the users asked about like the post, in the order asked, from the same view as the
 /// post's count: each user's stored state (`stored`, in order), changed by the windows that
 /// count adds — those the post's markers show not applied yet.
@@ -449,17 +465,10 @@ pub fn likers_among(
     live: &HashMap<String, ShardOpen>,
 ) -> Vec<String> {
     let mut state: HashMap<&str, bool> = stored.iter().map(|(u, l)| (u.as_str(), *l)).collect();
-    let mut shards: Vec<&String> = live.keys().collect();
-    shards.sort();
-    for shard in shards {
-        for w in &live[shard].windows {
-            if !pending_applies(&count.marks, shard, w.after.as_deref()) {
-                continue;
-            }
-            for (user, &liked) in &w.likers {
-                if let Some(s) = state.get_mut(user.as_str()) {
-                    *s = liked;
-                }
+    for w in windows_the_count_adds(count, live) {
+        for (user, &liked) in &w.likers {
+            if let Some(s) = state.get_mut(user.as_str()) {
+                *s = liked;
             }
         }
     }
@@ -483,23 +492,16 @@ pub fn likers_page(
 ) -> LikersPage {
     let bound = stored.next.as_ref().and(stored.users.last());
     let mut users: BTreeSet<String> = stored.users.iter().cloned().collect();
-    let mut shards: Vec<&String> = live.keys().collect();
-    shards.sort();
-    for shard in shards {
-        for w in &live[shard].windows {
-            if !pending_applies(&count.marks, shard, w.after.as_deref()) {
-                continue;
-            }
-            for (user, &liked) in w
-                .likers
-                .iter()
-                .filter(|(u, _)| bound.is_none_or(|b| *u <= b))
-            {
-                if liked {
-                    users.insert(user.clone());
-                } else {
-                    users.remove(user);
-                }
+    for w in windows_the_count_adds(count, live) {
+        for (user, &liked) in w
+            .likers
+            .iter()
+            .filter(|(u, _)| bound.is_none_or(|b| *u <= b))
+        {
+            if liked {
+                users.insert(user.clone());
+            } else {
+                users.remove(user);
             }
         }
     }
