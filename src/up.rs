@@ -109,6 +109,7 @@ pub async fn run(
         let cfg = IngestConfig {
             stream: settings.stream.clone(),
             token: cfg.token.clone(),
+            retention_hours: settings.stream_retention_hours,
         };
         let (stream, rx) = (backend.stream.clone(), stopped.clone());
         tokio::spawn(async move { ingest::run(ingest_listener, stream, cfg, until(rx)).await })

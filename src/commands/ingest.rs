@@ -22,6 +22,7 @@ pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
     let cfg = IngestConfig {
         stream: s.stream.clone(),
         token,
+        retention_hours: s.stream_retention_hours,
     };
     let listener = crate::serve::bind(a.addr).await?;
     eprintln!(

@@ -12,6 +12,10 @@ pub const PUT_RECORD: &str = "Kinesis_20131202.PutRecord";
 /// See [`PUT_RECORD`].
 pub const PUT_RECORDS: &str = "Kinesis_20131202.PutRecords";
 
+/// The one read taken: the stream's summary (its name, status and open shards), the first call a
+/// producer's health check or `aws kinesis describe-stream-summary` makes.
+pub const DESCRIBE_STREAM_SUMMARY: &str = "Kinesis_20131202.DescribeStreamSummary";
+
 /// Most records in one `PutRecords` call.
 pub const MAX_RECORDS: usize = 500;
 /// Most bytes of one record: its data and its partition key.
@@ -64,6 +68,37 @@ struct PutRecordRequest {
     stream_arn: Option<String>,
     #[serde(flatten)]
     entry: Entry,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DescribeRequest {
+    stream_name: Option<String>,
+    #[serde(rename = "StreamARN")]
+    stream_arn: Option<String>,
+}
+
+/// The stream a `DescribeStreamSummary` request names.
+pub fn described(body: &[u8]) -> Result<String, KinesisError> {
+    let r: DescribeRequest = serde_json::from_slice(body)
+        .map_err(|e| KinesisError::validation(format!("the request is not JSON: {e}")))?;
+    stream_of(r.stream_name, r.stream_arn)
+}
+
+/// `DescribeStreamSummary`'s answer for the embedded stream: active, `open_shards` open.
+pub fn summary(stream: &str, open_shards: usize, retention_hours: u32) -> Value {
+    json!({"StreamDescriptionSummary": {
+        "StreamName": stream,
+        "StreamARN": format!("arn:aws:kinesis:us-east-1:000000000000:stream/{stream}"),
+        "StreamStatus": "ACTIVE",
+        "StreamModeDetails": {"StreamMode": "PROVISIONED"},
+        "RetentionPeriodHours": retention_hours,
+        "StreamCreationTimestamp": 0,
+        "EnhancedMonitoring": [{"ShardLevelMetrics": []}],
+        "EncryptionType": "NONE",
+        "OpenShardCount": open_shards,
+        "ConsumerCount": 0,
+    }})
 }
 
 #[derive(Deserialize)]
@@ -139,7 +174,8 @@ pub fn read(target: &str, body: &[u8]) -> Result<Put, KinesisError> {
             status: 400,
             code: "UnknownOperationException",
             message: format!(
-                "{other:?}: this endpoint takes {PUT_RECORD} and {PUT_RECORDS} (X-Amz-Target)"
+                "{other:?}: this endpoint takes {PUT_RECORD}, {PUT_RECORDS} and \
+                 {DESCRIBE_STREAM_SUMMARY} (X-Amz-Target)"
             ),
         }),
     }

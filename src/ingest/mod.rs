@@ -1,7 +1,8 @@
 //! The embedded stream over HTTP in the Kinesis API's own shape (`tally ingest`): an app's
 //! producer — the AWS SDKs, boto3, the AWS CLI, `examples/send_likes.py` — puts likes into the
 //! embedded default with the code it runs against Kinesis, only an endpoint URL apart. Each
-//! request is put as it comes (`PutRecord`, `PutRecords` with per-record results), with
+//! request is put as it comes (`PutRecord`, `PutRecords` with per-record results; and
+//! `DescribeStreamSummary`, a producer's health check), with
 //! Kinesis's limits and errors ([`kinesis`]); with a token, every request must be signed
 //! (Signature Version 4) with it as the secret access key ([`sigv4`]).
 
@@ -32,6 +33,9 @@ pub struct IngestConfig {
     pub stream: String,
     /// The secret a request must be signed with (`None`: any signature, or none, is taken).
     pub token: Option<Token>,
+    /// The retention `DescribeStreamSummary` reports (hours; the embedded stream keeps records
+    /// until `tally trim`).
+    pub retention_hours: u32,
 }
 
 #[derive(Clone)]
@@ -104,16 +108,30 @@ async fn put_checked(
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    let not_found = |stream: &str| KinesisError {
+        status: 400,
+        code: "ResourceNotFoundException",
+        message: format!(
+            "Stream {stream} under account 000000000000 not found (this endpoint serves {})",
+            ctx.cfg.stream
+        ),
+    };
+    if target == kinesis::DESCRIBE_STREAM_SUMMARY {
+        let stream = kinesis::described(body)?;
+        if stream != ctx.cfg.stream {
+            return Err(not_found(&stream));
+        }
+        let shards = ctx.stream.list_shards().await.map_err(|e| KinesisError {
+            status: 500,
+            code: "InternalFailure",
+            message: e.to_string(),
+        })?;
+        let open = shards.iter().filter(|s| !s.closed).count();
+        return Ok(kinesis::summary(&stream, open, ctx.cfg.retention_hours));
+    }
     let put = kinesis::read(target, body)?;
     if put.stream != ctx.cfg.stream {
-        return Err(KinesisError {
-            status: 400,
-            code: "ResourceNotFoundException",
-            message: format!(
-                "Stream {} under account 000000000000 not found (this endpoint serves {})",
-                put.stream, ctx.cfg.stream
-            ),
-        });
+        return Err(not_found(&put.stream));
     }
     let outcomes = ctx
         .stream

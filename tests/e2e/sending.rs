@@ -375,3 +375,46 @@ fn tally_up_takes_likes_and_answers_them() {
         vec![]
     );
 }
+
+/// A producer's health check against `tally ingest`: `aws kinesis describe-stream-summary`
+/// answers the embedded stream active with its open shards; another stream's name is
+/// `ResourceNotFoundException`, as Kinesis says it.
+#[test]
+fn ingest_describes_its_stream() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "3"]);
+    let (stream, endpoint, secret, _ingest) = endpoint(&t);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let describe = |name: &str| {
+        let mut c = Command::new(root.join("scripts/with-aws-tools.sh"));
+        c.args([
+            "aws",
+            "kinesis",
+            "describe-stream-summary",
+            "--output",
+            "json",
+        ])
+        .args(["--endpoint-url", &endpoint, "--stream-name", name])
+        .env("AWS_ACCESS_KEY_ID", "tally")
+        .env("AWS_SECRET_ACCESS_KEY", &secret)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env_remove("AWS_PROFILE");
+        output(c)
+    };
+    let out = describe(&stream);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["StreamDescriptionSummary"];
+    assert_eq!(
+        (s["StreamStatus"].as_str(), s["OpenShardCount"].as_u64()),
+        (Some("ACTIVE"), Some(3)),
+        "{v}"
+    );
+    let out = describe("no-such-stream");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ResourceNotFoundException"));
+}
