@@ -5,7 +5,7 @@
 mod runtime;
 mod validate;
 pub use runtime::{DEMO_DUPLICATE_RATIO, DEMO_MALFORMED_RATIO, NO_OP_RATIO};
-pub use tally_consumer::worker::ReadMode;
+pub use tally_core::config::ReadMode;
 
 use std::path::{Path, PathBuf};
 

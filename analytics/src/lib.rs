@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tally_consumer::emf::{Emf, Unit};
-use tally_consumer::worker::{ProcessorFactory, ReadMode, ShardProcessor};
+use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
 use tally_core::clock::now_ms;
+use tally_core::config::ReadMode;
 use tally_core::config::{millis, range, Invalid};
 use tally_core::latency::{percentiles, Latency, Percentiles};
 use tally_core::lease::Lease;

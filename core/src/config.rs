@@ -1,7 +1,8 @@
 //! What the configuration types share: a range check that names the key, and the error it
 //! gives. Each library's configuration type (the counter's, analytics', a worker's, the
 //! generator's) is deserialized from its section of the settings with its defaults, and checks
-//! its own ranges with [`range`]; the binary adds the section's name to the key.
+//! its own ranges with [`range`]; the binary adds the section's name to the key. And how an
+//! application reads the stream ([`ReadMode`]), a setting of the counter's and analytics'.
 
 use std::fmt;
 use std::time::Duration;
@@ -62,5 +63,31 @@ mod tests {
             e.to_string(),
             "`counter.window_ms` must be between 1 and 10, got 0"
         );
+    }
+}
+
+/// How an application reads Kinesis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadMode {
+    /// GetRecords: 5 reads/s and 2 MB/s per shard, shared by every application on the stream.
+    #[default]
+    Polling,
+    /// Enhanced fan-out: a consumer registered for the application, records pushed over
+    /// SubscribeToShard (2 MB/s per shard of its own).
+    Efo,
+}
+
+impl<'de> serde::Deserialize<'de> for ReadMode {
+    /// By name, and an unknown name is answered with the valid ones.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "polling" => Ok(ReadMode::Polling),
+            "efo" => Ok(ReadMode::Efo),
+            _ => Err(serde::de::Error::custom(format!(
+                "expected one of `polling`, `efo`, got `{name}`"
+            ))),
+        }
     }
 }

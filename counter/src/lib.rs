@@ -29,10 +29,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use counting::Counting;
-use tally_consumer::worker::ReadMode;
 use tally_consumer::worker::{LeaseKeeper, ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
 use tally_core::boundary::{fold_record, Windows};
+use tally_core::config::ReadMode;
 use tally_core::config::{millis, range, Invalid};
 use tally_core::cost::{Purpose, Units};
 use tally_core::dedup::Dedup;

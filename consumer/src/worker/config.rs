@@ -129,32 +129,6 @@ impl WorkerConfig {
     }
 }
 
-/// How an application reads Kinesis.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReadMode {
-    /// GetRecords: 5 reads/s and 2 MB/s per shard, shared by every application on the stream.
-    #[default]
-    Polling,
-    /// Enhanced fan-out: a consumer registered for the application, records pushed over
-    /// SubscribeToShard (2 MB/s per shard of its own).
-    Efo,
-}
-
-impl<'de> serde::Deserialize<'de> for ReadMode {
-    /// By name, and an unknown name is answered with the valid ones.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        match name.as_str() {
-            "polling" => Ok(ReadMode::Polling),
-            "efo" => Ok(ReadMode::Efo),
-            _ => Err(serde::de::Error::custom(format!(
-                "expected one of `polling`, `efo`, got `{name}`"
-            ))),
-        }
-    }
-}
-
 /// What a worker needs from the backends.
 #[derive(Clone)]
 pub struct WorkerDeps {

@@ -38,7 +38,7 @@ mod processor;
 mod report;
 mod shard;
 
-pub use config::{default_worker_id, host_name, ReadMode, WorkerConfig, WorkerContext, WorkerDeps};
+pub use config::{default_worker_id, host_name, WorkerConfig, WorkerContext, WorkerDeps};
 pub use idle::IdleExit;
 pub use keeper::LeaseKeeper;
 pub use processor::{ProcessorFactory, ShardProcessor};
