@@ -55,7 +55,7 @@ pub enum ClaimError {
 /// Claims `store` for `stream` (the first claim wins; a store counted from another stream is
 /// refused), and refuses a store whose tables are replicated to other regions.
 pub(crate) async fn one_stream(
-    store: &dyn tally_core::ports::CounterStore,
+    store: &dyn tally_core::ports::StoreMeta,
     stream: &str,
 ) -> Result<(), ClaimError> {
     let regions = store.replica_regions().await?;
@@ -70,5 +70,74 @@ pub(crate) async fn one_stream(
             wanted: stream.to_owned(),
         }),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_core::ports::{PortResult, StoreMeta};
+
+    /// What a store says of itself: the stream it is counted from, its tables' replicas.
+    struct Meta {
+        stream: std::sync::Mutex<Option<String>>,
+        replicas: Vec<String>,
+    }
+
+    #[async_trait::async_trait]
+    impl StoreMeta for Meta {
+        async fn count_mode(&self, _: Option<CountMode>) -> PortResult<Option<CountMode>> {
+            Ok(None)
+        }
+        async fn clock_skews(&self, _: Option<i64>) -> PortResult<Vec<i64>> {
+            Ok(Vec::new())
+        }
+        async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
+            let mut s = self.stream.lock().unwrap();
+            if s.is_none() {
+                *s = claim.map(str::to_owned);
+            }
+            Ok(s.clone())
+        }
+        async fn replica_regions(&self) -> PortResult<Vec<String>> {
+            Ok(self.replicas.clone())
+        }
+    }
+
+    fn meta(stream: Option<&str>, replicas: &[&str]) -> Meta {
+        Meta {
+            stream: std::sync::Mutex::new(stream.map(str::to_owned)),
+            replicas: replicas.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    /// The decision, apart from any store (the claim itself is held on both adapters by the
+    /// conformance suite's `one_stream`): the first claim wins, another stream is refused naming
+    /// both, and replicated tables are refused naming the regions — before any claim is made.
+    #[tokio::test]
+    async fn a_store_of_another_stream_or_of_several_regions_is_refused() {
+        let fresh = meta(None, &[]);
+        one_stream(&fresh, "kinesis:us-east-1:likes").await.unwrap();
+        one_stream(&fresh, "kinesis:us-east-1:likes").await.unwrap();
+        let e = one_stream(&fresh, "kinesis:eu-west-1:likes")
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, ClaimError::OtherStream { .. })
+                && text.contains("kinesis:us-east-1:likes")
+                && text.contains("kinesis:eu-west-1:likes"),
+            "{text}"
+        );
+        let global = meta(None, &["eu-west-1", "ap-south-1"]);
+        let e = one_stream(&global, "kinesis:us-east-1:likes")
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("eu-west-1, ap-south-1"), "{e}");
+        assert_eq!(
+            *global.stream.lock().unwrap(),
+            None,
+            "refused before claiming"
+        );
     }
 }
