@@ -92,10 +92,12 @@ pub async fn run(
             board,
             advertise: at.to_string(),
         });
-        tokio::spawn(async move {
+        async move {
             let _http = http;
-            run_counter_with(&s, &b, Default::default(), until(rx), m, l, shown).await
-        })
+            run_counter_with(&s, &b, Default::default(), until(rx), m, l, shown)
+                .await
+                .map(drop)
+        }
     };
     let analytics = {
         let (s, b, rx) = (
@@ -103,7 +105,11 @@ pub async fn run(
             backend.another(settings).await?,
             stopped.clone(),
         );
-        tokio::spawn(async move { run_analytics(&s, &b, Default::default(), until(rx)).await })
+        async move {
+            run_analytics(&s, &b, Default::default(), until(rx))
+                .await
+                .map(drop)
+        }
     };
     let ingest = {
         let cfg = IngestConfig {
@@ -112,7 +118,7 @@ pub async fn run(
             retention_hours: settings.stream_retention_hours,
         };
         let (stream, rx) = (backend.stream.clone(), stopped.clone());
-        tokio::spawn(async move { ingest::run(ingest_listener, stream, cfg, until(rx)).await })
+        async move { ingest::run(ingest_listener, stream, cfg, until(rx)).await }
     };
     let api = {
         let cfg = ServeConfig {
@@ -120,14 +126,33 @@ pub async fn run(
             token: cfg.token.clone(),
         };
         let (s, readers, rx) = (settings.clone(), backend.readers(), stopped.clone());
-        tokio::spawn(async move { serve::run(api_listener, readers, &s, cfg, until(rx)).await })
+        async move { serve::run(api_listener, readers, &s, cfg, until(rx)).await }
     };
-    shutdown.await;
+    let mut parts = tokio::task::JoinSet::new();
+    parts.spawn(async move { ("the counter", counter.await) });
+    parts.spawn(async move { ("analytics", analytics.await) });
+    parts.spawn(async move { ("the ingest endpoint", ingest.await) });
+    parts.spawn(async move { ("the read API", api.await) });
+    // A part that ends before the shutdown (its store refused, a port lost) stops the rest: a
+    // pipeline that says it runs while nothing counts is worse than one that exits.
+    let mut first: Option<anyhow::Error> = None;
+    tokio::select! {
+        _ = shutdown => {}
+        Some(ended) = parts.join_next() => {
+            let (what, r) = ended?;
+            first = Some(match r {
+                Err(e) => e.context(format!("{what} stopped")),
+                Ok(()) => anyhow::anyhow!("{what} stopped before a shutdown was asked for"),
+            });
+        }
+    }
     let _ = stop.send(true);
     // The counter finishes its open windows and checkpoints before it returns.
-    counter.await??;
-    analytics.await??;
-    ingest.await??;
-    api.await??;
-    Ok(())
+    while let Some(ended) = parts.join_next().await {
+        let (what, r) = ended?;
+        if let (Err(e), None) = (r, &first) {
+            first = Some(e.context(format!("{what} stopped")));
+        }
+    }
+    first.map_or(Ok(()), Err)
 }

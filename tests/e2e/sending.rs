@@ -418,3 +418,29 @@ fn ingest_describes_its_stream() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ResourceNotFoundException"));
 }
+
+/// `tally up` whose counter cannot count (its store claimed by another stream) exits with the
+/// counter's error instead of serving a pipeline in which nothing counts.
+#[test]
+fn tally_up_stops_when_a_part_stops() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    t.run(&["count", "--until-idle"]);
+    let args = [
+        "--stream",
+        "another-stream",
+        "up",
+        "--ingest-addr",
+        "127.0.0.1:0",
+        "--addr",
+        "127.0.0.1:0",
+    ];
+    let mut up = t.spawn("up", &args, &[]);
+    let status = up.wait(std::time::Duration::from_secs(30));
+    let log = up.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("the counter stopped") && log.contains("counted from stream"),
+        "{log}"
+    );
+}
