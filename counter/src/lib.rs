@@ -128,7 +128,7 @@ impl Default for CounterConfig {
     /// The defaults.
     fn default() -> Self {
         CounterConfig {
-            window_records: 5_000,
+            window_records: 20_000,
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
             window_max_time: Duration::from_secs(10),
