@@ -66,6 +66,7 @@ async fn aws_shards(kinesis: &str, dynamodb: &str, run: &str, shards: usize) -> 
         kinesis_endpoint_url: Some(kinesis.into()),
         dynamodb_endpoint_url: Some(dynamodb.into()),
         stream_retention_hours: 24,
+        recent_likers_index: false,
     })
     .await
     .unwrap();

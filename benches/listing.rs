@@ -60,6 +60,7 @@ async fn main() {
         kinesis_endpoint_url: endpoint("TEST_KINESIS_ENDPOINT", "http://127.0.0.1:4568"),
         dynamodb_endpoint_url: endpoint("TEST_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
         stream_retention_hours: 24,
+        recent_likers_index: false,
     };
     tally_aws::setup::setup(&s, 1)
         .await

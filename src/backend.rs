@@ -39,6 +39,9 @@ impl Backend {
                     tally_embedded::Embedded::open(&s.data_dir, s.shards).with_context(|| {
                         format!("opening the embedded store in {}", s.data_dir.display())
                     })?;
+                if s.recent_likers_index {
+                    e.add_recent_index()?;
+                }
                 Ok(Backend::embedded(e, s))
             }
             BackendKind::Aws => Backend::aws(s).await,
@@ -147,6 +150,7 @@ pub(crate) fn aws_settings(s: &Settings) -> tally_aws::AwsSettings {
         kinesis_endpoint_url: opt(&s.kinesis_endpoint_url),
         dynamodb_endpoint_url: opt(&s.dynamodb_endpoint_url),
         stream_retention_hours: s.stream_retention_hours,
+        recent_likers_index: s.recent_likers_index,
     }
 }
 
@@ -187,8 +191,13 @@ pub async fn create(s: &Settings) -> Result<String> {
     match s.backend {
         BackendKind::Embedded => {
             let e = tally_embedded::Embedded::open(&s.data_dir, s.shards)?;
+            let index = if s.recent_likers_index && e.add_recent_index()? {
+                format!(" (index {} added)", tally_core::edge::RECENT_INDEX)
+            } else {
+                String::new()
+            };
             Ok(format!(
-                "embedded store ready at {} with {} open shards",
+                "embedded store ready at {} with {} open shards{index}",
                 e.path().display(),
                 e.open_shard_count()?
             ))

@@ -66,6 +66,10 @@ pub struct Settings {
     /// The stream's retention in hours (as Terraform sets it): how long DynamoDB keeps a dedup
     /// record past its horizon before its TTL removes it.
     pub stream_retention_hours: u32,
+    /// DynamoDB: whether `setup` gives the counts table its recent index, which likers most
+    /// recent first read (a write unit more per like; Terraform's `recent_likers_index`). The
+    /// embedded store always has it.
+    pub recent_likers_index: bool,
     /// `[input]`: what the stream's records are (like events, or a DynamoDB table's change
     /// records and where a like is in its items).
     pub input: InputConfig,
@@ -116,6 +120,7 @@ impl Default for Settings {
             dynamodb_endpoint_url: String::new(),
             shards: 4,
             stream_retention_hours: 24,
+            recent_likers_index: false,
             input: InputConfig::default(),
             counter: CounterConfig::default(),
             analytics: AnalyticsConfig::default(),

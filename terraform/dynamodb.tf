@@ -16,6 +16,26 @@ resource "aws_dynamodb_table" "tally" {
     type = "S"
   }
 
+  # Likers most recent first (var.recent_likers_index): liked edges by post and like time. Only a
+  # liked edge has `lt`, so only liked edges are in it (tally_core::edge::RECENT_INDEX).
+  dynamic "attribute" {
+    for_each = each.key == "counts" && var.recent_likers_index ? [1] : []
+    content {
+      name = "lt"
+      type = "N"
+    }
+  }
+
+  dynamic "global_secondary_index" {
+    for_each = each.key == "counts" && var.recent_likers_index ? [1] : []
+    content {
+      name            = "recent"
+      hash_key        = "pk"
+      range_key       = "lt"
+      projection_type = "KEYS_ONLY"
+    }
+  }
+
   ttl {
     enabled        = each.value.ttl != ""
     attribute_name = each.value.ttl

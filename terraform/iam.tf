@@ -81,9 +81,10 @@ data "aws_iam_policy_document" "operator" {
     resources = [aws_kinesis_stream.likes.arn]
   }
   statement {
-    sid       = "ReadTables"
-    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
-    resources = [for t in aws_dynamodb_table.tally : t.arn]
+    sid     = "ReadTables"
+    actions = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
+    # The tables, and their indexes (the counts table's `recent`: likers most recent first).
+    resources = flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]])
   }
   statement {
     sid       = "EncryptionKey"

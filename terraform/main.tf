@@ -31,6 +31,7 @@ locals {
     TALLY_STREAM                     = local.stream_name
     TALLY_TABLE_PREFIX               = local.table_prefix
     TALLY_STREAM_RETENTION_HOURS     = tostring(var.retention_hours)
+    TALLY_RECENT_LIKERS_INDEX        = tostring(var.recent_likers_index)
     TALLY_LEASE__SHUTDOWN_TIMEOUT_MS = tostring((var.stop_timeout_secs - 10) * 1000)
     TALLY_METRICS__EMF               = "true"
     TALLY_METRICS__NAMESPACE         = var.metrics_namespace

@@ -234,6 +234,12 @@ variable "counter_window_max_ms" {
   }
 }
 
+variable "recent_likers_index" {
+  description = "Give the counts table its `recent` index (a global secondary index of liked edges by post and like time, keys only), which likers most recent first read (GET /api/posts/{id}/likers/recent; docs/READ-CONTRACT.md). It costs about a write unit per like more (BENCHMARKS.md); without it that route answers 501."
+  type        = bool
+  default     = false
+}
+
 variable "counter_read_mode" {
   description = "How the counter reads the stream: \"polling\" (GetRecords: 5 reads/s and 2 MB/s per shard, shared with analytics) or \"efo\" (enhanced fan-out: 2 MB/s per shard of its own, records pushed; billed per consumer-shard hour and per GB)."
   type        = string

@@ -119,6 +119,8 @@ pub struct AwsSettings {
     pub dynamodb_endpoint_url: Option<String>,
     /// The stream's retention (hours): dedup records live this long past their horizon.
     pub stream_retention_hours: u32,
+    /// Whether `setup` gives the counts table its recent index (likers most recent first).
+    pub recent_likers_index: bool,
 }
 
 /// The SDK's own retries: a few quick attempts (a lost answer, one throttle) below tally's retry

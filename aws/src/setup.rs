@@ -4,10 +4,12 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TableDescription, TableStatus, TimeToLiveSpecification,
 };
 use aws_sdk_kinesis::types::StreamStatus;
+use tally_core::edge;
 use tally_core::ports::{PortError, PortResult};
 
 use crate::dynamo::{DynamoStore, TABLES};
@@ -48,8 +50,15 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     let d = tables.client();
     for (suffix, pk, sk, ttl) in TABLES {
         let name = tables.table(suffix);
+        let recent = s.recent_likers_index && *suffix == "counts";
         match d.describe_table().table_name(&name).send().await {
-            Ok(_) => continue,
+            Ok(t) => {
+                if recent && !has_recent_index(t.table()) {
+                    add_recent_index(&tables, suffix).await?;
+                    created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
+                }
+                continue;
+            }
             Err(e) => {
                 let e = tables.err("DescribeTable", suffix, e);
                 if !matches!(e, PortError::NotFound { .. }) {
@@ -69,13 +78,21 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
                 .key_type(t)
                 .build()
         };
-        d.create_table()
+        let mut create = d
+            .create_table()
             .table_name(&name)
             .billing_mode(BillingMode::PayPerRequest)
             .attribute_definitions(attr(pk).map_err(|e| PortError::Invalid(e.to_string()))?)
             .attribute_definitions(attr(sk).map_err(|e| PortError::Invalid(e.to_string()))?)
             .key_schema(key(pk, KeyType::Hash).map_err(|e| PortError::Invalid(e.to_string()))?)
-            .key_schema(key(sk, KeyType::Range).map_err(|e| PortError::Invalid(e.to_string()))?)
+            .key_schema(key(sk, KeyType::Range).map_err(|e| PortError::Invalid(e.to_string()))?);
+        if recent {
+            create = create
+                .attribute_definitions(liked_at_attr()?)
+                .global_secondary_indexes(recent_index()?);
+            created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
+        }
+        create
             .send()
             .await
             .map_err(|e| tables.err("CreateTable", suffix, e))?;
@@ -104,6 +121,74 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     } else {
         format!("created and active: {}", created.join(", "))
     })
+}
+
+/// The attribute the recent index sorts by: a liked edge's like time, a number.
+fn liked_at_attr() -> PortResult<AttributeDefinition> {
+    AttributeDefinition::builder()
+        .attribute_name(edge::LIKED_AT_ATTR)
+        .attribute_type(ScalarAttributeType::N)
+        .build()
+        .map_err(|e| PortError::Invalid(e.to_string()))
+}
+
+/// The counts table's recent index (`edge::RECENT_INDEX`): liked edges by post (`pk`) and like
+/// time, keys only — an edge without a like time (not liked, a summary item) is not in it.
+fn recent_index() -> PortResult<GlobalSecondaryIndex> {
+    let key = |n: &str, t| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .map_err(|e| PortError::Invalid(e.to_string()))
+    };
+    GlobalSecondaryIndex::builder()
+        .index_name(edge::RECENT_INDEX)
+        .key_schema(key("pk", KeyType::Hash)?)
+        .key_schema(key(edge::LIKED_AT_ATTR, KeyType::Range)?)
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::KeysOnly)
+                .build(),
+        )
+        .build()
+        .map_err(|e| PortError::Invalid(e.to_string()))
+}
+
+fn has_recent_index(t: Option<&TableDescription>) -> bool {
+    t.is_some_and(|t| {
+        t.global_secondary_indexes()
+            .iter()
+            .any(|i| i.index_name() == Some(edge::RECENT_INDEX))
+    })
+}
+
+/// Adds the recent index to an existing counts table and waits until it is active: DynamoDB
+/// fills it from the edges already stored (those written since edges kept their like time).
+async fn add_recent_index(tables: &DynamoStore, suffix: &str) -> PortResult<()> {
+    let name = tables.table(suffix);
+    let create = CreateGlobalSecondaryIndexAction::builder()
+        .index_name(edge::RECENT_INDEX)
+        .set_key_schema(Some(recent_index()?.key_schema))
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::KeysOnly)
+                .build(),
+        )
+        .build()
+        .map_err(|e| PortError::Invalid(e.to_string()))?;
+    tables
+        .client()
+        .update_table()
+        .table_name(&name)
+        .attribute_definitions(liked_at_attr()?)
+        .global_secondary_index_updates(
+            GlobalSecondaryIndexUpdate::builder().create(create).build(),
+        )
+        .send()
+        .await
+        .map_err(|e| tables.err("UpdateTable", suffix, e))?;
+    wait_table(tables, &name).await
 }
 
 /// The stream's open shards, or `None` when it does not exist.
@@ -162,7 +247,14 @@ async fn wait_table(tables: &DynamoStore, name: &str) -> PortResult<()> {
             .send()
             .await;
         if let Ok(r) = r {
-            if r.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            let indexes_active = r.table().is_some_and(|t| {
+                t.global_secondary_indexes()
+                    .iter()
+                    .all(|i| i.index_status() == Some(&IndexStatus::Active))
+            });
+            if r.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active)
+                && indexes_active
+            {
                 return Ok(());
             }
         }

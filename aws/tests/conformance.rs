@@ -44,6 +44,7 @@ async fn fresh(name: &str, shards: usize) -> Fresh {
     }
     let s = AwsSettings {
         stream_retention_hours: 24,
+        recent_likers_index: true,
         stream: format!("conf-{unique}"),
         table_prefix: format!("conf-{unique}"),
         kinesis_endpoint_url: Some(

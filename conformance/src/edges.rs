@@ -6,7 +6,9 @@ use tally_core::buckets::PostDelta;
 use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{self, CountMode, EdgeEvent, Transition};
-use tally_core::ports::{Consistency, CounterStore, EdgesApplied, WindowRef, WindowRest};
+use tally_core::ports::{
+    Consistency, CounterStore, EdgesApplied, RecentCursor, RecentLiker, WindowRef, WindowRest,
+};
 use tally_core::summary::{held_marker, marker};
 
 use super::{held_lease, seq, HORIZON_MS};
@@ -148,6 +150,71 @@ pub async fn likers_edges_are_written_once(store: &dyn CounterStore, name: &str)
     );
     // Edges are not counts: a post's count and the global total read no edge.
     assert_eq!(store.post_count(&p1, None).await.unwrap().total, 0);
+}
+
+/// Counter store, likers: a post's likers most recent first, read off the recent index — a like
+/// made again moves to the top, an unlike leaves, an unlike of nothing never enters — in pages
+/// that go on where the last ended. The index may lag the edges (DynamoDB's is eventually
+/// consistent), so the first page is awaited; what it shows is checked against the edges, so it
+/// never shows a like they no longer hold.
+pub async fn likers_come_most_recent_first(store: &dyn CounterStore, name: &str) {
+    let app = format!("{name}-recent");
+    let fence = held_lease(store, &app, "shard-0").await;
+    let (p, empty) = (format!("{name}-rp"), format!("{name}-rq"));
+    let t = 1_796_000_000_000;
+    let (end1, end2) = (seq("10"), seq("20"));
+    let at = |end| WindowRef {
+        app: &fence.app,
+        shard_id: &fence.shard_id,
+        end,
+        held: false,
+    };
+    let w1 = vec![
+        like(&p, "a", true, t, "a1"),
+        like(&p, "b", true, t + 1_000, "b1"),
+        like(&p, "c", true, t + 2_000, "c1"),
+        like(&p, "d", true, t + 3_000, "d1"),
+        like(&p, "e", false, t + 4_000, "e1"),
+    ];
+    made(&store.apply_edges(at(&end1), &w1).await.unwrap());
+    let w2 = vec![
+        like(&p, "b", false, t + 5_000, "b2"),
+        like(&p, "a", true, t + 6_000, "a2"),
+    ];
+    made(&store.apply_edges(at(&end2), &w2).await.unwrap());
+    let want = vec![
+        RecentLiker {
+            user: "a".into(),
+            at_ms: t + 6_000,
+        },
+        RecentLiker {
+            user: "d".into(),
+            at_ms: t + 3_000,
+        },
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let first = loop {
+        let page = store.recent_likers(&p, None, 2).await.unwrap();
+        if page.likers == want || std::time::Instant::now() > deadline {
+            break page;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(first.likers, want, "most recent first: {first:?}");
+    assert!(first.read_units >= 1);
+    let next = first.next.expect("a full page says where the next starts");
+    assert_eq!(RecentCursor::parse(&next.to_string()), Some(next.clone()));
+    let rest = store.recent_likers(&p, Some(&next), 2).await.unwrap();
+    assert_eq!(
+        rest.likers,
+        vec![RecentLiker {
+            user: "c".into(),
+            at_ms: t + 2_000
+        }]
+    );
+    assert_eq!(rest.next, None, "the last page");
+    let none = store.recent_likers(&empty, None, 5).await.unwrap();
+    assert_eq!((none.likers, none.next), (Vec::new(), None));
 }
 
 /// Counter store: the count mode is claimed once and then holds (a second claim answers the

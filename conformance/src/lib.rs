@@ -52,7 +52,7 @@ pub use counter::{
 pub use edges::{
     a_clamped_event_that_lost_is_remembered, a_corrupt_edge_is_named,
     a_fresh_store_takes_the_first_claim, an_edge_two_shards_write_keeps_each_window_s_write,
-    likers_edges_are_written_once, the_count_mode_is_claimed_once,
+    likers_come_most_recent_first, likers_edges_are_written_once, the_count_mode_is_claimed_once,
 };
 pub use leases::{
     a_corrupt_lease_row_is_named, fleet_rows_are_apart_from_leases, leases_are_fenced,
@@ -124,6 +124,12 @@ macro_rules! suite {
             let b = $fresh("edges", 1).await;
             $crate::a_fresh_store_takes_the_first_claim($stores(&b)).await;
             $crate::likers_edges_are_written_once($stores(&b), $name).await;
+        }
+
+        #[tokio::test]
+        async fn recent_likers() {
+            let b = $fresh("recent", 1).await;
+            $crate::likers_come_most_recent_first($stores(&b), $name).await;
         }
 
         #[tokio::test]

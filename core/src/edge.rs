@@ -254,6 +254,36 @@ pub const LOST_ATTRS: [&str; EDGE_LOST] = ["c0", "c1", "c2"];
 /// whose like a remembered write removed is always known ([`Transition::held_for`]).
 pub const DROPPED_ATTR: &str = "w3";
 
+/// The attribute a liked edge keeps its like's time in (a number; absent when not liked): the
+/// sort key of the counts table's [`RECENT_INDEX`], which holds liked edges only.
+pub const LIKED_AT_ATTR: &str = "lt";
+
+/// The counts table's index of liked edges by post, most recent like first (DynamoDB: a global
+/// secondary index, partition key `pk`, sort key [`LIKED_AT_ATTR`], keys only; the embedded
+/// store: a partial index of `edges`). Likers most recent first read it.
+pub const RECENT_INDEX: &str = "recent";
+
+/// The read units of one eventually consistent Query of [`RECENT_INDEX`] that passed over
+/// these entries (post, user, like time): half a unit per started 4 KB, at least one.
+pub fn recent_index_units<'a>(passed: impl IntoIterator<Item = (&'a str, &'a str, i64)>) -> u64 {
+    let bytes = passed
+        .into_iter()
+        .map(|(p, u, t)| recent_entry_size(p, u, t))
+        .sum();
+    crate::cost::read_units(bytes).div_ceil(2)
+}
+
+/// DynamoDB's size of a liked edge's entry in [`RECENT_INDEX`] (keys only: the table's keys and
+/// the like's time): what reading it is charged.
+pub fn recent_entry_size(post: &str, user: &str, at_ms: i64) -> usize {
+    2 + post.len()
+        + 2
+        + EDGE_PREFIX.len()
+        + user.len()
+        + LIKED_AT_ATTR.len()
+        + crate::item::number_size(at_ms)
+}
+
 /// An event as an edge keeps it: whether it liked, when it orders, its id (empty: written by a
 /// tally that did not keep it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -387,6 +417,9 @@ impl EdgeState {
             ("t".to_owned(), Val::N(self.at_ms)),
             ("e".to_owned(), Val::S(self.event_id.clone())),
         ]);
+        if self.liked {
+            a.insert(LIKED_AT_ATTR.to_owned(), Val::N(self.at_ms));
+        }
         if let Some(w) = &self.dropped {
             a.insert(DROPPED_ATTR.to_owned(), Val::S(w.clone()));
         }
@@ -413,6 +446,9 @@ impl EdgeState {
         use crate::item::number_size as n;
         let mut size = 2 + post.len() + 2 + EDGE_PREFIX.len() + user.len();
         size += 1 + n(i64::from(self.liked)) + 1 + n(self.at_ms) + 1 + self.event_id.len();
+        if self.liked {
+            size += LIKED_AT_ATTR.len() + n(self.at_ms);
+        }
         if let Some(w) = &self.dropped {
             size += DROPPED_ATTR.len() + w.len();
         }

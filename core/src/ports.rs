@@ -588,6 +588,62 @@ pub struct LikersPage {
 /// The most likers one [`CounterStore::likers`] call returns.
 pub const MAX_LIKERS_PER_PAGE: usize = 1_000;
 
+/// Where a page of likers most recent first ends: the like it passed over last — its time, then
+/// its user (likers are ordered by the like's ordering time, then user id, both descending).
+/// Written `<at_ms>:<user>` (`Display`, [`RecentCursor::parse`]) for a client to send back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecentCursor {
+    /// The like's ordering time (ms).
+    pub at_ms: i64,
+    /// Its user.
+    pub user: String,
+}
+
+impl RecentCursor {
+    /// A cursor as `Display` wrote it; `None` if `s` is not one.
+    pub fn parse(s: &str) -> Option<RecentCursor> {
+        let (at, user) = s.split_once(':')?;
+        let at_ms = at.parse().ok()?;
+        crate::event::check_id("user_id", user).ok()?;
+        Some(RecentCursor {
+            at_ms,
+            user: user.to_owned(),
+        })
+    }
+
+    /// Whether a like at `at_ms` by `user` comes after the cursor, most recent first.
+    pub fn precedes(&self, at_ms: i64, user: &str) -> bool {
+        (at_ms, user) < (self.at_ms, self.user.as_str())
+    }
+}
+
+impl std::fmt::Display for RecentCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.at_ms, self.user)
+    }
+}
+
+/// A user who likes a post, and when (the like's ordering time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecentLiker {
+    /// The user.
+    pub user: String,
+    /// The like's ordering time (ms).
+    pub at_ms: i64,
+}
+
+/// One page of a post's likers, most recent like first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecentPage {
+    /// The likers, most recent first.
+    pub likers: Vec<RecentLiker>,
+    /// Where the next page starts, if there may be more.
+    pub next: Option<RecentCursor>,
+    /// What the page cost in read units: the index read (eventually consistent) and the edges
+    /// read to check it (strongly consistent).
+    pub read_units: u64,
+}
+
 /// A stored dedup record, with whose window it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredDedup {
@@ -779,6 +835,19 @@ pub trait CountReader: Send + Sync {
         after: Option<&str>,
         limit: usize,
     ) -> PortResult<LikersPage>;
+    /// A page of the users who like `post_id`, most recent like first, after `after` (a page's
+    /// `next`), at most `limit` (capped at [`MAX_LIKERS_PER_PAGE`]), read off the counts table's
+    /// [`crate::edge::RECENT_INDEX`]. Where that index is read eventually consistently
+    /// (DynamoDB), each liker's edge is then read strongly and kept only if it still holds that
+    /// like: a page never shows a like the edges no longer hold (a like newer than the index
+    /// may be missing, and is shown once the index has it). No index: `NotFound` naming it and
+    /// the setting that creates it.
+    async fn recent_likers(
+        &self,
+        post_id: &str,
+        after: Option<&RecentCursor>,
+        limit: usize,
+    ) -> PortResult<RecentPage>;
     /// What the store counts (`None`: no counter has claimed it yet). Never writes.
     async fn stored_mode(&self) -> PortResult<Option<CountMode>>;
     /// Likers: the clock skews the store was counted with, in the order first used. Never writes.

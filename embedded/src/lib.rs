@@ -374,6 +374,20 @@ impl Embedded {
         Ok(Embedded { conn, path })
     }
 
+    /// Gives the store its recent index (`tally_core::edge::RECENT_INDEX`: a partial index of
+    /// the liked edges by post and like time, which likers most recent first read), if it has
+    /// none; answers whether it was added. Every edge written before is in it at once. Chosen
+    /// by `recent_likers_index`, as on DynamoDB: each liked edge write then updates it too.
+    pub fn add_recent_index(&self) -> PortResult<bool> {
+        self.with(|c| {
+            let had = stores::has_recent_index(c)?;
+            if !had {
+                c.execute_batch(stores::RECENT_INDEX_SQL).map_err(sql_err)?;
+            }
+            Ok(!had)
+        })
+    }
+
     /// Whether the store holds anything: a record, a lease or a count.
     pub fn holds_data(&self) -> PortResult<bool> {
         self.with(|c| {

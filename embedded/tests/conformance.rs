@@ -10,7 +10,10 @@ fn store(shards: usize) -> (tempfile::TempDir, Embedded) {
 }
 
 async fn fresh(_name: &str, shards: usize) -> (tempfile::TempDir, Embedded) {
-    store(shards)
+    let (dir, e) = store(shards);
+    // As the AWS suite's tables: with the recent index (likers most recent first).
+    assert!(e.add_recent_index().unwrap());
+    (dir, e)
 }
 
 /// One store serves every port.

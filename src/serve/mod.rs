@@ -32,6 +32,7 @@ pub mod prom;
 pub mod auth;
 pub mod client;
 pub mod pending;
+mod recent;
 pub mod viewer;
 pub mod worker;
 
@@ -128,6 +129,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/api/posts/{id}", get(post))
         .route("/api/posts/{id}/likers", get(likers))
         .route("/api/posts/{id}/likers/among", get(likers_among))
+        .route("/api/posts/{id}/likers/recent", get(recent::recent_likers))
         .route("/api/counts", get(counts_get).post(counts_post))
         .route("/api/total", get(total))
         .route("/api/trending", get(trending))

@@ -33,7 +33,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
-use tally_core::ports::{LikersPage, PostCount, ShardState};
+use tally_core::ports::{LikersPage, PostCount, RecentPage, ShardState};
 use tally_core::summary::pending_applies;
 use tally_counter::board::{Also, ShardOpen};
 
@@ -519,6 +519,36 @@ pub fn likers_page(
     }
 }
 
+/// A page of likers most recent first from the same view as the post's count (`count`, read
+/// after the workers were asked): the stored page (`stored`) less the users whose like or unlike
+/// a window the count adds holds — their stored like is no longer the one they have — and, on
+/// the first page (`first`), those of them who like the post once it is written at its top (the
+/// newest likes the pipeline holds; their times are the stored ones' only once written:
+/// `None`). Each liker with the time of the like, most recent first.
+pub fn recent_page(
+    stored: &RecentPage,
+    count: &PostCount,
+    live: &HashMap<String, ShardOpen>,
+    first: bool,
+) -> Vec<(String, Option<i64>)> {
+    let mut open: BTreeMap<&str, bool> = BTreeMap::new();
+    for w in windows_the_count_adds(count, live) {
+        for (user, &liked) in &w.likers {
+            open.insert(user, liked);
+        }
+    }
+    let on_top = open
+        .iter()
+        .filter(|(_, &liked)| first && liked)
+        .map(|(u, _)| ((*u).to_owned(), None));
+    let kept = stored
+        .likers
+        .iter()
+        .filter(|l| !open.contains_key(l.user.as_str()))
+        .map(|l| (l.user.clone(), Some(l.at_ms)));
+    on_top.chain(kept).collect()
+}
+
 /// What a counts answer says of its provisional part.
 pub fn pending_json(asked: &Asked) -> Value {
     json!({
@@ -760,5 +790,48 @@ mod tests {
         // The window is applied (the post's marker is at its end): the stored page is the view.
         let page = likers_page(&last, &count("0019"), &live, 10);
         assert_eq!(page.users, ["a", "c", "e"]);
+    }
+
+    /// Most recent first, the same view: users whose like or unlike the open window holds leave
+    /// their stored place, and those who like the post once it is written go on top of the
+    /// first page (no time yet) — not of a later one.
+    #[test]
+    fn a_recent_page_puts_the_open_window_s_likes_on_top() {
+        use tally_core::ports::RecentLiker;
+        let liker = |u: &str, at_ms| RecentLiker {
+            user: u.into(),
+            at_ms,
+        };
+        let stored = RecentPage {
+            likers: vec![liker("c", 30), liker("a", 20), liker("e", 10)],
+            next: None,
+            read_units: 1,
+        };
+        let mut w = answer("s0", Some("0015"), 0, "0019");
+        w.windows[0].likers = [("a", true), ("c", false), ("f", true)]
+            .into_iter()
+            .map(|(u, l)| (u.to_owned(), l))
+            .collect();
+        let live: HashMap<String, ShardOpen> = [("s0".to_owned(), w)].into_iter().collect();
+        let count = |mark: &str| PostCount {
+            total: 3,
+            since: None,
+            read_units: 1,
+            marks: vec![("s0".into(), mark.into())],
+        };
+        let page = |mark: &str, first: bool| -> Vec<(String, Option<i64>)> {
+            recent_page(&stored, &count(mark), &live, first)
+        };
+        let at = |u: &str, t: Option<i64>| (u.to_owned(), t);
+        assert_eq!(
+            page("0015", true),
+            [at("a", None), at("f", None), at("e", Some(10))]
+        );
+        assert_eq!(page("0015", false), [at("e", Some(10))]);
+        // Written: the stored page is the view.
+        assert_eq!(
+            page("0019", true),
+            [at("c", Some(30)), at("a", Some(20)), at("e", Some(10))]
+        );
     }
 }

@@ -123,6 +123,12 @@ fn the_api_answers_as_its_document_says(t: Target) {
         ),
         (
             "get",
+            "/api/posts/{id}/likers/recent",
+            "/api/posts/post-0/likers/recent?limit=3",
+            None,
+        ),
+        (
+            "get",
             "/api/counts",
             "/api/counts?ids=post-0,post-1,nobody&since=30m&viewer=u2",
             None,
@@ -254,6 +260,13 @@ fn the_api_answers_as_its_document_says(t: Target) {
             "/api/posts/p1/likers/among?users=u1,has%20space",
             None,
             "`users`",
+        ),
+        (
+            "get",
+            "/api/posts/{id}/likers/recent",
+            "/api/posts/p1/likers/recent?after=u1",
+            None,
+            "`after`",
         ),
         ("get", "/api/counts", "/api/counts?ids=", None, "`ids`"),
         (

@@ -4,7 +4,7 @@
 //! the known numbers and follows new events without a reload.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -1224,6 +1224,29 @@ fn open_likers_over_stored_edges(
         open_page,
         "the stored page alone is the old one"
     );
+    // Most recent first, from the same view: the likes the open window holds on top of the
+    // first page (no time yet: u0–u39 liked again, u300–u349 new), then the stored likes it does
+    // not touch; every liker once, in pages of 7.
+    let open_likes: BTreeSet<String> = (0..40)
+        .chain(300..350)
+        .filter(|i| i % 10 == 0)
+        .map(|i| format!("u{i}"))
+        .collect();
+    let pages = recent_pages(addr, 7, true, want["pv-p0"]);
+    let on_top: BTreeSet<String> = pages
+        .iter()
+        .take_while(|(_, at)| at.is_none())
+        .map(|(u, _)| u.clone())
+        .collect();
+    assert_eq!(on_top, open_likes, "{pages:?}");
+    assert!(pages.iter().skip(on_top.len()).all(|(_, at)| at.is_some()));
+    let shown: BTreeSet<String> = pages.iter().map(|(u, _)| u.clone()).collect();
+    assert_eq!(shown.len(), pages.len(), "each liker once: {pages:?}");
+    assert_eq!(
+        shown,
+        open_page.iter().cloned().collect::<BTreeSet<_>>(),
+        "the likers page's likers"
+    );
     d.signal("TERM");
     assert!(
         d.wait(Duration::from_secs(30)).success(),
@@ -1237,7 +1260,44 @@ fn open_likers_over_stored_edges(
     check_viewers("written");
     assert_eq!(likers(1_000, false), open_page, "written as shown");
     assert_eq!(likers(7, true), open_page);
+    // Written, most recent first (DynamoDB's index catches up on its own time): the same likers,
+    // each with its like's time, newest first.
+    t.eventually("the recent index", Duration::from_secs(30), &[], || {
+        let pages = recent_pages(addr, 7, false, want["pv-p0"]);
+        let shown: BTreeSet<String> = pages.iter().map(|(u, _)| u.clone()).collect();
+        shown == open_page.iter().cloned().collect::<BTreeSet<_>>()
+            && pages.len() == shown.len()
+            && pages.windows(2).all(|w| w[0].1 >= w[1].1)
+            && pages.iter().all(|(_, at)| at.is_some())
+    });
     assert_eq!(t.mismatches(&want), vec![]);
+}
+
+/// Every page of pv-p0's likers most recent first (`pending`: from the same view as its count,
+/// which must be `count`): each liker with its like's time (`None`: held by an open window).
+fn recent_pages(addr: &str, limit: usize, pending: bool, count: i64) -> Vec<(String, Option<i64>)> {
+    let mut out = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut url = format!("/api/posts/pv-p0/likers/recent?limit={limit}&pending={pending}");
+        if let Some(a) = &after {
+            url.push_str(&format!("&after={a}"));
+        }
+        let v = get_json(addr, &url);
+        if pending {
+            assert_eq!(v["count"].as_i64(), Some(count), "{v}");
+        }
+        for l in v["likers"].as_array().unwrap() {
+            out.push((
+                l["user_id"].as_str().unwrap().to_owned(),
+                l["liked_at_ms"].as_i64(),
+            ));
+        }
+        match v["next"].as_str() {
+            Some(n) => after = Some(n.to_owned()),
+            None => return out,
+        }
+    }
 }
 
 on_backends! {
@@ -1257,4 +1317,60 @@ fn provisional_counts_are_exact_counting_events() {
     let t = Target::embedded();
     t.run(&["setup", "--shards", "2"]);
     provisional_counts_are_exact(t, false);
+}
+
+on_backends! {
+    recent_likers_ask_for_the_index_and_setup_adds_it {
+        embedded => recent_likers_ask_for_the_index_and_setup_adds_it(
+            Target::embedded().without_env(crate::common::RECENT_INDEX_VAR)
+        ),
+        aws => recent_likers_ask_for_the_index_and_setup_adds_it(Target::aws_with("recent", 1, &[])),
+    }
+}
+
+/// Likers most recent first read the store's recent index. A store made without it
+/// (`recent_likers_index` off, the default) answers 501 naming the index and the setting that
+/// adds it; `setup` with the setting adds it to the store as it is, and the likes stored before
+/// are then listed from it, newest first.
+fn recent_likers_ask_for_the_index_and_setup_adds_it(t: Target) {
+    let f = file_in(&t, "likes.ndjson");
+    let t0 = crate::common::now_ms() - 600_000;
+    let lines: Vec<String> = ["ann", "bob", "cat"]
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            format!(
+                r#"{{"event_id":"r{i}","post_id":"pv-p0","user_id":"{u}","action":"like","created_at":{}}}"#,
+                t0 + i as i64 * 1_000
+            )
+        })
+        .collect();
+    std::fs::write(&f, lines.join("\n") + "\n").unwrap();
+    t.run(&["replay", f.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let mut serve = t.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let addr = served_addr(&serve);
+    let (status, body) = get(&addr, "/api/posts/pv-p0/likers/recent");
+    assert_eq!(status, 501, "{body}");
+    assert!(
+        body.contains("index `recent`") && body.contains("recent_likers_index = true"),
+        "{body}"
+    );
+    let out = t.run_env(&["setup"], &[(crate::common::RECENT_INDEX_VAR, "true")]);
+    assert!(out.contains("index recent"), "{out}");
+    t.eventually(
+        "the index filled",
+        Duration::from_secs(60),
+        &[&serve],
+        || {
+            let pages = recent_pages(&addr, 2, true, 3);
+            let users: Vec<&str> = pages.iter().map(|(u, _)| u.as_str()).collect();
+            users == ["cat", "bob", "ann"]
+        },
+    );
+    let v = get_json(&addr, "/api/posts/pv-p0/likers/recent?limit=1");
+    assert_eq!(v["likers"][0]["liked_at_ms"], t0 + 2_000, "{v}");
+    assert_eq!(v["next"], format!("{}:cat", t0 + 2_000), "{v}");
+    serve.signal("TERM");
+    assert!(serve.wait(Duration::from_secs(30)).success());
 }

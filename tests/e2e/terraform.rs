@@ -91,6 +91,45 @@ fn tables_match_the_code() {
     assert_eq!(tf, code);
 }
 
+/// The counts table's recent index is the one the code queries: its name, keys and the number
+/// attribute it sorts by (`tally_core::edge::RECENT_INDEX`, `LIKED_AT_ATTR`), keys only.
+#[test]
+fn the_recent_index_is_the_one_the_code_reads() {
+    let bodies = terraform();
+    let table = blocks(&bodies, "resource")
+        .find(|b| {
+            b.labels()
+                .iter()
+                .any(|l| l.as_str() == "aws_dynamodb_table")
+        })
+        .expect("the tables' resource");
+    let content = |kind: &str| -> BTreeMap<String, String> {
+        let dynamic = table
+            .body()
+            .blocks()
+            .find(|b| b.identifier() == "dynamic" && b.labels().iter().any(|l| l.as_str() == kind))
+            .unwrap_or_else(|| panic!("dynamic {kind}"));
+        let c = dynamic
+            .body()
+            .blocks()
+            .find(|b| b.identifier() == "content")
+            .unwrap();
+        c.body()
+            .attributes()
+            .map(|a| (a.key().to_owned(), string(a.expr())))
+            .collect()
+    };
+    let gsi = content("global_secondary_index");
+    let want = |k: &str, v: &str| assert_eq!(gsi.get(k).map(String::as_str), Some(v), "{gsi:?}");
+    want("name", tally_core::edge::RECENT_INDEX);
+    want("hash_key", "pk");
+    want("range_key", tally_core::edge::LIKED_AT_ATTR);
+    want("projection_type", "KEYS_ONLY");
+    let attr = content("attribute");
+    assert_eq!(attr["name"], tally_core::edge::LIKED_AT_ATTR);
+    assert_eq!(attr["type"], "N");
+}
+
 /// The actions of every statement of a policy document.
 fn policy_actions(bodies: &[Body], name: &str) -> BTreeSet<String> {
     let doc = blocks(bodies, "data")

@@ -19,8 +19,8 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
-    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally,
-    StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
+    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, RecentCursor,
+    RecentPage, Renewal, ShardTally, StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -554,6 +554,15 @@ impl CountReader for DynamoStore {
         limit: usize,
     ) -> PortResult<LikersPage> {
         self.likers_page(post_id, after, limit).await
+    }
+
+    async fn recent_likers(
+        &self,
+        post_id: &str,
+        after: Option<&RecentCursor>,
+        limit: usize,
+    ) -> PortResult<RecentPage> {
+        self.recent_page(post_id, after, limit).await
     }
 }
 

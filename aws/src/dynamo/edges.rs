@@ -115,7 +115,15 @@ impl DynamoStore {
         // The window's lost clamped events, newest first, before those the item kept.
         let new: Vec<&String> = e.lost.iter().rev().collect();
         sets.extend(lost_shift(&mut x, &lost, &new, &nil));
-        let update = format!("SET {}", sets.join(", "));
+        // A liked edge keeps its like's time where the recent index reads it; an unliked one
+        // leaves that index.
+        let lt = x.name(edge::LIKED_AT_ATTR);
+        let update = if e.liked {
+            sets.push(format!("{lt} = {vt}"));
+            format!("SET {}", sets.join(", "))
+        } else {
+            format!("SET {} REMOVE {lt}", sets.join(", "))
+        };
         let r = self
             .edge_update(e, &x, cond, update)
             .return_values(ReturnValue::AllNew)

@@ -39,6 +39,7 @@ mod baselines;
 mod counter;
 mod edges;
 mod leases;
+mod recent;
 
 /// The tables: suffix, partition key, sort key, TTL attribute. `setup` and the Terraform drift
 /// test read this list.

@@ -9,8 +9,8 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
-    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally,
-    StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
+    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, RecentCursor,
+    RecentPage, Renewal, ShardTally, StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
@@ -311,6 +311,17 @@ impl CountReader for Embedded {
     ) -> PortResult<LikersPage> {
         let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
         self.run(move |c| super::edges::likers(c, &post, after.as_deref(), limit))
+            .await
+    }
+
+    async fn recent_likers(
+        &self,
+        post_id: &str,
+        after: Option<&RecentCursor>,
+        limit: usize,
+    ) -> PortResult<RecentPage> {
+        let (post, after) = (post_id.to_owned(), after.cloned());
+        self.run(move |c| super::edges::recent_likers(c, &post, after.as_ref(), limit))
             .await
     }
 }

@@ -7,7 +7,9 @@ use tally_core::cost::Purpose;
 use tally_core::edge::{
     self, CountMode, EdgeEvent, EdgeOutcome, EdgeState, WINDOW_EDGES_KEY_BYTES,
 };
-use tally_core::ports::{Applied, EdgesApplied, LikersPage, PortError, PortResult};
+use tally_core::ports::{
+    Applied, EdgesApplied, LikersPage, PortError, PortResult, RecentCursor, RecentLiker, RecentPage,
+};
 use tally_core::rows::{self, EdgeRow};
 use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
 
@@ -329,6 +331,78 @@ pub(super) fn edge_states(
         out.push(s);
     }
     Ok((out, units))
+}
+
+/// The partial index likers most recent first read (`tally_core::edge::RECENT_INDEX`): the liked
+/// edges by post and like time.
+pub(crate) const RECENT_INDEX_SQL: &str =
+    "CREATE INDEX IF NOT EXISTS edges_recent ON edges (post, at_ms, user) WHERE liked = 1";
+
+/// Whether the store has its recent index.
+pub(crate) fn has_recent_index(c: &Connection) -> PortResult<bool> {
+    c.query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'edges_recent'",
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(sql_err)
+}
+
+/// A page of a post's likers, most recent like first, after `after`, read off the partial index
+/// `edges_recent` (the same transaction as the edges: nothing to check); a store without it is
+/// `NotFound`, naming the setting that adds it. Read units as DynamoDB
+/// charges the same page: the index entries (eventually consistent) and the check of each
+/// liker's edge (strongly consistent).
+pub(super) fn recent_likers(
+    c: &Connection,
+    post: &str,
+    after: Option<&RecentCursor>,
+    limit: usize,
+) -> PortResult<RecentPage> {
+    let limit = limit.clamp(1, tally_core::ports::MAX_LIKERS_PER_PAGE);
+    if !has_recent_index(c)? {
+        return Err(PortError::NotFound {
+            what: format!("the index `{}` of the embedded store", edge::RECENT_INDEX),
+            hint: ": likers most recent first read it. Set `recent_likers_index = true` and run \
+                   `tally setup` (or any command that writes: it is added on opening)"
+                .into(),
+        });
+    }
+    let (at, user) = after.map_or((i64::MAX, ""), |a| (a.at_ms, a.user.as_str()));
+    let mut st = c
+        .prepare_cached(
+            "SELECT user, liked, at_ms, event_id, window, history FROM edges INDEXED BY edges_recent \
+             WHERE post = ?1 AND liked = 1 AND (at_ms, user) < (?2, ?3) \
+             ORDER BY at_ms DESC, user DESC LIMIT ?4",
+        )
+        .map_err(sql_err)?;
+    let rows = st
+        .query_map(params![post, at, user, limit as i64], |r| {
+            Ok((r.get::<_, String>(0)?, edge_row_at(r, 1)?))
+        })
+        .map_err(sql_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err)?;
+    let mut page = RecentPage::default();
+    for (user, row) in rows {
+        let s = rows::edge_from_row(post, &user, row)?;
+        page.read_units += summary::read_units([s.item_size(post, &user)]);
+        page.likers.push(RecentLiker {
+            user,
+            at_ms: s.at_ms,
+        });
+    }
+    page.read_units +=
+        edge::recent_index_units(page.likers.iter().map(|l| (post, l.user.as_str(), l.at_ms)));
+    page.next = (page.likers.len() == limit).then(|| {
+        let last = &page.likers[limit - 1];
+        RecentCursor {
+            at_ms: last.at_ms,
+            user: last.user.clone(),
+        }
+    });
+    Ok(page)
 }
 
 /// A page of a post's likers, in user order after `after`; read units as DynamoDB's Query of the

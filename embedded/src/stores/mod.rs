@@ -20,7 +20,7 @@ mod counter;
 mod edges;
 mod items;
 
-pub(crate) use edges::migrate_edges;
+pub(crate) use edges::{has_recent_index, migrate_edges, RECENT_INDEX_SQL};
 mod leases;
 
 const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr, pending_skew_ms";

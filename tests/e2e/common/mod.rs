@@ -47,6 +47,9 @@ impl Drop for Target {
     }
 }
 
+/// The setting that gives a store its recent index (likers most recent first).
+pub const RECENT_INDEX_VAR: &str = "TALLY_RECENT_LIKERS_INDEX";
+
 impl Target {
     /// A fresh embedded data dir.
     pub fn embedded() -> Target {
@@ -56,19 +59,36 @@ impl Target {
             args,
             dir,
             teardown: false,
-            env: Vec::new(),
+            // Likers most recent first are asked of every backend.
+            env: vec![(RECENT_INDEX_VAR.into(), "true".into())],
             kinesis_proxy: None,
         }
+    }
+
+    /// The same target whose commands no longer set `var` (before its store is made: a setting
+    /// `setup` reads).
+    pub fn without_env(mut self, var: &str) -> Target {
+        self.env.retain(|(k, _)| k != var);
+        self
     }
 
     /// Fresh stream and tables (`shards` shards) on the local AWS API peers, started by
     /// `scripts/local-aws.sh`.
     pub fn aws(name: &str, shards: usize) -> Target {
+        // Likers most recent first are asked of every backend.
+        Target::aws_with(name, shards, &[(RECENT_INDEX_VAR, "true")])
+    }
+
+    /// As [`Target::aws`], set up with these settings only (`TALLY_*` variables, kept for every
+    /// command): without the counts table's recent index unless they ask for it.
+    pub fn aws_with(name: &str, shards: usize, env: &[(&str, &str)]) -> Target {
         let kinesis = std::env::var("TEST_KINESIS_ENDPOINT")
             .unwrap_or_else(|_| "http://127.0.0.1:4568".into());
         let dynamodb = std::env::var("TEST_DYNAMODB_ENDPOINT")
             .unwrap_or_else(|_| "http://127.0.0.1:8000".into());
         let mut t = Target::aws_at(name, &kinesis, &dynamodb);
+        t.env
+            .extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         t.run(&["setup", "--shards", &shards.to_string()]);
         t.teardown = true;
         t
@@ -580,6 +600,7 @@ impl Target {
             kinesis_endpoint_url: self.flag("--kinesis-endpoint-url"),
             dynamodb_endpoint_url: self.flag("--dynamodb-endpoint-url"),
             stream_retention_hours: 24,
+            recent_likers_index: false,
         }
     }
 }

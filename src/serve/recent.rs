@@ -1,0 +1,97 @@
+//! `GET /api/posts/{id}/likers/recent`: a post's likers most recent first — "liked by alice and
+//! 23 others" — read off the counts table's recent index, with the post's count from the same
+//! view (the counter's workers' open windows included, as every likers answer).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+use tally_core::apps;
+use tally_core::ports::{PortError, RecentCursor, MAX_LIKERS_PER_PAGE};
+
+use super::pending::{self, pending_for, pending_json};
+use super::{bad_request, params, viewer, ApiError, ApiQuery, ApiResult, Ctx};
+
+/// The query of a page of likers most recent first.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RecentParams {
+    /// At most this many likers (default 20, at most 1,000).
+    #[serde(default, deserialize_with = "params::whole")]
+    limit: Option<usize>,
+    /// The page after this one (the previous page's `next`).
+    after: Option<String>,
+    /// Add what the counter's workers read and have not written yet (default true).
+    pending: Option<bool>,
+}
+
+/// A page of the users who like a post, most recent like first.
+pub(super) async fn recent_likers(
+    State(c): State<Ctx>,
+    Path(id): Path<String>,
+    ApiQuery(p): ApiQuery<RecentParams>,
+) -> ApiResult {
+    tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
+    let limit = p.limit.unwrap_or(20);
+    if !(1..=MAX_LIKERS_PER_PAGE).contains(&limit) {
+        return Err(bad_request(format!(
+            "`limit` must be between 1 and {MAX_LIKERS_PER_PAGE}, got {limit}"
+        )));
+    }
+    let after = match &p.after {
+        Some(a) => Some(RecentCursor::parse(a).ok_or_else(|| {
+            bad_request(format!(
+                "`after` must be a page's `next` (`<time>:<user>`), got {a:?}"
+            ))
+        })?),
+        None => None,
+    };
+    let counter = &c.read.counts;
+    viewer::check_likers(counter.as_ref(), &c.mode).await?;
+    // The workers first, the store second (see `pending`): the page and the count in one view.
+    let asked = match c.pending.as_ref().filter(|_| p.pending.unwrap_or(true)) {
+        Some(pending) => {
+            let states = &c.listings.get(apps::COUNTER).states;
+            Some(pending.ask_likers(states, &id, None).await)
+        }
+        None => None,
+    };
+    let count = counter.post_count(&id, None).await?;
+    let stored = counter
+        .recent_likers(&id, after.as_ref(), limit)
+        .await
+        .map_err(no_index)?;
+    let no_answers = std::collections::HashMap::new();
+    let (live, windows) = match &asked {
+        Some((live, a)) => (live, &a.windows),
+        None => (&no_answers, &pending::Windows::default()),
+    };
+    let likers = pending::recent_page(&stored, &count, live, after.is_none());
+    let provisional = pending_for(&id, &count, windows, None);
+    let mut v = json!({
+        "post_id": id,
+        "likers": likers
+            .iter()
+            .map(|(user, at)| json!({"user_id": user, "liked_at_ms": at}))
+            .collect::<Vec<_>>(),
+        "next": stored.next.as_ref().map(ToString::to_string),
+        "count": count.total + provisional.total,
+        "stored": count.total,
+        "pending": provisional.total,
+        "read_units": stored.read_units + count.read_units,
+        "applied_through": c.fresh(apps::COUNTER),
+    });
+    if let Some((_, a)) = &asked {
+        v["provisional"] = pending_json(a);
+    }
+    Ok(Json(v))
+}
+
+/// A store without the recent index answers 501 with what creates it; any other error as any.
+fn no_index(e: PortError) -> ApiError {
+    match e {
+        PortError::NotFound { .. } => ApiError(StatusCode::NOT_IMPLEMENTED, e.to_string()),
+        e => e.into(),
+    }
+}
