@@ -206,6 +206,18 @@ pub async fn create(s: &Settings) -> Result<String> {
     }
 }
 
+/// Before a rebuild from the store `from` into `into` (created already): on the embedded backend
+/// the stream lives in the store's file, so `into` takes `from`'s stream when it has no record
+/// yet, and its counter reads on from the checkpoints the rebuild writes (the records it holds
+/// then; `None`: it had records of its own). On AWS both read the same Kinesis stream: nothing.
+pub fn share_stream(from: &Settings, into: &Settings) -> Result<Option<u64>> {
+    match into.backend {
+        BackendKind::Embedded => Ok(tally_embedded::Embedded::open_existing(&into.data_dir)?
+            .take_stream_from(&from.data_dir)?),
+        BackendKind::Aws => Ok(None),
+    }
+}
+
 /// Deletes the stream and the tables (or the embedded store's files); what went, in words.
 pub async fn delete(s: &Settings) -> Result<String> {
     match s.backend {

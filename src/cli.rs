@@ -162,6 +162,12 @@ pub enum Command {
         after_help = "Examples:\n  tally backfill --table app   after enabling the table's Kinesis streaming destination\n\nEach item is put as it is now, as of just before the scan began: a change the stream delivers\nfrom then on is later and wins, an older one loses to the state the scan read."
     )]
     Backfill(BackfillArgs),
+    /// Rebuild every count (totals, "since" buckets, the global total) from the edges of another
+    /// store into the configured one, which must be fresh: the way back from a bad day.
+    #[command(
+        after_help = "Examples:\n  tally --table-prefix tally-rebuilt rebuild --from-table-prefix tally-restored\n  tally --data-dir ./rebuilt rebuild --from-data-dir ./data\n\nThe source must not be counted meanwhile (no counter lease held, no window pending). The\ndestination ends as if a counter had applied each shard up to the source's checkpoint: point\nthe counters at it and they go on from there; `tally verify` checks it. Stopped at any point,\nrun it again. docs/RUNBOOK.md, \"A way back\"."
+    )]
+    Rebuild(RebuildArgs),
     /// Put each line of an NDJSON file (.gz too) as one record, valid or not.
     #[command(
         after_help = "Examples:\n  tally replay likes.ndjson\n  tally replay likes.ndjson.gz --rate 500\n  tally replay recorded.ndjson --speed 10   the recorded gaps, ten times faster\n  zcat export-*.gz | tally replay -"
@@ -427,6 +433,24 @@ pub struct BackfillArgs {
     /// Local): you have made sure its changes reach the stream already.
     #[arg(long)]
     pub assume_streaming: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RebuildArgs {
+    /// The embedded store whose edges to read (the destination is `--data-dir`).
+    #[arg(
+        long,
+        required_unless_present = "from_table_prefix",
+        conflicts_with = "from_table_prefix"
+    )]
+    pub from_data_dir: Option<PathBuf>,
+    /// The DynamoDB tables whose edges to read, by prefix (a point-in-time restore of the
+    /// tables, say; the destination is `--table-prefix`).
+    #[arg(long)]
+    pub from_table_prefix: Option<String>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,

@@ -16,6 +16,7 @@ pub mod man;
 pub mod output;
 pub mod progress;
 pub mod reading;
+pub mod rebuild;
 pub mod recording;
 pub mod replay;
 pub mod serve;
@@ -113,6 +114,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let (s, b) = store(Access::Write).await?;
             commands::produce::run_replay(&s, &b, a).await
         }
+        Command::Rebuild(a) => commands::rebuild::run_rebuild(&settings()?, a).await,
         Command::Backfill(a) => {
             let (s, b) = store(Access::Write).await?;
             commands::backfill::run_backfill(&s, &b, a).await

@@ -623,6 +623,27 @@ impl std::fmt::Display for RecentCursor {
     }
 }
 
+/// Where the next page of a scan of every stored edge starts: the key the last page ended at,
+/// as the store that gave it keys its items (only that store reads it back).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanCursor {
+    /// The partition (a post).
+    pub pk: String,
+    /// The sort key within it.
+    pub sk: String,
+}
+
+/// One page of a scan of every stored edge.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EdgeScan {
+    /// The edges: post, user, state.
+    pub edges: Vec<(String, String, crate::edge::EdgeState)>,
+    /// Where the next page starts (`None`: the scan is done).
+    pub next: Option<ScanCursor>,
+    /// What the page cost in read units (DynamoDB: every item the Scan passed over).
+    pub read_units: u64,
+}
+
 /// A user who likes a post, and when (the like's ordering time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecentLiker {
@@ -848,6 +869,10 @@ pub trait CountReader: Send + Sync {
         after: Option<&RecentCursor>,
         limit: usize,
     ) -> PortResult<RecentPage>;
+    /// A page of every stored edge, after `after` (a page's `next`), about `limit` items read:
+    /// what a rebuild of the counts from the edges reads (DynamoDB: a `Scan` of the counts
+    /// table, passing over its summary items too). Every edge comes once over a whole scan.
+    async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan>;
     /// What the store counts (`None`: no counter has claimed it yet). Never writes.
     async fn stored_mode(&self) -> PortResult<Option<CountMode>>;
     /// Likers: the clock skews the store was counted with, in the order first used. Never writes.

@@ -52,6 +52,7 @@ mod claim;
 mod counting;
 mod gap;
 mod held;
+pub mod rebuild;
 mod restore;
 mod writes;
 

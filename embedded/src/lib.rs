@@ -388,6 +388,29 @@ impl Embedded {
         })
     }
 
+    /// Makes the stream of the store at `source` (its shards and records, and its sequence
+    /// numbers' next) this store's, when this one has no record yet: a store rebuilt from another
+    /// reads on where that one's counter stopped. Answers the records it holds now (`None`: it
+    /// had records of its own, and is left as it was).
+    pub fn take_stream_from(&self, source: &Path) -> PortResult<Option<u64>> {
+        let src = source.join(DB_FILE);
+        if !src.is_file() {
+            return Err(PortError::NotFound {
+                what: src.display().to_string(),
+                hint: ": no tally store there".into(),
+            });
+        }
+        self.with(|c| {
+            c.execute("ATTACH DATABASE ?1 AS src", [src.display().to_string()])
+                .map_err(sql_err)?;
+            let copied = stream::take_from_attached(c);
+            let detached = c.execute_batch("DETACH DATABASE src").map_err(sql_err);
+            let copied = copied?;
+            detached?;
+            Ok(copied)
+        })
+    }
+
     /// Whether the store holds anything: a record, a lease or a count.
     pub fn holds_data(&self) -> PortResult<bool> {
         self.with(|c| {

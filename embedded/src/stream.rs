@@ -130,6 +130,45 @@ fn next_seq(tx: &Connection) -> PortResult<i64> {
     }
 }
 
+/// Makes the stream of the attached database `src` this store's (its shards, records and
+/// `stream_meta`) in one transaction, if this store has no record yet; the records it then
+/// holds (`None`: it had records of its own, and nothing changed).
+pub(crate) fn take_from_attached(c: &mut Connection) -> PortResult<Option<u64>> {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    let count = |tx: &Connection, db: &str| -> PortResult<u64> {
+        tx.query_row(
+            &format!("SELECT COALESCE(SUM(last_seq - first_seq + 1), 0) FROM {db}.batches"),
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n as u64)
+        .map_err(sql_err)
+    };
+    if count(&tx, "main")? > 0 {
+        return Ok(None);
+    }
+    tx.execute_batch(
+        "DELETE FROM main.shards; \
+         INSERT INTO main.shards (shard_id, parents, hash_start, hash_end, closed, trimmed_through) \
+           SELECT shard_id, parents, hash_start, hash_end, closed, trimmed_through FROM src.shards; \
+         INSERT OR REPLACE INTO main.stream_meta (key, value) SELECT key, value FROM src.stream_meta; \
+         INSERT INTO main.batches (shard_id, last_seq, first_seq, arrival_ms, records) \
+           SELECT shard_id, last_seq, first_seq, arrival_ms, records FROM src.batches;",
+    )
+    .map_err(sql_err)?;
+    let next = next_seq(&tx)?;
+    tx.execute(
+        "INSERT OR REPLACE INTO stream_meta (key, value) VALUES ('next_seq', ?1)",
+        [next],
+    )
+    .map_err(sql_err)?;
+    let records = count(&tx, "main")?;
+    tx.commit().map_err(sql_err)?;
+    Ok(Some(records))
+}
+
 fn shard_name(i: usize) -> String {
     format!("shardId-{i:012}")
 }

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod ingest;
 pub mod produce;
 pub mod read;
+pub mod rebuild;
 pub mod serve;
 pub mod setup;
 pub mod up;

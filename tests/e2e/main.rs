@@ -26,6 +26,7 @@ mod openapi;
 mod pipeline;
 mod read_contract;
 mod readers;
+mod rebuild;
 mod resharding;
 mod retention;
 mod sending;

@@ -95,7 +95,7 @@ fn assert_exact(v: &Value, ok: bool, e: &Expected) {
 }
 
 /// Edits the tables by hand, as a bug (or an operator) would.
-trait Tables {
+pub(crate) trait Tables {
     /// Adds to attributes of one of the post's live items; returns that item's hour attribute
     /// `hk` (hours since the epoch).
     fn add_to_live(&self, post: &str, add: &[(&str, i64)]) -> i64;
@@ -131,7 +131,7 @@ fn rolled_archive(live_sk: &str, attrs: &Value) -> (String, Value) {
     (sk, Value::Object(a))
 }
 
-struct Sqlite(std::path::PathBuf);
+pub(crate) struct Sqlite(std::path::PathBuf);
 
 impl Sqlite {
     /// The post's first item whose sort key starts with `prefix`: its key and attributes.
@@ -232,7 +232,7 @@ impl Tables for Sqlite {
 }
 
 #[cfg(feature = "aws-local")]
-struct Dynamo {
+pub(crate) struct Dynamo {
     counts: String,
     letters: String,
     client: aws_sdk_dynamodb::Client,
@@ -457,7 +457,7 @@ fn finds_exact_then_every_planted_drift(t: &Target, tables: &dyn Tables) {
 }
 
 /// A two-shard embedded stack and its tables, to edit by hand.
-fn on_sqlite() -> (Target, Sqlite) {
+pub(crate) fn on_sqlite() -> (Target, Sqlite) {
     let t = Target::embedded();
     t.run(&["setup", "--shards", "2"]);
     let db = Sqlite(t.dir.path().join("tally.db"));
@@ -466,7 +466,7 @@ fn on_sqlite() -> (Target, Sqlite) {
 
 /// A two-shard stack on the local peers and its tables, to edit by hand.
 #[cfg(feature = "aws-local")]
-fn on_dynamo(name: &str) -> (Target, Dynamo) {
+pub(crate) fn on_dynamo(name: &str) -> (Target, Dynamo) {
     let t = Target::aws(name, 2);
     let tables = Dynamo::of(&t);
     (t, tables)

@@ -18,9 +18,10 @@ use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
-    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, RecentCursor,
-    RecentPage, Renewal, ShardTally, StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
+    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan,
+    EdgesApplied, Fence, LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied,
+    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef,
+    WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -563,6 +564,10 @@ impl CountReader for DynamoStore {
         limit: usize,
     ) -> PortResult<RecentPage> {
         self.recent_page(post_id, after, limit).await
+    }
+
+    async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
+        self.edge_scan_page(after, limit).await
     }
 }
 

@@ -40,6 +40,7 @@ mod counter;
 mod edges;
 mod leases;
 mod recent;
+mod scan;
 
 /// The tables: suffix, partition key, sort key, TTL attribute. `setup` and the Terraform drift
 /// test read this list.

@@ -8,9 +8,10 @@ use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgesApplied, Fence,
-    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, RecentCursor,
-    RecentPage, Renewal, ShardTally, StoreMeta, StoredDedup, WindowRef, WindowRest, WindowWriter,
+    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan,
+    EdgesApplied, Fence, LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied,
+    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef,
+    WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
@@ -322,6 +323,12 @@ impl CountReader for Embedded {
     ) -> PortResult<RecentPage> {
         let (post, after) = (post_id.to_owned(), after.cloned());
         self.run(move |c| super::edges::recent_likers(c, &post, after.as_ref(), limit))
+            .await
+    }
+
+    async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
+        let after = after.cloned();
+        self.run(move |c| super::edges::scan_edges(c, after.as_ref(), limit))
             .await
     }
 }

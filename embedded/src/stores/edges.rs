@@ -8,7 +8,8 @@ use tally_core::edge::{
     self, CountMode, EdgeEvent, EdgeOutcome, EdgeState, WINDOW_EDGES_KEY_BYTES,
 };
 use tally_core::ports::{
-    Applied, EdgesApplied, LikersPage, PortError, PortResult, RecentCursor, RecentLiker, RecentPage,
+    Applied, EdgeScan, EdgesApplied, LikersPage, PortError, PortResult, RecentCursor, RecentLiker,
+    RecentPage, ScanCursor,
 };
 use tally_core::rows::{self, EdgeRow};
 use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
@@ -402,6 +403,51 @@ pub(super) fn recent_likers(
             user: last.user.clone(),
         }
     });
+    Ok(page)
+}
+
+/// A page of every edge in (post, user) order after `after`; read units as DynamoDB's Scan of
+/// the same items would cost.
+pub(super) fn scan_edges(
+    c: &Connection,
+    after: Option<&ScanCursor>,
+    limit: usize,
+) -> PortResult<EdgeScan> {
+    let (post, user) = after.map_or(("", ""), |a| (a.pk.as_str(), a.sk.as_str()));
+    let mut st = c
+        .prepare_cached(
+            "SELECT post, user, liked, at_ms, event_id, window, history FROM edges \
+             WHERE (post, user) > (?1, ?2) ORDER BY post, user LIMIT ?3",
+        )
+        .map_err(sql_err)?;
+    let rows = st
+        .query_map(params![post, user, limit.max(1) as i64], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                edge_row_at(r, 2)?,
+            ))
+        })
+        .map_err(sql_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err)?;
+    let full = rows.len() == limit.max(1);
+    let mut page = EdgeScan::default();
+    let mut sizes = Vec::new();
+    for (post, user, row) in rows {
+        let s = rows::edge_from_row(&post, &user, row)?;
+        sizes.push(s.item_size(&post, &user));
+        page.edges.push((post, user, s));
+    }
+    page.read_units = summary::read_units(sizes);
+    page.next = page
+        .edges
+        .last()
+        .filter(|_| full)
+        .map(|(p, u, _)| ScanCursor {
+            pk: p.clone(),
+            sk: u.clone(),
+        });
     Ok(page)
 }
 

@@ -65,6 +65,28 @@ impl Target {
         }
     }
 
+    /// Another store of the same backend, reading the same stream on AWS (its own tables, by
+    /// another prefix) — where a rebuild writes. Its tables are created by the first command
+    /// that needs them.
+    pub fn other_store(&self, suffix: &str) -> Target {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut args = self.args.clone();
+        for (i, flag) in self.args.iter().enumerate() {
+            match flag.as_str() {
+                "--data-dir" => args[i + 1] = dir.path().display().to_string(),
+                "--table-prefix" => args[i + 1] = format!("{}-{suffix}", self.args[i + 1]),
+                _ => {}
+            }
+        }
+        Target {
+            args,
+            dir,
+            teardown: self.teardown,
+            env: self.env.clone(),
+            kinesis_proxy: None,
+        }
+    }
+
     /// The same target whose commands no longer set `var` (before its store is made: a setting
     /// `setup` reads).
     pub fn without_env(mut self, var: &str) -> Target {

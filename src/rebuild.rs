@@ -1,0 +1,64 @@
+//! Rebuilding the counts from the edges (`tally rebuild`): the counter's edges of another table
+//! set (a point-in-time restore of the tables, or the tables of a bad day) read, and every count
+//! written from them into the configured one, which must be fresh (`tally_counter::rebuild`). On
+//! the embedded backend the fresh store first takes the source's stream (it lives in the
+//! store's file), so that its counter reads on from where the source's stopped.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use tally_core::apps;
+use tally_core::ports::Decided;
+use tally_counter::rebuild::Rebuilt;
+
+use crate::backend::{self, Backend};
+use crate::settings::{BackendKind, Settings};
+
+/// Where the edges come from: the same backend as the settings, another store of it.
+#[derive(Clone, Debug)]
+pub enum RebuildSource {
+    /// Another embedded store.
+    DataDir(PathBuf),
+    /// Another set of DynamoDB tables (same endpoint and region).
+    TablePrefix(String),
+}
+
+/// Rebuilds every count of the configured store (created if missing) from the edges of
+/// `source`; refuses a source being counted, or a destination with counts of its own.
+pub async fn rebuild(settings: &Settings, source: &RebuildSource) -> Result<Rebuilt> {
+    let mut from = settings.clone();
+    match (source, &settings.backend) {
+        (RebuildSource::DataDir(d), BackendKind::Embedded) => from.data_dir = d.clone(),
+        (RebuildSource::TablePrefix(p), BackendKind::Aws) => from.table_prefix = p.clone(),
+        (RebuildSource::DataDir(_), BackendKind::Aws) => {
+            bail!("--from-data-dir names an embedded store; with --backend aws give --from-table-prefix")
+        }
+        (RebuildSource::TablePrefix(_), BackendKind::Embedded) => {
+            bail!("--from-table-prefix names DynamoDB tables; on the embedded backend give --from-data-dir")
+        }
+    }
+    if (from.backend == BackendKind::Embedded && from.data_dir == settings.data_dir)
+        || (from.backend == BackendKind::Aws && from.table_prefix == settings.table_prefix)
+    {
+        bail!("the source is the configured store itself: rebuild into fresh tables (another --data-dir or --table-prefix)");
+    }
+    let source = Backend::open_existing(&from)
+        .await
+        .context("opening the source of the rebuild")?;
+    backend::create(settings).await?;
+    backend::share_stream(&from, settings)?;
+    let into = Backend::open(settings).await?;
+    let decided = Decided {
+        horizon_ms: settings.counter.dedup_horizon_ms(),
+        skew_ms: Some(settings.counter.max_clock_skew.as_millis() as i64),
+    };
+    Ok(tally_counter::rebuild::rebuild(
+        source.counter.as_ref(),
+        into.counter.as_ref(),
+        apps::COUNTER,
+        decided,
+        settings.counter.posts_per_batch,
+        &tally_core::retry::Backoff::default(),
+    )
+    .await?)
+}
