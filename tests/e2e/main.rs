@@ -27,6 +27,7 @@ mod pipeline;
 mod read_contract;
 mod readers;
 mod rebuild;
+mod regions;
 mod resharding;
 mod retention;
 mod sending;
