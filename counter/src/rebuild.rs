@@ -380,8 +380,11 @@ async fn write_window_edges(
     backoff: &Backoff,
 ) -> Result<(), RebuildError> {
     let mut todo: Vec<EdgeEvent> = events.to_vec();
-    let mut attempt = 0;
-    while !todo.is_empty() {
+    let mut retries = Retries {
+        backoff,
+        attempt: 0,
+    };
+    loop {
         let applied = into.apply_edges(w.at(), &todo).await?;
         let (posts, total) = edge::deltas(&applied.transitions);
         for (p, d) in posts {
@@ -391,16 +394,34 @@ async fn write_window_edges(
             }
         }
         w.total += total;
-        if let Some(e) = applied.error.filter(|_| attempt >= backoff.max_retries) {
-            return Err(e.into());
-        }
         todo = applied.retry.iter().map(|&i| todo[i].clone()).collect();
-        if !todo.is_empty() {
-            tokio::time::sleep(backoff.ceiling(attempt)).await;
-            attempt += 1;
+        if !retries.again(todo.len(), applied.error).await? {
+            return Ok(());
         }
     }
-    Ok(())
+}
+
+/// The retries of one batch write (a store call that names the items a retry may mend).
+struct Retries<'a> {
+    backoff: &'a Backoff,
+    attempt: u32,
+}
+
+impl Retries<'_> {
+    /// After a call that left `left` items to send again, `error` the last of theirs: `false`
+    /// when none is left; else a pause and `true`, or past the backoff's retries the error.
+    async fn again(&mut self, left: usize, error: Option<PortError>) -> Result<bool, RebuildError> {
+        if left == 0 {
+            return Ok(false);
+        }
+        if self.attempt >= self.backoff.max_retries {
+            let e = error.unwrap_or_else(|| PortError::Other(format!("{left} writes left")));
+            return Err(e.into());
+        }
+        tokio::time::sleep(self.backoff.ceiling(self.attempt)).await;
+        self.attempt += 1;
+        Ok(true)
+    }
 }
 
 /// Writes a window's posts (each once), its global total, and moves the checkpoint; then lets
@@ -420,16 +441,15 @@ async fn finish(
         .collect();
     for chunk in posts.chunks(batch.max(1)) {
         let mut todo = chunk.to_vec();
-        let mut attempt = 0;
-        while !todo.is_empty() {
+        let mut retries = Retries {
+            backoff,
+            attempt: 0,
+        };
+        loop {
             let applied = into.apply_posts(w.at(), &todo).await?;
-            if let Some(e) = applied.error.filter(|_| attempt >= backoff.max_retries) {
-                return Err(e.into());
-            }
             todo = applied.retry.iter().map(|&i| todo[i].clone()).collect();
-            if !todo.is_empty() {
-                tokio::time::sleep(backoff.ceiling(attempt)).await;
-                attempt += 1;
+            if !retries.again(todo.len(), applied.error).await? {
+                break;
             }
         }
     }

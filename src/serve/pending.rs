@@ -748,6 +748,16 @@ mod tests {
         assert_eq!(unknown.into_iter().collect::<Vec<_>>(), ["s0"]);
     }
 
+    /// A post's count of 3 whose items hold shard s0's windows through `mark`.
+    fn counted_at(mark: &str) -> PostCount {
+        PostCount {
+            total: 3,
+            since: None,
+            read_units: 1,
+            marks: vec![("s0".into(), mark.into())],
+        }
+    }
+
     /// A likers page merges the changes of the windows its count does not hold yet, within its
     /// range: a like past a full page's last user is the next page's; an applied window is not
     /// merged again.
@@ -764,18 +774,12 @@ mod tests {
             .map(|(u, l)| (u.to_owned(), l))
             .collect();
         let live: HashMap<String, ShardOpen> = [("s0".to_owned(), w)].into_iter().collect();
-        let count = |mark: &str| PostCount {
-            total: 3,
-            since: None,
-            read_units: 1,
-            marks: vec![("s0".into(), mark.into())],
-        };
-        let page = likers_page(&stored, &count("0015"), &live, 3);
+        let page = likers_page(&stored, &counted_at("0015"), &live, 3);
         assert_eq!(
             (page.users, page.next),
             (vec!["a".into(), "b".into(), "e".into()], Some("e".into()))
         );
-        let page = likers_page(&stored, &count("0015"), &live, 2);
+        let page = likers_page(&stored, &counted_at("0015"), &live, 2);
         assert_eq!(
             (page.users, page.next),
             (vec!["a".into(), "b".into()], Some("b".into()))
@@ -785,10 +789,10 @@ mod tests {
             next: None,
             ..stored.clone()
         };
-        let page = likers_page(&last, &count("0015"), &live, 10);
+        let page = likers_page(&last, &counted_at("0015"), &live, 10);
         assert_eq!(page.users, ["a", "b", "e", "f"]);
         // The window is applied (the post's marker is at its end): the stored page is the view.
-        let page = likers_page(&last, &count("0019"), &live, 10);
+        let page = likers_page(&last, &counted_at("0019"), &live, 10);
         assert_eq!(page.users, ["a", "c", "e"]);
     }
 
@@ -813,14 +817,8 @@ mod tests {
             .map(|(u, l)| (u.to_owned(), l))
             .collect();
         let live: HashMap<String, ShardOpen> = [("s0".to_owned(), w)].into_iter().collect();
-        let count = |mark: &str| PostCount {
-            total: 3,
-            since: None,
-            read_units: 1,
-            marks: vec![("s0".into(), mark.into())],
-        };
         let page = |mark: &str, first: bool| -> Vec<(String, Option<i64>)> {
-            recent_page(&stored, &count(mark), &live, first)
+            recent_page(&stored, &counted_at(mark), &live, first)
         };
         let at = |u: &str, t: Option<i64>| (u.to_owned(), t);
         assert_eq!(

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tally_core::edge;
 use tally_core::ports::{
@@ -40,7 +39,7 @@ impl DynamoStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(|e| self.recent_err(e))?;
+                .map_err(|e| self.recent_err(self.err("Query", "counts", e)))?;
             let entries = resp
                 .items()
                 .iter()
@@ -82,32 +81,21 @@ impl DynamoStore {
     }
 
     /// A Query of the recent index refused: a table without it is named with what creates it.
-    fn recent_err<E>(&self, e: SdkError<E, aws_smithy_runtime_api::http::Response>) -> PortError
-    where
-        E: aws_smithy_types::error::metadata::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
-    {
-        let missing = e
-            .as_service_error()
-            .and_then(|se| se.message())
-            .is_some_and(|m| m.contains("specified index"));
-        if missing {
-            return PortError::NotFound {
-                what: format!(
-                    "the index `{}` of table {}",
-                    edge::RECENT_INDEX,
-                    self.table("counts")
-                ),
-                hint: ": likers most recent first read it. Set `recent_likers_index = true` and \
-                       run `tally setup`, or set Terraform's `recent_likers_index = true` (a \
-                       write unit more per like: BENCHMARKS)"
-                    .into(),
-            };
+    fn recent_err(&self, e: PortError) -> PortError {
+        if !e.to_string().contains("specified index") {
+            return e;
         }
-        self.err("Query", "counts", e)
+        PortError::NotFound {
+            what: format!(
+                "the index `{}` of table {}",
+                edge::RECENT_INDEX,
+                self.table("counts")
+            ),
+            hint: ": likers most recent first read it. Set `recent_likers_index = true` and \
+                   run `tally setup`, or set Terraform's `recent_likers_index = true` (a \
+                   write unit more per like: BENCHMARKS)"
+                .into(),
+        }
     }
 }
 
