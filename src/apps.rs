@@ -154,3 +154,37 @@ pub async fn run_analytics_with(
     .await?;
     Ok((metrics, leases))
 }
+
+/// Runs a router worker (several regions: the records of posts homed elsewhere put to their
+/// home's stream) until `shutdown`, or until idle once `idle` is armed.
+pub async fn run_router(
+    settings: &Settings,
+    backend: &Backend,
+    idle: Arc<IdleExit>,
+    shutdown: impl Future<Output = ()>,
+    metrics: Arc<crate::route::RouterMetrics>,
+) -> Result<Arc<LeaseMetrics>> {
+    let Some(homes) = settings.regions.homes()? else {
+        anyhow::bail!(
+            "the router routes between regions: set `regions.this` and `regions.homes` (docs/REGIONS.md)"
+        );
+    };
+    let peers = crate::backend::peer_streams(settings).await?;
+    let factory = crate::route::Router::new(
+        backend.counter.clone(),
+        tally_core::input::Input::of(&settings.input),
+        homes,
+        peers,
+        metrics,
+    )?;
+    run_app(
+        settings,
+        backend,
+        settings.worker_context(apps::ROUTER),
+        Arc::new(factory),
+        idle,
+        shutdown,
+        Default::default(),
+    )
+    .await
+}

@@ -2,12 +2,13 @@
 //! they run on (`setup`, `teardown`, `reshard`, the embedded stream's `trim`). No other module of
 //! the binary names `tally_aws` or `tally_embedded` (`tests/e2e/structure.rs` holds it).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 /// An application's own table, read by `tally backfill`.
 pub use tally_aws::source::{SourceTable, Streaming};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use tally_core::ports::{
     AnalyticsStore, BaselineWriters, CounterStore, LeaseStore, PortError, Readers, Stream,
 };
@@ -216,6 +217,42 @@ pub fn share_stream(from: &Settings, into: &Settings) -> Result<Option<u64>> {
             .take_stream_from(&from.data_dir)?),
         BackendKind::Aws => Ok(None),
     }
+}
+
+/// The streams of the other regions (`[regions.peers]`), by region: where the router puts the
+/// records of posts homed there.
+pub async fn peer_streams(s: &Settings) -> Result<BTreeMap<String, Arc<dyn Stream>>> {
+    let mut out: BTreeMap<String, Arc<dyn Stream>> = BTreeMap::new();
+    for (region, peer) in &s.regions.peers {
+        let stream: Arc<dyn Stream> = match s.backend {
+            BackendKind::Embedded => {
+                if peer.data_dir.as_os_str().is_empty() {
+                    bail!("invalid configuration: `regions.peers.{region}.data_dir` must name region {region}'s store on the embedded backend");
+                }
+                Arc::new(
+                    tally_embedded::Embedded::open_existing(&peer.data_dir)
+                        .with_context(|| format!("opening region {region}'s store"))?,
+                )
+            }
+            BackendKind::Aws => {
+                let name = if peer.stream.is_empty() {
+                    &s.stream
+                } else {
+                    &peer.stream
+                };
+                let aws_region = if peer.aws_region.is_empty() {
+                    region
+                } else {
+                    &peer.aws_region
+                };
+                let endpoint = (!peer.kinesis_endpoint_url.is_empty())
+                    .then(|| peer.kinesis_endpoint_url.clone());
+                Arc::new(tally_aws::peer_stream(name, aws_region, endpoint).await?)
+            }
+        };
+        out.insert(region.clone(), stream);
+    }
+    Ok(out)
 }
 
 /// Deletes the stream and the tables (or the embedded store's files); what went, in words.

@@ -193,6 +193,12 @@ pub enum Command {
         after_help = "Examples:\n  tally count                          until SIGTERM or Ctrl-C\n  tally count --until-idle --timeout 5m\n  tally count --http 127.0.0.1:9101   with /metrics, /healthz and /readyz"
     )]
     Count(ConsumeArgs),
+    /// Several regions: put the records of posts homed in other regions to their home's stream
+    /// (`[regions]`; docs/REGIONS.md), with leases and checkpoints of its own.
+    #[command(
+        after_help = "Examples:\n  tally route                 run until stopped\n  tally route --until-idle    route what the stream holds, then exit"
+    )]
+    Route(ConsumeArgs),
     /// Run the analytics consumer (trending, latency).
     #[command(
         after_help = "Examples:\n  tally analytics                      until SIGTERM or Ctrl-C\n  tally analytics --until-idle\n  tally analytics --http 127.0.0.1:9102   with /metrics, /healthz and /readyz"

@@ -19,6 +19,7 @@ pub mod reading;
 pub mod rebuild;
 pub mod recording;
 pub mod replay;
+pub mod route;
 pub mod serve;
 pub mod settings;
 pub mod signal;
@@ -122,6 +123,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Count(a) => {
             let (s, b) = store(Access::Write).await?;
             commands::consume::count(&s, &b, a).await
+        }
+        Command::Route(a) => {
+            let (s, b) = store(Access::Write).await?;
+            commands::consume::route(&s, &b, a).await
         }
         Command::Analytics(a) => {
             let (s, b) = store(Access::Write).await?;

@@ -82,6 +82,53 @@ pub struct Settings {
     /// `[producer]`: the generator's and putter's configuration type.
     pub producer: GenConfig,
     pub metrics: MetricsSettings,
+    /// `[regions]`: several regions, each post counted in its home (docs/REGIONS.md).
+    pub regions: RegionsSettings,
+}
+
+/// Several regions (docs/REGIONS.md): which this one is, every region in the order posts are
+/// hashed to their home, and where the router puts the records of posts homed elsewhere.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegionsSettings {
+    /// This deployment's region ("": one region — every post counted here, no router).
+    pub this: String,
+    /// Every region, in the same order everywhere.
+    pub homes: Vec<String>,
+    /// Each other region's stream, by region name: what `tally route` puts to.
+    pub peers: std::collections::BTreeMap<String, PeerRegion>,
+}
+
+/// Another region's stream, as the router reaches it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeerRegion {
+    /// AWS: the region's Kinesis stream ("": the same name as this region's `stream`).
+    pub stream: String,
+    /// AWS: an endpoint instead of the region's own (a local API peer).
+    pub kinesis_endpoint_url: String,
+    /// AWS: the region its stream is in ("": the peer's name).
+    pub aws_region: String,
+    /// Embedded: the region's store (its data dir), whose stream the router puts to.
+    pub data_dir: PathBuf,
+}
+
+impl RegionsSettings {
+    /// Where each post is counted (`None`: one region), checked.
+    pub fn homes(&self) -> Result<Option<tally_core::regions::Homes>> {
+        let homes = tally_core::regions::Homes::of(&self.this, &self.homes)
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        for name in self.peers.keys() {
+            if !self.homes.contains(name) || *name == self.this {
+                bail!(
+                    "invalid configuration: `regions.peers.{name}` must name another region of `regions.homes` ({:?}, this one {:?})",
+                    self.homes,
+                    self.this
+                );
+            }
+        }
+        Ok(homes)
+    }
 }
 
 /// Lease and shard metrics of the consumers.
@@ -127,6 +174,7 @@ impl Default for Settings {
             lease: WorkerConfig::default(),
             producer: GenConfig::default(),
             metrics: MetricsSettings::default(),
+            regions: RegionsSettings::default(),
         }
     }
 }
@@ -297,6 +345,7 @@ impl Settings {
             ("producer", self.producer.validate()),
         ];
         self.validate_top()?;
+        self.regions.homes()?;
         for (section, checked) in sections {
             if let Err(e) = checked {
                 bail!("invalid configuration: {}", e.in_section(section));

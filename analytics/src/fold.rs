@@ -49,7 +49,7 @@ impl Fold {
             gathered_at: 0,
             gathered_latest: i64::MIN,
             pairs: None,
-            input: tally_core::input::Input::Events,
+            input: tally_core::input::Input::default(),
         }
     }
 

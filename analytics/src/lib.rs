@@ -106,7 +106,7 @@ impl Default for AnalyticsContext {
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: tally_core::edge::CountMode::Likers,
-            input: tally_core::input::Input::Events,
+            input: tally_core::input::Input::default(),
         }
     }
 }

@@ -123,6 +123,29 @@ pub struct AwsSettings {
     pub recent_likers_index: bool,
 }
 
+/// Another region's stream, as a router puts to it: `stream` in `region` (the SDK's credentials
+/// and settings otherwise), through `endpoint` when given (a local API peer).
+pub async fn peer_stream(
+    stream: &str,
+    region: &str,
+    endpoint: Option<String>,
+) -> PortResult<KinesisStream> {
+    let sdk = sdk_config()
+        .await?
+        .into_builder()
+        .region(aws_config::Region::new(region.to_owned()))
+        .build();
+    let s = AwsSettings {
+        stream: stream.to_owned(),
+        table_prefix: String::new(),
+        kinesis_endpoint_url: endpoint,
+        dynamodb_endpoint_url: None,
+        stream_retention_hours: 24,
+        recent_likers_index: false,
+    };
+    Ok(KinesisStream::new(&sdk, &s))
+}
+
 /// The SDK's own retries: a few quick attempts (a lost answer, one throttle) below tally's retry
 /// loops, which back off for as long as a fault lasts (`tally_consumer::retry`, the producer's).
 pub fn sdk_retries() -> RetryConfig {

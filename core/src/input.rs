@@ -114,10 +114,20 @@ pub enum Decoded<'a> {
 }
 
 /// What a stream's records are, decided once from `[input]`: like events (contract v1), or a
-/// table's change records read by a mapping. The counter's windows, analytics and verify each
-/// hold one and read every record by it ([`Input::decode`]); "events" is this value alone.
+/// table's change records read by a mapping — and, with several regions, which of them this
+/// region counts. The counter's windows, analytics and verify each hold one and read every record
+/// by it ([`Input::decode`]); "events" is `Input::default()`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Input {
+pub struct Input {
+    records: Records,
+    /// Several regions: a record of a post homed in another region reads as skipped (its home
+    /// counts it, from what the routers put to its stream).
+    homes: Option<std::sync::Arc<crate::regions::Homes>>,
+}
+
+/// How a record's bytes are read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Records {
     /// Like and unlike events, contract v1.
     #[default]
     Events,
@@ -128,17 +138,34 @@ pub enum Input {
 impl Input {
     /// The input `[input]` says.
     pub fn of(cfg: &InputConfig) -> Input {
-        match cfg.format {
-            Format::Events => Input::Events,
-            Format::Dynamodb => Input::Changes(std::sync::Arc::new(cfg.clone())),
+        let records = match cfg.format {
+            Format::Events => Records::Events,
+            Format::Dynamodb => Records::Changes(std::sync::Arc::new(cfg.clone())),
+        };
+        Input {
+            records,
+            homes: None,
         }
     }
 
-    /// Reads one user record by this input's contract.
+    /// The same input, counting only the posts homed in this region.
+    pub fn homed(self, homes: Option<crate::regions::Homes>) -> Input {
+        Input {
+            homes: homes.map(std::sync::Arc::new),
+            ..self
+        }
+    }
+
+    /// Reads one user record by this input's contract; a record of a post homed in another
+    /// region is skipped.
     pub fn decode<'a>(&self, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {
-        match self {
-            Input::Events => decode_ref(data).map(Decoded::Event),
-            Input::Changes(mapping) => mapping.decode(data),
+        let decoded = match &self.records {
+            Records::Events => decode_ref(data).map(Decoded::Event)?,
+            Records::Changes(mapping) => mapping.decode(data)?,
+        };
+        match (&self.homes, &decoded) {
+            (Some(h), Decoded::Event(e)) if !h.is_here(&e.post_id) => Ok(Decoded::Skipped),
+            _ => Ok(decoded),
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod kpl;
 pub mod latency;
 pub mod lease;
 pub mod ports;
+pub mod regions;
 pub mod retry;
 pub mod rows;
 pub mod seq;
@@ -41,4 +42,6 @@ pub mod apps {
     pub const COUNTER: &str = "counter";
     /// Trending and latency analytics.
     pub const ANALYTICS: &str = "analytics";
+    /// Several regions: the records of posts homed elsewhere, put to their home's stream.
+    pub const ROUTER: &str = "router";
 }

@@ -222,6 +222,38 @@ fn stopped_summary(v: &serde_json::Value) -> String {
     line
 }
 
+/// `tally route`: the router until stopped or idle; what it read and put to other regions.
+pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
+    let m: Arc<crate::route::RouterMetrics> = Default::default();
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let stop = stop_on(args, timed_out.clone());
+    let progress = IdleProgress::start(args, {
+        let m = m.clone();
+        move || m.records.load(Ordering::Relaxed)
+    });
+    let l = crate::apps::run_router(settings, backend, idle_for(args), stop, m.clone()).await?;
+    drop(progress);
+    let v = json!({
+        "records": m.records.load(Ordering::Relaxed),
+        "routed": m.routed.load(Ordering::Relaxed),
+        "leases": lease_json(&l),
+    });
+    if args.json {
+        print_json(&v);
+    } else {
+        eprintln!(
+            "router stopped: {} records read, {} put to other regions",
+            v["records"], v["routed"]
+        );
+    }
+    if timed_out.load(Ordering::Relaxed) {
+        return Err(timed_out_error(settings, backend, apps::ROUTER, args)
+            .await
+            .into());
+    }
+    Ok(())
+}
+
 pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<AnalyticsMetrics>, Arc<LeaseMetrics>) = Default::default();
     let (_http, _) = WorkerHttp::start(

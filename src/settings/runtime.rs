@@ -87,7 +87,9 @@ impl Settings {
 
     /// What the stream's records are, decided once from `[input]`.
     pub fn record_input(&self) -> tally_core::input::Input {
-        tally_core::input::Input::of(&self.input)
+        // Validated when the settings were read.
+        let homes = self.regions.homes().unwrap_or(None);
+        tally_core::input::Input::of(&self.input).homed(homes)
     }
 
     /// Where the consumers' EMF metrics go.

@@ -123,3 +123,165 @@ fn a_naive_per_region_count_under_global_tables_goes_wrong() {
         assert_eq!(liked["viewer_liked"], true, "{liked}");
     }
 }
+
+/// One action sent to a region: event id, post, user, like (else unlike), created_at.
+type Action = (String, String, String, bool, i64);
+
+/// The home design (docs/REGIONS.md), built: two regions on the embedded backend, each with its
+/// stream and store. Likes of the same posts come to both (users of each region, duplicates, and
+/// travellers who like a post in one region and unlike it later in the other); each region's
+/// router puts the records of posts homed in the other to its stream — one router killed
+/// (SIGKILL) mid-way and run again — and each region's counter counts its home's posts only.
+/// Every post ends exact in its home region against the truth of both regions' events, the other
+/// region holds no count of it, and each region's `verify` finds its store exact.
+#[test]
+fn routed_to_their_homes_every_post_is_exact() {
+    let (a, b) = (Target::embedded(), Target::embedded());
+    let config = |t: &Target, this: &str, other: &Target, that: &str| -> String {
+        let f = file_in(t, "tally.toml");
+        std::fs::write(
+            &f,
+            format!(
+                "[regions]\nthis = \"{this}\"\nhomes = [\"a\", \"b\"]\n[regions.peers.{that}]\ndata_dir = \"{}\"\n",
+                other.dir.path().display()
+            ),
+        )
+        .unwrap();
+        f.display().to_string()
+    };
+    let (fa, fb) = (config(&a, "a", &b, "b"), config(&b, "b", &a, "a"));
+    let a = a.with_args(&["--config", &fa]);
+    let b = b.with_args(&["--config", &fb]);
+    for t in [&a, &b] {
+        t.run(&["setup", "--shards", "2"]);
+    }
+    let t0 = crate::common::now_ms() - 600_000;
+    // (event id, post, user, like?, created_at) per region; the truth is each user's latest
+    // action on each post, by (created_at, event id), across both.
+    let mut events: [Vec<Action>; 2] = Default::default();
+    for (r, region) in ["a", "b"].iter().enumerate() {
+        for p in 0..20 {
+            for u in 0..(5 + p % 7) {
+                let id = format!("{region}-{p}-{u}");
+                events[r].push((
+                    id,
+                    format!("p{p}"),
+                    format!("{region}{u}"),
+                    true,
+                    t0 + u as i64,
+                ));
+            }
+        }
+    }
+    for k in 0..10 {
+        // Traveller k likes p{k} in one region and unlikes it a minute later in the other; the
+        // unlike's region alternates.
+        let (like_in, unlike_in) = if k % 2 == 0 { (0, 1) } else { (1, 0) };
+        let (post, user) = (format!("p{k}"), format!("t{k}"));
+        events[like_in].push((
+            format!("tl{k}"),
+            post.clone(),
+            user.clone(),
+            true,
+            t0 + 1_000,
+        ));
+        events[unlike_in].push((format!("tu{k}"), post, user, false, t0 + 61_000));
+        // And likes p{k+10} for good in the first.
+        events[like_in].push((
+            format!("tk{k}"),
+            format!("p{}", k + 10),
+            format!("t{k}"),
+            true,
+            t0 + 2_000,
+        ));
+    }
+    let mut latest: BTreeMap<(String, String), (i64, String, bool)> = BTreeMap::new();
+    for (id, post, user, like, at) in events.iter().flatten() {
+        let e = latest
+            .entry((post.clone(), user.clone()))
+            .or_insert((*at, id.clone(), *like));
+        if (*at, id) > (e.0, &e.1) {
+            *e = (*at, id.clone(), *like);
+        }
+    }
+    let mut truth: BTreeMap<String, i64> = (0..20).map(|p| (format!("p{p}"), 0)).collect();
+    for ((post, _), (_, _, like)) in &latest {
+        *truth.get_mut(post).unwrap() += i64::from(*like);
+    }
+    for (r, t) in [&a, &b].iter().enumerate() {
+        let mut lines: Vec<String> = events[r]
+            .iter()
+            .map(|(id, post, user, like, at)| {
+                line(id, post, user, if *like { "like" } else { "unlike" }, *at)
+            })
+            .collect();
+        // A producer's retries: the first ten again.
+        lines.extend(lines[..10].to_vec());
+        let f = file_in(t, "likes.ndjson");
+        std::fs::write(&f, lines.join("\n") + "\n").unwrap();
+        t.run(&["replay", f.to_str().unwrap()]);
+    }
+    // A's router killed mid-way, then both routers to the end of their streams.
+    let mut r = a.spawn("route", &["route"], &[]);
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    r.signal("KILL");
+    r.wait(std::time::Duration::from_secs(30));
+    for t in [&a, &b] {
+        let v = t.json(&["route", "--until-idle", "--json"]);
+        assert!(v["routed"].as_u64().unwrap() > 0, "{v}");
+    }
+    for t in [&a, &b] {
+        t.run(&["count", "--until-idle"]);
+    }
+    let homes = tally_core::regions::Homes::of("a", &["a".into(), "b".into()])
+        .unwrap()
+        .unwrap();
+    let homed = |region: &str| -> BTreeMap<String, i64> {
+        truth
+            .iter()
+            .map(|(p, n)| (p.clone(), if homes.home(p) == region { *n } else { 0 }))
+            .collect()
+    };
+    assert!(
+        truth.keys().any(|p| homes.home(p) == "a") && truth.keys().any(|p| homes.home(p) == "b"),
+        "both regions home posts"
+    );
+    assert_eq!(a.mismatches(&homed("a")), vec![], "region a's posts");
+    assert_eq!(b.mismatches(&homed("b")), vec![], "region b's posts");
+    for t in [&a, &b] {
+        let out = crate::common::output(t.cmd(&["verify"]));
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A region outside the list, or a router with nowhere to put, is named before anything runs.
+#[test]
+fn bad_regions_settings_are_named() {
+    let t = Target::embedded();
+    let f = file_in(&t, "tally.toml");
+    std::fs::write(&f, "[regions]\nthis = \"c\"\nhomes = [\"a\", \"b\"]\n").unwrap();
+    let out = t.fail(&["--config", f.to_str().unwrap(), "config"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`regions.this`") && err.contains("\"c\""),
+        "{err}"
+    );
+    std::fs::write(&f, "[regions]\nthis = \"a\"\nhomes = [\"a\", \"b\"]\n").unwrap();
+    let out = t.fail(
+        &["--config", f.to_str().unwrap(), "route", "--until-idle"],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`regions.peers.b`"), "{err}");
+    let out = t.fail(&["route", "--until-idle"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`regions.this`") && err.contains("REGIONS.md"),
+        "{err}"
+    );
+}

@@ -113,7 +113,7 @@ impl WindowBuilder {
                 stats: WindowStats::default(),
             },
             opened_at_ms,
-            input: Input::Events,
+            input: Input::default(),
         }
     }
 

@@ -246,7 +246,7 @@ impl Recount {
     fn new(mode: Box<dyn Counting>, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
         Recount {
             mode,
-            input: tally_core::input::Input::Events,
+            input: tally_core::input::Input::default(),
             applied: applied(shards, rows),
             lineage: lineages(shards),
             part: Part::ALL,

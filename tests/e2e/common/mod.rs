@@ -87,6 +87,12 @@ impl Target {
         }
     }
 
+    /// The same target with these global flags on every command (`--config FILE`).
+    pub fn with_args(mut self, extra: &[&str]) -> Target {
+        self.args.extend(extra.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
     /// The same target whose commands no longer set `var` (before its store is made: a setting
     /// `setup` reads).
     pub fn without_env(mut self, var: &str) -> Target {
