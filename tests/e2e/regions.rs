@@ -127,23 +127,43 @@ fn a_naive_per_region_count_under_global_tables_goes_wrong() {
 /// One action sent to a region: event id, post, user, like (else unlike), created_at.
 type Action = (String, String, String, bool, i64);
 
-/// The home design (docs/REGIONS.md), built: two regions on the embedded backend, each with its
-/// stream and store. Likes of the same posts come to both (users of each region, duplicates, and
-/// travellers who like a post in one region and unlike it later in the other); each region's
+on_backends! {
+    routed_to_their_homes_every_post_is_exact {
+        embedded => routed_to_their_homes_every_post_is_exact(Target::embedded(), Target::embedded()),
+        aws => routed_to_their_homes_every_post_is_exact(
+            Target::aws("region-a", 2),
+            Target::aws("region-b", 2)
+        ),
+    }
+}
+
+/// The home design (docs/REGIONS.md), built: two regions, each with its stream and store.
+/// Likes of the same posts come to both (users of each region, duplicates, and travellers who
+/// like a post in one region and unlike it later in the other); each region's
 /// router puts the records of posts homed in the other to its stream — one router killed
 /// (SIGKILL) mid-way and run again — and each region's counter counts its home's posts only.
 /// Every post ends exact in its home region against the truth of both regions' events, the other
-/// region holds no count of it, and each region's `verify` finds its store exact.
-#[test]
-fn routed_to_their_homes_every_post_is_exact() {
-    let (a, b) = (Target::embedded(), Target::embedded());
+/// region holds no count of it, and each region's `verify` finds its store exact. On AWS: two
+/// kinesis-local streams and two table sets on DynamoDB Local.
+fn routed_to_their_homes_every_post_is_exact(a: Target, b: Target) {
+    // Where the other region's stream is: on AWS its stream on the local peer (both "regions"
+    // in the peer's one region), embedded its store.
+    let peer = |other: &Target| -> String {
+        match other.flag("--stream").filter(|_| other.flag("--table-prefix").is_some()) {
+            Some(stream) => format!(
+                "stream = \"{stream}\"\nkinesis_endpoint_url = \"{}\"\naws_region = \"us-east-1\"\n",
+                other.flag("--kinesis-endpoint-url").unwrap()
+            ),
+            None => format!("data_dir = \"{}\"\n", other.dir.path().display()),
+        }
+    };
     let config = |t: &Target, this: &str, other: &Target, that: &str| -> String {
         let f = file_in(t, "tally.toml");
         std::fs::write(
             &f,
             format!(
-                "[regions]\nthis = \"{this}\"\nhomes = [\"a\", \"b\"]\n[regions.peers.{that}]\ndata_dir = \"{}\"\n",
-                other.dir.path().display()
+                "[regions]\nthis = \"{this}\"\nhomes = [\"a\", \"b\"]\n[regions.peers.{that}]\n{}",
+                peer(other)
             ),
         )
         .unwrap();
