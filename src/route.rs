@@ -95,10 +95,6 @@ struct RouterShard {
     max_arrival: i64,
 }
 
-fn store_err(e: tally_core::ports::PortError) -> ConsumerError {
-    ConsumerError::from(e)
-}
-
 impl RouterShard {
     fn fence(&self) -> &Fence {
         self.fence.as_ref().expect("started")
@@ -130,27 +126,26 @@ impl RouterShard {
         first: &StreamRecord,
         end: Position,
     ) -> Result<(), ConsumerError> {
-        let store = &self.shared.store;
         let fence = self.fence().clone();
         let decided = Decided {
             horizon_ms: 0,
             skew_ms: None,
         };
-        store
+        self.shared
+            .store
             .begin_window(&fence, self.checkpoint.as_ref(), &first.seq, &end, decided)
-            .await
-            .map_err(store_err)?;
-        store
-            .finish_window(
-                &fence,
-                &end,
-                self.max_arrival,
-                false,
-                &ShardTally::default(),
-                None,
-            )
-            .await
-            .map_err(store_err)?;
+            .await?;
+        self.finish(end).await
+    }
+
+    /// Moves the checkpoint to the window recorded as pending at `end`.
+    async fn finish(&mut self, end: Position) -> Result<(), ConsumerError> {
+        let fence = self.fence().clone();
+        let spent = ShardTally::default();
+        self.shared
+            .store
+            .finish_window(&fence, &end, self.max_arrival, false, &spent, None)
+            .await?;
         self.checkpoint = Some(end);
         Ok(())
     }
@@ -171,22 +166,9 @@ impl ShardProcessor for RouterShard {
             .shared
             .store
             .shard_state(&fence.app, &fence.shard_id)
-            .await
-            .map_err(store_err)?;
+            .await?;
         if let Some(p) = state.pending {
-            self.shared
-                .store
-                .finish_window(
-                    fence,
-                    &p.end,
-                    self.max_arrival,
-                    false,
-                    &ShardTally::default(),
-                    None,
-                )
-                .await
-                .map_err(store_err)?;
-            self.checkpoint = Some(p.end);
+            self.finish(p.end).await?;
         }
         Ok(match &self.checkpoint {
             Some(p) => StartPosition::AfterSequence(p.seq.clone()),
@@ -245,11 +227,7 @@ impl ShardProcessor for RouterShard {
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         if shard_end {
             let fence = self.fence().clone();
-            self.shared
-                .store
-                .mark_finished(&fence)
-                .await
-                .map_err(store_err)?;
+            self.shared.store.mark_finished(&fence).await?;
         }
         Ok(())
     }
