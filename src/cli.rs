@@ -165,7 +165,7 @@ pub enum Command {
     /// Rebuild every count (totals, "since" buckets, the global total) from the edges of another
     /// store into the configured one, which must be fresh: the way back from a bad day.
     #[command(
-        after_help = "Examples:\n  tally --table-prefix tally-rebuilt rebuild --from-table-prefix tally-restored\n  tally --data-dir ./rebuilt rebuild --from-data-dir ./data\n\nThe source must not be counted meanwhile (no counter lease held, no window pending). The\ndestination ends as if a counter had applied each shard up to the source's checkpoint: point\nthe counters at it and they go on from there; `tally verify` checks it. Stopped at any point,\nrun it again. docs/RUNBOOK.md, \"A way back\"."
+        after_help = "Examples:\n  tally --backend aws --table-prefix tally-rebuilt rebuild --from-table-prefix tally-restored\n  tally --data-dir ./rebuilt rebuild --from-data-dir ./data\n\nThe source must not be counted meanwhile (no counter lease held, no window pending). The\ndestination ends as if a counter had applied each shard up to the source's checkpoint: point\nthe counters at it and they go on from there; `tally verify` checks it. Stopped at any point,\nrun it again. docs/RUNBOOK.md, \"A way back\"."
     )]
     Rebuild(RebuildArgs),
     /// Put each line of an NDJSON file (.gz too) as one record, valid or not.
