@@ -238,6 +238,13 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
 /// Whether a dotted path (lower case, from a `TALLY_A__B` variable) names a setting of
 /// `defaults` (the default settings as JSON).
 fn is_setting(defaults: &serde_json::Value, path: &[String]) -> bool {
+    // A map keyed by the user's names: `regions.peers.<region>.<field>`.
+    if let [r, p, _region, field] = path {
+        if r == "regions" && p == "peers" {
+            let peer = serde_json::to_value(PeerRegion::default()).unwrap_or_default();
+            return peer.get(field.as_str()).is_some();
+        }
+    }
     let mut v = defaults;
     for k in path {
         match v.get(k.as_str()) {
@@ -323,6 +330,9 @@ impl Settings {
                 .prefix_separator("_")
                 .separator("__")
                 .try_parsing(true)
+                // The one list a deployment sets by its environment: `TALLY_REGIONS__HOMES=a,b`.
+                .list_separator(",")
+                .with_list_parse_key("regions.homes")
                 .source(Some(settings_env()?)),
         );
         let cfg = b.build().context("reading configuration")?;

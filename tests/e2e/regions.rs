@@ -305,3 +305,26 @@ fn bad_regions_settings_are_named() {
         "{err}"
     );
 }
+
+/// A deployment sets its regions by its environment (as ECS tasks do): the list comma-separated.
+#[test]
+fn the_regions_can_come_from_the_environment() {
+    let t = Target::embedded();
+    let v = t.json_env(
+        &["config", "--json"],
+        &[
+            ("TALLY_REGIONS__THIS", "eu-west-1"),
+            ("TALLY_REGIONS__HOMES", "us-east-1,eu-west-1"),
+            ("TALLY_REGIONS__PEERS__US-EAST-1__STREAM", "likes-us"),
+        ],
+    );
+    assert_eq!(
+        v["regions"]["homes"],
+        serde_json::json!(["us-east-1", "eu-west-1"]),
+        "{v}"
+    );
+    assert_eq!(
+        v["regions"]["peers"]["us-east-1"]["stream"], "likes-us",
+        "{v}"
+    );
+}
