@@ -163,6 +163,7 @@ pub async fn run_router(
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
     metrics: Arc<crate::route::RouterMetrics>,
+    leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
     let Some(homes) = settings.regions.homes()? else {
         anyhow::bail!(
@@ -184,7 +185,7 @@ pub async fn run_router(
         Arc::new(factory),
         idle,
         shutdown,
-        Default::default(),
+        leases,
     )
     .await
 }

@@ -33,8 +33,8 @@ resource "aws_ecs_task_definition" "service" {
   family                   = "${local.name}-${each.key}"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
-  cpu                      = var.task_size[each.key].cpu
-  memory                   = var.task_size[each.key].memory
+  cpu                      = lookup(var.task_size, each.key, var.task_size["analytics"]).cpu
+  memory                   = lookup(var.task_size, each.key, var.task_size["analytics"]).memory
   task_role_arn            = aws_iam_role.task[each.key].arn
   execution_role_arn       = aws_iam_role.execution.arn
 
@@ -53,7 +53,7 @@ resource "aws_ecs_task_definition" "service" {
       # ECS sends SIGTERM, then SIGKILL after stopTimeout: tally flushes, checkpoints and
       # releases its leases inside it (lease.shutdown_timeout_ms is this less 10 s; main.tf).
       stopTimeout = var.stop_timeout_secs
-      environment = [for k, v in local.tally_env : { name = k, value = v }]
+      environment = [for k, v in merge(local.tally_env, local.regions_env) : { name = k, value = v }]
       # The worker's own /healthz (`--http`), asked from inside the task by the same binary.
       healthCheck = {
         command     = ["CMD", "/usr/local/bin/tally", "probe", "http://127.0.0.1:${local.health_port}/healthz"]

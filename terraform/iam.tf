@@ -106,6 +106,33 @@ resource "aws_iam_role_policy" "task" {
   policy   = data.aws_iam_policy_document.worker.json
 }
 
+# The router (several regions): besides what a worker does, it puts to the other regions'
+# streams (tally_aws::KINESIS_ROUTER_PUT_ACTIONS), encrypted there with those regions' keys.
+data "aws_iam_policy_document" "router" {
+  statement {
+    sid       = "PutToHomeStreams"
+    actions   = ["kinesis:PutRecords"]
+    resources = length(local.peer_stream_arns) > 0 ? local.peer_stream_arns : [aws_kinesis_stream.likes.arn]
+  }
+  statement {
+    sid       = "EncryptForHomeStreams"
+    actions   = ["kms:GenerateDataKey"]
+    resources = ["arn:${data.aws_partition.current.partition}:kms:*:${data.aws_caller_identity.current.account_id}:key/*"]
+    condition {
+      test     = "StringLike"
+      variable = "kms:ViaService"
+      values   = ["kinesis.*.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "router" {
+  count  = local.routes ? 1 : 0
+  name   = "router-puts"
+  role   = aws_iam_role.task["router"].id
+  policy = data.aws_iam_policy_document.router.json
+}
+
 resource "aws_iam_policy" "producer" {
   name   = "${local.name}-producer"
   policy = data.aws_iam_policy_document.producer.json

@@ -51,6 +51,24 @@ locals {
     TALLY_INPUT__TIME_PRECISION      = var.source_time_precision == "MICROSECOND" ? "microsecond" : "millisecond"
   }
 
+  # Several regions (var.regions; docs/REGIONS.md): each post counted in its home; the router
+  # puts the likes of posts homed elsewhere to their home's stream. Set only then: an empty
+  # TALLY_REGIONS__HOMES would read as a list of one empty name.
+  routes = length(var.regions.homes) > 0
+  regions_env = local.routes ? merge(
+    {
+      TALLY_REGIONS__THIS  = var.regions.this
+      TALLY_REGIONS__HOMES = join(",", var.regions.homes)
+    },
+    { for r, p in var.regions.peers : "TALLY_REGIONS__PEERS__${upper(r)}__STREAM" => p.stream },
+    { for r, p in var.regions.peers : "TALLY_REGIONS__PEERS__${upper(r)}__AWS_REGION" => p.aws_region if p.aws_region != "" },
+  ) : {}
+  # Each other region's stream, as an ARN: what the router puts to.
+  peer_stream_arns = [
+    for r, p in var.regions.peers :
+    "arn:${data.aws_partition.current.partition}:kinesis:${p.aws_region != "" ? p.aws_region : r}:${data.aws_caller_identity.current.account_id}:stream/${p.stream}"
+  ]
+
   # Reading a table's change stream (source.tf).
   reads_a_table = var.source_table_name != ""
 
@@ -61,8 +79,15 @@ locals {
     analytics = var.analytics_read_mode
   }
 
-  # The consumer applications as ECS services; each has its own task role (iam.tf).
-  services = {
+  # The consumer applications as ECS services; each has its own task role (iam.tf). The router
+  # only with several regions.
+  services = merge(local.consumers, local.routes ? {
+    router = {
+      command = ["route", "--log-json", "--http", "127.0.0.1:${local.health_port}"]
+      tasks   = var.router_tasks
+    }
+  } : {})
+  consumers = {
     counter = {
       # On every interface of the task: `tally serve` asks it for its open windows (provisional
       # counts; the worker advertises its task IP with its leases). Only the serve tasks may

@@ -107,7 +107,7 @@ variable "analytics_tasks" {
 }
 
 variable "task_size" {
-  description = "Fargate CPU units and memory (MiB) per task of each application."
+  description = "Fargate CPU units and memory (MiB) per task of each application (the router's, with several regions; absent: analytics' size)."
   type = map(object({
     cpu    = number
     memory = number
@@ -115,6 +115,7 @@ variable "task_size" {
   default = {
     counter   = { cpu = 512, memory = 1024 }
     analytics = { cpu = 256, memory = 512 }
+    router    = { cpu = 256, memory = 512 }
   }
   validation {
     condition     = alltrue([for app in ["counter", "analytics"] : contains(keys(var.task_size), app)])
@@ -370,5 +371,36 @@ variable "source_items" {
   validation {
     condition     = (var.source_items.like_attribute == "") == (var.source_items.like_prefix == "")
     error_message = "source_items: like_attribute and like_prefix are set together (both \"\": every item is a like)."
+  }
+}
+
+variable "regions" {
+  description = "Several regions, each post counted in its home (docs/REGIONS.md): this region, every region in the same order everywhere, and each other region's stream (its name, and its AWS region when that is not its key). Set, this stack runs the router (`tally route`), which puts the likes of posts homed elsewhere to their home's stream; empty (the default): one region."
+  type = object({
+    this  = string
+    homes = list(string)
+    peers = map(object({
+      stream     = string
+      aws_region = optional(string, "")
+    }))
+  })
+  default = { this = "", homes = [], peers = {} }
+  validation {
+    condition     = length(var.regions.homes) == 0 || contains(var.regions.homes, var.regions.this)
+    error_message = "regions.this must be one of regions.homes."
+  }
+  validation {
+    condition     = alltrue([for r in var.regions.homes : r == var.regions.this || contains(keys(var.regions.peers), r)])
+    error_message = "regions.peers must name every other region of regions.homes: where its stream is."
+  }
+}
+
+variable "router_tasks" {
+  description = "Router tasks at the start, with several regions (autoscaling takes it from there, as for the consumers)."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.router_tasks >= 1 && var.router_tasks <= var.shard_count
+    error_message = "router_tasks must be between 1 and shard_count."
   }
 }

@@ -53,6 +53,9 @@ pub const KINESIS_PRODUCER_ACTIONS: &[&str] = &[
     "kinesis:ListShards",
     "kinesis:PutRecords",
 ];
+/// Kinesis calls of the router on the other regions' streams (several regions), besides a
+/// consumer's on its own: the puts of the likes of posts homed there.
+pub const KINESIS_ROUTER_PUT_ACTIONS: &[&str] = &["kinesis:PutRecords"];
 /// DynamoDB calls of the counter's workers: leases and checkpoints, summary items, dedup records,
 /// dead letters (written, never listed: listing is the operator's Scan).
 pub const DYNAMODB_COUNTER_ACTIONS: &[&str] = &[

@@ -224,14 +224,25 @@ fn stopped_summary(v: &serde_json::Value) -> String {
 
 /// `tally route`: the router until stopped or idle; what it read and put to other regions.
 pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
-    let m: Arc<crate::route::RouterMetrics> = Default::default();
+    let (m, l): (Arc<crate::route::RouterMetrics>, Arc<LeaseMetrics>) = Default::default();
+    let (_http, _) = WorkerHttp::start(
+        args.http,
+        backend.leases.clone(),
+        apps::ROUTER,
+        {
+            let (m, l) = (m.clone(), l.clone());
+            move || crate::serve::prom::router_metrics(&m, &l)
+        },
+        None,
+    )
+    .await?;
     let timed_out = Arc::new(AtomicBool::new(false));
     let stop = stop_on(args, timed_out.clone());
     let progress = IdleProgress::start(args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
     });
-    let l = crate::apps::run_router(settings, backend, idle_for(args), stop, m.clone()).await?;
+    let l = crate::apps::run_router(settings, backend, idle_for(args), stop, m.clone(), l).await?;
     drop(progress);
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),

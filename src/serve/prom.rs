@@ -348,3 +348,22 @@ pub fn analytics_metrics(m: &AnalyticsMetrics, l: &LeaseMetrics) -> anyhow::Resu
     lease_metrics(&mut reg, apps::ANALYTICS, l);
     render(&reg)
 }
+
+/// The router's metrics (`tally route --http`): records read and put to other regions, and its
+/// leases.
+pub fn router_metrics(m: &crate::route::RouterMetrics, l: &LeaseMetrics) -> anyhow::Result<String> {
+    let mut reg = Registry::with_prefix("tally");
+    let a = [("app", apps::ROUTER)];
+    for (name, help, v) in [
+        ("records", "Records read", &m.records),
+        (
+            "routed",
+            "Records put to another region's stream (once per region they have likes for)",
+            &m.routed,
+        ),
+    ] {
+        counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
+    }
+    lease_metrics(&mut reg, apps::ROUTER, l);
+    render(&reg)
+}

@@ -209,6 +209,18 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
         };
         assert_eq!(kms, set(&[expected]), "{role}");
     }
+    // The router (several regions) puts to the other regions' streams, nothing more, besides
+    // the worker document its role carries as the consumers' do.
+    let router = policy_actions(&bodies, "router");
+    assert_eq!(
+        only(&router, "kinesis"),
+        set(tally_aws::KINESIS_ROUTER_PUT_ACTIONS)
+    );
+    assert_eq!(only(&router, "kms"), set(&["kms:GenerateDataKey"]));
+    assert_eq!(
+        router.len(),
+        tally_aws::KINESIS_ROUTER_PUT_ACTIONS.len() + 1
+    );
     // The read side reads the tables and checks the stream, nothing more (no records, no key).
     let serve = policy_actions(&bodies, "serve");
     assert_eq!(
