@@ -1,4 +1,4 @@
-//! `tally count` and `tally analytics`: the long-running consumers.
+//! `tally count`, `tally analytics` and `tally route`: the long-running consumers.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,6 +118,58 @@ impl Drop for IdleProgress {
     }
 }
 
+/// A worker command's run, watched: how it stops (a signal, or `--timeout`: then `timed_out`)
+/// and its progress line until idle.
+struct Watch {
+    app: &'static str,
+    timed_out: Arc<AtomicBool>,
+    progress: IdleProgress,
+}
+
+impl Watch {
+    /// Watches `app`'s run (`records`: how many it has read): the watch, and the future that
+    /// stops the run.
+    fn start(
+        app: &'static str,
+        args: &ConsumeArgs,
+        records: impl Fn() -> u64 + Send + 'static,
+    ) -> (Watch, impl Future<Output = ()>) {
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let stop = stop_on(args, timed_out.clone());
+        let progress = IdleProgress::start(args, records);
+        let watch = Watch {
+            app,
+            timed_out,
+            progress,
+        };
+        (watch, stop)
+    }
+
+    /// After the run: prints the report (`--json`: the object `v`; else `line`, on stderr),
+    /// then, if `--timeout` stopped it, answers which shards were not caught up as the error.
+    async fn report(
+        self,
+        settings: &Settings,
+        backend: &Backend,
+        args: &ConsumeArgs,
+        v: &serde_json::Value,
+        line: String,
+    ) -> Result<()> {
+        drop(self.progress);
+        if args.json {
+            print_json(v);
+        } else {
+            eprintln!("{line}");
+        }
+        if self.timed_out.load(Ordering::Relaxed) {
+            return Err(timed_out_error(settings, backend, self.app, args)
+                .await
+                .into());
+        }
+        Ok(())
+    }
+}
+
 fn idle_for(args: &ConsumeArgs) -> Arc<IdleExit> {
     let idle = Arc::new(IdleExit::default());
     if args.until_idle {
@@ -165,14 +217,11 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         }),
         None => None,
     };
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let stop = stop_on(args, timed_out.clone());
-    let progress = IdleProgress::start(args, {
+    let (watch, stop) = Watch::start(apps::COUNTER, args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
     });
     let (m, l) = run_counter_with(settings, backend, idle_for(args), stop, m, l, shown).await?;
-    drop(progress);
     let records = m.records.load(Ordering::Relaxed);
     let applied = m.applied_records.load(Ordering::Relaxed);
     let v = json!({
@@ -193,17 +242,8 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "write_units": answers::write_units(&answers::counter_units(&m, &l)),
         "leases": lease_json(&l),
     });
-    if args.json {
-        print_json(&v);
-    } else {
-        eprintln!("{}", stopped_summary(&v));
-    }
-    if timed_out.load(Ordering::Relaxed) {
-        return Err(timed_out_error(settings, backend, apps::COUNTER, args)
-            .await
-            .into());
-    }
-    Ok(())
+    let line = stopped_summary(&v);
+    watch.report(settings, backend, args, &v, line).await
 }
 
 /// The counter's last words, adding up: the records it read are those in the windows it applied
@@ -236,33 +276,21 @@ pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         None,
     )
     .await?;
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let stop = stop_on(args, timed_out.clone());
-    let progress = IdleProgress::start(args, {
+    let (watch, stop) = Watch::start(apps::ROUTER, args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
     });
     let l = crate::apps::run_router(settings, backend, idle_for(args), stop, m.clone(), l).await?;
-    drop(progress);
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
         "routed": m.routed.load(Ordering::Relaxed),
         "leases": lease_json(&l),
     });
-    if args.json {
-        print_json(&v);
-    } else {
-        eprintln!(
-            "router stopped: {} records read, {} put to other regions",
-            v["records"], v["routed"]
-        );
-    }
-    if timed_out.load(Ordering::Relaxed) {
-        return Err(timed_out_error(settings, backend, apps::ROUTER, args)
-            .await
-            .into());
-    }
-    Ok(())
+    let line = format!(
+        "router stopped: {} records read, {} put to other regions",
+        v["records"], v["routed"]
+    );
+    watch.report(settings, backend, args, &v, line).await
 }
 
 pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
@@ -278,32 +306,20 @@ pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArg
         None,
     )
     .await?;
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let stop = stop_on(args, timed_out.clone());
-    let progress = IdleProgress::start(args, {
+    let (watch, stop) = Watch::start(apps::ANALYTICS, args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
     });
     let (m, l) = run_analytics_with(settings, backend, idle_for(args), stop, m, l).await?;
-    drop(progress);
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
         "likes": m.likes.load(Ordering::Relaxed),
         "snapshots": m.snapshots.load(Ordering::Relaxed),
         "leases": lease_json(&l),
     });
-    if args.json {
-        print_json(&v);
-    } else {
-        eprintln!(
-            "analytics stopped: {} records, {} likes, {} snapshots",
-            v["records"], v["likes"], v["snapshots"]
-        );
-    }
-    if timed_out.load(Ordering::Relaxed) {
-        return Err(timed_out_error(settings, backend, apps::ANALYTICS, args)
-            .await
-            .into());
-    }
-    Ok(())
+    let line = format!(
+        "analytics stopped: {} records, {} likes, {} snapshots",
+        v["records"], v["likes"], v["snapshots"]
+    );
+    watch.report(settings, backend, args, &v, line).await
 }
