@@ -209,14 +209,22 @@ pub async fn create(s: &Settings) -> Result<String> {
 
 /// Before a rebuild from the store `from` into `into` (created already): on the embedded backend
 /// the stream lives in the store's file, so `into` takes `from`'s stream when it has no record
-/// yet, and its counter reads on from the checkpoints the rebuild writes (the records it holds
-/// then; `None`: it had records of its own). On AWS both read the same Kinesis stream: nothing.
-pub fn share_stream(from: &Settings, into: &Settings) -> Result<Option<u64>> {
-    match into.backend {
-        BackendKind::Embedded => Ok(tally_embedded::Embedded::open_existing(&into.data_dir)?
-            .take_stream_from(&from.data_dir)?),
-        BackendKind::Aws => Ok(None),
+/// yet (or took it before), and its counter reads on from the checkpoints the rebuild writes;
+/// one with records of its own is refused. On AWS both read the same Kinesis stream: nothing.
+pub fn share_stream(from: &Settings, into: &Settings) -> Result<()> {
+    if into.backend == BackendKind::Aws {
+        return Ok(());
     }
+    let taken = tally_embedded::Embedded::open_existing(&into.data_dir)?
+        .take_stream_from(&from.data_dir)?;
+    if taken.is_none() {
+        // Checkpoints of the source's stream over other records would skip or misread them.
+        bail!(
+            "the destination is not a fresh table set: its store {} holds records of its own. Rebuild into a new data dir",
+            into.data_dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// The streams of the other regions (`[regions.peers]`), by region: where the router puts the

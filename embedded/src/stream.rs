@@ -132,7 +132,8 @@ fn next_seq(tx: &Connection) -> PortResult<i64> {
 
 /// Makes the stream of the attached database `src` this store's (its shards, records and
 /// `stream_meta`) in one transaction, if this store has no record yet; the records it then
-/// holds (`None`: it had records of its own, and nothing changed).
+/// holds (also when it took them before: the same count to the same last record). `None`: it
+/// has records of its own, and nothing changed.
 pub(crate) fn take_from_attached(c: &mut Connection) -> PortResult<Option<u64>> {
     let tx = c
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -147,7 +148,17 @@ pub(crate) fn take_from_attached(c: &mut Connection) -> PortResult<Option<u64>> 
         .map_err(sql_err)
     };
     if count(&tx, "main")? > 0 {
-        return Ok(None);
+        // Taken already (a rebuild run again): the same records, to the same last one.
+        let last = |db: &str| -> PortResult<Option<i64>> {
+            tx.query_row(
+                &format!("SELECT MAX(last_seq) FROM {db}.batches"),
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sql_err)
+        };
+        let same = count(&tx, "main")? == count(&tx, "src")? && last("main")? == last("src")?;
+        return same.then(|| count(&tx, "main")).transpose();
     }
     tx.execute_batch(
         "DELETE FROM main.shards; \

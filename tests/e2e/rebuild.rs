@@ -156,6 +156,14 @@ fn the_counts_are_rebuilt_from_the_edges(t: Target, tables: &dyn Tables) {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("not a fresh table set"), "{err}");
         assert_eq!(other.count("p1"), 1, "nothing written");
+        // Records put and not yet counted are the store's own too: the source's checkpoints
+        // over them would skip or misread them.
+        let uncounted = t.other_store("uncounted");
+        uncounted.run(&["replay", own.to_str().unwrap()]);
+        let out = uncounted.fail(&["rebuild", &from[0], &from[1]], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("holds records of its own"), "{err}");
+        assert_eq!(uncounted.count("p1"), 0, "nothing written");
     }
 
     // The counter goes on from the rebuilt checkpoints, and the likes put since count exactly on
