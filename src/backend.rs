@@ -10,7 +10,8 @@ pub use tally_aws::source::{SourceTable, Streaming};
 
 use anyhow::{bail, Context, Result};
 use tally_core::ports::{
-    AnalyticsStore, BaselineWriters, CounterStore, LeaseStore, PortError, Readers, Stream,
+    AnalyticsStore, BaselineWriters, CounterStore, LeaseReader, LeaseStore, PortError, Readers,
+    Stream,
 };
 
 use crate::settings::{BackendKind, ReadMode, Settings};
@@ -104,7 +105,47 @@ impl Backend {
             letters: self.counter.clone(),
             leases: self.leases.clone(),
             analytics: self.analytics.clone(),
+            homes: BTreeMap::new(),
         }
+    }
+
+    /// The read side's ports across regions (docs/REGIONS.md, "Reads everywhere"): each post
+    /// read from its home — this store, or the home's store as `[regions.peers]` names it —
+    /// with each other home's lease rows for its freshness. One region: [`Backend::readers`].
+    pub async fn readers_across_regions(&self, s: &Settings) -> Result<Readers> {
+        let mut readers = self.readers();
+        let Some(homes) = s.regions.homes()? else {
+            return Ok(readers);
+        };
+        let mut counts: BTreeMap<String, Arc<dyn tally_core::ports::CountReader>> = BTreeMap::new();
+        for (region, peer) in &s.regions.peers {
+            let (c, l): (
+                Arc<dyn tally_core::ports::CountReader>,
+                Arc<dyn LeaseReader>,
+            ) = match s.backend {
+                BackendKind::Embedded if !peer.data_dir.as_os_str().is_empty() => {
+                    let e = tally_embedded::Embedded::open_existing(&peer.data_dir)
+                        .with_context(|| format!("opening region {region}'s store"))?;
+                    (Arc::new(e.clone()), Arc::new(e))
+                }
+                BackendKind::Aws if !peer.table_prefix.is_empty() => {
+                    let mut a = aws_settings(s);
+                    a.table_prefix = peer.table_prefix.clone();
+                    let t = tally_aws::peer_tables(&a).await.with_context(|| {
+                        format!("region {region}'s tables (`regions.peers.{region}.table_prefix`)")
+                    })?;
+                    (Arc::new(t.clone()), Arc::new(t))
+                }
+                _ => continue,
+            };
+            counts.insert(region.clone(), c);
+            readers.homes.insert(region.clone(), l);
+        }
+        readers.counts = Arc::new(
+            crate::homed::HomedCounts::new(homes, readers.counts.clone(), counts)
+                .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?,
+        );
+        Ok(readers)
     }
 
     /// The stream as `app` reads it: polled, or through its enhanced fan-out consumer when

@@ -11,6 +11,7 @@ pub mod backfill;
 pub mod cli;
 pub mod commands;
 pub mod demo;
+pub mod homed;
 pub mod ingest;
 pub mod man;
 pub mod output;
@@ -137,8 +138,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             let (s, b) = store(Access::Read).await?;
             commands::verify::verify(&s, &b, a).await
         }
-        Command::Query(a) => commands::read::query(&store(Access::Read).await?.1, a).await,
-        Command::Total(a) => commands::read::total(&store(Access::Read).await?.1, a).await,
+        Command::Query(a) => {
+            let (s, b) = store(Access::Read).await?;
+            commands::read::query(&b.readers_across_regions(&s).await?, a).await
+        }
+        Command::Total(a) => {
+            let (s, b) = store(Access::Read).await?;
+            commands::read::total(&b.readers_across_regions(&s).await?, a).await
+        }
         Command::Top(a) => {
             let (s, b) = store(Access::Read).await?;
             commands::read::top(&s, &b, a).await
@@ -155,7 +162,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Serve(a) => {
             let (s, b) = store(Access::Read).await?;
-            commands::serve::serve(&s, b.readers(), a).await
+            commands::serve::serve(&s, b.readers_across_regions(&s).await?, a).await
         }
     }
 }

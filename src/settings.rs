@@ -99,7 +99,7 @@ pub struct RegionsSettings {
     pub peers: std::collections::BTreeMap<String, PeerRegion>,
 }
 
-/// Another region's stream, as the router reaches it.
+/// Another region: its stream, as the router reaches it, and its tables, as the read side reads them.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PeerRegion {
@@ -109,8 +109,13 @@ pub struct PeerRegion {
     pub kinesis_endpoint_url: String,
     /// AWS: the region its stream is in ("": the peer's name).
     pub aws_region: String,
-    /// Embedded: the region's store (its data dir), whose stream the router puts to.
+    /// Embedded: the region's store (its data dir): the stream the router puts to, and the
+    /// store the read side reads that region's posts from.
     pub data_dir: PathBuf,
+    /// AWS: the prefix of that region's tables as they are replicated to this one (a global
+    /// table's replica here): the read side reads the posts homed there from them ("": this
+    /// region answers its own posts only).
+    pub table_prefix: String,
 }
 
 impl RegionsSettings {

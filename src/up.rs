@@ -125,7 +125,8 @@ pub async fn run(
             pending_timeout: serve::pending::default_timeout(),
             token: cfg.token.clone(),
         };
-        let (s, readers, rx) = (settings.clone(), backend.readers(), stopped.clone());
+        let readers = backend.readers_across_regions(settings).await?;
+        let (s, rx) = (settings.clone(), stopped.clone());
         async move { serve::run(api_listener, readers, &s, cfg, until(rx)).await }
     };
     let mut parts = tokio::task::JoinSet::new();

@@ -45,6 +45,21 @@ resource "aws_dynamodb_table" "tally" {
     enabled = true
   }
 
+  # Several regions (var.regions): the counts and leases tables are global tables, replicated to
+  # every other region for its reads of the posts homed here. Only this region writes them
+  # (docs/REGIONS.md); replication needs the table's change stream.
+  stream_enabled   = contains(local.replicated_tables, each.key) ? true : null
+  stream_view_type = contains(local.replicated_tables, each.key) ? "NEW_AND_OLD_IMAGES" : null
+
+  dynamic "replica" {
+    for_each = contains(local.replicated_tables, each.key) ? var.regions.peers : {}
+    content {
+      region_name            = replica.value.aws_region != "" ? replica.value.aws_region : replica.key
+      kms_key_arn            = replica.value.kms_key_arn
+      point_in_time_recovery = true
+    }
+  }
+
   server_side_encryption {
     enabled     = true
     kms_key_arn = aws_kms_key.tally.arn

@@ -83,8 +83,9 @@ data "aws_iam_policy_document" "operator" {
   statement {
     sid     = "ReadTables"
     actions = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
-    # The tables, and their indexes (the counts table's `recent`: likers most recent first).
-    resources = flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]])
+    # The tables, and their indexes (the counts table's `recent`: likers most recent first); with
+    # several regions, the other homes' replicas here too.
+    resources = concat(flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]]), local.peer_table_arns)
   }
   statement {
     sid       = "EncryptionKey"

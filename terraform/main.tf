@@ -62,7 +62,22 @@ locals {
     },
     { for r, p in var.regions.peers : "TALLY_REGIONS__PEERS__${upper(r)}__STREAM" => p.stream },
     { for r, p in var.regions.peers : "TALLY_REGIONS__PEERS__${upper(r)}__AWS_REGION" => p.aws_region if p.aws_region != "" },
+    { for r, p in var.regions.peers : "TALLY_REGIONS__PEERS__${upper(r)}__TABLE_PREFIX" => p.table_prefix },
   ) : {}
+  # With several regions, the tables the read side reads in every region are global tables, each
+  # written by its home region alone (dynamodb.tf): the counts, and the lease rows that stamp
+  # how fresh they are.
+  replicated_tables = local.routes ? ["counts", "leases"] : []
+  # The other homes' replicas in this region, as ARNs (and their indexes): what the read side
+  # reads the posts homed elsewhere from.
+  peer_table_arns = flatten([
+    for r, p in var.regions.peers : [
+      for t in ["counts", "leases"] : [
+        "arn:${data.aws_partition.current.partition}:dynamodb:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:table/${p.table_prefix}-${t}",
+        "arn:${data.aws_partition.current.partition}:dynamodb:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:table/${p.table_prefix}-${t}/index/*",
+      ]
+    ]
+  ])
   # Each other region's stream, as an ARN: what the router puts to.
   peer_stream_arns = [
     for r, p in var.regions.peers :

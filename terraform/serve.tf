@@ -127,8 +127,9 @@ data "aws_iam_policy_document" "serve" {
   statement {
     sid     = "ReadTables"
     actions = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
-    # The tables, and their indexes (the counts table's `recent`: likers most recent first).
-    resources = flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]])
+    # The tables, and their indexes (the counts table's `recent`: likers most recent first); with
+    # several regions, the other homes' replicas here too.
+    resources = concat(flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]]), local.peer_table_arns)
   }
 }
 
@@ -160,7 +161,7 @@ resource "aws_ecs_task_definition" "serve" {
       essential              = true
       readonlyRootFilesystem = true
       portMappings           = [{ containerPort = local.serve_port, protocol = "tcp" }]
-      environment            = [for k, v in local.tally_env : { name = k, value = v }]
+      environment            = [for k, v in merge(local.tally_env, local.regions_env) : { name = k, value = v }]
       # The bearer token, handed over by ECS from Secrets Manager (never in the task definition).
       secrets = [for s in aws_secretsmanager_secret.serve_token : { name = local.serve_token_env, valueFrom = s.arn }]
       healthCheck = {

@@ -375,13 +375,15 @@ variable "source_items" {
 }
 
 variable "regions" {
-  description = "Several regions, each post counted in its home (docs/REGIONS.md): this region, every region in the same order everywhere, and each other region's stream (its name, and its AWS region when that is not its key). Set, this stack runs the router (`tally route`), which puts the likes of posts homed elsewhere to their home's stream; empty (the default): one region."
+  description = "Several regions, each post counted in its home (docs/REGIONS.md): this region, every region in the same order everywhere, and each other region: its stream (its name, and its AWS region when that is not its key), its table prefix (its counts and leases tables are global tables with a replica here, which the read side reads that region's posts from) and its KMS key (that stack's kms_key_arn output: it encrypts the replicas of this region's tables there). Set, this stack runs the router (`tally route`), which puts the likes of posts homed elsewhere to their home's stream, and replicates its counts and leases tables to the other regions; empty (the default): one region."
   type = object({
     this  = string
     homes = list(string)
     peers = map(object({
-      stream     = string
-      aws_region = optional(string, "")
+      stream       = string
+      aws_region   = optional(string, "")
+      table_prefix = optional(string, "")
+      kms_key_arn  = optional(string, "")
     }))
   })
   default = { this = "", homes = [], peers = {} }
@@ -392,6 +394,10 @@ variable "regions" {
   validation {
     condition     = alltrue([for r in var.regions.homes : r == var.regions.this || contains(keys(var.regions.peers), r)])
     error_message = "regions.peers must name every other region of regions.homes: where its stream is."
+  }
+  validation {
+    condition     = alltrue([for r, p in var.regions.peers : p.table_prefix != "" && p.kms_key_arn != ""])
+    error_message = "each of regions.peers needs table_prefix (that region's tables, replicated here: the read side reads its posts from them) and kms_key_arn (that region's key, for the replicas of this region's tables there)."
   }
 }
 

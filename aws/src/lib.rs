@@ -149,6 +149,14 @@ pub async fn peer_stream(
     Ok(KinesisStream::new(&sdk, &s))
 }
 
+/// Another region's tables as they are replicated to this one (a global table's replicas),
+/// read by the read side: `s.table_prefix` on this region's DynamoDB, checked to exist.
+pub async fn peer_tables(s: &AwsSettings) -> PortResult<DynamoStore> {
+    let t = DynamoStore::new(&sdk_config().await?, s);
+    t.check().await?;
+    Ok(t)
+}
+
 /// The SDK's own retries: a few quick attempts (a lost answer, one throttle) below tally's retry
 /// loops, which back off for as long as a fault lasts (`tally_consumer::retry`, the producer's).
 pub fn sdk_retries() -> RetryConfig {

@@ -156,6 +156,11 @@ impl Input {
         }
     }
 
+    /// Whether it counts only the posts homed in this region (`[regions]`).
+    pub fn is_homed(&self) -> bool {
+        self.homes.is_some()
+    }
+
     /// Reads one user record by this input's contract; a record of a post homed in another
     /// region is skipped.
     pub fn decode<'a>(&self, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {

@@ -1047,6 +1047,9 @@ pub struct Readers {
     pub leases: std::sync::Arc<dyn LeaseReader>,
     /// Trending and latency.
     pub analytics: std::sync::Arc<dyn AnalyticsReader>,
+    /// Several regions: each other home's lease rows, by region, as replicated here — how fresh
+    /// the counts of its posts are (empty: one region).
+    pub homes: std::collections::BTreeMap<String, std::sync::Arc<dyn LeaseReader>>,
 }
 
 /// The two ways of counting likes that tally is measured against (`tally demo --baselines`), on

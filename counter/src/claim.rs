@@ -41,7 +41,8 @@ pub enum ClaimError {
          does not run on replicated tables — each region's counter would write items keyed by \
          shard ids every stream has, and replication resolves concurrent writes last-writer-wins, \
          so one region's counts overwrite the other's (docs/REGIONS.md). Count each region into \
-         tables of its own"
+         tables of its own; with `[regions]` set, each post is counted in its home only, and a \
+         home's tables may be replicated to the other regions for their reads"
     )]
     Replicated {
         /// The replicas' regions, comma-separated.
@@ -53,13 +54,17 @@ pub enum ClaimError {
 }
 
 /// Claims `store` for `stream` (the first claim wins; a store counted from another stream is
-/// refused), and refuses a store whose tables are replicated to other regions.
+/// refused), and refuses a store whose tables are replicated to other regions — unless `homed`:
+/// with `[regions]` each post is counted in its home alone, and its home's tables are replicated
+/// to the other regions for reads (docs/REGIONS.md); the claim still refuses another region's
+/// counter on them, as it reads another stream.
 pub(crate) async fn one_stream(
     store: &dyn tally_core::ports::StoreMeta,
     stream: &str,
+    homed: bool,
 ) -> Result<(), ClaimError> {
     let regions = store.replica_regions().await?;
-    if !regions.is_empty() {
+    if !regions.is_empty() && !homed {
         return Err(ClaimError::Replicated {
             regions: regions.join(", "),
         });
@@ -117,9 +122,13 @@ mod tests {
     #[tokio::test]
     async fn a_store_of_another_stream_or_of_several_regions_is_refused() {
         let fresh = meta(None, &[]);
-        one_stream(&fresh, "kinesis:us-east-1:likes").await.unwrap();
-        one_stream(&fresh, "kinesis:us-east-1:likes").await.unwrap();
-        let e = one_stream(&fresh, "kinesis:eu-west-1:likes")
+        one_stream(&fresh, "kinesis:us-east-1:likes", false)
+            .await
+            .unwrap();
+        one_stream(&fresh, "kinesis:us-east-1:likes", false)
+            .await
+            .unwrap();
+        let e = one_stream(&fresh, "kinesis:eu-west-1:likes", false)
             .await
             .unwrap_err();
         let text = e.to_string();
@@ -130,7 +139,7 @@ mod tests {
             "{text}"
         );
         let global = meta(None, &["eu-west-1", "ap-south-1"]);
-        let e = one_stream(&global, "kinesis:us-east-1:likes")
+        let e = one_stream(&global, "kinesis:us-east-1:likes", false)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("eu-west-1, ap-south-1"), "{e}");
@@ -139,5 +148,14 @@ mod tests {
             None,
             "refused before claiming"
         );
+        // With each post counted in its home, the home's tables are replicated for reads; the
+        // claim still holds the store to one stream.
+        one_stream(&global, "kinesis:us-east-1:likes", true)
+            .await
+            .unwrap();
+        let e = one_stream(&global, "kinesis:eu-west-1:likes", true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClaimError::OtherStream { .. }), "{e}");
     }
 }

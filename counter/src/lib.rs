@@ -281,7 +281,7 @@ impl Counter {
     ) -> Result<Counter, ClaimError> {
         let counting = counting::chosen(&cfg);
         counting::claim(store.as_ref(), counting.as_ref()).await?;
-        claim::one_stream(store.as_ref(), &ctx.stream).await?;
+        claim::one_stream(store.as_ref(), &ctx.stream, ctx.input.is_homed()).await?;
         Ok(Counter {
             store,
             cfg,

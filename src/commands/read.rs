@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::json;
+use std::sync::Arc;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
-use tally_core::ports::{Consistency, Stream};
+use tally_core::ports::{Consistency, Readers, Stream};
 
 use crate::answers;
 use crate::backend::Backend;
@@ -25,7 +26,7 @@ use crate::settings::Settings;
 /// A post's count as the API answers it (`GET /api/posts/{id}`, `/api/counts`): the stored count
 /// plus what the counter's workers have read and not yet written (asked first, as the read side
 /// does; `--stored`: the stored count only), whether the viewer likes each post, and how fresh.
-pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
+pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     crate::serve::check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
     if let Some(u) = &args.viewer {
@@ -38,7 +39,7 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
         Consistency::Strong
     };
     // The workers first, the store second (`serve::pending`).
-    let listing = Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?;
+    let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
     let asked = match args.stored {
         true => None,
         false => Some(
@@ -49,14 +50,14 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     };
     let none = Windows::default();
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
-    let counts = backend
-        .counter
+    let counts = read
+        .counts
         .post_counts(&args.post_ids, requested, consistency)
         .await?;
     let viewer = match &args.viewer {
         Some(u) => {
             let (stored, units) = crate::serve::viewer::liked(
-                backend.counter.as_ref(),
+                read.counts.as_ref(),
                 &Default::default(),
                 u,
                 &args.post_ids,
@@ -78,7 +79,7 @@ pub async fn query(backend: &Backend, args: &QueryArgs) -> Result<()> {
     };
     // Counts are kept per minute: "since T" counts from the start of T's minute.
     let bound = requested.map(minute_start);
-    let fresh = applied_through(&listing);
+    let fresh = counts_fresh(read, &listing).await?;
     if args.json {
         let mut v = if let [c] = counts.as_slice() {
             // One post: its count at the top level, as ever.
@@ -181,10 +182,27 @@ fn freshness_line(what: &str, f: &serde_json::Value) -> String {
     }
 }
 
-pub async fn total(backend: &Backend, args: &JsonArgs) -> Result<()> {
-    let t = backend.counter.global_total().await?;
+/// How fresh the counts are: this region's counter (`listing`), and across regions each other
+/// home's (`homes`), as the read side stamps them.
+async fn counts_fresh(read: &Readers, listing: &Listing) -> Result<serde_json::Value> {
+    let mut fresh = applied_through(listing);
+    if !read.homes.is_empty() {
+        let mut homes = Vec::new();
+        for (home, leases) in &read.homes {
+            let l = Listing::fetch(leases.as_ref(), apps::COUNTER).await?;
+            homes.push((home.as_str(), Arc::new(l)));
+        }
+        fresh["homes"] = crate::serve::freshness::homes_through(&homes);
+    }
+    Ok(fresh)
+}
+
+/// `tally total`: every post's count added up (across regions, every home's).
+pub async fn total(read: &Readers, args: &JsonArgs) -> Result<()> {
+    let t = read.counts.global_total().await?;
     if args.json {
-        let fresh = applied_through(&Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?);
+        let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
+        let fresh = counts_fresh(read, &listing).await?;
         print_json(&json!({"total": t, "applied_through": fresh}));
     } else {
         println!("{t} likes in total");

@@ -7,7 +7,7 @@
 //! back empty at the tip); the **time since the last record** is how long ago the latest applied
 //! record arrived, which on an idle stream grows while nothing is behind.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -37,29 +37,52 @@ impl Listing {
     }
 }
 
-/// The listings the read side answers from, one per app, each refreshed every `every` by one
-/// background task: requests never list the leases themselves.
+/// The listings the read side answers from, one per app (and, across regions, one of each other
+/// home's counter), each refreshed every `every` by one background task: requests never list the
+/// leases themselves.
 pub struct Listings {
-    by_app: HashMap<&'static str, RwLock<Arc<Listing>>>,
+    slots: Vec<Slot>,
+}
+
+/// One listing kept fresh: whose rows (this region's when `home` is `None`), and the latest.
+struct Slot {
+    home: Option<String>,
+    app: &'static str,
     leases: Arc<dyn LeaseReader>,
+    latest: RwLock<Arc<Listing>>,
 }
 
 /// How often `tally serve` lists the lease rows.
 pub const REFRESH: Duration = Duration::from_secs(1);
 
 impl Listings {
-    /// Lists both apps once (an unreachable store fails here, before serving), then refreshes in
-    /// the background until the returned handle is dropped.
+    /// Lists both apps, and each other home's counter (`homes`: its lease rows as replicated
+    /// here), once (an unreachable store fails here, before serving), then refreshes in the
+    /// background until the returned handle is dropped.
     pub async fn start(
         leases: Arc<dyn LeaseReader>,
+        homes: &BTreeMap<String, Arc<dyn LeaseReader>>,
         every: Duration,
     ) -> PortResult<(Arc<Listings>, tokio::task::JoinHandle<()>)> {
-        let mut by_app = HashMap::new();
-        for app in [apps::COUNTER, apps::ANALYTICS] {
-            let l = Listing::fetch(leases.as_ref(), app).await?;
-            by_app.insert(app, RwLock::new(Arc::new(l)));
+        let mut wanted: Vec<(Option<String>, &'static str, Arc<dyn LeaseReader>)> =
+            [apps::COUNTER, apps::ANALYTICS]
+                .into_iter()
+                .map(|app| (None, app, leases.clone()))
+                .collect();
+        for (home, l) in homes {
+            wanted.push((Some(home.clone()), apps::COUNTER, l.clone()));
         }
-        let this = Arc::new(Listings { by_app, leases });
+        let mut slots = Vec::new();
+        for (home, app, leases) in wanted {
+            let l = Listing::fetch(leases.as_ref(), app).await?;
+            slots.push(Slot {
+                home,
+                app,
+                leases,
+                latest: RwLock::new(Arc::new(l)),
+            });
+        }
+        let this = Arc::new(Listings { slots });
         let bg = this.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -72,25 +95,26 @@ impl Listings {
 
     /// Lists every app again; a failed listing keeps the last one (its `at_ms` says how old).
     pub async fn refresh(&self) {
-        for (app, slot) in &self.by_app {
-            match Listing::fetch(self.leases.as_ref(), app).await {
+        for slot in &self.slots {
+            match Listing::fetch(slot.leases.as_ref(), slot.app).await {
                 Ok(l) => {
-                    if let Ok(mut s) = slot.write() {
+                    if let Ok(mut s) = slot.latest.write() {
                         *s = Arc::new(l);
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(app, error = %e, "listing the lease rows failed; answers keep the last listing")
+                    tracing::warn!(app = slot.app, home = ?slot.home, error = %e, "listing the lease rows failed; answers keep the last listing")
                 }
             }
         }
     }
 
-    /// The latest listing of `app`.
+    /// The latest listing of `app` in this region.
     pub fn get(&self, app: &str) -> Arc<Listing> {
-        self.by_app
-            .get(app)
-            .and_then(|s| s.read().ok().map(|l| l.clone()))
+        self.slots
+            .iter()
+            .find(|s| s.home.is_none() && s.app == app)
+            .and_then(|s| s.latest.read().ok().map(|l| l.clone()))
             .unwrap_or_else(|| {
                 Arc::new(Listing {
                     app: app.to_owned(),
@@ -99,6 +123,29 @@ impl Listings {
                 })
             })
     }
+
+    /// The latest listing of each other home's counter, by region (empty: one region).
+    pub fn homes(&self) -> Vec<(&str, Arc<Listing>)> {
+        self.slots
+            .iter()
+            .filter_map(|s| {
+                let l = s.latest.read().ok()?.clone();
+                Some((s.home.as_deref()?, l))
+            })
+            .collect()
+    }
+}
+
+/// How fresh the counts of the posts homed elsewhere are, by home: [`applied_through`] of that
+/// home's counter, from its lease rows as replicated here — so the replication lag is in it (a
+/// replica's rows are as old as what it has of the counts).
+pub fn homes_through(homes: &[(&str, Arc<Listing>)]) -> Value {
+    Value::Object(
+        homes
+            .iter()
+            .map(|(h, l)| ((*h).to_owned(), applied_through(l)))
+            .collect(),
+    )
 }
 
 /// A shard's arrival clock: the latest arrival time of a record it has applied, if any.

@@ -62,7 +62,8 @@ impl Ctx {
         read: Readers,
         settings: &Settings,
     ) -> Result<(Ctx, tokio::task::JoinHandle<()>)> {
-        let (listings, task) = Listings::start(read.leases.clone(), freshness::REFRESH).await?;
+        let (listings, task) =
+            Listings::start(read.leases.clone(), &read.homes, freshness::REFRESH).await?;
         let ctx = Ctx {
             read,
             settings: Arc::new(settings.clone()),
@@ -87,9 +88,15 @@ impl Ctx {
         Some(p.ask(states, ids, viewer).await)
     }
 
-    /// How fresh `app`'s answers are, from the latest listing.
+    /// How fresh `app`'s answers are, from the latest listing; across regions the counter's adds
+    /// `homes`: how fresh the counts of each other home's posts are ([`freshness::homes_through`]).
     pub fn fresh(&self, app: &str) -> Value {
-        applied_through(&self.listings.get(app))
+        let mut v = applied_through(&self.listings.get(app));
+        let homes = self.listings.homes();
+        if app == apps::COUNTER && !homes.is_empty() {
+            v["homes"] = freshness::homes_through(&homes);
+        }
+        v
     }
 }
 

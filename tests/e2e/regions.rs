@@ -143,37 +143,67 @@ on_backends! {
 /// router puts the records of posts homed in the other to its stream — one router killed
 /// (SIGKILL) mid-way and run again — and each region's counter counts its home's posts only.
 /// Every post ends exact in its home region against the truth of both regions' events, the other
-/// region holds no count of it, and each region's `verify` finds its store exact. On AWS: two
-/// kinesis-local streams and two table sets on DynamoDB Local.
+/// region holds no count of it, each region's `verify` finds its store exact, and each region's
+/// read side answers every post exact, reading the posts homed elsewhere from that home's store.
+///
+/// On AWS: two kinesis-local streams and two table sets on DynamoDB Local, each replicated to a
+/// table set of the other region by a replicator that behaves as global tables do (asynchronous,
+/// item by item, reordered, last writer wins by its clock; `common::replicator`) while the
+/// routers and counters run; region b is lost for a while first (its stream unreachable: a's
+/// router holds its checkpoints and loses nothing) and returns. Every post is exact in both
+/// regions once replication settles, and each answer stamps how fresh the other home's counts are.
 fn routed_to_their_homes_every_post_is_exact(a: Target, b: Target) {
+    let aws = a.flag("--table-prefix").is_some();
+    // On AWS each region reads the other's posts from its replica here of the other's tables
+    // (another table set, as a global table's replica is in another region); embedded, from the
+    // other's store.
+    let (a_in_b, b_in_a) = match aws {
+        true => (Some(a.other_store("in-b")), Some(b.other_store("in-a"))),
+        false => (None, None),
+    };
     // Where the other region's stream is: on AWS its stream on the local peer (both "regions"
-    // in the peer's one region), embedded its store.
-    let peer = |other: &Target| -> String {
-        match other.flag("--stream").filter(|_| other.flag("--table-prefix").is_some()) {
-            Some(stream) => format!(
-                "stream = \"{stream}\"\nkinesis_endpoint_url = \"{}\"\naws_region = \"us-east-1\"\n",
-                other.flag("--kinesis-endpoint-url").unwrap()
+    // in the peer's one region, at `kinesis`), embedded its store.
+    let peer = |other: &Target, replica: Option<&Target>, kinesis: Option<&str>| -> String {
+        match replica {
+            Some(r) => format!(
+                "stream = \"{}\"\nkinesis_endpoint_url = \"{}\"\naws_region = \"us-east-1\"\ntable_prefix = \"{}\"\n",
+                other.flag("--stream").unwrap(),
+                kinesis.map_or_else(|| other.flag("--kinesis-endpoint-url").unwrap(), str::to_owned),
+                r.flag("--table-prefix").unwrap(),
             ),
             None => format!("data_dir = \"{}\"\n", other.dir.path().display()),
         }
     };
-    let config = |t: &Target, this: &str, other: &Target, that: &str| -> String {
-        let f = file_in(t, "tally.toml");
+    let config = |t: &Target, this: &str, that: &str, peer: String, name: &str| {
+        let f = file_in(t, name);
         std::fs::write(
             &f,
-            format!(
-                "[regions]\nthis = \"{this}\"\nhomes = [\"a\", \"b\"]\n[regions.peers.{that}]\n{}",
-                peer(other)
-            ),
+            format!("[regions]\nthis = \"{this}\"\nhomes = [\"a\", \"b\"]\n[regions.peers.{that}]\n{peer}"),
         )
         .unwrap();
         f.display().to_string()
     };
-    let (fa, fb) = (config(&a, "a", &b, "b"), config(&b, "b", &a, "a"));
+    let fa = config(&a, "a", "b", peer(&b, b_in_a.as_ref(), None), "tally.toml");
+    let fb = config(&b, "b", "a", peer(&a, a_in_b.as_ref(), None), "tally.toml");
+    // Region b lost, as region a's router finds it: b's stream at an address nobody answers.
+    let nobody = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let fa_lost = config(
+        &a,
+        "a",
+        "b",
+        peer(&b, b_in_a.as_ref(), Some(&nobody)),
+        "lost.toml",
+    );
     let a = a.with_args(&["--config", &fa]);
     let b = b.with_args(&["--config", &fb]);
     for t in [&a, &b] {
         t.run(&["setup", "--shards", "2"]);
+    }
+    for r in a_in_b.iter().chain(&b_in_a) {
+        r.run(&["setup", "--shards", "2"]);
     }
     let t0 = crate::common::now_ms() - 600_000;
     // (event id, post, user, like?, created_at) per region; the truth is each user's latest
@@ -241,7 +271,37 @@ fn routed_to_their_homes_every_post_is_exact(a: Target, b: Target) {
         std::fs::write(&f, lines.join("\n") + "\n").unwrap();
         t.run(&["replay", f.to_str().unwrap()]);
     }
-    // A's router killed mid-way, then both routers to the end of their streams.
+    // Global tables, as each region's tables are replicated to the other while everything runs.
+    #[cfg(feature = "aws-local")]
+    let replicator = a_in_b
+        .as_ref()
+        .zip(b_in_a.as_ref())
+        .map(|(a_in_b, b_in_a)| {
+            let mut pairs = Vec::new();
+            for table in ["counts", "leases", "dead-letters"] {
+                pairs.push((a.table(table), a_in_b.table(table)));
+                pairs.push((b.table(table), b_in_a.table(table)));
+            }
+            crate::common::replicator::Replicator::start(
+                pairs,
+                std::time::Duration::from_millis(400),
+                45,
+            )
+        });
+    if aws {
+        // Region b is lost: a's router cannot put to its stream, holds its checkpoints (what it
+        // could not put stays in a's stream) and stops at its timeout.
+        let lost = a
+            .plain(&["--config", &fa])
+            .with_args(&["--config", &fa_lost]);
+        let out = crate::common::output(lost.cmd(&["route", "--until-idle", "--timeout", "4s"]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("could not reach region b's stream"),
+            "a router with its home unreachable does not finish: {err}"
+        );
+    }
+    // Region b returns. A's router killed mid-way, then both routers to the end of their streams.
     let mut r = a.spawn("route", &["route"], &[]);
     std::thread::sleep(std::time::Duration::from_millis(150));
     r.signal("KILL");
@@ -266,8 +326,10 @@ fn routed_to_their_homes_every_post_is_exact(a: Target, b: Target) {
         truth.keys().any(|p| homes.home(p) == "a") && truth.keys().any(|p| homes.home(p) == "b"),
         "both regions home posts"
     );
-    assert_eq!(a.mismatches(&homed("a")), vec![], "region a's posts");
-    assert_eq!(b.mismatches(&homed("b")), vec![], "region b's posts");
+    // Each store as it is: its home's posts exact, none of the other's.
+    let (plain_a, plain_b) = (a.plain(&["--config", &fa]), b.plain(&["--config", &fb]));
+    assert_eq!(plain_a.mismatches(&homed("a")), vec![], "region a's posts");
+    assert_eq!(plain_b.mismatches(&homed("b")), vec![], "region b's posts");
     for t in [&a, &b] {
         let out = crate::common::output(t.cmd(&["verify"]));
         assert!(
@@ -275,6 +337,31 @@ fn routed_to_their_homes_every_post_is_exact(a: Target, b: Target) {
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    #[cfg(feature = "aws-local")]
+    if let Some(rep) = replicator {
+        let done = rep.settle();
+        assert!(done.applied > 0, "{done:?}");
+        eprintln!("replicated: {done:?}");
+    }
+    // Every region's read side answers every post, each from its home.
+    let total: i64 = truth.values().sum();
+    for (t, other) in [(&a, "b"), (&b, "a")] {
+        assert_eq!(
+            t.mismatches(&truth),
+            vec![],
+            "every post, read in the other region too"
+        );
+        let v = t.json(&["query", "p1", "p2", "p3", "--viewer", "t1", "--json"]);
+        assert!(
+            v["applied_through"]["homes"][other]["arrival_ms"].is_i64(),
+            "the other home's freshness: {v}"
+        );
+        assert_eq!(
+            t.json(&["total", "--json"])["total"],
+            total,
+            "every home's total"
         );
     }
 }

@@ -454,6 +454,137 @@ fn task_environment_is_valid_tally_configuration() {
     assert_eq!(v["analytics"]["read_mode"], "polling", "{v}");
 }
 
+/// With several regions every task gets `local.regions_env`: evaluated as Terraform would for two
+/// regions, tally reads each key as the setting meant (the other home's stream, region and
+/// tables: what the router puts to and what the read side reads that home's posts from).
+#[test]
+fn the_regions_environment_is_valid_tally_configuration() {
+    use hcl::eval::{Evaluate, FuncArgs, FuncDef, ParamType};
+    let bodies = terraform();
+    let peer = hcl::Value::Object(hcl::Map::from_iter([
+        ("stream".to_owned(), "tally-prod-eu-likes".into()),
+        ("aws_region".to_owned(), "eu-west-1".into()),
+        ("table_prefix".to_owned(), "tally-prod-eu".into()),
+        (
+            "kms_key_arn".to_owned(),
+            "arn:aws:kms:eu-west-1:1:key/k".into(),
+        ),
+    ]));
+    let regions = hcl::Value::Object(hcl::Map::from_iter([
+        ("this".to_owned(), "us".into()),
+        (
+            "homes".to_owned(),
+            hcl::Value::Array(vec!["us".into(), "eu".into()]),
+        ),
+        (
+            "peers".to_owned(),
+            hcl::Value::Object(hcl::Map::from_iter([("eu".to_owned(), peer)])),
+        ),
+    ]));
+    let mut given = required_vars();
+    given.push(("regions", regions));
+    let mut ctx = eval_context(&bodies, &given);
+    let string = |v: &hcl::Value| match v {
+        hcl::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    ctx.declare_func(
+        "upper",
+        FuncDef::new(
+            |a: FuncArgs| {
+                let s = a[0].as_str().unwrap_or_default().to_uppercase();
+                Ok(hcl::Value::String(s))
+            },
+            [ParamType::Any],
+        ),
+    );
+    ctx.declare_func(
+        "join",
+        FuncDef::new(
+            |a: FuncArgs| {
+                let items = a[1].as_array().cloned().unwrap_or_default();
+                let parts: Vec<String> = items
+                    .iter()
+                    .map(|v| v.as_str().unwrap_or_default().to_owned())
+                    .collect();
+                Ok(hcl::Value::String(
+                    parts.join(a[0].as_str().unwrap_or_default()),
+                ))
+            },
+            [ParamType::Any, ParamType::Any],
+        ),
+    );
+    ctx.declare_func(
+        "merge",
+        FuncDef::builder()
+            .variadic_param(ParamType::Any)
+            .build(|a: FuncArgs| {
+                let mut out = hcl::Map::new();
+                for v in a.iter() {
+                    if let Some(o) = v.as_object() {
+                        out.extend(o.clone());
+                    }
+                }
+                Ok(hcl::Value::Object(out))
+            }),
+    );
+    ctx.declare_func(
+        "length",
+        FuncDef::new(
+            |a: FuncArgs| {
+                let n = match &a[0] {
+                    hcl::Value::Array(v) => v.len(),
+                    hcl::Value::Object(o) => o.len(),
+                    _ => 0,
+                };
+                Ok(hcl::Value::from(n as u64))
+            },
+            [ParamType::Any],
+        ),
+    );
+    let mut locals = ctx_locals(&bodies, &ctx);
+    let routes = local(&bodies, "routes").evaluate(&ctx).unwrap();
+    locals.insert("routes".to_owned(), routes);
+    ctx.declare_var("local", hcl::Value::Object(locals));
+    let env = match local(&bodies, "regions_env").evaluate(&ctx).unwrap() {
+        hcl::Value::Object(o) => o,
+        other => panic!("regions_env = {other:?}"),
+    };
+    let vars: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), string(v))).collect();
+    assert!(
+        vars.iter()
+            .any(|(k, _)| k == "TALLY_REGIONS__PEERS__EU__TABLE_PREFIX"),
+        "{vars:?}"
+    );
+    let t = crate::common::Target::embedded();
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let v = t.json_env(&["config", "--json"], &pairs);
+    let r = &v["regions"];
+    assert_eq!(r["this"], "us", "{v}");
+    assert_eq!(r["homes"], serde_json::json!(["us", "eu"]), "{v}");
+    // Environment keys are lowercased: the peer is `eu` whatever case Terraform wrote.
+    let eu = &r["peers"]["eu"];
+    assert_eq!(eu["stream"], "tally-prod-eu-likes", "{v}");
+    assert_eq!(eu["aws_region"], "eu-west-1", "{v}");
+    assert_eq!(eu["table_prefix"], "tally-prod-eu", "{v}");
+    // The read side's tables are replicated here: the serve and operator roles may read them.
+    let tf = text("serve.tf") + &text("iam.tf");
+    assert_eq!(
+        tf.matches("local.peer_table_arns").count(),
+        2,
+        "serve and operator read them"
+    );
+}
+
+/// The locals `eval_context` declared, to add to.
+fn ctx_locals(bodies: &[Body], ctx: &hcl::eval::Context<'_>) -> hcl::Map<String, hcl::Value> {
+    use hcl::eval::Evaluate;
+    ["name", "stream_name", "table_prefix", "health_port"]
+        .iter()
+        .map(|n| ((*n).to_owned(), local(bodies, n).evaluate(ctx).unwrap()))
+        .collect()
+}
+
 /// The fan-out consumers Terraform registers carry the names tally looks for, so the workers use
 /// them instead of registering others; the workers may subscribe only through tally's consumers.
 #[test]

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 pub mod fault_proxy;
+#[cfg(feature = "aws-local")]
+pub mod replicator;
 
 /// Where a test's data lives: a temp dir (embedded) or fresh stream/table names (AWS).
 pub struct Target {
@@ -91,6 +93,22 @@ impl Target {
     pub fn with_args(mut self, extra: &[&str]) -> Target {
         self.args.extend(extra.iter().map(|a| (*a).to_owned()));
         self
+    }
+
+    /// The same stream and store, without the extra flags `with_args` gave (a `--config FILE`):
+    /// what the store holds read as it is. The original target tears them down.
+    pub fn plain(&self, extra: &[&str]) -> Target {
+        let mut args = self.args.clone();
+        if let Some(i) = args.iter().position(|a| a == extra[0]) {
+            args.drain(i..i + extra.len());
+        }
+        Target {
+            args,
+            dir: tempfile::tempdir().expect("temp dir"),
+            teardown: false,
+            env: self.env.clone(),
+            kinesis_proxy: None,
+        }
     }
 
     /// The same target whose commands no longer set `var` (before its store is made: a setting
