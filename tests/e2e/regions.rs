@@ -141,7 +141,8 @@ on_backends! {
 /// Likes of the same posts come to both (users of each region, duplicates, and travellers who
 /// like a post in one region and unlike it later in the other); each region's
 /// router puts the records of posts homed in the other to its stream — one router killed
-/// (SIGKILL) mid-way and run again — and each region's counter counts its home's posts only.
+/// (SIGKILL) mid-way and run again — and each region's counter counts its home's posts only,
+/// each killed (SIGKILL) mid-way and run again.
 /// Every post ends exact in its home region against the truth of both regions' events, the other
 /// region holds no count of it, each region's `verify` finds its store exact, and each region's
 /// read side answers every post exact, reading the posts homed elsewhere from that home's store.
@@ -309,6 +310,13 @@ fn routed_to_their_homes_every_post_is_exact(a: Target, b: Target) {
     for t in [&a, &b] {
         let v = t.json(&["route", "--until-idle", "--json"]);
         assert!(v["routed"].as_u64().unwrap() > 0, "{v}");
+    }
+    // Each region's counter killed (SIGKILL) mid-way, then run to the end of its stream.
+    for t in [&a, &b] {
+        let mut c = t.spawn("count", &["count"], &[]);
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        c.signal("KILL");
+        c.wait(std::time::Duration::from_secs(30));
     }
     for t in [&a, &b] {
         t.run(&["count", "--until-idle"]);
