@@ -678,7 +678,7 @@ pub struct LeasesArgs {
     #[arg(long)]
     pub all: bool,
     /// Which application's leases.
-    #[arg(long, default_value = "counter", value_parser = [tally_core::apps::COUNTER, tally_core::apps::ANALYTICS])]
+    #[arg(long, default_value = "counter", value_parser = [tally_core::apps::COUNTER, tally_core::apps::ANALYTICS, tally_core::apps::ROUTER])]
     pub app: String,
     /// Print JSON (with a window applied in part, `pending`).
     #[arg(long)]
