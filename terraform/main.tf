@@ -67,12 +67,14 @@ locals {
   # With several regions, the tables the read side reads in every region are global tables, each
   # written by its home region alone (dynamodb.tf): the counts, and the lease rows that stamp
   # how fresh they are.
-  replicated_tables = local.routes ? ["counts", "leases"] : []
+  # (tally_aws::REPLICATED_TABLES: what the read side checks and reads of another home.)
+  replicated        = ["counts", "leases"]
+  replicated_tables = local.routes ? local.replicated : []
   # The other homes' replicas in this region, as ARNs (and their indexes): what the read side
   # reads the posts homed elsewhere from.
   peer_table_arns = flatten([
     for r, p in var.regions.peers : [
-      for t in ["counts", "leases"] : [
+      for t in local.replicated : [
         "arn:${data.aws_partition.current.partition}:dynamodb:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:table/${p.table_prefix}-${t}",
         "arn:${data.aws_partition.current.partition}:dynamodb:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:table/${p.table_prefix}-${t}/index/*",
       ]

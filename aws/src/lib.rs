@@ -149,11 +149,16 @@ pub async fn peer_stream(
     Ok(KinesisStream::new(&sdk, &s))
 }
 
+/// The tables a home region replicates to the others for their reads: its counts, and the
+/// lease rows that say how fresh they are (Terraform's `replicated_tables`).
+pub const REPLICATED_TABLES: &[&str] = &["counts", "leases"];
+
 /// Another region's tables as they are replicated to this one (a global table's replicas),
-/// read by the read side: `s.table_prefix` on this region's DynamoDB, checked to exist.
+/// read by the read side: `s.table_prefix` on this region's DynamoDB, checked to exist (those of
+/// [`REPLICATED_TABLES`]: the read side reads nothing else of another home).
 pub async fn peer_tables(s: &AwsSettings) -> PortResult<DynamoStore> {
     let t = DynamoStore::new(&sdk_config().await?, s);
-    t.check().await?;
+    t.check_tables(REPLICATED_TABLES).await?;
     Ok(t)
 }
 

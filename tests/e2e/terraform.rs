@@ -567,6 +567,18 @@ fn the_regions_environment_is_valid_tally_configuration() {
     assert_eq!(eu["stream"], "tally-prod-eu-likes", "{v}");
     assert_eq!(eu["aws_region"], "eu-west-1", "{v}");
     assert_eq!(eu["table_prefix"], "tally-prod-eu", "{v}");
+    // The tables replicated are those the read side checks and reads of another home.
+    let replicated: Vec<String> = match local(&bodies, "replicated").evaluate(&ctx).unwrap() {
+        hcl::Value::Array(v) => v.iter().map(|t| t.as_str().unwrap().to_owned()).collect(),
+        other => panic!("replicated = {other:?}"),
+    };
+    assert_eq!(
+        replicated,
+        tally_aws::REPLICATED_TABLES
+            .iter()
+            .map(|t| (*t).to_owned())
+            .collect::<Vec<_>>()
+    );
     // The read side's tables are replicated here: the serve and operator roles may read them.
     let tf = text("serve.tf") + &text("iam.tf");
     assert_eq!(

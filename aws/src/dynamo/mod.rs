@@ -287,7 +287,13 @@ impl DynamoStore {
 
     /// Checks that every table exists and the endpoint answers.
     pub async fn check(&self) -> PortResult<()> {
-        for (suffix, ..) in TABLES {
+        let all: Vec<&str> = TABLES.iter().map(|(suffix, ..)| *suffix).collect();
+        self.check_tables(&all).await
+    }
+
+    /// Checks that these tables (by suffix) exist and the endpoint answers.
+    pub async fn check_tables(&self, suffixes: &[&str]) -> PortResult<()> {
+        for suffix in suffixes {
             self.client
                 .describe_table()
                 .table_name(self.table(suffix))
