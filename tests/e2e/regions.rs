@@ -140,9 +140,9 @@ on_backends! {
 /// The home design (docs/REGIONS.md), built: two regions, each with its stream and store.
 /// Likes of the same posts come to both (users of each region, duplicates, and travellers who
 /// like a post in one region and unlike it later in the other); each region's
-/// router puts the records of posts homed in the other to its stream — one router killed
-/// (SIGKILL) mid-way and run again — and each region's counter counts its home's posts only,
-/// each killed (SIGKILL) mid-way and run again.
+/// router puts the records of posts homed in the other to its stream — each killed (SIGKILL)
+/// mid-way and run again — and each region's counter counts its home's posts only, each killed
+/// mid-way and run again.
 /// Every post ends exact in its home region against the truth of both regions' events, the other
 /// region holds no count of it, each region's `verify` finds its store exact, and each region's
 /// read side answers every post exact, reading the posts homed elsewhere from that home's store.
@@ -305,11 +305,14 @@ fn routed_to_their_homes_every_post_is_exact(a: Target, b: Target) {
             "a router with its home unreachable does not finish: {err}"
         );
     }
-    // Region b returns. A's router killed mid-way, then both routers to the end of their streams.
-    let mut r = a.spawn("route", &["route"], &[]);
-    std::thread::sleep(std::time::Duration::from_millis(150));
-    r.signal("KILL");
-    r.wait(std::time::Duration::from_secs(30));
+    // Region b returns. Each region's router killed (SIGKILL) mid-way, then both to the end of
+    // their streams.
+    for t in [&a, &b] {
+        let mut r = t.spawn("route", &["route"], &[]);
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        r.signal("KILL");
+        r.wait(std::time::Duration::from_secs(30));
+    }
     for t in [&a, &b] {
         let v = t.json(&["route", "--until-idle", "--json"]);
         assert!(v["routed"].as_u64().unwrap() > 0, "{v}");
