@@ -102,6 +102,12 @@ impl Target {
         if let Some(i) = args.iter().position(|a| a == extra[0]) {
             args.drain(i..i + extra.len());
         }
+        self.view(args)
+    }
+
+    /// Another handle on the same stream and store with these flags: nothing of its own to tear
+    /// down (the original target does).
+    fn view(&self, args: Vec<String>) -> Target {
         Target {
             args,
             dir: tempfile::tempdir().expect("temp dir"),
@@ -211,13 +217,7 @@ impl Target {
             let i = args.iter().position(|a| a == flag).expect("an AWS target");
             args[i + 1] = url.to_owned();
         }
-        Target {
-            args,
-            dir: tempfile::tempdir().expect("temp dir"),
-            teardown: false,
-            env: self.env.clone(),
-            kinesis_proxy: None,
-        }
+        self.view(args)
     }
 
     /// Whether this target is the AWS one.

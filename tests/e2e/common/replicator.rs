@@ -116,41 +116,30 @@ async fn run(
             for item in now_items {
                 current.insert(key_of(&item), item);
             }
-            let delay = |rng: &mut StdRng| Instant::now() + max_delay.mul_f64(rng.gen::<f64>());
+            let mut capture = |key: &str, item: &Item, deleted: bool| {
+                clock += 1;
+                captured += 1;
+                let key_item = keys[from]
+                    .iter()
+                    .map(|a| (a.clone(), item[a].clone()))
+                    .collect();
+                queue.push(Change {
+                    to: to.clone(),
+                    key: key.to_owned(),
+                    item: (!deleted).then(|| item.clone()),
+                    key_item,
+                    stamp: clock,
+                    due: Instant::now() + max_delay.mul_f64(rng.gen::<f64>()),
+                });
+            };
             for (k, item) in &current {
                 if before.get(k) != Some(item) {
-                    clock += 1;
-                    captured += 1;
-                    let key_item = keys[from]
-                        .iter()
-                        .map(|a| (a.clone(), item[a].clone()))
-                        .collect();
-                    queue.push(Change {
-                        to: to.clone(),
-                        key: k.clone(),
-                        item: Some(item.clone()),
-                        key_item,
-                        stamp: clock,
-                        due: delay(&mut rng),
-                    });
+                    capture(k, item, false);
                 }
             }
             for (k, item) in before.iter() {
                 if !current.contains_key(k) {
-                    clock += 1;
-                    captured += 1;
-                    let key_item = keys[from]
-                        .iter()
-                        .map(|a| (a.clone(), item[a].clone()))
-                        .collect();
-                    queue.push(Change {
-                        to: to.clone(),
-                        key: k.clone(),
-                        item: None,
-                        key_item,
-                        stamp: clock,
-                        due: delay(&mut rng),
-                    });
+                    capture(k, item, true);
                 }
             }
             *before = current;
