@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use tally_core::edge::{CountMode, EdgeState};
 use tally_core::ports::{
-    Consistency, CountReader, EdgeScan, LikersPage, PortResult, PostCount, RecentCursor,
+    Consistency, CountReader, EdgeScan, LikersPage, PortError, PortResult, PostCount, RecentCursor,
     RecentPage, ScanCursor,
 };
 use tally_core::regions::Homes;
@@ -91,7 +91,14 @@ impl HomedCounts {
         let answers = futures_util::future::try_join_all(reads).await?;
         let mut out: Vec<Option<V>> = vec![None; keys.len()];
         let mut units = 0;
-        for ((positions, _), (values, u)) in parts.values().zip(answers) {
+        for ((home, (positions, _)), (values, u)) in parts.iter().zip(answers) {
+            if values.len() != positions.len() {
+                return Err(PortError::Other(format!(
+                    "region {home}'s store answered {} of {} asked",
+                    values.len(),
+                    positions.len()
+                )));
+            }
             units += u;
             for (i, v) in positions.iter().zip(values) {
                 out[*i] = Some(v);
@@ -176,7 +183,6 @@ impl CountReader for HomedCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tally_core::ports::PortError;
 
     /// A store that counts every post as `n` and says `liked` for every edge.
     struct Fixed {
