@@ -279,8 +279,8 @@ struct Probes<'a> {
 }
 
 impl Probes<'_> {
-    /// Probes for `how_long`; each probe's put → visible time.
-    async fn run(&self, b: &Backend, how_long: Duration) -> Vec<Duration> {
+    /// Probes for `how_long`; each probe's put → visible time, and its put's own.
+    async fn run(&self, b: &Backend, how_long: Duration) -> Vec<(Duration, Duration)> {
         let mut lat = Vec::new();
         let started = Instant::now();
         let mut i = 0;
@@ -288,12 +288,13 @@ impl Probes<'_> {
             let post = format!("probe-{}-{i}", self.tag);
             let t0 = Instant::now();
             put(b, &post, i).await;
+            let put_took = t0.elapsed();
             let path = format!("/api/counts?ids={post}&pending={}", self.pending);
             loop {
                 let body = http_get(self.addr, &path).await;
                 let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 if v["counts"][0]["count"].as_i64().unwrap_or(0) >= 1 {
-                    lat.push(t0.elapsed());
+                    lat.push((t0.elapsed(), put_took));
                     break;
                 }
                 assert!(
@@ -343,20 +344,31 @@ async fn measure_load(b: &Backend, setting: &str, env: &[(&str, &str)], pending:
         pending,
         gap: Duration::from_millis(250),
     };
-    let mut lat = probing.run(b, Duration::from_secs(LOAD_SECS - 5)).await;
+    let probes = probing.run(b, Duration::from_secs(LOAD_SECS - 5)).await;
     let _ = producer.wait();
     let per_like = stop_worker(worker);
     stop_serve(serve);
+    let mut lat: Vec<Duration> = probes.iter().map(|p| p.0).collect();
     lat.sort();
+    // What the slowest probe spent putting its like (the store's one writer is shared with the
+    // counter's applies) before it was read at all.
+    let slowest_put = probes
+        .iter()
+        .max_by_key(|p| p.0)
+        .map_or(0, |p| p.1.as_millis());
+    let mut puts: Vec<Duration> = probes.iter().map(|p| p.1).collect();
+    puts.sort();
     println!(
-        "{:<16} {:<46} probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  write units per like {:.3}",
+        "{:<16} {:<46} probes {:>3}  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  write units per like {:.3}  (puts: p99 {} ms; the slowest probe's put {} ms)",
         b.name,
         setting,
         lat.len(),
         pct(&lat, 0.5),
         pct(&lat, 0.99),
         lat.last().unwrap().as_millis(),
-        per_like
+        per_like,
+        pct(&puts, 0.99),
+        slowest_put,
     );
 }
 
@@ -389,7 +401,12 @@ async fn run_load(b: Backend) {
             true,
         ),
     ];
+    // FRESHNESS_LOAD_ONLY=<part of a setting's name> runs those settings alone.
+    let only = std::env::var("FRESHNESS_LOAD_ONLY").ok();
     for (name, env, pending) in settings {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         measure_load(&b, name, env, pending).await;
     }
 }
@@ -475,7 +492,12 @@ async fn measure_rate(b: &Backend, mode: &str, rate: usize, sized: bool) {
         pending: true,
         gap,
     };
-    let mut lat = probing.run(b, Duration::from_secs(RATE_SECS)).await;
+    let mut lat: Vec<Duration> = probing
+        .run(b, Duration::from_secs(RATE_SECS))
+        .await
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     if let Some(p) = producer.as_mut() {
         let _ = p.wait();
     }

@@ -5,8 +5,8 @@
 //! numbers from SQLite's AUTOINCREMENT rowid, rendered as decimal strings), `leases` (lease and
 //! checkpoint per application and shard), `items` (the counter's summary items, the same items
 //! and conditional writes as on DynamoDB), `dedup`, `dead_letters` (the counter),
-//! `analytics_snapshots` and `trending` (analytics). The file is opened in WAL mode with a busy
-//! timeout, so a producer, counters and analytics in separate processes share it; every fenced
+//! `analytics_snapshots` and `trending` (analytics). The file is opened in WAL mode with a lock
+//! wait (`wait_for_locks`), so a producer, counters and analytics in separate processes share it; every fenced
 //! write is one `BEGIN IMMEDIATE` transaction that checks the lease row first.
 //!
 //! Each handle owns one connection behind a mutex and runs its statements on tokio's blocking
@@ -99,6 +99,24 @@ const WRITER_AUTOCHECKPOINT_PAGES: i64 = 50_000;
 
 /// How often a writing handle's background checkpointer copies the WAL back into the database.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// How long a connection waits for the store's lock before its call fails (30 s), and how often it
+/// asks again meanwhile ([`LOCK_POLL`]).
+const LOCK_WAIT_POLLS: i32 = 30_000;
+const LOCK_POLL: Duration = Duration::from_millis(1);
+
+/// Waits for a lock another connection holds by asking again every [`LOCK_POLL`], for up to 30 s.
+/// SQLite's own `busy_timeout` backs off to 100 ms between asks: a like put while the counter's
+/// shards write their windows back to back (each committing and taking the lock again at once)
+/// then waited for one of those gaps for up to ~200 ms (`cargo bench --bench freshness -- load`,
+/// "the slowest probe's put"); asked every millisecond, it takes the first gap.
+fn wait_for_locks(conn: &Connection) -> PortResult<()> {
+    fn again(polls: i32) -> bool {
+        std::thread::sleep(LOCK_POLL);
+        polls < LOCK_WAIT_POLLS
+    }
+    conn.busy_handler(Some(again)).map_err(sql_err)
+}
 
 /// Checkpoints off the hot path: a thread with a connection of its own runs a PASSIVE checkpoint
 /// (it never waits for, nor blocks, a reader or a writer) every [`CHECKPOINT_EVERY`], for as long
@@ -293,8 +311,7 @@ impl Embedded {
                 path.display()
             )));
         }
-        conn.busy_timeout(Duration::from_secs(30))
-            .map_err(sql_err)?;
+        wait_for_locks(&conn)?;
         prepare(&conn).map_err(|e| not_a_store(&path, e))?;
         let store = Embedded::writer(conn, path)?;
         store.with(|c| stream::create_shards_if_empty(c, shards))?;
@@ -322,8 +339,7 @@ impl Embedded {
         let cannot =
             |e: rusqlite::Error| PortError::Other(format!("cannot open {}: {e}", path.display()));
         let conn = Connection::open_with_flags(&path, flags).map_err(cannot)?;
-        conn.busy_timeout(Duration::from_secs(30))
-            .map_err(sql_err)?;
+        wait_for_locks(&conn)?;
         let read_only = conn
             .is_readonly(rusqlite::DatabaseName::Main)
             .map_err(sql_err)?;
