@@ -393,7 +393,8 @@ fn drop_unreplicated(r: &Target) {
     }
 }
 
-/// A region outside the list, or a router with nowhere to put, is named before anything runs.
+/// A region outside the list, a router with nowhere to put, or a read side with nowhere to read
+/// a home's posts from, is named before anything runs.
 #[test]
 fn bad_regions_settings_are_named() {
     let t = Target::embedded();
@@ -412,6 +413,14 @@ fn bad_regions_settings_are_named() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`regions.peers.b`"), "{err}");
+    // The read side with nowhere to read region b's posts from names it too.
+    t.run(&["setup"]);
+    let out = t.fail(&["--config", f.to_str().unwrap(), "query", "p1"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("region b's posts") && err.contains("regions.peers.b"),
+        "{err}"
+    );
     let out = t.fail(&["route", "--until-idle"], &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
