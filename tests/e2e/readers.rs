@@ -283,7 +283,12 @@ fn readers_under_kills(t: Target, events: usize, kills: usize, slower: u64) {
         provisional,
         samples.iter().filter(|s| s.since).count()
     );
-    assert!(samples.len() > 500, "{} samples", samples.len());
+    assert!(
+        samples.len() > 500,
+        "{} samples; the read side's log:\n{}",
+        samples.len(),
+        serve.log_text()
+    );
     assert!(
         provisional > 20,
         "only {provisional} samples had a provisional part"
