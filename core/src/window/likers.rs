@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use hashbrown::HashTable;
+
 use crate::edge::{self, EdgeEvent};
 use crate::event::{Action, EventRef};
 
@@ -15,8 +17,10 @@ use super::WindowStats;
 pub(super) struct Likers {
     /// The largest skew of `created_at` over the arrival taken as it is (ms).
     pub(super) max_skew_ms: i64,
-    /// The latest event of each (post, user) edge.
-    pub(super) edges: HashMap<(String, String), EdgeEvent, ahash::RandomState>,
+    /// The latest event of each (post, user) edge, found by its post and user (hashed by
+    /// [`Likers::hash`]): a record of an edge the window holds already allocates nothing.
+    pub(super) edges: HashTable<EdgeEvent>,
+    hasher: ahash::RandomState,
     /// The ordering time of each event whose first copy here was clamped
     /// ([`edge::ordering_time`]): a later copy orders as the first did, although it arrived
     /// later (only a clamped event's copies can order differently; there are few).
@@ -27,16 +31,21 @@ impl Likers {
     pub(super) fn new(max_skew_ms: i64) -> Likers {
         Likers {
             max_skew_ms,
-            edges: HashMap::default(),
+            edges: HashTable::new(),
+            hasher: ahash::RandomState::new(),
             clamped: HashMap::default(),
         }
     }
 
     /// Each touched edge's latest event, by post and user.
     pub(super) fn close(self) -> Vec<EdgeEvent> {
-        let mut edges: Vec<EdgeEvent> = self.edges.into_values().collect();
+        let mut edges: Vec<EdgeEvent> = self.edges.into_iter().collect();
         edges.sort_unstable_by(|a, b| (&a.post_id, &a.user_id).cmp(&(&b.post_id, &b.user_id)));
         edges
+    }
+
+    fn hash(hasher: &ahash::RandomState, post: &str, user: &str) -> u64 {
+        hasher.hash_one((post, user))
     }
 
     /// Keeps the event if it is its edge's latest in the window.
@@ -56,24 +65,22 @@ impl Likers {
         stats.counted += 1;
         let liked = ev.action == Action::Like;
         let clamped = at_ms != ev.created_at;
-        let key = (ev.post_id.into_owned(), ev.user_id.into_owned());
-        match self.edges.get_mut(&key) {
+        let hash = Likers::hash(&self.hasher, &ev.post_id, &ev.user_id);
+        let found = self
+            .edges
+            .find_mut(hash, |e| e.post_id == ev.post_id && e.user_id == ev.user_id);
+        match found {
             Some(kept) if !kept.is_after(at_ms, &ev.event_id) => {
                 if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
                     // A clamped event it replaces took no effect: the edge remembers it.
-                    let mut lost = std::mem::take(&mut kept.lost);
-                    if kept.clamped && !lost.contains(&kept.event_id) {
-                        lost.push(std::mem::take(&mut kept.event_id));
+                    if kept.clamped && !kept.lost.contains(&kept.event_id) {
+                        let replaced = std::mem::take(&mut kept.event_id);
+                        kept.lost.push(replaced);
                     }
-                    *kept = EdgeEvent {
-                        post_id: key.0,
-                        user_id: key.1,
-                        liked,
-                        at_ms,
-                        event_id: ev.event_id.into_owned(),
-                        clamped,
-                        lost,
-                    };
+                    kept.liked = liked;
+                    kept.at_ms = at_ms;
+                    kept.event_id = ev.event_id.into_owned();
+                    kept.clamped = clamped;
                 } else {
                     stats.counted -= 1;
                     stats.duplicates += 1;
@@ -86,15 +93,17 @@ impl Likers {
             }
             None => {
                 let e = EdgeEvent {
-                    post_id: key.0.clone(),
-                    user_id: key.1.clone(),
+                    post_id: ev.post_id.into_owned(),
+                    user_id: ev.user_id.into_owned(),
                     liked,
                     at_ms,
                     event_id: ev.event_id.into_owned(),
                     clamped,
                     lost: Vec::new(),
                 };
-                self.edges.insert(key, e);
+                let hasher = &self.hasher;
+                self.edges
+                    .insert_unique(hash, e, |e| Likers::hash(hasher, &e.post_id, &e.user_id));
             }
         }
     }

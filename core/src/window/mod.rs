@@ -241,7 +241,7 @@ impl WindowBuilder {
             }
             Folded::Likers(l) => {
                 let mut transitions = Vec::new();
-                for e in l.edges.values().filter(|e| wanted(&e.post_id)) {
+                for e in l.edges.iter().filter(|e| wanted(&e.post_id)) {
                     let old = stored(e)?;
                     transitions.extend(edge::resolve(old, e, window).transition());
                 }
@@ -282,7 +282,7 @@ impl WindowBuilder {
         wanted: impl Fn(&str) -> bool + 'a,
     ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
         let edges = match &self.content.folded {
-            Folded::Likers(l) => Some(l.edges.values()),
+            Folded::Likers(l) => Some(l.edges.iter()),
             Folded::Events(_) => None,
         };
         edges
@@ -412,12 +412,19 @@ impl ClosedWindow {
     /// left to write.
     pub fn with_transitions(&self, transitions: &[Transition]) -> ClosedWindow {
         let ((posts, total_delta), held) = edge::split(transitions);
+        // Field by field: the edges written (most of a likers window) are not copied to be
+        // dropped.
         ClosedWindow {
+            start_after: self.start_after.clone(),
+            first: self.first.clone(),
+            end: self.end.clone(),
             posts,
             held,
-            total_delta,
             edges: Vec::new(),
-            ..self.clone()
+            dead_letters: self.dead_letters.clone(),
+            total_delta,
+            dedup: self.dedup.clone(),
+            stats: self.stats.clone(),
         }
     }
 

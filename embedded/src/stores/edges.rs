@@ -17,18 +17,64 @@ use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
 use super::items::{get_item, put_item, query};
 use crate::sql_err;
 
+/// The statements that read and write edges, prepared once for as many edges as a caller
+/// reads or writes (a window's batch: thousands).
+struct EdgeStatements<'c> {
+    get: rusqlite::CachedStatement<'c>,
+    put: rusqlite::CachedStatement<'c>,
+}
+
+impl<'c> EdgeStatements<'c> {
+    fn new(c: &'c Connection) -> PortResult<EdgeStatements<'c>> {
+        Ok(EdgeStatements {
+            get: c
+                .prepare_cached(
+                    "SELECT liked, at_ms, event_id, window, history FROM edges \
+                     WHERE post = ?1 AND user = ?2",
+                )
+                .map_err(sql_err)?,
+            put: c
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO edges \
+                     (post, user, liked, at_ms, event_id, window, history) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .map_err(sql_err)?,
+        })
+    }
+
+    /// The stored edge of (`post`, `user`), if there is one.
+    fn get(&mut self, post: &str, user: &str) -> PortResult<Option<EdgeState>> {
+        let row = self
+            .get
+            .query_row(params![post, user], |r| edge_row_at(r, 0))
+            .optional()
+            .map_err(sql_err)?;
+        row.map(|row| rows::edge_from_row(post, user, row))
+            .transpose()
+    }
+
+    /// Writes the edge of (`post`, `user`) whole.
+    fn put(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<()> {
+        let row = rows::edge_row(s);
+        self.put
+            .execute(params![
+                post,
+                user,
+                i64::from(row.liked),
+                row.at_ms,
+                row.event_id,
+                row.window,
+                row.history
+            ])
+            .map_err(sql_err)?;
+        Ok(())
+    }
+}
+
 /// The stored edge of (`post`, `user`), if there is one.
 fn get_edge(c: &Connection, post: &str, user: &str) -> PortResult<Option<EdgeState>> {
-    let row = c
-        .prepare_cached(
-            "SELECT liked, at_ms, event_id, window, history FROM edges WHERE post = ?1 AND user = ?2",
-        )
-        .map_err(sql_err)?
-        .query_row(params![post, user], |r| edge_row_at(r, 0))
-        .optional()
-        .map_err(sql_err)?;
-    row.map(|row| rows::edge_from_row(post, user, row))
-        .transpose()
+    EdgeStatements::new(c)?.get(post, user)
 }
 
 /// The edge row in the columns `liked, at_ms, event_id, window, history` from column `at` on.
@@ -40,27 +86,6 @@ fn edge_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<EdgeRow> {
         window: r.get(at + 3)?,
         history: r.get(at + 4)?,
     })
-}
-
-/// Writes the edge of (`post`, `user`) whole.
-fn put_edge(c: &Connection, post: &str, user: &str, s: &EdgeState) -> PortResult<()> {
-    let row = rows::edge_row(s);
-    c.prepare_cached(
-        "INSERT OR REPLACE INTO edges (post, user, liked, at_ms, event_id, window, history) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .map_err(sql_err)?
-    .execute(params![
-        post,
-        user,
-        i64::from(row.liked),
-        row.at_ms,
-        row.event_id,
-        row.window,
-        row.history
-    ])
-    .map_err(sql_err)?;
-    Ok(())
 }
 
 /// Moves edges a store kept as items (`sk` `E#<user>` in the `items` table, before the typed
@@ -80,12 +105,13 @@ pub(crate) fn migrate_edges(c: &Connection) -> PortResult<()> {
         .map_err(sql_err)?
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql_err)?;
+    let mut st = EdgeStatements::new(c)?;
     for (post, sk, json) in old {
         let user = &sk[edge::EDGE_PREFIX.len()..];
         let a: Attrs = serde_json::from_str(&json).map_err(|e| {
             PortError::Other(format!("embedded store: corrupt item {post}/{sk}: {e}"))
         })?;
-        put_edge(c, &post, user, &rows::edge_state(&a, &post, user)?)?;
+        st.put(&post, user, &rows::edge_state(&a, &post, user)?)?;
     }
     c.execute("DELETE FROM items WHERE sk >= 'E#' AND sk < 'E$'", [])
         .map_err(sql_err)?;
@@ -102,16 +128,17 @@ pub(super) fn apply_edges(
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(sql_err)?;
     let mut out = EdgesApplied::default();
+    let mut st = EdgeStatements::new(&tx)?;
     for e in edges {
         let (post, user) = (e.post_id.as_str(), e.user_id.as_str());
-        let old = get_edge(&tx, post, user)?;
+        let old = st.get(post, user)?;
         let units = |s: &EdgeState| tally_core::cost::write_units(s.item_size(post, user));
         // A refused write is charged as DynamoDB charges one: the item it was refused by.
         let refused = old.as_ref().map_or(1, units);
         let (remember, forgotten) = match edge::apply_state(old.as_ref(), e, window) {
             EdgeOutcome::Wrote(s, t) => {
                 out.crossed += u64::from(s.crossed());
-                put_edge(&tx, post, user, &s)?;
+                st.put(post, user, &s)?;
                 out.applied.wrote(Purpose::Edges, units(&s));
                 out.transitions.push(t);
                 continue;
@@ -128,10 +155,11 @@ pub(super) fn apply_edges(
         out.forgotten += u64::from(forgotten);
         // Clamped events that took no effect, remembered (a second write, as on DynamoDB).
         if let Some(s) = remember {
-            put_edge(&tx, post, user, &s)?;
+            st.put(post, user, &s)?;
             out.applied.wrote(Purpose::Edges, units(&s));
         }
     }
+    drop(st);
     tx.commit().map_err(sql_err)?;
     Ok(out)
 }
