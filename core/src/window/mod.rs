@@ -424,7 +424,7 @@ impl ClosedWindow {
             dead_letters: self.dead_letters.clone(),
             total_delta,
             dedup: self.dedup.clone(),
-            stats: self.stats.clone(),
+            stats: self.stats,
         }
     }
 
