@@ -19,7 +19,7 @@ mod stream;
 pub use stream::{batch, Unapplied};
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -36,6 +36,9 @@ pub struct Embedded {
     conn: Arc<Mutex<Connection>>,
     /// Where the data lives, for messages.
     path: PathBuf,
+    /// The handle's shard readers' connection, opened by the first of them
+    /// ([`Embedded::records_reader`]).
+    records: Arc<OnceLock<Option<Embedded>>>,
 }
 
 pub(crate) use tally_core::clock::now_ms;
@@ -372,10 +375,7 @@ impl Embedded {
                 .map_err(cannot)?;
             conn
         };
-        Ok(Embedded {
-            conn: Arc::new(Mutex::new(conn)),
-            path,
-        })
+        Ok(Embedded::on(conn, path))
     }
 
     /// A handle that may write: its connection's commits leave checkpoints to a thread of the
@@ -387,7 +387,11 @@ impl Embedded {
             c.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
                 .map_err(sql_err)?;
         }
-        Ok(Embedded { conn, path })
+        Ok(Embedded {
+            conn,
+            path,
+            records: Arc::default(),
+        })
     }
 
     /// Gives the store its recent index (`tally_core::edge::RECENT_INDEX`: a partial index of
@@ -454,6 +458,30 @@ impl Embedded {
         // usable: an open transaction rolled back as it unwound. Later calls go on.
         let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut guard)
+    }
+
+    fn on(conn: Connection, path: PathBuf) -> Embedded {
+        Embedded {
+            conn: Arc::new(Mutex::new(conn)),
+            path,
+            records: Arc::default(),
+        }
+    }
+
+    /// The handle its shard readers read records through: a connection of their own, so that a
+    /// shard reads its next records while another's window is written (one connection runs one
+    /// statement at a time, and a likers window's edge writes hold it for thousands). Reading
+    /// takes no lock a writer waits for (WAL). This handle itself, if that connection cannot
+    /// be opened.
+    pub(crate) fn records_reader(&self) -> Embedded {
+        let own = self.records.get_or_init(|| {
+            use rusqlite::OpenFlags;
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let conn = Connection::open_with_flags(&self.path, flags).ok()?;
+            wait_for_locks(&conn).ok()?;
+            Some(Embedded::on(conn, self.path.clone()))
+        });
+        own.clone().unwrap_or_else(|| self.clone())
     }
 
     /// Runs `f` on the connection on tokio's blocking pool.

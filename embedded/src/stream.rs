@@ -456,7 +456,7 @@ impl Stream for Embedded {
             })
             .await?;
         Ok(Box::new(EmbeddedReader {
-            store: self.clone(),
+            store: self.records_reader(),
             shard_id: shard_id.to_owned(),
             after,
         }))

@@ -22,6 +22,8 @@ use crate::sql_err;
 struct EdgeStatements<'c> {
     get: rusqlite::CachedStatement<'c>,
     put: rusqlite::CachedStatement<'c>,
+    update: rusqlite::CachedStatement<'c>,
+    insert: rusqlite::CachedStatement<'c>,
 }
 
 impl<'c> EdgeStatements<'c> {
@@ -40,6 +42,18 @@ impl<'c> EdgeStatements<'c> {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(sql_err)?,
+            insert: c
+                .prepare_cached(
+                    "INSERT INTO edges (post, user, liked, at_ms, event_id, window, history) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (post, user) DO NOTHING",
+                )
+                .map_err(sql_err)?,
+            update: c
+                .prepare_cached(
+                    "UPDATE edges SET liked = ?3, at_ms = ?4, event_id = ?5, window = ?6, \
+                     history = ?7 WHERE post = ?1 AND user = ?2",
+                )
+                .map_err(sql_err)?,
         })
     }
 
@@ -54,21 +68,39 @@ impl<'c> EdgeStatements<'c> {
             .transpose()
     }
 
-    /// Writes the edge of (`post`, `user`) whole.
-    fn put(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<()> {
+    /// Writes the edge of (`post`, `user`) whole; `stored`: over the one [`Self::get`] read in
+    /// this transaction (updated in place, where a replace would delete it and insert it again).
+    fn put(&mut self, post: &str, user: &str, s: &EdgeState, stored: bool) -> PortResult<()> {
+        let st = if stored {
+            &mut self.update
+        } else {
+            &mut self.put
+        };
+        Self::write(st, post, user, s).map(|_| ())
+    }
+
+    /// Writes the edge of (`post`, `user`) if the store has none: whether it did.
+    fn insert(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<bool> {
+        Self::write(&mut self.insert, post, user, s).map(|n| n == 1)
+    }
+
+    fn write(
+        st: &mut rusqlite::CachedStatement<'c>,
+        post: &str,
+        user: &str,
+        s: &EdgeState,
+    ) -> PortResult<usize> {
         let row = rows::edge_row(s);
-        self.put
-            .execute(params![
-                post,
-                user,
-                i64::from(row.liked),
-                row.at_ms,
-                row.event_id,
-                row.window,
-                row.history
-            ])
-            .map_err(sql_err)?;
-        Ok(())
+        st.execute(params![
+            post,
+            user,
+            i64::from(row.liked),
+            row.at_ms,
+            row.event_id,
+            row.window,
+            row.history
+        ])
+        .map_err(sql_err)
     }
 }
 
@@ -111,7 +143,7 @@ pub(crate) fn migrate_edges(c: &Connection) -> PortResult<()> {
         let a: Attrs = serde_json::from_str(&json).map_err(|e| {
             PortError::Other(format!("embedded store: corrupt item {post}/{sk}: {e}"))
         })?;
-        st.put(&post, user, &rows::edge_state(&a, &post, user)?)?;
+        st.put(&post, user, &rows::edge_state(&a, &post, user)?, false)?;
     }
     c.execute("DELETE FROM items WHERE sk >= 'E#' AND sk < 'E$'", [])
         .map_err(sql_err)?;
@@ -131,14 +163,28 @@ pub(super) fn apply_edges(
     let mut st = EdgeStatements::new(&tx)?;
     for e in edges {
         let (post, user) = (e.post_id.as_str(), e.user_id.as_str());
-        let old = st.get(post, user)?;
+        // Decided as for an absent edge and inserted unless one is there (most edges a window
+        // writes are new: one statement, where reading first is two); else read and decided on
+        // what is there. Either way `apply_state` decides on what the store holds.
+        let (old, outcome, inserted) = match edge::apply_state(None, e, window) {
+            EdgeOutcome::Wrote(s, t) if st.insert(post, user, &s)? => {
+                (None, EdgeOutcome::Wrote(s, t), true)
+            }
+            _ => {
+                let old = st.get(post, user)?;
+                let outcome = edge::apply_state(old.as_ref(), e, window);
+                (old, outcome, false)
+            }
+        };
         let units = |s: &EdgeState| tally_core::cost::write_units(s.item_size(post, user));
         // A refused write is charged as DynamoDB charges one: the item it was refused by.
         let refused = old.as_ref().map_or(1, units);
-        let (remember, forgotten) = match edge::apply_state(old.as_ref(), e, window) {
+        let (remember, forgotten) = match outcome {
             EdgeOutcome::Wrote(s, t) => {
                 out.crossed += u64::from(s.crossed());
-                st.put(post, user, &s)?;
+                if !inserted {
+                    st.put(post, user, &s, old.is_some())?;
+                }
                 out.applied.wrote(Purpose::Edges, units(&s));
                 out.transitions.push(t);
                 continue;
@@ -155,7 +201,7 @@ pub(super) fn apply_edges(
         out.forgotten += u64::from(forgotten);
         // Clamped events that took no effect, remembered (a second write, as on DynamoDB).
         if let Some(s) = remember {
-            st.put(post, user, &s)?;
+            st.put(post, user, &s, old.is_some())?;
             out.applied.wrote(Purpose::Edges, units(&s));
         }
     }
