@@ -20,6 +20,8 @@
 use std::collections::BTreeMap;
 
 use tally_consumer::retry::with_backoff;
+
+use crate::writes::Resend;
 use tally_core::buckets::PostDelta;
 use tally_core::clock::now_ms;
 use tally_core::dead_letter::DeadLetter;
@@ -371,56 +373,33 @@ fn event_of(post: &str, user: &str, s: &EdgeState) -> EdgeEvent {
     }
 }
 
-/// Writes `events` with the shard's window, those a retry may mend sent again, and adds their
-/// transitions to the window's deltas.
+/// Writes `events` with the shard's window, those a retry may mend sent again ([`Resend::bounded`]), and
+/// adds their transitions to the window's deltas.
 async fn write_window_edges(
     into: &dyn CounterStore,
     w: &mut ShardWindow,
     events: &[EdgeEvent],
     backoff: &Backoff,
 ) -> Result<(), RebuildError> {
-    let mut todo: Vec<EdgeEvent> = events.to_vec();
-    let mut retries = Retries {
-        backoff,
-        attempt: 0,
-    };
+    let mut sending = Resend::bounded(backoff, "writing the rebuilt edges", events);
     loop {
-        let applied = into.apply_edges(w.at(), &todo).await?;
-        let (posts, total) = edge::deltas(&applied.transitions);
-        for (p, d) in posts {
-            let into_post = w.posts.entry(p).or_default();
-            for (m, n) in d.by_minute {
-                into_post.add(m, n);
-            }
-        }
-        w.total += total;
-        todo = applied.retry.iter().map(|&i| todo[i].clone()).collect();
-        if !retries.again(todo.len(), applied.error).await? {
+        let sent = into
+            .apply_edges(w.at(), sending.todo())
+            .await
+            .map(|applied| {
+                let (posts, total) = edge::deltas(&applied.transitions);
+                for (p, d) in posts {
+                    let into_post = w.posts.entry(p).or_default();
+                    for (m, n) in d.by_minute {
+                        into_post.add(m, n);
+                    }
+                }
+                w.total += total;
+                (applied.retry, applied.error)
+            });
+        if sending.settle(sent).await? {
             return Ok(());
         }
-    }
-}
-
-/// The retries of one batch write (a store call that names the items a retry may mend).
-struct Retries<'a> {
-    backoff: &'a Backoff,
-    attempt: u32,
-}
-
-impl Retries<'_> {
-    /// After a call that left `left` items to send again, `error` the last of theirs: `false`
-    /// when none is left; else a pause and `true`, or past the backoff's retries the error.
-    async fn again(&mut self, left: usize, error: Option<PortError>) -> Result<bool, RebuildError> {
-        if left == 0 {
-            return Ok(false);
-        }
-        if self.attempt >= self.backoff.max_retries {
-            let e = error.unwrap_or_else(|| PortError::Other(format!("{left} writes left")));
-            return Err(e.into());
-        }
-        tokio::time::sleep(self.backoff.ceiling(self.attempt)).await;
-        self.attempt += 1;
-        Ok(true)
     }
 }
 
@@ -440,15 +419,13 @@ async fn finish(
         .map(|(p, d)| (p.clone(), d.clone()))
         .collect();
     for chunk in posts.chunks(batch.max(1)) {
-        let mut todo = chunk.to_vec();
-        let mut retries = Retries {
-            backoff,
-            attempt: 0,
-        };
+        let mut sending = Resend::bounded(backoff, "writing the rebuilt counts", chunk);
         loop {
-            let applied = into.apply_posts(w.at(), &todo).await?;
-            todo = applied.retry.iter().map(|&i| todo[i].clone()).collect();
-            if !retries.again(todo.len(), applied.error).await? {
+            let sent = into
+                .apply_posts(w.at(), sending.todo())
+                .await
+                .map(|applied| (applied.retry, applied.error));
+            if sending.settle(sent).await? {
                 break;
             }
         }

@@ -84,6 +84,19 @@ impl<'a, T: Clone> Resend<'a, T> {
         }
     }
 
+    /// As [`Resend::new`], giving up after the backoff's retries (a command an operator waits
+    /// on, where the counter's windows retry for as long as the shard is theirs).
+    pub(crate) fn bounded(
+        backoff: &'a tally_core::retry::Backoff,
+        what: &'a str,
+        items: &'a [T],
+    ) -> Self {
+        Resend {
+            retry: Retry::bounded(backoff, what),
+            ..Resend::new(backoff, what, items)
+        }
+    }
+
     /// What is left to send.
     pub(crate) fn todo(&self) -> &[T] {
         &self.todo
