@@ -39,6 +39,8 @@ pub struct Embedded {
     /// The handle's shard readers' connection, opened by the first of them
     /// ([`Embedded::records_reader`]).
     records: Arc<OnceLock<Option<Embedded>>>,
+    /// A writing handle's checkpoint thread ([`checkpoint_in_background`]); dropped last.
+    checkpointer: Option<Arc<Checkpointer>>,
 }
 
 pub(crate) use tally_core::clock::now_ms;
@@ -123,31 +125,55 @@ fn wait_for_locks(conn: &Connection) -> PortResult<()> {
 
 /// Checkpoints off the hot path: a thread with a connection of its own runs a PASSIVE checkpoint
 /// (it never waits for, nor blocks, a reader or a writer) every [`CHECKPOINT_EVERY`], for as long
-/// as a handle on `conn` lives. A commit then only appends its pages to the WAL; copying them
-/// back and syncing the file (a fifth of the time counting likers, whose edge writes dirty a page
-/// each: BENCHMARKS) happens beside it. Durability is unchanged (`journal`). `false`: its
+/// as a handle that started it lives. A commit then only appends its pages to the WAL; copying
+/// them back and syncing the file (a fifth of the time counting likers, whose edge writes dirty a
+/// page each: BENCHMARKS) happens beside it. Durability is unchanged (`journal`). `None`: its
 /// connection could not be opened or its thread started, and the handle's commits checkpoint as
 /// they go (`journal`'s setting).
-fn checkpoint_in_background(path: &Path, conn: &Arc<Mutex<Connection>>) -> bool {
-    let handle = Arc::downgrade(conn);
+fn checkpoint_in_background(path: &Path) -> Option<Checkpointer> {
     // Opened here, not on the thread: a checkpointer that cannot open leaves the writers' own
     // checkpoints on, rather than reporting itself started.
     let flags =
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let Ok(c) = Connection::open_with_flags(path, flags) else {
-        return false;
-    };
-    let spawned = std::thread::Builder::new()
+    let c = Connection::open_with_flags(path, flags).ok()?;
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
         .name("tally-checkpoint".into())
         .spawn(move || {
-            while handle.strong_count() > 0 {
-                std::thread::sleep(CHECKPOINT_EVERY);
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(CHECKPOINT_EVERY)
+            {
                 // Busy (another checkpoint running) or failed: the next tick, or the writers'
                 // own safety net, does it.
                 let _ = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
             }
-        });
-    spawned.is_ok()
+            // Closed here, after the handle's own connection: the last connection of the
+            // process, whose close copies the WAL back and removes it when no other process
+            // has the store open — so the next command does not recover a WAL left behind.
+            drop(c);
+        })
+        .ok()?;
+    Some(Checkpointer {
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+/// A writing handle's checkpoint thread: stopped, and waited for, when the handle's last clone
+/// is dropped (after its connection, a field before it), so that its connection is closed
+/// before the process exits.
+struct Checkpointer {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Each connection's page cache, KiB: likers' edges are a read and a write per changed edge, at
@@ -381,16 +407,14 @@ impl Embedded {
     /// A handle that may write: its connection's commits leave checkpoints to a thread of the
     /// handle's own ([`checkpoint_in_background`]).
     fn writer(conn: Connection, path: PathBuf) -> PortResult<Embedded> {
-        let conn = Arc::new(Mutex::new(conn));
-        if checkpoint_in_background(&path, &conn) {
-            let c = conn.lock().unwrap_or_else(|e| e.into_inner());
-            c.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
+        let checkpointer = checkpoint_in_background(&path).map(Arc::new);
+        if checkpointer.is_some() {
+            conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
                 .map_err(sql_err)?;
         }
         Ok(Embedded {
-            conn,
-            path,
-            records: Arc::default(),
+            checkpointer,
+            ..Embedded::on(conn, path)
         })
     }
 
@@ -465,6 +489,7 @@ impl Embedded {
             conn: Arc::new(Mutex::new(conn)),
             path,
             records: Arc::default(),
+            checkpointer: None,
         }
     }
 
