@@ -143,3 +143,91 @@ pub(crate) fn window_err(w: &ClosedWindow, shard_id: &str, e: PortError) -> Cons
         source: Box::new(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tally_core::retry::Backoff;
+
+    use super::*;
+
+    fn backoff(max_retries: u32) -> Backoff {
+        Backoff {
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(1),
+            max_retries,
+        }
+    }
+
+    fn throttled() -> Option<PortError> {
+        Some(PortError::Throttled("slow down".into()))
+    }
+
+    #[tokio::test]
+    async fn only_what_a_call_left_undone_is_sent_again() {
+        let b = backoff(3);
+        let items = ["a", "b", "c", "d"];
+        let mut sending = Resend::new(&b, "writing", &items);
+        assert!(!sending.settle(Ok((vec![1, 3], throttled()))).await.unwrap());
+        assert_eq!(sending.todo(), ["b", "d"]);
+        assert!(!sending.settle(Ok((vec![0], throttled()))).await.unwrap());
+        assert_eq!(sending.todo(), ["b"]);
+        assert!(sending.settle(Ok((vec![], None))).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn bounded_gives_up_after_the_backoffs_retries_naming_what_it_wrote() {
+        let b = backoff(2);
+        let items = [1, 2];
+        let mut sending = Resend::bounded(&b, "writing the rebuilt edges", &items);
+        for _ in 0..2 {
+            assert!(!sending.settle(Ok((vec![0], throttled()))).await.unwrap());
+        }
+        let e = sending
+            .settle(Ok((vec![0], throttled())))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("writing the rebuilt edges"), "{e}");
+        assert!(e.contains("gave up after 2 retries"), "{e}");
+        assert!(e.contains("slow down"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn unbounded_resends_past_the_budget_until_done() {
+        let b = backoff(1);
+        let items = [1, 2, 3];
+        let mut sending = Resend::new(&b, "a window's writes", &items);
+        for _ in 0..5 {
+            assert!(!sending.settle(Err(throttled().unwrap())).await.unwrap());
+            assert_eq!(
+                sending.todo(),
+                [1, 2, 3],
+                "a failed call leaves every item to send"
+            );
+        }
+        assert!(sending.settle(Ok((vec![], None))).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_failure_no_retry_mends_ends_it_at_once() {
+        let b = backoff(10);
+        let items = [1];
+        let mut sending = Resend::new(&b, "writing", &items);
+        let e = sending
+            .settle(Err(PortError::Other("item too large".into())))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("item too large"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn items_left_undone_without_an_error_are_named_when_given_up_on() {
+        let b = backoff(0);
+        let items = [1];
+        let mut sending = Resend::bounded(&b, "writing", &items);
+        let e = sending.settle(Ok((vec![0], None))).await.unwrap_err();
+        assert!(e.to_string().contains("writing: some left undone"), "{e}");
+    }
+}
