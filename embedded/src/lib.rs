@@ -39,8 +39,9 @@ pub struct Embedded {
     /// The handle's shard readers' connection, opened by the first of them
     /// ([`Embedded::records_reader`]).
     records: Arc<OnceLock<Option<Embedded>>>,
-    /// A writing handle's checkpoint thread ([`checkpoint_in_background`]); dropped last.
-    checkpointer: Option<Arc<Checkpointer>>,
+    /// A writing handle's checkpoint thread ([`checkpoint_in_background`]): held for its drop,
+    /// which stops it after the fields before it are dropped.
+    _checkpointer: Option<Arc<Checkpointer>>,
 }
 
 pub(crate) use tally_core::clock::now_ms;
@@ -413,7 +414,7 @@ impl Embedded {
                 .map_err(sql_err)?;
         }
         Ok(Embedded {
-            checkpointer,
+            _checkpointer: checkpointer,
             ..Embedded::on(conn, path)
         })
     }
@@ -489,7 +490,7 @@ impl Embedded {
             conn: Arc::new(Mutex::new(conn)),
             path,
             records: Arc::default(),
-            checkpointer: None,
+            _checkpointer: None,
         }
     }
 
