@@ -20,8 +20,6 @@
 use std::collections::BTreeMap;
 
 use tally_consumer::retry::with_backoff;
-
-use crate::writes::Resend;
 use tally_core::buckets::PostDelta;
 use tally_core::clock::now_ms;
 use tally_core::dead_letter::DeadLetter;
@@ -35,6 +33,8 @@ use tally_core::ports::{
 use tally_core::retry::Backoff;
 use tally_core::summary::marker;
 use tally_core::Position;
+
+use crate::writes::Resend;
 
 /// The worker id a rebuild takes the destination's leases as.
 pub const REBUILD_OWNER: &str = "rebuild";
@@ -373,8 +373,11 @@ fn event_of(post: &str, user: &str, s: &EdgeState) -> EdgeEvent {
     }
 }
 
-/// Writes `events` with the shard's window, those a retry may mend sent again ([`Resend::bounded`]), and
-/// adds their transitions to the window's deltas.
+/// Writes `events` with the shard's window, those a retry may mend sent again
+/// ([`Resend::bounded`]), and adds their transitions to the window's deltas. A call retried after
+/// it took effect finds the edges this window wrote and gets their transitions back as they were
+/// decided (`EdgeOutcome::Mine`), so nothing is counted twice or decided again (an edge that
+/// other shards wrote more often since than it remembers is `Forgotten`, as for a window).
 async fn write_window_edges(
     into: &dyn CounterStore,
     w: &mut ShardWindow,

@@ -162,7 +162,9 @@ fn checkpoint_in_background(path: &Path) -> Option<Checkpointer> {
 
 /// A writing handle's checkpoint thread: stopped, and waited for, when the handle's last clone
 /// is dropped (after its connection, a field before it), so that its connection is closed
-/// before the process exits.
+/// before the process exits. The wait includes that close's copying the WAL back when it is the
+/// store's last connection: a command pays it at its exit rather than the next command at its
+/// open.
 struct Checkpointer {
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
