@@ -348,13 +348,20 @@ impl Board {
         let answers = held
             .into_iter()
             .map(|(shard_id, w)| self.shard_pending(shard_id, w, posts, &wanted, also));
-        let mut out = futures_util::future::join_all(answers).await;
+        let mut out: Vec<ShardOpen> = futures_util::future::join_all(answers)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         out
     }
 
     /// One shard's answer: likers' open window resolved first (when this board can), then the
-    /// windows as they stand.
+    /// windows as they stand. `None`: a window whose edge writes are under way could not be
+    /// resolved for this answer (windows closed under each of its reads, or a read failed) — the
+    /// shard is left out, and the read side names it unanswered and keeps what it last showed,
+    /// rather than be shown without that window's likes (a count taken back).
     async fn shard_pending(
         &self,
         shard_id: String,
@@ -362,17 +369,38 @@ impl Board {
         posts: &[String],
         wanted: &HashSet<&str>,
         also: Also<'_>,
+    ) -> Option<ShardOpen> {
+        for _ in 0..RESOLVE_ATTEMPTS {
+            let fresh = match &self.store {
+                Some(store) => self.read_edges(store.as_ref(), &w, wanted).await,
+                None => None,
+            };
+            let w = lock(&w);
+            // A window whose edge writes were under way, resolved on edges read for this answer —
+            // as it was when they were read: its writes may have ended since (its deltas are the
+            // same).
+            let unwritten = fresh
+                .filter(|(closed, ..)| *closed == w.closed)
+                .and_then(|(_, a, read)| Unwritten::resolve(&shard_id, &a, wanted, &also, read));
+            // A window closed after the reads began: read again for it.
+            if self.store.is_some() && unwritten.is_none() && w.unwritten() {
+                continue;
+            }
+            return Some(Self::answer(&w, shard_id, posts, wanted, &also, unwritten));
+        }
+        None
+    }
+
+    /// A shard's answer from its windows as they stand, with a window being written resolved
+    /// (`unwritten`) or, on a board that does not resolve, shown once its edges are written.
+    fn answer(
+        w: &ShardWindows,
+        shard_id: String,
+        posts: &[String],
+        wanted: &HashSet<&str>,
+        also: &Also<'_>,
+        unwritten: Option<Unwritten>,
     ) -> ShardOpen {
-        let fresh = match &self.store {
-            Some(store) => self.read_edges(store.as_ref(), &w, wanted).await,
-            None => None,
-        };
-        let w = lock(&w);
-        // A window whose edge writes were under way, resolved on edges read for this answer — as
-        // it was when they were read: its writes may have ended since (its deltas are the same).
-        let unwritten = fresh
-            .filter(|(closed, ..)| *closed == w.closed)
-            .and_then(|(_, a, read)| Unwritten::resolve(&shard_id, &a, wanted, &also, read));
         let view = unwritten.as_ref().map_or(&w.stored, |u| &u.view);
         let open = w.open.as_ref().filter(|b| !b.is_empty());
         // An open window is shown only once resolved (likers: its edges read).
@@ -430,7 +458,7 @@ impl Board {
                     .ok()
                     .map(|i| &deltas[i].1)
             });
-            let (viewer, likers) = w.states(wanted, &also, view);
+            let (viewer, likers) = w.states(wanted, also, view);
             windows.push(OpenWindow {
                 after,
                 posts,
@@ -465,7 +493,8 @@ impl Board {
             };
             let pairs = unwritten.as_ref().map_or(&unread, |(_, p)| p);
             if pairs.is_empty() {
-                return None;
+                // Nothing to read: a window being written holds none of the posts asked about.
+                return unwritten.map(|(applying, _)| (closed, applying, Edges::new()));
             }
             let (states, units) = match store.edges(pairs, Consistency::Strong).await {
                 Ok(read) => read,
@@ -480,7 +509,8 @@ impl Board {
             }
             let mut w = lock(w);
             if w.closed != closed || w.unwritten() {
-                return None;
+                // The window closed while its edges were read: read its own now.
+                continue;
             }
             w.stored.extend(unread.into_iter().zip(states));
         }

@@ -259,6 +259,11 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
             .post_counts(&ids, None, Default::default())
             .await
             .unwrap();
+        if answer.is_empty() {
+            // Left out (its window could not be resolved for this answer): the read side names
+            // the shard unanswered and keeps what it showed last.
+            continue;
+        }
         let seen = shown(answer, counts);
         assert!(
             seen.iter().all(|&(_, n)| n == 1),
