@@ -12,7 +12,8 @@ use tally_core::buckets::PostDelta;
 use tally_core::ports::{CountReader, LeaseReader, WindowRef, WindowWriter};
 use tally_core::Position;
 
-fn endpoints() -> (String, String) {
+/// The local peers' endpoints: Kinesis, DynamoDB.
+pub(crate) fn endpoints() -> (String, String) {
     (
         std::env::var("TEST_KINESIS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4568".into()),
         std::env::var("TEST_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into()),

@@ -258,3 +258,53 @@ fn dynamodb_local_cannot_restore_to_a_point_in_time() {
     let text = format!("{:?}", err);
     assert!(text.contains("UnknownOperation"), "{text}");
 }
+
+/// A rebuild through a realistic fault mix is exact: every DynamoDB call it makes — reading the
+/// source's edges and checkpoints, writing the fresh tables — goes through a proxy that loses
+/// about one answer in twenty after the peer applied the call, answers 500s and throttles, and
+/// delays some. A write sent again after it took effect gets back what its window decided (the
+/// edge remembers the window's write), so no like is counted twice or lost.
+#[cfg(feature = "aws-local")]
+#[test]
+fn a_rebuild_through_a_realistic_fault_mix_is_exact() {
+    use crate::common::fault_proxy::{FaultMix, FaultProxy};
+    let t = Target::aws("rebuildmix", 2);
+    let (want, truth) = produce(&t, 3_000, 31);
+    t.run(&["count", "--until-idle"]);
+    assert_eq!(t.mismatches(&want), vec![]);
+    let (kinesis, dynamodb) = crate::faults::endpoints();
+    let proxy = FaultProxy::with_mix(
+        &dynamodb,
+        FaultMix {
+            seed: 41,
+            lost_answer: 0.05,
+            server_error: 0.03,
+            throttle: 0.03,
+            delay: 0.02,
+            expired_iterator: 0.0,
+        },
+    );
+    let fresh = t.other_store("rebuilt");
+    let prefix = t.flag("--table-prefix").unwrap();
+    let r = fresh.through(&kinesis, &proxy.url).json(&[
+        "rebuild",
+        "--from-table-prefix",
+        &prefix,
+        "--json",
+    ]);
+    let faulted: usize = ["DropAfterForward", "ServerError", "Error", "Delay"]
+        .iter()
+        .map(|k| proxy.seen(&format!("fault:{k}")))
+        .sum();
+    proxy.calm();
+    assert!(
+        proxy.seen("fault:DropAfterForward") >= 5 && faulted >= 20,
+        "faults met: {faulted}, answers lost after the write: {}",
+        proxy.seen("fault:DropAfterForward")
+    );
+    let likes: i64 = want.values().sum();
+    assert_eq!(r["likes"], likes, "{r}");
+    assert_eq!(fresh.mismatches(&want), vec![], "{r}");
+    assert_eq!(fresh.json(&["total", "--json"])["total"], likes);
+    verified(&fresh, &[], &want, truth["malformed"].as_u64().unwrap());
+}
