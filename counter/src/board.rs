@@ -18,7 +18,7 @@
 //! were read (`ShardWindows::closed`); otherwise the open window is left out, as without a store.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tally_core::buckets::PostDelta;
@@ -286,6 +286,8 @@ pub struct Board {
     store: Option<Arc<dyn CounterStore>>,
     /// Read units spent reading edges for open windows.
     read_units: AtomicU64,
+    /// How many shards are on the board (read as each record is folded, so not under the lock).
+    held: AtomicUsize,
 }
 
 /// Locks a shard's windows; a panic elsewhere while one was held leaves them as they were.
@@ -316,8 +318,16 @@ impl Board {
     /// The windows of a shard this worker has just started to hold (a fresh, empty entry).
     pub fn hold(&self, shard_id: &str) -> Arc<Mutex<ShardWindows>> {
         let w = Arc::new(Mutex::new(ShardWindows::default()));
-        self.entries().insert(shard_id.to_owned(), w.clone());
+        let mut shards = self.entries();
+        shards.insert(shard_id.to_owned(), w.clone());
+        self.held.store(shards.len(), Ordering::Relaxed);
         w
+    }
+
+    /// How many shards this worker holds (the windows' memory is shared among them:
+    /// `CounterConfig::window_share`).
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Takes a shard off the board, if `w` is still its entry (a later hold of the same shard
@@ -326,6 +336,7 @@ impl Board {
         let mut shards = self.entries();
         if shards.get(shard_id).is_some_and(|e| Arc::ptr_eq(e, w)) {
             shards.remove(shard_id);
+            self.held.store(shards.len(), Ordering::Relaxed);
         }
     }
 
@@ -526,4 +537,26 @@ fn pick<'a>(
         .iter()
         .filter_map(|p| Some((p.clone(), delta(p)?.by_minute.clone())))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The board counts the shards it holds: a shard held again is one shard, and a release by
+    /// an earlier hold of a shard held again does not take it off.
+    #[test]
+    fn the_board_counts_the_shards_it_holds() {
+        let board = Board::default();
+        let a = board.hold("a");
+        let b = board.hold("b");
+        assert_eq!(board.held(), 2);
+        let a_again = board.hold("a");
+        assert_eq!(board.held(), 2);
+        board.release("a", &a);
+        assert_eq!(board.held(), 2, "a's later hold keeps it");
+        board.release("a", &a_again);
+        board.release("b", &b);
+        assert_eq!(board.held(), 0);
+    }
 }

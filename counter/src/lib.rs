@@ -66,7 +66,9 @@ use gap::{GONE, HEAD_TRIMMED, TIP_READS_FOR_A_GAP, TRIMMED};
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CounterConfig {
-    /// A window closes after this many records…
+    /// A window closes after this many records (counting events, after 20,000 at most: its
+    /// dedup record is one store item; behind the tip, after the shard's share of
+    /// `worker_window_records` at most: [`CounterConfig::window_share`])…
     pub window_records: usize,
     /// …or this long after it opened, whichever comes first.
     #[serde(rename = "window_ms")]
@@ -105,6 +107,10 @@ pub struct CounterConfig {
     /// Posts whose items one store call writes (the embedded store: one SQLite transaction;
     /// DynamoDB: that many items, a few dozen requests in flight at a time).
     pub posts_per_batch: usize,
+    /// The records a worker's windows may hold together (their memory, about 500 bytes each),
+    /// shared equally by the shards it holds; a share is never below 20,000 records (the bound
+    /// counting events), so a worker of many shards keeps windows of 20,000.
+    pub worker_window_records: usize,
 }
 
 /// What the process adds to the counter's settings — none of it a setting: how store calls are
@@ -129,7 +135,7 @@ impl Default for CounterConfig {
     /// The defaults.
     fn default() -> Self {
         CounterConfig {
-            window_records: 20_000,
+            window_records: tally_core::window::MAX_LIKERS_WINDOW_RECORDS,
             window_time: Duration::from_secs(1),
             close_when_caught_up: false,
             window_max_time: Duration::from_secs(10),
@@ -139,6 +145,7 @@ impl Default for CounterConfig {
             count: CountMode::Likers,
             max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
             posts_per_batch: 1_000,
+            worker_window_records: 400_000,
         }
     }
 }
@@ -147,6 +154,16 @@ impl CounterConfig {
     /// `dedup_horizon_secs` in ms: the horizon windows are built with now.
     pub fn dedup_horizon_ms(&self) -> i64 {
         self.dedup_horizon.as_millis() as i64
+    }
+
+    /// The most records a window of a worker holding `held` shards may hold before its counting
+    /// bounds it further (counting events: 20,000): `window_records`, or the shard's share
+    /// of `worker_window_records` if smaller — never below 20,000 records (the share a worker of
+    /// many shards had before there was a budget) unless `window_records` is.
+    pub fn window_share(&self, held: usize) -> usize {
+        let share = self.worker_window_records / held.max(1);
+        self.window_records
+            .min(share.max(tally_core::window::MAX_WINDOW_RECORDS))
     }
 
     /// Whether a window holding `records` user records, opened `age_ms` ago, closes on time:
@@ -169,7 +186,13 @@ impl CounterConfig {
             "window_records",
             self.window_records,
             1,
-            tally_core::window::MAX_WINDOW_RECORDS,
+            tally_core::window::MAX_LIKERS_WINDOW_RECORDS,
+        )?;
+        range(
+            "worker_window_records",
+            self.worker_window_records,
+            1,
+            100_000_000,
         )?;
         range("window_ms", millis(self.window_time), 1, 600_000)?;
         range("window_max_ms", millis(self.window_max_time), 1, 600_000)?;
@@ -508,7 +531,10 @@ impl Windows for CounterShard {
     fn fold_part(&mut self, record: &StreamRecord, from: u32, now_ms: i64) -> (Took, bool) {
         let bound = match &self.replay {
             Some(p) => Bound::End(&p.end),
-            None => Bound::Size(self.cfg.window_records),
+            None => Bound::Size(
+                self.counting
+                    .window_records(self.cfg.window_share(self.board.held())),
+            ),
         };
         let mut w = board::lock(&self.windows);
         if w.open.is_none() {
@@ -666,5 +692,37 @@ impl Drop for CounterShard {
             task.abort();
         }
         self.board.release(&self.shard_id, &self.windows);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's windows share its records: a worker of few shards gets windows up to
+    /// `window_records`, one of many the 20,000 a window had before the budget, and a smaller
+    /// `window_records` always wins.
+    #[test]
+    fn a_window_holds_its_shard_s_share_of_the_worker_s_records() {
+        let cfg = CounterConfig::default();
+        let share = |held| cfg.window_share(held);
+        assert_eq!(share(0), 100_000);
+        assert_eq!(share(1), 100_000);
+        assert_eq!(share(4), 100_000);
+        assert_eq!(share(8), 50_000);
+        assert_eq!(share(20), 20_000);
+        assert_eq!(share(1_000), 20_000);
+        let small = CounterConfig {
+            window_records: 5_000,
+            ..CounterConfig::default()
+        };
+        assert_eq!(small.window_share(1), 5_000);
+        assert_eq!(small.window_share(1_000), 5_000);
+        let budget = CounterConfig {
+            worker_window_records: 30_000,
+            ..CounterConfig::default()
+        };
+        assert_eq!(budget.window_share(1), 30_000);
+        assert_eq!(budget.window_share(2), 20_000);
     }
 }

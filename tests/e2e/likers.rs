@@ -176,3 +176,50 @@ fn events_mode_counts_events(t: Target) {
         );
     }
 }
+
+/// Behind the tip a likers window holds up to its shard's share of the worker's records
+/// (`counter.worker_window_records`, 400,000: all 50,000 records of a worker's one shard in one
+/// window), where counting events stops at the dedup record's 20,000; a smaller budget makes
+/// smaller windows, never below 20,000 records. Every count exact each way.
+#[test]
+fn behind_the_tip_a_likers_window_takes_its_shard_s_share_of_the_worker_s_records() {
+    let windows = |count: &str, budget: Option<&str>| {
+        let t = Target::embedded();
+        t.run(&["setup", "--shards", "1"]);
+        // Only a window's size closes it here: the records are all behind the tip.
+        let mut env = vec![
+            ("TALLY_COUNTER__COUNT", count),
+            ("TALLY_COUNTER__WINDOW_MS", "600000"),
+        ];
+        if let Some(b) = budget {
+            env.push(("TALLY_COUNTER__WORKER_WINDOW_RECORDS", b));
+        }
+        // The truth file counts as the setting says.
+        let truth_file = file_in(&t, "truth.json");
+        t.run_env(
+            &[
+                "produce",
+                "--events",
+                "50000",
+                "--posts",
+                "300",
+                "--seed",
+                "5",
+                "--truth",
+                truth_file.to_str().unwrap(),
+            ],
+            &env,
+        );
+        let truth: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap();
+        let want: BTreeMap<String, i64> = serde_json::from_value(truth["counts"].clone()).unwrap();
+        let c = t.json_env(&["count", "--until-idle", "--json"], &env);
+        assert_eq!(c["records"], 50_000, "{c}");
+        assert_eq!(t.mismatches(&want), vec![], "{count}, budget {budget:?}");
+        c["windows"].as_u64().unwrap()
+    };
+    assert_eq!(windows("likers", None), 1);
+    assert_eq!(windows("events", None), 3);
+    assert_eq!(windows("likers", Some("30000")), 2);
+    assert_eq!(windows("likers", Some("1000")), 3);
+}

@@ -144,7 +144,7 @@ fn bad_configuration_names_the_key() {
     let out = t.fail(&["total"], &[("TALLY_COUNTER__WINDOW_RECORDS", "0")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("counter.window_records") && err.contains("between 1 and 20000"),
+        err.contains("counter.window_records") && err.contains("between 1 and 100000"),
         "{err}"
     );
 

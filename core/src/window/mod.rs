@@ -28,10 +28,16 @@ use crate::kpl::Took;
 use crate::ports::StreamRecord;
 use crate::seq::{Position, SeqNo};
 
-/// The most user records a window (the counter's or analytics') may hold: its dedup record (12
-/// bytes per id) is one store item, which must stay below DynamoDB's 400 KB item limit with room
-/// to spare. Windows end inside a KPL aggregate when they must, so this bound is exact.
+/// The most user records a window that keeps a dedup record (the counter's counting events,
+/// analytics') may hold: its dedup record (12 bytes per id) is one store item, which must stay
+/// below DynamoDB's 400 KB item limit with room to spare. Windows end inside a KPL aggregate when
+/// they must, so this bound is exact.
 pub const MAX_WINDOW_RECORDS: usize = 20_000;
+
+/// The most user records a counter window may hold counting likers, which keeps no dedup record:
+/// what bounds it is the memory its records take while it is open (about 500 bytes each), shared
+/// by a worker's shards (`counter.worker_window_records`).
+pub const MAX_LIKERS_WINDOW_RECORDS: usize = 100_000;
 
 /// Where a window closes.
 #[derive(Clone, Copy, Debug)]

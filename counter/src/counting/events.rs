@@ -36,6 +36,12 @@ impl Counting for Events {
         Decided::from(horizon_ms)
     }
 
+    /// The share, up to the dedup record's bound: the window's first-seen ids are one store item
+    /// (`tally_core::window::MAX_WINDOW_RECORDS`).
+    fn window_records(&self, share: usize) -> usize {
+        share.min(tally_core::window::MAX_WINDOW_RECORDS)
+    }
+
     /// An open window's deltas are known as it folds: any board shows them.
     fn shows_open(&self, _board: &Board) -> bool {
         true

@@ -73,6 +73,11 @@ impl Counting for Likers {
         }
     }
 
+    /// The share: a likers window keeps no dedup record, so only memory bounds it.
+    fn window_records(&self, share: usize) -> usize {
+        share
+    }
+
     /// An open window's effect depends on the stored edges it will write over: only a board
     /// that reads them (`Board::resolving`) shows it.
     fn shows_open(&self, board: &Board) -> bool {

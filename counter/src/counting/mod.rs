@@ -34,6 +34,9 @@ pub(crate) trait Counting: Send + Sync + std::fmt::Debug {
     fn fold(&self, w: WindowBuilder, pending: Option<&Pending>) -> WindowBuilder;
     /// The settings that decide a window's effect, recorded with its pending end.
     fn decided(&self, horizon_ms: i64, pending: Option<&Pending>) -> Decided;
+    /// The most records a window may hold, given the shard's share of its worker's
+    /// ([`crate::CounterConfig::window_share`]).
+    fn window_records(&self, share: usize) -> usize;
     /// Whether a worker showing its windows on `board` shows the open ones.
     fn shows_open(&self, board: &Board) -> bool;
     /// What a closed window writes before its counts; the window with the counts to write.
