@@ -108,8 +108,9 @@ pub struct CounterConfig {
     /// DynamoDB: that many items, a few dozen requests in flight at a time).
     pub posts_per_batch: usize,
     /// The records a worker's windows may hold together (their memory, about 500 bytes each),
-    /// shared equally by the shards it holds; a share is never below 20,000 records (the bound
-    /// counting events), so a worker of many shards keeps windows of 20,000.
+    /// shared equally by the shards it holds, each of which has two windows at most (one open,
+    /// one being written); a window's share is never below 20,000 records (the bound counting
+    /// events), so a worker of many shards keeps windows of 20,000.
     pub worker_window_records: usize,
 }
 
@@ -145,7 +146,7 @@ impl Default for CounterConfig {
             count: CountMode::Likers,
             max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
             posts_per_batch: 1_000,
-            worker_window_records: 400_000,
+            worker_window_records: 800_000,
         }
     }
 }
@@ -157,11 +158,12 @@ impl CounterConfig {
     }
 
     /// The most records a window of a worker holding `held` shards may hold before its counting
-    /// bounds it further (counting events: 20,000): `window_records`, or the shard's share
-    /// of `worker_window_records` if smaller — never below 20,000 records (the share a worker of
-    /// many shards had before there was a budget) unless `window_records` is.
+    /// bounds it further (counting events: 20,000): `window_records`, or its share of
+    /// `worker_window_records` if smaller (a shard has two windows at most: one open, one being
+    /// written) — never below 20,000 records (the share a worker of many shards had before
+    /// there was a budget) unless `window_records` is.
     pub fn window_share(&self, held: usize) -> usize {
-        let share = self.worker_window_records / held.max(1);
+        let share = self.worker_window_records / (2 * held.max(1));
         self.window_records
             .min(share.max(tally_core::window::MAX_WINDOW_RECORDS))
     }
@@ -719,7 +721,7 @@ mod tests {
         assert_eq!(small.window_share(1), 5_000);
         assert_eq!(small.window_share(1_000), 5_000);
         let budget = CounterConfig {
-            worker_window_records: 30_000,
+            worker_window_records: 60_000,
             ..CounterConfig::default()
         };
         assert_eq!(budget.window_share(1), 30_000);

@@ -177,10 +177,11 @@ fn events_mode_counts_events(t: Target) {
     }
 }
 
-/// Behind the tip a likers window holds up to its shard's share of the worker's records
-/// (`counter.worker_window_records`, 400,000: all 50,000 records of a worker's one shard in one
-/// window), where counting events stops at the dedup record's 20,000; a smaller budget makes
-/// smaller windows, never below 20,000 records. Every count exact each way.
+/// Behind the tip a likers window holds up to its share of the worker's records
+/// (`counter.worker_window_records`, 800,000, shared by a shard's two windows: all 50,000 records
+/// of a worker's one shard in one window), where counting events stops at the dedup record's
+/// 20,000; a smaller budget makes smaller windows, never below 20,000 records. Every count exact
+/// each way.
 #[test]
 fn behind_the_tip_a_likers_window_takes_its_shard_s_share_of_the_worker_s_records() {
     let windows = |count: &str, budget: Option<&str>| {
@@ -220,6 +221,6 @@ fn behind_the_tip_a_likers_window_takes_its_shard_s_share_of_the_worker_s_record
     };
     assert_eq!(windows("likers", None), 1);
     assert_eq!(windows("events", None), 3);
-    assert_eq!(windows("likers", Some("30000")), 2);
+    assert_eq!(windows("likers", Some("60000")), 2);
     assert_eq!(windows("likers", Some("1000")), 3);
 }
