@@ -118,17 +118,11 @@ fn the_counter_drains_a_realistic_fault_mix_without_a_restart() {
     let t = stack.through(&kp.url, &dp.url);
     t.run(&["replay", file.to_str().unwrap()]);
     let c = t.json(&["count", "--until-idle", "--timeout", "5m", "--json"]);
-    let faulted = |p: &FaultProxy| {
-        ["DropAfterForward", "ServerError", "Error", "Delay"]
-            .iter()
-            .map(|k| p.seen(&format!("fault:{k}")))
-            .sum::<usize>()
-    };
     assert!(
-        faulted(&kp) >= 3 && faulted(&dp) > 50,
+        kp.faulted() >= 3 && dp.faulted() > 50,
         "faults met: kinesis {}, dynamodb {}",
-        faulted(&kp),
-        faulted(&dp)
+        kp.faulted(),
+        dp.faulted()
     );
     kp.calm();
     dp.calm();

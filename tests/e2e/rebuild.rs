@@ -292,10 +292,7 @@ fn a_rebuild_through_a_realistic_fault_mix_is_exact() {
         &prefix,
         "--json",
     ]);
-    let faulted: usize = ["DropAfterForward", "ServerError", "Error", "Delay"]
-        .iter()
-        .map(|k| proxy.seen(&format!("fault:{k}")))
-        .sum();
+    let faulted = proxy.faulted();
     proxy.calm();
     assert!(
         proxy.seen("fault:DropAfterForward") >= 5 && faulted >= 20,

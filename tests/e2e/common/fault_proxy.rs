@@ -254,6 +254,15 @@ impl FaultProxy {
             .copied()
             .unwrap_or(0)
     }
+
+    /// Faults applied so far: answers lost after the peer applied the call, 500s, error answers
+    /// (throttles, expired iterators) and delays.
+    pub fn faulted(&self) -> usize {
+        ["DropAfterForward", "ServerError", "Error", "Delay"]
+            .iter()
+            .map(|k| self.seen(&format!("fault:{k}")))
+            .sum()
+    }
 }
 
 fn aws_error(kind: &str, extra: serde_json::Value) -> Response<Body> {
