@@ -453,8 +453,9 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
     assert_eq!(later.applied.written, 1, "{later:?}");
     assert_eq!(store.post_count(&h, None).await.unwrap().total, 2);
 
-    // A window's edge record: whole, in order, across chunks; gone with its checkpoint.
-    let pairs: Vec<(String, String)> = (0..30_000)
+    // A window's edge record: whole, in order, across chunks; gone with its checkpoint. As large
+    // as the largest likers window's (~4 MB: a DynamoDB Query reads it over several pages).
+    let pairs: Vec<(String, String)> = (0..tally_core::window::MAX_LIKERS_WINDOW_RECORDS)
         .map(|i| (format!("{name}-post-{}", i % 50), format!("user-{i:06}")))
         .collect();
     let w = at("shard-0", &end_a);
