@@ -588,6 +588,10 @@ pub struct LikersPage {
 /// The most likers one [`CounterStore::likers`] call returns.
 pub const MAX_LIKERS_PER_PAGE: usize = 1_000;
 
+/// [`WindowWriter::posts_per_call`] unless a store says otherwise: DynamoDB's (1,000 items, a few
+/// dozen requests in flight at a time).
+pub const DEFAULT_POSTS_PER_CALL: usize = 1_000;
+
 /// Where a page of likers most recent first ends: the like it passed over last — its time, then
 /// its user (likers are ordered by the like's ordering time, then user id, both descending).
 /// Written `<at_ms>:<user>` (`Display`, [`RecentCursor::parse`]) for a client to send back.
@@ -744,6 +748,13 @@ pub struct PostCount {
 /// See [`crate::summary`] for why this is exact without a transaction.
 #[async_trait]
 pub trait WindowWriter: LeaseStore + DedupStore {
+    /// How many posts' items, or a window's edges, one write call takes when
+    /// `counter.posts_per_batch` does not say: what a call costs on this store decides it.
+    /// Each call is whole or failed, and a window's calls may be cut anywhere: the protocol
+    /// above does not depend on it.
+    fn posts_per_call(&self) -> usize {
+        DEFAULT_POSTS_PER_CALL
+    }
     /// Records `end` as the pending window after `start_after` (which must be the checkpoint,
     /// with no window pending), whose first user record is in the record `first`, with the
     /// settings that decide it; `Fenced` if a condition failed.

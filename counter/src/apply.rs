@@ -111,7 +111,7 @@ impl Applier {
             .write(&self.writes, w, at, replaying, &mut spent)
             .await?;
         let w = &*applied;
-        for batch in w.posts.chunks(self.cfg.posts_per_batch.max(1)) {
+        for batch in w.posts.chunks(self.cfg.batch()) {
             let done = self
                 .apply_batch(at, batch)
                 .await

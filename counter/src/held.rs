@@ -45,7 +45,7 @@ pub(crate) async fn write(
     }
     wait_for_writers(shard, at, &held.waits, spent).await?;
     let at = at.held();
-    for batch in held.posts.chunks(shard.cfg.posts_per_batch.max(1)) {
+    for batch in held.posts.chunks(shard.cfg.batch()) {
         spent.merge(&shard.apply_batch(at, batch).await?);
     }
     let rest = WindowRest {

@@ -104,9 +104,11 @@ pub struct CounterConfig {
     #[serde(rename = "dedup_horizon_secs")]
     #[serde_as(as = "serde_with::DurationSeconds<u64>")]
     pub dedup_horizon: Duration,
-    /// Posts whose items one store call writes (the embedded store: one SQLite transaction;
-    /// DynamoDB: that many items, a few dozen requests in flight at a time).
-    pub posts_per_batch: usize,
+    /// Posts whose items (or a window's edges) one store call writes (the embedded store: one
+    /// SQLite transaction; DynamoDB: that many items, a few dozen requests in flight at a
+    /// time). Unset: the store's own ([`tally_core::ports::WindowWriter::posts_per_call`]),
+    /// set when the counter opens; read it with [`CounterConfig::batch`].
+    pub posts_per_batch: Option<usize>,
     /// The records a worker's windows may hold together (their memory, about 500 bytes each),
     /// shared equally by the shards it holds, each of which has two windows at most (one open,
     /// one being written); a window's share is never below 20,000 records (the bound counting
@@ -145,13 +147,21 @@ impl Default for CounterConfig {
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: CountMode::Likers,
             max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
-            posts_per_batch: 1_000,
+            posts_per_batch: None,
             worker_window_records: 800_000,
         }
     }
 }
 
 impl CounterConfig {
+    /// Posts (or edges) per store call: `posts_per_batch`, which the counter sets to its store's
+    /// own when it opens if unset.
+    pub fn batch(&self) -> usize {
+        self.posts_per_batch
+            .unwrap_or(tally_core::ports::DEFAULT_POSTS_PER_CALL)
+            .max(1)
+    }
+
     /// `dedup_horizon_secs` in ms: the horizon windows are built with now.
     pub fn dedup_horizon_ms(&self) -> i64 {
         self.dedup_horizon.as_millis() as i64
@@ -183,7 +193,9 @@ impl CounterConfig {
 
     /// The `[counter]` section's ranges (keys without the section).
     pub fn validate(&self) -> Result<(), Invalid> {
-        range("posts_per_batch", self.posts_per_batch, 1, 100_000)?;
+        if let Some(n) = self.posts_per_batch {
+            range("posts_per_batch", n, 1, 100_000)?;
+        }
         range(
             "window_records",
             self.window_records,
@@ -300,13 +312,14 @@ impl Counter {
     /// counts otherwise.
     pub async fn open(
         store: Arc<dyn CounterStore>,
-        cfg: CounterConfig,
+        mut cfg: CounterConfig,
         ctx: CounterContext,
         metrics: Arc<CounterMetrics>,
     ) -> Result<Counter, ClaimError> {
         let counting = counting::chosen(&cfg);
         counting::claim(store.as_ref(), counting.as_ref()).await?;
         claim::one_stream(store.as_ref(), &ctx.stream, ctx.input.is_homed()).await?;
+        cfg.posts_per_batch.get_or_insert(store.posts_per_call());
         Ok(Counter {
             store,
             cfg,
@@ -316,6 +329,12 @@ impl Counter {
             metrics,
             board: Arc::default(),
         })
+    }
+
+    /// Its settings, as the counter resolved them when it opened (`posts_per_batch`: the
+    /// store's own unless set).
+    pub fn config(&self) -> &CounterConfig {
+        &self.cfg
     }
 
     /// Shows the held shards' open windows on `board` (what the worker's `--http` serves).

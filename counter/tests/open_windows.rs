@@ -183,6 +183,36 @@ fn a_window_at_a_low_rate_stays_open_only_where_its_likes_are_shown() {
     assert!(cfg.due(1, 1_000, true));
 }
 
+/// Unset, `posts_per_batch` is the store's own when the counter opens — on the embedded store
+/// 20,000 edges or posts per SQLite transaction, where DynamoDB takes 1,000 items a call — and a
+/// value set is kept as set (the fault harnesses' batches of one and two).
+#[tokio::test]
+async fn the_counter_writes_in_its_store_s_batches_unless_told() {
+    let (_dir, store, _fence, _lease) = one_shard().await;
+    let open = |posts_per_batch| {
+        let cfg = CounterConfig {
+            posts_per_batch,
+            ..CounterConfig::default()
+        };
+        Counter::open(
+            store.clone(),
+            cfg,
+            CounterContext::default(),
+            Arc::default(),
+        )
+    };
+    let store_s = open(None).await.unwrap();
+    assert_eq!(store_s.config().posts_per_batch, Some(20_000));
+    assert_eq!(store_s.config().batch(), 20_000);
+    let set = open(Some(7)).await.unwrap();
+    assert_eq!(set.config().batch(), 7);
+    assert_eq!(
+        CounterConfig::default().batch(),
+        1_000,
+        "DynamoDB's, before a store says"
+    );
+}
+
 /// A closed window whose edge writes are under way is shown as its write will count it — not
 /// left out until its deltas are known — so a like shown while its window was open is never
 /// taken back while the window is written: at every answer, the stored count plus the windows
@@ -194,7 +224,7 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
     let cfg = CounterConfig {
         window_time: Duration::from_secs(600),
         // One edge, then one post, per store call: the writes take long enough to be asked about.
-        posts_per_batch: 1,
+        posts_per_batch: Some(1),
         ..CounterConfig::default()
     };
     let board = Arc::new(Board::resolving(store.clone()));

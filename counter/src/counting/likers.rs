@@ -149,7 +149,7 @@ async fn apply_edges(
 ) -> PortResult<Vec<Transition>> {
     let (cfg, ctx) = (&shard.cfg, &shard.ctx);
     let mut transitions = Vec::new();
-    for batch in edges.chunks(cfg.posts_per_batch.max(1)) {
+    for batch in edges.chunks(cfg.batch()) {
         let mut sending = Resend::new(&ctx.backoff, "write a window's edges", batch);
         loop {
             let sent = shard
@@ -230,7 +230,7 @@ async fn count_written_edges(
     note_edges(shard, at, 0, forgotten);
     let written = transitions.len();
     let ((posts, total_delta), held) = edge::split(&transitions);
-    for batch in posts.chunks(shard.cfg.posts_per_batch.max(1)) {
+    for batch in posts.chunks(shard.cfg.batch()) {
         shard.apply_batch(at, batch).await?;
     }
     let rest = WindowRest {
