@@ -464,9 +464,13 @@ pub async fn an_edge_two_shards_write_keeps_each_window_s_write(
         .begin_window(&a, None, &end_a.seq, &end_a, HORIZON_MS.into())
         .await
         .unwrap();
-    let spent = store.record_window_edges(w, &pairs).await.unwrap();
+    let refs: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(p, u)| (p.as_str(), u.as_str()))
+        .collect();
+    let spent = store.record_window_edges(w, &refs).await.unwrap();
     assert!(spent.units.get(Purpose::Edges) > 300, "{spent:?}");
-    store.record_window_edges(w, &pairs).await.unwrap();
+    store.record_window_edges(w, &refs).await.unwrap();
     assert_eq!(store.window_edges(w).await.unwrap(), Some(pairs));
     assert_eq!(
         store.window_edges(at("shard-1", &end_a)).await.unwrap(),

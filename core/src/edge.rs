@@ -755,9 +755,10 @@ pub const WINDOW_EDGES_KEY_BYTES: usize = 100;
 /// — can still find the edges it wrote and count them ([`EdgeState::written_by`]). Encoded as
 /// length-prefixed ids (u16, little-endian), cut into chunks of at most
 /// [`WINDOW_EDGES_CHUNK_BYTES`].
-pub fn encode_pairs(pairs: &[(String, String)]) -> Vec<Vec<u8>> {
+pub fn encode_pairs<S: AsRef<str>>(pairs: &[(S, S)]) -> Vec<Vec<u8>> {
     let mut chunks = vec![Vec::new()];
     for (post, user) in pairs {
+        let (post, user) = (post.as_ref(), user.as_ref());
         let need = 4 + post.len() + user.len();
         if chunks
             .last()
@@ -1049,7 +1050,7 @@ mod tests {
             .collect();
         assert_eq!(back, pairs);
         assert!(decode_pairs(&chunks[0][..chunks[0].len() - 1]).is_err());
-        assert_eq!(encode_pairs(&[]), vec![Vec::<u8>::new()]);
+        assert_eq!(encode_pairs::<&str>(&[]), vec![Vec::<u8>::new()]);
     }
 
     #[test]

@@ -806,7 +806,7 @@ pub trait WindowWriter: LeaseStore + DedupStore {
     async fn record_window_edges(
         &self,
         w: WindowRef<'_>,
-        pairs: &[(String, String)],
+        pairs: &[(&str, &str)],
     ) -> PortResult<Applied>;
     /// Likers: the window's edge record, if it was stored whole (`None`: not, or not every chunk
     /// — then none of its edges was written).

@@ -491,7 +491,7 @@ impl WindowWriter for DynamoStore {
     async fn record_window_edges(
         &self,
         w: WindowRef<'_>,
-        pairs: &[(String, String)],
+        pairs: &[(&str, &str)],
     ) -> PortResult<Applied> {
         self.put_window_edges(w, pairs).await
     }

@@ -282,7 +282,7 @@ impl DynamoStore {
     pub(super) async fn put_window_edges(
         &self,
         w: WindowRef<'_>,
-        pairs: &[(String, String)],
+        pairs: &[(&str, &str)],
     ) -> PortResult<Applied> {
         let chunks = edge::encode_pairs(pairs);
         let marker = summary::marker(w.end);

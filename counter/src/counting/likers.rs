@@ -97,10 +97,10 @@ impl Counting for Likers {
         }
         // Which edges it writes is durable before the first of them is written: a window
         // given up later (its records trimmed while pending) still finds and counts them.
-        let pairs: Vec<(String, String)> = w
+        let pairs: Vec<(&str, &str)> = w
             .edges
             .iter()
-            .map(|e| (e.post_id.clone(), e.user_id.clone()))
+            .map(|e| (e.post_id.as_str(), e.user_id.as_str()))
             .collect();
         let recorded = with_backoff(
             &shard.ctx.backoff,

@@ -243,7 +243,7 @@ impl WindowWriter for Embedded {
     async fn record_window_edges(
         &self,
         w: WindowRef<'_>,
-        pairs: &[(String, String)],
+        pairs: &[(&str, &str)],
     ) -> PortResult<Applied> {
         let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
         let chunks = edge::encode_pairs(pairs);
