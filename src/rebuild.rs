@@ -57,10 +57,7 @@ pub async fn rebuild(settings: &Settings, source: &RebuildSource) -> Result<Rebu
         into.counter.as_ref(),
         apps::COUNTER,
         decided,
-        settings
-            .counter
-            .posts_per_batch
-            .unwrap_or_else(|| into.counter.posts_per_call()),
+        settings.counter.batch_on(into.counter.as_ref()),
         &tally_core::retry::Backoff::default(),
     )
     .await?)

@@ -154,8 +154,17 @@ impl Default for CounterConfig {
 }
 
 impl CounterConfig {
-    /// Posts (or edges) per store call: `posts_per_batch`, which the counter sets to its store's
-    /// own when it opens if unset.
+    /// Posts (or edges) per call to `store`: `posts_per_batch`, or the store's own if unset
+    /// ([`tally_core::ports::WindowWriter::posts_per_call`]). The counter resolves it once, when
+    /// it opens; a rebuild, for the store it writes into.
+    pub fn batch_on<S: tally_core::ports::WindowWriter + ?Sized>(&self, store: &S) -> usize {
+        self.posts_per_batch
+            .unwrap_or_else(|| store.posts_per_call())
+            .max(1)
+    }
+
+    /// Posts (or edges) per store call, as [`CounterConfig::batch_on`] resolved it when the
+    /// counter opened (unresolved: [`tally_core::ports::DEFAULT_POSTS_PER_CALL`]).
     pub fn batch(&self) -> usize {
         self.posts_per_batch
             .unwrap_or(tally_core::ports::DEFAULT_POSTS_PER_CALL)
@@ -319,7 +328,7 @@ impl Counter {
         let counting = counting::chosen(&cfg);
         counting::claim(store.as_ref(), counting.as_ref()).await?;
         claim::one_stream(store.as_ref(), &ctx.stream, ctx.input.is_homed()).await?;
-        cfg.posts_per_batch.get_or_insert(store.posts_per_call());
+        cfg.posts_per_batch = Some(cfg.batch_on(store.as_ref()));
         Ok(Counter {
             store,
             cfg,
