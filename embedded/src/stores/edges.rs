@@ -24,6 +24,9 @@ struct EdgeStatements<'c> {
     put: rusqlite::CachedStatement<'c>,
     update: rusqlite::CachedStatement<'c>,
     insert: rusqlite::CachedStatement<'c>,
+    /// The history of the edge being written (`tally_core::rows::edge_history`), one buffer
+    /// for all.
+    history: Vec<u8>,
 }
 
 impl<'c> EdgeStatements<'c> {
@@ -54,6 +57,7 @@ impl<'c> EdgeStatements<'c> {
                      history = ?7 WHERE post = ?1 AND user = ?2",
                 )
                 .map_err(sql_err)?,
+            history: Vec::new(),
         })
     }
 
@@ -76,29 +80,33 @@ impl<'c> EdgeStatements<'c> {
         } else {
             &mut self.put
         };
-        Self::write(st, post, user, s).map(|_| ())
+        Self::write(st, &mut self.history, post, user, s).map(|_| ())
     }
 
     /// Writes the edge of (`post`, `user`) if the store has none: whether it did.
     fn insert(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<bool> {
-        Self::write(&mut self.insert, post, user, s).map(|n| n == 1)
+        Self::write(&mut self.insert, &mut self.history, post, user, s).map(|n| n == 1)
     }
 
+    /// Binds the edge's columns (`tally_core::rows::edge_columns`, borrowed from the state) and
+    /// its history, encoded into `history`.
     fn write(
         st: &mut rusqlite::CachedStatement<'c>,
+        history: &mut Vec<u8>,
         post: &str,
         user: &str,
         s: &EdgeState,
     ) -> PortResult<usize> {
-        let row = rows::edge_row(s);
+        let c = rows::edge_columns(s);
+        rows::edge_history_into(s, history);
         st.execute(params![
             post,
             user,
-            i64::from(row.liked),
-            row.at_ms,
-            row.event_id,
-            row.window,
-            row.history
+            i64::from(c.liked),
+            c.at_ms,
+            c.event_id,
+            c.window,
+            history.as_slice()
         ])
         .map_err(sql_err)
     }
