@@ -550,7 +550,12 @@ mod tests {
         let c = edge_columns(&s);
         assert_eq!(
             (c.liked, c.at_ms, c.event_id, c.window),
-            (row.liked, row.at_ms, row.event_id.as_str(), row.window.as_str())
+            (
+                row.liked,
+                row.at_ms,
+                row.event_id.as_str(),
+                row.window.as_str()
+            )
         );
         let mut buf = vec![7; 300];
         edge_history_into(&s, &mut buf);

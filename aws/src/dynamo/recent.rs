@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, IndexStatus};
 use tally_core::edge;
 use tally_core::ports::{
     Consistency, PortError, PortResult, RecentCursor, RecentLiker, RecentPage,
@@ -38,8 +38,11 @@ impl DynamoStore {
                 .limit((limit - page.likers.len()) as i32)
                 .set_exclusive_start_key(start.take())
                 .send()
-                .await
-                .map_err(|e| self.recent_err(self.err("Query", "counts", e)))?;
+                .await;
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => return Err(self.recent_err(self.err("Query", "counts", e)).await),
+            };
             let entries = resp
                 .items()
                 .iter()
@@ -80,22 +83,31 @@ impl DynamoStore {
         }
     }
 
-    /// A Query of the recent index refused: a table without it is named with what creates it.
-    fn recent_err(&self, e: PortError) -> PortError {
-        if !e.to_string().contains("specified index") {
+    /// A Query of the recent index refused as invalid: the table's description (not the
+    /// refusal's wording) says why ([`refusal`]); any other error stands as it was.
+    async fn recent_err(&self, e: PortError) -> PortError {
+        if !matches!(e, PortError::Invalid(_)) {
             return e;
         }
-        PortError::NotFound {
-            what: format!(
-                "the index `{}` of table {}",
-                edge::RECENT_INDEX,
-                self.table("counts")
-            ),
-            hint: ": likers most recent first read it. Set `recent_likers_index = true` and \
-                   run `tally setup`, or set Terraform's `recent_likers_index = true` (a \
-                   write unit more per like: BENCHMARKS)"
-                .into(),
-        }
+        let status = self.recent_index_status().await;
+        refusal(&self.target, &self.table("counts"), e, status)
+    }
+
+    /// The recent index's status by `DescribeTable` of the counts table; `None`: it has none.
+    async fn recent_index_status(&self) -> PortResult<Option<IndexStatus>> {
+        let d = self
+            .client
+            .describe_table()
+            .table_name(self.table("counts"))
+            .send()
+            .await
+            .map_err(|e| self.err("DescribeTable", "counts", e))?;
+        Ok(d.table().and_then(|t| {
+            t.global_secondary_indexes()
+                .iter()
+                .find(|i| i.index_name() == Some(edge::RECENT_INDEX))
+                .map(|i| i.index_status().cloned().unwrap_or(IndexStatus::Active))
+        }))
     }
 }
 
@@ -125,5 +137,73 @@ fn recent_entry(post: &str, i: &HashMap<String, AttributeValue>) -> PortResult<(
                 edge::RECENT_INDEX
             ),
         }),
+    }
+}
+
+/// Why a Query of the recent index of `table` was refused (`e`), by the index's status as the
+/// table describes it: no such index — named with what creates it; one still being built — a
+/// passing reason, asked again later; else (active, or the table could not be described) the
+/// refusal as it was.
+fn refusal(
+    target: &crate::errors::Target,
+    table: &str,
+    e: PortError,
+    status: PortResult<Option<IndexStatus>>,
+) -> PortError {
+    let index = format!("the index `{}` of table {table}", edge::RECENT_INDEX);
+    match status {
+        Ok(None) => PortError::NotFound {
+            what: index,
+            hint: ": likers most recent first read it. Set `recent_likers_index = true` and run \
+                   `tally setup`, or set Terraform's `recent_likers_index = true` (a write unit \
+                   more per like: BENCHMARKS)"
+                .into(),
+        },
+        Ok(Some(status)) if status != IndexStatus::Active => PortError::Unavailable {
+            endpoint: format!("{} endpoint {} (Query)", target.service, target.endpoint),
+            detail: format!(
+                "{index} is {} (DynamoDB fills a new index from the items already stored); ask \
+                 again once it is ACTIVE ({e})",
+                status.as_str()
+            ),
+        },
+        _ => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_query_of_the_recent_index_is_explained_by_the_index_s_status() {
+        let target = crate::errors::Target {
+            service: "DynamoDB",
+            endpoint: "http://127.0.0.1:8000".into(),
+        };
+        let refused =
+            || PortError::Invalid("Query on table t-counts: ValidationException: x".into());
+        let missing = refusal(&target, "t-counts", refused(), Ok(None));
+        assert!(matches!(missing, PortError::NotFound { .. }), "{missing}");
+        let text = missing.to_string();
+        assert!(
+            text.contains("index `recent` of table t-counts") && text.contains("tally setup"),
+            "{text}"
+        );
+        let building = refusal(
+            &target,
+            "t-counts",
+            refused(),
+            Ok(Some(IndexStatus::Creating)),
+        );
+        assert!(building.is_retryable(), "{building}");
+        assert!(building.to_string().contains("is CREATING"), "{building}");
+        for status in [
+            Ok(Some(IndexStatus::Active)),
+            Err(PortError::Timeout("d".into())),
+        ] {
+            let stands = refusal(&target, "t-counts", refused(), status);
+            assert_eq!(stands.to_string(), refused().to_string());
+        }
     }
 }
