@@ -6,7 +6,8 @@
 //! and write as many summary items as the demo's counter wrote (the demo's `store_writes`, one
 //! row of a live item's size each, a window's items per transaction) — no reading, folding,
 //! checking or concurrency. The ratio is what tally adds on top of SQLite. `-- stages`: the
-//! demo's parts one after another, each alone, to say where its time goes.
+//! demo's parts one after another, each alone, to say where its time goes, and the likers
+//! counter's edge writes at their floor (`edge_floor`).
 
 use std::process::Command;
 use std::time::Instant;
@@ -194,6 +195,65 @@ fn floor(demo: &Demo, count: &str) -> (f64, f64) {
     (records, started.elapsed().as_secs_f64())
 }
 
+/// The likers counter's writing floor: the edge rows the counter left in `counted` (its store
+/// after `count --until-idle`), window by window (by the window that last wrote each, then post
+/// and user, as a window writes them), inserted into a fresh store of the same schema with the
+/// store's own statement and batch (`WindowWriter::posts_per_call` rows a transaction) — one
+/// thread, nothing else running, no checkpoint at all (the counter's happen beside its writes).
+/// A lower bound for the counter's edge writes: it also reads, folds, decides each edge, and
+/// reads and updates the edges it had written before. Seconds and rows.
+fn edge_floor(counted: &std::path::Path) -> (f64, usize) {
+    use tally_core::ports::WindowWriter;
+    type Row = (String, String, i64, i64, String, String, Vec<u8>);
+    let src = Connection::open(counted.join(tally_embedded::DB_FILE)).expect("the counted store");
+    let rows: Vec<Row> = src
+        .prepare(
+            "SELECT post, user, liked, at_ms, event_id, window, history FROM edges \
+             ORDER BY substr(window, 1, instr(window, '@')), post, user",
+        )
+        .expect("prepare")
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        })
+        .expect("read the edges")
+        .collect::<Result<_, _>>()
+        .expect("edges");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = tally_embedded::Embedded::open(dir.path(), 4).expect("store");
+    let per_tx = store.posts_per_call();
+    drop(store);
+    let mut conn = Connection::open(dir.path().join(tally_embedded::DB_FILE)).expect("open");
+    tally_embedded::journal(&conn).expect("the store's journal settings");
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .expect("no checkpoints");
+    let started = Instant::now();
+    for batch in rows.chunks(per_tx) {
+        let tx = conn.transaction().expect("begin");
+        {
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT INTO edges (post, user, liked, at_ms, event_id, window, history) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (post, user) DO NOTHING",
+                )
+                .expect("prepare");
+            for r in batch {
+                ins.execute(params![r.0, r.1, r.2, r.3, r.4, r.5, r.6])
+                    .expect("insert");
+            }
+        }
+        tx.commit().expect("commit");
+    }
+    (started.elapsed().as_secs_f64(), rows.len())
+}
+
 /// Runs `tally ARGS` on `dir` counting `count`; its wall time in seconds.
 fn timed(dir: &std::path::Path, count: &str, args: &[&str]) -> f64 {
     let started = Instant::now();
@@ -211,6 +271,7 @@ fn stages() {
     println!("| counting | demo | produce | count --until-idle | analytics --until-idle | parts in sequence | serde decode | count / decode |");
     println!("|---|---|---|---|---|---|---|---|");
     let events = EVENTS.to_string();
+    let mut counters = Vec::new();
     for count in ["events", "likers"] {
         let d = demo(count);
         let dir = tempfile::tempdir().expect("temp dir");
@@ -235,6 +296,7 @@ fn stages() {
             ],
         );
         let counted = timed(dir.path(), count, &["count", "--until-idle"]);
+        counters.push((counted, (count == "likers").then(|| edge_floor(dir.path()))));
         let analytics = timed(dir.path(), count, &["analytics", "--until-idle"]);
         let (decode, _) = serde_decode(count);
         println!(
@@ -242,6 +304,18 @@ fn stages() {
             d.elapsed,
             produce + counted + analytics,
             counted / decode
+        );
+    }
+    if let [(events, _), (likers, Some((floor, rows)))] = counters[..] {
+        println!();
+        println!("the likers counter's edge writes at their floor: the rows it wrote, inserted bare (one thread, the store's statement and batch, no checkpoints), beside the two counters");
+        println!("| events counter | likers counter | likers / events | edge rows | edge rows written bare | bare rows / events counter |");
+        println!("|---|---|---|---|---|---|");
+        println!(
+            "| {events:.2} s | {likers:.2} s | {:.1}× | {rows} | {floor:.2} s ({:.2} µs a row) | {:.2}× |",
+            likers / events,
+            floor * 1e6 / rows as f64,
+            floor / events
         );
     }
 }
