@@ -239,10 +239,7 @@ fn edge_floor(counted: &std::path::Path) -> (f64, usize) {
         let tx = conn.transaction().expect("begin");
         {
             let mut ins = tx
-                .prepare_cached(
-                    "INSERT INTO edges (post, user, liked, at_ms, event_id, window, history) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (post, user) DO NOTHING",
-                )
+                .prepare_cached(tally_embedded::INSERT_EDGE_SQL)
                 .expect("prepare");
             for r in batch {
                 ins.execute(params![r.0, r.1, r.2, r.3, r.4, r.5, r.6])

@@ -27,6 +27,11 @@ impl Target {
             .unwrap_or_else(|| format!("{host}.{}.amazonaws.com", crate::region_of(sdk)));
         Target { service, endpoint }
     }
+
+    /// The endpoint as an error names it, with the call made there.
+    pub fn endpoint_of(&self, call: &str) -> String {
+        format!("{} endpoint {} ({call})", self.service, self.endpoint)
+    }
 }
 
 /// Maps an SDK error of `call` on `resource`.
@@ -51,7 +56,7 @@ where
                 cause
             };
             PortError::Unavailable {
-                endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+                endpoint: target.endpoint_of(call),
                 detail,
             }
         }
@@ -59,7 +64,7 @@ where
             PortError::Timeout(format!("{call} on {resource} at {}", target.endpoint))
         }
         SdkError::ResponseError(_) => PortError::Unavailable {
-            endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+            endpoint: target.endpoint_of(call),
             detail: "the response could not be read".into(),
         },
         SdkError::ServiceError(se) => {
@@ -70,7 +75,7 @@ where
                 Some(code) => from_code(target, call, resource, code, &message),
                 // A server error without a code (an overloaded or failing endpoint): transient.
                 None if status >= 500 => PortError::Unavailable {
-                    endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+                    endpoint: target.endpoint_of(call),
                     detail: format!("HTTP {status} {message}"),
                 },
                 None => PortError::Other(format!("{call} on {resource}: HTTP {status} {message}")),
@@ -167,7 +172,7 @@ pub fn from_code(
         | "ServiceUnavailable"
         | "ServiceUnavailableException"
         | "KMSInternalException" => PortError::Unavailable {
-            endpoint: format!("{} endpoint {} ({call})", target.service, target.endpoint),
+            endpoint: target.endpoint_of(call),
             detail,
         },
         "ValidationException" | "InvalidArgumentException" | "SerializationException" => {

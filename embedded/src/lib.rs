@@ -16,6 +16,7 @@
 mod stores;
 mod stream;
 
+pub use stores::INSERT_EDGE_SQL;
 pub use stream::{batch, Unapplied};
 
 use std::path::{Path, PathBuf};

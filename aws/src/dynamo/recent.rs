@@ -160,7 +160,7 @@ fn refusal(
                 .into(),
         },
         Ok(Some(status)) if status != IndexStatus::Active => PortError::Unavailable {
-            endpoint: format!("{} endpoint {} (Query)", target.service, target.endpoint),
+            endpoint: target.endpoint_of("Query"),
             detail: format!(
                 "{index} is {} (DynamoDB fills a new index from the items already stored); ask \
                  again once it is ACTIVE ({e})",

@@ -17,6 +17,13 @@ use tally_core::summary::{self, Attrs, Val, GLOBAL_PK};
 use super::items::{get_item, put_item, query};
 use crate::sql_err;
 
+/// An edge new to the store, inserted unless one is there (its columns in the table's order,
+/// `?1`…`?7`): what a window's write of an absent edge runs, and what `cargo bench --bench demo
+/// -- stages` times bare.
+pub const INSERT_EDGE_SQL: &str =
+    "INSERT INTO edges (post, user, liked, at_ms, event_id, window, history) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (post, user) DO NOTHING";
+
 /// The statements that read and write edges, prepared once for as many edges as a caller
 /// reads or writes (a window's batch: thousands).
 struct EdgeStatements<'c> {
@@ -45,12 +52,7 @@ impl<'c> EdgeStatements<'c> {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(sql_err)?,
-            insert: c
-                .prepare_cached(
-                    "INSERT INTO edges (post, user, liked, at_ms, event_id, window, history) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (post, user) DO NOTHING",
-                )
-                .map_err(sql_err)?,
+            insert: c.prepare_cached(INSERT_EDGE_SQL).map_err(sql_err)?,
             update: c
                 .prepare_cached(
                     "UPDATE edges SET liked = ?3, at_ms = ?4, event_id = ?5, window = ?6, \

@@ -20,6 +20,7 @@ mod counter;
 mod edges;
 mod items;
 
+pub use edges::INSERT_EDGE_SQL;
 pub(crate) use edges::{has_recent_index, migrate_edges, RECENT_INDEX_SQL};
 mod leases;
 
