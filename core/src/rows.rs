@@ -250,7 +250,7 @@ pub fn trending_row(row: &Row, item: &str) -> PortResult<(Vec<crate::ports::Tren
 /// state in columns — whether the user likes the post, the ordering time and id of the event
 /// that set it, the window that wrote it — and the rest of what it remembers (the event that
 /// write replaced, the older writes, the clamped events that took no effect, the window pushed
-/// out of the history) in `history`, [`edge_history`]'s encoding.
+/// out of the history) in `history`, [`edge_history_into`]'s encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EdgeRow {
     /// Whether the user likes the post.
@@ -261,30 +261,16 @@ pub struct EdgeRow {
     pub event_id: String,
     /// The window that wrote it ([`crate::edge::window_id`]).
     pub window: String,
-    /// The rest, [`edge_history`].
+    /// The rest, [`edge_history_into`].
     pub history: Vec<u8>,
 }
 
-/// The version byte [`edge_history`] starts with.
+/// The version byte [`edge_history_into`] starts with.
 const HISTORY_V1: u8 = 1;
 
-/// An edge as a typed row.
-///
-/// # Panics
-/// If the edge has no write (an [`EdgeState`] always has one: its state was written).
-pub fn edge_row(s: &EdgeState) -> EdgeRow {
-    let c = edge_columns(s);
-    EdgeRow {
-        liked: c.liked,
-        at_ms: c.at_ms,
-        event_id: c.event_id.to_owned(),
-        window: c.window.to_owned(),
-        history: edge_history(s),
-    }
-}
-
-/// An [`EdgeRow`]'s columns but `history`, borrowed from the edge: what a store writing many
-/// edges binds, with [`edge_history_into`] (nothing copied per edge but the history).
+/// An [`EdgeRow`]'s columns but `history`, borrowed from the edge: what a store writing an
+/// edge binds, with its history from [`edge_history_into`] (one buffer for many edges, nothing
+/// else copied per edge).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgeColumns<'a> {
     /// Whether the user likes the post.
@@ -300,7 +286,7 @@ pub struct EdgeColumns<'a> {
 /// The edge's columns ([`EdgeColumns`]).
 ///
 /// # Panics
-/// If the edge has no write, as [`edge_row`].
+/// If the edge has no write (an [`EdgeState`] always has one: its state was written).
 pub fn edge_columns(s: &EdgeState) -> EdgeColumns<'_> {
     EdgeColumns {
         liked: s.liked,
@@ -315,13 +301,8 @@ pub fn edge_columns(s: &EdgeState) -> EdgeColumns<'_> {
 /// clamped events, each an id; the dropped window or none. A `before` is a tag (0 absent, 1 an
 /// unlike, 2 a like), then for 1 and 2 its time (8 bytes, little-endian) and id; a string is
 /// its length (2 bytes, little-endian) and its UTF-8 bytes; "none" is an empty string.
-pub fn edge_history(s: &EdgeState) -> Vec<u8> {
-    let mut out = Vec::new();
-    edge_history_into(s, &mut out);
-    out
-}
-
-/// [`edge_history`] written into `out` (cleared first): a writer of many edges keeps one buffer.
+///
+/// Written into `out`, cleared first: a writer of many edges keeps one buffer.
 pub fn edge_history_into(s: &EdgeState, out: &mut Vec<u8>) {
     fn text(out: &mut Vec<u8>, t: &str) {
         let n = u16::try_from(t.len()).expect("ids and windows are shorter than 64 KiB");
@@ -543,23 +524,19 @@ mod tests {
         }
         assert_eq!(s.writes.len(), 3);
         assert!(s.dropped.is_some() && !s.lost.is_empty());
-        let row = edge_row(&s);
-        assert_eq!(edge_from_row("p", "u", row.clone()).unwrap(), s);
-        // What a store binds from the state is the row: columns borrowed, history into a
-        // buffer that held another edge's.
+        // The row as a store writes it: the columns borrowed from the state, the history
+        // encoded into a buffer that held another edge's.
         let c = edge_columns(&s);
-        assert_eq!(
-            (c.liked, c.at_ms, c.event_id, c.window),
-            (
-                row.liked,
-                row.at_ms,
-                row.event_id.as_str(),
-                row.window.as_str()
-            )
-        );
-        let mut buf = vec![7; 300];
-        edge_history_into(&s, &mut buf);
-        assert_eq!(buf, row.history);
+        let mut history = vec![7; 300];
+        edge_history_into(&s, &mut history);
+        let row = EdgeRow {
+            liked: c.liked,
+            at_ms: c.at_ms,
+            event_id: c.event_id.to_owned(),
+            window: c.window.to_owned(),
+            history,
+        };
+        assert_eq!(edge_from_row("p", "u", row.clone()).unwrap(), s);
         for cut in 0..row.history.len() {
             let mut bad = row.clone();
             bad.history.truncate(cut);

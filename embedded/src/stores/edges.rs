@@ -31,7 +31,7 @@ struct EdgeStatements<'c> {
     put: rusqlite::CachedStatement<'c>,
     update: rusqlite::CachedStatement<'c>,
     insert: rusqlite::CachedStatement<'c>,
-    /// The history of the edge being written (`tally_core::rows::edge_history`), one buffer
+    /// The history of the edge being written (`tally_core::rows::edge_history_into`), one buffer
     /// for all.
     history: Vec<u8>,
 }
