@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 use crate::edge::{self, EdgeEvent};
 use crate::event::{Action, EventRef};
 
-use super::WindowStats;
+use super::{key_order, WindowStats};
 
 /// What a window counting likers folds.
 #[derive(Debug)]
@@ -37,11 +37,10 @@ impl Likers {
         }
     }
 
-    /// Each touched edge's latest event, by post and user.
+    /// Each touched edge's latest event, by post and user: the order of the store's keys
+    /// ([`key_order::sorted`]).
     pub(super) fn close(self) -> Vec<EdgeEvent> {
-        let mut edges: Vec<EdgeEvent> = self.edges.into_iter().collect();
-        edges.sort_unstable_by(|a, b| (&a.post_id, &a.user_id).cmp(&(&b.post_id, &b.user_id)));
-        edges
+        key_order::sorted(self.edges)
     }
 
     fn hash(hasher: &ahash::RandomState, post: &str, user: &str) -> u64 {

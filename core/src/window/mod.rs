@@ -17,6 +17,7 @@ use crate::boundary::{Extent, Fold, UserRecord};
 use crate::buckets::PostDelta;
 
 mod events;
+mod key_order;
 mod likers;
 use crate::dead_letter::{
     truncate_utf8, DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON,
