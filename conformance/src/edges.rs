@@ -15,11 +15,11 @@ use super::{held_lease, seq, HORIZON_MS};
 
 fn like(post: &str, user: &str, liked: bool, at_ms: i64, id: &str) -> EdgeEvent {
     EdgeEvent {
-        post_id: post.to_owned(),
-        user_id: user.to_owned(),
+        post_id: post.into(),
+        user_id: user.into(),
         liked,
         at_ms,
-        event_id: id.to_owned(),
+        event_id: id.into(),
         clamped: false,
         lost: Vec::new(),
     }

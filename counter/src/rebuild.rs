@@ -363,11 +363,11 @@ async fn write_edges(
 /// clamped events it remembers (oldest first, as an event carries them).
 fn event_of(post: &str, user: &str, s: &EdgeState) -> EdgeEvent {
     EdgeEvent {
-        post_id: post.to_owned(),
-        user_id: user.to_owned(),
+        post_id: post.into(),
+        user_id: user.into(),
         liked: s.liked,
         at_ms: s.at_ms,
-        event_id: s.event_id.clone(),
+        event_id: s.event_id.as_str().into(),
         clamped: false,
         lost: s.lost.iter().rev().cloned().collect(),
     }

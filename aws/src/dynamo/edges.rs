@@ -78,7 +78,11 @@ impl DynamoStore {
         let sk = edge::edge_sk(&e.user_id);
         let mut x = Expr::default();
         let (l, t, ev) = (x.name("l"), x.name("t"), x.name("e"));
-        let (vt, ve, vw) = (x.val(n(e.at_ms)), x.val(s(&e.event_id)), x.val(s(window)));
+        let (vt, ve, vw) = (
+            x.val(n(e.at_ms)),
+            x.val(s(e.event_id.as_str())),
+            x.val(s(window)),
+        );
         let (zero, nil) = (x.val(n(0)), x.val(s("")));
         let gens: Vec<[String; 4]> = (0..edge::EDGE_HISTORY)
             .map(|g| edge::write_attrs(g).map(|a| x.name(a)))
@@ -180,7 +184,7 @@ impl DynamoStore {
         self.client
             .update_item()
             .table_name(self.table("counts"))
-            .key("pk", s(&e.post_id))
+            .key("pk", s(e.post_id.as_str()))
             .key("sk", s(edge::edge_sk(&e.user_id)))
             .condition_expression(cond)
             .update_expression(update)

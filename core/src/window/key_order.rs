@@ -83,16 +83,17 @@ pub(super) fn sorted(edges: impl IntoIterator<Item = EdgeEvent>) -> Vec<EdgeEven
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use smol_str::SmolStr;
 
     use super::*;
 
     fn edge(post: &str, user: &str) -> EdgeEvent {
         EdgeEvent {
-            post_id: post.to_owned(),
-            user_id: user.to_owned(),
+            post_id: post.into(),
+            user_id: user.into(),
             liked: true,
             at_ms: 0,
-            event_id: String::new(),
+            event_id: SmolStr::default(),
             clamped: false,
             lost: Vec::new(),
         }
@@ -107,7 +108,7 @@ mod tests {
             .map(|(post, user)| edge(post, user));
         sorted(edges)
             .into_iter()
-            .map(|e| (e.post_id, e.user_id))
+            .map(|e| (e.post_id.to_string(), e.user_id.to_string()))
             .collect()
     }
 

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use hashbrown::HashTable;
+use smol_str::SmolStr;
 
 use crate::edge::{self, EdgeEvent};
 use crate::event::{Action, EventRef};
@@ -65,20 +66,20 @@ impl Likers {
         let liked = ev.action == Action::Like;
         let clamped = at_ms != ev.created_at;
         let hash = Likers::hash(&self.hasher, &ev.post_id, &ev.user_id);
-        let found = self
-            .edges
-            .find_mut(hash, |e| e.post_id == ev.post_id && e.user_id == ev.user_id);
+        let found = self.edges.find_mut(hash, |e| {
+            *e.post_id == *ev.post_id && *e.user_id == *ev.user_id
+        });
         match found {
             Some(kept) if !kept.is_after(at_ms, &ev.event_id) => {
                 if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
                     // A clamped event it replaces took no effect: the edge remembers it.
-                    if kept.clamped && !kept.lost.contains(&kept.event_id) {
+                    if kept.clamped && !kept.lost.iter().any(|l| *l == kept.event_id) {
                         let replaced = std::mem::take(&mut kept.event_id);
-                        kept.lost.push(replaced);
+                        kept.lost.push(replaced.into());
                     }
                     kept.liked = liked;
                     kept.at_ms = at_ms;
-                    kept.event_id = ev.event_id.into_owned();
+                    kept.event_id = SmolStr::new(&*ev.event_id);
                     kept.clamped = clamped;
                 } else {
                     stats.counted -= 1;
@@ -92,11 +93,11 @@ impl Likers {
             }
             None => {
                 let e = EdgeEvent {
-                    post_id: ev.post_id.into_owned(),
-                    user_id: ev.user_id.into_owned(),
+                    post_id: SmolStr::new(&*ev.post_id),
+                    user_id: SmolStr::new(&*ev.user_id),
                     liked,
                     at_ms,
-                    event_id: ev.event_id.into_owned(),
+                    event_id: SmolStr::new(&*ev.event_id),
                     clamped,
                     lost: Vec::new(),
                 };

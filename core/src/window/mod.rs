@@ -276,7 +276,7 @@ impl WindowBuilder {
                 Some(t) => t.after.is_some(),
                 None => old.is_some_and(|o| o.liked),
             };
-            out.push((e.post_id.clone(), e.user_id.clone(), liked));
+            out.push((e.post_id.to_string(), e.user_id.to_string(), liked));
         }
         out.sort();
         Some(out)
