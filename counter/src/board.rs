@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use smol_str::SmolStr;
 use tally_core::buckets::PostDelta;
 use tally_core::edge::{self, EdgeEvent, EdgeState};
 use tally_core::ports::{Consistency, CounterStore};
@@ -31,8 +32,13 @@ use tally_core::window::{ClosedWindow, WindowBuilder};
 /// the edges asked about that the last one did not cover: new records folded meanwhile).
 const RESOLVE_ATTEMPTS: usize = 3;
 
-/// An edge: (post, user).
-type Pair = (String, String);
+/// An edge: (post, user) — the window's own ids, shared (an answer's lookups allocate nothing).
+type Pair = (SmolStr, SmolStr);
+
+/// The edge an event is of.
+fn pair(e: &EdgeEvent) -> Pair {
+    (e.post_id.clone(), e.user_id.clone())
+}
 
 /// One shard's windows that are read but not written.
 #[derive(Default)]
@@ -87,8 +93,8 @@ impl ShardWindows {
         let Some(open) = self.open.as_ref() else {
             return Vec::new();
         };
-        open.edges_of(|p| wanted.contains(p))
-            .map(|e| (e.post_id.to_string(), e.user_id.to_string()))
+        open.edges_of(wanted)
+            .map(pair)
             .filter(|k| !self.stored.contains_key(k))
             .collect()
     }
@@ -98,11 +104,8 @@ impl ShardWindows {
     fn resolved(&self, wanted: &HashSet<&str>, view: &Edges) -> Option<Vec<(String, PostDelta)>> {
         let open = self.open.as_ref()?;
         let window = self.rebuilds.as_deref().unwrap_or_default();
-        let stored = |e: &EdgeEvent| {
-            view.get(&(e.post_id.to_string(), e.user_id.to_string()))
-                .map(Option::as_ref)
-        };
-        open.deltas_as_written(|p| wanted.contains(p), stored, window)
+        let stored = |e: &EdgeEvent| view.get(&pair(e)).map(Option::as_ref);
+        open.deltas_as_written(wanted, stored, window)
     }
 
     /// Likers: whether each user `also` asks about likes each wanted post once the open window
@@ -121,13 +124,10 @@ impl ShardWindows {
             return Default::default();
         }
         let window = self.rebuilds.as_deref().unwrap_or_default();
-        let stored = |e: &EdgeEvent| {
-            view.get(&(e.post_id.to_string(), e.user_id.to_string()))
-                .map(Option::as_ref)
-        };
+        let stored = |e: &EdgeEvent| view.get(&pair(e)).map(Option::as_ref);
         let asked = |u: &str| also.viewer == Some(u) || also.wants_liker(u);
         let states = open
-            .states_as_written(|p| wanted.contains(p), asked, stored, window)
+            .states_as_written(wanted, asked, stored, window)
             .unwrap_or_default();
         also.split(states)
     }
@@ -136,17 +136,9 @@ impl ShardWindows {
     /// edge writes are under way, then in the open window.
     fn unwritten_pairs(&self, wanted: &HashSet<&str>) -> Option<(Arc<ClosedWindow>, Vec<Pair>)> {
         let applying = self.applying.clone().filter(|a| a.has_edges_to_write())?;
-        let mut pairs: Vec<Pair> = applying
-            .edges
-            .iter()
-            .filter(|e| wanted.contains(e.post_id.as_str()))
-            .map(|e| (e.post_id.to_string(), e.user_id.to_string()))
-            .collect();
+        let mut pairs: Vec<Pair> = applying.edges_of(wanted).map(pair).collect();
         if let Some(open) = &self.open {
-            pairs.extend(
-                open.edges_of(|p| wanted.contains(p))
-                    .map(|e| (e.post_id.to_string(), e.user_id.to_string())),
-            );
+            pairs.extend(open.edges_of(wanted).map(pair));
         }
         pairs.sort();
         pairs.dedup();
@@ -215,12 +207,8 @@ impl Unwritten {
         let window = edge::window_id(shard_id, &marker(applying.end.as_ref()?));
         let mut transitions = Vec::new();
         let mut states = Vec::new();
-        for e in applying
-            .edges
-            .iter()
-            .filter(|e| wanted.contains(e.post_id.as_str()))
-        {
-            let key = (e.post_id.to_string(), e.user_id.to_string());
+        for e in applying.edges_of(wanted) {
+            let key = pair(e);
             let old = read.get(&key)?.clone();
             let resolved = edge::resolve(old.as_ref(), e, &window);
             let after = match &resolved {
@@ -507,7 +495,12 @@ impl Board {
                 // Nothing to read: a window being written holds none of the posts asked about.
                 return unwritten.map(|(applying, _)| (closed, applying, Edges::new()));
             }
-            let (states, units) = match store.edges(pairs, Consistency::Strong).await {
+            // The store's port reads owned ids: copied once per read, not per lookup.
+            let asked: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(p, u)| (p.to_string(), u.to_string()))
+                .collect();
+            let (states, units) = match store.edges(&asked, Consistency::Strong).await {
                 Ok(read) => read,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading an open window's edges failed: it is left out of this answer");

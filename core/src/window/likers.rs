@@ -3,7 +3,7 @@
 //! are known only once those writes say what they changed. No duplicate filter is needed: a copy
 //! is never newer than itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use hashbrown::HashTable;
 use smol_str::SmolStr;
@@ -22,6 +22,10 @@ pub(super) struct Likers {
     /// [`Likers::hash`]): a record of an edge the window holds already allocates nothing.
     pub(super) edges: HashTable<EdgeEvent>,
     hasher: ahash::RandomState,
+    /// The users of each post's edges (with the edge's hash), in the order the window met them:
+    /// what finds a few posts' edges ([`Likers::edges_of`], the read side's open windows)
+    /// without looking at the others'.
+    by_post: HashMap<SmolStr, Vec<(u64, SmolStr)>, ahash::RandomState>,
     /// The ordering time of each event whose first copy here was clamped
     /// ([`edge::ordering_time`]): a later copy orders as the first did, although it arrived
     /// later (only a clamped event's copies can order differently; there are few).
@@ -34,8 +38,40 @@ impl Likers {
             max_skew_ms,
             edges: HashTable::new(),
             hasher: ahash::RandomState::new(),
+            by_post: HashMap::default(),
             clamped: HashMap::default(),
         }
+    }
+
+    /// The window's edges of the posts `wanted` names, of the users `users` says: each post's
+    /// found by its users, the other posts' not looked at (a read of a feed page costs its
+    /// posts' edges, not the window's), and a user's edge looked up only if `users` wants it.
+    /// Where those posts hold more than a quarter of the window's edges (a page of its most liked
+    /// posts), one pass over the window in its table's order is cheaper than looking each up, and
+    /// is what it takes (`cargo bench --bench open_windows`).
+    pub(super) fn edges_of<'a>(
+        &'a self,
+        wanted: &'a HashSet<&str>,
+        users: impl Fn(&str) -> bool + Copy + 'a,
+    ) -> Box<dyn Iterator<Item = &'a EdgeEvent> + 'a> {
+        let of_posts = || wanted.iter().filter_map(|p| self.by_post.get_key_value(*p));
+        let many = of_posts().map(|(_, of_post)| of_post.len()).sum::<usize>();
+        if many > self.edges.len() / 4 {
+            return Box::new(
+                self.edges
+                    .iter()
+                    .filter(move |e| wanted.contains(e.post_id.as_str()) && users(&e.user_id)),
+            );
+        }
+        Box::new(of_posts().flat_map(move |(post, of_post)| {
+            of_post
+                .iter()
+                .filter(move |(_, user)| users(user))
+                .filter_map(move |(hash, user)| {
+                    self.edges
+                        .find(*hash, |e| e.post_id == *post && e.user_id == *user)
+                })
+        }))
     }
 
     /// Each touched edge's latest event, by post and user: the order of the store's keys
@@ -101,6 +137,13 @@ impl Likers {
                     clamped,
                     lost: Vec::new(),
                 };
+                match self.by_post.get_mut(e.post_id.as_str()) {
+                    Some(users) => users.push((hash, e.user_id.clone())),
+                    None => {
+                        self.by_post
+                            .insert(e.post_id.clone(), vec![(hash, e.user_id.clone())]);
+                    }
+                }
                 let hasher = &self.hasher;
                 self.edges
                     .insert_unique(hash, e, |e| Likers::hash(hasher, &e.post_id, &e.user_id));

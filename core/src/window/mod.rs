@@ -13,6 +13,8 @@
 //! deltas follow from what those writes change). This module holds what both share: the
 //! records' extent, decoding, dead letters and the closed window.
 
+use std::collections::HashSet;
+
 use crate::boundary::{Extent, Fold, UserRecord};
 use crate::buckets::PostDelta;
 
@@ -224,23 +226,23 @@ impl WindowBuilder {
         self.start_after.as_ref()
     }
 
-    /// The window's deltas for the posts `wanted` says, by post id, as its write will make
+    /// The window's deltas for the posts `wanted` names, by post id, as its write will make
     /// them: counting events, its own; counting likers, each of those posts' edges' latest
     /// event resolved against the edge's stored state (`stored`: `None` while that edge is not
     /// read, and then the answer is `None`) by the rule every store writes by
-    /// ([`edge::resolve`], as `window`, the identity its write will have).
+    /// ([`edge::resolve`], as `window`, the identity its write will have). Only those posts are
+    /// looked at: the cost is theirs, not the window's.
     pub fn deltas_as_written<'a>(
         &self,
-        wanted: impl Fn(&str) -> bool,
+        wanted: &HashSet<&str>,
         stored: impl Fn(&EdgeEvent) -> Option<Option<&'a edge::EdgeState>>,
         window: &str,
     ) -> Option<Vec<(String, PostDelta)>> {
         match &self.content.folded {
             Folded::Events(e) => {
-                let mut out: Vec<(String, PostDelta)> = e
-                    .deltas
+                let mut out: Vec<(String, PostDelta)> = wanted
                     .iter()
-                    .filter(|(p, _)| wanted(p))
+                    .filter_map(|p| e.deltas.get_key_value(*p))
                     .map(|(p, d)| (p.clone(), d.clone()))
                     .collect();
                 out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -248,7 +250,7 @@ impl WindowBuilder {
             }
             Folded::Likers(l) => {
                 let mut transitions = Vec::new();
-                for e in l.edges.iter().filter(|e| wanted(&e.post_id)) {
+                for e in l.edges_of(wanted, |_| true) {
                     let old = stored(e)?;
                     transitions.extend(edge::resolve(old, e, window).transition());
                 }
@@ -257,20 +259,25 @@ impl WindowBuilder {
         }
     }
 
-    /// Likers: whether each user `users` says likes each of the posts `wanted` says once this
+    /// Likers: whether each user `users` says likes each of the posts `wanted` names once this
     /// window is written, for the edges where it holds an event of that user's (none when
     /// counting events), as (post, user, liked) in that order: resolved as
     /// [`WindowBuilder::deltas_as_written`] resolves its deltas, so that the two answer from the
     /// same view (`None` while one of those edges is not read).
     pub fn states_as_written<'a>(
         &self,
-        wanted: impl Fn(&str) -> bool,
+        wanted: &HashSet<&str>,
         users: impl Fn(&str) -> bool,
         stored: impl Fn(&EdgeEvent) -> Option<Option<&'a edge::EdgeState>>,
         window: &str,
     ) -> Option<Vec<(String, String, bool)>> {
         let mut out = Vec::new();
-        for e in self.edges_of(wanted).filter(|e| users(&e.user_id)) {
+        // The users' edges alone are looked up (a viewer's: one per post).
+        let edges = self
+            .folded_likers()
+            .into_iter()
+            .flat_map(|l| l.edges_of(wanted, &users));
+        for e in edges {
             let old = stored(e)?;
             let liked = match edge::resolve(old, e, window).transition() {
                 Some(t) => t.after.is_some(),
@@ -282,20 +289,24 @@ impl WindowBuilder {
         Some(out)
     }
 
-    /// Likers: the window's latest event of each edge of the posts `wanted` says (none when
-    /// counting events): the edges whose stored state its deltas are resolved against.
+    /// Likers: the window's latest event of each edge of the posts `wanted` names (none when
+    /// counting events): the edges whose stored state its deltas are resolved against. Found by
+    /// post: the window's other edges are not looked at.
     pub fn edges_of<'a>(
         &'a self,
-        wanted: impl Fn(&str) -> bool + 'a,
+        wanted: &'a HashSet<&str>,
     ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
-        let edges = match &self.content.folded {
-            Folded::Likers(l) => Some(l.edges.iter()),
-            Folded::Events(_) => None,
-        };
-        edges
+        self.folded_likers()
             .into_iter()
-            .flatten()
-            .filter(move |e| wanted(&e.post_id))
+            .flat_map(move |l| l.edges_of(wanted, |_| true))
+    }
+
+    /// What the window folds counting likers (`None`: counting events).
+    fn folded_likers(&self) -> Option<&likers::Likers> {
+        match &self.content.folded {
+            Folded::Likers(l) => Some(l),
+            Folded::Events(_) => None,
+        }
     }
 
     /// The record the window's first user record came from, if any.
@@ -400,8 +411,9 @@ pub struct ClosedWindow {
     /// written their counts (two shards writing one edge), written after `posts` under its held
     /// marker; not in `posts` or `total_delta`.
     pub held: HeldCounts,
-    /// Likers mode: each touched edge's latest event in the window, by post and user, until
-    /// they are written ([`ClosedWindow::with_transitions`]).
+    /// Likers mode: each touched edge's latest event in the window, in the order of the store's
+    /// keys (post, then user: [`key_order`]), until they are written
+    /// ([`ClosedWindow::with_transitions`]).
     pub edges: Vec<EdgeEvent>,
     /// Malformed records, by sequence number.
     pub dead_letters: Vec<DeadLetter>,
@@ -414,6 +426,20 @@ pub struct ClosedWindow {
 }
 
 impl ClosedWindow {
+    /// Likers: its edges still to write of the posts `wanted` names, each post's found in
+    /// `edges`' key order (the others not looked at).
+    pub fn edges_of<'a>(
+        &'a self,
+        wanted: &'a HashSet<&str>,
+    ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
+        wanted.iter().flat_map(move |p| {
+            let from = self.edges.partition_point(|e| e.post_id.as_str() < *p);
+            self.edges[from..]
+                .iter()
+                .take_while(move |e| e.post_id.as_str() == *p)
+        })
+    }
+
     /// The window once its edges are written (likers): the posts' and the global total's
     /// deltas those writes made — the removals it holds apart ([`edge::split`]) — and no edges
     /// left to write.
@@ -613,5 +639,57 @@ mod tests {
         );
         assert!(d.reason.starts_with("field `action`"), "{}", d.reason);
         assert!(dead_letter_units(d) <= 5);
+    }
+
+    /// (post, user, event id, liked) of edges, sorted: what two ways of finding them compare by.
+    fn ids<'a>(edges: impl Iterator<Item = &'a EdgeEvent>) -> Vec<(String, String, String, bool)> {
+        let mut out: Vec<_> = edges
+            .map(|e| {
+                let (p, u, id) = (&e.post_id, &e.user_id, &e.event_id);
+                (p.to_string(), u.to_string(), id.to_string(), e.liked)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    proptest::proptest! {
+        /// A few posts' edges found by post — in the open window (by its users of each post, or
+        /// one pass where they are most of it) and in the closed one (by its key order) — are the
+        /// window's edges of those posts, every one, and a user's states there are that user's
+        /// edges': a post the window holds none of finds nothing.
+        #[test]
+        fn a_window_finds_a_few_posts_edges_by_post(
+            events in proptest::collection::vec((0..6usize, 0..5usize, proptest::bool::ANY), 0..80),
+            wanted in proptest::collection::vec(0..8usize, 0..6),
+        ) {
+            let mut dedup = Dedup::new(600_000);
+            let mut w = WindowBuilder::new(None, 0).likers(i64::MAX / 4);
+            for (i, (post, user, like)) in events.iter().enumerate() {
+                let data = format!(
+                    r#"{{"event_id":"e{i}","post_id":"p{post}","user_id":"u{user}","action":"{}","created_at":{}}}"#,
+                    if *like { "like" } else { "unlike" },
+                    1_796_021_058_000 + i as i64,
+                );
+                w.push("s", &rec(i as u64 + 1, &data), &mut dedup);
+            }
+            let names: Vec<String> = wanted.iter().map(|p| format!("p{p}")).collect();
+            let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+            let open = ids(w.edges_of(&wanted));
+            // One user's states there, every edge absent from the store: each its event's.
+            let states = w
+                .states_as_written(&wanted, |u| u == "u1", |_| Some(None), "w")
+                .unwrap();
+            let closed = w.close(&mut dedup);
+            let every = ids(closed.edges.iter().filter(|e| wanted.contains(e.post_id.as_str())));
+            proptest::prop_assert_eq!(&open, &every);
+            proptest::prop_assert_eq!(&ids(closed.edges_of(&wanted)), &every);
+            let of_u1: Vec<(String, String, bool)> = every
+                .iter()
+                .filter(|(_, u, _, _)| u == "u1")
+                .map(|(p, u, _, liked)| (p.clone(), u.clone(), *liked))
+                .collect();
+            proptest::prop_assert_eq!(states, of_u1);
+        }
     }
 }
