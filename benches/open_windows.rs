@@ -1,30 +1,42 @@
-//! What one counts call of a feed page costs a counter worker's open windows counting likers
-//! (`tally_counter::board`: each held shard's open window asked for the page's deltas and the
-//! viewer's states, as `WindowBuilder::deltas_as_written` and `states_as_written` answer them),
-//! at 4, 64 and 1,000 held shards whose open windows hold 100,000 records between them — beside,
-//! in the same rounds, the naive pattern: the same answer with the page's edges found by one pass
-//! over every edge each window holds. Two pages of 100 posts of 2,000 (Zipf 1.1, as the demo's):
-//! the long tail, and the 10 most liked with 90 others; their edges' stored states read already
-//! (the board keeps them while the window is open). Rounds alternate the two.
+//! What one counts call of a feed page costs a counter worker's open windows counting likers,
+//! at 4, 64 and 1,000 held shards whose open windows hold 100,000 records between them. Two
+//! pages of 100 posts of 2,000 (Zipf 1.1, as the demo's): the long tail, and the 10 most liked
+//! with 90 others. Two tables:
+//! - the windows' part alone (`WindowBuilder::deltas_as_written` and `states_as_written`, every
+//!   edge of the page resolved against stored states read already) beside, in the same rounds,
+//!   the naive pattern: the same answer with the page's edges found by one pass over every edge
+//!   each window holds;
+//! - the board's answer (`tally_counter::board::Board::pending`, the shards driven on an
+//!   embedded store): the first answer, which reads the page's edges; an answer again with
+//!   nothing changed; an answer after a like of each of the 10 most liked posts (taken back
+//!   after, and the answer checked to be the one before).
 //!
 //! `cargo bench --bench open_windows` (`-- ROUNDS`, default 100). Prints numbers; asserts that
-//! both ways give the same answer, nothing about time.
+//! both ways give the same answer and that the board's answers follow the likes, nothing about
+//! time.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::rounds::{median, rounds};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use smol_str::SmolStr;
+use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_core::dedup::Dedup;
 use tally_core::edge::{self, EdgeEvent, EdgeState};
-use tally_core::ports::StreamRecord;
+use tally_core::ports::{
+    LeaseReader, LeaseStore, PutEntry, ShardReader, StartPosition, Stream, StreamRecord,
+};
 use tally_core::seq::SeqNo;
 use tally_core::window::{ClosedWindow, WindowBuilder};
+use tally_counter::board::{Also, Board, OpenWindow, ShardOpen};
+use tally_counter::{Counter, CounterConfig, CounterContext};
+use tally_embedded::Embedded;
 
 const RECORDS: usize = 100_000;
 const POSTS: usize = 2_000;
@@ -40,8 +52,8 @@ fn zipf(cumulative: &[f64], rng: &mut StdRng) -> usize {
     cumulative.partition_point(|c| *c < x)
 }
 
-/// Each shard's open window, the records spread over them by post.
-fn windows(shards: usize) -> Vec<WindowBuilder> {
+/// The records: (post, user, like?) for `RECORDS` events, posts Zipf 1.1.
+fn events() -> Vec<(usize, usize, bool)> {
     let mut cumulative = Vec::with_capacity(POSTS);
     let mut sum = 0.0;
     for k in 1..=POSTS {
@@ -49,26 +61,38 @@ fn windows(shards: usize) -> Vec<WindowBuilder> {
         cumulative.push(sum);
     }
     let mut rng = StdRng::seed_from_u64(7);
+    (0..RECORDS)
+        .map(|_| {
+            let post = zipf(&cumulative, &mut rng);
+            (post, rng.gen_range(0..USERS), rng.gen_bool(0.8))
+        })
+        .collect()
+}
+
+/// The `i`-th event's record body.
+fn body(i: usize, (post, user, like): (usize, usize, bool)) -> Vec<u8> {
+    format!(
+        r#"{{"event_id":"e{i:08}","post_id":"p{post}","user_id":"u{user}","action":"{}","created_at":{}}}"#,
+        if like { "like" } else { "unlike" },
+        1_796_021_058_000 + i as i64,
+    )
+    .into_bytes()
+}
+
+/// Each shard's open window, the records spread over them by post.
+fn windows(shards: usize) -> Vec<WindowBuilder> {
     let mut dedup: Vec<Dedup> = (0..shards).map(|_| Dedup::new(600_000)).collect();
     let mut out: Vec<WindowBuilder> = (0..shards)
         .map(|_| WindowBuilder::new(None, 0).likers(i64::MAX / 4))
         .collect();
-    for i in 0..RECORDS {
-        let post = zipf(&cumulative, &mut rng);
-        let user = rng.gen_range(0..USERS);
-        let like = rng.gen_bool(0.8);
-        let data = format!(
-            r#"{{"event_id":"e{i:08}","post_id":"p{post}","user_id":"u{user}","action":"{}","created_at":{}}}"#,
-            if like { "like" } else { "unlike" },
-            1_796_021_058_000 + i as i64,
-        );
+    for (i, ev) in events().into_iter().enumerate() {
         let record = StreamRecord {
             seq: SeqNo::parse(&(i + 1).to_string()).unwrap(),
             arrival_ms: 1_796_021_058_000 + i as i64,
-            partition_key: format!("p{post}"),
-            data: data.into_bytes(),
+            partition_key: format!("p{}", ev.0),
+            data: body(i, ev),
         };
-        let s = post % shards;
+        let s = ev.0 % shards;
         out[s].push("s", &record, &mut dedup[s]);
     }
     out
@@ -180,6 +204,170 @@ fn main() {
                 median(&mut fast),
                 median(&mut slow)
             );
+        }
+    }
+    board_answers(rounds, &pages);
+}
+
+/// The same answer through a worker's board (`Board::pending`, with a viewer), its shards'
+/// windows open on an embedded store of that many shards, every edge absent there: the first
+/// answer (which reads the page's edges), an answer again with nothing changed, and an answer
+/// after one new like of each of the page's 10 most liked posts.
+fn board_answers(rounds: usize, pages: &[(&str, HashSet<&str>)]) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    println!();
+    println!(
+        "the board: one counts call of {PAGE} posts with a viewer (`Board::pending`), over open \
+         windows of {RECORDS} records counting likers on an embedded store, median of {rounds} rounds"
+    );
+    println!("| shards | page | first answer (µs) | again, nothing changed (µs) | after a like of each of the 10 most liked (µs) |");
+    println!("|---|---|---|---|---|");
+    let posts: Vec<Vec<String>> = pages
+        .iter()
+        .map(|(_, page)| page.iter().map(|p| (*p).to_owned()).collect())
+        .collect();
+    for shards in [4usize, 64, 1_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Embedded::open(dir.path(), shards).unwrap());
+        let (board, mut open) = rt.block_on(counted(&store, shards));
+        let also = Also {
+            viewer: Some(VIEWER),
+            likers: None,
+        };
+        for ((name, _), page) in pages.iter().zip(&posts) {
+            let t = Instant::now();
+            let want = rt.block_on(board.pending(page, also));
+            let first = t.elapsed().as_secs_f64() * 1e6;
+            let (mut again, mut changed) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                let t = Instant::now();
+                let answer = rt.block_on(board.pending(black_box(page), also));
+                again.push(t.elapsed().as_secs_f64() * 1e6);
+                assert_eq!(windows_of(&answer), windows_of(&want), "nothing changed");
+                rt.block_on(open.like_hot(&store));
+                let t = Instant::now();
+                let liked = rt.block_on(board.pending(black_box(page), also));
+                changed.push(t.elapsed().as_secs_f64() * 1e6);
+                if page.iter().any(|p| p == "p0") {
+                    assert_ne!(windows_of(&liked), windows_of(&want), "the likes are shown");
+                }
+                rt.block_on(open.unlike_hot(&store));
+                let back = rt.block_on(board.pending(page, also));
+                assert_eq!(windows_of(&back), windows_of(&want), "taken back");
+            }
+            println!(
+                "| {shards} | {name} | {first:.0} | {:.1} | {:.1} |",
+                median(&mut again),
+                median(&mut changed)
+            );
+        }
+    }
+}
+
+/// What an answer shows, without where each shard's windows end.
+fn windows_of(answer: &[ShardOpen]) -> Vec<(&str, &[OpenWindow])> {
+    answer
+        .iter()
+        .map(|s| (s.shard_id.as_str(), s.windows.as_slice()))
+        .collect()
+}
+
+/// A worker's shards, their windows open (their records read, none written).
+struct Open {
+    shards: Vec<(Box<dyn ShardReader>, Box<dyn ShardProcessor>)>,
+    /// Likes of the hot posts put so far (each by a user new to them).
+    turns: usize,
+}
+
+/// Puts the records and folds them into each shard's open window, on a board that resolves.
+async fn counted(store: &Arc<Embedded>, shards: usize) -> (Arc<Board>, Open) {
+    let ids = store.list_shards().await.unwrap();
+    assert_eq!(ids.len(), shards);
+    store.ensure_leases("counter", &ids).await.unwrap();
+    let board = Arc::new(Board::resolving(store.clone()));
+    let cfg = CounterConfig {
+        window_time: Duration::from_secs(3_600),
+        window_max_time: Duration::from_secs(3_600),
+        ..CounterConfig::default()
+    };
+    let counter = Counter::open(
+        store.clone(),
+        cfg,
+        CounterContext::default(),
+        Arc::default(),
+    )
+    .await
+    .unwrap()
+    .on_board(board.clone());
+    let entries: Vec<PutEntry> = events()
+        .into_iter()
+        .enumerate()
+        .map(|(i, ev)| PutEntry {
+            partition_key: format!("p{}", ev.0),
+            data: body(i, ev),
+        })
+        .collect();
+    for chunk in entries.chunks(500) {
+        store.put_records(chunk).await.unwrap();
+    }
+    let leases = store.list_leases("counter").await.unwrap();
+    let mut open = Open {
+        shards: Vec::new(),
+        turns: 0,
+    };
+    for lease in leases {
+        let fence = store
+            .take_lease("counter", &lease.shard_id, 0, "w1", i64::MAX / 2)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut p = counter.create(&lease.shard_id);
+        p.start(&fence, &lease).await.unwrap();
+        let mut reader = store
+            .open(&lease.shard_id, StartPosition::TrimHorizon)
+            .await
+            .unwrap();
+        loop {
+            let batch = reader.next_batch(10_000).await.unwrap();
+            if batch.records.is_empty() {
+                break;
+            }
+            p.process(&batch, 0).await.unwrap();
+        }
+        open.shards.push((reader, p));
+    }
+    (board, open)
+}
+
+impl Open {
+    /// A like of each of the 10 most liked posts by a user new to them, folded.
+    async fn like_hot(&mut self, store: &Embedded) {
+        self.turns += 1;
+        self.put_hot(store, self.turns, "like").await;
+    }
+
+    /// The same users' likes taken back, folded: the answer is the one before.
+    async fn unlike_hot(&mut self, store: &Embedded) {
+        self.put_hot(store, self.turns, "unlike").await;
+    }
+
+    async fn put_hot(&mut self, store: &Embedded, round: usize, action: &str) {
+        let at = 1_796_021_058_000 + (RECORDS + 2 * round) as i64 + i64::from(action == "unlike");
+        let entries: Vec<PutEntry> = (0..10)
+            .map(|p| PutEntry {
+                partition_key: format!("p{p}"),
+                data: format!(
+                    r#"{{"event_id":"h{round}-{action}-{p}","post_id":"p{p}","user_id":"new{round}","action":"{action}","created_at":{at}}}"#
+                )
+                .into_bytes(),
+            })
+            .collect();
+        store.put_records(&entries).await.unwrap();
+        for (reader, p) in &mut self.shards {
+            let batch = reader.next_batch(100).await.unwrap();
+            if !batch.records.is_empty() {
+                p.process(&batch, 0).await.unwrap();
+            }
         }
     }
 }

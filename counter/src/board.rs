@@ -59,6 +59,17 @@ pub struct ShardWindows {
     /// The id of the pending window the open one rebuilds, whose own edges it may meet
     /// (`edge::window_id`; none for a new window, which has written nothing).
     rebuilds: Option<String>,
+    /// Likers: each post's deltas as the open window's write will make them, resolved against
+    /// `stored` (`None`: they cancel out), with the post's change count then
+    /// (`WindowBuilder::post_changes`). What they were resolved from stays as it was until the
+    /// window changes one of the post's edges (the edges read stay true while it is open), so
+    /// an answer resolves again only the posts changed since: a page of the most liked posts
+    /// costs its changes, not every edge of theirs, for each answer.
+    resolved_posts: HashMap<SmolStr, (u64, Option<PostDelta>)>,
+    /// Likers: each post's change count when every edge of its in the open window was found in
+    /// `stored`: an answer looks for edges to read only in posts changed since. Both maps hold
+    /// only posts the open window holds.
+    read_posts: HashMap<SmolStr, u64>,
 }
 
 impl ShardWindows {
@@ -67,6 +78,8 @@ impl ShardWindows {
         let open = self.open.take()?;
         self.closed += 1;
         self.stored.clear();
+        self.resolved_posts.clear();
+        self.read_posts.clear();
         self.rebuilds = None;
         Some(open)
     }
@@ -86,26 +99,100 @@ impl ShardWindows {
     /// Marks the open window as the rebuild of the pending window with this id.
     pub fn rebuilding(&mut self, window_id: String) {
         self.rebuilds = Some(window_id);
+        self.resolved_posts.clear();
     }
 
-    /// Likers: the open window's edges of the wanted posts whose stored state is not read yet.
-    fn unread(&self, wanted: &HashSet<&str>) -> Vec<Pair> {
+    /// Likers: the open window's edges of the wanted posts whose stored state is not read yet,
+    /// looked for only in posts changed since all theirs were read; and those posts' change
+    /// counts, for [`ShardWindows::read_through`] once the edges are read. A post found read
+    /// through is marked so here.
+    fn unread(&mut self, wanted: &HashSet<&str>) -> (Vec<Pair>, Vec<(SmolStr, u64)>) {
         let Some(open) = self.open.as_ref() else {
-            return Vec::new();
+            return Default::default();
         };
-        open.edges_of(wanted)
+        // Posts the window holds (no edge of the others is in it), changed since last read.
+        let changed: HashSet<&str> = wanted
+            .iter()
+            .copied()
+            .filter(|p| {
+                let now = open.post_changes(p);
+                now != Some(0) && now != self.read_posts.get(*p).copied()
+            })
+            .collect();
+        let pairs: Vec<Pair> = open
+            .edges_of(&changed)
             .map(pair)
             .filter(|k| !self.stored.contains_key(k))
-            .collect()
+            .collect();
+        let reading: HashSet<&str> = pairs.iter().map(|(p, _)| p.as_str()).collect();
+        let mut after_read = Vec::new();
+        for p in changed {
+            // Only posts the window holds are remembered: what is kept is bounded by the
+            // window, however many posts are asked about.
+            let Some(changes) = open.post_changes(p) else {
+                continue;
+            };
+            if reading.contains(p) {
+                after_read.push((SmolStr::new(p), changes));
+            } else {
+                self.read_posts.insert(SmolStr::new(p), changes);
+            }
+        }
+        (pairs, after_read)
+    }
+
+    /// Marks posts whose every edge in the open window (as their change counts were) is now in
+    /// `stored`.
+    fn read_through(&mut self, posts: Vec<(SmolStr, u64)>) {
+        self.read_posts.extend(posts);
     }
 
     /// The open window's deltas for the wanted posts as its write will make them (likers: if
-    /// every edge of theirs in it is read).
-    fn resolved(&self, wanted: &HashSet<&str>, view: &Edges) -> Option<Vec<(String, PostDelta)>> {
+    /// every edge of theirs in it is read), resolved against the edges `view` holds for this
+    /// answer alone, else against `stored` — where a post unchanged since its last answer is
+    /// not resolved again (`resolved_posts`).
+    fn resolved(
+        &mut self,
+        wanted: &HashSet<&str>,
+        view: Option<&Edges>,
+    ) -> Option<Vec<(String, PostDelta)>> {
         let open = self.open.as_ref()?;
         let window = self.rebuilds.as_deref().unwrap_or_default();
-        let stored = |e: &EdgeEvent| view.get(&pair(e)).map(Option::as_ref);
-        open.deltas_as_written(wanted, stored, window)
+        if let Some(view) = view {
+            let stored = |e: &EdgeEvent| view.get(&pair(e)).map(Option::as_ref);
+            return open.deltas_as_written(wanted, stored, window);
+        }
+        let mut out = Vec::new();
+        let mut todo = HashSet::new();
+        for p in wanted {
+            match (open.post_changes(p), self.resolved_posts.get(*p)) {
+                // Counting likers, a post the window holds no edge of has no delta in it.
+                (Some(0), _) => {}
+                (Some(now), Some((then, d))) if now == *then => {
+                    out.extend(d.clone().map(|d| ((*p).to_owned(), d)));
+                }
+                _ => {
+                    todo.insert(*p);
+                }
+            }
+        }
+        if !todo.is_empty() {
+            let stored = |e: &EdgeEvent| self.stored.get(&pair(e)).map(Option::as_ref);
+            let fresh = open.deltas_as_written(&todo, stored, window)?;
+            for p in &todo {
+                let Some(changes) = open.post_changes(p) else {
+                    continue;
+                };
+                let d = fresh
+                    .binary_search_by(|(q, _)| q.as_str().cmp(p))
+                    .ok()
+                    .map(|i| fresh[i].1.clone());
+                self.resolved_posts.insert(SmolStr::new(p), (changes, d));
+            }
+            out.extend(fresh);
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(out)
     }
 
     /// Likers: whether each user `also` asks about likes each wanted post once the open window
@@ -374,7 +461,7 @@ impl Board {
                 Some(store) => self.read_edges(store.as_ref(), &w, wanted).await,
                 None => None,
             };
-            let w = lock(&w);
+            let mut w = lock(&w);
             // A window whose edge writes were under way, resolved on edges read for this answer —
             // as it was when they were read: its writes may have ended since (its deltas are the
             // same).
@@ -385,7 +472,9 @@ impl Board {
             if self.store.is_some() && unwritten.is_none() && w.unwritten() {
                 continue;
             }
-            return Some(Self::answer(&w, shard_id, posts, wanted, &also, unwritten));
+            return Some(Self::answer(
+                &mut w, shard_id, posts, wanted, &also, unwritten,
+            ));
         }
         None
     }
@@ -393,17 +482,19 @@ impl Board {
     /// A shard's answer from its windows as they stand, with a window being written resolved
     /// (`unwritten`) or, on a board that does not resolve, shown once its edges are written.
     fn answer(
-        w: &ShardWindows,
+        w: &mut ShardWindows,
         shard_id: String,
         posts: &[String],
         wanted: &HashSet<&str>,
         also: &Also<'_>,
         unwritten: Option<Unwritten>,
     ) -> ShardOpen {
+        // An open window is shown only once resolved (likers: its edges read).
+        let has_open = w.open.as_ref().is_some_and(|b| !b.is_empty());
+        let resolved = has_open.then(|| w.resolved(wanted, unwritten.as_ref().map(|u| &u.view)));
+        let w = &*w;
         let view = unwritten.as_ref().map_or(&w.stored, |u| &u.view);
         let open = w.open.as_ref().filter(|b| !b.is_empty());
-        // An open window is shown only once resolved (likers: its edges read).
-        let resolved = open.map(|_| w.resolved(wanted, view));
         let shows_open = !matches!(resolved, Some(None));
         let through = w
             .open
@@ -486,8 +577,8 @@ impl Board {
         wanted: &HashSet<&str>,
     ) -> Option<(u64, Arc<ClosedWindow>, Edges)> {
         for _ in 0..RESOLVE_ATTEMPTS {
-            let (closed, unread, unwritten) = {
-                let w = lock(w);
+            let (closed, (unread, after_read), unwritten) = {
+                let mut w = lock(w);
                 (w.closed, w.unread(wanted), w.unwritten_pairs(wanted))
             };
             let pairs = unwritten.as_ref().map_or(&unread, |(_, p)| p);
@@ -517,6 +608,7 @@ impl Board {
                 continue;
             }
             w.stored.extend(unread.into_iter().zip(states));
+            w.read_through(after_read);
         }
         None
     }

@@ -13,6 +13,14 @@ use crate::event::{Action, EventRef};
 
 use super::{key_order, WindowStats};
 
+/// A post's edges in a window: its users (with each edge's hash), in the order the window met
+/// them, and how many times the window changed one of them.
+#[derive(Debug, Default)]
+struct PostEdges {
+    users: Vec<(u64, SmolStr)>,
+    changes: u64,
+}
+
 /// What a window counting likers folds.
 #[derive(Debug)]
 pub(super) struct Likers {
@@ -22,10 +30,9 @@ pub(super) struct Likers {
     /// [`Likers::hash`]): a record of an edge the window holds already allocates nothing.
     pub(super) edges: HashTable<EdgeEvent>,
     hasher: ahash::RandomState,
-    /// The users of each post's edges (with the edge's hash), in the order the window met them:
-    /// what finds a few posts' edges ([`Likers::edges_of`], the read side's open windows)
-    /// without looking at the others'.
-    by_post: HashMap<SmolStr, Vec<(u64, SmolStr)>, ahash::RandomState>,
+    /// Each post's edges in the window, by user: what finds a few posts' edges
+    /// ([`Likers::edges_of`], the read side's open windows) without looking at the others'.
+    by_post: HashMap<SmolStr, PostEdges, ahash::RandomState>,
     /// The ordering time of each event whose first copy here was clamped
     /// ([`edge::ordering_time`]): a later copy orders as the first did, although it arrived
     /// later (only a clamped event's copies can order differently; there are few).
@@ -43,35 +50,57 @@ impl Likers {
         }
     }
 
-    /// The window's edges of the posts `wanted` names, of the users `users` says: each post's
-    /// found by its users, the other posts' not looked at (a read of a feed page costs its
-    /// posts' edges, not the window's), and a user's edge looked up only if `users` wants it.
-    /// Where those posts hold more than a quarter of the window's edges (a page of its most liked
-    /// posts), one pass over the window in its table's order is cheaper than looking each up, and
-    /// is what it takes (`cargo bench --bench open_windows`).
+    /// The window's edges of the posts `wanted` names: each post's found by its users, the
+    /// other posts' not looked at (a read of a feed page costs its posts' edges, not the
+    /// window's). Where those posts hold more than a quarter of the window's edges (a page of
+    /// its most liked posts), one pass over the window in its table's order is cheaper than
+    /// looking each up, and is what it takes (`cargo bench --bench open_windows`).
     pub(super) fn edges_of<'a>(
         &'a self,
         wanted: &'a HashSet<&str>,
-        users: impl Fn(&str) -> bool + Copy + 'a,
     ) -> Box<dyn Iterator<Item = &'a EdgeEvent> + 'a> {
-        let of_posts = || wanted.iter().filter_map(|p| self.by_post.get_key_value(*p));
-        let many = of_posts().map(|(_, of_post)| of_post.len()).sum::<usize>();
+        let many = wanted
+            .iter()
+            .filter_map(|p| self.by_post.get(*p))
+            .map(|of_post| of_post.users.len())
+            .sum::<usize>();
         if many > self.edges.len() / 4 {
             return Box::new(
                 self.edges
                     .iter()
-                    .filter(move |e| wanted.contains(e.post_id.as_str()) && users(&e.user_id)),
+                    .filter(move |e| wanted.contains(e.post_id.as_str())),
             );
         }
-        Box::new(of_posts().flat_map(move |(post, of_post)| {
-            of_post
-                .iter()
-                .filter(move |(_, user)| users(user))
-                .filter_map(move |(hash, user)| {
-                    self.edges
-                        .find(*hash, |e| e.post_id == *post && e.user_id == *user)
-                })
-        }))
+        Box::new(self.users_edges_of(wanted, |_| true))
+    }
+
+    /// The window's edges of the posts `wanted` names and the users `users` says, each looked up
+    /// by post and user: only the users' edges are looked up (a viewer's: one a post).
+    pub(super) fn users_edges_of<'a>(
+        &'a self,
+        wanted: &'a HashSet<&str>,
+        users: impl Fn(&str) -> bool + Copy + 'a,
+    ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
+        wanted
+            .iter()
+            .filter_map(|p| self.by_post.get_key_value(*p))
+            .flat_map(move |(post, of_post)| {
+                of_post
+                    .users
+                    .iter()
+                    .filter(move |(_, user)| users(user))
+                    .filter_map(move |(hash, user)| {
+                        self.edges
+                            .find(*hash, |e| e.post_id == *post && e.user_id == *user)
+                    })
+            })
+    }
+
+    /// How many times the window changed the post's edges (an edge met, or its latest event
+    /// or the events it remembers replaced): what was resolved for the post stays true until
+    /// this moves.
+    pub(super) fn changes_of(&self, post: &str) -> u64 {
+        self.by_post.get(post).map_or(0, |p| p.changes)
     }
 
     /// Each touched edge's latest event, by post and user: the order of the store's keys
@@ -117,6 +146,7 @@ impl Likers {
                     kept.at_ms = at_ms;
                     kept.event_id = SmolStr::new(&*ev.event_id);
                     kept.clamped = clamped;
+                    changed(&mut self.by_post, &ev.post_id);
                 } else {
                     stats.counted -= 1;
                     stats.duplicates += 1;
@@ -125,6 +155,7 @@ impl Likers {
             Some(kept) => {
                 if clamped && !kept.lost.iter().any(|l| l == ev.event_id.as_ref()) {
                     kept.lost.push(ev.event_id.into_owned());
+                    changed(&mut self.by_post, &ev.post_id);
                 }
             }
             None => {
@@ -137,11 +168,18 @@ impl Likers {
                     clamped,
                     lost: Vec::new(),
                 };
+                let met = (hash, e.user_id.clone());
                 match self.by_post.get_mut(e.post_id.as_str()) {
-                    Some(users) => users.push((hash, e.user_id.clone())),
+                    Some(of_post) => {
+                        of_post.users.push(met);
+                        of_post.changes += 1;
+                    }
                     None => {
-                        self.by_post
-                            .insert(e.post_id.clone(), vec![(hash, e.user_id.clone())]);
+                        let of_post = PostEdges {
+                            users: vec![met],
+                            changes: 1,
+                        };
+                        self.by_post.insert(e.post_id.clone(), of_post);
                     }
                 }
                 let hasher = &self.hasher;
@@ -149,5 +187,12 @@ impl Likers {
                     .insert_unique(hash, e, |e| Likers::hash(hasher, &e.post_id, &e.user_id));
             }
         }
+    }
+}
+
+/// Counts a change of one of the post's edges (the post has edges in the window already).
+fn changed(by_post: &mut HashMap<SmolStr, PostEdges, ahash::RandomState>, post: &str) {
+    if let Some(p) = by_post.get_mut(post) {
+        p.changes += 1;
     }
 }

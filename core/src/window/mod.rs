@@ -250,7 +250,7 @@ impl WindowBuilder {
             }
             Folded::Likers(l) => {
                 let mut transitions = Vec::new();
-                for e in l.edges_of(wanted, |_| true) {
+                for e in l.edges_of(wanted) {
                     let old = stored(e)?;
                     transitions.extend(edge::resolve(old, e, window).transition());
                 }
@@ -276,7 +276,7 @@ impl WindowBuilder {
         let edges = self
             .folded_likers()
             .into_iter()
-            .flat_map(|l| l.edges_of(wanted, &users));
+            .flat_map(|l| l.users_edges_of(wanted, &users));
         for e in edges {
             let old = stored(e)?;
             let liked = match edge::resolve(old, e, window).transition() {
@@ -298,7 +298,15 @@ impl WindowBuilder {
     ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
         self.folded_likers()
             .into_iter()
-            .flat_map(move |l| l.edges_of(wanted, |_| true))
+            .flat_map(move |l| l.edges_of(wanted))
+    }
+
+    /// Likers: how many times the window changed the post's edges since it opened (`None`
+    /// counting events): what an answer resolved for the post
+    /// ([`WindowBuilder::deltas_as_written`]) against edges that stay as they were read stays
+    /// true until this moves.
+    pub fn post_changes(&self, post: &str) -> Option<u64> {
+        self.folded_likers().map(|l| l.changes_of(post))
     }
 
     /// What the window folds counting likers (`None`: counting events).
