@@ -16,6 +16,9 @@
 //! write its posts' edges (a post's records are on one shard), one at a time, and the open one
 //! writes nothing until it closes. An answer is given only if no window closed while the edges
 //! were read (`ShardWindows::closed`); otherwise the open window is left out, as without a store.
+//! Since those edges stay true, what each post resolved to is kept with the window's count of
+//! changes to that post's edges (`WindowBuilder::post_changes`): an answer resolves again only
+//! the posts the window changed since, and looks for edges to read only in them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
