@@ -27,6 +27,7 @@ use common::rounds::{median, rounds};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use smol_str::SmolStr;
 use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
+use tally_core::buckets::PostDelta;
 use tally_core::dedup::Dedup;
 use tally_core::edge::{self, EdgeEvent, EdgeState};
 use tally_core::ports::{
@@ -98,52 +99,62 @@ fn windows(shards: usize) -> Vec<WindowBuilder> {
     out
 }
 
+/// An answer: each window's deltas for the page (by post and minute) and the viewer's states
+/// there, window by window.
+type Answer = Vec<(Vec<(String, PostDelta)>, Vec<(String, bool)>)>;
+
 /// The answer: each window's deltas for the page and the viewer's states there.
-fn by_post(windows: &[WindowBuilder], wanted: &HashSet<&str>, stored: &Stored) -> usize {
+fn by_post(windows: &[WindowBuilder], wanted: &HashSet<&str>, stored: &Stored) -> Answer {
     let look = |e: &EdgeEvent| {
         stored
             .get(&(e.post_id.clone(), e.user_id.clone()))
             .map(Option::as_ref)
     };
-    let mut found = 0;
-    for w in windows {
-        found += w.deltas_as_written(wanted, look, "w").unwrap().len();
-        found += w
-            .states_as_written(wanted, |u| u == VIEWER, look, "w")
-            .unwrap()
-            .len();
-    }
-    found
+    windows
+        .iter()
+        .map(|w| {
+            let deltas = w.deltas_as_written(wanted, look, "w").unwrap();
+            let states = w
+                .states_as_written(wanted, |u| u == VIEWER, look, "w")
+                .unwrap()
+                .into_iter()
+                .map(|(post, _, liked)| (post, liked))
+                .collect();
+            (deltas, states)
+        })
+        .collect()
 }
 
 /// The naive pattern: the same answer, each window's edges of the page found by looking at
 /// every edge it holds (one pass over the same windows' edges, closed into a plain list: cheaper
 /// than the open window's table, so the comparison flatters it).
-fn naive(closed: &[ClosedWindow], wanted: &HashSet<&str>, stored: &Stored) -> usize {
-    let mut found = 0;
-    for c in closed {
-        let (mut transitions, mut states) = (Vec::new(), Vec::new());
-        for e in c
-            .edges
-            .iter()
-            .filter(|e| wanted.contains(e.post_id.as_str()))
-        {
-            let old = stored
-                .get(&(e.post_id.clone(), e.user_id.clone()))
-                .unwrap()
-                .as_ref();
-            let t = edge::resolve(old, e, "w").transition();
-            if e.user_id == VIEWER {
-                let liked = t
-                    .as_ref()
-                    .map_or(old.is_some_and(|o| o.liked), |t| t.after.is_some());
-                states.push((e.post_id.to_string(), liked));
+fn naive(closed: &[ClosedWindow], wanted: &HashSet<&str>, stored: &Stored) -> Answer {
+    closed
+        .iter()
+        .map(|c| {
+            let (mut transitions, mut states) = (Vec::new(), Vec::new());
+            for e in c
+                .edges
+                .iter()
+                .filter(|e| wanted.contains(e.post_id.as_str()))
+            {
+                let old = stored
+                    .get(&(e.post_id.clone(), e.user_id.clone()))
+                    .unwrap()
+                    .as_ref();
+                let t = edge::resolve(old, e, "w").transition();
+                if e.user_id == VIEWER {
+                    let liked = t
+                        .as_ref()
+                        .map_or(old.is_some_and(|o| o.liked), |t| t.after.is_some());
+                    states.push((e.post_id.to_string(), liked));
+                }
+                transitions.extend(t);
             }
-            transitions.extend(t);
-        }
-        found += edge::deltas(&transitions).0.len() + states.len();
-    }
-    found
+            states.sort();
+            (edge::deltas(&transitions).0, states)
+        })
+        .collect()
 }
 
 fn main() {
@@ -184,8 +195,13 @@ fn main() {
                 .flat_map(|w| w.edges_of(page))
                 .map(|e| ((e.post_id.clone(), e.user_id.clone()), None))
                 .collect();
+            let answer = by_post(&windows, page, &stored);
+            assert!(
+                answer.iter().any(|(d, _)| !d.is_empty()),
+                "the page has likes"
+            );
             assert_eq!(
-                by_post(&windows, page, &stored),
+                answer,
                 naive(&closed, page, &stored),
                 "both ways give the same answer"
             );

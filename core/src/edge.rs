@@ -594,7 +594,7 @@ pub fn written_state(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Ed
     EdgeState {
         liked: e.liked,
         at_ms: e.at_ms,
-        event_id: e.event_id.to_string(),
+        event_id: e.event_id.as_str().to_owned(),
         writes,
         lost: with_lost(&new, kept),
         dropped,

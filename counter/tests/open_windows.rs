@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_consumer::worker::ProcessorFactory;
-use tally_core::ports::{CountReader, LeaseReader, PutEntry, Stream};
+use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
+use tally_core::ports::{CountReader, LeaseReader, PutEntry, ShardReader, Stream};
 use tally_core::summary::marker;
 use tally_counter::board::{Board, ShardOpen};
 use tally_counter::{Counter, CounterConfig, CounterContext, CounterMetrics};
@@ -42,6 +42,22 @@ fn open_deltas(answer: &[ShardOpen]) -> BTreeMap<String, BTreeMap<i64, i64>> {
 }
 
 const SHARD: &str = "shardId-000000000000";
+
+/// Puts the records and folds them into both shard processors' open windows (the same batch):
+/// the position of the last.
+async fn fold(
+    store: &Embedded,
+    reader: &mut dyn ShardReader,
+    shards: [&mut Box<dyn ShardProcessor>; 2],
+    records: &[PutEntry],
+) -> tally_core::Position {
+    store.put_records(records).await.unwrap();
+    let batch = reader.next_batch(100).await.unwrap();
+    for p in shards {
+        p.process(&batch, 0).await.unwrap();
+    }
+    tally_core::Position::whole(batch.records.last().unwrap().seq.clone())
+}
 
 /// A one-shard embedded store whose lease `w1` holds: the store (and its directory) and the
 /// lease.
@@ -113,20 +129,14 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     // Open: u1 likes pA again (still one like, now made in M1: -1 in M0, +1 in M1), u2 takes
     // theirs back (-1 in M0), u3 likes it (+1 in M1), u9 unlikes pB, which they never liked
     // (nothing), u4 likes pB (+1 in M1).
-    store
-        .put_records(&[
-            action("e3", "pA", "u1", "like", M1),
-            action("e4", "pA", "u2", "unlike", M1),
-            action("e5", "pA", "u3", "like", M1),
-            action("e6", "pB", "u9", "unlike", M1),
-            action("e7", "pB", "u4", "like", M1),
-        ])
-        .await
-        .unwrap();
-    let batch = reader.next_batch(100).await.unwrap();
-    let last = tally_core::Position::whole(batch.records.last().unwrap().seq.clone());
-    p.process(&batch, 0).await.unwrap();
-    q.process(&batch, 0).await.unwrap();
+    let records = [
+        action("e3", "pA", "u1", "like", M1),
+        action("e4", "pA", "u2", "unlike", M1),
+        action("e5", "pA", "u3", "like", M1),
+        action("e6", "pB", "u9", "unlike", M1),
+        action("e7", "pB", "u4", "like", M1),
+    ];
+    let last = fold(&store, reader.as_mut(), [&mut p, &mut q], &records).await;
 
     let ids = vec!["pA".to_owned(), "pB".to_owned(), "pC".to_owned()];
     let answer = resolving.pending(&ids, Default::default()).await;
@@ -148,17 +158,11 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     // Still open, u3 takes back the like this window holds (nothing stored to take: -1 in M1
     // against the answer before) and u6 likes pB (+1 in M1, an edge not read yet). An answer
     // resolves both again, though asked before.
-    store
-        .put_records(&[
-            action("e8", "pA", "u3", "unlike", M1),
-            action("e9", "pB", "u6", "like", M1),
-        ])
-        .await
-        .unwrap();
-    let batch = reader.next_batch(100).await.unwrap();
-    let last = tally_core::Position::whole(batch.records.last().unwrap().seq.clone());
-    p.process(&batch, 0).await.unwrap();
-    q.process(&batch, 0).await.unwrap();
+    let records = [
+        action("e8", "pA", "u3", "unlike", M1),
+        action("e9", "pB", "u6", "like", M1),
+    ];
+    let last = fold(&store, reader.as_mut(), [&mut p, &mut q], &records).await;
     let answer = resolving.pending(&ids, Default::default()).await;
     assert_eq!(answer[0].through, Some(marker(&last)), "{answer:?}");
     let want = BTreeMap::from([
