@@ -31,6 +31,8 @@ use tally_core::ports::{Consistency, CounterStore};
 use tally_core::summary::marker;
 use tally_core::window::{ClosedWindow, WindowBuilder};
 
+use crate::holders::Holders;
+
 /// Reads of stored edges one answer makes before it gives up the open window (each read is of
 /// the edges asked about that the last one did not cover: new records folded meanwhile).
 const RESOLVE_ATTEMPTS: usize = 3;
@@ -73,12 +75,19 @@ pub struct ShardWindows {
     /// `stored`: an answer looks for edges to read only in posts changed since. Both maps hold
     /// only posts the open window holds.
     read_posts: HashMap<SmolStr, u64>,
+    /// How many of the open window's posts (`WindowBuilder::posts_met_since`) are noted in the
+    /// worker's index ([`Board::note_met`]); the number of the shard's latest note; and the
+    /// posts of the window being applied (its posts as it met them while open).
+    met_cursor: usize,
+    last_note: u64,
+    applying_posts: Vec<SmolStr>,
 }
 
 impl ShardWindows {
     /// Takes the open window to close it: edges read for it are forgotten.
     pub fn close_open(&mut self) -> Option<WindowBuilder> {
         let open = self.open.take()?;
+        self.applying_posts = open.posts_met_since(0).to_vec();
         self.closed += 1;
         self.stored.clear();
         self.resolved_posts.clear();
@@ -90,6 +99,31 @@ impl ShardWindows {
     /// The window being applied is done.
     pub(crate) fn applied(&mut self) {
         self.applying = None;
+        self.applying_posts = Vec::new();
+    }
+
+    /// A new open window is made: none of its posts is noted yet.
+    pub(crate) fn opening(&mut self) {
+        self.met_cursor = 0;
+    }
+
+    /// The posts the shard's windows hold (some more than once).
+    fn posts_held(&self) -> impl Iterator<Item = &SmolStr> {
+        let open = self.open.iter().flat_map(|o| o.posts_met_since(0));
+        let applying = self.applying.iter().flat_map(|_| &self.applying_posts);
+        open.chain(applying)
+    }
+
+    /// The marker of the last record the windows hold, or of the checkpoint when they hold none
+    /// (`ShardOpen::through`); `shows_open`: whether the answer shows the open window.
+    fn through(&self, shows_open: bool) -> Option<String> {
+        self.open
+            .as_ref()
+            .filter(|_| shows_open)
+            .and_then(|b| b.end())
+            .or_else(|| self.applying.as_ref().and_then(|c| c.end.as_ref()))
+            .or_else(|| self.open.as_ref().and_then(|b| b.start_after()))
+            .map(marker)
     }
 
     /// Whether the window being applied has edges still to write.
@@ -366,6 +400,8 @@ pub struct Board {
     read_units: AtomicU64,
     /// How many shards are on the board (read as each record is folded, so not under the lock).
     held: AtomicUsize,
+    /// Which shards' windows hold each post: an answer asks only those about its posts.
+    holders: Holders,
 }
 
 /// Locks a shard's windows; a panic elsewhere while one was held leaves them as they were.
@@ -434,16 +470,78 @@ impl Board {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let wanted: HashSet<&str> = posts.iter().map(String::as_str).collect();
-        let answers = held
-            .into_iter()
-            .map(|(shard_id, w)| self.shard_pending(shard_id, w, posts, &wanted, also));
-        let mut out: Vec<ShardOpen> = futures_util::future::join_all(answers)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        // The shards whose windows hold a post asked about are asked; the others answer how far
+        // they reach and nothing else (`Holders`), unless their windows met a post since.
+        let (noted, mut holding) = self.holders.of(wanted.iter().copied());
+        let mut out = Vec::new();
+        let mut pages = Vec::new();
+        for (shard_id, w) in held {
+            let page = Page {
+                all: &wanted,
+                noted,
+                held: holding.remove(shard_id.as_str()).unwrap_or_default(),
+            };
+            if page.held.is_empty() {
+                let windows = lock(&w);
+                if page.narrow(&windows) {
+                    out.push(ShardOpen {
+                        through: windows.through(true),
+                        shard_id,
+                        windows: Vec::new(),
+                    });
+                    continue;
+                }
+            }
+            pages.push((shard_id, w, page));
+        }
+        let asked = pages
+            .iter()
+            .map(|(shard_id, w, page)| self.shard_pending(shard_id, w, page, also));
+        out.extend(
+            futures_util::future::join_all(asked)
+                .await
+                .into_iter()
+                .flatten(),
+        );
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         out
+    }
+
+    /// Notes in the worker's index the posts `shard_id`'s open window met since it was last
+    /// noted (called as each record is folded, under the shard's lock).
+    pub(crate) fn note_met(&self, shard_id: &str, w: &mut ShardWindows) {
+        let Some(open) = &w.open else {
+            return;
+        };
+        let new = open.posts_met_since(w.met_cursor);
+        if new.is_empty() {
+            return;
+        }
+        let n = new.len();
+        w.last_note = self.holders.met(shard_id, new);
+        w.met_cursor += n;
+    }
+
+    /// Tidies the worker's index of which shards hold each post when enough was noted since
+    /// the last tidy (`Holders`): what the held shards' windows no longer hold is forgotten.
+    /// Called with no shard's lock held.
+    pub(crate) fn tidy(&self) {
+        let Some(before) = self.holders.tidy_due() else {
+            return;
+        };
+        let held: Vec<(String, Arc<Mutex<ShardWindows>>)> = self
+            .entries()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut live = HashSet::new();
+        for (shard_id, w) in held {
+            let shard = SmolStr::new(&shard_id);
+            for post in lock(&w).posts_held() {
+                live.insert((post.clone(), shard.clone()));
+            }
+        }
+        self.holders.forget(before, &live);
     }
 
     /// One shard's answer: likers' open window resolved first (when this board can), then the
@@ -453,30 +551,39 @@ impl Board {
     /// rather than be shown without that window's likes (a count taken back).
     async fn shard_pending(
         &self,
-        shard_id: String,
-        w: Arc<Mutex<ShardWindows>>,
-        posts: &[String],
-        wanted: &HashSet<&str>,
+        shard_id: &str,
+        w: &Mutex<ShardWindows>,
+        page: &Page<'_>,
         also: Also<'_>,
     ) -> Option<ShardOpen> {
         for _ in 0..RESOLVE_ATTEMPTS {
-            let fresh = match &self.store {
-                Some(store) => self.read_edges(store.as_ref(), &w, wanted).await,
-                None => None,
+            let (read_narrow, fresh) = match &self.store {
+                Some(store) => self.read_edges(store.as_ref(), w, page).await,
+                None => (page.narrow(&lock(w)), None),
             };
-            let mut w = lock(&w);
+            let mut w = lock(w);
+            if page.narrow(&w) != read_narrow {
+                // The window met a post since its edges were read for the page's posts it held
+                // then: read again for every post asked about.
+                continue;
+            }
+            let wanted = page.wanted(read_narrow);
             // A window whose edge writes were under way, resolved on edges read for this answer —
             // as it was when they were read: its writes may have ended since (its deltas are the
             // same).
             let unwritten = fresh
                 .filter(|(closed, ..)| *closed == w.closed)
-                .and_then(|(_, a, read)| Unwritten::resolve(&shard_id, &a, wanted, &also, read));
+                .and_then(|(_, a, read)| Unwritten::resolve(shard_id, &a, wanted, &also, read));
             // A window closed after the reads began: read again for it.
             if self.store.is_some() && unwritten.is_none() && w.unwritten() {
                 continue;
             }
             return Some(Self::answer(
-                &mut w, shard_id, posts, wanted, &also, unwritten,
+                &mut w,
+                shard_id.to_owned(),
+                wanted,
+                &also,
+                unwritten,
             ));
         }
         None
@@ -487,7 +594,6 @@ impl Board {
     fn answer(
         w: &mut ShardWindows,
         shard_id: String,
-        posts: &[String],
         wanted: &HashSet<&str>,
         also: &Also<'_>,
         unwritten: Option<Unwritten>,
@@ -499,14 +605,7 @@ impl Board {
         let view = unwritten.as_ref().map_or(&w.stored, |u| &u.view);
         let open = w.open.as_ref().filter(|b| !b.is_empty());
         let shows_open = !matches!(resolved, Some(None));
-        let through = w
-            .open
-            .as_ref()
-            .filter(|_| shows_open)
-            .and_then(|b| b.end())
-            .or_else(|| w.applying.as_ref().and_then(|c| c.end.as_ref()))
-            .or_else(|| w.open.as_ref().and_then(|b| b.start_after()))
-            .map(marker);
+        let through = w.through(shows_open);
         let mut windows = Vec::new();
         if let Some(c) = &w.applying {
             // Its deltas once its edges are written (the stored edges then hold its states);
@@ -517,7 +616,7 @@ impl Board {
             };
             windows.push(OpenWindow {
                 after: c.start_after.as_ref().map(marker),
-                posts: pick(posts, |p| {
+                posts: pick(wanted, |p| {
                     deltas
                         .binary_search_by(|(id, _)| id.as_str().cmp(p))
                         .ok()
@@ -532,7 +631,7 @@ impl Board {
                 let held = &c.held.posts;
                 windows.push(OpenWindow {
                     after: c.end.as_ref().map(marker),
-                    posts: pick(posts, |p| {
+                    posts: pick(wanted, |p| {
                         held.binary_search_by(|(id, _)| id.as_str().cmp(p))
                             .ok()
                             .map(|i| &held[i].1)
@@ -545,7 +644,7 @@ impl Board {
         if let Some(b) = open.filter(|_| shows_open) {
             let after = b.start_after().map(marker);
             let deltas = resolved.flatten().unwrap_or_default();
-            let posts = pick(posts, |p| {
+            let posts = pick(wanted, |p| {
                 deltas
                     .binary_search_by(|(id, _)| id.as_str().cmp(p))
                     .ok()
@@ -577,17 +676,23 @@ impl Board {
         &self,
         store: &dyn CounterStore,
         w: &Mutex<ShardWindows>,
-        wanted: &HashSet<&str>,
-    ) -> Option<(u64, Arc<ClosedWindow>, Edges)> {
+        page: &Page<'_>,
+    ) -> (bool, Option<(u64, Arc<ClosedWindow>, Edges)>) {
+        let mut narrow = false;
         for _ in 0..RESOLVE_ATTEMPTS {
             let (closed, (unread, after_read), unwritten) = {
                 let mut w = lock(w);
+                narrow = page.narrow(&w);
+                let wanted = page.wanted(narrow);
                 (w.closed, w.unread(wanted), w.unwritten_pairs(wanted))
             };
             let pairs = unwritten.as_ref().map_or(&unread, |(_, p)| p);
             if pairs.is_empty() {
                 // Nothing to read: a window being written holds none of the posts asked about.
-                return unwritten.map(|(applying, _)| (closed, applying, Edges::new()));
+                return (
+                    narrow,
+                    unwritten.map(|(applying, _)| (closed, applying, Edges::new())),
+                );
             }
             // The store's port reads owned ids: copied once per read, not per lookup.
             let asked: Vec<(String, String)> = pairs
@@ -598,12 +703,13 @@ impl Board {
                 Ok(read) => read,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading an open window's edges failed: it is left out of this answer");
-                    return None;
+                    return (narrow, None);
                 }
             };
             self.read_units.fetch_add(units, Ordering::Relaxed);
             if let Some((applying, pairs)) = unwritten {
-                return Some((closed, applying, pairs.into_iter().zip(states).collect()));
+                let read = pairs.into_iter().zip(states).collect();
+                return (narrow, Some((closed, applying, read)));
             }
             let mut w = lock(w);
             if w.closed != closed || w.unwritten() {
@@ -613,18 +719,45 @@ impl Board {
             w.stored.extend(unread.into_iter().zip(states));
             w.read_through(after_read);
         }
-        None
+        (narrow, None)
     }
 }
 
+/// The deltas of the posts asked about that `delta` finds, by post.
 fn pick<'a>(
-    posts: &[String],
+    posts: &HashSet<&str>,
     delta: impl Fn(&str) -> Option<&'a PostDelta>,
 ) -> BTreeMap<String, BTreeMap<i64, i64>> {
     posts
         .iter()
-        .filter_map(|p| Some((p.clone(), delta(p)?.by_minute.clone())))
+        .filter_map(|p| Some(((*p).to_owned(), delta(p)?.by_minute.clone())))
         .collect()
+}
+
+/// The posts one shard is asked about: the page's posts the worker's index notes its windows
+/// hold (`held`), while no note of the shard came after the index was read (`noted`); else
+/// every post of the page.
+struct Page<'a> {
+    all: &'a HashSet<&'a str>,
+    noted: u64,
+    held: HashSet<&'a str>,
+}
+
+impl<'a> Page<'a> {
+    /// Whether the shard's windows hold no post of the page but those in `held`: none of its
+    /// notes came after the index was read.
+    fn narrow(&self, w: &ShardWindows) -> bool {
+        w.last_note <= self.noted
+    }
+
+    /// The posts to ask the shard about (`narrow`: as [`Page::narrow`] said).
+    fn wanted(&self, narrow: bool) -> &HashSet<&'a str> {
+        if narrow {
+            &self.held
+        } else {
+            self.all
+        }
+    }
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@ mod claim;
 mod counting;
 mod gap;
 mod held;
+mod holders;
 pub mod rebuild;
 mod restore;
 mod writes;
@@ -461,6 +462,7 @@ impl CounterShard {
             w.applying = Some(closed.clone());
             closed
         };
+        self.board.tidy();
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
         let decided = self.counting.decided(horizon_ms, self.replay.as_ref());
@@ -568,6 +570,7 @@ impl Windows for CounterShard {
         };
         let mut w = board::lock(&self.windows);
         if w.open.is_none() {
+            w.opening();
             if let (Some(p), Ok(fence)) = (&self.replay, self.fence()) {
                 w.rebuilding(tally_core::edge::window_id(
                     &fence.shard_id,
@@ -581,7 +584,9 @@ impl Windows for CounterShard {
             self.counting.fold(w, self.replay.as_ref())
         });
         let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
-        (took, window.reached(bound))
+        let reached = window.reached(bound);
+        self.board.note_met(&self.shard_id, &mut w);
+        (took, reached)
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), ConsumerError>> + Send {

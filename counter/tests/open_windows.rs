@@ -335,3 +335,121 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
         assert_eq!(store.post_count(post, None).await.unwrap().total, 1);
     }
 }
+
+/// A worker's answer asks only the shards whose windows hold a post of the page (its index of
+/// which shards hold each post), and misses none: over many rounds of likes put on 8 shards
+/// (each post's on its own shard), a shard's window now and then written, the index tidied as
+/// it grows, each answer shows every page post's likes its open windows hold, and each held
+/// shard says how far its windows reach.
+#[tokio::test]
+async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
+    const SHARDS: usize = 8;
+    const POSTS: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Embedded::open(dir.path(), SHARDS).unwrap());
+    let cfg = CounterConfig {
+        window_time: Duration::from_secs(600),
+        ..CounterConfig::default()
+    };
+    let board = Arc::new(Board::resolving(store.clone()));
+    let counter = Counter::open(
+        store.clone(),
+        cfg,
+        CounterContext::default(),
+        Arc::default(),
+    )
+    .await
+    .unwrap()
+    .on_board(board.clone());
+    let ids = store.list_shards().await.unwrap();
+    let mut shards = Vec::new();
+    for s in &ids {
+        let fence = common::held_by_w1(&store, &s.shard_id).await;
+        let lease = store
+            .list_leases("counter")
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.shard_id == s.shard_id)
+            .unwrap();
+        let mut p = counter.create(&s.shard_id);
+        p.start(&fence, &lease).await.unwrap();
+        let reader = store
+            .open(&s.shard_id, tally_core::ports::StartPosition::TrimHorizon)
+            .await
+            .unwrap();
+        shards.push((s.shard_id.clone(), p, reader));
+    }
+    // Likes each shard's open window holds, by post; where each shard's windows reach.
+    let mut open: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); SHARDS];
+    let mut through: Vec<Option<String>> = vec![None; SHARDS];
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut event = 0;
+    for round in 0..300 {
+        let puts: Vec<PutEntry> = (0..20)
+            .map(|_| {
+                event += 1;
+                let post = format!("h{}", next(POSTS));
+                action(
+                    &format!("e{event}"),
+                    &post,
+                    &format!("u{event}"),
+                    "like",
+                    M0,
+                )
+            })
+            .collect();
+        store.put_records(&puts).await.unwrap();
+        for (i, (_, p, reader)) in shards.iter_mut().enumerate() {
+            let batch = reader.next_batch(1_000).await.unwrap();
+            if let Some(last) = batch.records.last() {
+                through[i] = Some(marker(&tally_core::Position::whole(last.seq.clone())));
+            }
+            for r in &batch.records {
+                let post = String::from_utf8_lossy(&r.data)
+                    .split("\"post_id\":\"")
+                    .nth(1)
+                    .and_then(|s| s.split('"').next())
+                    .unwrap()
+                    .to_owned();
+                *open[i].entry(post).or_default() += 1;
+            }
+            p.process(&batch, 0).await.unwrap();
+        }
+        if round % 5 == 4 {
+            // A shard's window written: it leaves the board (and the shard's answer says nothing
+            // of how far it reached until its next window holds a record).
+            let i = next(SHARDS as u64) as usize;
+            shards[i].1.flush(false).await.unwrap();
+            open[i].clear();
+            through[i] = None;
+        }
+        // A page: posts just liked, and others.
+        let mut page: Vec<String> = puts[..5].iter().map(|e| e.partition_key.clone()).collect();
+        page.extend((0..5).map(|_| format!("h{}", next(POSTS))));
+        let answer = board.pending(&page, Default::default()).await;
+        assert_eq!(answer.len(), SHARDS, "every held shard answers");
+        for (i, a) in answer.iter().enumerate() {
+            assert_eq!(a.shard_id, shards[i].0);
+            assert_eq!(a.through, through[i], "how far shard {i}'s windows reach");
+        }
+        page.sort();
+        page.dedup();
+        for post in &page {
+            let shown: i64 = answer
+                .iter()
+                .flat_map(|a| &a.windows)
+                .filter_map(|w| w.posts.get(post))
+                .flat_map(|m| m.values())
+                .sum();
+            let held: i64 = open.iter().filter_map(|o| o.get(post)).sum();
+            assert_eq!(shown, held, "round {round}: {post}'s likes in open windows");
+        }
+    }
+}

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use smol_str::SmolStr;
+
 use crate::buckets::PostDelta;
 use crate::dedup::{id_hash, Dedup};
 use crate::event::EventRef;
@@ -17,13 +19,15 @@ pub(super) struct Events {
 }
 
 impl Events {
-    /// Folds one event: a copy the filter has seen changes nothing.
+    /// Folds one event: a copy the filter has seen changes nothing. A post new to the window is
+    /// added to `met`.
     pub(super) fn fold(
         &mut self,
         ev: EventRef<'_>,
         arrival_ms: i64,
         stats: &mut WindowStats,
         dedup: &mut Dedup,
+        met: &mut Vec<SmolStr>,
     ) {
         if !dedup.observe(id_hash(&ev.event_id), arrival_ms) {
             stats.duplicates += 1;
@@ -38,6 +42,7 @@ impl Events {
             None => {
                 let mut d = PostDelta::default();
                 d.add(ev.created_at, delta);
+                met.push(SmolStr::new(&*ev.post_id));
                 self.deltas.insert(ev.post_id.into_owned(), d);
             }
         }

@@ -113,8 +113,15 @@ impl Likers {
         hasher.hash_one((post, user))
     }
 
-    /// Keeps the event if it is its edge's latest in the window.
-    pub(super) fn fold(&mut self, ev: EventRef<'_>, arrival_ms: i64, stats: &mut WindowStats) {
+    /// Keeps the event if it is its edge's latest in the window. A post new to the window is
+    /// added to `posts_met`.
+    pub(super) fn fold(
+        &mut self,
+        ev: EventRef<'_>,
+        arrival_ms: i64,
+        stats: &mut WindowStats,
+        posts_met: &mut Vec<SmolStr>,
+    ) {
         let at_ms = match self.clamped.get(ev.event_id.as_ref()) {
             Some(first) => *first,
             None => edge::ordering_time(ev.created_at, arrival_ms, self.max_skew_ms),
@@ -179,6 +186,7 @@ impl Likers {
                             users: vec![met],
                             changes: 1,
                         };
+                        posts_met.push(e.post_id.clone());
                         self.by_post.insert(e.post_id.clone(), of_post);
                     }
                 }

@@ -15,6 +15,8 @@
 
 use std::collections::HashSet;
 
+use smol_str::SmolStr;
+
 use crate::boundary::{Extent, Fold, UserRecord};
 use crate::buckets::PostDelta;
 
@@ -90,6 +92,9 @@ pub struct WindowBuilder {
 struct Content {
     /// Its events, as its count mode folds them (chosen once, when the window is made).
     folded: Folded,
+    /// Each post the window holds, in the order it first met them: what a worker's index of
+    /// which shards hold a post is kept from ([`WindowBuilder::posts_met_since`]).
+    met: Vec<SmolStr>,
     dead_letters: Vec<DeadLetter>,
     stats: WindowStats,
 }
@@ -118,6 +123,7 @@ impl WindowBuilder {
             extent: Extent::default(),
             content: Content {
                 folded: Folded::Events(events::Events::default()),
+                met: Vec::new(),
                 dead_letters: Vec::new(),
                 stats: WindowStats::default(),
             },
@@ -214,6 +220,13 @@ impl WindowBuilder {
     /// When the window opened.
     pub fn opened_at_ms(&self) -> i64 {
         self.opened_at_ms
+    }
+
+    /// The posts the window met after the first `n` it met (in the order it met them; a post
+    /// is met once, when the window first holds an event of it): every post the window holds is
+    /// in `posts_met_since(0)`.
+    pub fn posts_met_since(&self, n: usize) -> &[SmolStr] {
+        self.content.met.get(n..).unwrap_or_default()
     }
 
     /// The last sequence number folded, if any.
@@ -377,12 +390,13 @@ impl Counting<'_> {
             }
         };
         let stats = &mut self.content.stats;
+        let met = &mut self.content.met;
         match &mut self.content.folded {
-            Folded::Events(e) => e.fold(ev, arrival_ms, stats, self.dedup),
+            Folded::Events(e) => e.fold(ev, arrival_ms, stats, self.dedup, met),
             Folded::Likers(l) => {
                 // No filter, but the shard's arrival clock kept with its checkpoint.
                 self.dedup.tick(arrival_ms);
-                l.fold(ev, arrival_ms, stats);
+                l.fold(ev, arrival_ms, stats, met);
             }
         }
         Ok(())
