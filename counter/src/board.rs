@@ -16,9 +16,13 @@
 //! write its posts' edges (a post's records are on one shard), one at a time, and the open one
 //! writes nothing until it closes. An answer is given only if no window closed while the edges
 //! were read (`ShardWindows::closed`); otherwise the open window is left out, as without a store.
-//! Since those edges stay true, what each post resolved to is kept with the window's count of
-//! changes to that post's edges (`WindowBuilder::post_changes`): an answer resolves again only
-//! the posts the window changed since, and looks for edges to read only in them.
+//! Since those edges stay true, what each post resolved to is kept, edge by edge, with the
+//! window's count of changes to that post's edges (`WindowBuilder::post_changes`): an answer
+//! resolves again only the edges the window changed since (`WindowBuilder::post_edges_since`),
+//! and looks for edges to read only among them.
+//!
+//! Of the held shards, an answer asks only those whose windows hold a post asked about, and only
+//! about those posts (`crate::holders`); the others say how far their windows reach.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -65,12 +69,12 @@ pub struct ShardWindows {
     /// (`edge::window_id`; none for a new window, which has written nothing).
     rebuilds: Option<String>,
     /// Likers: each post's deltas as the open window's write will make them, resolved against
-    /// `stored` (`None`: they cancel out), with the post's change count then
-    /// (`WindowBuilder::post_changes`). What they were resolved from stays as it was until the
-    /// window changes one of the post's edges (the edges read stay true while it is open), so
-    /// an answer resolves again only the posts changed since: a page of the most liked posts
-    /// costs its changes, not every edge of theirs, for each answer.
-    resolved_posts: HashMap<SmolStr, (u64, Option<PostDelta>)>,
+    /// `stored` edge by edge, with the post's change count then (`WindowBuilder::post_changes`).
+    /// What they were resolved from stays as it was until the window changes one of the post's
+    /// edges (the edges read stay true while it is open), so an answer resolves again only the
+    /// edges changed since: a page of the most liked posts costs its changes, not every edge of
+    /// theirs, for each answer.
+    resolved_posts: HashMap<SmolStr, PostResolved>,
     /// Likers: each post's change count when every edge of its in the open window was found in
     /// `stored`: an answer looks for edges to read only in posts changed since. Both maps hold
     /// only posts the open window holds.
@@ -156,9 +160,14 @@ impl ShardWindows {
                 now != Some(0) && now != self.read_posts.get(*p).copied()
             })
             .collect();
-        let pairs: Vec<Pair> = open
-            .edges_of(&changed)
-            .map(pair)
+        // Of those, the edges changed since all the post's were read: the others are read.
+        let pairs: Vec<Pair> = changed
+            .iter()
+            .flat_map(|p| {
+                let since = self.read_posts.get(*p).copied().unwrap_or(0);
+                open.post_edges_since(p, since)
+            })
+            .map(|(_, e)| pair(e))
             .filter(|k| !self.stored.contains_key(k))
             .collect();
         let reading: HashSet<&str> = pairs.iter().map(|(p, _)| p.as_str()).collect();
@@ -186,8 +195,8 @@ impl ShardWindows {
 
     /// The open window's deltas for the wanted posts as its write will make them (likers: if
     /// every edge of theirs in it is read), resolved against the edges `view` holds for this
-    /// answer alone, else against `stored` — where a post unchanged since its last answer is
-    /// not resolved again (`resolved_posts`).
+    /// answer alone, else against `stored` — where only the edges a post changed since its last
+    /// answer are resolved again (`resolved_posts`).
     fn resolved(
         &mut self,
         wanted: &HashSet<&str>,
@@ -200,33 +209,32 @@ impl ShardWindows {
             return open.deltas_as_written(wanted, stored, window);
         }
         let mut out = Vec::new();
-        let mut todo = HashSet::new();
+        let mut events = HashSet::new();
         for p in wanted {
-            match (open.post_changes(p), self.resolved_posts.get(*p)) {
-                // Counting likers, a post the window holds no edge of has no delta in it.
-                (Some(0), _) => {}
-                (Some(now), Some((then, d))) if now == *then => {
-                    out.extend(d.clone().map(|d| ((*p).to_owned(), d)));
-                }
-                _ => {
-                    todo.insert(*p);
-                }
-            }
-        }
-        if !todo.is_empty() {
-            let stored = |e: &EdgeEvent| self.stored.get(&pair(e)).map(Option::as_ref);
-            let fresh = open.deltas_as_written(&todo, stored, window)?;
-            for p in &todo {
-                let Some(changes) = open.post_changes(p) else {
+            let now = match open.post_changes(p) {
+                // Counting events: the window's own deltas.
+                None => {
+                    events.insert(*p);
                     continue;
-                };
-                let d = fresh
-                    .binary_search_by(|(q, _)| q.as_str().cmp(p))
-                    .ok()
-                    .map(|i| fresh[i].1.clone());
-                self.resolved_posts.insert(SmolStr::new(p), (changes, d));
+                }
+                // Counting likers, a post the window holds no edge of has no delta in it.
+                Some(0) => continue,
+                Some(now) => now,
+            };
+            let post = self.resolved_posts.entry(SmolStr::new(p)).or_default();
+            if post.changes != now {
+                for (at, e) in open.post_edges_since(p, post.changes) {
+                    // An edge not read yet: the window is not shown (as its write is not known).
+                    let old = self.stored.get(&pair(e))?;
+                    let t = edge::resolve(old.as_ref(), e, window).transition();
+                    post.set(at, t.map(|t| (t.before, t.after)));
+                }
+                post.changes = now;
             }
-            out.extend(fresh);
+            out.extend(post.shown().map(|d| ((*p).to_owned(), d)));
+        }
+        if !events.is_empty() {
+            out.extend(open.deltas_as_written(&events, |_| None, window)?);
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Some(out)
@@ -267,6 +275,55 @@ impl ShardWindows {
         pairs.sort();
         pairs.dedup();
         Some((applying, pairs))
+    }
+}
+
+/// One post's deltas in the open window as its write will make them, kept edge by edge
+/// (`ShardWindows::resolved_posts`): a change to some of its edges is resolved for those alone.
+#[derive(Default)]
+struct PostResolved {
+    /// The post's change count they were resolved at (`WindowBuilder::post_changes`).
+    changes: u64,
+    /// Each edge's transition (the like it replaces, the like it is: when each was made), by
+    /// its place among the post's edges in the window (`None`: it changes nothing).
+    edges: Vec<Option<(Option<i64>, Option<i64>)>>,
+    /// Their sum, as `edge::deltas` sums a window's transitions (minutes at zero kept).
+    delta: PostDelta,
+}
+
+impl PostResolved {
+    /// The edge at `at` now makes transition `t`.
+    fn set(&mut self, at: u32, t: Option<(Option<i64>, Option<i64>)>) {
+        let at = at as usize;
+        if self.edges.len() <= at {
+            self.edges.resize(at + 1, None);
+        }
+        if let Some(old) = self.edges[at].take() {
+            self.add(old, -1);
+        }
+        if let Some(new) = t {
+            self.add(new, 1);
+        }
+        self.edges[at] = t;
+    }
+
+    fn add(&mut self, (before, after): (Option<i64>, Option<i64>), sign: i64) {
+        if before == after {
+            return;
+        }
+        if let Some(at) = before {
+            self.delta.add(at, -sign);
+        }
+        if let Some(at) = after {
+            self.delta.add(at, sign);
+        }
+    }
+
+    /// The post's deltas as an answer shows them (`None`: they cancel out).
+    fn shown(&self) -> Option<PostDelta> {
+        let mut d = self.delta.clone();
+        d.by_minute.retain(|_, n| *n != 0);
+        (!d.by_minute.is_empty()).then_some(d)
     }
 }
 
@@ -763,6 +820,78 @@ impl<'a> Page<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use tally_core::dedup::Dedup;
+    use tally_core::ports::StreamRecord;
+    use tally_core::seq::SeqNo;
+
+    const POSTS: usize = 3;
+    const USERS: usize = 6;
+    const T0: i64 = 1_796_021_040_000;
+
+    /// A like or unlike: (post, user, like?, created offset (s), arrival skew (s)).
+    type Act = (usize, usize, bool, i64, i64);
+
+    fn record(i: usize, (post, user, like, at, skew): Act) -> StreamRecord {
+        let created = T0 + at * 1_000;
+        let data = format!(
+            r#"{{"event_id":"e{i}","post_id":"p{post}","user_id":"u{user}","action":"{}","created_at":{created}}}"#,
+            if like { "like" } else { "unlike" }
+        );
+        StreamRecord {
+            seq: SeqNo::parse(&(i + 1).to_string()).unwrap(),
+            arrival_ms: created + skew * 1_000,
+            partition_key: format!("p{post}"),
+            data: data.into_bytes(),
+        }
+    }
+
+    proptest! {
+        /// An answer resolves a post again only for the edges the open window changed since it
+        /// last did (`PostResolved`): after every record folded — a like, an unlike, a copy, a
+        /// record clamped by its skew — each post's deltas are those of every edge of it
+        /// resolved again (`WindowBuilder::deltas_as_written`), over stored edges some of which
+        /// are likes already.
+        #[test]
+        fn an_answer_resolving_only_what_changed_is_every_edge_resolved(
+            stored in proptest::collection::vec(proptest::option::of((any::<bool>(), 0i64..600)), POSTS * USERS),
+            acts in proptest::collection::vec((0..POSTS, 0..USERS, any::<bool>(), 0i64..600, 0i64..400), 1..60),
+            copies in proptest::collection::vec(any::<bool>(), 60),
+        ) {
+            let mut w = ShardWindows {
+                open: Some(WindowBuilder::new(None, 0).likers(120_000)),
+                ..ShardWindows::default()
+            };
+            for (k, s) in stored.iter().enumerate() {
+                let key = (SmolStr::new(format!("p{}", k / USERS)), SmolStr::new(format!("u{}", k % USERS)));
+                let state = s.map(|(liked, at)| EdgeState {
+                    liked,
+                    at_ms: T0 + at * 1_000,
+                    event_id: format!("s{k}"),
+                    writes: Vec::new(),
+                    lost: Vec::new(),
+                    dropped: None,
+                });
+                w.stored.insert(key, state);
+            }
+            let names: Vec<String> = (0..POSTS).map(|p| format!("p{p}")).collect();
+            let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+            let mut dedup = Dedup::new(600_000);
+            for (i, act) in acts.iter().enumerate() {
+                let r = record(i, *act);
+                w.open.as_mut().unwrap().push("s", &r, &mut dedup);
+                if copies[i] {
+                    // A producer's retry: the same record again.
+                    w.open.as_mut().unwrap().push("s", &r, &mut dedup);
+                }
+                let got = w.resolved(&wanted, None).expect("every edge is read");
+                let open = w.open.as_ref().unwrap();
+                let stored = |e: &EdgeEvent| w.stored.get(&pair(e)).map(Option::as_ref);
+                let want = open.deltas_as_written(&wanted, stored, "").unwrap();
+                prop_assert_eq!(got, want, "after record {}", i);
+            }
+        }
+    }
 
     /// The board counts the shards it holds: a shard held again is one shard, and a release by
     /// an earlier hold of a shard held again does not take it off.

@@ -14,11 +14,20 @@ use crate::event::{Action, EventRef};
 use super::{key_order, WindowStats};
 
 /// A post's edges in a window: its users (with each edge's hash), in the order the window met
-/// them, and how many times the window changed one of them.
+/// them, and each change the window made to one of them, as the edge's place in `users` (how
+/// many there were is the post's change count; those after a count are the edges changed since).
 #[derive(Debug, Default)]
 struct PostEdges {
     users: Vec<(u64, SmolStr)>,
-    changes: u64,
+    log: Vec<u32>,
+}
+
+/// An edge's latest event in the window, with its place among its post's edges
+/// (`PostEdges::users`).
+#[derive(Debug)]
+struct Kept {
+    event: EdgeEvent,
+    at: u32,
 }
 
 /// What a window counting likers folds.
@@ -28,7 +37,7 @@ pub(super) struct Likers {
     pub(super) max_skew_ms: i64,
     /// The latest event of each (post, user) edge, found by its post and user (hashed by
     /// [`Likers::hash`]): a record of an edge the window holds already allocates nothing.
-    pub(super) edges: HashTable<EdgeEvent>,
+    edges: HashTable<Kept>,
     hasher: ahash::RandomState,
     /// Each post's edges in the window, by user: what finds a few posts' edges
     /// ([`Likers::edges_of`], the read side's open windows) without looking at the others'.
@@ -68,6 +77,7 @@ impl Likers {
             return Box::new(
                 self.edges
                     .iter()
+                    .map(|k| &k.event)
                     .filter(move |e| wanted.contains(e.post_id.as_str())),
             );
         }
@@ -89,10 +99,7 @@ impl Likers {
                     .users
                     .iter()
                     .filter(move |(_, user)| users(user))
-                    .filter_map(move |(hash, user)| {
-                        self.edges
-                            .find(*hash, |e| e.post_id == *post && e.user_id == *user)
-                    })
+                    .filter_map(move |(hash, user)| self.edge(*hash, post, user))
             })
     }
 
@@ -100,13 +107,41 @@ impl Likers {
     /// or the events it remembers replaced): what was resolved for the post stays true until
     /// this moves.
     pub(super) fn changes_of(&self, post: &str) -> u64 {
-        self.by_post.get(post).map_or(0, |p| p.changes)
+        self.by_post.get(post).map_or(0, |p| p.log.len() as u64)
+    }
+
+    /// The post's edges changed since its change count ([`Likers::changes_of`]) was `since`,
+    /// each once, with its place among the post's edges: every edge of the post for 0.
+    pub(super) fn changed_since(&self, post: &str, since: u64) -> Vec<(u32, &EdgeEvent)> {
+        let Some((post, of_post)) = self.by_post.get_key_value(post) else {
+            return Vec::new();
+        };
+        let since = usize::try_from(since).unwrap_or(usize::MAX);
+        let mut at: Vec<u32> = match since {
+            0 => (0..of_post.users.len() as u32).collect(),
+            _ => of_post.log.get(since..).unwrap_or_default().to_vec(),
+        };
+        at.sort_unstable();
+        at.dedup();
+        at.into_iter()
+            .filter_map(|i| {
+                let (hash, user) = of_post.users.get(i as usize)?;
+                Some((i, self.edge(*hash, post, user)?))
+            })
+            .collect()
+    }
+
+    /// The edge of (`post`, `user`), whose hash is `hash`.
+    fn edge(&self, hash: u64, post: &str, user: &str) -> Option<&EdgeEvent> {
+        self.edges
+            .find(hash, |k| k.event.post_id == post && k.event.user_id == user)
+            .map(|k| &k.event)
     }
 
     /// Each touched edge's latest event, by post and user: the order of the store's keys
     /// ([`key_order::sorted`]).
     pub(super) fn close(self) -> Vec<EdgeEvent> {
-        key_order::sorted(self.edges)
+        key_order::sorted(self.edges.into_iter().map(|k| k.event))
     }
 
     fn hash(hasher: &ahash::RandomState, post: &str, user: &str) -> u64 {
@@ -138,11 +173,11 @@ impl Likers {
         let liked = ev.action == Action::Like;
         let clamped = at_ms != ev.created_at;
         let hash = Likers::hash(&self.hasher, &ev.post_id, &ev.user_id);
-        let found = self.edges.find_mut(hash, |e| {
-            *e.post_id == *ev.post_id && *e.user_id == *ev.user_id
+        let found = self.edges.find_mut(hash, |k| {
+            *k.event.post_id == *ev.post_id && *k.event.user_id == *ev.user_id
         });
-        match found {
-            Some(kept) if !kept.is_after(at_ms, &ev.event_id) => {
+        match found.map(|k| (&mut k.event, k.at)) {
+            Some((kept, at)) if !kept.is_after(at_ms, &ev.event_id) => {
                 if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
                     // A clamped event it replaces took no effect: the edge remembers it.
                     if kept.clamped && !kept.lost.iter().any(|l| *l == kept.event_id) {
@@ -153,16 +188,16 @@ impl Likers {
                     kept.at_ms = at_ms;
                     kept.event_id = SmolStr::new(&*ev.event_id);
                     kept.clamped = clamped;
-                    changed(&mut self.by_post, &ev.post_id);
+                    changed(&mut self.by_post, &ev.post_id, at);
                 } else {
                     stats.counted -= 1;
                     stats.duplicates += 1;
                 }
             }
-            Some(kept) => {
+            Some((kept, at)) => {
                 if clamped && !kept.lost.iter().any(|l| l == ev.event_id.as_ref()) {
                     kept.lost.push(ev.event_id.into_owned());
-                    changed(&mut self.by_post, &ev.post_id);
+                    changed(&mut self.by_post, &ev.post_id, at);
                 }
             }
             None => {
@@ -176,31 +211,35 @@ impl Likers {
                     lost: Vec::new(),
                 };
                 let met = (hash, e.user_id.clone());
-                match self.by_post.get_mut(e.post_id.as_str()) {
+                let at = match self.by_post.get_mut(e.post_id.as_str()) {
                     Some(of_post) => {
+                        let at = of_post.users.len() as u32;
                         of_post.users.push(met);
-                        of_post.changes += 1;
+                        of_post.log.push(at);
+                        at
                     }
                     None => {
                         let of_post = PostEdges {
                             users: vec![met],
-                            changes: 1,
+                            log: vec![0],
                         };
                         posts_met.push(e.post_id.clone());
                         self.by_post.insert(e.post_id.clone(), of_post);
+                        0
                     }
-                }
+                };
                 let hasher = &self.hasher;
-                self.edges
-                    .insert_unique(hash, e, |e| Likers::hash(hasher, &e.post_id, &e.user_id));
+                self.edges.insert_unique(hash, Kept { event: e, at }, |k| {
+                    Likers::hash(hasher, &k.event.post_id, &k.event.user_id)
+                });
             }
         }
     }
 }
 
-/// Counts a change of one of the post's edges (the post has edges in the window already).
-fn changed(by_post: &mut HashMap<SmolStr, PostEdges, ahash::RandomState>, post: &str) {
+/// Records a change of the post's edge at `at` (the post has edges in the window already).
+fn changed(by_post: &mut HashMap<SmolStr, PostEdges, ahash::RandomState>, post: &str, at: u32) {
     if let Some(p) = by_post.get_mut(post) {
-        p.changes += 1;
+        p.log.push(at);
     }
 }

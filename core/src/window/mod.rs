@@ -322,6 +322,16 @@ impl WindowBuilder {
         self.folded_likers().map(|l| l.changes_of(post))
     }
 
+    /// Likers: the post's edges the window changed since the post's change count
+    /// ([`WindowBuilder::post_changes`]) was `since`, each once, with its place among the post's
+    /// edges (every edge of the post for 0; none counting events): what an answer that resolved
+    /// the post at that count resolves again, edge by edge.
+    pub fn post_edges_since(&self, post: &str, since: u64) -> Vec<(u32, &EdgeEvent)> {
+        self.folded_likers()
+            .map(|l| l.changed_since(post, since))
+            .unwrap_or_default()
+    }
+
     /// What the window folds counting likers (`None`: counting events).
     fn folded_likers(&self) -> Option<&likers::Likers> {
         match &self.content.folded {
