@@ -21,22 +21,19 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::rounds::{median, rounds};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use smol_str::SmolStr;
-use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
+use tally_consumer::worker::ShardProcessor;
 use tally_core::buckets::PostDelta;
 use tally_core::dedup::Dedup;
 use tally_core::edge::{self, EdgeEvent, EdgeState};
-use tally_core::ports::{
-    LeaseReader, LeaseStore, PutEntry, ShardReader, StartPosition, Stream, StreamRecord,
-};
+use tally_core::ports::{PutEntry, ShardReader, Stream, StreamRecord};
 use tally_core::seq::SeqNo;
 use tally_core::window::{ClosedWindow, WindowBuilder};
 use tally_counter::board::{Also, Board, OpenWindow, ShardOpen};
-use tally_counter::{Counter, CounterConfig, CounterContext};
 use tally_embedded::Embedded;
 
 const RECORDS: usize = 100_000;
@@ -47,24 +44,13 @@ const VIEWER: &str = "u7";
 
 type Stored = HashMap<(SmolStr, SmolStr), Option<EdgeState>>;
 
-/// A post of `POSTS`, Zipf 1.1 (by inverting the cumulative weights).
-fn zipf(cumulative: &[f64], rng: &mut StdRng) -> usize {
-    let x = rng.gen::<f64>() * cumulative[cumulative.len() - 1];
-    cumulative.partition_point(|c| *c < x)
-}
-
 /// The records: (post, user, like?) for `RECORDS` events, posts Zipf 1.1.
 fn events() -> Vec<(usize, usize, bool)> {
-    let mut cumulative = Vec::with_capacity(POSTS);
-    let mut sum = 0.0;
-    for k in 1..=POSTS {
-        sum += 1.0 / (k as f64).powf(1.1);
-        cumulative.push(sum);
-    }
+    let cumulative = common::board::zipf(POSTS, 1.1);
     let mut rng = StdRng::seed_from_u64(7);
     (0..RECORDS)
         .map(|_| {
-            let post = zipf(&cumulative, &mut rng);
+            let post = common::board::zipf_pick(&cumulative, rng.gen::<f64>());
             (post, rng.gen_range(0..USERS), rng.gen_bool(0.8))
         })
         .collect()
@@ -297,24 +283,7 @@ struct Open {
 
 /// Puts the records and folds them into each shard's open window, on a board that resolves.
 async fn counted(store: &Arc<Embedded>, shards: usize) -> (Arc<Board>, Open) {
-    let ids = store.list_shards().await.unwrap();
-    assert_eq!(ids.len(), shards);
-    store.ensure_leases("counter", &ids).await.unwrap();
-    let board = Arc::new(Board::resolving(store.clone()));
-    let cfg = CounterConfig {
-        window_time: Duration::from_secs(3_600),
-        window_max_time: Duration::from_secs(3_600),
-        ..CounterConfig::default()
-    };
-    let counter = Counter::open(
-        store.clone(),
-        cfg,
-        CounterContext::default(),
-        Arc::default(),
-    )
-    .await
-    .unwrap()
-    .on_board(board.clone());
+    assert_eq!(store.list_shards().await.unwrap().len(), shards);
     let entries: Vec<PutEntry> = events()
         .into_iter()
         .enumerate()
@@ -323,36 +292,8 @@ async fn counted(store: &Arc<Embedded>, shards: usize) -> (Arc<Board>, Open) {
             data: body(i, ev),
         })
         .collect();
-    for chunk in entries.chunks(500) {
-        store.put_records(chunk).await.unwrap();
-    }
-    let leases = store.list_leases("counter").await.unwrap();
-    let mut open = Open {
-        shards: Vec::new(),
-        turns: 0,
-    };
-    for lease in leases {
-        let fence = store
-            .take_lease("counter", &lease.shard_id, 0, "w1", i64::MAX / 2)
-            .await
-            .unwrap()
-            .unwrap();
-        let mut p = counter.create(&lease.shard_id);
-        p.start(&fence, &lease).await.unwrap();
-        let mut reader = store
-            .open(&lease.shard_id, StartPosition::TrimHorizon)
-            .await
-            .unwrap();
-        loop {
-            let batch = reader.next_batch(10_000).await.unwrap();
-            if batch.records.is_empty() {
-                break;
-            }
-            p.process(&batch, 0).await.unwrap();
-        }
-        open.shards.push((reader, p));
-    }
-    (board, open)
+    let (board, shards) = common::board::open_on_board(store, &entries).await;
+    (board, Open { shards, turns: 0 })
 }
 
 impl Open {

@@ -7,14 +7,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_core::ports::{CountReader, LeaseReader, PutEntry, ShardReader, Stream};
 use tally_core::summary::marker;
-use tally_counter::board::{Board, ShardOpen};
+use tally_counter::board::{shards_digest, Board, Listed, ShardOpen};
 use tally_counter::{Counter, CounterConfig, CounterContext, CounterMetrics};
 use tally_embedded::Embedded;
 
@@ -340,7 +340,10 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
 /// which shards hold each post), and misses none: over many rounds of likes put on 8 shards
 /// (each post's on its own shard), a shard's window now and then written, the index tidied as
 /// it grows, each answer shows every page post's likes its open windows hold, and each held
-/// shard says how far its windows reach.
+/// shard says how far its windows reach. Asked as the read side asks (`Listed::Holding`, the
+/// digest of the shards it lists), the answer lists only the shards whose windows hold a post
+/// of the page and the one named, and shows the same likes; with a digest of other shards,
+/// every shard.
 #[tokio::test]
 async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
     const SHARDS: usize = 8;
@@ -439,17 +442,51 @@ async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
             assert_eq!(a.shard_id, shards[i].0);
             assert_eq!(a.through, through[i], "how far shard {i}'s windows reach");
         }
+        // Asked as the read side asks, with the digest of the shards it lists this worker as
+        // holding and a shard it names: only the shards whose windows hold a post of the page,
+        // and the one named, are listed.
+        let named_at = next(SHARDS as u64) as usize;
+        let named: HashSet<String> = [shards[named_at].0.clone()].into();
+        let all = shards_digest(shards.iter().map(|(id, ..)| id.as_str()));
+        let listed = Listed::Holding {
+            held: all,
+            named: &named,
+        };
+        let holding = board.answer(&page, Default::default(), listed).await;
+        assert!(holding.holding_only, "the digest is the worker's");
+        for (i, o) in open.iter().enumerate() {
+            let holds = page.iter().any(|p| o.contains_key(p));
+            let listed = holding.shards.iter().find(|a| a.shard_id == shards[i].0);
+            if holds || i == named_at {
+                let a = listed.unwrap_or_else(|| panic!("round {round}: shard {i} is listed"));
+                assert_eq!(a.through, through[i], "how far shard {i}'s windows reach");
+            }
+        }
+        // With another digest (the read side lists a shard this worker does not hold), every
+        // held shard is listed.
+        let stale = Listed::Holding {
+            held: all ^ shards_digest(["shardId-999"]),
+            named: &named,
+        };
+        let every = board.answer(&page, Default::default(), stale).await;
+        assert!(!every.holding_only);
+        assert_eq!(every.shards.len(), SHARDS);
         page.sort();
         page.dedup();
         for post in &page {
-            let shown: i64 = answer
-                .iter()
-                .flat_map(|a| &a.windows)
-                .filter_map(|w| w.posts.get(post))
-                .flat_map(|m| m.values())
-                .sum();
             let held: i64 = open.iter().filter_map(|o| o.get(post)).sum();
-            assert_eq!(shown, held, "round {round}: {post}'s likes in open windows");
+            for (how, answer) in [("every shard", &answer), ("holding only", &holding.shards)] {
+                let shown: i64 = answer
+                    .iter()
+                    .flat_map(|a| &a.windows)
+                    .filter_map(|w| w.posts.get(post))
+                    .flat_map(|m| m.values())
+                    .sum();
+                assert_eq!(
+                    shown, held,
+                    "round {round}, {how}: {post}'s likes in open windows"
+                );
+            }
         }
     }
 }

@@ -44,7 +44,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
         true => None,
         false => Some(
             Pending::new(crate::serve::pending::default_timeout())
-                .ask(&listing.states, &args.post_ids, args.viewer.as_deref())
+                .ask(&listing, &args.post_ids, args.viewer.as_deref())
                 .await,
         ),
     };

@@ -8,7 +8,7 @@
 //! record arrived, which on an idle stream grows while nothing is behind.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -17,6 +17,8 @@ use tally_core::clock::now_ms;
 use tally_core::lease::Lease;
 use tally_core::ports::{LeaseReader, PortResult, ShardState};
 
+use super::workers::Workers;
+
 /// One listing of an app's lease rows: what every answer about that app reads until the next.
 #[derive(Clone, Debug)]
 pub struct Listing {
@@ -24,16 +26,31 @@ pub struct Listing {
     pub states: Vec<ShardState>,
     /// When it was listed.
     pub at_ms: i64,
+    /// Its shards by holder, made on first use ([`Listing::workers`]).
+    workers: OnceLock<Workers>,
 }
 
 impl Listing {
+    /// A listing of `app`'s rows `states`, listed at `at_ms`.
+    pub fn new(app: &str, states: Vec<ShardState>, at_ms: i64) -> Listing {
+        Listing {
+            app: app.to_owned(),
+            states,
+            at_ms,
+            workers: OnceLock::new(),
+        }
+    }
+
     /// Lists `app`'s rows now (one store call).
     pub async fn fetch(leases: &dyn LeaseReader, app: &str) -> PortResult<Listing> {
-        Ok(Listing {
-            app: app.to_owned(),
-            states: leases.list_states(app).await?,
-            at_ms: now_ms(),
-        })
+        let states = leases.list_states(app).await?;
+        Ok(Listing::new(app, states, now_ms()))
+    }
+
+    /// Its unfinished shards by the worker that holds each: made once, on first use, for every
+    /// call answered from this listing.
+    pub fn workers(&self) -> &Workers {
+        self.workers.get_or_init(|| Workers::of(&self.states))
     }
 }
 
@@ -115,13 +132,7 @@ impl Listings {
             .iter()
             .find(|s| s.home.is_none() && s.app == app)
             .and_then(|s| s.latest.read().ok().map(|l| l.clone()))
-            .unwrap_or_else(|| {
-                Arc::new(Listing {
-                    app: app.to_owned(),
-                    states: Vec::new(),
-                    at_ms: 0,
-                })
-            })
+            .unwrap_or_else(|| Arc::new(Listing::new(app, Vec::new(), 0)))
     }
 
     /// The latest listing of each other home's counter, by region (empty: one region).

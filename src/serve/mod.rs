@@ -35,6 +35,7 @@ pub mod pending;
 mod recent;
 pub mod viewer;
 pub mod worker;
+pub mod workers;
 
 pub use freshness::{applied_through, Listing, Listings};
 use pending::{pending_for, pending_json, Asked, Pending};
@@ -84,8 +85,8 @@ impl Ctx {
         viewer: Option<&str>,
     ) -> Option<Asked> {
         let p = self.pending.as_ref().filter(|_| provisional)?;
-        let states = &self.listings.get(apps::COUNTER).states;
-        Some(p.ask(states, ids, viewer).await)
+        let listing = self.listings.get(apps::COUNTER);
+        Some(p.ask(&listing, ids, viewer).await)
     }
 
     /// How fresh `app`'s answers are, from the latest listing; across regions the counter's adds
@@ -396,8 +397,8 @@ async fn likers(
     // The workers first, the store second (see `pending`): the page and the count in one view.
     let asked = match c.pending.as_ref().filter(|_| p.pending.unwrap_or(true)) {
         Some(pending) => {
-            let states = &c.listings.get(apps::COUNTER).states;
-            Some(pending.ask_likers(states, &id, after).await)
+            let listing = c.listings.get(apps::COUNTER);
+            Some(pending.ask_likers(&listing, &id, after).await)
         }
         None => None,
     };
@@ -436,8 +437,8 @@ async fn likers_among(
     let (id, pending) = (id.as_str(), p.pending.unwrap_or(true));
     let asked = match c.pending.as_ref().filter(|_| pending) {
         Some(p) => {
-            let states = &c.listings.get(apps::COUNTER).states;
-            Some(p.ask_likers(states, id, None).await)
+            let listing = c.listings.get(apps::COUNTER);
+            Some(p.ask_likers(&listing, id, None).await)
         }
         None => None,
     };

@@ -23,7 +23,7 @@
 //! worker is ignored. What is not covered is said in ARCHITECTURE ("What an answer never shows").
 
 use crate::answers::Provisional;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,10 +33,11 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
-use tally_core::ports::{LikersPage, PostCount, RecentPage, ShardState};
+use tally_core::ports::{LikersPage, PostCount, RecentPage};
 use tally_core::summary::pending_applies;
 use tally_counter::board::{Also, ShardOpen};
 
+use super::freshness::Listing;
 use super::worker::OpenAnswer;
 
 /// How long a counts call waits for the workers, by default (`tally serve --pending-timeout`,
@@ -245,6 +246,14 @@ impl Memory {
         (out, remembered, viewer_unknown)
     }
 
+    /// The shards whose answers about any of `ids` are remembered.
+    pub fn remembered(&self, ids: &[String]) -> HashSet<String> {
+        ids.iter()
+            .filter_map(|p| self.said.get(p))
+            .flat_map(|said| said.keys().cloned())
+            .collect()
+    }
+
     /// Forgets the answers of the posts asked about longest ago, down to half the bound.
     fn forget_oldest(&mut self, now: std::time::Instant) {
         let mut ages: Vec<(Duration, String)> = self
@@ -274,20 +283,19 @@ impl Pending {
         }
     }
 
-    /// Asks every live holder in `states` (the counter's lease listing) for its windows' deltas
+    /// Asks every live holder in `listing` (the counter's lease listing) for its windows' deltas
     /// of `ids` (with `viewer`'s state there), side by side, each within the timeout; settles
     /// them with what was remembered.
-    pub async fn ask(&self, states: &[ShardState], ids: &[String], viewer: Option<&str>) -> Asked {
+    pub async fn ask(&self, listing: &Listing, ids: &[String], viewer: Option<&str>) -> Asked {
         let also = Also {
             viewer,
             likers: None,
         };
-        let (live, mut asked) = self.ask_live(states, ids, also).await;
-        let (windows, remembered, viewer_unknown) = self
-            .memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .settle(ids, &live, viewer);
+        // The shards whose earlier answers are remembered are asked by name: whether their
+        // holder's answer now reaches as far is what keeps or forgets them.
+        let named = self.memory().remembered(ids);
+        let (live, mut asked) = self.ask_live(listing, ids, also, &named).await;
+        let (windows, remembered, viewer_unknown) = self.memory().settle(ids, &live, viewer);
         asked.windows = windows;
         asked.remembered = remembered.into_iter().collect();
         asked.viewer_unknown = viewer_unknown.into_iter().collect();
@@ -299,7 +307,7 @@ impl Pending {
     /// page's users are not kept): a shard whose holder does not answer is named.
     pub async fn ask_likers(
         &self,
-        states: &[ShardState],
+        listing: &Listing,
         post: &str,
         after: Option<&str>,
     ) -> (HashMap<String, ShardOpen>, Asked) {
@@ -308,7 +316,7 @@ impl Pending {
             likers: Some(after),
         };
         let ids = [post.to_owned()];
-        let (live, mut asked) = self.ask_live(states, &ids, also).await;
+        let (live, mut asked) = self.ask_live(listing, &ids, also, &HashSet::new()).await;
         let mut windows = Windows::default();
         for (shard, answer) in &live {
             for w in &answer.windows {
@@ -328,31 +336,29 @@ impl Pending {
         (live, asked)
     }
 
-    /// The live holders' answers, by shard, and what is known of who answered.
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live holders' answers, by shard, and what is known of who answered. Each worker is
+    /// asked with the digest of the shards the listing gives it (`held`): one that holds just
+    /// those lists only the shards whose windows hold a post asked about, and those of `named`
+    /// it holds; every other shard of its answered, with nothing of the posts. So a call's work
+    /// follows the windows that hold its posts, not the shard count.
     async fn ask_live(
         &self,
-        states: &[ShardState],
+        listing: &Listing,
         ids: &[String],
         also: Also<'_>,
+        named: &HashSet<String>,
     ) -> (HashMap<String, ShardOpen>, Asked) {
         let now = now_ms();
-        let mut by_worker: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-        let mut asked = Asked::default();
-        for st in states.iter().filter(|s| !s.lease.finished) {
-            let Some(owner) = st.lease.owner.clone().filter(|_| st.lease.expires_ms > now) else {
-                // No live holder: what its last one read and did not write is not known here.
-                asked.unanswered.push(st.lease.shard_id.clone());
-                continue;
-            };
-            match &st.holder_addr {
-                Some(addr) => by_worker
-                    .entry((owner, addr.clone()))
-                    .or_default()
-                    .push(st.lease.shard_id.clone()),
-                None => asked.unanswered.push(st.lease.shard_id.clone()),
-            }
-        }
-        asked.workers = by_worker.len();
+        let workers = listing.workers();
+        let mut asked = Asked {
+            // No live holder: what its last one read and did not write is not known here.
+            unanswered: workers.unheld.clone(),
+            ..Asked::default()
+        };
         let mut query = ids.join(",");
         if let Some(v) = also.viewer {
             query.push_str(&format!("&viewer={v}"));
@@ -363,30 +369,72 @@ impl Pending {
                 query.push_str(&format!("&after={a}"));
             }
         }
-        let calls = by_worker.into_iter().map(|((owner, addr), shards)| {
-            let url = format!("http://{addr}/api/open?ids={query}");
+        // A worker whose every lease has expired since the listing is not asked: its shards are
+        // unanswered.
+        let mut to_ask = Vec::new();
+        for w in &workers.by_worker {
+            let expired = w.expired(now);
+            if expired.len() == w.shards() {
+                asked
+                    .unanswered
+                    .extend(expired.into_iter().map(str::to_owned));
+            } else {
+                to_ask.push((w, expired));
+            }
+        }
+        asked.workers = to_ask.len();
+        let calls = to_ask.into_iter().map(|(w, expired)| {
+            let mut url = format!(
+                "http://{}/api/open?ids={query}&held={:x}",
+                w.addr,
+                w.digest_live(&expired)
+            );
+            let mine: Vec<&str> = named
+                .iter()
+                .map(String::as_str)
+                .filter(|s| w.holds(s, now))
+                .collect();
+            if !mine.is_empty() {
+                url.push_str("&shards=");
+                url.push_str(&mine.join(","));
+            }
             async move {
                 let answer = tokio::time::timeout(self.timeout, self.get(&url)).await;
-                (owner, shards, answer.ok().flatten())
+                (w, expired, answer.ok().flatten())
             }
         });
         let mut live: HashMap<String, ShardOpen> = HashMap::new();
-        for (owner, shards, answer) in futures_util::future::join_all(calls).await {
-            let mut open: HashMap<String, ShardOpen> = match answer {
-                Some(a) if a.owner == owner => a
-                    .shards
-                    .into_iter()
-                    .map(|s| (s.shard_id.clone(), s))
-                    .collect(),
-                _ => HashMap::new(),
-            };
-            for shard in shards {
-                match open.remove(&shard) {
-                    Some(s) => {
-                        live.insert(shard, s);
+        for (w, expired, answer) in futures_util::future::join_all(calls).await {
+            asked
+                .unanswered
+                .extend(expired.into_iter().map(str::to_owned));
+            let answer = answer.filter(|a| a.owner == w.owner);
+            match answer {
+                Some(a) if a.holding_only => {
+                    for s in a.shards {
+                        if w.holds(&s.shard_id, now) {
+                            live.insert(s.shard_id.clone(), s);
+                        }
                     }
-                    None => asked.unanswered.push(shard),
                 }
+                Some(a) => {
+                    let mut open: HashMap<String, ShardOpen> = a
+                        .shards
+                        .into_iter()
+                        .map(|s| (s.shard_id.clone(), s))
+                        .collect();
+                    for shard in w.live(now) {
+                        match open.remove(shard) {
+                            Some(s) => {
+                                live.insert(shard.to_owned(), s);
+                            }
+                            None => asked.unanswered.push(shard.to_owned()),
+                        }
+                    }
+                }
+                None => asked
+                    .unanswered
+                    .extend(w.live(now).into_iter().map(str::to_owned)),
             }
         }
         asked.unanswered.sort();
@@ -572,27 +620,12 @@ mod tests {
     }
 
     use super::*;
-    use tally_core::lease::Lease;
+    use tally_core::ports::ShardState;
     use tally_counter::board::OpenWindow;
 
     fn held(shard: &str, owner: &str, addr: &str) -> ShardState {
-        ShardState {
-            lease: Lease {
-                app: "counter".into(),
-                shard_id: shard.into(),
-                owner: Some(owner.into()),
-                epoch: 1,
-                expires_ms: now_ms() + 60_000,
-                checkpoint: None,
-                finished: false,
-                parents: vec![],
-                max_arrival: 0,
-            },
-            pending: None,
-            spent: Default::default(),
-            progress: None,
-            holder_addr: Some(addr.into()),
-        }
+        let until = now_ms() + 60_000;
+        super::super::workers::tests::state(shard, Some(owner), Some(addr), until)
     }
 
     /// A stale worker (it still answers for a shard the listing gives to another) is not
@@ -621,6 +654,7 @@ mod tests {
                     through: Some("0013".into()),
                 },
             ],
+            holding_only: false,
         })
         .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -639,8 +673,9 @@ mod tests {
             held("s1", "old", &addr),
             held("s2", "gone", "127.0.0.1:9"),
         ];
+        let listing = Listing::new("counter", states, now_ms());
         let asked = Pending::new(Duration::from_millis(500))
-            .ask(&states, &["p".to_owned()], None)
+            .ask(&listing, &["p".to_owned()], None)
             .await;
         server.abort();
         assert_eq!(
@@ -654,6 +689,67 @@ mod tests {
         );
         assert_eq!(asked.unanswered, vec!["s0".to_owned(), "s2".to_owned()]);
         assert_eq!(asked.workers, 3);
+    }
+
+    /// A worker asked with the digest of the shards the listing gives it lists only the shards
+    /// whose windows hold a post asked about (and those named): the others it holds are
+    /// answered, not unanswered. The fake worker honours `held` as a worker does: only when it
+    /// is the digest of the shards it holds — here the listing's, less the one whose lease has
+    /// expired since it was listed.
+    #[tokio::test]
+    async fn a_worker_listing_only_the_shards_holding_the_page_answers_for_all_it_holds() {
+        let holds = ["s0", "s1", "s2"];
+        let digest = format!("{:x}", tally_counter::board::shards_digest(holds));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let app = axum::Router::new().route(
+            "/api/open",
+            axum::routing::get(move |q: axum::extract::Query<HashMap<String, String>>| {
+                let digest = digest.clone();
+                async move {
+                    let holding_only = q.get("held") == Some(&digest);
+                    let mut shards = vec![answer("s1", None, 7, "0013")];
+                    if !holding_only {
+                        shards.push(ShardOpen {
+                            shard_id: "s0".into(),
+                            windows: vec![],
+                            through: None,
+                        });
+                    }
+                    axum::Json(OpenAnswer {
+                        owner: "w".into(),
+                        shards,
+                        holding_only,
+                    })
+                }
+            }),
+        );
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut expired = held("s3", "w", &addr);
+        expired.lease.expires_ms = now_ms() - 1;
+        let states = vec![
+            held("s0", "w", &addr),
+            held("s1", "w", &addr),
+            held("s2", "w", &addr),
+            expired,
+        ];
+        let listing = Listing::new("counter", states, now_ms());
+        let asked = Pending::new(Duration::from_millis(500))
+            .ask(&listing, &["p".to_owned()], None)
+            .await;
+        assert_eq!(added(&asked.windows), vec![("s1".into(), 7)]);
+        assert_eq!(asked.unanswered, ["s3"], "only the expired lease's shard");
+        // Listed as holding a shard it does not: it answers for every shard it holds, and the
+        // one it did not list is unanswered.
+        let mut states = listing.states.clone();
+        states.push(held("s9", "w", &addr));
+        let listing = Listing::new("counter", states, now_ms());
+        let asked = Pending::new(Duration::from_millis(500))
+            .ask(&listing, &["p".to_owned()], None)
+            .await;
+        server.abort();
+        assert_eq!(added(&asked.windows), vec![("s1".into(), 7)]);
+        assert_eq!(asked.unanswered, ["s2", "s3", "s9"]);
     }
 
     fn answer(shard: &str, after: Option<&str>, n: i64, through: &str) -> ShardOpen {

@@ -52,8 +52,8 @@ pub(super) async fn recent_likers(
     // The workers first, the store second (see `pending`): the page and the count in one view.
     let asked = match c.pending.as_ref().filter(|_| p.pending.unwrap_or(true)) {
         Some(pending) => {
-            let states = &c.listings.get(apps::COUNTER).states;
-            Some(pending.ask_likers(states, &id, None).await)
+            let listing = c.listings.get(apps::COUNTER);
+            Some(pending.ask_likers(&listing, &id, None).await)
         }
         None => None,
     };

@@ -3,31 +3,40 @@
 //! written ([`OpenAnswer`]), which `serve::pending` asks for — with where the read side reaches
 //! it (`--advertise`, or the ECS task's address).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tally_core::ports::LeaseReader;
-use tally_counter::board::{Also, Board, ShardOpen};
+use tally_counter::board::{Also, Board, Listed, ShardOpen};
 
 /// What a worker's `/api/open` answers: who it is, and its held shards' windows.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct OpenAnswer {
     /// The worker's id: an answer from another worker than the lease's holder is not believed.
     pub owner: String,
-    /// Each held shard's windows read and not written, for the posts asked about.
+    /// Each held shard's windows read and not written, for the posts asked about (with
+    /// `holding_only`, only the shards whose windows hold one of them, and those named).
     pub shards: Vec<ShardOpen>,
+    /// Whether only the shards whose windows hold a post asked about (and those the call named)
+    /// are listed: the call's `held` was the digest of the shards this worker holds
+    /// (`board::shards_digest`), and every other one holds nothing of the posts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holding_only: bool,
 }
 
 /// Serves a worker's `/metrics`, `/healthz` and `/readyz` on `--http` — and a counter's open
 /// windows on `/api/open` — until dropped.
 pub struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
 
-/// What a counter worker's `/api/open?ids=a,b[&viewer=u][&likers&after=u]` answers: its held
-/// shards' windows that are read but not written, for those posts — with a viewer, also the
-/// viewer's state there once they are written; with `likers`, each user (after `after`) whose
-/// state they change (`serve::pending` is the reader).
+/// What a counter worker's `/api/open?ids=a,b[&viewer=u][&likers&after=u][&held=D[&shards=s,t]]`
+/// answers: its held shards' windows that are read but not written, for those posts — with a
+/// viewer, also the viewer's state there once they are written; with `likers`, each user (after
+/// `after`) whose state they change; with `held`, the digest (hex) of the shards the caller
+/// lists it as holding, if that is what it holds: only the shards whose windows hold one of
+/// those posts, and those of `shards` it holds (`serve::pending` is the reader).
 async fn open_windows(
     board: Arc<Board>,
     owner: String,
@@ -60,9 +69,33 @@ async fn open_windows(
         viewer,
         likers: q.contains_key("likers").then_some(after),
     };
+    let held = match q.get("held").map(|h| u64::from_str_radix(h, 16)) {
+        Some(Ok(h)) => Some(h),
+        Some(Err(_)) => {
+            return bad(format!(
+                "`held` must be a shard digest in hexadecimal, got {:?}",
+                q["held"]
+            ))
+        }
+        None => None,
+    };
+    let named: HashSet<String> = q
+        .get("shards")
+        .filter(|s| !s.is_empty())
+        .map(|s| s.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let listed = match held {
+        Some(held) => Listed::Holding {
+            held,
+            named: &named,
+        },
+        None => Listed::Every,
+    };
+    let answered = board.answer(&ids, also, listed).await;
     let answer = OpenAnswer {
         owner,
-        shards: board.pending(&ids, also).await,
+        shards: answered.shards,
+        holding_only: answered.holding_only,
     };
     axum::Json(answer).into_response()
 }

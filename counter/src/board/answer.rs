@@ -69,3 +69,13 @@ pub struct ShardOpen {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub through: Option<String>,
 }
+
+/// The digest of a set of shard ids (the same whatever their order): what tells a worker that
+/// the read side lists it as holding exactly the shards it holds ([`super::Listed::Holding`]).
+/// Each id's MD5 (`tally_core::hashing::hash_key`, the same in every process and build), folded
+/// by exclusive or.
+pub fn shards_digest<'a>(shards: impl IntoIterator<Item = &'a str>) -> u64 {
+    shards
+        .into_iter()
+        .fold(0, |d, s| d ^ tally_core::hashing::hash_key(s) as u64)
+}

@@ -39,7 +39,7 @@ use crate::holders::Holders;
 mod answer;
 mod windows;
 
-pub use answer::{Also, OpenWindow, ShardOpen};
+pub use answer::{shards_digest, Also, OpenWindow, ShardOpen};
 pub use windows::ShardWindows;
 use windows::{Edges, Unwritten};
 
@@ -50,7 +50,7 @@ const RESOLVE_ATTEMPTS: usize = 3;
 /// Every held shard's windows of one worker.
 #[derive(Default)]
 pub struct Board {
-    shards: Mutex<HashMap<String, Arc<Mutex<ShardWindows>>>>,
+    shards: Mutex<Held>,
     /// Where likers' open windows are resolved (`None`: they are shown once their edges are
     /// written, as the window being applied).
     store: Option<Arc<dyn CounterStore>>,
@@ -60,6 +60,42 @@ pub struct Board {
     held: AtomicUsize,
     /// Which shards' windows hold each post: an answer asks only those about its posts.
     holders: Holders,
+}
+
+/// The shards on a board, and the digest of their ids ([`shards_digest`]).
+#[derive(Default)]
+struct Held {
+    windows: HashMap<String, Arc<Mutex<ShardWindows>>>,
+    digest: u64,
+}
+
+/// Which held shards an answer lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Listed<'a> {
+    /// Every held shard.
+    #[default]
+    Every,
+    /// If the worker holds exactly the shards whose digest ([`shards_digest`]) is `held` (the
+    /// ones the read side's lease listing gives it): only those whose windows hold a post asked
+    /// about, and those `named` (whose earlier answers the read side remembers) — every other
+    /// holds nothing of the posts. Else every held shard.
+    Holding {
+        /// The digest of the shards the read side lists the worker as holding.
+        held: u64,
+        /// Shards to list whatever their windows hold.
+        named: &'a HashSet<String>,
+    },
+}
+
+/// A worker's answer: its listed shards' windows for the posts asked about.
+#[derive(Debug, Default)]
+pub struct Answered {
+    /// The shards listed, in id order.
+    pub shards: Vec<ShardOpen>,
+    /// Whether only the shards that hold a post asked about (and those named) are listed
+    /// ([`Listed::Holding`], its digest matched): every other shard the worker holds holds
+    /// nothing of them.
+    pub holding_only: bool,
 }
 
 /// Locks a shard's windows; a panic elsewhere while one was held leaves them as they were.
@@ -91,8 +127,14 @@ impl Board {
     pub fn hold(&self, shard_id: &str) -> Arc<Mutex<ShardWindows>> {
         let w = Arc::new(Mutex::new(ShardWindows::default()));
         let mut shards = self.entries();
-        shards.insert(shard_id.to_owned(), w.clone());
-        self.held.store(shards.len(), Ordering::Relaxed);
+        if shards
+            .windows
+            .insert(shard_id.to_owned(), w.clone())
+            .is_none()
+        {
+            shards.digest ^= shards_digest([shard_id]);
+        }
+        self.held.store(shards.windows.len(), Ordering::Relaxed);
         w
     }
 
@@ -106,13 +148,18 @@ impl Board {
     /// keeps its own).
     pub fn release(&self, shard_id: &str, w: &Arc<Mutex<ShardWindows>>) {
         let mut shards = self.entries();
-        if shards.get(shard_id).is_some_and(|e| Arc::ptr_eq(e, w)) {
-            shards.remove(shard_id);
-            self.held.store(shards.len(), Ordering::Relaxed);
+        if shards
+            .windows
+            .get(shard_id)
+            .is_some_and(|e| Arc::ptr_eq(e, w))
+        {
+            shards.windows.remove(shard_id);
+            shards.digest ^= shards_digest([shard_id]);
+            self.held.store(shards.windows.len(), Ordering::Relaxed);
         }
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<String, Arc<Mutex<ShardWindows>>>> {
+    fn entries(&self) -> MutexGuard<'_, Held> {
         self.shards.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -122,15 +169,42 @@ impl Board {
     /// written, where it holds an event of the viewer's ([`OpenWindow::viewer`]); with a likers
     /// page, the users whose state it changes ([`OpenWindow::likers`]).
     pub async fn pending(&self, posts: &[String], also: Also<'_>) -> Vec<ShardOpen> {
-        let held: Vec<(String, Arc<Mutex<ShardWindows>>)> = self
-            .entries()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        self.answer(posts, also, Listed::Every).await.shards
+    }
+
+    /// What the held shards `listed` names have read but not written for these posts (as
+    /// [`Board::pending`]): with [`Listed::Holding`] and the worker's shards as the read side
+    /// listed them, only the shards whose windows hold a post asked about, and those named — so
+    /// that an answer's work follows the windows that hold the page, not the held shards.
+    pub async fn answer(&self, posts: &[String], also: Also<'_>, listed: Listed<'_>) -> Answered {
         let wanted: HashSet<&str> = posts.iter().map(String::as_str).collect();
         // The shards whose windows hold a post asked about are asked; the others answer how far
         // they reach and nothing else (`Holders`), unless their windows met a post since.
         let (noted, mut holding) = self.holders.of(wanted.iter().copied());
+        let (held, holding_only) = {
+            let shards = self.entries();
+            let entry = |id: &str| Some((id.to_owned(), shards.windows.get(id)?.clone()));
+            match listed {
+                Listed::Holding { held, named } if held == shards.digest => {
+                    // A shard whose windows met a post of the page after the index was read
+                    // answers as it was when read: it is not listed, so nothing is said of how
+                    // far it reaches.
+                    let ids: HashSet<&str> = holding
+                        .keys()
+                        .map(SmolStr::as_str)
+                        .chain(named.iter().map(String::as_str))
+                        .collect();
+                    (ids.into_iter().filter_map(entry).collect(), true)
+                }
+                _ => {
+                    let all = shards.windows.iter();
+                    (
+                        all.map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>(),
+                        false,
+                    )
+                }
+            }
+        };
         let mut out = Vec::new();
         let mut pages = Vec::new();
         for (shard_id, w) in held {
@@ -162,7 +236,10 @@ impl Board {
                 .flatten(),
         );
         out.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
-        out
+        Answered {
+            shards: out,
+            holding_only,
+        }
     }
 
     /// Notes in the worker's index the posts `shard_id`'s open window met since it was last
@@ -189,6 +266,7 @@ impl Board {
         };
         let held: Vec<(String, Arc<Mutex<ShardWindows>>)> = self
             .entries()
+            .windows
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -236,7 +314,7 @@ impl Board {
             if self.store.is_some() && unwritten.is_none() && w.unwritten() {
                 continue;
             }
-            return Some(Self::answer(
+            return Some(Self::shard_answer(
                 &mut w,
                 shard_id.to_owned(),
                 wanted,
@@ -249,7 +327,7 @@ impl Board {
 
     /// A shard's answer from its windows as they stand, with a window being written resolved
     /// (`unwritten`) or, on a board that does not resolve, shown once its edges are written.
-    fn answer(
+    fn shard_answer(
         w: &mut ShardWindows,
         shard_id: String,
         wanted: &HashSet<&str>,
