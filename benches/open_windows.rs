@@ -32,7 +32,7 @@ use tally_core::dedup::Dedup;
 use tally_core::edge::{self, EdgeEvent, EdgeState};
 use tally_core::ports::{PutEntry, ShardReader, Stream, StreamRecord};
 use tally_core::seq::SeqNo;
-use tally_core::window::{ClosedWindow, WindowBuilder};
+use tally_core::window::{ClosedWindow, Users, WindowBuilder};
 use tally_counter::board::{Also, Board, OpenWindow, ShardOpen};
 use tally_embedded::Embedded;
 
@@ -101,7 +101,7 @@ fn by_post(windows: &[WindowBuilder], wanted: &HashSet<&str>, stored: &Stored) -
         .map(|w| {
             let deltas = w.deltas_as_written(wanted, look, "w").unwrap();
             let states = w
-                .states_as_written(wanted, |u| u == VIEWER, look, "w")
+                .states_as_written(wanted, Users::One(VIEWER), look, "w")
                 .unwrap()
                 .into_iter()
                 .map(|(post, _, liked)| (post, liked))

@@ -103,6 +103,17 @@ impl Likers {
             })
     }
 
+    /// The window's edges of the posts `wanted` names by `user`: each looked up at once.
+    pub(super) fn user_edges_of<'a>(
+        &'a self,
+        wanted: &'a HashSet<&str>,
+        user: &'a str,
+    ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
+        wanted
+            .iter()
+            .filter_map(move |p| self.edge(Likers::hash(&self.hasher, p, user), p, user))
+    }
+
     /// How many times the window changed the post's edges (an edge met, or its latest event
     /// or the events it remembers replaced): what was resolved for the post stays true until
     /// this moves.

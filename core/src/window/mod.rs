@@ -44,6 +44,15 @@ pub const MAX_WINDOW_RECORDS: usize = 20_000;
 /// by a worker's shards (`counter.worker_window_records`).
 pub const MAX_LIKERS_WINDOW_RECORDS: usize = 100_000;
 
+/// Whose states [`WindowBuilder::states_as_written`] says.
+#[derive(Clone, Copy)]
+pub enum Users<'a> {
+    /// One user's (a viewer's): its edge of each post looked up at once.
+    One(&'a str),
+    /// Those the predicate takes (a likers page): found among each post's users.
+    Where(&'a dyn Fn(&str) -> bool),
+}
+
 /// Where a window closes.
 #[derive(Clone, Copy, Debug)]
 pub enum Bound<'a> {
@@ -280,16 +289,17 @@ impl WindowBuilder {
     pub fn states_as_written<'a>(
         &self,
         wanted: &HashSet<&str>,
-        users: impl Fn(&str) -> bool,
+        users: Users<'_>,
         stored: impl Fn(&EdgeEvent) -> Option<Option<&'a edge::EdgeState>>,
         window: &str,
     ) -> Option<Vec<(String, String, bool)>> {
         let mut out = Vec::new();
-        // The users' edges alone are looked up (a viewer's: one per post).
-        let edges = self
-            .folded_likers()
-            .into_iter()
-            .flat_map(|l| l.users_edges_of(wanted, &users));
+        // The users' edges alone are looked up (a viewer's: its one edge per post, at once).
+        let edges: Box<dyn Iterator<Item = &EdgeEvent>> = match (self.folded_likers(), users) {
+            (None, _) => Box::new(std::iter::empty()),
+            (Some(l), Users::One(user)) => Box::new(l.user_edges_of(wanted, user)),
+            (Some(l), Users::Where(f)) => Box::new(l.users_edges_of(wanted, f)),
+        };
         for e in edges {
             let old = stored(e)?;
             let liked = match edge::resolve(old, e, window).transition() {
@@ -710,8 +720,12 @@ mod tests {
             let open = ids(w.edges_of(&wanted));
             // One user's states there, every edge absent from the store: each its event's.
             let states = w
-                .states_as_written(&wanted, |u| u == "u1", |_| Some(None), "w")
+                .states_as_written(&wanted, Users::One("u1"), |_| Some(None), "w")
                 .unwrap();
+            let found = w
+                .states_as_written(&wanted, Users::Where(&|u| u == "u1"), |_| Some(None), "w")
+                .unwrap();
+            proptest::prop_assert_eq!(&states, &found, "looked up, or found among the users");
             let closed = w.close(&mut dedup);
             let every = ids(closed.edges.iter().filter(|e| wanted.contains(e.post_id.as_str())));
             proptest::prop_assert_eq!(&open, &every);

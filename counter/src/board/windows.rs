@@ -10,7 +10,7 @@ use smol_str::SmolStr;
 use tally_core::buckets::PostDelta;
 use tally_core::edge::{self, EdgeEvent, EdgeState};
 use tally_core::summary::marker;
-use tally_core::window::{ClosedWindow, WindowBuilder};
+use tally_core::window::{ClosedWindow, Users, WindowBuilder};
 
 use super::answer::Also;
 
@@ -231,8 +231,12 @@ impl ShardWindows {
         let window = self.rebuilds.as_deref().unwrap_or_default();
         let stored = |e: &EdgeEvent| view.get(&pair(e)).map(Option::as_ref);
         let asked = |u: &str| also.viewer == Some(u) || also.wants_liker(u);
+        let users = match (also.viewer, also.likers) {
+            (Some(viewer), None) => Users::One(viewer),
+            _ => Users::Where(&asked),
+        };
         let states = open
-            .states_as_written(wanted, asked, stored, window)
+            .states_as_written(wanted, users, stored, window)
             .unwrap_or_default();
         also.split(states)
     }
