@@ -22,7 +22,9 @@
 //! and looks for edges to read only among them.
 //!
 //! Of the held shards, an answer asks only those whose windows hold a post asked about, and only
-//! about those posts (`crate::holders`); the others say how far their windows reach.
+//! about those posts (`crate::holders`). The others say how far their windows reach
+//! ([`Board::pending`]), or, asked as the read side asks ([`Listed::Holding`]: the digest of the
+//! shards it lists this worker as holding, and it holds just those), are not listed at all.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
