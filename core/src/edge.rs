@@ -851,25 +851,19 @@ pub fn split(transitions: &[Transition]) -> ((Vec<(String, PostDelta)>, i64), He
     let mut waits = std::collections::BTreeSet::new();
     let (mut total, mut held_total) = (0, 0);
     for t in transitions {
-        if t.before == t.after {
-            continue;
-        }
-        if let Some(at) = t.before {
+        for (at, n) in moves(t.before, t.after) {
             match &t.held_for {
-                Some(w) => {
-                    held.entry(t.post_id.clone()).or_default().add(at, -1);
-                    held_total -= 1;
+                // The like it removes, held.
+                Some(w) if n < 0 => {
+                    held.entry(t.post_id.clone()).or_default().add(at, n);
+                    held_total += n;
                     waits.insert((t.post_id.clone(), w.clone()));
                 }
-                None => {
-                    posts.entry(t.post_id.clone()).or_default().add(at, -1);
-                    total -= 1;
+                _ => {
+                    posts.entry(t.post_id.clone()).or_default().add(at, n);
+                    total += n;
                 }
             }
-        }
-        if let Some(at) = t.after {
-            posts.entry(t.post_id.clone()).or_default().add(at, 1);
-            total += 1;
         }
     }
     let held = HeldCounts {
@@ -878,6 +872,16 @@ pub fn split(transitions: &[Transition]) -> ((Vec<(String, PostDelta)>, i64), He
         waits: waits.into_iter().collect(),
     };
     ((nonzero(posts), total), held)
+}
+
+/// What a transition from the like made at `before` to the like made at `after` (`None`: no
+/// like) does to its post's count, by when each like was made: the one it replaces taken away,
+/// the one it is added; nothing when they are the same.
+pub fn moves(before: Option<i64>, after: Option<i64>) -> impl Iterator<Item = (i64, i64)> {
+    let changes = before != after;
+    let gone = before.filter(|_| changes).map(|at| (at, -1));
+    let made = after.filter(|_| changes).map(|at| (at, 1));
+    gone.into_iter().chain(made)
 }
 
 /// The posts whose deltas do not cancel out, sorted by post.
@@ -905,6 +909,62 @@ mod tests {
             clamped: false,
             lost: Vec::new(),
         }
+    }
+
+    /// A window's transitions parted: a like added counts at once, a like removed that an
+    /// earlier window of the same shard made counts at once, one another shard's window made is
+    /// held until that window's counts are written, and a like again at the same time moves
+    /// nothing. `deltas` sums both parts.
+    #[test]
+    fn a_window_s_transitions_are_parted_into_counts_and_held_removals() {
+        const M0: i64 = 1_796_000_040_000;
+        const M1: i64 = M0 + 60_000;
+        let t = |post: &str, before, after, held: Option<&str>| Transition {
+            post_id: post.into(),
+            before,
+            after,
+            held_for: held.map(str::to_owned),
+        };
+        let transitions = [
+            t("a", None, Some(M1), None),
+            t("a", Some(M0), None, None),
+            t("b", Some(M0), Some(M1), Some("other-shard-window")),
+            t("c", Some(M0), Some(M0), Some("other-shard-window")),
+        ];
+        let ((posts, total), held) = split(&transitions);
+        let minutes = |d: &PostDelta| d.by_minute.clone().into_iter().collect::<Vec<_>>();
+        let posts: Vec<(&str, Vec<(i64, i64)>)> = posts
+            .iter()
+            .map(|(p, d)| (p.as_str(), minutes(d)))
+            .collect();
+        assert_eq!(
+            posts,
+            [("a", vec![(M0, -1), (M1, 1)]), ("b", vec![(M1, 1)])],
+            "counted at once"
+        );
+        assert_eq!(total, 1);
+        let held_posts: Vec<(&str, Vec<(i64, i64)>)> = held
+            .posts
+            .iter()
+            .map(|(p, d)| (p.as_str(), minutes(d)))
+            .collect();
+        assert_eq!(held_posts, [("b", vec![(M0, -1)])], "held");
+        assert_eq!(held.total_delta, -1);
+        assert_eq!(
+            held.waits,
+            [("b".to_owned(), "other-shard-window".to_owned())]
+        );
+        let (all, total) = deltas(&transitions);
+        assert_eq!(
+            all.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(total, 0);
+        assert_eq!(
+            moves(Some(M0), Some(M0)).count(),
+            0,
+            "the same like moves nothing"
+        );
     }
 
     /// Applies `e` as window `w` to a one-edge store; returns the transition, if any.

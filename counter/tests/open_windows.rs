@@ -15,7 +15,7 @@ use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_core::ports::{CountReader, LeaseReader, PutEntry, ShardReader, Stream};
 use tally_core::summary::marker;
 use tally_counter::board::{shards_digest, Board, Listed, ShardOpen};
-use tally_counter::{Counter, CounterConfig, CounterContext, CounterMetrics};
+use tally_counter::{Counter, CounterConfig, CounterContext};
 use tally_embedded::Embedded;
 
 const M0: i64 = 1_796_000_000_000 / 60_000 * 60_000;
@@ -74,6 +74,19 @@ async fn one_shard() -> (
     (dir, store, fence, lease)
 }
 
+/// A counter on `store` with `cfg`, its open windows shown on `board`.
+async fn counter_on(store: &Arc<Embedded>, cfg: CounterConfig, board: &Arc<Board>) -> Counter {
+    Counter::open(
+        store.clone(),
+        cfg,
+        CounterContext::default(),
+        Arc::default(),
+    )
+    .await
+    .unwrap()
+    .on_board(board.clone())
+}
+
 #[tokio::test]
 async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     let (_dir, store, fence, lease) = one_shard().await;
@@ -84,26 +97,10 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     };
     let resolving = Arc::new(Board::resolving(store.clone()));
     let plain = Arc::new(Board::default());
-    let counter = Counter::open(
-        store.clone(),
-        cfg.clone(),
-        CounterContext::default(),
-        Arc::default(),
-    )
-    .await
-    .unwrap()
-    .on_board(resolving.clone());
+    let counter = counter_on(&store, cfg.clone(), &resolving).await;
     let mut p = counter.create(shard);
     // The same records on a board that cannot resolve: the open window is left out.
-    let unresolved = Counter::open(
-        store.clone(),
-        cfg,
-        CounterContext::default(),
-        Arc::new(CounterMetrics::default()),
-    )
-    .await
-    .unwrap()
-    .on_board(plain.clone());
+    let unresolved = counter_on(&store, cfg, &plain).await;
     let mut q = unresolved.create(shard);
     q.start(&fence, &lease).await.unwrap();
     p.start(&fence, &lease).await.unwrap();
@@ -252,15 +249,7 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
         ..CounterConfig::default()
     };
     let board = Arc::new(Board::resolving(store.clone()));
-    let counter = Counter::open(
-        store.clone(),
-        cfg,
-        CounterContext::default(),
-        Arc::default(),
-    )
-    .await
-    .unwrap()
-    .on_board(board.clone());
+    let counter = counter_on(&store, cfg, &board).await;
     let mut p = counter.create(shard);
     p.start(&fence, &lease).await.unwrap();
     let mut reader = store
@@ -355,15 +344,7 @@ async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
         ..CounterConfig::default()
     };
     let board = Arc::new(Board::resolving(store.clone()));
-    let counter = Counter::open(
-        store.clone(),
-        cfg,
-        CounterContext::default(),
-        Arc::default(),
-    )
-    .await
-    .unwrap()
-    .on_board(board.clone());
+    let counter = counter_on(&store, cfg, &board).await;
     let ids = store.list_shards().await.unwrap();
     let mut shards = Vec::new();
     for s in &ids {

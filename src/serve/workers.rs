@@ -81,7 +81,8 @@ impl Worker {
         v
     }
 
-    /// The digest of its shards live at `now`, of which `expired` are not.
+    /// The digest of its shards but `expired` (those [`Worker::expired`] named): what it holds
+    /// if it holds what the listing gives it.
     pub fn digest_live(&self, expired: &[&str]) -> u64 {
         self.digest ^ shards_digest(expired.iter().copied())
     }

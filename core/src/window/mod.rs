@@ -468,6 +468,16 @@ pub struct ClosedWindow {
 }
 
 impl ClosedWindow {
+    /// The posts it holds something of: their deltas, their edges still to write, and their
+    /// held removals (a post may come more than once).
+    pub fn posts_held(&self) -> impl Iterator<Item = &str> {
+        let edges = self.edges.iter().map(|e| e.post_id.as_str());
+        let mut last = None;
+        let edges = edges.filter(move |p| last.replace(*p) != Some(*p));
+        let deltas = self.posts.iter().chain(&self.held.posts);
+        deltas.map(|(p, _)| p.as_str()).chain(edges)
+    }
+
     /// Likers: its edges still to write of the posts `wanted` names, each post's found in
     /// `edges`' key order (the others not looked at).
     pub fn edges_of<'a>(
@@ -527,6 +537,46 @@ mod tests {
         format!(
             r#"{{"event_id":"{id}","post_id":"{post}","user_id":"u","action":"{action}","created_at":1796021058123}}"#
         )
+    }
+
+    /// A window's posts as it met them, and the posts a closed one holds something of: each
+    /// post the window holds is there, counting events and counting likers, before and after a
+    /// likers window's edges are written.
+    #[test]
+    fn a_window_names_the_posts_it_holds() {
+        let records = [
+            ev("1", "b", "like"),
+            ev("2", "a", "like"),
+            ev("3", "b", "like"),
+        ];
+        for likers in [false, true] {
+            let mut dedup = Dedup::new(600_000);
+            let mut w = WindowBuilder::new(None, 0);
+            if likers {
+                w = w.likers(i64::MAX / 4);
+            }
+            for (i, data) in records.iter().enumerate() {
+                w.push("s", &rec(i as u64 + 1, data), &mut dedup);
+            }
+            assert_eq!(w.posts_met_since(0), ["b", "a"]);
+            assert_eq!(w.posts_met_since(1), ["a"]);
+            assert!(w.posts_met_since(5).is_empty());
+            let c = w.close(&mut dedup);
+            let mut held: Vec<&str> = c.posts_held().collect();
+            held.sort_unstable();
+            assert_eq!(held, ["a", "b"], "likers: {likers}");
+            if likers {
+                let t: Vec<Transition> = c
+                    .edges
+                    .iter()
+                    .filter_map(|e| edge::resolve(None, e, "w").transition())
+                    .collect();
+                let written = c.with_transitions(&t);
+                let mut held: Vec<&str> = written.posts_held().collect();
+                held.sort_unstable();
+                assert_eq!(held, ["a", "b"], "its edges written");
+            }
+        }
     }
 
     #[test]

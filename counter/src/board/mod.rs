@@ -276,7 +276,7 @@ impl Board {
         for (shard_id, w) in held {
             let shard = SmolStr::new(&shard_id);
             for post in lock(&w).posts_held() {
-                live.insert((post.clone(), shard.clone()));
+                live.insert((SmolStr::new(post), shard.clone()));
             }
         }
         self.holders.forget(before, &live);

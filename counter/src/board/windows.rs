@@ -53,18 +53,15 @@ pub struct ShardWindows {
     /// only posts the open window holds.
     read_posts: HashMap<SmolStr, u64>,
     /// How many of the open window's posts (`WindowBuilder::posts_met_since`) are noted in the
-    /// worker's index ([`Board::note_met`]); the number of the shard's latest note; and the
-    /// posts of the window being applied (its posts as it met them while open).
+    /// worker's index (`Board::note_met`), and the number of the shard's latest note.
     pub(super) met_cursor: usize,
     pub(super) last_note: u64,
-    applying_posts: Vec<SmolStr>,
 }
 
 impl ShardWindows {
     /// Takes the open window to close it: edges read for it are forgotten.
     pub fn close_open(&mut self) -> Option<WindowBuilder> {
         let open = self.open.take()?;
-        self.applying_posts = open.posts_met_since(0).to_vec();
         self.closed += 1;
         self.stored.clear();
         self.resolved_posts.clear();
@@ -76,7 +73,6 @@ impl ShardWindows {
     /// The window being applied is done.
     pub(crate) fn applied(&mut self) {
         self.applying = None;
-        self.applying_posts = Vec::new();
     }
 
     /// A new open window is made: none of its posts is noted yet.
@@ -85,10 +81,10 @@ impl ShardWindows {
     }
 
     /// The posts the shard's windows hold (some more than once).
-    pub(super) fn posts_held(&self) -> impl Iterator<Item = &SmolStr> {
+    pub(super) fn posts_held(&self) -> impl Iterator<Item = &str> {
         let open = self.open.iter().flat_map(|o| o.posts_met_since(0));
-        let applying = self.applying.iter().flat_map(|_| &self.applying_posts);
-        open.chain(applying)
+        let applying = self.applying.iter().flat_map(|c| c.posts_held());
+        open.map(SmolStr::as_str).chain(applying)
     }
 
     /// The marker of the last record the windows hold, or of the checkpoint when they hold none
@@ -267,7 +263,7 @@ struct PostResolved {
     /// Each edge's transition (the like it replaces, the like it is: when each was made), by
     /// its place among the post's edges in the window (`None`: it changes nothing).
     edges: Vec<Option<(Option<i64>, Option<i64>)>>,
-    /// Their sum, as `edge::deltas` sums a window's transitions (minutes at zero kept).
+    /// Their sum (minutes at zero kept).
     delta: PostDelta,
 }
 
@@ -287,15 +283,11 @@ impl PostResolved {
         self.edges[at] = t;
     }
 
+    /// Adds (`sign` 1) or takes away (-1) what an edge's transition does to the post's count
+    /// (`edge::moves`, as `edge::deltas` sums a window's).
     fn add(&mut self, (before, after): (Option<i64>, Option<i64>), sign: i64) {
-        if before == after {
-            return;
-        }
-        if let Some(at) = before {
-            self.delta.add(at, -sign);
-        }
-        if let Some(at) = after {
-            self.delta.add(at, sign);
+        for (at, n) in edge::moves(before, after) {
+            self.delta.add(at, sign * n);
         }
     }
 
