@@ -27,7 +27,7 @@ fn like(post: &str, user: &str, liked: bool, at_ms: i64, id: &str) -> EdgeEvent 
 
 fn moved(post: &str, before: Option<i64>, after: Option<i64>) -> Transition {
     Transition {
-        post_id: post.to_owned(),
+        post_id: post.into(),
         before,
         after,
         held_for: None,

@@ -83,7 +83,6 @@ pub(super) fn sorted(edges: impl IntoIterator<Item = EdgeEvent>) -> Vec<EdgeEven
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use smol_str::SmolStr;
 
     use super::*;
 
@@ -93,7 +92,7 @@ mod tests {
             user_id: user.into(),
             liked: true,
             at_ms: 0,
-            event_id: SmolStr::default(),
+            event_id: crate::edge::EventId::new(),
             clamped: false,
             lost: Vec::new(),
         }

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use hashbrown::HashTable;
 use smol_str::SmolStr;
 
-use crate::edge::{self, EdgeEvent};
+use crate::edge::{self, EdgeEvent, EventId};
 use crate::event::{Action, EventRef};
 
 use super::{key_order, WindowStats};
@@ -191,13 +191,12 @@ impl Likers {
             Some((kept, at)) if !kept.is_after(at_ms, &ev.event_id) => {
                 if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
                     // A clamped event it replaces took no effect: the edge remembers it.
-                    if kept.clamped && !kept.lost.iter().any(|l| *l == kept.event_id) {
-                        let replaced = std::mem::take(&mut kept.event_id);
-                        kept.lost.push(replaced.into());
+                    if kept.clamped && !kept.lost.iter().any(|l| *l == *kept.event_id) {
+                        kept.lost.push(kept.event_id.to_string());
                     }
                     kept.liked = liked;
                     kept.at_ms = at_ms;
-                    kept.event_id = SmolStr::new(&*ev.event_id);
+                    kept.event_id = EventId::from_str(&ev.event_id);
                     kept.clamped = clamped;
                     changed(&mut self.by_post, &ev.post_id, at);
                 } else {
@@ -217,7 +216,7 @@ impl Likers {
                     user_id: SmolStr::new(&*ev.user_id),
                     liked,
                     at_ms,
-                    event_id: SmolStr::new(&*ev.event_id),
+                    event_id: EventId::from_str(&ev.event_id),
                     clamped,
                     lost: Vec::new(),
                 };

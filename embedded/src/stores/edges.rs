@@ -169,32 +169,33 @@ pub(super) fn apply_edges(
     let tx = c
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(sql_err)?;
-    let mut out = EdgesApplied::default();
+    let mut out = EdgesApplied {
+        transitions: Vec::with_capacity(edges.len()),
+        ..EdgesApplied::default()
+    };
     let mut st = EdgeStatements::new(&tx)?;
+    // The state of an edge new to the store, built into one buffer for the whole batch.
+    let mut new = EdgeState::default();
     for e in edges {
         let (post, user) = (e.post_id.as_str(), e.user_id.as_str());
+        let units = |s: &EdgeState| tally_core::cost::write_units(s.item_size(post, user));
         // Decided as for an absent edge and inserted unless one is there (most edges a window
         // writes are new: one statement, where reading first is two); else read and decided on
         // what is there. Either way `apply_state` decides on what the store holds.
-        let (old, outcome, inserted) = match edge::apply_state(None, e, window) {
-            EdgeOutcome::Wrote(s, t) if st.insert(post, user, &s)? => {
-                (None, EdgeOutcome::Wrote(s, t), true)
-            }
-            _ => {
-                let old = st.get(post, user)?;
-                let outcome = edge::apply_state(old.as_ref(), e, window);
-                (old, outcome, false)
-            }
-        };
-        let units = |s: &EdgeState| tally_core::cost::write_units(s.item_size(post, user));
+        let t = edge::write_absent(e, window, &mut new);
+        if st.insert(post, user, &new)? {
+            out.applied.wrote(Purpose::Edges, units(&new));
+            out.transitions.push(t);
+            continue;
+        }
+        let old = st.get(post, user)?;
+        let outcome = edge::apply_state(old.as_ref(), e, window);
         // A refused write is charged as DynamoDB charges one: the item it was refused by.
         let refused = old.as_ref().map_or(1, units);
         let (remember, forgotten) = match outcome {
             EdgeOutcome::Wrote(s, t) => {
                 out.crossed += u64::from(s.crossed());
-                if !inserted {
-                    st.put(post, user, &s, old.is_some())?;
-                }
+                st.put(post, user, &s, old.is_some())?;
                 out.applied.wrote(Purpose::Edges, units(&s));
                 out.transitions.push(t);
                 continue;
