@@ -592,7 +592,8 @@ pub fn written_state(e: &EdgeEvent, window: &str, old: Option<&EdgeState>) -> Ed
 }
 
 /// [`written_state`] into `out`, whatever it held, reusing its buffers: a writer of many edges
-/// keeps one, and a write over an absent edge then allocates nothing.
+/// keeps one, and a write over an absent edge then allocates nothing (but the list of lost
+/// clamped events, when the window read some).
 pub fn written_state_into(
     e: &EdgeEvent,
     window: &str,
@@ -631,8 +632,8 @@ pub fn written_state_into(
 }
 
 /// [`apply_state`] over an absent edge, which is always written: the state it leaves into `into`
-/// ([`written_state_into`], reusing its buffers) and the transition it makes. What a store runs
-/// for the edges a window writes first (most of them), without an allocation.
+/// ([`written_state_into`], reusing its buffers) and the transition it makes: what a store runs
+/// for the edges new to it (most of a window's).
 pub fn write_absent(e: &EdgeEvent, window: &str, into: &mut EdgeState) -> Transition {
     written_state_into(e, window, None, into);
     match resolve(None, e, window) {
