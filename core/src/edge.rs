@@ -847,20 +847,19 @@ pub fn decode_pairs(mut b: &[u8]) -> Result<Vec<(String, String)>, String> {
 }
 
 /// The per-post deltas (by minute) and the global-total delta of a window's transitions: one
-/// out of the old like's minute, one into the new like's; posts whose changes cancel out are
-/// dropped. Sorted by post, as a window's posts are. Every removal is in it, held ones too: what
-/// the window does once all of it is written ([`split`] parts it).
+/// out of the old like's minute, one into the new like's ([`moves`]); posts whose changes cancel
+/// out are dropped. Sorted by post, as a window's posts are. Every removal is in it, held ones
+/// too: what the window does once all of it is written ([`split`] parts it).
 pub fn deltas(transitions: &[Transition]) -> (Vec<(String, PostDelta)>, i64) {
-    let (counts, held) = split(transitions);
-    let mut posts: BTreeMap<SmolStr, PostDelta> =
-        counts.0.into_iter().map(|(p, d)| (p.into(), d)).collect();
-    for (p, d) in held.posts {
-        let into = posts.entry(p.into()).or_default();
-        for (m, n) in d.by_minute {
-            *into.by_minute.entry(m).or_default() += n;
+    let mut posts: BTreeMap<SmolStr, PostDelta> = BTreeMap::new();
+    let mut total = 0;
+    for t in transitions {
+        for (at, n) in moves(t.before, t.after) {
+            posts.entry(t.post_id.clone()).or_default().add(at, n);
+            total += n;
         }
     }
-    (nonzero(posts), counts.1 + held.total_delta)
+    (nonzero(posts), total)
 }
 
 /// A window's removals held until the windows whose likes they remove have written their
@@ -1194,25 +1193,47 @@ mod tests {
         assert_eq!(ordering_time(1_200, 900, 200), 900);
     }
 
+    /// One write of a generated run: whether it likes, its time (minutes), its event id, its
+    /// window (of two shards), whether it was clamped, and how many lost events it carries.
+    type Step = (bool, i64, u8, u8, bool, usize);
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        (
+            proptest::bool::ANY,
+            0i64..4,
+            0u8..4,
+            0u8..5,
+            proptest::bool::ANY,
+            0usize..3,
+        )
+    }
+
+    /// The event and window of a generated write, on one edge of user-1.
+    fn stepped((liked, t, id, w, clamped, lost): Step) -> (EdgeEvent, String) {
+        let e = EdgeEvent {
+            clamped,
+            lost: (0..lost).map(|k| format!("lost{k}-{id}")).collect(),
+            ..ev(
+                "user-1",
+                liked,
+                1_796_000_000_000 + t * 60_000,
+                &format!("id{id}"),
+            )
+        };
+        (e, format!("00000{w}@shardId-00000000000{}", w % 2))
+    }
+
     proptest::proptest! {
         /// Every edge a run of writes leaves reads back from its item as itself, and its typed
         /// size is its item's size: a store keeping edges typed is charged as DynamoDB charges
         /// the item, and the item form ([`apply`], built on [`apply_state`]) loses nothing.
         #[test]
         fn an_edge_round_trips_its_item_and_is_sized_as_it(
-            steps in proptest::collection::vec(
-                (proptest::bool::ANY, 0i64..4, 0u8..4, 0u8..5, proptest::bool::ANY, 0usize..3),
-                1..24,
-            )
+            steps in proptest::collection::vec(step(), 1..24)
         ) {
             let mut typed: Option<EdgeState> = None;
-            for (liked, t, id, w, clamped, lost) in steps {
-                let e = EdgeEvent {
-                    clamped,
-                    lost: (0..lost).map(|k| format!("lost{k}-{id}")).collect(),
-                    ..ev("user-1", liked, 1_796_000_000_000 + t * 60_000, &format!("id{id}"))
-                };
-                let window = format!("00000{w}@shardId-00000000000{}", w % 2);
+            for step in steps {
+                let (e, window) = stepped(step);
                 let new = match apply_state(typed.as_ref(), &e, &window) {
                     EdgeOutcome::Wrote(s, _) => Some(s),
                     EdgeOutcome::Superseded(s) | EdgeOutcome::Forgotten(s) => s,
@@ -1236,20 +1257,12 @@ mod tests {
         /// one buffer leaves nothing of the edge before.
         #[test]
         fn a_state_written_into_a_used_buffer_is_the_state_written_afresh(
-            steps in proptest::collection::vec(
-                (proptest::bool::ANY, 0i64..4, 0u8..4, 0u8..5, proptest::bool::ANY, 0usize..3),
-                1..24,
-            )
+            steps in proptest::collection::vec(step(), 1..24)
         ) {
             let mut stored: Option<EdgeState> = None;
             let mut buffer = EdgeState::default();
-            for (liked, t, id, w, clamped, lost) in steps {
-                let e = EdgeEvent {
-                    clamped,
-                    lost: (0..lost).map(|k| format!("lost{k}-{id}")).collect(),
-                    ..ev("user-1", liked, 1_796_000_000_000 + t * 60_000, &format!("id{id}"))
-                };
-                let window = format!("00000{w}@shardId-00000000000{}", w % 2);
+            for step in steps {
+                let (e, window) = stepped(step);
                 let afresh = written_state(&e, &window, stored.as_ref());
                 written_state_into(&e, &window, stored.as_ref(), &mut buffer);
                 proptest::prop_assert_eq!(&buffer, &afresh);
