@@ -7,7 +7,7 @@
 //! row of a live item's size each, a window's items per transaction) — no reading, folding,
 //! checking or concurrency. The ratio is what tally adds on top of SQLite. `-- stages`: the
 //! demo's parts one after another, each alone, to say where its time goes, and the likers
-//! counter's edge writes at their floor (`edge_floor`).
+//! counter's edge writes at their floor (`edge_floor`: one SQLite writer, and two over two files).
 
 use std::process::Command;
 use std::time::Instant;
@@ -195,18 +195,21 @@ fn floor(demo: &Demo, count: &str) -> (f64, f64) {
     (records, started.elapsed().as_secs_f64())
 }
 
+/// An edge row as `edge_floor` reads and writes it: the `edges` table's columns in order.
+type EdgeRowCols = (String, String, i64, i64, String, String, Vec<u8>);
+
 /// The likers counter's writing floor: the edge rows the counter left in `counted` (its store
 /// after `count --until-idle`), window by window (by the window that last wrote each, then post
 /// and user, as a window writes them), inserted into a fresh store of the same schema with the
-/// store's own statement and batch (`WindowWriter::posts_per_call` rows a transaction) — one
-/// thread, nothing else running, no checkpoint at all (the counter's happen beside its writes).
-/// A lower bound for the counter's edge writes: it also reads, folds, decides each edge, and
-/// reads and updates the edges it had written before. Seconds and rows.
-fn edge_floor(counted: &std::path::Path) -> (f64, usize) {
-    use tally_core::ports::WindowWriter;
-    type Row = (String, String, i64, i64, String, String, Vec<u8>);
+/// store's own statement and batch (`WindowWriter::posts_per_call` rows a transaction) — no
+/// checkpoint at all (the counter's happen beside its writes), nothing else running. A lower
+/// bound for the counter's edge writes: it also reads, folds, decides each edge, and reads and
+/// updates the edges it had written before. Timed twice: on one thread into one file (the
+/// store's one writer), and parted by post over two files written at once on two threads (what
+/// edges in files of their own would allow on this machine's two cores). Seconds, seconds, rows.
+fn edge_floor(counted: &std::path::Path) -> (f64, f64, usize) {
     let src = Connection::open(counted.join(tally_embedded::DB_FILE)).expect("the counted store");
-    let rows: Vec<Row> = src
+    let rows: Vec<EdgeRowCols> = src
         .prepare(
             "SELECT post, user, liked, at_ms, event_id, window, history FROM edges \
              ORDER BY substr(window, 1, instr(window, '@')), post, user",
@@ -226,29 +229,56 @@ fn edge_floor(counted: &std::path::Path) -> (f64, usize) {
         .expect("read the edges")
         .collect::<Result<_, _>>()
         .expect("edges");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = tally_embedded::Embedded::open(dir.path(), 4).expect("store");
-    let per_tx = store.posts_per_call();
-    drop(store);
-    let mut conn = Connection::open(dir.path().join(tally_embedded::DB_FILE)).expect("open");
-    tally_embedded::journal(&conn).expect("the store's journal settings");
-    conn.pragma_update(None, "wal_autocheckpoint", 0)
-        .expect("no checkpoints");
-    let started = Instant::now();
-    for batch in rows.chunks(per_tx) {
-        let tx = conn.transaction().expect("begin");
-        {
-            let mut ins = tx
-                .prepare_cached(tally_embedded::INSERT_EDGE_SQL)
-                .expect("prepare");
-            for r in batch {
-                ins.execute(params![r.0, r.1, r.2, r.3, r.4, r.5, r.6])
-                    .expect("insert");
-            }
-        }
-        tx.commit().expect("commit");
+    let one = write_bare(&[rows.iter().collect()]);
+    let mut parts: [Vec<&EdgeRowCols>; 2] = [Vec::new(), Vec::new()];
+    for r in &rows {
+        parts[(tally_core::hashing::hash_key(&r.0) % 2) as usize].push(r);
     }
-    (started.elapsed().as_secs_f64(), rows.len())
+    let two = write_bare(&parts);
+    (one, two, rows.len())
+}
+
+/// Writes each part of `parts` into a fresh store of its own, each on a thread of its own, all
+/// at once, as `edge_floor` says: the seconds from the first thread's start to the last's end.
+fn write_bare(parts: &[Vec<&EdgeRowCols>]) -> f64 {
+    use tally_core::ports::WindowWriter;
+    let dirs: Vec<_> = parts
+        .iter()
+        .map(|_| tempfile::tempdir().expect("temp dir"))
+        .collect();
+    let mut conns = Vec::new();
+    let mut per_tx = 0;
+    for dir in &dirs {
+        let store = tally_embedded::Embedded::open(dir.path(), 4).expect("store");
+        per_tx = store.posts_per_call();
+        drop(store);
+        let conn = Connection::open(dir.path().join(tally_embedded::DB_FILE)).expect("open");
+        tally_embedded::journal(&conn).expect("the store's journal settings");
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .expect("no checkpoints");
+        conns.push(conn);
+    }
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for (mut conn, rows) in conns.into_iter().zip(parts) {
+            s.spawn(move || {
+                for batch in rows.chunks(per_tx) {
+                    let tx = conn.transaction().expect("begin");
+                    {
+                        let mut ins = tx
+                            .prepare_cached(tally_embedded::INSERT_EDGE_SQL)
+                            .expect("prepare");
+                        for r in batch {
+                            ins.execute(params![r.0, r.1, r.2, r.3, r.4, r.5, r.6])
+                                .expect("insert");
+                        }
+                    }
+                    tx.commit().expect("commit");
+                }
+            });
+        }
+    });
+    started.elapsed().as_secs_f64()
 }
 
 /// Runs `tally ARGS` on `dir` counting `count`; its wall time in seconds.
@@ -303,16 +333,17 @@ fn stages() {
             counted / decode
         );
     }
-    if let [(events, _), (likers, Some((floor, rows)))] = counters[..] {
+    if let [(events, _), (likers, Some((floor, floor_two, rows)))] = counters[..] {
         println!();
-        println!("the likers counter's edge writes at their floor: the rows it wrote, inserted bare (one thread, the store's statement and batch, no checkpoints), beside the two counters");
-        println!("| events counter | likers counter | likers / events | edge rows | edge rows written bare | bare rows / events counter |");
-        println!("|---|---|---|---|---|---|");
+        println!("the likers counter's edge writes at their floor: the rows it wrote, inserted bare (the store's statement and batch, no checkpoints) on one thread into one file, and parted by post over two files written at once on two threads, beside the two counters");
+        println!("| events counter | likers counter | likers / events | edge rows | edge rows written bare | bare rows / events counter | two files, two threads | two / one |");
+        println!("|---|---|---|---|---|---|---|---|");
         println!(
-            "| {events:.2} s | {likers:.2} s | {:.1}× | {rows} | {floor:.2} s ({:.2} µs a row) | {:.2}× |",
+            "| {events:.2} s | {likers:.2} s | {:.1}× | {rows} | {floor:.2} s ({:.2} µs a row) | {:.2}× | {floor_two:.2} s | {:.2}× |",
             likers / events,
             floor * 1e6 / rows as f64,
-            floor / events
+            floor / events,
+            floor_two / floor
         );
     }
 }
