@@ -304,7 +304,7 @@ pub struct ReadProgress {
 
 /// What a write of a held lease's row extends it with, besides its own change: a new expiry, the
 /// holder's read progress and where it serves its open windows — what [`LeaseStore::renew_lease`]
-/// writes, carried by [`CounterStore::finish_window`] too, so that a window's checkpoint is also a
+/// writes, carried by [`WindowWriter::finish_window`] too, so that a window's checkpoint is also a
 /// renewal (the same row, under the same fence, for no extra write).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Renewal {
@@ -543,7 +543,7 @@ impl Applied {
     }
 }
 
-/// What one [`CounterStore::apply_posts`] call did.
+/// What one [`WindowWriter::apply_posts`] call did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PostsApplied {
     /// The writes of the posts that are done (written, or refused as applied already).
@@ -554,7 +554,7 @@ pub struct PostsApplied {
     pub error: Option<PortError>,
 }
 
-/// What one [`CounterStore::apply_edges`] call did.
+/// What one [`WindowWriter::apply_edges`] call did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EdgesApplied {
     /// The writes of the edges that are done (written, or refused).
@@ -585,7 +585,7 @@ pub struct LikersPage {
     pub read_units: u64,
 }
 
-/// The most likers one [`CounterStore::likers`] call returns.
+/// The most likers one [`CountReader::likers`] call returns.
 pub const MAX_LIKERS_PER_PAGE: usize = 1_000;
 
 /// [`WindowWriter::posts_per_call`] unless a store says otherwise: DynamoDB's (1,000 items, a few
@@ -721,7 +721,7 @@ pub enum Consistency {
     Eventual,
 }
 
-/// The most posts one [`CounterStore::post_counts`] call reads: a feed page's worth.
+/// The most posts one [`CountReader::post_counts`] call reads: a feed page's worth.
 pub const MAX_POSTS_PER_CALL: usize = 100;
 
 /// A post's count.
@@ -818,7 +818,7 @@ pub trait WindowWriter: LeaseStore + DedupStore {
 /// `tally query`, `tally verify`) is built from readers alone, so the compiler keeps it read-only.
 #[async_trait]
 pub trait CountReader: Send + Sync {
-    /// One post's count, strongly consistent ([`CounterStore::post_counts`] of one).
+    /// One post's count, strongly consistent ([`CountReader::post_counts`] of one).
     async fn post_count(&self, post_id: &str, since_ms: Option<i64>) -> PortResult<PostCount> {
         let mut v = self
             .post_counts(&[post_id.to_owned()], since_ms, Consistency::Strong)

@@ -454,7 +454,7 @@ pub struct ClosedWindow {
     /// marker; not in `posts` or `total_delta`.
     pub held: HeldCounts,
     /// Likers mode: each touched edge's latest event in the window, in the order of the store's
-    /// keys (post, then user: [`key_order`]), until they are written
+    /// keys (post, then user: `window::key_order`), until they are written
     /// ([`ClosedWindow::with_transitions`]).
     pub edges: Vec<EdgeEvent>,
     /// Malformed records, by sequence number.

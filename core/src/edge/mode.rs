@@ -1,0 +1,84 @@
+//! The count modes, and the items beside a store's counts that say how it was counted: its mode,
+//! the one stream it counts, the clock skews it was counted with.
+
+/// What a post's count is: the users who like it now, or the distinct like events minus the
+/// distinct unlike events (for counters that really are events: claps, views).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountMode {
+    /// A post's count is its users whose latest action is a like (the default).
+    #[default]
+    Likers,
+    /// A post's count is its distinct like events less its unlike events (claps, views).
+    Events,
+}
+
+impl CountMode {
+    /// Its name in settings and in the store (`likers`, `events`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CountMode::Likers => "likers",
+            CountMode::Events => "events",
+        }
+    }
+
+    /// The mode a name names, if any.
+    pub fn parse(s: &str) -> Option<CountMode> {
+        match s {
+            "likers" => Some(CountMode::Likers),
+            "events" => Some(CountMode::Events),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CountMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        CountMode::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("expected one of `likers`, `events`, got `{name}`"))
+        })
+    }
+}
+
+impl std::fmt::Display for CountMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a store keeps the mode it counts in (the counts table, partition [`MODE_PK`]).
+pub const MODE_PK: &str = "#meta";
+/// The sort key of the mode item.
+pub const MODE_SK: &str = "count";
+
+/// The sort key of the item (beside the mode's) that names the one stream a store is counted
+/// from (`v`: `kinesis:<region>:<stream>`, or `embedded:<stream>`): a store counted from two
+/// streams — two regions' counters on one table set — would mix their per-shard items, whose
+/// keys are shard ids every stream has (docs/REGIONS.md).
+pub const STREAM_SK: &str = "stream";
+
+/// The sort key of the item (beside the mode's) that lists the clock skews a likers store was
+/// counted with (`counter.max_clock_skew_secs`, ms, in the order first used): what `tally
+/// verify` recounts with.
+pub const SKEWS_SK: &str = "skews";
+
+/// The stored list of clock skews (`300000,5000`); an error names what is wrong.
+pub fn skews_from_text(text: &str) -> Result<Vec<i64>, String> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse()
+                .map_err(|_| format!("a corrupt clock skew list `{text}`: `{s}` is no number"))
+        })
+        .collect()
+}
+
+/// The list as stored.
+pub fn skews_to_text(skews: &[i64]) -> String {
+    skews
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
