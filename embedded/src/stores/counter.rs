@@ -226,7 +226,7 @@ impl WindowWriter for Embedded {
                     |row| row.get(0),
                 )
                 .map_err(sql_err)?;
-            super::edges::forget_window_edges(&tx, &fence.app, &fence.shard_id)?;
+            super::window_edges::forget_window_edges(&tx, &fence.app, &fence.shard_id)?;
             tx.commit().map_err(sql_err)?;
             Ok(wanted.filter(|_| renewal.is_some()))
         })
@@ -247,13 +247,13 @@ impl WindowWriter for Embedded {
     ) -> PortResult<Applied> {
         let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
         let chunks = edge::encode_pairs(pairs);
-        self.run(move |c| super::edges::record_window_edges(c, &app, &shard, &end, &chunks))
+        self.run(move |c| super::window_edges::record_window_edges(c, &app, &shard, &end, &chunks))
             .await
     }
 
     async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
         let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
-        self.run(move |c| super::edges::window_edges(c, &app, &shard, &end))
+        self.run(move |c| super::window_edges::window_edges(c, &app, &shard, &end))
             .await
     }
 }
@@ -261,11 +261,11 @@ impl WindowWriter for Embedded {
 #[async_trait]
 impl CountReader for Embedded {
     async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
-        self.run(move |c| super::edges::count_mode(c, None)).await
+        self.run(move |c| super::meta::count_mode(c, None)).await
     }
 
     async fn stored_skews(&self) -> PortResult<Vec<i64>> {
-        self.run(move |c| super::edges::clock_skews(c, None)).await
+        self.run(move |c| super::meta::clock_skews(c, None)).await
     }
 
     async fn post_counts(
@@ -320,7 +320,7 @@ impl CountReader for Embedded {
         limit: usize,
     ) -> PortResult<LikersPage> {
         let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
-        self.run(move |c| super::edges::likers(c, &post, after.as_deref(), limit))
+        self.run(move |c| super::likers::likers(c, &post, after.as_deref(), limit))
             .await
     }
 
@@ -331,13 +331,13 @@ impl CountReader for Embedded {
         limit: usize,
     ) -> PortResult<RecentPage> {
         let (post, after) = (post_id.to_owned(), after.cloned());
-        self.run(move |c| super::edges::recent_likers(c, &post, after.as_ref(), limit))
+        self.run(move |c| super::likers::recent_likers(c, &post, after.as_ref(), limit))
             .await
     }
 
     async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
         let after = after.cloned();
-        self.run(move |c| super::edges::scan_edges(c, after.as_ref(), limit))
+        self.run(move |c| super::likers::scan_edges(c, after.as_ref(), limit))
             .await
     }
 }
@@ -408,17 +408,16 @@ impl DeadLetterReader for Embedded {
 #[async_trait]
 impl StoreMeta for Embedded {
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
-        self.run(move |c| super::edges::count_mode(c, claim)).await
+        self.run(move |c| super::meta::count_mode(c, claim)).await
     }
 
     async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
-        self.run(move |c| super::edges::clock_skews(c, record))
-            .await
+        self.run(move |c| super::meta::clock_skews(c, record)).await
     }
 
     async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
         let claim = claim.map(str::to_owned);
-        self.run(move |c| super::edges::counted_stream(c, claim.as_deref()))
+        self.run(move |c| super::meta::counted_stream(c, claim.as_deref()))
             .await
     }
 

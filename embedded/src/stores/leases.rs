@@ -241,7 +241,7 @@ impl LeaseStore for Embedded {
                 params![checkpoint.as_ref().map(|s| s.to_string()), finished as i64, fence.app, fence.shard_id],
             )
             .map_err(sql_err)?;
-            super::edges::forget_window_edges(&tx, &fence.app, &fence.shard_id)?;
+            super::window_edges::forget_window_edges(&tx, &fence.app, &fence.shard_id)?;
             tx.commit().map_err(sql_err)
         })
         .await

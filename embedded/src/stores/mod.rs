@@ -19,10 +19,14 @@ mod baselines;
 mod counter;
 mod edges;
 mod items;
-
-pub use edges::INSERT_EDGE_SQL;
-pub(crate) use edges::{has_recent_index, migrate_edges, RECENT_INDEX_SQL};
 mod leases;
+mod likers;
+mod meta;
+mod window_edges;
+
+pub(crate) use edges::migrate_edges;
+pub use edges::INSERT_EDGE_SQL;
+pub(crate) use likers::{has_recent_index, RECENT_INDEX_SQL};
 
 const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr, pending_skew_ms";
 
