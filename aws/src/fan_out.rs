@@ -13,7 +13,7 @@
 //!
 //! A shard's end arrives as an event without a continuation sequence number, naming the child
 //! shards. Not every peer sends that event (kinesis-local keeps sending empty events), so a reader
-//! that has been caught up for [`END_PROBE_EVERY`] also asks `GetRecords` once whether the shard
+//! that has been caught up for `END_PROBE_EVERY` also asks `GetRecords` once whether the shard
 //! has ended after its position: an answer without a next iterator is the end.
 
 use std::collections::VecDeque;

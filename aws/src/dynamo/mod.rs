@@ -13,8 +13,15 @@
 //! - `analytics` (`pk` = `<app>#latency` | `<app>#trending`, `sk`): snapshots, TTL `expires_at`.
 //!
 //! Layout: this module holds the client, the table list and the helpers every store uses; one
-//! file per port implements it: `leases` ([`LeaseStore`]), `counter` ([`CounterStore`]),
-//! `analytics` ([`AnalyticsStore`]), `baselines` ([`BaselineWriters`], for benchmarks).
+//! file per port implements it: `leases` ([`LeaseStore`](tally_core::ports::LeaseStore)),
+//! `counter` ([`CounterStore`](tally_core::ports::CounterStore)), `analytics`
+//! ([`AnalyticsStore`](tally_core::ports::AnalyticsStore)), `baselines`
+//! ([`BaselineWriters`](tally_core::ports::BaselineWriters), for benchmarks). The counter's
+//! likers parts are a file each: `edges` (the conditional edge writes), `likers` (edges read
+//! back: a page's viewer likes, a window's stored edges, a post's likers), `window_edges` (a
+//! window's edge record), `meta` (the count mode, stream and clock skews a store was counted
+//! with, and the tables' replicas); `recent` and `scan` read likers most recent first and every
+//! edge.
 
 use std::collections::HashMap;
 
@@ -39,8 +46,11 @@ mod baselines;
 mod counter;
 mod edges;
 mod leases;
+mod likers;
+mod meta;
 mod recent;
 mod scan;
+mod window_edges;
 
 /// The tables: suffix, partition key, sort key, TTL attribute. `setup` and the Terraform drift
 /// test read this list.

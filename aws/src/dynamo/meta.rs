@@ -1,0 +1,222 @@
+//! What a store says of how it was counted, as `#meta` items of the counts table: its count
+//! mode, the one stream it counts, the clock skews it was counted with; and the regions its
+//! tables are replicated to.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use tally_core::edge::{self, CountMode};
+use tally_core::ports::{PortError, PortResult};
+use tally_core::summary;
+
+use super::{get_s, s, DynamoStore};
+
+impl DynamoStore {
+    /// The stored count mode; with `claim`, set first if unset.
+    pub(super) async fn mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
+        let key = HashMap::from([
+            ("pk".to_owned(), s(edge::MODE_PK)),
+            ("sk".to_owned(), s(edge::MODE_SK)),
+        ]);
+        if let Some(item) = self.get("counts", key.clone()).await? {
+            return mode_of(&item).map(Some);
+        }
+        let Some(want) = claim else { return Ok(None) };
+        // A store with global totals and no mode was counted by a tally from before modes: events.
+        let counted_before = !self
+            .client
+            .query()
+            .table_name(self.table("counts"))
+            .key_condition_expression("pk = :k")
+            .expression_attribute_values(":k", s(summary::GLOBAL_PK))
+            .limit(1)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err("Query", "counts", e))?
+            .items()
+            .is_empty();
+        let m = if counted_before {
+            CountMode::Events
+        } else {
+            want
+        };
+        let r = self
+            .meta_put(&key, "mode", m.as_str())
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Some(m)),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                // Another process claimed it first: its claim stands.
+                let item = self.get("counts", key).await?;
+                item.as_ref().map(mode_of).transpose()
+            }
+            Err(e) => Err(self.err("PutItem", "counts", e)),
+        }
+    }
+
+    /// A `PutItem` of the `#meta` item `key` holding `name` = `value`.
+    fn meta_put(
+        &self,
+        key: &HashMap<String, AttributeValue>,
+        name: &str,
+        value: &str,
+    ) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
+        let item = key.clone().into_iter().chain([(name.to_owned(), s(value))]);
+        self.client
+            .put_item()
+            .table_name(self.table("counts"))
+            .set_item(Some(item.collect()))
+    }
+
+    /// The stream the store is counted from; with `claim`, set to it when none is named yet
+    /// (a conditional put: the first claim wins, and is what is answered).
+    pub(super) async fn stream_claim(&self, claim: Option<&str>) -> PortResult<Option<String>> {
+        let key = HashMap::from([
+            ("pk".to_owned(), s(edge::MODE_PK)),
+            ("sk".to_owned(), s(edge::STREAM_SK)),
+        ]);
+        let named = |item: &HashMap<String, AttributeValue>| {
+            get_s(item, "v").ok_or_else(|| PortError::Corrupt {
+                item: format!(
+                    "{} {}/{}",
+                    self.table("counts"),
+                    edge::MODE_PK,
+                    edge::STREAM_SK
+                ),
+                detail: "`v` is not the stream's name".into(),
+            })
+        };
+        if let Some(item) = self.get("counts", key.clone()).await? {
+            return named(&item).map(Some);
+        }
+        let Some(want) = claim else { return Ok(None) };
+        let r = self
+            .meta_put(&key, "v", want)
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Some(want.to_owned())),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                // Another process claimed it first: its claim stands.
+                let item = self.get("counts", key).await?;
+                item.as_ref().map(named).transpose()
+            }
+            Err(e) => Err(self.err("PutItem", "counts", e)),
+        }
+    }
+
+    /// The regions the tables are replicated to (a global table's replicas), by `DescribeTable`
+    /// of each of the counter's tables.
+    pub(super) async fn replicas(&self) -> PortResult<Vec<String>> {
+        let mut regions = Vec::new();
+        for t in ["counts", "leases", "dedup"] {
+            let d = self
+                .client
+                .describe_table()
+                .table_name(self.table(t))
+                .send()
+                .await
+                .map_err(|e| self.err("DescribeTable", t, e))?;
+            for r in d.table().map(replica_regions).unwrap_or_default() {
+                if !regions.contains(&r) {
+                    regions.push(r);
+                }
+            }
+        }
+        Ok(regions)
+    }
+
+    /// The clock skews the store was counted with; with `record`, added first if new (a put
+    /// conditioned on the list read, tried again if another process changed it meanwhile).
+    pub(super) async fn skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
+        let key = HashMap::from([
+            ("pk".to_owned(), s(edge::MODE_PK)),
+            ("sk".to_owned(), s(edge::SKEWS_SK)),
+        ]);
+        loop {
+            let stored = self.get("counts", key.clone()).await?;
+            let text = stored.as_ref().and_then(|i| get_s(i, "v"));
+            let mut skews = match (&stored, &text) {
+                (None, _) => Vec::new(),
+                (Some(_), Some(t)) => edge::skews_from_text(t).map_err(PortError::Other)?,
+                (Some(i), None) => {
+                    return Err(PortError::Other(format!(
+                        "a corrupt clock skew item in {}: {i:?}",
+                        self.table("counts")
+                    )))
+                }
+            };
+            let Some(v) = record.filter(|v| !skews.contains(v)) else {
+                return Ok(skews);
+            };
+            skews.push(v);
+            let mut put = self.meta_put(&key, "v", &edge::skews_to_text(&skews));
+            put = match &text {
+                None => put.condition_expression("attribute_not_exists(pk)"),
+                Some(t) => put
+                    .condition_expression("v = :old")
+                    .expression_attribute_values(":old", s(t)),
+            };
+            match put.send().await {
+                Ok(_) => return Ok(skews),
+                Err(SdkError::ServiceError(se))
+                    if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+                {
+                    // Another worker recorded one meanwhile: read the list again.
+                    continue;
+                }
+                Err(e) => return Err(self.err("PutItem", "counts", e)),
+            }
+        }
+    }
+}
+
+fn mode_of(item: &HashMap<String, AttributeValue>) -> PortResult<CountMode> {
+    get_s(item, "mode")
+        .as_deref()
+        .and_then(CountMode::parse)
+        .ok_or_else(|| PortError::Other(format!("a corrupt count mode item: {item:?}")))
+}
+
+/// The regions a table description names as replicas (a global table; none otherwise).
+pub(super) fn replica_regions(t: &aws_sdk_dynamodb::types::TableDescription) -> Vec<String> {
+    t.replicas()
+        .iter()
+        .filter_map(|r| r.region_name().map(str::to_owned))
+        .collect()
+}
+
+#[cfg(test)]
+mod replica_tests {
+    use aws_sdk_dynamodb::types::{ReplicaDescription, TableDescription};
+
+    /// A global table's description names its replicas' regions; a table of one region none.
+    #[test]
+    fn a_global_table_s_replicas_are_named() {
+        let global = TableDescription::builder()
+            .replicas(
+                ReplicaDescription::builder()
+                    .region_name("eu-west-1")
+                    .build(),
+            )
+            .replicas(
+                ReplicaDescription::builder()
+                    .region_name("ap-south-1")
+                    .build(),
+            )
+            .build();
+        assert_eq!(super::replica_regions(&global), ["eu-west-1", "ap-south-1"]);
+        let single = TableDescription::builder().build();
+        assert!(super::replica_regions(&single).is_empty());
+    }
+}
