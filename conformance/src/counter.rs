@@ -931,7 +931,13 @@ pub async fn corrupt_summary_and_dedup_are_named<F, Fut>(
     let shard = format!("shard-{name}");
     let fence = held_lease(store, &app, &shard).await;
     let post = format!("{name}-corrupt-p");
-    let t = 1_796_000_000_000;
+    // The window's records arrive now: its dedup record expires by TTL a day after the stream's
+    // retention, and DynamoDB Local's TTL, like DynamoDB's, deletes an item whose `expires_at`
+    // has passed, in the background. A fixed time here (30 November 2026) made the record vanish
+    // under the test once the calendar had passed its expiry, when the sweep came first. (The
+    // other tests' arrivals of 1970 stay: DynamoDB passes over items expired more than five
+    // years ago.)
+    let t = tally_core::clock::now_ms();
     let end = seq("10");
     let dedup = DedupRecord {
         max_arrival: t,
