@@ -29,7 +29,8 @@
 //! as in events mode, guarded by the summary items' markers. Beyond the remembered writes an
 //! edge cannot say whether an older window wrote it ([`Resolved::Forgotten`]): counted as no
 //! change and reported, never silently.
-//! [`apply`] is the reference both stores follow.//!
+//! [`apply`] is the reference both stores follow.
+//!
 //! Its parts, one concern each: `mode` (the count modes and the store's meta items), `state`
 //! (an edge as stored: its state and remembered writes, as an item and typed), `write` (what a
 //! window's write of an edge does: `resolve`, `apply_state`, `apply`), `record` (a window's edge
