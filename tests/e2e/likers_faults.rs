@@ -339,7 +339,17 @@ fn a_retry_of_a_clamped_loser(t: Target) {
         "the likes must arrive before the unlikes' time for the test to mean anything"
     );
     t.run_env(&["count", "--until-idle"], &skew);
-    assert_eq!(counted(&t, POST, "u1"), (0, false, 0), "the likes lost");
+    let lost = counted(&t, POST, "u1");
+    if lost != (0, false, 0) {
+        // Failed once in CI on DynamoDB Local (count 1, u1 not liked, total 1: u2's like won)
+        // and not again in 12 runs under load; what a next failure needs to be explained.
+        let u2 = t.json(&["query", POST, "--viewer", "u2", "--json"]);
+        let stream = t.run(&["record", "-"]);
+        panic!(
+            "the likes lost: {lost:?} (count, u1 liked, total); start {start}, unlike at \
+             {unlike_at}, like at {like_at}; u2's answer {u2}; the stream:\n{stream}"
+        );
+    }
     // The retries arrive when the likes' time is within the skew of their arrival.
     let due = like_at - 10_000 + 1_000;
     std::thread::sleep(std::time::Duration::from_millis(
