@@ -76,9 +76,10 @@ pub fn ordering_time(created_at: i64, arrival_ms: i64, max_skew_ms: i64) -> i64 
 }
 
 /// An event's id as an edge event holds it: inline up to 36 bytes (a UUID's 36 characters, the
-/// demo's 27; smallvec's array sizes stop at 32, then 36), so that a window's copy of its edges for the writer carries the ids with it rather
-/// than pointing at them across the heap (BENCHMARKS: the likers counter's CPU −9 % against
-/// `SmolStr`, which holds 23 bytes inline and shares a longer id).
+/// demo's 27; smallvec's array sizes stop at 32, then 36), so that a window's copy of its edges
+/// for the writer carries the ids with it rather than pointing at them across the heap
+/// (BENCHMARKS: the likers counter's CPU −9 % against `SmolStr`, which holds 23 bytes inline and
+/// shares a longer id).
 pub type EventId = smallstr::SmallString<[u8; 36]>;
 
 /// The latest event of one edge in a window: what the window writes to it. Its post and user

@@ -10,9 +10,9 @@ pub const WINDOW_EDGES_KEY_BYTES: usize = 100;
 
 /// A window's edge record: the (post, user) pairs it writes, stored before the first of its edge
 /// writes, so that a window given up — its records trimmed from the stream while it was pending
-/// — can still find the edges it wrote and count them ([`EdgeState::written_by`](super::EdgeState::written_by)). Encoded as
-/// length-prefixed ids (u16, little-endian), cut into chunks of at most
-/// [`WINDOW_EDGES_CHUNK_BYTES`].
+/// — can still find the edges it wrote and count them
+/// ([`EdgeState::written_by`](super::EdgeState::written_by)). Encoded as length-prefixed ids
+/// (u16, little-endian), cut into chunks of at most [`WINDOW_EDGES_CHUNK_BYTES`].
 pub fn encode_pairs<S: AsRef<str>>(pairs: &[(S, S)]) -> Vec<Vec<u8>> {
     let mut chunks = vec![Vec::new()];
     for (post, user) in pairs {

@@ -27,7 +27,8 @@ pub const LOST_ATTRS: [&str; EDGE_LOST] = ["c0", "c1", "c2"];
 pub const DROPPED_ATTR: &str = "w3";
 
 /// The attribute a liked edge keeps its like's time in (a number; absent when not liked): the
-/// sort key of the counts table's [`RECENT_INDEX`](super::RECENT_INDEX), which holds liked edges only.
+/// sort key of the counts table's [`RECENT_INDEX`](super::RECENT_INDEX), which holds liked
+/// edges only.
 pub const LIKED_AT_ATTR: &str = "lt";
 
 /// An event as an edge keeps it: whether it liked, when it orders, its id (empty: written by a
