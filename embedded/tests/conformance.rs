@@ -91,6 +91,40 @@ fn a_fresh_store_opened_at_once_by_many() {
     }
 }
 
+/// A new store's file has pages of `PAGE_SIZE`; a store made with SQLite's 4 KiB pages keeps
+/// them, and a connection checkpoints either after the same bytes of WAL (40 MiB), counted in
+/// the file's own pages.
+#[test]
+fn a_store_keeps_the_page_size_it_was_made_with() {
+    let pragma = |c: &rusqlite::Connection, p: &str| -> i64 {
+        c.query_row(&format!("PRAGMA {p}"), [], |r| r.get(0))
+            .unwrap()
+    };
+    let new = tempfile::tempdir().unwrap();
+    drop(Embedded::open(new.path(), 2).unwrap());
+    let c = rusqlite::Connection::open(new.path().join(tally_embedded::DB_FILE)).unwrap();
+    tally_embedded::journal(&c).unwrap();
+    assert_eq!(pragma(&c, "page_size"), tally_embedded::PAGE_SIZE);
+    assert_eq!(
+        pragma(&c, "wal_autocheckpoint"),
+        (40 << 20) / tally_embedded::PAGE_SIZE
+    );
+
+    let old = tempfile::tempdir().unwrap();
+    let path = old.path().join(tally_embedded::DB_FILE);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; CREATE TABLE t (x);")
+            .unwrap();
+    }
+    let e = Embedded::open(old.path(), 2).unwrap();
+    assert_eq!(e.shard_count().unwrap(), 2, "the old file became a store");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    tally_embedded::journal(&c).unwrap();
+    assert_eq!(pragma(&c, "page_size"), 4096);
+    assert_eq!(pragma(&c, "wal_autocheckpoint"), (40 << 20) / 4096);
+}
+
 /// A reading command opens a store while another process holds its write lock (a writer paused
 /// mid-transaction, as the stale-writer harness pauses one): it reads at once instead of waiting
 /// for the lock (which it would for as long as the writer holds it: 30 s a try, and retries).
