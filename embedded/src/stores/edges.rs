@@ -173,16 +173,24 @@ pub(super) fn apply_edges(
     for e in edges {
         let (post, user) = (e.post_id.as_str(), e.user_id.as_str());
         let units = |s: &EdgeState| tally_core::cost::write_units(s.item_size(post, user));
-        // Decided as for an absent edge and inserted unless one is there (most edges a window
-        // writes are new: one statement, where reading first is two); else read and decided on
-        // what is there. Either way `apply_state` decides on what the store holds.
-        let t = edge::write_absent(e, window, &mut new);
-        if st.insert(post, user, &new)? {
-            out.applied.wrote(Purpose::Edges, units(&new));
-            out.transitions.push(t);
-            continue;
+        // A like is decided as for an absent edge and inserted unless one is there (most likes a
+        // window writes make new edges: one statement, where reading first is two); else read
+        // and decided on what is there. An unlike is read first: most are of an edge the store
+        // has (the like before it), where inserting first would fail and read anyway. Either way
+        // `apply_state` decides on what the store holds, in this transaction.
+        let read = if e.liked { None } else { st.get(post, user)? };
+        if read.is_none() {
+            let t = edge::write_absent(e, window, &mut new);
+            if st.insert(post, user, &new)? {
+                out.applied.wrote(Purpose::Edges, units(&new));
+                out.transitions.push(t);
+                continue;
+            }
         }
-        let old = st.get(post, user)?;
+        let old = match read {
+            Some(old) => Some(old),
+            None => st.get(post, user)?,
+        };
         let outcome = edge::apply_state(old.as_ref(), e, window);
         // A refused write is charged as DynamoDB charges one: the item it was refused by.
         let refused = old.as_ref().map_or(1, units);
