@@ -87,9 +87,9 @@ fn prepare(conn: &Connection) -> PortResult<()> {
 /// [`PAGE_SIZE`] (a file that has pages keeps its own), WAL (readers never wait for the writer),
 /// `synchronous = NORMAL` (a commit is durable at the next checkpoint: a power cut may lose the
 /// last commits, never corrupt the file; a crashed process loses nothing), and a checkpoint every
-/// [`AUTOCHECKPOINT_BYTES`] of WAL (40 MiB: 10,000 pages of 4 KiB) instead of SQLite's 1,000 pages:
-/// each checkpoint syncs the file (the demo's million records are put about a second sooner;
-/// `cargo bench --bench demo` sets its floor's connection up with this too).
+/// [`AUTOCHECKPOINT_BYTES`] of WAL (40 MiB, about the 10,000 pages of 4 KiB it was) instead of
+/// SQLite's 1,000 pages: each checkpoint syncs the file (the demo's million records are put about
+/// a second sooner; `cargo bench --bench demo` sets its floor's connection up with this too).
 pub fn journal(conn: &Connection) -> PortResult<()> {
     // Before anything writes the file: SQLite fixes a file's page size when it first writes it
     // (in WAL mode for good), and ignores this on a file that has pages.
@@ -115,7 +115,7 @@ const WRITER_AUTOCHECKPOINT_BYTES: i64 = 200 << 20;
 /// pages, and a store made before [`PAGE_SIZE`] keeps pages of 4 KiB).
 fn autocheckpoint(conn: &Connection, bytes: i64) -> PortResult<()> {
     let page: i64 = conn
-        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .pragma_query_value(None, "page_size", |r| r.get(0))
         .map_err(sql_err)?;
     conn.pragma_update(None, "wal_autocheckpoint", bytes / page.max(512))
         .map_err(sql_err)
@@ -205,7 +205,7 @@ impl Drop for Checkpointer {
 pub const PAGE_SIZE: i64 = 16 * 1024;
 
 /// Each connection's page cache, KiB: likers' edges are a read and a write per changed edge, at
-/// random keys over the whole `items` table, which outgrows SQLite's default 2 MiB at once.
+/// random keys over the whole `edges` table, which outgrows SQLite's default 2 MiB at once.
 const CACHE_KIB: i64 = 64 * 1024;
 
 fn prepare_once(conn: &Connection) -> PortResult<()> {

@@ -97,8 +97,7 @@ fn a_fresh_store_opened_at_once_by_many() {
 #[test]
 fn a_store_keeps_the_page_size_it_was_made_with() {
     let pragma = |c: &rusqlite::Connection, p: &str| -> i64 {
-        c.query_row(&format!("PRAGMA {p}"), [], |r| r.get(0))
-            .unwrap()
+        c.pragma_query_value(None, p, |r| r.get(0)).unwrap()
     };
     let new = tempfile::tempdir().unwrap();
     drop(Embedded::open(new.path(), 2).unwrap());

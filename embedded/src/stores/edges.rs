@@ -187,9 +187,10 @@ pub(super) fn apply_edges(
                 continue;
             }
         }
-        let old = match read {
-            Some(old) => Some(old),
-            None => st.get(post, user)?,
+        let old = if read.is_some() {
+            read
+        } else {
+            st.get(post, user)?
         };
         let outcome = edge::apply_state(old.as_ref(), e, window);
         // A refused write is charged as DynamoDB charges one: the item it was refused by.
