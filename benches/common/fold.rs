@@ -32,6 +32,36 @@ pub fn records(n: usize, posts: usize) -> Vec<StreamRecord> {
         .collect()
 }
 
+/// `n` like events over `posts` posts, each by a user of its own (every record a new edge, as
+/// most records of a window counting likers are): a likers window's fold at its size.
+pub fn edge_records(n: usize, posts: usize) -> Vec<StreamRecord> {
+    (0..n)
+        .map(|i| {
+            let post = (i * 7919) % posts;
+            let data = format!(
+                r#"{{"event_id":"e{i:016x}","post_id":"p{post}","user_id":"u{i}","action":"like","created_at":{}}}"#,
+                1_796_000_000_000i64 + i as i64
+            );
+            StreamRecord {
+                seq: SeqNo::parse(&(1_000_000 + i).to_string()).expect("decimal"),
+                arrival_ms: 1_796_000_000_000i64 + i as i64,
+                partition_key: format!("p{post}"),
+                data: data.into_bytes(),
+            }
+        })
+        .collect()
+}
+
+/// tally's likers fold of `recs` into one window, closed: its edges, in the store's key order.
+pub fn likers_window(recs: &[StreamRecord]) -> usize {
+    let mut dedup = Dedup::new(600_000);
+    let mut w = WindowBuilder::new(None, 0).likers(60_000);
+    for r in recs {
+        w.push("shard-0", r, &mut dedup);
+    }
+    w.close(&mut dedup).edges.len()
+}
+
 /// Baseline: serde_json alone, decoding each record into an owned event.
 pub fn bare_decode(recs: &[StreamRecord]) -> usize {
     recs.iter()

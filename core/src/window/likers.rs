@@ -13,20 +13,21 @@ use crate::event::{Action, EventRef};
 
 use super::{key_order, WindowStats};
 
-/// A post's edges in a window: its users (with each edge's hash), in the order the window met
-/// them, and each change the window made to one of them, as the edge's place in `users` (how
+/// A post's edges in a window: where each is kept (`Likers::kept`), in the order the window met
+/// them, and each change the window made to one of them, as the edge's place in `edges` (how
 /// many there were is the post's change count; those after a count are the edges changed since).
 #[derive(Debug, Default)]
 struct PostEdges {
-    users: Vec<(u64, SmolStr)>,
+    edges: Vec<u32>,
     log: Vec<u32>,
 }
 
-/// An edge's latest event in the window, with its place among its post's edges
-/// (`PostEdges::users`).
+/// An edge's latest event in the window, with its hash ([`Likers::hash`]) and its place among
+/// its post's edges (`PostEdges::edges`).
 #[derive(Debug)]
 struct Kept {
     event: EdgeEvent,
+    hash: u64,
     at: u32,
 }
 
@@ -35,9 +36,13 @@ struct Kept {
 pub(super) struct Likers {
     /// The largest skew of `created_at` over the arrival taken as it is (ms).
     pub(super) max_skew_ms: i64,
-    /// The latest event of each (post, user) edge, found by its post and user (hashed by
-    /// [`Likers::hash`]): a record of an edge the window holds already allocates nothing.
-    edges: HashTable<Kept>,
+    /// The latest event of each (post, user) edge, in the order the window met them: a record
+    /// of an edge the window holds already allocates nothing.
+    kept: Vec<Kept>,
+    /// Where each edge is in `kept`, found by its post and user (hashed by [`Likers::hash`]).
+    /// Growing moves these indices, not the events (the table rehashed ~130-byte entries, a
+    /// third of a window's fold: BENCHMARKS).
+    edges: HashTable<u32>,
     hasher: ahash::RandomState,
     /// Each post's edges in the window, by user: what finds a few posts' edges
     /// ([`Likers::edges_of`], the read side's open windows) without looking at the others'.
@@ -52,6 +57,7 @@ impl Likers {
     pub(super) fn new(max_skew_ms: i64) -> Likers {
         Likers {
             max_skew_ms,
+            kept: Vec::new(),
             edges: HashTable::new(),
             hasher: ahash::RandomState::new(),
             by_post: HashMap::default(),
@@ -71,11 +77,11 @@ impl Likers {
         let many = wanted
             .iter()
             .filter_map(|p| self.by_post.get(*p))
-            .map(|of_post| of_post.users.len())
+            .map(|of_post| of_post.edges.len())
             .sum::<usize>();
-        if many > self.edges.len() / 4 {
+        if many > self.kept.len() / 4 {
             return Box::new(
-                self.edges
+                self.kept
                     .iter()
                     .map(|k| &k.event)
                     .filter(move |e| wanted.contains(e.post_id.as_str())),
@@ -93,13 +99,14 @@ impl Likers {
     ) -> impl Iterator<Item = &'a EdgeEvent> + 'a {
         wanted
             .iter()
-            .filter_map(|p| self.by_post.get_key_value(*p))
-            .flat_map(move |(post, of_post)| {
+            .filter_map(|p| self.by_post.get(*p))
+            .flat_map(move |of_post| {
                 of_post
-                    .users
+                    .edges
                     .iter()
-                    .filter(move |(_, user)| users(user))
-                    .filter_map(move |(hash, user)| self.edge(*hash, post, user))
+                    .filter_map(|i| self.kept.get(*i as usize))
+                    .map(|k| &k.event)
+                    .filter(move |e| users(&e.user_id))
             })
     }
 
@@ -124,35 +131,39 @@ impl Likers {
     /// The post's edges changed since its change count ([`Likers::changes_of`]) was `since`,
     /// each once, with its place among the post's edges: every edge of the post for 0.
     pub(super) fn changed_since(&self, post: &str, since: u64) -> Vec<(u32, &EdgeEvent)> {
-        let Some((post, of_post)) = self.by_post.get_key_value(post) else {
+        let Some(of_post) = self.by_post.get(post) else {
             return Vec::new();
         };
         let since = usize::try_from(since).unwrap_or(usize::MAX);
         let mut at: Vec<u32> = match since {
-            0 => (0..of_post.users.len() as u32).collect(),
+            0 => (0..of_post.edges.len() as u32).collect(),
             _ => of_post.log.get(since..).unwrap_or_default().to_vec(),
         };
         at.sort_unstable();
         at.dedup();
         at.into_iter()
             .filter_map(|i| {
-                let (hash, user) = of_post.users.get(i as usize)?;
-                Some((i, self.edge(*hash, post, user)?))
+                let kept = self.kept.get(*of_post.edges.get(i as usize)? as usize)?;
+                Some((i, &kept.event))
             })
             .collect()
     }
 
     /// The edge of (`post`, `user`), whose hash is `hash`.
     fn edge(&self, hash: u64, post: &str, user: &str) -> Option<&EdgeEvent> {
+        let kept = &self.kept;
         self.edges
-            .find(hash, |k| k.event.post_id == post && k.event.user_id == user)
-            .map(|k| &k.event)
+            .find(hash, |i| {
+                let e = &kept[*i as usize].event;
+                e.post_id == post && e.user_id == user
+            })
+            .map(|i| &kept[*i as usize].event)
     }
 
     /// Each touched edge's latest event, by post and user: the order of the store's keys
     /// ([`key_order::sorted`]).
     pub(super) fn close(self) -> Vec<EdgeEvent> {
-        key_order::sorted(self.edges.into_iter().map(|k| k.event))
+        key_order::sorted(self.kept.into_iter().map(|k| k.event))
     }
 
     fn hash(hasher: &ahash::RandomState, post: &str, user: &str) -> u64 {
@@ -184,10 +195,15 @@ impl Likers {
         let liked = ev.action == Action::Like;
         let clamped = at_ms != ev.created_at;
         let hash = Likers::hash(&self.hasher, &ev.post_id, &ev.user_id);
-        let found = self.edges.find_mut(hash, |k| {
-            *k.event.post_id == *ev.post_id && *k.event.user_id == *ev.user_id
+        let kept = &mut self.kept;
+        let found = self.edges.find(hash, |i| {
+            let k = &kept[*i as usize].event;
+            *k.post_id == *ev.post_id && *k.user_id == *ev.user_id
         });
-        match found.map(|k| (&mut k.event, k.at)) {
+        match found
+            .map(|i| &mut kept[*i as usize])
+            .map(|k| (&mut k.event, k.at))
+        {
             Some((kept, at)) if !kept.is_after(at_ms, &ev.event_id) => {
                 if (kept.at_ms, kept.event_id.as_str()) != (at_ms, ev.event_id.as_ref()) {
                     // A clamped event it replaces took no effect: the edge remembers it.
@@ -220,17 +236,17 @@ impl Likers {
                     clamped,
                     lost: Vec::new(),
                 };
-                let met = (hash, e.user_id.clone());
+                let i = kept.len() as u32;
                 let at = match self.by_post.get_mut(e.post_id.as_str()) {
                     Some(of_post) => {
-                        let at = of_post.users.len() as u32;
-                        of_post.users.push(met);
+                        let at = of_post.edges.len() as u32;
+                        of_post.edges.push(i);
                         of_post.log.push(at);
                         at
                     }
                     None => {
                         let of_post = PostEdges {
-                            users: vec![met],
+                            edges: vec![i],
                             log: vec![0],
                         };
                         posts_met.push(e.post_id.clone());
@@ -238,10 +254,9 @@ impl Likers {
                         0
                     }
                 };
-                let hasher = &self.hasher;
-                self.edges.insert_unique(hash, Kept { event: e, at }, |k| {
-                    Likers::hash(hasher, &k.event.post_id, &k.event.user_id)
-                });
+                kept.push(Kept { event: e, hash, at });
+                self.edges
+                    .insert_unique(hash, i, |i| kept[*i as usize].hash);
             }
         }
     }
