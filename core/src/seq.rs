@@ -10,28 +10,26 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 
-/// A sequence number as the stream gave it, ordered numerically.
-#[derive(PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A sequence number as the stream gave it, ordered numerically. Held inline up to 23 digits
+/// (the embedded stream's numbers: making or copying one allocates nothing, and a reader makes
+/// one per record); a longer one (Kinesis's 56) is shared, so a copy is a count, not a copy of
+/// its digits.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct SeqNo(String);
-
-impl Clone for SeqNo {
-    fn clone(&self) -> SeqNo {
-        SeqNo(self.0.clone())
-    }
-
-    /// Reuses the allocation: a window remembers its last record's number once per record.
-    fn clone_from(&mut self, source: &SeqNo) {
-        self.0.clone_from(&source.0);
-    }
-}
+pub struct SeqNo(SmolStr);
 
 impl SeqNo {
     /// Wraps a decimal string. Returns `None` unless it is 1–129 ASCII digits.
     pub fn parse(s: &str) -> Option<SeqNo> {
         let ok = !s.is_empty() && s.len() <= 129 && s.bytes().all(|b| b.is_ascii_digit());
-        ok.then(|| SeqNo(s.to_owned()))
+        ok.then(|| SeqNo(SmolStr::new(s)))
+    }
+
+    /// The sequence number `n` (a number the embedded stream gives): no string made and parsed.
+    pub fn of_number(n: u64) -> SeqNo {
+        SeqNo(smol_str::format_smolstr!("{n}"))
     }
 
     /// The decimal string.
@@ -86,7 +84,7 @@ impl Position {
     /// Before every record of a shard (`0`: no Kinesis or embedded sequence number is that low),
     /// where a gap that starts at the shard's start is said to come after.
     pub fn start() -> Position {
-        Position::whole(SeqNo("0".to_owned()))
+        Position::whole(SeqNo(SmolStr::new_static("0")))
     }
 
     /// The whole record `seq`.
@@ -111,8 +109,7 @@ impl Position {
         }
     }
 
-    /// Sets `end` to `seq` (with `sub`), reusing its allocation: a window remembers its last
-    /// record once per record.
+    /// Sets `end` to `seq` (with `sub`): a window remembers its last record once per record.
     pub fn move_to(end: &mut Option<Position>, seq: &SeqNo, sub: Option<u32>) {
         match end {
             Some(e) => {
@@ -176,7 +173,7 @@ impl SeqNo {
     /// The decimal number one below, `""` for zero: what lets a position inside an aggregate have
     /// a marker below the whole record's (`summary::marker`).
     pub fn predecessor(&self) -> String {
-        let mut digits = self.0.clone().into_bytes();
+        let mut digits = self.0.as_bytes().to_vec();
         for d in digits.iter_mut().rev() {
             if *d == b'0' {
                 *d = b'9';

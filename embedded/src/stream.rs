@@ -27,11 +27,13 @@ pub mod batch {
         }
     }
 
-    /// The records of a batch, in order: (partition key, data).
-    pub fn records(mut blob: &[u8]) -> PortResult<Vec<(String, Vec<u8>)>> {
-        let mut out = Vec::new();
-        let corrupt = || PortError::Other("embedded store: a corrupt stream batch".into());
-        let part = |blob: &mut &[u8]| -> PortResult<Vec<u8>> {
+    /// The records of a batch, in order: (partition key, data), borrowed from it (a reader
+    /// copies only the records it takes).
+    pub fn records(mut blob: &[u8]) -> PortResult<Vec<(&str, &[u8])>> {
+        fn corrupt() -> PortError {
+            PortError::Other("embedded store: a corrupt stream batch".into())
+        }
+        fn part<'a>(blob: &mut &'a [u8]) -> PortResult<&'a [u8]> {
             let (len, rest) = blob.split_first_chunk::<4>().ok_or_else(corrupt)?;
             let len = u32::from_le_bytes(*len) as usize;
             if rest.len() < len {
@@ -39,10 +41,11 @@ pub mod batch {
             }
             let (v, rest) = rest.split_at(len);
             *blob = rest;
-            Ok(v.to_vec())
-        };
+            Ok(v)
+        }
+        let mut out = Vec::new();
         while !blob.is_empty() {
-            let key = String::from_utf8(part(&mut blob)?).map_err(|_| corrupt())?;
+            let key = std::str::from_utf8(part(&mut blob)?).map_err(|_| corrupt())?;
             let data = part(&mut blob)?;
             out.push((key, data));
         }
@@ -561,10 +564,10 @@ impl ShardReader for EmbeddedReader {
                             continue;
                         }
                         records.push(StreamRecord {
-                            seq: SeqNo::parse(&seq.to_string()).unwrap_or_else(|| unreachable!("decimal")),
+                            seq: SeqNo::of_number(seq as u64),
                             arrival_ms,
-                            partition_key,
-                            data,
+                            partition_key: partition_key.to_owned(),
+                            data: data.to_vec(),
                         });
                     }
                 }
@@ -578,7 +581,7 @@ impl ShardReader for EmbeddedReader {
                     .flatten();
                 // Records after our position were trimmed before we read them: say so, once.
                 if let Some(t) = trimmed.filter(|t| *t > after) {
-                    batch.trimmed_through = SeqNo::parse(&t.to_string());
+                    batch.trimmed_through = Some(SeqNo::of_number(t as u64));
                 }
                 if records.len() == limit {
                     if let Some(last) = records.last() {
