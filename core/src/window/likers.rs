@@ -44,7 +44,7 @@ pub(super) struct Likers {
     /// third of a window's fold: BENCHMARKS).
     edges: HashTable<u32>,
     hasher: ahash::RandomState,
-    /// Each post's edges in the window, by user: what finds a few posts' edges
+    /// Each post's edges in the window, as places in `kept`: what finds a few posts' edges
     /// ([`Likers::edges_of`], the read side's open windows) without looking at the others'.
     by_post: HashMap<SmolStr, PostEdges, ahash::RandomState>,
     /// The ordering time of each event whose first copy here was clamped
