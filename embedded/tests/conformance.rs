@@ -124,6 +124,36 @@ fn a_store_keeps_the_page_size_it_was_made_with() {
     assert_eq!(pragma(&c, "wal_autocheckpoint"), (40 << 20) / 4096);
 }
 
+/// Why edges kept in a file of their own would need a connection of their own (BENCHMARKS,
+/// "Where the likers counter waits"): on a connection with a second file attached, a write
+/// transaction (`BEGIN IMMEDIATE`, as every store call that writes begins) takes the write lock of
+/// both files, so edge writes through `ATTACH` would still hold the lock the stream's puts take.
+#[test]
+fn a_write_transaction_locks_every_attached_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (main, second) = (dir.path().join("main.db"), dir.path().join("second.db"));
+    for path in [&main, &second] {
+        let c = rusqlite::Connection::open(path).unwrap();
+        tally_embedded::journal(&c).unwrap();
+        c.execute_batch("CREATE TABLE t (x)").unwrap();
+    }
+    let c = rusqlite::Connection::open(&main).unwrap();
+    c.execute("ATTACH DATABASE ?1 AS e", [second.display().to_string()])
+        .unwrap();
+    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // No busy wait: the lock is asked for once.
+    let other = rusqlite::Connection::open(&second).unwrap();
+    other.busy_timeout(std::time::Duration::ZERO).unwrap();
+    let refused = other.execute_batch("BEGIN IMMEDIATE").unwrap_err();
+    assert_eq!(
+        refused.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy),
+        "{refused}"
+    );
+    c.execute_batch("ROLLBACK").unwrap();
+    other.execute_batch("BEGIN IMMEDIATE; ROLLBACK").unwrap();
+}
+
 /// A reading command opens a store while another process holds its write lock (a writer paused
 /// mid-transaction, as the stale-writer harness pauses one): it reads at once instead of waiting
 /// for the lock (which it would for as long as the writer holds it: 30 s a try, and retries).
