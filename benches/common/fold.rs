@@ -14,37 +14,40 @@ use tally_core::SeqNo;
 /// `n` like events over `posts` posts, each post in turn (a long tail: no post is liked twice
 /// within `posts` records).
 pub fn records(n: usize, posts: usize) -> Vec<StreamRecord> {
+    like_records(n, posts, |i| i % 1000, |i| i as i64)
+}
+
+/// `n` like events over `posts` posts, each by a user of its own (every record a new edge, as
+/// most records of a window counting likers are), each arriving when it was made (none clamped):
+/// a likers window's fold at its size.
+pub fn edge_records(n: usize, posts: usize) -> Vec<StreamRecord> {
+    like_records(n, posts, |i| i, created_at)
+}
+
+/// When the `i`th record's event was made (ms).
+fn created_at(i: usize) -> i64 {
+    1_796_000_000_000 + i as i64
+}
+
+/// `n` like events, the `i`th of post `(i * 7919) % posts` by user `user(i)`, arriving at
+/// `arrival_ms(i)`.
+fn like_records(
+    n: usize,
+    posts: usize,
+    user: impl Fn(usize) -> usize,
+    arrival_ms: impl Fn(usize) -> i64,
+) -> Vec<StreamRecord> {
     (0..n)
         .map(|i| {
             let post = (i * 7919) % posts;
             let data = format!(
                 r#"{{"event_id":"e{i:016x}","post_id":"p{post}","user_id":"u{}","action":"like","created_at":{}}}"#,
-                i % 1000,
-                1_796_000_000_000i64 + i as i64
+                user(i),
+                created_at(i)
             );
             StreamRecord {
-                seq: SeqNo::parse(&(1_000_000 + i).to_string()).expect("decimal"),
-                arrival_ms: i as i64,
-                partition_key: format!("p{post}"),
-                data: data.into_bytes(),
-            }
-        })
-        .collect()
-}
-
-/// `n` like events over `posts` posts, each by a user of its own (every record a new edge, as
-/// most records of a window counting likers are): a likers window's fold at its size.
-pub fn edge_records(n: usize, posts: usize) -> Vec<StreamRecord> {
-    (0..n)
-        .map(|i| {
-            let post = (i * 7919) % posts;
-            let data = format!(
-                r#"{{"event_id":"e{i:016x}","post_id":"p{post}","user_id":"u{i}","action":"like","created_at":{}}}"#,
-                1_796_000_000_000i64 + i as i64
-            );
-            StreamRecord {
-                seq: SeqNo::parse(&(1_000_000 + i).to_string()).expect("decimal"),
-                arrival_ms: 1_796_000_000_000i64 + i as i64,
+                seq: SeqNo::of_number(1_000_000 + i as u64),
+                arrival_ms: arrival_ms(i),
                 partition_key: format!("p{post}"),
                 data: data.into_bytes(),
             }
