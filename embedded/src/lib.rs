@@ -97,9 +97,18 @@ pub fn journal(conn: &Connection) -> PortResult<()> {
         .map_err(sql_err)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(sql_err)?;
+    autocheckpoint(conn, AUTOCHECKPOINT_BYTES)?;
+    tune(conn)
+}
+
+/// A connection's own settings, which SQLite keeps per connection, not in the file:
+/// `synchronous = NORMAL` (`journal`) and a page cache of [`CACHE_KIB`]. Every handle that may
+/// write sets them, whichever way it was opened: a handle opened on a store set up already
+/// (`Embedded::open_existing`, as the demo's counter and analytics are) kept SQLite's defaults —
+/// a WAL sync at every commit and a 2 MiB cache under the edges' random writes.
+fn tune(conn: &Connection) -> PortResult<()> {
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(sql_err)?;
-    autocheckpoint(conn, AUTOCHECKPOINT_BYTES)?;
     conn.pragma_update(None, "cache_size", -CACHE_KIB)
         .map_err(sql_err)
 }
@@ -435,6 +444,7 @@ impl Embedded {
     /// A handle that may write: its connection's commits leave checkpoints to a thread of the
     /// handle's own ([`checkpoint_in_background`]).
     fn writer(conn: Connection, path: PathBuf) -> PortResult<Embedded> {
+        tune(&conn)?;
         let checkpointer = checkpoint_in_background(&path).map(Arc::new);
         if checkpointer.is_some() {
             autocheckpoint(&conn, WRITER_AUTOCHECKPOINT_BYTES)?;
@@ -565,5 +575,32 @@ impl Embedded {
                 .map(|n| n as usize)
                 .map_err(sql_err)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handle's connection settings, as SQLite reports them: `synchronous` and `cache_size`.
+    fn settings_of(e: &Embedded) -> (i64, i64) {
+        e.with(|c| {
+            let get = |p: &str| c.pragma_query_value(None, p, |r| r.get::<_, i64>(0));
+            Ok((get("synchronous").unwrap(), get("cache_size").unwrap()))
+        })
+        .unwrap()
+    }
+
+    /// Every handle that may write runs with `synchronous = NORMAL` (1) and its page cache, the
+    /// one opened on a store set up already as much as the one that set it up (which kept
+    /// SQLite's FULL and 2 MiB before: the demo's counter and analytics open that way).
+    #[test]
+    fn every_writing_handle_is_tuned_however_it_was_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = Embedded::open(dir.path(), 1).unwrap();
+        let again = Embedded::open_existing(dir.path()).unwrap();
+        for e in [&made, &again] {
+            assert_eq!(settings_of(e), (1, -CACHE_KIB));
+        }
     }
 }
