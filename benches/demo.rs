@@ -208,7 +208,8 @@ type EdgeRowCols = (String, String, i64, i64, String, String, Vec<u8>);
 /// store's one writer), and parted by post over two files written at once on two threads (what
 /// edges in files of their own would allow on this machine's two cores). Seconds, seconds, rows.
 fn edge_floor(counted: &std::path::Path) -> (f64, f64, usize) {
-    let src = Connection::open(counted.join(tally_embedded::DB_FILE)).expect("the counted store");
+    let src =
+        Connection::open(counted.join(tally_embedded::EDGES_FILE)).expect("the counted store");
     let rows: Vec<EdgeRowCols> = src
         .prepare(
             "SELECT post, user, liked, at_ms, event_id, window, history FROM edges \
@@ -252,7 +253,7 @@ fn write_bare(parts: &[Vec<&EdgeRowCols>]) -> f64 {
         let store = tally_embedded::Embedded::open(dir.path(), 4).expect("store");
         per_tx = store.posts_per_call();
         drop(store);
-        let conn = Connection::open(dir.path().join(tally_embedded::DB_FILE)).expect("open");
+        let conn = Connection::open(dir.path().join(tally_embedded::EDGES_FILE)).expect("open");
         tally_embedded::journal(&conn).expect("the store's journal settings");
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .expect("no checkpoints");

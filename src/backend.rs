@@ -308,10 +308,13 @@ pub async fn peer_streams(s: &Settings) -> Result<BTreeMap<String, Arc<dyn Strea
 pub async fn delete(s: &Settings) -> Result<String> {
     match s.backend {
         BackendKind::Embedded => {
-            let db = store_file(s);
             let mut deleted = Vec::new();
-            for suffix in ["", "-wal", "-shm"] {
-                let f = PathBuf::from(format!("{}{suffix}", db.display()));
+            let files = [tally_embedded::DB_FILE, tally_embedded::EDGES_FILE];
+            for (file, suffix) in files
+                .iter()
+                .flat_map(|f| ["", "-wal", "-shm"].map(|s| (f, s)))
+            {
+                let f = s.data_dir.join(format!("{file}{suffix}"));
                 match std::fs::remove_file(&f) {
                     Ok(()) => deleted.push(f.display().to_string()),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

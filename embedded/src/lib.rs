@@ -1,21 +1,25 @@
 #![warn(missing_docs)]
-//! The embedded backend: every port on one SQLite file under a data dir.
+//! The embedded backend: every port on two SQLite files under a data dir, [`DB_FILE`] and
+//! [`EDGES_FILE`].
 //!
-//! Layout: `schema.sql` holds the tables — `shards` and `batches` (the stream: one log, sequence
-//! numbers from SQLite's AUTOINCREMENT rowid, rendered as decimal strings), `leases` (lease and
-//! checkpoint per application and shard), `items` (the counter's summary items, the same items
-//! and conditional writes as on DynamoDB), `dedup`, `dead_letters` (the counter),
-//! `analytics_snapshots` and `trending` (analytics). The file is opened in WAL mode with a lock
-//! wait (`wait_for_locks`), so a producer, counters and analytics in separate processes share it; every fenced
-//! write is one `BEGIN IMMEDIATE` transaction that checks the lease row first.
+//! Layout: `schema.sql` holds `tally.db`'s tables — `shards` and `batches` (the stream: one log,
+//! sequence numbers from SQLite's AUTOINCREMENT rowid, rendered as decimal strings), `leases`
+//! (lease and checkpoint per application and shard), `items` (the counter's summary items, the
+//! same items and conditional writes as on DynamoDB), `dedup`, `dead_letters` (the counter),
+//! `analytics_snapshots` and `trending` (analytics); `edges.sql` the likers' edges' table, in
+//! `edges.db` (`edge_file`). Each file is opened in WAL mode with a lock wait (`wait_for_locks`),
+//! so a producer, counters and analytics in separate processes share them; every fenced write is
+//! one `BEGIN IMMEDIATE` transaction that checks the lease row first.
 //!
-//! Each handle owns one connection behind a mutex and runs its statements on tokio's blocking
-//! pool.
+//! Each handle owns one connection per file behind a mutex each and runs its statements on
+//! tokio's blocking pool.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod edge_file;
 mod stores;
 mod stream;
 
+pub use edge_file::EDGES_FILE;
 pub use stores::INSERT_EDGE_SQL;
 pub use stream::{batch, Unapplied};
 
@@ -35,14 +39,18 @@ pub const DB_FILE: &str = "tally.db";
 pub struct Embedded {
     /// One connection per handle; handles in one process share nothing else.
     conn: Arc<Mutex<Connection>>,
+    /// The likers' edges' connection, on [`EDGES_FILE`] (`edge_file`); `conn` itself on a
+    /// read-only store whose edges are still in [`DB_FILE`], and on a records reader (which
+    /// reads none).
+    edges: Arc<Mutex<Connection>>,
     /// Where the data lives, for messages.
     path: PathBuf,
     /// The handle's shard readers' connection, opened by the first of them
     /// ([`Embedded::records_reader`]).
     records: Arc<OnceLock<Option<Embedded>>>,
-    /// A writing handle's checkpoint thread ([`checkpoint_in_background`]): held for its drop,
-    /// which stops it after the fields before it are dropped.
-    _checkpointer: Option<Arc<Checkpointer>>,
+    /// A writing handle's checkpoint threads, one per file ([`checkpoint_in_background`]): held
+    /// for their drop, which stops them after the fields before them are dropped.
+    _checkpointers: Arc<Vec<Checkpointer>>,
 }
 
 pub(crate) use tally_core::clock::now_ms;
@@ -63,6 +71,12 @@ fn not_a_store(path: &Path, e: PortError) -> PortError {
 /// Switching a new file to WAL takes an exclusive lock and does not wait for the busy handler:
 /// when several processes open a fresh store at once, the losers retry.
 fn prepare(conn: &Connection) -> PortResult<()> {
+    retrying(conn, prepare_once)
+}
+
+/// Runs `once` (a file's setup) until it is not refused as busy, with a backoff: switching a new
+/// file to WAL takes an exclusive lock and does not wait for the busy handler.
+fn retrying(conn: &Connection, once: impl Fn(&Connection) -> PortResult<()>) -> PortResult<()> {
     let backoff = Backoff {
         base: Duration::from_millis(10),
         cap: Duration::from_secs(1),
@@ -70,7 +84,7 @@ fn prepare(conn: &Connection) -> PortResult<()> {
     };
     let mut attempt = 0;
     loop {
-        match prepare_once(conn) {
+        match once(conn) {
             Err(PortError::Conflict(_)) if attempt < backoff.max_retries => {
                 if !conn.is_autocommit() {
                     conn.execute_batch("ROLLBACK").map_err(sql_err)?;
@@ -111,6 +125,24 @@ fn tune(conn: &Connection) -> PortResult<()> {
         .map_err(sql_err)?;
     conn.pragma_update(None, "cache_size", -CACHE_KIB)
         .map_err(sql_err)
+}
+
+/// Runs `f` with `c`'s commits synced (`synchronous = FULL`: the WAL is synced at each commit,
+/// and with it every commit before), then back to [`tune`]'s `NORMAL`. For a commit in one file
+/// that a later commit in the other depends on (`edge_file`, "Durable in order"): a power cut
+/// that keeps the later one then keeps this one too.
+pub(crate) fn synced<T>(
+    c: &mut Connection,
+    f: impl FnOnce(&mut Connection) -> PortResult<T>,
+) -> PortResult<T> {
+    c.pragma_update(None, "synchronous", "FULL")
+        .map_err(sql_err)?;
+    let out = f(c);
+    let back = c
+        .pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sql_err);
+    let out = out?;
+    back.map(|()| out)
 }
 
 /// The WAL a connection's commit checkpoints past, bytes.
@@ -220,8 +252,14 @@ const CACHE_KIB: i64 = 64 * 1024;
 fn prepare_once(conn: &Connection) -> PortResult<()> {
     journal(conn)?;
     // Serialize schema creation and migration on a write lock.
-    conn.execute_batch(&format!("BEGIN IMMEDIATE; {}", include_str!("schema.sql")))
-        .map_err(sql_err)?;
+    // `edges.sql` too: a store made before keeps its edges there until they are moved
+    // (`edge_file`), and a store older still moves its edge items there first (`migrate_edges`).
+    conn.execute_batch(&format!(
+        "BEGIN IMMEDIATE; {} {}",
+        include_str!("schema.sql"),
+        edge_file::EDGES_SQL
+    ))
+    .map_err(sql_err)?;
     let migrated = migrate(conn);
     let end = if migrated.is_ok() {
         "COMMIT"
@@ -351,6 +389,56 @@ pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {
     }
 }
 
+/// Runs `f` on a connection behind its mutex. A panic while it was held (a bug, answered as an
+/// error by `blocking`) leaves it usable: an open transaction rolled back as it unwound. Later
+/// calls go on.
+fn locked<T>(
+    m: &Mutex<Connection>,
+    f: impl FnOnce(&mut Connection) -> PortResult<T>,
+) -> PortResult<T> {
+    let mut guard = m.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut guard)
+}
+
+/// Runs `f` on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> PortResult<T> + Send + 'static,
+) -> PortResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PortError::Other(format!("embedded store task failed: {e}")))?
+}
+
+/// Opens a file of a read-only store (a read-only file or filesystem) to read, checked with
+/// `probe`: as it is when SQLite can read it in WAL mode, else — WAL needs a shared-memory file
+/// beside it, which may not be creatable there — as an immutable file (the state last
+/// checkpointed into it).
+fn open_read_only(path: &Path, probe: &str) -> PortResult<Connection> {
+    use rusqlite::OpenFlags;
+    let cannot =
+        |e: rusqlite::Error| PortError::Other(format!("cannot open {}: {e}", path.display()));
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(cannot)?;
+    wait_for_locks(&conn)?;
+    if conn.query_row(probe, [], |r| r.get::<_, i64>(0)).is_ok() {
+        return Ok(conn);
+    }
+    drop(conn);
+    let uri = format!("file:{}?immutable=1", path.display());
+    let conn = Connection::open_with_flags(
+        uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(cannot)?;
+    conn.query_row(probe, [], |r| r.get::<_, i64>(0))
+        .map_err(cannot)?;
+    Ok(conn)
+}
+
 impl Embedded {
     /// Opens (creating if needed) the store in `dir`. A new store gets `shards` shards.
     pub fn open(dir: &Path, shards: usize) -> PortResult<Embedded> {
@@ -364,6 +452,15 @@ impl Embedded {
             PortError::Other(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
         let path = dir.join(DB_FILE);
+        let edges = dir.join(EDGES_FILE);
+        if !path.exists() && edges.exists() {
+            return Err(PortError::Other(format!(
+                "{} is left from a store whose {DB_FILE} is gone: a new store would count its \
+                 likers' edges as its own. Restore {DB_FILE} beside it, or move it away (with \
+                 its -wal and -shm files) to start afresh",
+                edges.display()
+            )));
+        }
         let conn = Connection::open(&path)
             .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
         if conn
@@ -379,7 +476,7 @@ impl Embedded {
         }
         wait_for_locks(&conn)?;
         prepare(&conn).map_err(|e| not_a_store(&path, e))?;
-        let store = Embedded::writer(conn, path)?;
+        let store = Embedded::writer(conn, dir, path)?;
         store.with(|c| stream::create_shards_if_empty(c, shards))?;
         Ok(store)
     }
@@ -409,48 +506,41 @@ impl Embedded {
         let read_only = conn
             .is_readonly(rusqlite::DatabaseName::Main)
             .map_err(sql_err)?;
-        let conn = if !read_only {
+        if !read_only {
             // A store set up already is read as it is: no write lock, so a writer that holds it
             // (another process, even a paused one) never keeps a reading command waiting.
             let ready = is_prepared(&conn).map_err(|e| not_a_store(&path, e))?;
             if !ready {
                 prepare(&conn).map_err(|e| not_a_store(&path, e))?;
             }
-            return Embedded::writer(conn, path);
-        } else if conn
-            .query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
-            .is_ok()
-        {
-            conn
-        } else {
-            // WAL mode needs a shared-memory file beside the store; where it cannot be created,
-            // read the file as it stands.
-            drop(conn);
-            let uri = format!("file:{}?immutable=1", path.display());
-            let conn = Connection::open_with_flags(
-                uri,
-                OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | OpenFlags::SQLITE_OPEN_URI
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(cannot)?;
-            conn.query_row("SELECT COUNT(*) FROM shards", [], |r| r.get::<_, i64>(0))
-                .map_err(cannot)?;
-            conn
-        };
-        Ok(Embedded::on(conn, path))
+            return Embedded::writer(conn, dir, path);
+        }
+        drop(conn);
+        let conn = open_read_only(&path, "SELECT COUNT(*) FROM shards")?;
+        let edges = edge_file::open_read_only(dir, &conn);
+        let mut store = Embedded::on(conn, path);
+        if let Some(edges) = edges {
+            store.edges = Arc::new(Mutex::new(edges));
+        }
+        Ok(store)
     }
 
-    /// A handle that may write: its connection's commits leave checkpoints to a thread of the
-    /// handle's own ([`checkpoint_in_background`]).
-    fn writer(conn: Connection, path: PathBuf) -> PortResult<Embedded> {
+    /// A handle that may write: the edges on a connection of their own (`edge_file`), and each
+    /// connection's commits leaving checkpoints to a thread of the handle's own
+    /// ([`checkpoint_in_background`]), one per file.
+    fn writer(conn: Connection, dir: &Path, path: PathBuf) -> PortResult<Embedded> {
         tune(&conn)?;
-        let checkpointer = checkpoint_in_background(&path).map(Arc::new);
-        if checkpointer.is_some() {
-            autocheckpoint(&conn, WRITER_AUTOCHECKPOINT_BYTES)?;
+        let edges = edge_file::open_writable(dir, &conn).map_err(|e| not_a_store(&path, e))?;
+        let mut checkpointers = Vec::new();
+        for (c, file) in [(&conn, path.clone()), (&edges, dir.join(EDGES_FILE))] {
+            if let Some(checkpointer) = checkpoint_in_background(&file) {
+                autocheckpoint(c, WRITER_AUTOCHECKPOINT_BYTES)?;
+                checkpointers.push(checkpointer);
+            }
         }
         Ok(Embedded {
-            _checkpointer: checkpointer,
+            edges: Arc::new(Mutex::new(edges)),
+            _checkpointers: Arc::new(checkpointers),
             ..Embedded::on(conn, path)
         })
     }
@@ -460,7 +550,7 @@ impl Embedded {
     /// none; answers whether it was added. Every edge written before is in it at once. Chosen
     /// by `recent_likers_index`, as on DynamoDB: each liked edge write then updates it too.
     pub fn add_recent_index(&self) -> PortResult<bool> {
-        self.with(|c| {
+        self.with_edges(|c| {
             let had = stores::has_recent_index(c)?;
             if !had {
                 c.execute_batch(stores::RECENT_INDEX_SQL).map_err(sql_err)?;
@@ -515,18 +605,25 @@ impl Embedded {
         &self,
         f: impl FnOnce(&mut Connection) -> PortResult<T>,
     ) -> PortResult<T> {
-        // A panic while the connection was held (a bug, answered as an error by `run`) leaves it
-        // usable: an open transaction rolled back as it unwound. Later calls go on.
-        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut guard)
+        locked(&self.conn, f)
+    }
+
+    /// Runs `f` on the edges' connection (`edge_file`), synchronously.
+    pub(crate) fn with_edges<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> PortResult<T>,
+    ) -> PortResult<T> {
+        locked(&self.edges, f)
     }
 
     fn on(conn: Connection, path: PathBuf) -> Embedded {
+        let conn = Arc::new(Mutex::new(conn));
         Embedded {
-            conn: Arc::new(Mutex::new(conn)),
+            edges: conn.clone(),
+            conn,
             path,
             records: Arc::default(),
-            _checkpointer: None,
+            _checkpointers: Arc::default(),
         }
     }
 
@@ -552,9 +649,16 @@ impl Embedded {
         f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
     ) -> PortResult<T> {
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.with(f))
-            .await
-            .map_err(|e| PortError::Other(format!("embedded store task failed: {e}")))?
+        blocking(move || this.with(f)).await
+    }
+
+    /// Runs `f` on the edges' connection (`edge_file`) on tokio's blocking pool.
+    pub(crate) async fn run_edges<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
+    ) -> PortResult<T> {
+        let this = self.clone();
+        blocking(move || this.with_edges(f)).await
     }
 
     /// How many shards of the stream are open.
@@ -582,25 +686,42 @@ impl Embedded {
 mod tests {
     use super::*;
 
-    /// A handle's connection settings, as SQLite reports them: `synchronous` and `cache_size`.
-    fn settings_of(e: &Embedded) -> (i64, i64) {
-        e.with(|c| {
-            let get = |p: &str| c.pragma_query_value(None, p, |r| r.get::<_, i64>(0));
-            Ok((get("synchronous").unwrap(), get("cache_size").unwrap()))
-        })
-        .unwrap()
+    /// A connection's settings, as SQLite reports them: `synchronous` and `cache_size`.
+    fn settings_of(c: &Connection) -> PortResult<(i64, i64)> {
+        let get = |p: &str| c.pragma_query_value(None, p, |r| r.get::<_, i64>(0));
+        Ok((get("synchronous").unwrap(), get("cache_size").unwrap()))
     }
 
-    /// Every handle that may write runs with `synchronous = NORMAL` (1) and its page cache, the
-    /// one opened on a store set up already as much as the one that set it up (which kept
-    /// SQLite's FULL and 2 MiB before: the demo's counter and analytics open that way).
+    /// Every handle that may write runs with `synchronous = NORMAL` (1) and its page cache on
+    /// `tally.db`, the one opened on a store set up already as much as the one that set it up
+    /// (which kept SQLite's FULL and 2 MiB before: the demo's counter and analytics open that
+    /// way); its edges' connection syncs every commit (FULL, 2: `edge_file`, "Durable in order"),
+    /// with the same cache.
     #[test]
     fn every_writing_handle_is_tuned_however_it_was_opened() {
         let dir = tempfile::tempdir().unwrap();
         let made = Embedded::open(dir.path(), 1).unwrap();
         let again = Embedded::open_existing(dir.path()).unwrap();
         for e in [&made, &again] {
-            assert_eq!(settings_of(e), (1, -CACHE_KIB));
+            assert_eq!(e.with(|c| settings_of(c)).unwrap(), (1, -CACHE_KIB));
+            assert_eq!(e.with_edges(|c| settings_of(c)).unwrap(), (2, -CACHE_KIB));
         }
+    }
+
+    /// `synced` commits with `synchronous = FULL` and leaves the connection at NORMAL again,
+    /// when what it ran failed too.
+    #[test]
+    fn synced_commits_are_full_and_the_connection_goes_back_to_normal() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Embedded::open(dir.path(), 1).unwrap();
+        let during = e.with(|c| synced(c, |c| settings_of(c))).unwrap();
+        assert_eq!(during.0, 2);
+        let failed = e.with(|c| {
+            synced(c, |_| -> PortResult<()> {
+                Err(PortError::Other("failed".into()))
+            })
+        });
+        assert!(failed.is_err());
+        assert_eq!(e.with(|c| settings_of(c)).unwrap().0, 1);
     }
 }

@@ -347,7 +347,7 @@ async fn corrupt_summary_and_dedup_are_named() {
 #[tokio::test]
 async fn a_corrupt_edge_is_named() {
     let (dir, e) = store(1);
-    let db = dir.path().join(tally_embedded::DB_FILE);
+    let db = dir.path().join(tally_embedded::EDGES_FILE);
     tally_conformance::a_corrupt_edge_is_named(&e, "embedded", |post, user| {
         let db = db.clone();
         async move {
@@ -411,6 +411,186 @@ async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
         })
         .unwrap();
     assert_eq!(left, 0, "no edge item is left in items");
+}
+
+/// An edge event of `p1` (`tally_core::edge::EdgeEvent`).
+fn edge_event(user: &str, liked: bool, at_ms: i64, id: &str) -> tally_core::edge::EdgeEvent {
+    tally_core::edge::EdgeEvent {
+        post_id: "p1".into(),
+        user_id: user.into(),
+        liked,
+        at_ms,
+        event_id: id.into(),
+        clamped: false,
+        lost: Vec::new(),
+    }
+}
+
+/// What a store's edges of `p1` read as: its likers in user order, most recent first, and the
+/// edge of each of `users`.
+async fn edges_of_p1(
+    store: &Embedded,
+    users: &[&str],
+) -> (
+    Vec<String>,
+    Vec<String>,
+    Vec<Option<tally_core::edge::EdgeState>>,
+) {
+    use tally_core::ports::{Consistency, CountReader};
+    let likers = store.likers("p1", None, 10).await.unwrap().users;
+    let recent = store.recent_likers("p1", None, 10).await.unwrap();
+    let pairs: Vec<(String, String)> = users
+        .iter()
+        .map(|u| ("p1".to_owned(), (*u).to_owned()))
+        .collect();
+    let (states, _) = store.edges(&pairs, Consistency::Strong).await.unwrap();
+    (
+        likers,
+        recent.likers.into_iter().map(|l| l.user).collect(),
+        states,
+    )
+}
+
+/// The rows of `tally.db`'s own `edges` table (where a store made before `edges.db` kept them).
+fn edges_in_main(dir: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(dir.join(tally_embedded::DB_FILE))
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM main.edges", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Copies `edges.db`'s edges (and the recent index) into `tally.db`'s own `edges` table, as a
+/// store made before `edges.db` kept them, or as a move a crash cut after its copy left them.
+fn copy_edges_into_main(dir: &std::path::Path) {
+    let conn = rusqlite::Connection::open(dir.join(tally_embedded::DB_FILE)).unwrap();
+    conn.execute(
+        "ATTACH DATABASE ?1 AS e",
+        [dir.join(tally_embedded::EDGES_FILE).display().to_string()],
+    )
+    .unwrap();
+    conn.execute_batch(
+        "INSERT INTO main.edges SELECT * FROM e.edges; \
+         CREATE INDEX IF NOT EXISTS main.edges_recent ON edges (post, at_ms, user) WHERE liked = 1; \
+         DETACH DATABASE e",
+    )
+    .unwrap();
+}
+
+/// A store made before `edges.db` kept its edges (and its recent index) in `tally.db`: the
+/// first handle that may write moves them into `edges.db` — each edge read as it was, a liker
+/// still one, most recent first still in order, a window's own write still found — and leaves
+/// none in `tally.db`. A move a crash cut between its two commits (the edges copied into
+/// `edges.db`, not yet deleted from `tally.db`) is finished by the next open, which adds none:
+/// an edge written in `edges.db` since is kept, not put back as it was.
+#[tokio::test]
+async fn a_store_s_edges_move_out_of_tally_db_into_their_own_file() {
+    use tally_core::ports::{WindowRef, WindowWriter};
+    use tally_core::seq::{Position, SeqNo};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::open(dir.path(), 1).unwrap();
+    assert!(store.add_recent_index().unwrap());
+    let t = 1_796_000_000_000;
+    let (end1, end2) = (
+        Position::whole(SeqNo::of_number(10)),
+        Position::whole(SeqNo::of_number(20)),
+    );
+    let at = |end| WindowRef {
+        app: "counter",
+        shard_id: "shard-0",
+        end,
+        held: false,
+    };
+    let w1 = vec![
+        edge_event("u1", true, t, "a"),
+        edge_event("u2", true, t + 2, "b"),
+        edge_event("u3", false, t + 3, "d"),
+    ];
+    let written = store.apply_edges(at(&end1), &w1).await.unwrap();
+    let users = ["u1", "u2", "u3"];
+    let before = edges_of_p1(&store, &users).await;
+    assert_eq!(before.0, ["u1", "u2"]);
+    assert_eq!(before.1, ["u2", "u1"]);
+    drop(store);
+    // The layout before: the edges in tally.db, no edges.db.
+    copy_edges_into_main(dir.path());
+    for suffix in ["", "-wal", "-shm"] {
+        let f = dir
+            .path()
+            .join(format!("{}{suffix}", tally_embedded::EDGES_FILE));
+        let _ = std::fs::remove_file(f);
+    }
+    let store = Embedded::open_existing(dir.path()).unwrap();
+    assert_eq!(edges_of_p1(&store, &users).await, before);
+    assert_eq!(edges_in_main(dir.path()), 0, "no edge is left in tally.db");
+    let again = store.apply_edges(at(&end1), &w1).await.unwrap();
+    assert_eq!(
+        again.transitions, written.transitions,
+        "the window finds its own writes where they moved"
+    );
+    assert_eq!(again.applied.written, 0);
+    // A move cut after its copy: the edges in both files. Meanwhile u1 unlikes p1 in edges.db.
+    copy_edges_into_main(dir.path());
+    store
+        .apply_edges(at(&end2), &[edge_event("u1", false, t + 10, "e")])
+        .await
+        .unwrap();
+    let now = edges_of_p1(&store, &users).await;
+    assert_eq!(now.0, ["u2"]);
+    drop(store);
+    let store = Embedded::open_existing(dir.path()).unwrap();
+    assert_eq!(
+        edges_of_p1(&store, &users).await,
+        now,
+        "the unlike written in edges.db is kept"
+    );
+    assert_eq!(edges_in_main(dir.path()), 0);
+}
+
+/// An `edges.db` whose `tally.db` is gone is never taken into a new store: opening one there is
+/// an error naming the file, and nothing is created.
+#[test]
+fn an_edges_file_without_its_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    std::fs::remove_file(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+    let err = Embedded::open(dir.path(), 1).err().expect("refused");
+    assert!(
+        err.to_string()
+            .contains("edges.db is left from a store whose tally.db is gone"),
+        "{err}"
+    );
+    assert!(!dir.path().join(tally_embedded::DB_FILE).exists());
+}
+
+/// A window's edge writes take no lock of `tally.db`, where the stream's puts, the counts and
+/// the leases are written: with another connection holding `tally.db`'s write lock, they are
+/// written at once (a wait for that lock would fail the call after 30 s, or the assertion).
+#[tokio::test]
+async fn edge_writes_take_no_lock_of_tally_db() {
+    use tally_core::ports::{WindowRef, WindowWriter};
+    use tally_core::seq::{Position, SeqNo};
+    let (dir, store) = store(1);
+    let other = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let end = Position::whole(SeqNo::of_number(10));
+    let w = WindowRef {
+        app: "counter",
+        shard_id: "shard-0",
+        end: &end,
+        held: false,
+    };
+    let started = std::time::Instant::now();
+    let wrote = store
+        .apply_edges(w, &[edge_event("u1", true, 1_796_000_000_000, "a")])
+        .await
+        .unwrap();
+    assert_eq!(wrote.applied.written, 1);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the edge write waited {:?} for tally.db's lock",
+        started.elapsed()
+    );
+    other.execute_batch("ROLLBACK").unwrap();
 }
 
 /// A trending row written behind the store's back with a string where tally keeps its time:

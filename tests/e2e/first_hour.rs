@@ -99,6 +99,27 @@ fn a_store_on_a_read_only_filesystem_is_read() {
     let out = in_read_only("count --until-idle");
     assert!(!out.status.success());
     assert!(stderr(&out).contains("is read-only"), "{}", stderr(&out));
+    // The viewer's likes come from the edges' own file, read-only too; and from `tally.db`
+    // where a store made before that file keeps them (never opened to write since: not moved).
+    let viewer_liked = || {
+        let out = in_read_only("query p1 --viewer u3 --json");
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["count"].as_i64(), v["viewer_liked"].as_bool())
+    };
+    assert_eq!(viewer_liked(), (Some(10), Some(true)));
+    let db = rusqlite::Connection::open(t.dir.path().join("tally.db")).unwrap();
+    let edges = t.dir.path().join("edges.db");
+    db.execute("ATTACH DATABASE ?1 AS e", [edges.display().to_string()])
+        .unwrap();
+    db.execute_batch("INSERT INTO main.edges SELECT * FROM e.edges; DETACH DATABASE e")
+        .unwrap();
+    drop(db);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(t.dir.path().join(format!("edges.db{suffix}")));
+    }
+    assert_eq!(viewer_liked(), (Some(10), Some(true)));
+    assert!(!edges.exists(), "a read-only store is not moved");
 }
 
 #[test]

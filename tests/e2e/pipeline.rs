@@ -108,7 +108,21 @@ fn gzip_replay_and_record_round_trip() {
     // Teardown asks first, then deletes the store: reads then say there is none, and a fresh
     // one counts nothing.
     assert!(!t2.fail(&["teardown"], &[]).status.success());
-    assert!(t2.run(&["teardown", "--yes"]).contains("tally.db"));
+    let gone = t2.run(&["teardown", "--yes"]);
+    assert!(
+        gone.contains("tally.db") && gone.contains("edges.db"),
+        "{gone}"
+    );
+    let left: Vec<_> = std::fs::read_dir(t2.dir.path())
+        .unwrap()
+        .map(|f| f.unwrap().file_name())
+        .filter(|f| f.to_string_lossy().ends_with(".db"))
+        .collect();
+    assert_eq!(
+        left,
+        Vec::<std::ffi::OsString>::new(),
+        "teardown leaves no store file"
+    );
     let err = t2.fail(&["total"], &[]);
     assert!(String::from_utf8_lossy(&err.stderr).contains("tally.db does not exist"));
     t2.run(&["setup"]);

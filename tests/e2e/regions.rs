@@ -96,12 +96,14 @@ fn a_naive_per_region_count_under_global_tables_goes_wrong() {
     assert_eq!(b.mismatches(&alone(20, 1)), vec![]);
 
     // Replication: B's writes reach every region last.
-    let db = |t: &Target| Connection::open(t.dir.path().join("tally.db")).unwrap();
-    let (da, db_b) = (db(&a), db(&b));
-    for table in ["items", "edges"] {
+    for (table, file) in [
+        ("items", tally_embedded::DB_FILE),
+        ("edges", tally_embedded::EDGES_FILE),
+    ] {
+        let db = |t: &Target| Connection::open(t.dir.path().join(file)).unwrap();
         let (ra, rb) = (db(&a), db(&b));
-        replicate(table, &ra, &rb, &da);
-        replicate(table, &ra, &rb, &db_b);
+        replicate(table, &ra, &rb, &db(&a));
+        replicate(table, &ra, &rb, &db(&b));
     }
     // The truth of all regions' events: every user's latest action (the traveller unliked).
     for t in [&a, &b] {

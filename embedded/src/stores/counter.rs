@@ -236,7 +236,7 @@ impl WindowWriter for Embedded {
     async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
         let window = edge::window_id(w.shard_id, &summary::marker(w.end));
         let edges = edges.to_vec();
-        self.run(move |c| super::edges::apply_edges(c, &window, &edges))
+        self.run_edges(move |c| super::edges::apply_edges(c, &window, &edges))
             .await
     }
 
@@ -309,7 +309,7 @@ impl CountReader for Embedded {
         _consistency: Consistency,
     ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
         let pairs = pairs.to_vec();
-        self.run(move |c| super::edges::edge_states(c, &pairs))
+        self.run_edges(move |c| super::edges::edge_states(c, &pairs))
             .await
     }
 
@@ -320,7 +320,7 @@ impl CountReader for Embedded {
         limit: usize,
     ) -> PortResult<LikersPage> {
         let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
-        self.run(move |c| super::likers::likers(c, &post, after.as_deref(), limit))
+        self.run_edges(move |c| super::likers::likers(c, &post, after.as_deref(), limit))
             .await
     }
 
@@ -331,13 +331,13 @@ impl CountReader for Embedded {
         limit: usize,
     ) -> PortResult<RecentPage> {
         let (post, after) = (post_id.to_owned(), after.cloned());
-        self.run(move |c| super::likers::recent_likers(c, &post, after.as_ref(), limit))
+        self.run_edges(move |c| super::likers::recent_likers(c, &post, after.as_ref(), limit))
             .await
     }
 
     async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
         let after = after.cloned();
-        self.run(move |c| super::likers::scan_edges(c, after.as_ref(), limit))
+        self.run_edges(move |c| super::likers::scan_edges(c, after.as_ref(), limit))
             .await
     }
 }

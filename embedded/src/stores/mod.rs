@@ -4,7 +4,8 @@
 //! write item's statements); one file per port implements it: `leases` ([`LeaseStore`]),
 //! `counter` ([`CounterStore`]; likers' edges and the count mode in `edges`), `analytics` ([`AnalyticsStore`]), `baselines`
 //! ([`BaselineWriters`], for benchmarks); `items` is the `items` table the summary items are rows of
-//! (the edges have their own typed table, `edges`).
+//! (the edges have their own typed table, `edges`, in their own file: `crate::edge_file`, and
+//! are read and written on the handle's edges' connection, `Embedded::run_edges`).
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tally_core::cost::Purpose;

@@ -10,8 +10,20 @@ use tally_core::ports::{Applied, PortError, PortResult};
 use crate::sql_err;
 
 /// Stores a window's edge record (`chunks` of `tally_core::edge::encode_pairs`) in one
-/// transaction; a second write of the same window's record replaces it with the same.
+/// transaction; a second write of the same window's record replaces it with the same. Synced
+/// (`crate::synced`): the window's edges, in the edges' own file, are written next, and a power
+/// cut that keeps them keeps this record and the records the window read.
 pub(super) fn record_window_edges(
+    c: &mut Connection,
+    app: &str,
+    shard: &str,
+    end: &str,
+    chunks: &[Vec<u8>],
+) -> PortResult<Applied> {
+    crate::synced(c, |c| record(c, app, shard, end, chunks))
+}
+
+fn record(
     c: &mut Connection,
     app: &str,
     shard: &str,

@@ -1,0 +1,142 @@
+//! The likers' edges' own file, [`EDGES_FILE`] beside `tally.db`, read and written on a
+//! connection of its own on every handle (with its own checkpointer: `Embedded::writer`).
+//!
+//! Why a file of its own: a likers window's edges are thousands of writes at random keys, and a
+//! call holds its file's write lock for all of them (~50 ms for 20,000). In `tally.db` that is
+//! the lock every put to the stream, every count and every lease takes; in a file of their own
+//! those go on beside it (BENCHMARKS, "Edges in a file of their own"). Not `ATTACH`: a write
+//! transaction on a connection with a second file attached takes both files' write locks
+//! (`a_write_transaction_locks_every_attached_file`, embedded).
+//!
+//! **Durable in order.** A commit is synced (`synchronous = NORMAL`) only at a checkpoint, so a
+//! power cut may lose a file's last commits; in one file those are always the last ones, but
+//! across two files a later commit could be kept and an earlier one lost. Where a commit in one
+//! file depends on one in the other, the earlier one is synced before the later is made: a
+//! window's edge record is synced in `tally.db` before its edges are written (and with it the
+//! stream's records the window read, earlier in the same WAL), and the edges are synced here
+//! before the window's counts and checkpoint are written in `tally.db`. So a power cut keeps a
+//! prefix of what a window did, as in one file: never counts without their edges, nor edges
+//! without the records and the edge record they came from.
+//!
+//! A store made before kept its edges in `tally.db`'s `edges` table (`edges.sql`, created there
+//! still). The first handle that may write moves them ([`move_from_main`]) in two commits, since
+//! in WAL mode a commit is atomic per file, not across attached files: copied into this file,
+//! then deleted from `tally.db`. A crash between the two leaves them in both, and the copy run
+//! again adds none (`INSERT OR IGNORE`: no edge is written in this file before the move has
+//! finished, since every handle that may write moves first). A read-only store that was never
+//! moved reads its edges where they are.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+use tally_core::ports::{PortError, PortResult};
+
+use crate::{journal, retrying, sql_err, stores, tune, wait_for_locks};
+
+/// The edges' file's name inside the data dir.
+pub const EDGES_FILE: &str = "edges.db";
+
+/// The `edges` table, the same in this file and (the stores made before) in `tally.db`.
+pub(crate) const EDGES_SQL: &str = include_str!("edges.sql");
+
+/// The edges' connection of a handle that may write: the file opened (made and set up if new:
+/// WAL, pages, the table), the recent index as `tally.db` has it, and the edges a store made
+/// before kept in `main` moved into it.
+pub(crate) fn open_writable(dir: &Path, main: &Connection) -> PortResult<Connection> {
+    let path = dir.join(EDGES_FILE);
+    let conn = Connection::open(&path)
+        .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
+    wait_for_locks(&conn)?;
+    // Set up already: read as it is, without the write lock (a counter may hold it).
+    if !is_ready(&conn)? {
+        retrying(&conn, |c| {
+            journal(c)?;
+            c.execute_batch(&format!("BEGIN IMMEDIATE; {EDGES_SQL} COMMIT"))
+                .map_err(sql_err)
+        })?;
+    }
+    tune(&conn)?;
+    // Every edge commit synced ("Durable in order"): the window's counts follow it in tally.db.
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(sql_err)?;
+    if stores::has_recent_index(main)? && !stores::has_recent_index(&conn)? {
+        conn.execute_batch(stores::RECENT_INDEX_SQL)
+            .map_err(sql_err)?;
+    }
+    move_from_main(main, &path)?;
+    Ok(conn)
+}
+
+/// The edges' connection of a read-only store: this file read-only (as an immutable file where
+/// SQLite cannot make its shared memory beside it), or `None` when the edges are still in
+/// `tally.db` (a store made before, never opened to write since) or the file cannot be read.
+pub(crate) fn open_read_only(dir: &Path, main: &Connection) -> Option<Connection> {
+    let path = dir.join(EDGES_FILE);
+    if !path.is_file() || held_in_main(main).unwrap_or(true) {
+        return None;
+    }
+    crate::open_read_only(&path, "SELECT COUNT(*) FROM edges LIMIT 1").ok()
+}
+
+/// Whether the file is set up already: WAL, and the table there.
+fn is_ready(conn: &Connection) -> PortResult<bool> {
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .map_err(sql_err)?;
+    let table: bool = conn
+        .query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'edges')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    Ok(mode.eq_ignore_ascii_case("wal") && table)
+}
+
+/// Whether `tally.db` still holds edges (a store made before this file).
+fn held_in_main(main: &Connection) -> PortResult<bool> {
+    main.query_row("SELECT EXISTS(SELECT 1 FROM main.edges)", [], |r| r.get(0))
+        .map_err(sql_err)
+}
+
+/// Moves the edges `tally.db` holds into the file at `path`: copied in one commit (an edge this
+/// file has already is kept: the copy of a move that crashed before its delete), then deleted
+/// from `tally.db` in another. Nothing to do, and no lock taken, when it holds none.
+fn move_from_main(main: &Connection, path: &Path) -> PortResult<()> {
+    if !held_in_main(main)? {
+        return Ok(());
+    }
+    main.execute("ATTACH DATABASE ?1 AS moved", [path.display().to_string()])
+        .map_err(sql_err)?;
+    // The copy synced before the delete is made ("Durable in order").
+    let moved = main
+        .pragma_update(
+            Some(rusqlite::DatabaseName::Attached("moved")),
+            "synchronous",
+            "FULL",
+        )
+        .map_err(sql_err)
+        .and_then(|()| {
+            in_transaction(
+        main,
+        "INSERT OR IGNORE INTO moved.edges (post, user, liked, at_ms, event_id, window, history) \
+         SELECT post, user, liked, at_ms, event_id, window, history FROM main.edges",
+        )
+        })
+        .and_then(|()| in_transaction(main, "DELETE FROM main.edges"));
+    let detached = main.execute_batch("DETACH DATABASE moved").map_err(sql_err);
+    moved?;
+    detached
+}
+
+/// Runs `sql` in one write transaction, rolled back if it fails.
+fn in_transaction(c: &Connection, sql: &str) -> PortResult<()> {
+    c.execute_batch("BEGIN IMMEDIATE").map_err(sql_err)?;
+    match c.execute_batch(sql) {
+        Ok(()) => c.execute_batch("COMMIT").map_err(sql_err),
+        Err(e) => {
+            let _ = c.execute_batch("ROLLBACK");
+            Err(sql_err(e))
+        }
+    }
+}

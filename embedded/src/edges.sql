@@ -1,0 +1,12 @@
+-- Likers' edges (tally_core::edge), one row per (post, user), typed: on DynamoDB the same edge
+-- is an item of the post's partition (sk E#<user>). history: tally_core::rows::edge_history.
+CREATE TABLE IF NOT EXISTS edges (
+    post      TEXT NOT NULL,
+    user      TEXT NOT NULL,
+    liked     INTEGER NOT NULL,         -- 1: the user likes the post
+    at_ms     INTEGER NOT NULL,         -- the ordering time of the event that set it
+    event_id  TEXT NOT NULL,            -- that event's id
+    window    TEXT NOT NULL,            -- the window that wrote it (tally_core::edge::window_id)
+    history   BLOB NOT NULL,            -- what that write replaced, the older writes, lost events
+    PRIMARY KEY (post, user)
+) WITHOUT ROWID;
