@@ -69,13 +69,15 @@ pub(crate) fn open_writable(dir: &Path, main: &Connection) -> PortResult<Connect
 
 /// The edges' connection of a read-only store: this file read-only (as an immutable file where
 /// SQLite cannot make its shared memory beside it), or `None` when the edges are still in
-/// `tally.db` (a store made before, never opened to write since) or the file cannot be read.
-pub(crate) fn open_read_only(dir: &Path, main: &Connection) -> Option<Connection> {
+/// `tally.db` (a store made before, never opened to write since). A file there that cannot be
+/// read is an error naming it, never a store read as if it had no edges.
+pub(crate) fn open_read_only(dir: &Path, main: &Connection) -> PortResult<Option<Connection>> {
     let path = dir.join(EDGES_FILE);
+    // A store older still, with no `edges` table in `tally.db`: read as it was (unmoved).
     if !path.is_file() || held_in_main(main).unwrap_or(true) {
-        return None;
+        return Ok(None);
     }
-    crate::open_read_only(&path, "SELECT COUNT(*) FROM edges LIMIT 1").ok()
+    crate::open_read_only(&path, "SELECT COUNT(*) FROM edges LIMIT 1").map(Some)
 }
 
 /// Whether the file is set up already: WAL, and the table there.
@@ -99,6 +101,11 @@ fn held_in_main(main: &Connection) -> PortResult<bool> {
         .map_err(sql_err)
 }
 
+/// The move's copy: every edge of `tally.db` this file does not have.
+const COPY_SQL: &str =
+    "INSERT OR IGNORE INTO moved.edges (post, user, liked, at_ms, event_id, window, history) \
+     SELECT post, user, liked, at_ms, event_id, window, history FROM main.edges";
+
 /// Moves the edges `tally.db` holds into the file at `path`: copied in one commit (an edge this
 /// file has already is kept: the copy of a move that crashed before its delete), then deleted
 /// from `tally.db` in another. Nothing to do, and no lock taken, when it holds none.
@@ -116,13 +123,7 @@ fn move_from_main(main: &Connection, path: &Path) -> PortResult<()> {
             "FULL",
         )
         .map_err(sql_err)
-        .and_then(|()| {
-            in_transaction(
-        main,
-        "INSERT OR IGNORE INTO moved.edges (post, user, liked, at_ms, event_id, window, history) \
-         SELECT post, user, liked, at_ms, event_id, window, history FROM main.edges",
-        )
-        })
+        .and_then(|()| in_transaction(main, COPY_SQL))
         .and_then(|()| in_transaction(main, "DELETE FROM main.edges"));
     let detached = main.execute_batch("DETACH DATABASE moved").map_err(sql_err);
     moved?;

@@ -517,7 +517,7 @@ impl Embedded {
         }
         drop(conn);
         let conn = open_read_only(&path, "SELECT COUNT(*) FROM shards")?;
-        let edges = edge_file::open_read_only(dir, &conn);
+        let edges = edge_file::open_read_only(dir, &conn)?;
         let mut store = Embedded::on(conn, path);
         if let Some(edges) = edges {
             store.edges = Arc::new(Mutex::new(edges));
@@ -530,7 +530,8 @@ impl Embedded {
     /// ([`checkpoint_in_background`]), one per file.
     fn writer(conn: Connection, dir: &Path, path: PathBuf) -> PortResult<Embedded> {
         tune(&conn)?;
-        let edges = edge_file::open_writable(dir, &conn).map_err(|e| not_a_store(&path, e))?;
+        let edges = edge_file::open_writable(dir, &conn)
+            .map_err(|e| not_a_store(&dir.join(EDGES_FILE), e))?;
         let mut checkpointers = Vec::new();
         for (c, file) in [(&conn, path.clone()), (&edges, dir.join(EDGES_FILE))] {
             if let Some(checkpointer) = checkpoint_in_background(&file) {

@@ -562,6 +562,27 @@ fn an_edges_file_without_its_store_is_refused() {
     assert!(!dir.path().join(tally_embedded::DB_FILE).exists());
 }
 
+/// An `edges.db` SQLite cannot read as a database is named as what it is not, never read as a
+/// store without edges.
+#[test]
+fn a_corrupt_edges_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(format!("edges.db{suffix}")));
+    }
+    std::fs::write(
+        dir.path().join(tally_embedded::EDGES_FILE),
+        vec![b'x'; 8192],
+    )
+    .unwrap();
+    let err = Embedded::open_existing(dir.path()).err().expect("refused");
+    assert!(
+        err.to_string().contains("edges.db is not a tally store"),
+        "{err}"
+    );
+}
+
 /// A window's edge writes take no lock of `tally.db`, where the stream's puts, the counts and
 /// the leases are written: with another connection holding `tally.db`'s write lock, they are
 /// written at once (a wait for that lock would fail the call after 30 s, or the assertion).
