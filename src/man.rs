@@ -104,6 +104,10 @@ pub fn page() -> std::io::Result<Vec<u8>> {
             "./data/tally.db",
             "The embedded backend's store (SQLite; --data-dir DIR): stream, leases, counts, dead letters. Several processes on one machine share it.",
         ),
+        (
+            "./data/edges.db",
+            "Beside it, the likers' edges (SQLite): who likes which post. Part of the same store: copy, move or delete the two together.",
+        ),
     ] {
         item(&mut out, &esc(f), what);
     }
