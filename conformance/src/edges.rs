@@ -13,7 +13,9 @@ use tally_core::summary::{held_marker, marker};
 
 use super::{held_lease, seq, HORIZON_MS};
 
-fn like(post: &str, user: &str, liked: bool, at_ms: i64, id: &str) -> EdgeEvent {
+/// A like (`liked`) or an unlike of `post` by `user` at `at_ms`, as a window hands it to its
+/// edge writes: not clamped, no lost copies.
+pub fn like(post: &str, user: &str, liked: bool, at_ms: i64, id: &str) -> EdgeEvent {
     EdgeEvent {
         post_id: post.into(),
         user_id: user.into(),

@@ -51,7 +51,7 @@ pub use counter::{
 };
 pub use edges::{
     a_clamped_event_that_lost_is_remembered, a_corrupt_edge_is_named,
-    a_fresh_store_takes_the_first_claim, an_edge_two_shards_write_keeps_each_window_s_write,
+    a_fresh_store_takes_the_first_claim, an_edge_two_shards_write_keeps_each_window_s_write, like,
     likers_come_most_recent_first, likers_edges_are_written_once, the_count_mode_is_claimed_once,
 };
 pub use leases::{

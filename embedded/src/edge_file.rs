@@ -130,14 +130,10 @@ fn move_from_main(main: &Connection, path: &Path) -> PortResult<()> {
     detached
 }
 
-/// Runs `sql` in one write transaction, rolled back if it fails.
+/// Runs `sql` in one write transaction (rusqlite's, rolled back on drop if it fails).
 fn in_transaction(c: &Connection, sql: &str) -> PortResult<()> {
-    c.execute_batch("BEGIN IMMEDIATE").map_err(sql_err)?;
-    match c.execute_batch(sql) {
-        Ok(()) => c.execute_batch("COMMIT").map_err(sql_err),
-        Err(e) => {
-            let _ = c.execute_batch("ROLLBACK");
-            Err(sql_err(e))
-        }
-    }
+    let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    tx.execute_batch(sql).map_err(sql_err)?;
+    tx.commit().map_err(sql_err)
 }

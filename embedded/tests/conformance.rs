@@ -370,21 +370,13 @@ async fn a_corrupt_edge_is_named() {
 /// still found — and no edge item is left behind.
 #[tokio::test]
 async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
-    use tally_core::edge::{self, EdgeEvent};
+    use tally_core::edge;
     use tally_core::ports::{Consistency, CountReader};
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join(tally_embedded::DB_FILE);
     drop(Embedded::open(dir.path(), 1).unwrap());
     // The old layout: an edge item written as the old store wrote it, and no `edges` table.
-    let e = EdgeEvent {
-        post_id: "p1".into(),
-        user_id: "u1".into(),
-        liked: true,
-        at_ms: 1_796_000_000_000,
-        event_id: "a".into(),
-        clamped: false,
-        lost: Vec::new(),
-    };
+    let e = edge_event("u1", true, 1_796_000_000_000, "a");
     let old = edge::written(&e, "0010@shard-0", None);
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
@@ -413,17 +405,9 @@ async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
     assert_eq!(left, 0, "no edge item is left in items");
 }
 
-/// An edge event of `p1` (`tally_core::edge::EdgeEvent`).
+/// An edge event of `p1` (the conformance suite's `like`).
 fn edge_event(user: &str, liked: bool, at_ms: i64, id: &str) -> tally_core::edge::EdgeEvent {
-    tally_core::edge::EdgeEvent {
-        post_id: "p1".into(),
-        user_id: user.into(),
-        liked,
-        at_ms,
-        event_id: id.into(),
-        clamped: false,
-        lost: Vec::new(),
-    }
+    tally_conformance::like("p1", user, liked, at_ms, id)
 }
 
 /// What a store's edges of `p1` read as: its likers in user order, most recent first, and the
