@@ -358,3 +358,57 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     assert!(r["posts_checked"].as_u64().unwrap() > 100, "{r}");
     demo.close().await.unwrap();
 }
+
+/// `--until-idle` ends when its last shard goes idle, not at the worker's next lease poll: with
+/// a poll of 10 s, the round that takes the leases comes at 10 s (the first only joins the
+/// fleet) and the next poll at 20 s, so a counter that waited for it would end after 20 s; this
+/// one ends soon after 10 s, every count exact. (The 10 s between is the margin a busy machine
+/// has: nothing here is a measure of speed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_exit_ends_when_the_last_shard_goes_idle_not_at_the_next_poll() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 200, 6, 17);
+    let poll = Duration::from_secs(10);
+    let settings = Settings::load(None, |s| {
+        s.data_dir = t.dir.path().to_owned();
+        s.lease.lease_poll_interval = poll;
+        s.lease.idle_poll = Duration::from_millis(50);
+    })
+    .unwrap();
+    let backend = tally::backend::Backend::open(&settings).await.unwrap();
+    let cfg = tally::replay::ReplayConfig {
+        file,
+        speed: None,
+        rate: 0.0,
+        hot: Default::default(),
+    };
+    tally::replay::replay(
+        backend.stream.as_ref(),
+        &cfg,
+        &indicatif::ProgressBar::hidden(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let idle = std::sync::Arc::new(tally_consumer::worker::IdleExit::default());
+    idle.arm();
+    let started = std::time::Instant::now();
+    let (_, leases) = tally::apps::run_counter(&settings, &backend, idle, std::future::pending())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= poll,
+        "the leases are taken at the second round: {took:?}"
+    );
+    assert!(
+        took < 2 * poll - Duration::from_millis(500),
+        "waited for the poll after the leases were taken: {took:?}"
+    );
+    assert_eq!(leases.taken.load(std::sync::atomic::Ordering::Relaxed), 4);
+    for (post, n) in &exp.counts {
+        let got = backend.counter.post_count(post, None).await.unwrap().total;
+        assert_eq!(got, *n, "{post}");
+    }
+}

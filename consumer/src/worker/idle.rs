@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 
 use tally_core::lease::Lease;
 use tally_core::ports::ShardState;
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use super::shard::Running;
 use super::Worker;
 use tally_core::clock::now_ms;
 
@@ -17,6 +19,9 @@ pub struct IdleExit {
     armed_at: Mutex<Option<Instant>>,
     /// The same moment by the wall clock, to compare with other workers' reports.
     armed_at_ms: Mutex<Option<i64>>,
+    /// Rung by a shard task when its shard goes idle, so that the worker checks at once rather
+    /// than at its next lease poll (`Worker::pause`).
+    went_idle: Notify,
 }
 
 impl IdleExit {
@@ -37,6 +42,26 @@ impl IdleExit {
     pub(super) fn armed_at(&self) -> Option<Instant> {
         self.armed_at.lock().ok().and_then(|a| *a)
     }
+
+    /// A shard has just gone idle (caught up and flushed since the exit was armed).
+    pub(super) fn shard_went_idle(&self) {
+        self.went_idle.notify_one();
+    }
+
+    /// Until a shard goes idle (at once if one did since the last call).
+    pub(super) async fn a_shard_went_idle(&self) {
+        self.went_idle.notified().await;
+    }
+}
+
+/// Whether the shard `r` runs has been idle since the exit was armed at `armed`: its last empty
+/// read started later.
+fn idle_since(r: &Running, armed: Instant) -> bool {
+    r.idle_at
+        .lock()
+        .ok()
+        .and_then(|t| *t)
+        .is_some_and(|t| t > armed)
 }
 
 /// How long an armed idle exit waits before saying what it waits for, and how often it repeats.
@@ -57,13 +82,10 @@ impl Worker {
             .iter()
             .filter(|st| {
                 let l = &st.lease;
-                let ours_idle = self.running.get(&l.shard_id).is_some_and(|r| {
-                    r.idle_at
-                        .lock()
-                        .ok()
-                        .and_then(|t| *t)
-                        .is_some_and(|t| t > armed)
-                });
+                let ours_idle = self
+                    .running
+                    .get(&l.shard_id)
+                    .is_some_and(|r| idle_since(r, armed));
                 let theirs_idle = !self.running.contains_key(&l.shard_id)
                     && l.is_held(now)
                     && st.pending.is_none()
@@ -78,6 +100,15 @@ impl Worker {
             self.report_waiting(&waiting);
         }
         waiting.is_empty()
+    }
+
+    /// Whether every shard this worker runs is idle since the exit was armed (and it runs some):
+    /// only then can a round find the worker idle, so only then does a shard going idle end the
+    /// pause before it. An in-memory check, however many shards; the listing is the round's.
+    pub(super) fn ours_idle(&self) -> bool {
+        self.idle_exit.armed_at().is_some_and(|armed| {
+            !self.running.is_empty() && self.running.values().all(|r| idle_since(r, armed))
+        })
     }
 
     /// Says what an armed idle exit is waiting for, at most every [`IDLE_WAIT_REPORT`]: shards

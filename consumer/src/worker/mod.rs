@@ -130,10 +130,9 @@ async fn run_inner(
             Ok(Round::Idle) => break Ok(()),
             Err(e) => break Err(e),
         }
-        tokio::select! {
-            _ = &mut shutdown => { info!("shutting down"); break Ok(()); }
-            _ = tokio::time::sleep(w.cfg.lease_poll_interval) => {}
-            _ = w.wake.notified() => {}
+        if w.pause(&mut shutdown).await == Pause::ShuttingDown {
+            info!("shutting down");
+            break Ok(());
         }
     };
     let stopped = w.stop().await;
@@ -151,7 +150,37 @@ enum Round {
     Idle,
 }
 
+/// How the pause between two rounds ended.
+#[derive(PartialEq)]
+enum Pause {
+    /// The next round is due.
+    Round,
+    ShuttingDown,
+}
+
 impl Worker {
+    /// Between two rounds: until the next lease poll, a shard task's end, or — with the idle exit
+    /// armed — a shard going idle when every shard of this worker is (the round that finds the
+    /// worker idle then comes at once, not up to a poll later: `tally count --until-idle` took
+    /// 0.5 s longer, BENCHMARKS). A shard going idle while others are not changes nothing a
+    /// round would see here, so the pause goes on to its poll.
+    async fn pause(&mut self, shutdown: &mut (impl Future<Output = ()> + Unpin)) -> Pause {
+        let next_poll = tokio::time::Instant::now() + self.cfg.lease_poll_interval;
+        let idle_exit = self.idle_exit.clone();
+        loop {
+            tokio::select! {
+                _ = &mut *shutdown => return Pause::ShuttingDown,
+                _ = tokio::time::sleep_until(next_poll) => return Pause::Round,
+                _ = self.wake.notified() => return Pause::Round,
+                _ = idle_exit.a_shard_went_idle() => {
+                    if self.ours_idle() {
+                        return Pause::Round;
+                    }
+                }
+            }
+        }
+    }
+
     /// One round: reap ended tasks, report, discover shards, take leases, clean up finished
     /// rows, and check for idleness.
     async fn iterate(&mut self) -> Result<Round, ConsumerError> {

@@ -256,8 +256,13 @@ impl ShardTask {
                 processor.flush(false).await?;
                 // A processor still waiting for records it knows of is not idle.
                 if !processor.waiting() {
-                    if let Ok(mut t) = self.idle_at.lock() {
-                        *t = Some(read_started);
+                    let went_idle = self
+                        .idle_at
+                        .lock()
+                        .is_ok_and(|mut t| t.replace(read_started).is_none());
+                    // The worker need not wait for its next poll to find every shard idle.
+                    if went_idle {
+                        self.idle_exit.shard_went_idle();
                     }
                 }
             } else {
