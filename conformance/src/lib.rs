@@ -18,7 +18,7 @@ pub(crate) fn seq(s: &str) -> Position {
 }
 
 /// Creates a fresh shard's lease row and takes it as worker `w1`.
-pub(crate) async fn held_lease(
+pub async fn held_lease(
     store: &(impl LeaseStore + ?Sized),
     app: &str,
     shard: &str,

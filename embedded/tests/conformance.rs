@@ -619,3 +619,163 @@ async fn a_corrupt_trending_sketch_is_named() {
     })
     .await;
 }
+
+/// The edges' file commits at `synchronous = NORMAL`, and what depends on its edges is written
+/// in `tally.db` only once they are durable (`edge_file`, "Durable in order"): a window's posts,
+/// its rest and its checkpoint each first sync every edge commit made before them (each is
+/// checked here as the first write after edges) — one synced
+/// commit of `edges.db`, seen here as its `user_version` moving — and sync nothing when no edge
+/// of their shard was written since (another shard's window syncs for its own). A handle's first
+/// such write syncs once anyway: edges of a process before it may not be synced.
+#[tokio::test]
+async fn edges_are_synced_before_the_writes_that_depend_on_them() {
+    use tally_core::dedup::DedupRecord;
+    use tally_core::ports::{CountReader, ShardTally, WindowRef, WindowRest, WindowWriter};
+    use tally_core::Position;
+    let (dir, e) = store(1);
+    let syncs = || -> i64 {
+        rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap()
+    };
+    let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
+    let dedup = DedupRecord {
+        max_arrival: 1_000,
+        ids: vec![],
+    };
+    let rest = WindowRest {
+        dead_letters: &[],
+        total_delta: 0,
+        dedup: &dedup,
+        horizon_ms: 1_000,
+    };
+    let mut checkpoint: Option<Position> = None;
+    let mut seen = Vec::new();
+    for (n, edges) in [
+        // Edges, then posts (the handle's first sync), the rest, more edges, the checkpoint.
+        vec![edge_event("u1", true, 10, "e1")],
+        // No edge: nothing to sync.
+        vec![],
+        // Edges, then the checkpoint at once.
+        vec![edge_event("u2", true, 20, "e2")],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let end = Position::parse(&format!("{}", 10 * (n + 1))).unwrap();
+        e.begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
+            .await
+            .unwrap();
+        let at = WindowRef {
+            app: &fence.app,
+            shard_id: &fence.shard_id,
+            end: &end,
+            held: false,
+        };
+        let mut step = Vec::new();
+        if !edges.is_empty() {
+            e.apply_edges(at, &edges).await.unwrap();
+            step.push(("edges", syncs()));
+        }
+        if n == 0 {
+            e.apply_posts(at, &[]).await.unwrap();
+            step.push(("posts", syncs()));
+            e.apply_edges(at, &[edge_event("u3", true, 30, "e3")])
+                .await
+                .unwrap();
+            step.push(("more edges", syncs()));
+        }
+        if n < 2 {
+            e.apply_rest(at, rest).await.unwrap();
+            step.push(("rest", syncs()));
+        }
+        e.finish_window(&fence, &end, 1_000, false, &ShardTally::default(), None)
+            .await
+            .unwrap();
+        step.push(("checkpoint", syncs()));
+        checkpoint = Some(end);
+        seen.push(step);
+    }
+    assert_eq!(
+        seen,
+        vec![
+            vec![
+                ("edges", 0),
+                ("posts", 1),
+                ("more edges", 1),
+                ("rest", 2),
+                ("checkpoint", 2)
+            ],
+            vec![("rest", 2), ("checkpoint", 2)],
+            vec![("edges", 2), ("checkpoint", 3)],
+        ],
+        "edges are synced by the first write that depends on them, and only then"
+    );
+    assert_eq!(
+        e.likers("p1", None, 10).await.unwrap().users,
+        ["u1", "u2", "u3"]
+    );
+    // A window waits for its own shard's edges, not another's: shard 1's rest after shard 0's
+    // edges syncs nothing, shard 0's own rest does.
+    let other = tally_conformance::held_lease(&e, "counter", "shardId-000000000001").await;
+    let (end, other_end) = (
+        Position::parse("40").unwrap(),
+        Position::parse("45").unwrap(),
+    );
+    e.begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
+        .await
+        .unwrap();
+    e.begin_window(&other, None, &other_end.seq, &other_end, 1_000.into())
+        .await
+        .unwrap();
+    let at = WindowRef {
+        app: &fence.app,
+        shard_id: &fence.shard_id,
+        end: &end,
+        held: false,
+    };
+    let other_at = WindowRef {
+        shard_id: &other.shard_id,
+        end: &other_end,
+        ..at
+    };
+    e.apply_edges(at, &[edge_event("u4", true, 40, "e4")])
+        .await
+        .unwrap();
+    e.apply_rest(other_at, rest).await.unwrap();
+    assert_eq!(
+        syncs(),
+        3,
+        "another shard's window does not wait for these edges"
+    );
+    e.apply_rest(at, rest).await.unwrap();
+    assert_eq!(syncs(), 4, "their own window does");
+    for (f, end) in [(&fence, &end), (&other, &other_end)] {
+        e.finish_window(f, end, 1_000, false, &ShardTally::default(), None)
+            .await
+            .unwrap();
+    }
+    checkpoint = Some(end);
+    // Another handle (another process, say) syncs before its first write of counts, though it
+    // wrote no edge: one made before it may not be synced.
+    let again = Embedded::open_existing(dir.path()).unwrap();
+    let end = Position::parse("50").unwrap();
+    again
+        .begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
+        .await
+        .unwrap();
+    let at = WindowRef {
+        app: &fence.app,
+        shard_id: &fence.shard_id,
+        end: &end,
+        held: false,
+    };
+    again.apply_rest(at, rest).await.unwrap();
+    assert_eq!(syncs(), 5, "a handle's first write of counts syncs");
+    again
+        .finish_window(&fence, &end, 1_000, false, &ShardTally::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(syncs(), 5, "and only the first");
+}

@@ -121,6 +121,8 @@ impl WindowWriter for Embedded {
         w: WindowRef<'_>,
         posts: &[(String, PostDelta)],
     ) -> PortResult<PostsApplied> {
+        // Never in tally.db before the edges it depends on are durable ("Durable in order").
+        self.edges_durable(w.shard_id).await?;
         let (shard, end, posts) = (
             w.shard_id.to_owned(),
             summary::marker_of(&w),
@@ -145,6 +147,8 @@ impl WindowWriter for Embedded {
     }
 
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied> {
+        // Never in tally.db before the edges it depends on are durable ("Durable in order").
+        self.edges_durable(w.shard_id).await?;
         let (app, shard, seq_end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.clone());
         let end = summary::marker_of(&w);
         let (dead, total_delta, dedup, horizon_ms) = (
@@ -191,6 +195,8 @@ impl WindowWriter for Embedded {
         spent: &ShardTally,
         renewal: Option<&Renewal>,
     ) -> PortResult<Option<String>> {
+        // Never in tally.db before the edges it depends on are durable ("Durable in order").
+        self.edges_durable(&fence.shard_id).await?;
         let (fence, end, spent, renewal) = (fence.clone(), end.clone(), *spent, renewal.cloned());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
@@ -236,8 +242,10 @@ impl WindowWriter for Embedded {
     async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
         let window = edge::window_id(w.shard_id, &summary::marker(w.end));
         let edges = edges.to_vec();
-        self.run_edges(move |c| super::edges::apply_edges(c, &window, &edges))
-            .await
+        self.write_edges(w.shard_id, move |c| {
+            super::edges::apply_edges(c, &window, &edges)
+        })
+        .await
     }
 
     async fn record_window_edges(
