@@ -15,12 +15,13 @@
 //! earlier one is synced before the later is made: a window's edge record is synced in
 //! `tally.db` before its edges are written (and with it the stream's records the window read,
 //! earlier in the same WAL), and the edges are synced here before the window's counts and
-//! checkpoint are written in `tally.db` ([`EdgeSyncs`]: the first write of a window's counts, its
-//! rest or its checkpoint after its shard's edge commits syncs this file once, [`sync`]; a sync
-//! of a WAL makes every commit before it durable, another window's or another process's too). So a power cut
-//! keeps a prefix of what a window did, as in one file: never counts without their edges, nor
-//! edges without the records and the edge record they came from. (With every edge call synced,
-//! the likers counter over the demo's records synced this WAL 73 times; now 33: BENCHMARKS.)
+//! checkpoint are written in `tally.db` ([`EdgeSyncs`]: the first write of a window's counts,
+//! its rest or its checkpoint after its shard's edge commits syncs this file once, [`sync`]; a
+//! sync of a WAL makes every commit before it durable, another window's or another process's
+//! too). So a power cut keeps a prefix of what a window did, as in one file: never counts
+//! without their edges, nor edges without the records and the edge record they came from.
+//! (With every edge call synced, the likers counter over the demo's records synced this WAL 73
+//! times; now 33: BENCHMARKS.)
 //!
 //! A store made before kept its edges in `tally.db`'s `edges` table (`edges.sql`, created there
 //! still). The first handle that may write moves them ([`move_from_main`]) in two commits, since
