@@ -162,8 +162,8 @@ impl Worker {
     /// Between two rounds: until the next lease poll, a shard task's end, or — with the idle exit
     /// armed — a shard going idle when every shard of this worker is (the round that finds the
     /// worker idle then comes at once, not up to a poll later: `tally count --until-idle` ended
-    /// on the poll's 500 ms steps, BENCHMARKS "The idle exit at once"). A shard going idle while others are not changes nothing a
-    /// round would see here, so the pause goes on to its poll.
+    /// on the poll's 500 ms steps, BENCHMARKS "The idle exit at once"). A shard going idle while
+    /// others are not changes nothing a round would see here, so the pause goes on to its poll.
     async fn pause(&mut self, shutdown: &mut (impl Future<Output = ()> + Unpin)) -> Pause {
         let next_poll = tokio::time::Instant::now() + self.cfg.lease_poll_interval;
         let idle_exit = self.idle_exit.clone();
