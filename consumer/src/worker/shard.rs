@@ -252,15 +252,17 @@ impl ShardTask {
                 tokio::time::sleep(Duration::from_millis(200).min(self.cfg.idle_poll)).await;
             }
         } else if batch.records.is_empty() {
-            if self.idle_exit.armed_at().is_some() {
+            if let Some(armed) = self.idle_exit.armed_at() {
                 processor.flush(false).await?;
                 // A processor still waiting for records it knows of is not idle.
                 if !processor.waiting() {
-                    let went_idle = self
-                        .idle_at
-                        .lock()
-                        .is_ok_and(|mut t| t.replace(read_started).is_none());
-                    // The worker need not wait for its next poll to find every shard idle.
+                    // Idle since the exit was armed only now (a read that started before it
+                    // does not count: `idle_since`): the worker need not wait for its next poll
+                    // to find every shard idle. Rung once a time, not at every idle read.
+                    let went_idle = self.idle_at.lock().is_ok_and(|mut t| {
+                        let before = t.replace(read_started);
+                        read_started > armed && before.is_none_or(|b| b <= armed)
+                    });
                     if went_idle {
                         self.idle_exit.shard_went_idle();
                     }
