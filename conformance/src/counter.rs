@@ -66,7 +66,8 @@ fn done(p: tally_core::ports::PostsApplied) -> Applied {
     p.applied
 }
 
-fn at<'a>(fence: &'a Fence, end: &'a Position) -> WindowRef<'a> {
+/// The window of `fence`'s shard ending at `end`, as the counter names it to the store.
+pub fn at<'a>(fence: &'a Fence, end: &'a Position) -> WindowRef<'a> {
     WindowRef {
         app: &fence.app,
         shard_id: &fence.shard_id,

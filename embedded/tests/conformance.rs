@@ -629,9 +629,16 @@ async fn a_corrupt_trending_sketch_is_named() {
 /// such write syncs once anyway: edges of a process before it may not be synced.
 #[tokio::test]
 async fn edges_are_synced_before_the_writes_that_depend_on_them() {
+    use tally_conformance::window_at;
     use tally_core::dedup::DedupRecord;
-    use tally_core::ports::{CountReader, ShardTally, WindowRef, WindowRest, WindowWriter};
+    use tally_core::ports::{CountReader, Fence, ShardTally, WindowRest, WindowWriter};
     use tally_core::Position;
+    /// Records the window of `fence`'s shard after `after` up to `end` as pending.
+    async fn begin(e: &Embedded, fence: &Fence, after: Option<&Position>, end: &Position) {
+        e.begin_window(fence, after, &end.seq, end, 1_000.into())
+            .await
+            .unwrap();
+    }
     let (dir, e) = store(1);
     let syncs = || -> i64 {
         rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
@@ -664,15 +671,8 @@ async fn edges_are_synced_before_the_writes_that_depend_on_them() {
     .enumerate()
     {
         let end = Position::parse(&format!("{}", 10 * (n + 1))).unwrap();
-        e.begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
-            .await
-            .unwrap();
-        let at = WindowRef {
-            app: &fence.app,
-            shard_id: &fence.shard_id,
-            end: &end,
-            held: false,
-        };
+        begin(&e, &fence, checkpoint.as_ref(), &end).await;
+        let at = window_at(&fence, &end);
         let mut step = Vec::new();
         if !edges.is_empty() {
             e.apply_edges(at, &edges).await.unwrap();
@@ -723,23 +723,10 @@ async fn edges_are_synced_before_the_writes_that_depend_on_them() {
         Position::parse("40").unwrap(),
         Position::parse("45").unwrap(),
     );
-    e.begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
-        .await
-        .unwrap();
-    e.begin_window(&other, None, &other_end.seq, &other_end, 1_000.into())
-        .await
-        .unwrap();
-    let at = WindowRef {
-        app: &fence.app,
-        shard_id: &fence.shard_id,
-        end: &end,
-        held: false,
-    };
-    let other_at = WindowRef {
-        shard_id: &other.shard_id,
-        end: &other_end,
-        ..at
-    };
+    begin(&e, &fence, checkpoint.as_ref(), &end).await;
+    begin(&e, &other, None, &other_end).await;
+    let at = window_at(&fence, &end);
+    let other_at = window_at(&other, &other_end);
     e.apply_edges(at, &[edge_event("u4", true, 40, "e4")])
         .await
         .unwrap();
@@ -761,16 +748,8 @@ async fn edges_are_synced_before_the_writes_that_depend_on_them() {
     // wrote no edge: one made before it may not be synced.
     let again = Embedded::open_existing(dir.path()).unwrap();
     let end = Position::parse("50").unwrap();
-    again
-        .begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
-        .await
-        .unwrap();
-    let at = WindowRef {
-        app: &fence.app,
-        shard_id: &fence.shard_id,
-        end: &end,
-        held: false,
-    };
+    begin(&again, &fence, checkpoint.as_ref(), &end).await;
+    let at = window_at(&fence, &end);
     again.apply_rest(at, rest).await.unwrap();
     assert_eq!(syncs(), 5, "a handle's first write of counts syncs");
     again

@@ -300,6 +300,34 @@ async fn the_read_side_runs_from_its_own_config() {
     server.await.unwrap().unwrap();
 }
 
+/// Puts every record of `file` into the backend's stream, as fast as it takes them.
+async fn replay_all(
+    backend: &tally::backend::Backend,
+    file: std::path::PathBuf,
+) -> tally::replay::Replayed {
+    let cfg = tally::replay::ReplayConfig {
+        file,
+        speed: None,
+        rate: 0.0,
+        hot: Default::default(),
+    };
+    tally::replay::replay(
+        backend.stream.as_ref(),
+        &cfg,
+        &indicatif::ProgressBar::hidden(),
+        &Default::default(),
+    )
+    .await
+    .unwrap()
+}
+
+/// An idle exit armed now (`--until-idle`).
+fn armed() -> std::sync::Arc<tally_consumer::worker::IdleExit> {
+    let idle = std::sync::Arc::new(tally_consumer::worker::IdleExit::default());
+    idle.arm();
+    idle
+}
+
 /// Replay, the counter and the demo as library entry points, called without clap: a file put by
 /// `replay::replay` from its own config and counted by `apps::run_counter` to idle reads back
 /// exact, and a `Demo` run from a `DemoConfig` reports every count it checked exact.
@@ -310,24 +338,9 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     let exp = write_contract_file(&file, 300, 8, 13);
     let settings = Settings::load(None, |s| s.data_dir = t.dir.path().to_owned()).unwrap();
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
-    let cfg = tally::replay::ReplayConfig {
-        file,
-        speed: None,
-        rate: 0.0,
-        hot: Default::default(),
-    };
-    let replayed = tally::replay::replay(
-        backend.stream.as_ref(),
-        &cfg,
-        &indicatif::ProgressBar::hidden(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
+    let replayed = replay_all(&backend, file).await;
     assert_eq!(replayed.stats.records as usize, exp.lines);
-    let idle = std::sync::Arc::new(tally_consumer::worker::IdleExit::default());
-    idle.arm();
-    let (m, _) = tally::apps::run_counter(&settings, &backend, idle, std::future::pending())
+    let (m, _) = tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
         .await
         .unwrap();
     assert_eq!(
@@ -377,26 +390,12 @@ async fn an_idle_exit_ends_when_the_last_shard_goes_idle_not_at_the_next_poll() 
     })
     .unwrap();
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
-    let cfg = tally::replay::ReplayConfig {
-        file,
-        speed: None,
-        rate: 0.0,
-        hot: Default::default(),
-    };
-    tally::replay::replay(
-        backend.stream.as_ref(),
-        &cfg,
-        &indicatif::ProgressBar::hidden(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    let idle = std::sync::Arc::new(tally_consumer::worker::IdleExit::default());
-    idle.arm();
+    replay_all(&backend, file).await;
     let started = std::time::Instant::now();
-    let (_, leases) = tally::apps::run_counter(&settings, &backend, idle, std::future::pending())
-        .await
-        .unwrap();
+    let (_, leases) =
+        tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
+            .await
+            .unwrap();
     let took = started.elapsed();
     assert!(
         took >= poll,
