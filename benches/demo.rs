@@ -208,28 +208,31 @@ type EdgeRowCols = (String, String, i64, i64, String, String, Vec<u8>);
 /// store's one writer), and parted by post over two files written at once on two threads (what
 /// edges in files of their own would allow on this machine's two cores). Seconds, seconds, rows.
 fn edge_floor(counted: &std::path::Path) -> (f64, f64, usize) {
-    let src =
-        Connection::open(counted.join(tally_embedded::EDGES_FILE)).expect("the counted store");
-    let rows: Vec<EdgeRowCols> = src
-        .prepare(
-            "SELECT post, user, liked, at_ms, event_id, window, history FROM edges \
-             ORDER BY substr(window, 1, instr(window, '@')), post, user",
-        )
-        .expect("prepare")
-        .query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        })
-        .expect("read the edges")
-        .collect::<Result<_, _>>()
-        .expect("edges");
+    let mut rows: Vec<EdgeRowCols> = Vec::new();
+    for part in tally_embedded::edge_files(counted).expect("the counted store's edge files") {
+        let src = Connection::open(part).expect("the counted store");
+        let part_rows = src
+            .prepare("SELECT post, user, liked, at_ms, event_id, window, history FROM edges")
+            .expect("prepare")
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .expect("read the edges")
+            .collect::<Result<Vec<EdgeRowCols>, _>>()
+            .expect("edges");
+        rows.extend(part_rows);
+    }
+    // The window's end (before its '@'), then post and user.
+    let window_of = |r: &EdgeRowCols| r.5.split('@').next().unwrap_or("").to_owned();
+    rows.sort_by_cached_key(|r| (window_of(r), r.0.clone(), r.1.clone()));
     let one = write_bare(&[rows.iter().collect()]);
     let mut parts: [Vec<&EdgeRowCols>; 2] = [Vec::new(), Vec::new()];
     for r in &rows {

@@ -309,12 +309,22 @@ pub async fn delete(s: &Settings) -> Result<String> {
     match s.backend {
         BackendKind::Embedded => {
             let mut deleted = Vec::new();
-            let files = [tally_embedded::DB_FILE, tally_embedded::EDGES_FILE];
-            for (file, suffix) in files
+            // tally.db, and every part of the likers' edges (edges.db, edges-1.db…).
+            let mut files: Vec<String> = ["", "-wal", "-shm"]
                 .iter()
-                .flat_map(|f| ["", "-wal", "-shm"].map(|s| (f, s)))
-            {
-                let f = s.data_dir.join(format!("{file}{suffix}"));
+                .map(|suffix| format!("{}{suffix}", tally_embedded::DB_FILE))
+                .collect();
+            let mut parts: Vec<String> = std::fs::read_dir(&s.data_dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|f| f.file_name().to_string_lossy().into_owned())
+                .filter(|name| tally_embedded::is_edge_file(name))
+                .collect();
+            parts.sort();
+            files.extend(parts);
+            for file in files {
+                let f = s.data_dir.join(file);
                 match std::fs::remove_file(&f) {
                     Ok(()) => deleted.push(f.display().to_string()),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

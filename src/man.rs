@@ -105,8 +105,8 @@ pub fn page() -> std::io::Result<Vec<u8>> {
             "The embedded backend's store (SQLite; --data-dir DIR): stream, leases, counts, dead letters. Several processes on one machine share it.",
         ),
         (
-            "./data/edges.db",
-            "Beside it, the likers' edges (SQLite): who likes which post. Part of the same store: copy, move or delete the two together.",
+            "./data/edges.db, ./data/edges-1.db",
+            "Beside it, the likers' edges (SQLite), parted by post: who likes which post. Part of the same store: copy, move or delete the files together.",
         ),
     ] {
         item(&mut out, &esc(f), what);

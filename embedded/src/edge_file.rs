@@ -39,27 +39,61 @@ use std::sync::Mutex;
 use rusqlite::Connection;
 use tally_core::ports::{PortError, PortResult};
 
+use crate::edge_parts::{self, EDGES_FILE};
 use crate::{journal, retrying, sql_err, stores, synced, tune, wait_for_locks};
-
-/// The edges' file's name inside the data dir.
-pub const EDGES_FILE: &str = "edges.db";
 
 /// The `edges` table, the same in this file and (the stores made before) in `tally.db`.
 pub(crate) const EDGES_SQL: &str = include_str!("edges.sql");
 
-/// The edges' connection of a handle that may write: the file opened (made and set up if new:
-/// WAL, pages, the table), the recent index as `tally.db` has it, and the edges a store made
-/// before kept in `main` moved into it.
-pub(crate) fn open_writable(dir: &Path, main: &Connection) -> PortResult<Connection> {
-    let path = dir.join(EDGES_FILE);
+/// The edges' connections of a handle that may write, one per part (`edge_parts`): each file
+/// opened (made and set up if new: WAL, pages, the table; the first with the layout), the
+/// recent index as `tally.db` has it, and the edges a store made before kept in `main` moved
+/// into the one part such a store has.
+pub(crate) fn open_writable(dir: &Path, main: &Connection) -> PortResult<Vec<Connection>> {
+    // A store whose edges are still in tally.db keeps one part: they are moved into it.
+    let new_parts = if held_in_main(main)? {
+        1
+    } else {
+        edge_parts::NEW_STORE_PARTS
+    };
+    let first = open_part(dir, 0, main, Some(new_parts))?;
+    let parts = edge_parts::recorded(&first)?;
+    let mut conns = vec![first];
+    for i in 1..parts {
+        conns.push(open_part(dir, i, main, None)?);
+    }
+    if parts > 1 && held_in_main(main)? {
+        return Err(PortError::Other(format!(
+            "{} holds likers' edges although its edges are parted over {parts} files: it was \
+             written by an older tally since; count with the version that parted them",
+            dir.join(crate::DB_FILE).display()
+        )));
+    }
+    move_from_main(main, &dir.join(EDGES_FILE))?;
+    Ok(conns)
+}
+
+/// Part `i`'s connection, its file made and set up if new (`layout`: the first part's, with the
+/// parts a new store gets). A first part set up anew finds no other part's file left beside it.
+fn open_part(
+    dir: &Path,
+    i: usize,
+    main: &Connection,
+    layout: Option<usize>,
+) -> PortResult<Connection> {
+    let path = dir.join(edge_parts::part_file(i));
     let conn = Connection::open(&path)
         .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
     wait_for_locks(&conn)?;
     // Set up already: read as it is, without the write lock (a counter may hold it).
     if !is_ready(&conn)? {
+        if layout.is_some() {
+            refuse_parts_left(dir)?;
+        }
+        let layout = layout.map(edge_parts::layout_sql).unwrap_or_default();
         retrying(&conn, |c| {
             journal(c)?;
-            c.execute_batch(&format!("BEGIN IMMEDIATE; {EDGES_SQL} COMMIT"))
+            c.execute_batch(&format!("BEGIN IMMEDIATE; {EDGES_SQL} {layout} COMMIT"))
                 .map_err(sql_err)
         })?;
     }
@@ -68,21 +102,44 @@ pub(crate) fn open_writable(dir: &Path, main: &Connection) -> PortResult<Connect
         conn.execute_batch(stores::RECENT_INDEX_SQL)
             .map_err(sql_err)?;
     }
-    move_from_main(main, &path)?;
     Ok(conn)
 }
 
-/// The edges' connection of a read-only store: this file read-only (as an immutable file where
-/// SQLite cannot make its shared memory beside it), or `None` when the edges are still in
-/// `tally.db` (a store made before, never opened to write since). A file there that cannot be
-/// read is an error naming it, never a store read as if it had no edges.
-pub(crate) fn open_read_only(dir: &Path, main: &Connection) -> PortResult<Option<Connection>> {
+/// A part's file other than the first, left beside a first part being set up anew: from
+/// another store, whose edges the new one would read as its own.
+fn refuse_parts_left(dir: &Path) -> PortResult<()> {
+    match edge_parts::part_file_left(dir, true) {
+        Some(left) => Err(PortError::Other(format!(
+            "{} is left from another store's likers' edges (its {EDGES_FILE} is gone): a new \
+             store would count them as its own. Move it away (with its -wal and -shm files), \
+             or restore {EDGES_FILE} beside it",
+            left.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The edges' connections of a read-only store, one per part: read-only (as immutable files
+/// where SQLite cannot make their shared memory beside them), or `None` when the edges are
+/// still in `tally.db` (a store made before, never opened to write since). A file there that
+/// cannot be read is an error naming it, never a store read as if it had no edges.
+pub(crate) fn open_read_only(dir: &Path, main: &Connection) -> PortResult<Option<Vec<Connection>>> {
     let path = dir.join(EDGES_FILE);
     // A store older still, with no `edges` table in `tally.db`: read as it was (unmoved).
     if !path.is_file() || held_in_main(main).unwrap_or(true) {
         return Ok(None);
     }
-    crate::open_read_only(&path, "SELECT COUNT(*) FROM edges LIMIT 1").map(Some)
+    let first = crate::open_read_only(&path, "SELECT COUNT(*) FROM edges LIMIT 1")?;
+    let parts = edge_parts::recorded(&first)?;
+    let mut conns = vec![first];
+    for i in 1..parts {
+        let path = dir.join(edge_parts::part_file(i));
+        conns.push(crate::open_read_only(
+            &path,
+            "SELECT COUNT(*) FROM edges LIMIT 1",
+        )?);
+    }
+    Ok(Some(conns))
 }
 
 /// Whether the file is set up already: WAL, and the table there.

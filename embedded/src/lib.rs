@@ -1,13 +1,13 @@
 #![warn(missing_docs)]
-//! The embedded backend: every port on two SQLite files under a data dir, [`DB_FILE`] and
-//! [`EDGES_FILE`].
+//! The embedded backend: every port on SQLite files under a data dir, [`DB_FILE`] and the likers'
+//! edges' parts ([`EDGES_FILE`] and the others of `edge_parts`).
 //!
 //! Layout: `schema.sql` holds `tally.db`'s tables — `shards` and `batches` (the stream: one log,
 //! sequence numbers from SQLite's AUTOINCREMENT rowid, rendered as decimal strings), `leases`
 //! (lease and checkpoint per application and shard), `items` (the counter's summary items, the
 //! same items and conditional writes as on DynamoDB), `dedup`, `dead_letters` (the counter),
 //! `analytics_snapshots` and `trending` (analytics); `edges.sql` the likers' edges' table, in
-//! `edges.db` (`edge_file`). Each file is opened in WAL mode with a lock wait (`wait_for_locks`),
+//! `edges.db` and the other parts' files (`edge_file`, `edge_parts`). Each file is opened in WAL mode with a lock wait (`wait_for_locks`),
 //! so a producer, counters and analytics in separate processes share them; every fenced write is
 //! one `BEGIN IMMEDIATE` transaction that checks the lease row first.
 //!
@@ -16,10 +16,14 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod edge_file;
+mod edge_parts;
 mod stores;
 mod stream;
 
-pub use edge_file::EDGES_FILE;
+pub use edge_parts::{
+    file_of as edge_file_of, is_part_file as is_edge_file, part_files as edge_files, EDGES_FILE,
+    NEW_STORE_PARTS,
+};
 pub use stores::INSERT_EDGE_SQL;
 pub use stream::{batch, Unapplied};
 
@@ -39,11 +43,11 @@ pub const DB_FILE: &str = "tally.db";
 pub struct Embedded {
     /// One connection per handle; handles in one process share nothing else.
     conn: Arc<Mutex<Connection>>,
-    /// The likers' edges' connection, on [`EDGES_FILE`] (`edge_file`); `conn` itself on a
-    /// read-only store whose edges are still in [`DB_FILE`], and on a records reader (which
+    /// The likers' edges' connections, one per part (`edge_parts`, `edge_file`); `conn` itself
+    /// on a read-only store whose edges are still in [`DB_FILE`], and on a records reader (which
     /// reads none).
-    edges: Arc<Mutex<Connection>>,
-    /// The edge commits this handle made, and those its last sync of [`EDGES_FILE`] covered
+    edges: Arc<edge_parts::EdgeParts>,
+    /// The edge commits this handle made, and those its last sync of the edges' parts covered
     /// (`edge_file`, "Durable in order").
     edge_syncs: Arc<edge_file::EdgeSyncs>,
     /// Where the data lives, for messages.
@@ -455,8 +459,10 @@ impl Embedded {
             PortError::Other(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
         let path = dir.join(DB_FILE);
-        let edges = dir.join(EDGES_FILE);
-        if !path.exists() && edges.exists() {
+        let left = (!path.exists())
+            .then(|| edge_parts::part_file_left(dir, false))
+            .flatten();
+        if let Some(edges) = left {
             return Err(PortError::Other(format!(
                 "{} is left from a store whose {DB_FILE} is gone: a new store would count its \
                  likers' edges as its own. Restore {DB_FILE} beside it, or move it away (with \
@@ -523,7 +529,7 @@ impl Embedded {
         let edges = edge_file::open_read_only(dir, &conn)?;
         let mut store = Embedded::on(conn, path);
         if let Some(edges) = edges {
-            store.edges = Arc::new(Mutex::new(edges));
+            store.edges = Arc::new(edge_parts::EdgeParts::of(edges));
         }
         Ok(store)
     }
@@ -536,14 +542,20 @@ impl Embedded {
         let edges = edge_file::open_writable(dir, &conn)
             .map_err(|e| not_a_store(&dir.join(EDGES_FILE), e))?;
         let mut checkpointers = Vec::new();
-        for (c, file) in [(&conn, path.clone()), (&edges, dir.join(EDGES_FILE))] {
+        let files = std::iter::once((&conn, path.clone())).chain(
+            edges
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c, dir.join(edge_parts::part_file(i)))),
+        );
+        for (c, file) in files {
             if let Some(checkpointer) = checkpoint_in_background(&file) {
                 autocheckpoint(c, WRITER_AUTOCHECKPOINT_BYTES)?;
                 checkpointers.push(checkpointer);
             }
         }
         Ok(Embedded {
-            edges: Arc::new(Mutex::new(edges)),
+            edges: Arc::new(edge_parts::EdgeParts::of(edges)),
             _checkpointers: Arc::new(checkpointers),
             ..Embedded::on(conn, path)
         })
@@ -554,13 +566,14 @@ impl Embedded {
     /// none; answers whether it was added. Every edge written before is in it at once. Chosen
     /// by `recent_likers_index`, as on DynamoDB: each liked edge write then updates it too.
     pub fn add_recent_index(&self) -> PortResult<bool> {
-        self.with_edges(|c| {
+        let added = self.edges.each(|c| {
             let had = stores::has_recent_index(c)?;
             if !had {
                 c.execute_batch(stores::RECENT_INDEX_SQL).map_err(sql_err)?;
             }
             Ok(!had)
-        })
+        })?;
+        Ok(added.contains(&true))
     }
 
     /// Makes the stream of the store at `source` (its shards and records, and its sequence
@@ -612,18 +625,10 @@ impl Embedded {
         locked(&self.conn, f)
     }
 
-    /// Runs `f` on the edges' connection (`edge_file`), synchronously.
-    pub(crate) fn with_edges<T>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> PortResult<T>,
-    ) -> PortResult<T> {
-        locked(&self.edges, f)
-    }
-
     fn on(conn: Connection, path: PathBuf) -> Embedded {
         let conn = Arc::new(Mutex::new(conn));
         Embedded {
-            edges: conn.clone(),
+            edges: Arc::new(edge_parts::EdgeParts::one(conn.clone())),
             edge_syncs: Arc::default(),
             conn,
             path,
@@ -657,36 +662,53 @@ impl Embedded {
         blocking(move || this.with(f)).await
     }
 
-    /// Runs `f` on the edges' connection (`edge_file`) on tokio's blocking pool.
+    /// Runs `f` on the edges' parts (`edge_parts`) on tokio's blocking pool.
     pub(crate) async fn run_edges<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
+        f: impl FnOnce(&edge_parts::EdgeParts) -> PortResult<T> + Send + 'static,
     ) -> PortResult<T> {
-        let this = self.clone();
-        blocking(move || this.with_edges(f)).await
+        let edges = self.edges.clone();
+        blocking(move || f(&edges)).await
     }
 
-    /// Runs `f` on the edges' connection (a write of the shard's edges), then notes its commit:
-    /// the shard's next counts sync it first ([`Embedded::edges_durable`]).
+    /// Runs `f` on the connection of the part that holds `post`'s edges, on tokio's blocking
+    /// pool.
+    pub(crate) async fn run_post_edges<T: Send + 'static>(
+        &self,
+        post: String,
+        f: impl FnOnce(&mut Connection, &str) -> PortResult<T> + Send + 'static,
+    ) -> PortResult<T> {
+        self.run_edges(move |parts| parts.with_post(&post, |c| f(c, &post)))
+            .await
+    }
+
+    /// How many parts the edges are in (`edge_parts`).
+    pub(crate) fn edge_parts(&self) -> usize {
+        self.edges.len()
+    }
+
+    /// Runs `f` on part `part`'s connection (a write of the shard's edges), then notes its
+    /// commit: the shard's next counts sync it first ([`Embedded::edges_durable`]).
     pub(crate) async fn write_edges<T: Send + 'static>(
         &self,
         shard: &str,
+        part: usize,
         f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
     ) -> PortResult<T> {
-        let out = self.run_edges(f).await;
+        let out = self.run_edges(move |parts| parts.with(part, f)).await;
         // A failed call may have committed nothing; counting it costs one sync at most.
         self.edge_syncs.committed(shard);
         out
     }
 
     /// Makes the shard's edge commits durable, before a write in `tally.db` that depends on them
-    /// (a window's counts, the rest, its checkpoint): one synced commit of the edges' file when
-    /// the last did not cover them (`edge_file`, "Durable in order").
+    /// (a window's counts, the rest, its checkpoint): one synced commit of each of the edges'
+    /// parts when the last did not cover them (`edge_file`, "Durable in order").
     pub(crate) async fn edges_durable(&self, shard: &str) -> PortResult<()> {
         let Some(written) = self.edge_syncs.due(shard) else {
             return Ok(());
         };
-        self.run_edges(edge_file::sync).await?;
+        self.run_edges(|parts| parts.each(edge_file::sync)).await?;
         self.edge_syncs.covered(written);
         Ok(())
     }
@@ -734,7 +756,8 @@ mod tests {
         let again = Embedded::open_existing(dir.path()).unwrap();
         for e in [&made, &again] {
             assert_eq!(e.with(|c| settings_of(c)).unwrap(), (1, -CACHE_KIB));
-            assert_eq!(e.with_edges(|c| settings_of(c)).unwrap(), (1, -CACHE_KIB));
+            let parts = e.edges.each(|c| settings_of(c)).unwrap();
+            assert_eq!(parts, vec![(1, -CACHE_KIB); NEW_STORE_PARTS]);
         }
     }
 

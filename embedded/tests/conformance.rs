@@ -347,9 +347,9 @@ async fn corrupt_summary_and_dedup_are_named() {
 #[tokio::test]
 async fn a_corrupt_edge_is_named() {
     let (dir, e) = store(1);
-    let db = dir.path().join(tally_embedded::EDGES_FILE);
+    let dir = dir.path().to_owned();
     tally_conformance::a_corrupt_edge_is_named(&e, "embedded", |post, user| {
-        let db = db.clone();
+        let db = tally_embedded::edge_file_of(&dir, &post).unwrap();
         async move {
             let conn = rusqlite::Connection::open(db).unwrap();
             let n = conn
@@ -375,7 +375,9 @@ async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join(tally_embedded::DB_FILE);
     drop(Embedded::open(dir.path(), 1).unwrap());
-    // The old layout: an edge item written as the old store wrote it, and no `edges` table.
+    // The old layout: an edge item written as the old store wrote it, no `edges` table, and no
+    // edges' file.
+    remove_edge_files(dir.path());
     let e = edge_event("u1", true, 1_796_000_000_000, "a");
     let old = edge::written(&e, "0010@shard-0", None);
     {
@@ -443,21 +445,31 @@ fn edges_in_main(dir: &std::path::Path) -> i64 {
         .unwrap()
 }
 
-/// Copies `edges.db`'s edges (and the recent index) into `tally.db`'s own `edges` table, as a
-/// store made before `edges.db` kept them, or as a move a crash cut after its copy left them.
+/// Removes the files of every part of the edges (with their WALs and shared memory).
+fn remove_edge_files(dir: &std::path::Path) {
+    for part in tally_embedded::edge_files(dir).unwrap() {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", part.display()));
+        }
+    }
+}
+
+/// Copies the edges of every part (and the recent index) into `tally.db`'s own `edges` table,
+/// as a store made before `edges.db` kept them, or as a move a crash cut after its copy left
+/// them.
 fn copy_edges_into_main(dir: &std::path::Path) {
     let conn = rusqlite::Connection::open(dir.join(tally_embedded::DB_FILE)).unwrap();
-    conn.execute(
-        "ATTACH DATABASE ?1 AS e",
-        [dir.join(tally_embedded::EDGES_FILE).display().to_string()],
-    )
-    .unwrap();
-    conn.execute_batch(
-        "INSERT INTO main.edges SELECT * FROM e.edges; \
-         CREATE INDEX IF NOT EXISTS main.edges_recent ON edges (post, at_ms, user) WHERE liked = 1; \
-         DETACH DATABASE e",
-    )
-    .unwrap();
+    let parts = tally_embedded::edge_files(dir).unwrap();
+    for part in &parts {
+        conn.execute("ATTACH DATABASE ?1 AS e", [part.display().to_string()])
+            .unwrap();
+        conn.execute_batch(
+            "INSERT INTO main.edges SELECT * FROM e.edges; \
+             CREATE INDEX IF NOT EXISTS main.edges_recent ON edges (post, at_ms, user) WHERE liked = 1; \
+             DETACH DATABASE e",
+        )
+        .unwrap();
+    }
 }
 
 /// A store made before `edges.db` kept its edges (and its recent index) in `tally.db`: the
@@ -495,14 +507,9 @@ async fn a_store_s_edges_move_out_of_tally_db_into_their_own_file() {
     assert_eq!(before.0, ["u1", "u2"]);
     assert_eq!(before.1, ["u2", "u1"]);
     drop(store);
-    // The layout before: the edges in tally.db, no edges.db.
+    // The layout before: the edges in tally.db, no edges' file.
     copy_edges_into_main(dir.path());
-    for suffix in ["", "-wal", "-shm"] {
-        let f = dir
-            .path()
-            .join(format!("{}{suffix}", tally_embedded::EDGES_FILE));
-        let _ = std::fs::remove_file(f);
-    }
+    remove_edge_files(dir.path());
     let store = Embedded::open_existing(dir.path()).unwrap();
     assert_eq!(edges_of_p1(&store, &users).await, before);
     assert_eq!(edges_in_main(dir.path()), 0, "no edge is left in tally.db");
@@ -640,11 +647,24 @@ async fn edges_are_synced_before_the_writes_that_depend_on_them() {
             .unwrap();
     }
     let (dir, e) = store(1);
+    // The syncs of every part of the edges: each is synced at once.
+    let parts = tally_embedded::edge_files(dir.path()).unwrap();
+    assert_eq!(parts.len(), tally_embedded::NEW_STORE_PARTS);
     let syncs = || -> i64 {
-        rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
-            .unwrap()
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap()
+        let each: Vec<i64> = parts
+            .iter()
+            .map(|p| {
+                rusqlite::Connection::open(p)
+                    .unwrap()
+                    .pragma_query_value(None, "user_version", |r| r.get(0))
+                    .unwrap()
+            })
+            .collect();
+        assert!(
+            each.iter().all(|v| *v == each[0]),
+            "every part synced: {each:?}"
+        );
+        each[0]
     };
     let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
     let dedup = DedupRecord {
@@ -757,4 +777,132 @@ async fn edges_are_synced_before_the_writes_that_depend_on_them() {
         .await
         .unwrap();
     assert_eq!(syncs(), 5, "and only the first");
+}
+
+/// A store made now parts its likers' edges by post over `NEW_STORE_PARTS` files, written at
+/// once: each post's edges all in the file `edge_file_of` names, every file holding some — and
+/// the store reads as one: each post's likers, each edge, and a scan of every edge in pages of
+/// a few (each edge once, in (post, user) order, across the files).
+#[tokio::test]
+async fn edges_are_parted_by_post_and_read_as_one_store() {
+    use std::collections::BTreeMap;
+    use tally_core::ports::{Consistency, CountReader, WindowWriter};
+    use tally_core::Position;
+    let (dir, e) = store(1);
+    let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
+    let end = Position::parse("10").unwrap();
+    // Post p<n> liked by n % 5 + 1 users, in key order (as a window writes them).
+    let mut edges = Vec::new();
+    let mut likers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in 0..20 {
+        let post = format!("p{p:02}");
+        for u in 0..(p % 5 + 1) {
+            let user = format!("u{u}");
+            let at = 1_796_000_000_000 + u;
+            edges.push(tally_conformance::like(
+                &post,
+                &user,
+                true,
+                at,
+                &format!("e{p}-{u}"),
+            ));
+            likers.entry(post.clone()).or_default().push(user);
+        }
+    }
+    let wrote = e
+        .apply_edges(tally_conformance::window_at(&fence, &end), &edges)
+        .await
+        .unwrap();
+    assert_eq!(wrote.applied.written as usize, edges.len());
+    assert_eq!(wrote.transitions.len(), edges.len());
+    assert!(wrote.retry.is_empty());
+
+    // Where they are: each post's edges in its file, every file holding some.
+    let files = tally_embedded::edge_files(dir.path()).unwrap();
+    assert_eq!(files.len(), tally_embedded::NEW_STORE_PARTS);
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let conn = rusqlite::Connection::open(file).unwrap();
+        let mut st = conn.prepare("SELECT post, user FROM edges").unwrap();
+        let rows: Vec<(String, String)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!rows.is_empty(), "{} holds no edge", file.display());
+        for (post, user) in rows {
+            assert_eq!(
+                &tally_embedded::edge_file_of(dir.path(), &post).unwrap(),
+                file,
+                "{post}'s edges are in its own part"
+            );
+            found.entry(post).or_default().push(user);
+        }
+    }
+    for users in found.values_mut() {
+        users.sort();
+    }
+    assert_eq!(found, likers);
+
+    // Read as one store.
+    let mut pairs = Vec::new();
+    for (post, users) in &likers {
+        assert_eq!(&e.likers(post, None, 10).await.unwrap().users, users);
+        pairs.extend(users.iter().map(|u| (post.clone(), u.clone())));
+    }
+    let (states, _) = e.edges(&pairs, Consistency::Strong).await.unwrap();
+    assert!(states.iter().all(|s| s.as_ref().is_some_and(|s| s.liked)));
+    let mut scanned = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = e.scan_edges(cursor.as_ref(), 7).await.unwrap();
+        assert!(page.edges.len() <= 7);
+        scanned.extend(page.edges.into_iter().map(|(p, u, _)| (p, u)));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(scanned, pairs, "every edge once, in (post, user) order");
+}
+
+/// A part's file of the edges left from another store is never taken into a store: beside a new
+/// store (its `tally.db` gone), or beside a store whose first part is gone (which would set its
+/// edges up anew), opening is an error naming the file.
+#[test]
+fn a_part_left_from_another_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    let parts = tally_embedded::edge_files(dir.path()).unwrap();
+    assert_eq!(parts.len(), tally_embedded::NEW_STORE_PARTS);
+    assert!(parts
+        .iter()
+        .all(|p| tally_embedded::is_edge_file(&p.file_name().unwrap().to_string_lossy())));
+    // Its tally.db and first part gone, the second left: refused at the first part's setup.
+    for f in [tally_embedded::DB_FILE, tally_embedded::EDGES_FILE] {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(format!("{f}{suffix}")));
+        }
+    }
+    let err = Embedded::open(dir.path(), 1).err().expect("refused");
+    assert!(
+        err.to_string()
+            .contains("edges-1.db is left from a store whose tally.db is gone"),
+        "{err}"
+    );
+    // A store whose first part is gone, its second left.
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(
+            dir.path()
+                .join(format!("{}{suffix}", tally_embedded::EDGES_FILE)),
+        );
+    }
+    let err = Embedded::open_existing(dir.path()).err().expect("refused");
+    assert!(
+        err.to_string()
+            .contains("edges-1.db is left from another store's likers' edges"),
+        "{err}"
+    );
 }

@@ -109,17 +109,25 @@ fn a_store_on_a_read_only_filesystem_is_read() {
     };
     assert_eq!(viewer_liked(), (Some(10), Some(true)));
     let db = rusqlite::Connection::open(t.dir.path().join("tally.db")).unwrap();
-    let edges = t.dir.path().join("edges.db");
-    db.execute("ATTACH DATABASE ?1 AS e", [edges.display().to_string()])
-        .unwrap();
-    db.execute_batch("INSERT INTO main.edges SELECT * FROM e.edges; DETACH DATABASE e")
-        .unwrap();
+    let parts = tally_embedded::edge_files(t.dir.path()).unwrap();
+    for edges in &parts {
+        db.execute("ATTACH DATABASE ?1 AS e", [edges.display().to_string()])
+            .unwrap();
+        db.execute_batch("INSERT INTO main.edges SELECT * FROM e.edges; DETACH DATABASE e")
+            .unwrap();
+    }
     drop(db);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(t.dir.path().join(format!("edges.db{suffix}")));
+    for (edges, suffix) in parts
+        .iter()
+        .flat_map(|p| ["", "-wal", "-shm"].map(|s| (p, s)))
+    {
+        let _ = std::fs::remove_file(format!("{}{suffix}", edges.display()));
     }
     assert_eq!(viewer_liked(), (Some(10), Some(true)));
-    assert!(!edges.exists(), "a read-only store is not moved");
+    assert!(
+        parts.iter().all(|p| !p.exists()),
+        "a read-only store is not moved"
+    );
 }
 
 #[test]

@@ -173,8 +173,9 @@ impl Tables for Sqlite {
     fn flip_an_edge(&self, post: &str) -> String {
         // The embedded store keeps edges typed (`edges`, in their own file): the same damage as
         // `l` + 1 on DynamoDB.
+        let dir = self.0.parent().unwrap();
         let db =
-            rusqlite::Connection::open(self.0.with_file_name(tally_embedded::EDGES_FILE)).unwrap();
+            rusqlite::Connection::open(tally_embedded::edge_file_of(dir, post).unwrap()).unwrap();
         let user: String = db
             .query_row(
                 "SELECT user FROM edges WHERE post = ?1 ORDER BY user LIMIT 1",

@@ -61,23 +61,23 @@ impl IdHead {
 
 /// `edges` by post, then user (as strings): the order of the store's keys.
 pub(super) fn sorted(edges: impl IntoIterator<Item = EdgeEvent>) -> Vec<EdgeEvent> {
-    let mut slots: Vec<Option<EdgeEvent>> = edges.into_iter().map(Some).collect();
-    let mut keys: Vec<SortKey> = slots
+    let edges: Vec<EdgeEvent> = edges.into_iter().collect();
+    let mut keys: Vec<SortKey> = edges
         .iter()
         .enumerate()
-        .filter_map(|(at, e)| e.as_ref().map(|e| SortKey::of(e, at)))
+        .map(|(at, e)| SortKey::of(e, at))
         .collect();
-    let ids = |k: &SortKey| {
-        slots[k.at]
-            .as_ref()
-            .map_or(("", ""), |e| (e.post_id.as_str(), e.user_id.as_str()))
-    };
+    let ids = |k: &SortKey| (edges[k.at].post_id.as_str(), edges[k.at].user_id.as_str());
     keys.sort_unstable_by(|a, b| {
         a.post
             .cmp(&b.post, || ids(a).0.cmp(ids(b).0))
             .then_with(|| a.user.cmp(&b.user, || ids(a).1.cmp(ids(b).1)))
     });
-    keys.iter().filter_map(|k| slots[k.at].take()).collect()
+    // Each moved once into a vector of its size (collected, it grew a copy at a time).
+    let mut slots: Vec<Option<EdgeEvent>> = edges.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(keys.len());
+    out.extend(keys.iter().filter_map(|k| slots[k.at].take()));
+    out
 }
 
 #[cfg(test)]

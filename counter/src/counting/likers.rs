@@ -148,7 +148,7 @@ async fn apply_edges(
     spent: &mut Applied,
 ) -> PortResult<Vec<Transition>> {
     let (cfg, ctx) = (&shard.cfg, &shard.ctx);
-    let mut transitions = Vec::new();
+    let mut transitions = Vec::with_capacity(edges.len());
     for batch in edges.chunks(cfg.batch()) {
         let mut sending = Resend::new(&ctx.backoff, "write a window's edges", batch);
         loop {

@@ -239,13 +239,32 @@ impl WindowWriter for Embedded {
         .await
     }
 
+    /// Each part's edges (`edge_parts`) written at once, each in a transaction of its own
+    /// (`edges::apply_edges`): a part that failed for a passing reason is sent again, the parts
+    /// done are not.
     async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
         let window = edge::window_id(w.shard_id, &summary::marker(w.end));
-        let edges = edges.to_vec();
-        self.write_edges(w.shard_id, move |c| {
-            super::edges::apply_edges(c, &window, &edges)
-        })
-        .await
+        let calls: Vec<_> = super::edges::by_part(edges, self.edge_parts())
+            .into_iter()
+            .map(|(part, at, edges)| {
+                let (this, shard, window) = (self.clone(), w.shard_id.to_owned(), window.clone());
+                let call = tokio::spawn(async move {
+                    this.write_edges(&shard, part, move |c| {
+                        super::edges::apply_edges(c, &window, &edges)
+                    })
+                    .await
+                });
+                (at, call)
+            })
+            .collect();
+        let mut done = Vec::with_capacity(calls.len());
+        for (at, call) in calls {
+            let out = call
+                .await
+                .map_err(|e| PortError::Other(format!("embedded store task failed: {e}")))?;
+            done.push((at, out));
+        }
+        super::edges::merge_parts(done)
     }
 
     async fn record_window_edges(
@@ -317,7 +336,7 @@ impl CountReader for Embedded {
         _consistency: Consistency,
     ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
         let pairs = pairs.to_vec();
-        self.run_edges(move |c| super::edges::edge_states(c, &pairs))
+        self.run_edges(move |parts| super::edges::edge_states(parts, &pairs))
             .await
     }
 
@@ -328,8 +347,10 @@ impl CountReader for Embedded {
         limit: usize,
     ) -> PortResult<LikersPage> {
         let (post, after) = (post_id.to_owned(), after.map(str::to_owned));
-        self.run_edges(move |c| super::likers::likers(c, &post, after.as_deref(), limit))
-            .await
+        self.run_post_edges(post, move |c, post| {
+            super::likers::likers(c, post, after.as_deref(), limit)
+        })
+        .await
     }
 
     async fn recent_likers(
@@ -339,13 +360,15 @@ impl CountReader for Embedded {
         limit: usize,
     ) -> PortResult<RecentPage> {
         let (post, after) = (post_id.to_owned(), after.cloned());
-        self.run_edges(move |c| super::likers::recent_likers(c, &post, after.as_ref(), limit))
-            .await
+        self.run_post_edges(post, move |c, post| {
+            super::likers::recent_likers(c, post, after.as_ref(), limit)
+        })
+        .await
     }
 
     async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
         let after = after.cloned();
-        self.run_edges(move |c| super::likers::scan_edges(c, after.as_ref(), limit))
+        self.run_edges(move |parts| super::likers::scan_edges(parts, after.as_ref(), limit))
             .await
     }
 }

@@ -9,6 +9,7 @@ use tally_core::ports::{EdgesApplied, PortError, PortResult};
 use tally_core::rows::{self, EdgeRow};
 use tally_core::summary::{self, Attrs};
 
+use crate::edge_parts::EdgeParts;
 use crate::sql_err;
 
 /// An edge new to the store, inserted unless one is there (its columns in the table's order,
@@ -111,6 +112,68 @@ impl<'c> EdgeStatements<'c> {
 /// The stored edge of (`post`, `user`), if there is one.
 fn get_edge(c: &Connection, post: &str, user: &str) -> PortResult<Option<EdgeState>> {
     EdgeStatements::new(c)?.get(post, user)
+}
+
+/// A window's edges by the part that holds them (`edge_parts`), the parts that have any: each
+/// part's, with where each is in `edges`. `edges` in key order, so a post's run of edges is
+/// placed once.
+pub(super) fn by_part(
+    edges: &[EdgeEvent],
+    parts: usize,
+) -> Vec<(usize, Vec<usize>, Vec<EdgeEvent>)> {
+    let mut out: Vec<(usize, Vec<usize>, Vec<EdgeEvent>)> =
+        (0..parts).map(|p| (p, Vec::new(), Vec::new())).collect();
+    let mut last: Option<(&str, usize)> = None;
+    for (i, e) in edges.iter().enumerate() {
+        let part = match last {
+            Some((post, part)) if post == e.post_id.as_str() => part,
+            _ => crate::edge_parts::part_of(&e.post_id, parts),
+        };
+        last = Some((e.post_id.as_str(), part));
+        out[part].1.push(i);
+        out[part].2.push(e.clone());
+    }
+    out.retain(|(_, at, _)| !at.is_empty());
+    out
+}
+
+/// What the parts' writes of one call did, as one call's answer: a part that failed for a
+/// passing reason while another was done is to be sent again (its edges' places in `retry`);
+/// one that failed otherwise, or every part failing, fails the call (an edge done is found done
+/// when the window writes it again: `tally_core::edge::apply_state`).
+pub(super) fn merge_parts(
+    done: Vec<(Vec<usize>, PortResult<EdgesApplied>)>,
+) -> PortResult<EdgesApplied> {
+    let mut out = EdgesApplied::default();
+    let mut any_done = false;
+    let mut failed = None;
+    for (at, part) in done {
+        match part {
+            Ok(d) => {
+                any_done = true;
+                out.applied.merge(&d.applied);
+                out.transitions.extend(d.transitions);
+                out.forgotten += d.forgotten;
+                out.crossed += d.crossed;
+                out.retry.extend(d.retry.iter().map(|i| at[*i]));
+                out.error = d.error.or(out.error);
+            }
+            Err(e) if e.is_retryable() => {
+                out.retry.extend(at);
+                failed = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match failed {
+        Some(e) if !any_done => Err(e),
+        Some(e) => {
+            out.retry.sort_unstable();
+            out.error = Some(e);
+            Ok(out)
+        }
+        None => Ok(out),
+    }
 }
 
 /// The edge row in the columns `liked, at_ms, event_id, window, history` from column `at` on.
@@ -224,18 +287,64 @@ pub(super) fn apply_edges(
     Ok(out)
 }
 
-/// The stored edges of these (post, user) pairs, in order, and what the reads cost (as the
-/// same items cost on DynamoDB).
+/// The stored edges of these (post, user) pairs, in order, each read in its post's part, and
+/// what the reads cost (as the same items cost on DynamoDB).
 pub(super) fn edge_states(
-    c: &Connection,
+    parts: &EdgeParts,
     pairs: &[(String, String)],
 ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
     let mut units = 0;
     let mut out = Vec::with_capacity(pairs.len());
     for (p, u) in pairs {
-        let s = get_edge(c, p, u)?;
+        let s = parts.with_post(p, |c| get_edge(c, p, u))?;
         units += summary::read_units(s.iter().map(|s| s.item_size(p, u)));
         out.push(s);
     }
     Ok((out, units))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_core::edge::Transition;
+
+    /// A part's answer: `n` edges written, each making a transition of `post`.
+    fn part(post: &str, n: usize) -> PortResult<EdgesApplied> {
+        let mut out = EdgesApplied::default();
+        for _ in 0..n {
+            out.applied.wrote(Purpose::Edges, 1);
+            out.transitions.push(Transition {
+                post_id: post.into(),
+                before: None,
+                after: Some(1),
+                held_for: None,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The parts' answers as one call's: the parts done merged; a part failed for a passing
+    /// reason sent again (its edges' places, in order), the call failed when every part did or
+    /// one failed otherwise.
+    #[test]
+    fn parts_answer_as_one_call() {
+        let busy = || Err(PortError::Throttled("busy".into()));
+        let both = merge_parts(vec![(vec![0, 2], part("a", 2)), (vec![1], part("b", 1))]).unwrap();
+        assert_eq!(both.applied.written, 3);
+        assert_eq!(both.transitions.len(), 3);
+        assert!(both.retry.is_empty() && both.error.is_none());
+
+        let one = merge_parts(vec![(vec![1, 3], busy()), (vec![0, 2], part("a", 2))]).unwrap();
+        assert_eq!(one.applied.written, 2);
+        assert_eq!(one.retry, vec![1, 3]);
+        assert!(one.error.as_ref().is_some_and(PortError::is_retryable));
+
+        let none = merge_parts(vec![(vec![0], busy()), (vec![1], busy())]);
+        assert!(none.is_err_and(|e| e.is_retryable()));
+        let other = merge_parts(vec![
+            (vec![0], part("a", 1)),
+            (vec![1], Err(PortError::Other("broken".into()))),
+        ]);
+        assert!(other.is_err_and(|e| !e.is_retryable()));
+    }
 }

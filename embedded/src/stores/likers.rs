@@ -10,6 +10,7 @@ use tally_core::rows;
 use tally_core::summary;
 
 use super::edges::edge_row_at;
+use crate::edge_parts::EdgeParts;
 use crate::sql_err;
 
 /// The partial index likers most recent first read (`tally_core::edge::RECENT_INDEX`): the liked
@@ -84,13 +85,39 @@ pub(super) fn recent_likers(
     Ok(page)
 }
 
-/// A page of every edge in (post, user) order after `after`; read units as DynamoDB's Scan of
-/// the same items would cost.
+/// A page of every edge in (post, user) order after `after`, over every part (`edge_parts`):
+/// each part's page read, merged in that order, the first `limit` kept; read units as
+/// DynamoDB's Scan of the same items would cost.
 pub(super) fn scan_edges(
-    c: &Connection,
+    parts: &EdgeParts,
     after: Option<&ScanCursor>,
     limit: usize,
 ) -> PortResult<EdgeScan> {
+    if parts.len() == 1 {
+        return parts.with(0, |c| scan_part(c, after, limit));
+    }
+    let pages = parts.each(|c| scan_part(c, after, limit))?;
+    // A part's full page may have more after it: the merged page then ends where it does.
+    let mut more = pages.iter().any(|p| p.next.is_some());
+    let mut all: Vec<_> = pages.into_iter().flat_map(|p| p.edges).collect();
+    all.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let limit = limit.max(1);
+    more |= all.len() > limit;
+    all.truncate(limit);
+    let mut page = EdgeScan {
+        read_units: summary::read_units(all.iter().map(|(p, u, s)| s.item_size(p, u))),
+        ..EdgeScan::default()
+    };
+    page.next = all.last().filter(|_| more).map(|(p, u, _)| ScanCursor {
+        pk: p.clone(),
+        sk: u.clone(),
+    });
+    page.edges = all;
+    Ok(page)
+}
+
+/// A page of one part's edges in (post, user) order after `after`.
+fn scan_part(c: &Connection, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
     let (post, user) = after.map_or(("", ""), |a| (a.pk.as_str(), a.sk.as_str()));
     let mut st = c
         .prepare_cached(
