@@ -87,14 +87,25 @@ fn open_part(
     wait_for_locks(&conn)?;
     // Set up already: read as it is, without the write lock (a counter may hold it).
     if !is_ready(&conn)? {
-        if layout.is_some() {
-            refuse_parts_left(dir)?;
-        }
+        let first = layout.is_some();
         let layout = layout.map(edge_parts::layout_sql).unwrap_or_default();
         retrying(&conn, |c| {
             journal(c)?;
-            c.execute_batch(&format!("BEGIN IMMEDIATE; {EDGES_SQL} {layout} COMMIT"))
-                .map_err(sql_err)
+            c.execute_batch("BEGIN IMMEDIATE").map_err(sql_err)?;
+            // Under the first part's write lock: a store opened at once by several sets its
+            // first part up once, and makes its other parts only after that (so a part there
+            // while the first has no table is another store's).
+            let set_up = (|| {
+                if first && !has_edges_table(c)? {
+                    refuse_parts_left(dir)?;
+                }
+                c.execute_batch(&format!("{EDGES_SQL} {layout} COMMIT"))
+                    .map_err(sql_err)
+            })();
+            if set_up.is_err() && !c.is_autocommit() {
+                c.execute_batch("ROLLBACK").map_err(sql_err)?;
+            }
+            set_up
         })?;
     }
     tune(&conn)?;
@@ -147,14 +158,17 @@ fn is_ready(conn: &Connection) -> PortResult<bool> {
     let mode: String = conn
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
         .map_err(sql_err)?;
-    let table: bool = conn
-        .query_row(
-            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'edges')",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    Ok(mode.eq_ignore_ascii_case("wal") && table)
+    Ok(mode.eq_ignore_ascii_case("wal") && has_edges_table(conn)?)
+}
+
+/// Whether the file has the `edges` table.
+fn has_edges_table(conn: &Connection) -> PortResult<bool> {
+    conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'edges')",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(sql_err)
 }
 
 /// Whether `tally.db` still holds edges (a store made before this file).
