@@ -57,7 +57,7 @@ pub struct Embedded {
     records: Arc<OnceLock<Option<Embedded>>>,
     /// A writing handle's checkpoint threads, one per file ([`checkpoint_in_background`]): held
     /// for their drop, which stops them after the fields before them are dropped.
-    _checkpointers: Arc<Vec<Checkpointer>>,
+    _checkpointers: Arc<Checkpointers>,
 }
 
 pub(crate) use tally_core::clock::now_ms;
@@ -241,6 +241,20 @@ impl Drop for Checkpointer {
         drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// A handle's checkpoint threads, one per file: all stopped at once when dropped, then waited
+/// for — their last closes, which copy each file's WAL back, go on side by side, not one file
+/// after another.
+#[derive(Default)]
+struct Checkpointers(Vec<Checkpointer>);
+
+impl Drop for Checkpointers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            drop(c.stop.take());
         }
     }
 }
@@ -556,7 +570,7 @@ impl Embedded {
         }
         Ok(Embedded {
             edges: Arc::new(edge_parts::EdgeParts::of(edges)),
-            _checkpointers: Arc::new(checkpointers),
+            _checkpointers: Arc::new(Checkpointers(checkpointers)),
             ..Embedded::on(conn, path)
         })
     }
