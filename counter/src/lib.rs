@@ -376,6 +376,7 @@ impl ProcessorFactory for Counter {
             latest_created_ms: 0,
             keeper: None,
             in_flight: None,
+            last_edges: 0,
         })
     }
 }
@@ -411,6 +412,8 @@ pub struct CounterShard {
     /// A window being applied on a task of its own while the shard reads on
     /// ([`CounterShard::close_and_apply`]); `checkpoint` is its end already.
     in_flight: Option<tokio::task::JoinHandle<Result<(), ConsumerError>>>,
+    /// The edges the shard's last window held: room its next one is made with.
+    last_edges: usize,
 }
 
 impl CounterShard {
@@ -459,6 +462,7 @@ impl CounterShard {
                 return Ok(());
             };
             let closed = Arc::new(window.close(&mut self.dedup));
+            self.last_edges = closed.edges.len();
             w.applying = Some(closed.clone());
             closed
         };
@@ -581,7 +585,9 @@ impl Windows for CounterShard {
         let window = w.open.get_or_insert_with(|| {
             let w =
                 WindowBuilder::new(self.checkpoint.clone(), now_ms).input(self.ctx.input.clone());
-            self.counting.fold(w, self.replay.as_ref())
+            let mut w = self.counting.fold(w, self.replay.as_ref());
+            w.reserve_edges(self.last_edges);
+            w
         });
         let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
         let reached = window.reached(bound);

@@ -160,6 +160,14 @@ impl Likers {
             .map(|i| &kept[*i as usize].event)
     }
 
+    /// Room for `edges` edges at once (the window's last of the shard held about as many): a
+    /// busy shard's window does not grow its edges a doubling at a time.
+    pub(super) fn reserve(&mut self, edges: usize) {
+        let kept = &self.kept;
+        self.edges.reserve(edges, |i| kept[*i as usize].hash);
+        self.kept.reserve(edges);
+    }
+
     /// Each touched edge's latest event, by post and user: the order of the store's keys
     /// ([`key_order::sorted`]).
     pub(super) fn close(self) -> Vec<EdgeEvent> {

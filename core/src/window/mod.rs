@@ -182,6 +182,14 @@ impl WindowBuilder {
         self.push_part(shard_id, record, from, max, dedup)
     }
 
+    /// Room for `edges` edges (counting likers; counting events, nothing to do): what the
+    /// shard's last window held, so a busy shard's windows do not grow a doubling at a time.
+    pub fn reserve_edges(&mut self, edges: usize) {
+        if let Folded::Likers(l) = &mut self.content.folded {
+            l.reserve(edges);
+        }
+    }
+
     /// Whether the window has reached `bound` and closes.
     pub fn reached(&self, bound: Bound<'_>) -> bool {
         match bound {
