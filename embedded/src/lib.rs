@@ -7,9 +7,10 @@
 //! (lease and checkpoint per application and shard), `items` (the counter's summary items, the
 //! same items and conditional writes as on DynamoDB), `dedup`, `dead_letters` (the counter),
 //! `analytics_snapshots` and `trending` (analytics); `edges.sql` the likers' edges' table, in
-//! `edges.db` and the other parts' files (`edge_file`, `edge_parts`). Each file is opened in WAL mode with a lock wait (`wait_for_locks`),
-//! so a producer, counters and analytics in separate processes share them; every fenced write is
-//! one `BEGIN IMMEDIATE` transaction that checks the lease row first.
+//! `edges.db` and the other parts' files (`edge_file`, `edge_parts`). Each file is opened in WAL
+//! mode with a lock wait (`wait_for_locks`), so a producer, counters and analytics in separate
+//! processes share them; every fenced write is one `BEGIN IMMEDIATE` transaction that checks the
+//! lease row first.
 //!
 //! Each handle owns one connection per file behind a mutex each and runs its statements on
 //! tokio's blocking pool.

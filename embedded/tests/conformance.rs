@@ -906,3 +906,26 @@ fn a_part_left_from_another_store_is_refused() {
         "{err}"
     );
 }
+
+/// Edges in `tally.db` beside a store whose edges are parted (which only a version before parts
+/// could write there) are refused, naming the file: moved into the first part they would be read
+/// from the wrong part.
+#[test]
+fn edges_in_tally_db_beside_parted_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE))
+        .unwrap()
+        .execute(
+            "INSERT INTO main.edges (post, user, liked, at_ms, event_id, window, history) \
+             VALUES ('p1', 'u1', 1, 10, 'e1', '10@shard-0', x'')",
+            [],
+        )
+        .unwrap();
+    let err = Embedded::open_existing(dir.path()).err().expect("refused");
+    assert!(
+        err.to_string()
+            .contains("tally.db holds likers' edges although its edges are parted over 2 files"),
+        "{err}"
+    );
+}
