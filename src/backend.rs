@@ -314,15 +314,7 @@ pub async fn delete(s: &Settings) -> Result<String> {
                 .iter()
                 .map(|suffix| format!("{}{suffix}", tally_embedded::DB_FILE))
                 .collect();
-            let mut parts: Vec<String> = std::fs::read_dir(&s.data_dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|f| f.file_name().to_string_lossy().into_owned())
-                .filter(|name| tally_embedded::is_edge_file(name))
-                .collect();
-            parts.sort();
-            files.extend(parts);
+            files.extend(tally_embedded::edge_files_present(&s.data_dir));
             for file in files {
                 let f = s.data_dir.join(file);
                 match std::fs::remove_file(&f) {

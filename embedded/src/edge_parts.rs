@@ -55,6 +55,20 @@ pub fn is_part_file(name: &str) -> bool {
             .is_some_and(|n| n.parse::<usize>().is_ok_and(|n| n > 0))
 }
 
+/// The names of the edges' parts' files in `dir` (with their WALs and shared memory), sorted:
+/// what is there, whatever the store records (what `tally teardown` deletes).
+pub fn files_present(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .filter(|name| is_part_file(name))
+        .collect();
+    names.sort();
+    names
+}
+
 /// A file of the edges' parts in `dir`, if any is there: [`EDGES_FILE`] first, then (or with
 /// `others_only`, only) those of the other parts.
 pub(crate) fn part_file_left(dir: &Path, others_only: bool) -> Option<PathBuf> {
@@ -62,11 +76,9 @@ pub(crate) fn part_file_left(dir: &Path, others_only: bool) -> Option<PathBuf> {
     if !others_only && first.exists() {
         return Some(first);
     }
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|f| f.file_name().to_string_lossy().into_owned())
-        .find(|name| is_part_file(name) && !name.starts_with(EDGES_FILE))
+    files_present(dir)
+        .into_iter()
+        .find(|name| !name.starts_with(EDGES_FILE))
         .map(|name| dir.join(name))
 }
 

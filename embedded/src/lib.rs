@@ -22,8 +22,8 @@ mod stores;
 mod stream;
 
 pub use edge_parts::{
-    file_of as edge_file_of, is_part_file as is_edge_file, part_files as edge_files, EDGES_FILE,
-    NEW_STORE_PARTS,
+    file_of as edge_file_of, files_present as edge_files_present, is_part_file as is_edge_file,
+    part_files as edge_files, EDGES_FILE, NEW_STORE_PARTS,
 };
 pub use stores::INSERT_EDGE_SQL;
 pub use stream::{batch, Unapplied};

@@ -445,12 +445,17 @@ fn edges_in_main(dir: &std::path::Path) -> i64 {
         .unwrap()
 }
 
+/// Removes the file at `path` with its WAL and shared memory.
+fn remove_with_wal(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
 /// Removes the files of every part of the edges (with their WALs and shared memory).
 fn remove_edge_files(dir: &std::path::Path) {
     for part in tally_embedded::edge_files(dir).unwrap() {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", part.display()));
-        }
+        remove_with_wal(&part);
     }
 }
 
@@ -880,9 +885,7 @@ fn a_part_left_from_another_store_is_refused() {
         .all(|p| tally_embedded::is_edge_file(&p.file_name().unwrap().to_string_lossy())));
     // Its tally.db and first part gone, the second left: refused at the first part's setup.
     for f in [tally_embedded::DB_FILE, tally_embedded::EDGES_FILE] {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(dir.path().join(format!("{f}{suffix}")));
-        }
+        remove_with_wal(&dir.path().join(f));
     }
     let err = Embedded::open(dir.path(), 1).err().expect("refused");
     assert!(
@@ -893,12 +896,7 @@ fn a_part_left_from_another_store_is_refused() {
     // A store whose first part is gone, its second left.
     let dir = tempfile::tempdir().unwrap();
     drop(Embedded::open(dir.path(), 1).unwrap());
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(
-            dir.path()
-                .join(format!("{}{suffix}", tally_embedded::EDGES_FILE)),
-        );
-    }
+    remove_with_wal(&dir.path().join(tally_embedded::EDGES_FILE));
     let err = Embedded::open_existing(dir.path()).err().expect("refused");
     assert!(
         err.to_string()
