@@ -16,10 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
-use tally_core::edge::EdgeEvent;
-use tally_core::ports::{EdgesApplied, PortError, PortResult};
+use tally_core::ports::{PortError, PortResult};
 
-use crate::group_commit::GroupCommit;
 use crate::{locked, sql_err};
 
 /// The first part's file inside the data dir (a store made before parts: the edges' one file).
@@ -136,41 +134,17 @@ pub fn file_of(dir: &Path, post: &str) -> PortResult<PathBuf> {
 }
 
 /// A handle's connections to the edges' parts, in part order (on a read-only store whose edges
-/// are still in `tally.db`, and on a records reader, that connection alone), each with the
-/// windows' writes queued for it ([`EdgeParts::write`]).
-pub(crate) struct EdgeParts(Vec<Part>);
-
-struct Part {
-    conn: Arc<Mutex<Connection>>,
-    writes: GroupCommit<EdgeWrite, EdgesApplied>,
-}
-
-/// A window's edges of one part, to write: `window` its id (`tally_core::edge::window_id`).
-pub(crate) struct EdgeWrite {
-    pub(crate) window: String,
-    pub(crate) edges: Vec<EdgeEvent>,
-}
+/// are still in `tally.db`, and on a records reader, that connection alone).
+pub(crate) struct EdgeParts(Vec<Arc<Mutex<Connection>>>);
 
 impl EdgeParts {
     pub(crate) fn of(conns: Vec<Connection>) -> EdgeParts {
-        EdgeParts::on(conns.into_iter().map(|c| Arc::new(Mutex::new(c))).collect())
+        EdgeParts(conns.into_iter().map(|c| Arc::new(Mutex::new(c))).collect())
     }
 
     /// `conn` as the one part.
     pub(crate) fn one(conn: Arc<Mutex<Connection>>) -> EdgeParts {
-        EdgeParts::on(vec![conn])
-    }
-
-    fn on(conns: Vec<Arc<Mutex<Connection>>>) -> EdgeParts {
-        EdgeParts(
-            conns
-                .into_iter()
-                .map(|conn| Part {
-                    conn,
-                    writes: GroupCommit::default(),
-                })
-                .collect(),
-        )
+        EdgeParts(vec![conn])
     }
 
     /// How many there are.
@@ -189,19 +163,7 @@ impl EdgeParts {
         i: usize,
         f: impl FnOnce(&mut Connection) -> PortResult<T>,
     ) -> PortResult<T> {
-        locked(&self.0[i].conn, f)
-    }
-
-    /// Writes a window's edges of part `i` with the windows' writes queued for it meanwhile,
-    /// in one transaction (`write`: each its own answer; [`GroupCommit`]).
-    pub(crate) fn write(
-        &self,
-        i: usize,
-        edges: EdgeWrite,
-        write: impl FnOnce(&mut Connection, Vec<EdgeWrite>) -> Vec<PortResult<EdgesApplied>>,
-    ) -> PortResult<EdgesApplied> {
-        let part = &self.0[i];
-        part.writes.run(&part.conn, edges, write)
+        locked(&self.0[i], f)
     }
 
     /// Runs `f` on the connection of the part that holds `post`'s edges.

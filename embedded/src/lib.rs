@@ -18,7 +18,6 @@
 
 mod edge_file;
 mod edge_parts;
-mod group_commit;
 mod stores;
 mod stream;
 
@@ -34,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rusqlite::Connection;
-use tally_core::ports::{EdgesApplied, PortError, PortResult};
+use tally_core::ports::{PortError, PortResult};
 use tally_core::retry::Backoff;
 
 /// The database file's name inside the data dir.
@@ -703,19 +702,15 @@ impl Embedded {
         self.edges.len()
     }
 
-    /// Writes a window's edges of part `part` (with the windows' writes queued for it
-    /// meanwhile: `edge_parts::EdgeParts::write`), then notes its commit: the shard's next counts
-    /// sync it first ([`Embedded::edges_durable`]).
-    pub(crate) async fn write_edges(
+    /// Runs `f` on part `part`'s connection (a write of the shard's edges), then notes its
+    /// commit: the shard's next counts sync it first ([`Embedded::edges_durable`]).
+    pub(crate) async fn write_edges<T: Send + 'static>(
         &self,
         shard: &str,
         part: usize,
-        edges: edge_parts::EdgeWrite,
-        write: fn(&mut Connection, Vec<edge_parts::EdgeWrite>) -> Vec<PortResult<EdgesApplied>>,
-    ) -> PortResult<EdgesApplied> {
-        let out = self
-            .run_edges(move |parts| parts.write(part, edges, write))
-            .await;
+        f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
+    ) -> PortResult<T> {
+        let out = self.run_edges(move |parts| parts.with(part, f)).await;
         // A failed call may have committed nothing; counting it costs one sync at most.
         self.edge_syncs.committed(shard);
         out

@@ -18,7 +18,6 @@ use tally_core::{Position, SeqNo};
 
 use super::items::{get_item, put_item, query};
 use super::{check_fence, spent_json, write_dead_letter};
-use crate::edge_parts::EdgeWrite;
 use crate::{sql_err, Embedded};
 
 /// Applies one conditional write, charging it as DynamoDB would; `Err(Refused::Stale)` asks for a
@@ -241,8 +240,8 @@ impl WindowWriter for Embedded {
     }
 
     /// Each part's edges (`edge_parts`) written at once, each in a transaction of its own
-    /// with the other windows' writes of that part queued meanwhile (`edges::apply_windows`): a
-    /// part that failed for a passing reason is sent again, the parts done are not.
+    /// (`edges::apply_edges`): a part that failed for a passing reason is sent again, the parts
+    /// done are not.
     async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
         let window = edge::window_id(w.shard_id, &summary::marker(w.end));
         let calls: Vec<_> = super::edges::by_part(edges, self.edge_parts())
@@ -250,9 +249,10 @@ impl WindowWriter for Embedded {
             .map(|(part, at, edges)| {
                 let (this, shard, window) = (self.clone(), w.shard_id.to_owned(), window.clone());
                 let call = tokio::spawn(async move {
-                    let write = EdgeWrite { window, edges };
-                    this.write_edges(&shard, part, write, super::edges::apply_windows)
-                        .await
+                    this.write_edges(&shard, part, move |c| {
+                        super::edges::apply_edges(c, &window, &edges)
+                    })
+                    .await
                 });
                 (at, call)
             })

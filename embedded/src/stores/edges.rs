@@ -9,7 +9,7 @@ use tally_core::ports::{EdgesApplied, PortError, PortResult};
 use tally_core::rows::{self, EdgeRow};
 use tally_core::summary::{self, Attrs};
 
-use crate::edge_parts::{EdgeParts, EdgeWrite};
+use crate::edge_parts::EdgeParts;
 use crate::sql_err;
 
 /// An edge new to the store, inserted unless one is there (its columns in the table's order,
@@ -217,41 +217,20 @@ pub(crate) fn migrate_edges(c: &Connection) -> PortResult<()> {
     Ok(())
 }
 
-/// Writes windows' edges of one part in one transaction, each window in a savepoint of its own
-/// (every edge of a window is done, or its answer is the failure and it wrote nothing): the
-/// answers in the windows' order. A failed commit is every window's answer.
-pub(super) fn apply_windows(
+/// Writes a window's edges in one transaction (every edge is done, or the call failed).
+pub(super) fn apply_edges(
     c: &mut Connection,
-    windows: Vec<EdgeWrite>,
-) -> Vec<PortResult<EdgesApplied>> {
-    let all_fail = |e: PortError| windows.iter().map(|_| Err(e.clone())).collect();
-    let mut tx = match c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(e) => return all_fail(sql_err(e)),
-    };
-    let out = windows
-        .iter()
-        .map(|w| {
-            let sp = tx.savepoint().map_err(sql_err)?;
-            let out = apply_edges(&sp, &w.window, &w.edges)?;
-            sp.commit().map_err(sql_err)?;
-            Ok(out)
-        })
-        .collect();
-    match tx.commit() {
-        Ok(()) => out,
-        Err(e) => all_fail(sql_err(e)),
-    }
-}
-
-/// Writes a window's edges in the transaction `tx` is in (every edge is done, or the call
-/// failed and the caller rolls back what it wrote).
-fn apply_edges(tx: &Connection, window: &str, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
+    window: &str,
+    edges: &[EdgeEvent],
+) -> PortResult<EdgesApplied> {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
     let mut out = EdgesApplied {
         transitions: Vec::with_capacity(edges.len()),
         ..EdgesApplied::default()
     };
-    let mut st = EdgeStatements::new(tx)?;
+    let mut st = EdgeStatements::new(&tx)?;
     // The state of an edge new to the store, built into one buffer for the whole batch.
     let mut new = EdgeState::default();
     for e in edges {
@@ -303,6 +282,8 @@ fn apply_edges(tx: &Connection, window: &str, edges: &[EdgeEvent]) -> PortResult
             out.applied.wrote(Purpose::Edges, units(&s));
         }
     }
+    drop(st);
+    tx.commit().map_err(sql_err)?;
     Ok(out)
 }
 
@@ -340,86 +321,6 @@ mod tests {
             });
         }
         Ok(out)
-    }
-
-    /// The likers' state of (`post`, `user`) in `c`: liked, unliked, or no edge.
-    fn liked(c: &Connection, post: &str, user: &str) -> Option<bool> {
-        get_edge(c, post, user).unwrap().map(|s| s.liked)
-    }
-
-    /// Windows written together are each their own: a window's edges see those of the windows
-    /// before it in the transaction (C's unlike replaces A's like, as two transactions would),
-    /// and a window that fails (B, on a corrupt edge) is rolled back alone — the edge it wrote
-    /// before failing is not kept — and answered with its failure, the others with their own
-    /// transitions.
-    #[test]
-    fn windows_written_together_are_each_their_own() {
-        use tally_conformance::like;
-        let mut c = Connection::open_in_memory().unwrap();
-        c.execute_batch(crate::edge_file::EDGES_SQL).unwrap();
-        let at = 1_796_000_000_000;
-        let corrupt = apply_windows(
-            &mut c,
-            vec![EdgeWrite {
-                window: "0001@shard-9".into(),
-                edges: vec![like("p1", "u9", true, at, "z")],
-            }],
-        );
-        assert!(corrupt[0].is_ok());
-        c.execute(
-            "UPDATE edges SET history = x'09' WHERE post = 'p1' AND user = 'u9'",
-            [],
-        )
-        .unwrap();
-        let window = |w: &str, edges| EdgeWrite {
-            window: w.into(),
-            edges,
-        };
-        let answers = apply_windows(
-            &mut c,
-            vec![
-                window(
-                    "0010@shard-0",
-                    vec![
-                        like("p1", "u1", true, at, "a1"),
-                        like("p2", "u2", true, at, "a2"),
-                    ],
-                ),
-                window(
-                    "0010@shard-1",
-                    vec![
-                        like("p0", "u3", true, at, "b1"),
-                        like("p1", "u9", false, at + 5, "b2"),
-                    ],
-                ),
-                window("0010@shard-2", vec![like("p1", "u1", false, at + 10, "c1")]),
-            ],
-        );
-        let [a, b, cc] = <[_; 3]>::try_from(answers).ok().unwrap();
-        let a = a.unwrap();
-        let moves = |d: &EdgesApplied| -> Vec<(String, Option<i64>, Option<i64>)> {
-            d.transitions
-                .iter()
-                .map(|t| (t.post_id.to_string(), t.before, t.after))
-                .collect()
-        };
-        assert_eq!(
-            moves(&a),
-            [("p1".into(), None, Some(at)), ("p2".into(), None, Some(at))]
-        );
-        assert!(b.is_err_and(|e| matches!(e, PortError::Corrupt { .. })));
-        assert_eq!(moves(&cc.unwrap()), [("p1".into(), Some(at), None)]);
-        assert_eq!(
-            liked(&c, "p1", "u1"),
-            Some(false),
-            "C's unlike over A's like"
-        );
-        assert_eq!(liked(&c, "p2", "u2"), Some(true));
-        assert_eq!(
-            liked(&c, "p0", "u3"),
-            None,
-            "B's first edge rolled back with it"
-        );
     }
 
     /// The parts' answers as one call's: the parts done merged; a part failed for a passing
