@@ -372,6 +372,70 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     demo.close().await.unwrap();
 }
 
+/// A worker with `lease.join_ms` 0 takes its leases in its first round, not after a poll: with
+/// a poll of 10 s (what a joining worker waits when `join_ms` is unset: the test below), this
+/// counter ends before 10 s, each lease taken once, every count exact. (The 10 s is the margin a
+/// busy machine has: nothing here is a measure of speed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_joins_at_once_takes_its_leases_in_its_first_round() {
+    let t = Target::embedded();
+    let file = file_in(&t, "likes.ndjson");
+    let exp = write_contract_file(&file, 200, 6, 17);
+    let poll = Duration::from_secs(10);
+    let settings = Settings::load(None, |s| {
+        s.data_dir = t.dir.path().to_owned();
+        s.lease.lease_poll_interval = poll;
+        s.lease.join_wait = Some(Duration::ZERO);
+        s.lease.idle_poll = Duration::from_millis(50);
+    })
+    .unwrap();
+    let backend = tally::backend::Backend::open(&settings).await.unwrap();
+    replay_all(&backend, file).await;
+    let started = std::time::Instant::now();
+    let (_, leases) =
+        tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
+            .await
+            .unwrap();
+    let took = started.elapsed();
+    assert!(took < poll, "waited a poll to take the leases: {took:?}");
+    assert_eq!(leases.taken.load(std::sync::atomic::Ordering::Relaxed), 4);
+    for (post, n) in &exp.counts {
+        let got = backend.counter.post_count(post, None).await.unwrap().total;
+        assert_eq!(got, *n, "{post}");
+    }
+}
+
+/// The demo's workers are alone on the store it makes: they take their leases at once, and on
+/// the embedded backend (no read limit) read a caught-up shard again after
+/// `DEMO_EMBEDDED_IDLE_POLL`, not the default 500 ms — unless either is configured; on AWS
+/// Kinesis's five reads a second a shard keep the default.
+#[test]
+fn the_demo_s_workers_join_at_once_and_poll_soon_unless_configured() {
+    use tally::settings::{BackendKind, DEMO_EMBEDDED_IDLE_POLL};
+    let default_idle = tally_consumer::worker::WorkerConfig::default().idle_poll;
+    let demo = Settings::default().for_demo(false, false);
+    assert_eq!(demo.lease.join_wait, Some(Duration::ZERO));
+    assert_eq!(demo.lease.idle_poll, DEMO_EMBEDDED_IDLE_POLL);
+    assert!(DEMO_EMBEDDED_IDLE_POLL < default_idle);
+
+    let configured = Settings::load(None, |s| {
+        s.lease.join_wait = Some(Duration::from_millis(300));
+        s.lease.idle_poll = Duration::from_millis(200);
+    })
+    .unwrap()
+    .for_demo(false, false);
+    assert_eq!(configured.lease.join_wait, Some(Duration::from_millis(300)));
+    assert_eq!(configured.lease.idle_poll, Duration::from_millis(200));
+
+    let aws = Settings {
+        backend: BackendKind::Aws,
+        ..Settings::default()
+    }
+    .for_demo(false, false);
+    assert_eq!(aws.lease.idle_poll, default_idle);
+    assert_eq!(aws.lease.join_wait, Some(Duration::ZERO));
+}
+
 /// `--until-idle` ends when its last shard goes idle, not at the worker's next lease poll: with
 /// a poll of 10 s, the round that takes the leases comes at 10 s (the first only joins the
 /// fleet) and the next poll at 20 s, so a counter that waited for it would end after 20 s; this

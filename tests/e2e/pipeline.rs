@@ -162,6 +162,13 @@ fn bad_configuration_names_the_key() {
         "{err}"
     );
 
+    let out = t.fail(&["total"], &[("TALLY_LEASE__JOIN_MS", "700000")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lease.join_ms") && err.contains("between 0 and 600000"),
+        "{err}"
+    );
+
     let out = t.fail(&["total"], &[("TALLY_LEASE__DURATION_MS", "soon")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("duration_ms"), "{err}");

@@ -29,6 +29,13 @@ pub struct WorkerConfig {
     #[serde(rename = "poll_ms")]
     #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub lease_poll_interval: Duration,
+    /// How long a worker that joins waits after writing its fleet row before it takes leases,
+    /// so that workers started within it count each other and split the shards at once (a
+    /// later joiner takes its share by asking). Unset: one lease poll. 0: at once — for a
+    /// worker that knows it runs alone (`tally demo` on its own store).
+    #[serde(rename = "join_ms")]
+    #[serde_as(as = "Option<serde_with::DurationMilliSeconds<u64>>")]
+    pub join_wait: Option<Duration>,
     /// How often the worker lists the stream's shards.
     #[serde(rename = "discovery_ms")]
     #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
@@ -101,6 +108,7 @@ impl Default for WorkerConfig {
             // 17 writes per lease per minute; a lease lapses only after two renewals in a row fail.
             renew_interval: Duration::from_millis(3_500),
             lease_poll_interval: Duration::from_millis(500),
+            join_wait: None,
             discovery_interval: Duration::from_secs(10),
             idle_poll: Duration::from_millis(500),
             batch_limit: 1_000,
@@ -112,12 +120,20 @@ impl Default for WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// How long a worker that joins waits before it takes leases (`join_ms`, else one poll).
+    pub fn join_wait(&self) -> Duration {
+        self.join_wait.unwrap_or(self.lease_poll_interval)
+    }
+
     /// The `[lease]` section's ranges (keys without the section).
     pub fn validate(&self) -> Result<(), Invalid> {
         let duration = millis(self.lease_duration);
         range("duration_ms", duration, 100, 3_600_000)?;
         range("renew_ms", millis(self.renew_interval), 10, duration / 2)?;
         range("poll_ms", millis(self.lease_poll_interval), 10, 600_000)?;
+        if let Some(join) = self.join_wait {
+            range("join_ms", millis(join), 0, 600_000)?;
+        }
         range(
             "discovery_ms",
             millis(self.discovery_interval),

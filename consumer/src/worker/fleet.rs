@@ -22,6 +22,9 @@ pub(super) struct Fleet {
     pub(super) last_heartbeat: Option<Instant>,
     /// Whether its fleet row was written once (it takes leases from the next round on).
     pub(super) joined: bool,
+    /// Between the round that wrote its first fleet row and the next: the pause between them is
+    /// the join wait (`lease.join_ms`), not a poll.
+    pub(super) joining: bool,
     /// The live members, as last listed.
     pub(super) members: Vec<String>,
     /// When a failed heartbeat or fleet listing was last logged.
@@ -62,7 +65,8 @@ impl Worker {
     pub(super) async fn beat(&mut self) -> bool {
         let first = !std::mem::replace(&mut self.fleet.joined, true);
         self.publish().await;
-        if first {
+        self.fleet.joining = first && !self.cfg.join_wait().is_zero();
+        if self.fleet.joining {
             return false;
         }
         self.metrics.fleet_listings.fetch_add(1, Ordering::Relaxed);

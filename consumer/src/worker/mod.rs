@@ -159,13 +159,19 @@ enum Pause {
 }
 
 impl Worker {
-    /// Between two rounds: until the next lease poll, a shard task's end, or — with the idle exit
+    /// Between two rounds: until the next lease poll (after the round that joined the fleet: the
+    /// join wait, `lease.join_ms`), a shard task's end, or — with the idle exit
     /// armed — a shard going idle when every shard of this worker is (the round that finds the
     /// worker idle then comes at once, not up to a poll later: `tally count --until-idle` ended
     /// on the poll's 500 ms steps, BENCHMARKS "The idle exit at once"). A shard going idle while
     /// others are not changes nothing a round would see here, so the pause goes on to its poll.
     async fn pause(&mut self, shutdown: &mut (impl Future<Output = ()> + Unpin)) -> Pause {
-        let next_poll = tokio::time::Instant::now() + self.cfg.lease_poll_interval;
+        let wait = if self.fleet.joining {
+            self.cfg.join_wait()
+        } else {
+            self.cfg.lease_poll_interval
+        };
+        let next_poll = tokio::time::Instant::now() + wait;
         let idle_exit = self.idle_exit.clone();
         loop {
             tokio::select! {
@@ -201,8 +207,9 @@ impl Worker {
         }
         let fleet_before = self.fleet.members.clone();
         if !self.beat().await {
-            // Joining: the fleet row is written; leases are taken from the next poll on, once
-            // the workers started together have all written theirs.
+            // Joining: the fleet row is written; leases are taken from the next round on (after
+            // the join wait, `lease.join_ms`), once the workers started together have all
+            // written theirs.
             return Ok(Round::Continue);
         }
         if self.settled(held_before, &fleet_before) {
