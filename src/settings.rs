@@ -4,9 +4,7 @@
 
 mod runtime;
 mod validate;
-pub use runtime::{
-    DEMO_DUPLICATE_RATIO, DEMO_EMBEDDED_IDLE_POLL, DEMO_MALFORMED_RATIO, NO_OP_RATIO,
-};
+pub use runtime::{DEMO_DUPLICATE_RATIO, DEMO_MALFORMED_RATIO, NO_OP_RATIO};
 pub use tally_core::config::ReadMode;
 
 use std::path::{Path, PathBuf};

@@ -13,7 +13,7 @@ use tally_producer::generate::Generation;
 use tally_producer::keys::HotPosts;
 use tally_producer::produce::Plan;
 
-use super::{BackendKind, Settings};
+use super::Settings;
 
 /// Counting likers, the share of generated events that change no liker: a liker's second tap, an
 /// unlike of a post the user does not like.
@@ -28,11 +28,6 @@ pub const OTHER_ITEMS_RATIO: f64 = 0.05;
 pub const DEMO_DUPLICATE_RATIO: f64 = 0.02;
 /// See [`DEMO_DUPLICATE_RATIO`].
 pub const DEMO_MALFORMED_RATIO: f64 = 0.001;
-
-/// How soon the demo reads a caught-up shard again on the embedded backend, unless
-/// `lease.idle_poll_ms` is configured: its records' wait for a read (`latency` in its report)
-/// was the default's 500 ms.
-pub const DEMO_EMBEDDED_IDLE_POLL: Duration = Duration::from_millis(50);
 
 impl Settings {
     /// A worker's settings: the `[lease]` section, with an identity when none is configured.
@@ -143,9 +138,8 @@ impl Settings {
     }
 
     /// The demo's settings: these, with some producer retries and malformed records unless
-    /// they were configured (`duplicate_given`, `malformed_given`: set on the command line), no
-    /// rate limit, workers that take their leases at once (`lease.join_ms` 0 unless set), and
-    /// on the embedded backend [`DEMO_EMBEDDED_IDLE_POLL`].
+    /// they were configured (`duplicate_given`, `malformed_given`: set on the command line), and
+    /// no rate limit.
     pub fn for_demo(&self, duplicate_given: bool, malformed_given: bool) -> Settings {
         let mut s = self.clone();
         if !duplicate_given && s.producer.duplicate_ratio == 0.0 {
@@ -155,16 +149,6 @@ impl Settings {
             s.producer.malformed_ratio = DEMO_MALFORMED_RATIO;
         }
         s.producer.rate = 0.0;
-        // Its workers are the only ones (one per application) unless `lease.join_ms` says
-        // otherwise: they take their leases at once, not a poll after starting.
-        s.lease.join_wait.get_or_insert(Duration::ZERO);
-        // A shard caught up with the producer is read again soon: the embedded stream has no
-        // read limit (Kinesis's five reads a second a shard are why the default is 500 ms).
-        if s.backend == BackendKind::Embedded
-            && s.lease.idle_poll == WorkerConfig::default().idle_poll
-        {
-            s.lease.idle_poll = DEMO_EMBEDDED_IDLE_POLL;
-        }
         s
     }
 }

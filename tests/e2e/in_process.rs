@@ -405,37 +405,6 @@ async fn a_worker_that_joins_at_once_takes_its_leases_in_its_first_round() {
     }
 }
 
-/// The demo's workers are alone on the store it makes: they take their leases at once, and on
-/// the embedded backend (no read limit) read a caught-up shard again after
-/// `DEMO_EMBEDDED_IDLE_POLL`, not the default 500 ms — unless either is configured; on AWS
-/// Kinesis's five reads a second a shard keep the default.
-#[test]
-fn the_demo_s_workers_join_at_once_and_poll_soon_unless_configured() {
-    use tally::settings::{BackendKind, DEMO_EMBEDDED_IDLE_POLL};
-    let default_idle = tally_consumer::worker::WorkerConfig::default().idle_poll;
-    let demo = Settings::default().for_demo(false, false);
-    assert_eq!(demo.lease.join_wait, Some(Duration::ZERO));
-    assert_eq!(demo.lease.idle_poll, DEMO_EMBEDDED_IDLE_POLL);
-    assert!(DEMO_EMBEDDED_IDLE_POLL < default_idle);
-
-    let configured = Settings::load(None, |s| {
-        s.lease.join_wait = Some(Duration::from_millis(300));
-        s.lease.idle_poll = Duration::from_millis(200);
-    })
-    .unwrap()
-    .for_demo(false, false);
-    assert_eq!(configured.lease.join_wait, Some(Duration::from_millis(300)));
-    assert_eq!(configured.lease.idle_poll, Duration::from_millis(200));
-
-    let aws = Settings {
-        backend: BackendKind::Aws,
-        ..Settings::default()
-    }
-    .for_demo(false, false);
-    assert_eq!(aws.lease.idle_poll, default_idle);
-    assert_eq!(aws.lease.join_wait, Some(Duration::ZERO));
-}
-
 /// `--until-idle` ends when its last shard goes idle, not at the worker's next lease poll: with
 /// a poll of 10 s, the round that takes the leases comes at 10 s (the first only joins the
 /// fleet) and the next poll at 20 s, so a counter that waited for it would end after 20 s; this
