@@ -32,7 +32,7 @@ pub struct WorkerConfig {
     /// How long a worker that joins waits after writing its fleet row before it takes leases,
     /// so that workers started within it count each other and split the shards at once (a
     /// later joiner takes its share by asking). Unset: one lease poll. 0: at once — for a
-    /// worker that knows it runs alone (`tally demo` on its own store).
+    /// worker that knows it runs alone (workers started together then balance by asking).
     #[serde(rename = "join_ms")]
     #[serde_as(as = "Option<serde_with::DurationMilliSeconds<u64>>")]
     pub join_wait: Option<Duration>,
