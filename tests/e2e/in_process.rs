@@ -372,20 +372,16 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     demo.close().await.unwrap();
 }
 
-/// A worker with `lease.join_ms` 0 takes its leases in its first round, not after a poll: with
-/// a poll of 10 s (what a joining worker waits when `join_ms` is unset: the test below), this
-/// counter ends before 10 s, each lease taken once, every count exact. (The 10 s is the margin a
-/// busy machine has: nothing here is a measure of speed.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_that_joins_at_once_takes_its_leases_in_its_first_round() {
+/// How long `run_counter` took, to idle, over a file of 200 likes on 4 shards with a lease poll of
+/// `poll` and the join wait `join`: each lease taken once and every count exact, checked.
+async fn counted_to_idle(poll: Duration, join: Option<Duration>) -> Duration {
     let t = Target::embedded();
     let file = file_in(&t, "likes.ndjson");
     let exp = write_contract_file(&file, 200, 6, 17);
-    let poll = Duration::from_secs(10);
     let settings = Settings::load(None, |s| {
         s.data_dir = t.dir.path().to_owned();
         s.lease.lease_poll_interval = poll;
-        s.lease.join_wait = Some(Duration::ZERO);
+        s.lease.join_wait = join;
         s.lease.idle_poll = Duration::from_millis(50);
     })
     .unwrap();
@@ -397,12 +393,23 @@ async fn a_worker_that_joins_at_once_takes_its_leases_in_its_first_round() {
             .await
             .unwrap();
     let took = started.elapsed();
-    assert!(took < poll, "waited a poll to take the leases: {took:?}");
     assert_eq!(leases.taken.load(std::sync::atomic::Ordering::Relaxed), 4);
     for (post, n) in &exp.counts {
         let got = backend.counter.post_count(post, None).await.unwrap().total;
         assert_eq!(got, *n, "{post}");
     }
+    took
+}
+
+/// A worker with `lease.join_ms` 0 takes its leases in its first round, not after a poll: with
+/// a poll of 10 s (what a joining worker waits when `join_ms` is unset: the test below), this
+/// counter ends before 10 s, each lease taken once, every count exact. (The 10 s is the margin a
+/// busy machine has: nothing here is a measure of speed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_joins_at_once_takes_its_leases_in_its_first_round() {
+    let poll = Duration::from_secs(10);
+    let took = counted_to_idle(poll, Some(Duration::ZERO)).await;
+    assert!(took < poll, "waited a poll to take the leases: {took:?}");
 }
 
 /// `--until-idle` ends when its last shard goes idle, not at the worker's next lease poll: with
@@ -412,24 +419,8 @@ async fn a_worker_that_joins_at_once_takes_its_leases_in_its_first_round() {
 /// has: nothing here is a measure of speed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_exit_ends_when_the_last_shard_goes_idle_not_at_the_next_poll() {
-    let t = Target::embedded();
-    let file = file_in(&t, "likes.ndjson");
-    let exp = write_contract_file(&file, 200, 6, 17);
     let poll = Duration::from_secs(10);
-    let settings = Settings::load(None, |s| {
-        s.data_dir = t.dir.path().to_owned();
-        s.lease.lease_poll_interval = poll;
-        s.lease.idle_poll = Duration::from_millis(50);
-    })
-    .unwrap();
-    let backend = tally::backend::Backend::open(&settings).await.unwrap();
-    replay_all(&backend, file).await;
-    let started = std::time::Instant::now();
-    let (_, leases) =
-        tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
-            .await
-            .unwrap();
-    let took = started.elapsed();
+    let took = counted_to_idle(poll, None).await;
     assert!(
         took >= poll,
         "the leases are taken at the second round: {took:?}"
@@ -438,9 +429,4 @@ async fn an_idle_exit_ends_when_the_last_shard_goes_idle_not_at_the_next_poll() 
         took < 2 * poll - Duration::from_millis(500),
         "waited for the poll after the leases were taken: {took:?}"
     );
-    assert_eq!(leases.taken.load(std::sync::atomic::Ordering::Relaxed), 4);
-    for (post, n) in &exp.counts {
-        let got = backend.counter.post_count(post, None).await.unwrap().total;
-        assert_eq!(got, *n, "{post}");
-    }
 }
