@@ -196,7 +196,15 @@ fn floor(demo: &Demo, count: &str) -> (f64, f64) {
 }
 
 /// An edge row as `edge_floor` reads and writes it: the `edges` table's columns in order.
-type EdgeRowCols = (String, String, i64, i64, String, String, Vec<u8>);
+type EdgeRowCols = (
+    String,
+    String,
+    i64,
+    i64,
+    String,
+    rusqlite::types::Value,
+    Vec<u8>,
+);
 
 /// The likers counter's writing floor: the edge rows the counter left in `counted` (its store
 /// after `count --until-idle`), window by window (by the window that last wrote each, then post
@@ -231,7 +239,16 @@ fn edge_floor(counted: &std::path::Path) -> (f64, f64, usize) {
         rows.extend(part_rows);
     }
     // The window's end (before its '@'), then post and user.
-    let window_of = |r: &EdgeRowCols| r.5.split('@').next().unwrap_or("").to_owned();
+    let window_of = |r: &EdgeRowCols| {
+        let window = match &r.5 {
+            rusqlite::types::Value::Blob(b) => {
+                tally_core::rows::edge_window_from(b).expect("a packed window")
+            }
+            rusqlite::types::Value::Text(t) => t.clone(),
+            other => panic!("an edge's window is {other:?}"),
+        };
+        window.split('@').next().unwrap_or("").to_owned()
+    };
     rows.sort_by_cached_key(|r| (window_of(r), r.0.clone(), r.1.clone()));
     let one = write_bare(&[rows.iter().collect()]);
     let mut parts: [Vec<&EdgeRowCols>; 2] = [Vec::new(), Vec::new()];

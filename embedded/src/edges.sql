@@ -6,7 +6,8 @@ CREATE TABLE IF NOT EXISTS edges (
     liked     INTEGER NOT NULL,         -- 1: the user likes the post
     at_ms     INTEGER NOT NULL,         -- the ordering time of the event that set it
     event_id  TEXT NOT NULL,            -- that event's id
-    window    TEXT NOT NULL,            -- the window that wrote it (tally_core::edge::window_id)
+    window    BLOB NOT NULL,            -- the window that wrote it, packed (tally_core::rows::
+                                        -- edge_window_into; text in a file made before)
     history   BLOB NOT NULL,            -- what that write replaced, the older writes, lost events
     PRIMARY KEY (post, user)
 ) WITHOUT ROWID;

@@ -407,6 +407,72 @@ async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
     assert_eq!(left, 0, "no edge item is left in items");
 }
 
+/// An edge row as a build before packed rows wrote it — its window as text, its history version
+/// 1 with nothing in it — reads as the edge it is, a write of the same window is found its own,
+/// and a later window's write over it is packed.
+#[tokio::test]
+async fn an_edge_row_written_before_packing_reads_and_is_written_over() {
+    use tally_core::ports::WindowWriter;
+    use tally_core::Position;
+    let (dir, e) = store(1);
+    assert!(e.add_recent_index().unwrap());
+    let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
+    let first = Position::parse("10").unwrap();
+    let like = [edge_event("u1", true, 1_796_000_000_000, "a")];
+    let wrote = e
+        .apply_edges(tally_conformance::window_at(&fence, &first), &like)
+        .await
+        .unwrap();
+    assert_eq!(wrote.transitions.len(), 1);
+    let (_, _, before) = edges_of_p1(&e, &["u1"]).await;
+    let window = before[0].clone().expect("the like").writes[0]
+        .window
+        .clone();
+    let db = tally_embedded::edge_file_of(dir.path(), "p1").unwrap();
+    let column = |sql: &str| -> String {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(column("SELECT typeof(window) FROM edges"), "blob");
+    assert_eq!(column("SELECT hex(history) FROM edges"), "");
+    let n = rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE edges SET window = ?1, history = x'010000000000'",
+            [&window],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(column("SELECT typeof(window) FROM edges"), "text");
+    assert_eq!(
+        edges_of_p1(&e, &["u1"]).await,
+        (vec!["u1".into()], vec!["u1".into()], before)
+    );
+    // The same window again: its own write, found (no count moves twice).
+    let again = e
+        .apply_edges(tally_conformance::window_at(&fence, &first), &like)
+        .await
+        .unwrap();
+    assert_eq!(again.applied.written, 0, "found its own, not written again");
+    assert_eq!(again.transitions.len(), 1);
+    // A later window's unlike: written over, packed.
+    let later = Position::parse("20").unwrap();
+    let unlike = [edge_event("u1", false, 1_796_000_000_001, "b")];
+    let wrote = e
+        .apply_edges(tally_conformance::window_at(&fence, &later), &unlike)
+        .await
+        .unwrap();
+    assert_eq!(wrote.transitions.len(), 1);
+    assert_eq!(wrote.transitions[0].before, Some(1_796_000_000_000));
+    assert_eq!(wrote.transitions[0].after, None);
+    let (likers, recent, states) = edges_of_p1(&e, &["u1"]).await;
+    assert!(likers.is_empty() && recent.is_empty());
+    assert!(!states[0].as_ref().expect("the unlike").liked);
+    assert_eq!(column("SELECT typeof(window) FROM edges"), "blob");
+}
+
 /// An edge event of `p1` (the conformance suite's `like`).
 fn edge_event(user: &str, liked: bool, at_ms: i64, id: &str) -> tally_core::edge::EdgeEvent {
     tally_conformance::like("p1", user, liked, at_ms, id)

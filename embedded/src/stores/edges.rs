@@ -2,11 +2,12 @@
 //! written as [`tally_core::edge::apply_state`] says and charged as DynamoDB charges the same edge
 //! item, and read back by (post, user). A post's likers, read in pages, are `likers`'s.
 
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension};
 use tally_core::cost::Purpose;
 use tally_core::edge::{self, EdgeEvent, EdgeOutcome, EdgeState};
 use tally_core::ports::{EdgesApplied, PortError, PortResult};
-use tally_core::rows::{self, EdgeRow};
+use tally_core::rows::{self, EdgeRow, StoredWindow};
 use tally_core::summary::{self, Attrs};
 
 use crate::edge_parts::EdgeParts;
@@ -29,6 +30,8 @@ struct EdgeStatements<'c> {
     /// The history of the edge being written (`tally_core::rows::edge_history_into`), one buffer
     /// for all.
     history: Vec<u8>,
+    /// The window that wrote it, packed (`tally_core::rows::edge_window_into`), one buffer for all.
+    window: Vec<u8>,
 }
 
 impl<'c> EdgeStatements<'c> {
@@ -55,6 +58,7 @@ impl<'c> EdgeStatements<'c> {
                 )
                 .map_err(sql_err)?,
             history: Vec::new(),
+            window: Vec::new(),
         })
     }
 
@@ -77,32 +81,42 @@ impl<'c> EdgeStatements<'c> {
         } else {
             &mut self.put
         };
-        Self::write(st, &mut self.history, post, user, s).map(|_| ())
+        Self::write(st, &mut self.history, &mut self.window, post, user, s).map(|_| ())
     }
 
     /// Writes the edge of (`post`, `user`) if the store has none: whether it did.
     fn insert(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<bool> {
-        Self::write(&mut self.insert, &mut self.history, post, user, s).map(|n| n == 1)
+        Self::write(
+            &mut self.insert,
+            &mut self.history,
+            &mut self.window,
+            post,
+            user,
+            s,
+        )
+        .map(|n| n == 1)
     }
 
-    /// Binds the edge's columns (`tally_core::rows::edge_columns`, borrowed from the state) and
-    /// its history, encoded into `history`.
+    /// Binds the edge's columns (`tally_core::rows::edge_columns`, borrowed from the state), its
+    /// window packed into `window` and its history encoded into `history`.
     fn write(
         st: &mut rusqlite::CachedStatement<'c>,
         history: &mut Vec<u8>,
+        window: &mut Vec<u8>,
         post: &str,
         user: &str,
         s: &EdgeState,
     ) -> PortResult<usize> {
         let c = rows::edge_columns(s);
         rows::edge_history_into(s, history);
+        rows::edge_window_into(c.window, window);
         st.execute(params![
             post,
             user,
             i64::from(c.liked),
             c.at_ms,
             c.event_id,
-            c.window,
+            window.as_slice(),
             history.as_slice()
         ])
         .map_err(sql_err)
@@ -176,13 +190,18 @@ pub(super) fn merge_parts(
     }
 }
 
-/// The edge row in the columns `liked, at_ms, event_id, window, history` from column `at` on.
+/// The edge row in the columns `liked, at_ms, event_id, window, history` from column `at` on:
+/// the window packed, or text where a build before packed windows wrote it.
 pub(super) fn edge_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<EdgeRow> {
+    let window = match r.get_ref(at + 3)? {
+        ValueRef::Blob(b) => StoredWindow::Packed(b.to_vec()),
+        _ => StoredWindow::Text(r.get(at + 3)?),
+    };
     Ok(EdgeRow {
         liked: r.get::<_, i64>(at)? == 1,
         at_ms: r.get(at + 1)?,
         event_id: r.get(at + 2)?,
-        window: r.get(at + 3)?,
+        window,
         history: r.get(at + 4)?,
     })
 }

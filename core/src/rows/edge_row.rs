@@ -1,0 +1,486 @@
+//! The embedded store's typed edge row (its `edges` table): the columns borrowed from an edge to
+//! write it, the binary `history` beside them, and the window that wrote it packed to a few
+//! bytes; read back strictly, a row that does not decode named as the edge it is.
+
+use crate::edge::EdgeState;
+use crate::ports::{PortError, PortResult};
+
+/// An edge as a store that keeps edges typed holds it (the embedded store's `edges` table): its
+/// state in columns — whether the user likes the post, the ordering time and id of the event
+/// that set it, the window that wrote it — and the rest of what it remembers (the event that
+/// write replaced, the older writes, the clamped events that took no effect, the window pushed
+/// out of the history) in `history`, [`edge_history_into`]'s encoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeRow {
+    /// Whether the user likes the post.
+    pub liked: bool,
+    /// The ordering time of the event that set it (ms).
+    pub at_ms: i64,
+    /// That event's id.
+    pub event_id: String,
+    /// The window that wrote it ([`crate::edge::window_id`]), as the column holds it.
+    pub window: StoredWindow,
+    /// The rest, [`edge_history_into`].
+    pub history: Vec<u8>,
+}
+
+/// The version byte [`edge_history_into`] starts with.
+const HISTORY_V1: u8 = 1;
+
+/// An [`EdgeRow`]'s columns but `history`, borrowed from the edge: what a store writing an
+/// edge binds, with its history from [`edge_history_into`] (one buffer for many edges, nothing
+/// else copied per edge).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeColumns<'a> {
+    /// Whether the user likes the post.
+    pub liked: bool,
+    /// The ordering time of the event that set it (ms).
+    pub at_ms: i64,
+    /// That event's id.
+    pub event_id: &'a str,
+    /// The window that wrote it.
+    pub window: &'a str,
+}
+
+/// The edge's columns ([`EdgeColumns`]).
+///
+/// # Panics
+/// If the edge has no write (an [`EdgeState`] always has one: its state was written).
+pub fn edge_columns(s: &EdgeState) -> EdgeColumns<'_> {
+    EdgeColumns {
+        liked: s.liked,
+        at_ms: s.at_ms,
+        event_id: &s.event_id,
+        window: &s.writes[0].window,
+    }
+}
+
+/// The encoding of what an edge remembers beside its columns: a version byte (1); the first
+/// write's `before`; the count of older writes, each its window and `before`; the count of lost
+/// clamped events, each an id; the dropped window or none. A `before` is a tag (0 absent, 1 an
+/// unlike, 2 a like), then for 1 and 2 its time (8 bytes, little-endian) and id; a string is
+/// its length (2 bytes, little-endian) and its UTF-8 bytes; "none" is an empty string. An edge
+/// that remembers nothing — one write, of an edge that was not there, nothing lost or dropped:
+/// most edges — has no bytes at all (six fewer a row; BENCHMARKS, "Edge rows packed").
+///
+/// Written into `out`, cleared first: a writer of many edges keeps one buffer.
+pub fn edge_history_into(s: &EdgeState, out: &mut Vec<u8>) {
+    fn text(out: &mut Vec<u8>, t: &str) {
+        let n = u16::try_from(t.len()).expect("ids and windows are shorter than 64 KiB");
+        out.extend_from_slice(&n.to_le_bytes());
+        out.extend_from_slice(t.as_bytes());
+    }
+    fn stamp(out: &mut Vec<u8>, b: Option<&crate::edge::Stamp>) {
+        match b {
+            None => out.push(0),
+            Some(b) => {
+                out.push(1 + u8::from(b.liked));
+                out.extend_from_slice(&b.at_ms.to_le_bytes());
+                text(out, &b.event_id);
+            }
+        }
+    }
+    out.clear();
+    let remembers = s.writes.len() > 1
+        || s.writes[0].before.is_some()
+        || !s.lost.is_empty()
+        || s.dropped.is_some();
+    if !remembers {
+        return;
+    }
+    out.push(HISTORY_V1);
+    stamp(out, s.writes[0].before.as_ref());
+    out.push(s.writes.len() as u8 - 1);
+    for w in &s.writes[1..] {
+        text(out, &w.window);
+        stamp(out, w.before.as_ref());
+    }
+    out.push(s.lost.len() as u8);
+    for id in &s.lost {
+        text(out, id);
+    }
+    text(out, s.dropped.as_deref().unwrap_or_default());
+}
+
+/// A typed edge row of `post` for `user`, decoded: a history that does not decode, or more
+/// writes or lost events than an edge keeps, is an error naming the edge.
+pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeState> {
+    use crate::edge::{EdgeWrite, Stamp, EDGE_HISTORY, EDGE_LOST};
+    let corrupt = |detail: String| PortError::Corrupt {
+        item: format!("edges {post}/{user}"),
+        detail,
+    };
+    struct Reader<'a>(&'a [u8]);
+    impl Reader<'_> {
+        fn take(&mut self, n: usize) -> Result<&[u8], String> {
+            if self.0.len() < n {
+                return Err(format!("its history ends {} bytes early", n - self.0.len()));
+            }
+            let (head, rest) = self.0.split_at(n);
+            self.0 = rest;
+            Ok(head)
+        }
+        fn byte(&mut self) -> Result<u8, String> {
+            Ok(self.take(1)?[0])
+        }
+        fn text(&mut self) -> Result<String, String> {
+            let n = u16::from_le_bytes(self.take(2)?.try_into().expect("two bytes"));
+            String::from_utf8(self.take(n as usize)?.to_vec())
+                .map_err(|_| "its history holds a string that is not UTF-8".to_owned())
+        }
+        fn stamp(&mut self) -> Result<Option<Stamp>, String> {
+            let tag = self.byte()?;
+            if tag == 0 {
+                return Ok(None);
+            }
+            if tag > 2 {
+                return Err(format!(
+                    "its history holds an event tagged {tag} (0, 1 or 2)"
+                ));
+            }
+            let at_ms = i64::from_le_bytes(self.take(8)?.try_into().expect("eight bytes"));
+            Ok(Some(Stamp {
+                liked: tag == 2,
+                at_ms,
+                event_id: self.text()?,
+            }))
+        }
+    }
+    let mut r = Reader(&row.history);
+    let decode = |r: &mut Reader<'_>| -> Result<EdgeState, String> {
+        let window = match &row.window {
+            StoredWindow::Text(w) => w.clone(),
+            StoredWindow::Packed(b) => edge_window_from(b)?,
+        };
+        if window.is_empty() {
+            return Err("it names no window that wrote it".into());
+        }
+        if r.0.is_empty() {
+            return Ok(EdgeState {
+                liked: row.liked,
+                at_ms: row.at_ms,
+                event_id: row.event_id.clone(),
+                writes: vec![EdgeWrite {
+                    window,
+                    before: None,
+                }],
+                lost: Vec::new(),
+                dropped: None,
+            });
+        }
+        match r.byte()? {
+            HISTORY_V1 => {}
+            v => return Err(format!("its history is version {v}, not {HISTORY_V1}")),
+        }
+        let mut writes = vec![EdgeWrite {
+            window,
+            before: r.stamp()?,
+        }];
+        let older = r.byte()? as usize;
+        if older >= EDGE_HISTORY {
+            return Err(format!(
+                "it remembers {} writes (at most {EDGE_HISTORY})",
+                older + 1
+            ));
+        }
+        for _ in 0..older {
+            let window = r.text()?;
+            writes.push(EdgeWrite {
+                window,
+                before: r.stamp()?,
+            });
+        }
+        let lost_n = r.byte()? as usize;
+        if lost_n > EDGE_LOST {
+            return Err(format!(
+                "it remembers {lost_n} lost events (at most {EDGE_LOST})"
+            ));
+        }
+        let lost = (0..lost_n).map(|_| r.text()).collect::<Result<_, _>>()?;
+        let dropped = Some(r.text()?).filter(|w| !w.is_empty());
+        if !r.0.is_empty() {
+            return Err(format!("its history has {} bytes past its end", r.0.len()));
+        }
+        Ok(EdgeState {
+            liked: row.liked,
+            at_ms: row.at_ms,
+            event_id: row.event_id.clone(),
+            writes,
+            lost,
+            dropped,
+        })
+    };
+    decode(&mut r).map_err(corrupt)
+}
+
+/// The window column as a row holds it: the text a build before packed windows wrote, or
+/// [`edge_window_into`]'s bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoredWindow {
+    /// The window's id as it is.
+    Text(String),
+    /// [`edge_window_into`]'s encoding.
+    Packed(Vec<u8>),
+}
+
+/// [`edge_window_into`]'s tag of a window kept as its UTF-8 text.
+const WINDOW_TEXT: u8 = 0;
+/// [`edge_window_into`]'s tag of a window of the usual form, packed.
+const WINDOW_PACKED: u8 = 1;
+/// The prefix of a Kinesis shard id (and the embedded stream's): then twelve digits.
+const SHARD_PREFIX: &str = "shardId-";
+/// How many digits follow [`SHARD_PREFIX`].
+const SHARD_DIGITS: usize = 12;
+/// The nibble of a `.` in a packed marker (a digit's is its value).
+const DOT: u8 = 10;
+/// The nibble that pads a packed marker of odd length.
+const PAD: u8 = 15;
+
+/// The encoding of the window that wrote an edge, for its row's column: a window of the usual
+/// form — a marker of digits and `.` ([`crate::summary::marker`]), `@`, a shard id
+/// `shardId-` and twelve digits ([`crate::edge::window_id`]) — is a tag (1), the shard's number
+/// (LEB128) and the marker two characters a byte (a digit its value, `.` 10, an odd length padded
+/// with 15): 7 bytes for the embedded stream's 30-character windows, 30 for Kinesis's 78. Any
+/// other window is a tag (0) and its text. An edge row is mostly its window's id otherwise, and a
+/// window's writes rewrite the pages its edges are on: fewer bytes a row, fewer pages
+/// (BENCHMARKS, "Windows packed").
+///
+/// Written into `out`, cleared first: a writer of many edges keeps one buffer.
+pub fn edge_window_into(window: &str, out: &mut Vec<u8>) {
+    out.clear();
+    match packable(window) {
+        Some((marker, shard)) => {
+            out.push(WINDOW_PACKED);
+            let mut n = shard;
+            loop {
+                let low = (n & 0x7f) as u8;
+                n >>= 7;
+                if n == 0 {
+                    out.push(low);
+                    break;
+                }
+                out.push(low | 0x80);
+            }
+            let nibble = |c: u8| if c == b'.' { DOT } else { c - b'0' };
+            for pair in marker.as_bytes().chunks(2) {
+                let high = nibble(pair[0]);
+                let low = pair.get(1).map_or(PAD, |c| nibble(*c));
+                out.push(high << 4 | low);
+            }
+        }
+        None => {
+            out.push(WINDOW_TEXT);
+            out.extend_from_slice(window.as_bytes());
+        }
+    }
+}
+
+/// The marker and shard number of a window of the usual form.
+fn packable(window: &str) -> Option<(&str, u64)> {
+    let (marker, shard) = window.rsplit_once('@')?;
+    let digits = shard.strip_prefix(SHARD_PREFIX)?;
+    let marker_ok = !marker.is_empty() && marker.bytes().all(|c| c.is_ascii_digit() || c == b'.');
+    if !marker_ok || digits.len() != SHARD_DIGITS || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    Some((marker, digits.parse().ok()?))
+}
+
+/// A window [`edge_window_into`] encoded, decoded: an encoding it cannot have written is an error.
+pub fn edge_window_from(b: &[u8]) -> Result<String, String> {
+    let bad = |why: &str| format!("its window does not decode: {why}");
+    match b.split_first() {
+        Some((&WINDOW_TEXT, text)) => {
+            String::from_utf8(text.to_vec()).map_err(|_| bad("its text is not UTF-8"))
+        }
+        Some((&WINDOW_PACKED, rest)) => {
+            let mut shard: u64 = 0;
+            let mut at = 0;
+            loop {
+                let byte = *rest
+                    .get(at)
+                    .ok_or_else(|| bad("its shard number ends early"))?;
+                if at >= 6 {
+                    return Err(bad("its shard number is too long"));
+                }
+                shard |= u64::from(byte & 0x7f) << (7 * at);
+                at += 1;
+                if byte & 0x80 == 0 {
+                    break;
+                }
+            }
+            let packed = &rest[at..];
+            let mut marker = String::with_capacity(packed.len() * 2);
+            for (i, byte) in packed.iter().enumerate() {
+                for (j, nib) in [byte >> 4, byte & 0x0f].into_iter().enumerate() {
+                    match nib {
+                        0..=9 => marker.push(char::from(b'0' + nib)),
+                        DOT => marker.push('.'),
+                        PAD if i + 1 == packed.len() && j == 1 => {}
+                        _ => return Err(bad("its marker holds a character it cannot")),
+                    }
+                }
+            }
+            if marker.is_empty() || shard >= 10u64.pow(SHARD_DIGITS as u32) {
+                return Err(bad("it names no marker or a shard past twelve digits"));
+            }
+            Ok(format!(
+                "{marker}@{SHARD_PREFIX}{shard:0w$}",
+                w = SHARD_DIGITS
+            ))
+        }
+        Some((tag, _)) => Err(bad(&format!("it is tagged {tag} (0 or 1)"))),
+        None => Err(bad("it is empty")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_typed_edge_row_reads_back_and_a_bad_history_is_named() {
+        use crate::edge::{written_state, EdgeEvent};
+        let e = |liked, at, id: &str, lost: &[&str]| EdgeEvent {
+            post_id: "p".into(),
+            user_id: "u".into(),
+            liked,
+            at_ms: at,
+            event_id: id.into(),
+            clamped: false,
+            lost: lost.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        let mut s = written_state(&e(true, 1, "a", &[]), "m1@s0", None);
+        for (i, w) in ["m2@s1", "m3@s0", "m4@s1"].iter().enumerate() {
+            s = written_state(&e(i % 2 == 1, 10 + i as i64, "b", &["x", "y"]), w, Some(&s));
+        }
+        assert_eq!(s.writes.len(), 3);
+        assert!(s.dropped.is_some() && !s.lost.is_empty());
+        // The row as a store writes it: the columns borrowed from the state, the history
+        // encoded into a buffer that held another edge's.
+        let c = edge_columns(&s);
+        let mut history = vec![7; 300];
+        edge_history_into(&s, &mut history);
+        let row = EdgeRow {
+            liked: c.liked,
+            at_ms: c.at_ms,
+            event_id: c.event_id.to_owned(),
+            window: StoredWindow::Packed(window_bytes(c.window)),
+            history,
+        };
+        assert_eq!(edge_from_row("p", "u", row.clone()).unwrap(), s);
+        // Cut anywhere but to nothing (an edge that remembers nothing: below).
+        for cut in 1..row.history.len() {
+            let mut bad = row.clone();
+            bad.history.truncate(cut);
+            let err = edge_from_row("p", "u", bad).unwrap_err().to_string();
+            assert!(err.contains("edges p/u"), "{err}");
+        }
+        let mut bad = row.clone();
+        bad.history[0] = 9;
+        let err = edge_from_row("p", "u", bad).unwrap_err().to_string();
+        assert!(err.contains("version 9"), "{err}");
+        let mut bad = row;
+        bad.history.push(0);
+        assert!(edge_from_row("p", "u", bad).is_err());
+    }
+
+    fn window_bytes(w: &str) -> Vec<u8> {
+        let mut out = vec![9; 40];
+        edge_window_into(w, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_window_of_the_usual_form_packs_to_a_few_bytes() {
+        let embedded = crate::edge::window_id("shardId-000000000003", "006514801");
+        assert_eq!(
+            window_bytes(&embedded),
+            vec![1, 3, 0x00, 0x65, 0x14, 0x80, 0x1f]
+        );
+        let kinesis = crate::edge::window_id(
+            "shardId-000000001234",
+            &format!("056{}.0000000003", "4".repeat(56)),
+        );
+        assert_eq!(window_bytes(&kinesis).len(), 1 + 2 + 35);
+        for w in [embedded, kinesis] {
+            assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
+        }
+        // Not of the form: kept as text, whole.
+        for w in [
+            "m1@s0",
+            "7@shardId-12",
+            "1-@shardId-000000000001",
+            "@shardId-000000000001",
+            "",
+        ] {
+            assert_eq!(window_bytes(w)[0], WINDOW_TEXT, "{w}");
+            assert_eq!(edge_window_from(&window_bytes(w)).unwrap(), w);
+        }
+    }
+
+    #[test]
+    fn a_window_that_does_not_decode_is_an_error() {
+        for bad in [
+            &[][..],
+            &[2, 1],
+            &[1],
+            &[1, 0x80],
+            &[1, 3, 0xc1],
+            &[1, 3, 0xf1],
+            &[1, 3],
+            &[0, 0xff],
+        ] {
+            assert!(edge_window_from(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_row_a_build_before_packing_wrote_reads_back() {
+        let e = crate::edge::EdgeEvent {
+            post_id: "p".into(),
+            user_id: "u".into(),
+            liked: true,
+            at_ms: 5,
+            event_id: "e".into(),
+            clamped: false,
+            lost: Vec::new(),
+        };
+        let s = crate::edge::written_state(&e, "007.0000001@shardId-000000000000", None);
+        // An edge that remembers nothing is written with no history at all ...
+        let mut history = vec![1];
+        edge_history_into(&s, &mut history);
+        assert!(history.is_empty());
+        let row = |window, history| EdgeRow {
+            liked: true,
+            at_ms: 5,
+            event_id: "e".into(),
+            window,
+            history,
+        };
+        let window = &s.writes[0].window;
+        let packed = row(StoredWindow::Packed(window_bytes(window)), history);
+        assert_eq!(edge_from_row("p", "u", packed).unwrap(), s);
+        // ... and reads back as the row an earlier build wrote of it: its window as text, its
+        // history version 1 with nothing in it.
+        let v1 = vec![HISTORY_V1, 0, 0, 0, 0, 0];
+        let text = row(StoredWindow::Text(window.clone()), v1);
+        assert_eq!(edge_from_row("p", "u", text).unwrap(), s);
+        let bad = row(StoredWindow::Packed(vec![7]), Vec::new());
+        let err = edge_from_row("p", "u", bad).unwrap_err();
+        assert!(err.to_string().contains("edges p/u"), "{err}");
+    }
+
+    proptest! {
+        /// Every window reads back as it was written, packed or not.
+        #[test]
+        fn every_window_reads_back(
+            marker in "[0-9.]{0,70}|[0-9a-z.-]{1,20}",
+            shard in "shardId-[0-9]{12}|shardId-[0-9]{0,14}|[a-z0-9-]{0,12}",
+        ) {
+            let w = crate::edge::window_id(&shard, &marker);
+            prop_assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
+        }
+    }
+}
