@@ -201,7 +201,7 @@ type EdgeRowCols = (
     String,
     i64,
     i64,
-    String,
+    rusqlite::types::Value,
     rusqlite::types::Value,
     Vec<u8>,
 );

@@ -407,8 +407,8 @@ async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
     assert_eq!(left, 0, "no edge item is left in items");
 }
 
-/// An edge row as a build before packed rows wrote it — its window as text, its history version
-/// 1 with nothing in it — reads as the edge it is, a write of the same window is found its own,
+/// An edge row as a build before packed rows wrote it — its event id and window as text, its
+/// history version 1 with nothing in it — reads as the edge it is, a write of the same window is found its own,
 /// and a later window's write over it is packed.
 #[tokio::test]
 async fn an_edge_row_written_before_packing_reads_and_is_written_over() {
@@ -435,17 +435,18 @@ async fn an_edge_row_written_before_packing_reads_and_is_written_over() {
             .query_row(sql, [], |r| r.get(0))
             .unwrap()
     };
-    assert_eq!(column("SELECT typeof(window) FROM edges"), "blob");
+    let types = "SELECT typeof(event_id) || ' ' || typeof(window) FROM edges";
+    assert_eq!(column(types), "blob blob");
     assert_eq!(column("SELECT hex(history) FROM edges"), "");
     let n = rusqlite::Connection::open(&db)
         .unwrap()
         .execute(
-            "UPDATE edges SET window = ?1, history = x'010000000000'",
+            "UPDATE edges SET event_id = 'a', window = ?1, history = x'010000000000'",
             [&window],
         )
         .unwrap();
     assert_eq!(n, 1);
-    assert_eq!(column("SELECT typeof(window) FROM edges"), "text");
+    assert_eq!(column(types), "text text");
     assert_eq!(
         edges_of_p1(&e, &["u1"]).await,
         (vec!["u1".into()], vec!["u1".into()], before)
@@ -470,7 +471,7 @@ async fn an_edge_row_written_before_packing_reads_and_is_written_over() {
     let (likers, recent, states) = edges_of_p1(&e, &["u1"]).await;
     assert!(likers.is_empty() && recent.is_empty());
     assert!(!states[0].as_ref().expect("the unlike").liked);
-    assert_eq!(column("SELECT typeof(window) FROM edges"), "blob");
+    assert_eq!(column(types), "blob blob");
 }
 
 /// An edge event of `p1` (the conformance suite's `like`).

@@ -1,9 +1,11 @@
 //! The embedded store's typed edge row (its `edges` table): the columns borrowed from an edge to
-//! write it, the binary `history` beside them, and the window that wrote it packed to a few
-//! bytes; read back strictly, a row that does not decode named as the edge it is.
+//! write it (the ids in them packed: [`super::packed`]) and the binary `history` beside them;
+//! read back strictly, a row that does not decode named as the edge it is.
 
 use crate::edge::EdgeState;
 use crate::ports::{PortError, PortResult};
+
+use super::packed::{edge_window_from, event_id_from, StoredText};
 
 /// An edge as a store that keeps edges typed holds it (the embedded store's `edges` table): its
 /// state in columns — whether the user likes the post, the ordering time and id of the event
@@ -16,10 +18,11 @@ pub struct EdgeRow {
     pub liked: bool,
     /// The ordering time of the event that set it (ms).
     pub at_ms: i64,
-    /// That event's id.
-    pub event_id: String,
-    /// The window that wrote it ([`crate::edge::window_id`]), as the column holds it.
-    pub window: StoredWindow,
+    /// That event's id, as the column holds it ([`super::event_id_into`]).
+    pub event_id: StoredText,
+    /// The window that wrote it ([`crate::edge::window_id`]), as the column holds it
+    /// ([`super::edge_window_into`]).
+    pub window: StoredText,
     /// The rest, [`edge_history_into`].
     pub history: Vec<u8>,
 }
@@ -148,18 +151,16 @@ pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeSta
     }
     let mut r = Reader(&row.history);
     let decode = |r: &mut Reader<'_>| -> Result<EdgeState, String> {
-        let window = match &row.window {
-            StoredWindow::Text(w) => w.clone(),
-            StoredWindow::Packed(b) => edge_window_from(b)?,
-        };
+        let window = row.window.read(edge_window_from)?;
         if window.is_empty() {
             return Err("it names no window that wrote it".into());
         }
+        let event_id = row.event_id.read(event_id_from)?;
         if r.0.is_empty() {
             return Ok(EdgeState {
                 liked: row.liked,
                 at_ms: row.at_ms,
-                event_id: row.event_id.clone(),
+                event_id,
                 writes: vec![EdgeWrite {
                     window,
                     before: None,
@@ -204,7 +205,7 @@ pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeSta
         Ok(EdgeState {
             liked: row.liked,
             at_ms: row.at_ms,
-            event_id: row.event_id.clone(),
+            event_id,
             writes,
             lost,
             dropped,
@@ -213,131 +214,10 @@ pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeSta
     decode(&mut r).map_err(corrupt)
 }
 
-/// The window column as a row holds it: the text a build before packed windows wrote, or
-/// [`edge_window_into`]'s bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoredWindow {
-    /// The window's id as it is.
-    Text(String),
-    /// [`edge_window_into`]'s encoding.
-    Packed(Vec<u8>),
-}
-
-/// [`edge_window_into`]'s tag of a window kept as its UTF-8 text.
-const WINDOW_TEXT: u8 = 0;
-/// [`edge_window_into`]'s tag of a window of the usual form, packed.
-const WINDOW_PACKED: u8 = 1;
-/// The prefix of a Kinesis shard id (and the embedded stream's): then twelve digits.
-const SHARD_PREFIX: &str = "shardId-";
-/// How many digits follow [`SHARD_PREFIX`].
-const SHARD_DIGITS: usize = 12;
-/// The nibble of a `.` in a packed marker (a digit's is its value).
-const DOT: u8 = 10;
-/// The nibble that pads a packed marker of odd length.
-const PAD: u8 = 15;
-
-/// The encoding of the window that wrote an edge, for its row's column: a window of the usual
-/// form — a marker of digits and `.` ([`crate::summary::marker`]), `@`, a shard id
-/// `shardId-` and twelve digits ([`crate::edge::window_id`]) — is a tag (1), the shard's number
-/// (LEB128) and the marker two characters a byte (a digit its value, `.` 10, an odd length padded
-/// with 15): 7 bytes for the embedded stream's 30-character windows, 30 for Kinesis's 78. Any
-/// other window is a tag (0) and its text. An edge row is mostly its window's id otherwise, and a
-/// window's writes rewrite the pages its edges are on: fewer bytes a row, fewer pages
-/// (BENCHMARKS, "Windows packed").
-///
-/// Written into `out`, cleared first: a writer of many edges keeps one buffer.
-pub fn edge_window_into(window: &str, out: &mut Vec<u8>) {
-    out.clear();
-    match packable(window) {
-        Some((marker, shard)) => {
-            out.push(WINDOW_PACKED);
-            let mut n = shard;
-            loop {
-                let low = (n & 0x7f) as u8;
-                n >>= 7;
-                if n == 0 {
-                    out.push(low);
-                    break;
-                }
-                out.push(low | 0x80);
-            }
-            let nibble = |c: u8| if c == b'.' { DOT } else { c - b'0' };
-            for pair in marker.as_bytes().chunks(2) {
-                let high = nibble(pair[0]);
-                let low = pair.get(1).map_or(PAD, |c| nibble(*c));
-                out.push(high << 4 | low);
-            }
-        }
-        None => {
-            out.push(WINDOW_TEXT);
-            out.extend_from_slice(window.as_bytes());
-        }
-    }
-}
-
-/// The marker and shard number of a window of the usual form.
-fn packable(window: &str) -> Option<(&str, u64)> {
-    let (marker, shard) = window.rsplit_once('@')?;
-    let digits = shard.strip_prefix(SHARD_PREFIX)?;
-    let marker_ok = !marker.is_empty() && marker.bytes().all(|c| c.is_ascii_digit() || c == b'.');
-    if !marker_ok || digits.len() != SHARD_DIGITS || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    Some((marker, digits.parse().ok()?))
-}
-
-/// A window [`edge_window_into`] encoded, decoded: an encoding it cannot have written is an error.
-pub fn edge_window_from(b: &[u8]) -> Result<String, String> {
-    let bad = |why: &str| format!("its window does not decode: {why}");
-    match b.split_first() {
-        Some((&WINDOW_TEXT, text)) => {
-            String::from_utf8(text.to_vec()).map_err(|_| bad("its text is not UTF-8"))
-        }
-        Some((&WINDOW_PACKED, rest)) => {
-            let mut shard: u64 = 0;
-            let mut at = 0;
-            loop {
-                let byte = *rest
-                    .get(at)
-                    .ok_or_else(|| bad("its shard number ends early"))?;
-                if at >= 6 {
-                    return Err(bad("its shard number is too long"));
-                }
-                shard |= u64::from(byte & 0x7f) << (7 * at);
-                at += 1;
-                if byte & 0x80 == 0 {
-                    break;
-                }
-            }
-            let packed = &rest[at..];
-            let mut marker = String::with_capacity(packed.len() * 2);
-            for (i, byte) in packed.iter().enumerate() {
-                for (j, nib) in [byte >> 4, byte & 0x0f].into_iter().enumerate() {
-                    match nib {
-                        0..=9 => marker.push(char::from(b'0' + nib)),
-                        DOT => marker.push('.'),
-                        PAD if i + 1 == packed.len() && j == 1 => {}
-                        _ => return Err(bad("its marker holds a character it cannot")),
-                    }
-                }
-            }
-            if marker.is_empty() || shard >= 10u64.pow(SHARD_DIGITS as u32) {
-                return Err(bad("it names no marker or a shard past twelve digits"));
-            }
-            Ok(format!(
-                "{marker}@{SHARD_PREFIX}{shard:0w$}",
-                w = SHARD_DIGITS
-            ))
-        }
-        Some((tag, _)) => Err(bad(&format!("it is tagged {tag} (0 or 1)"))),
-        None => Err(bad("it is empty")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::packed::{edge_window_into, event_id_into};
     use super::*;
-    use proptest::prelude::*;
 
     #[test]
     fn a_typed_edge_row_reads_back_and_a_bad_history_is_named() {
@@ -365,8 +245,8 @@ mod tests {
         let row = EdgeRow {
             liked: c.liked,
             at_ms: c.at_ms,
-            event_id: c.event_id.to_owned(),
-            window: StoredWindow::Packed(window_bytes(c.window)),
+            event_id: StoredText::Packed(packed(event_id_into, c.event_id)),
+            window: StoredText::Packed(packed(edge_window_into, c.window)),
             history,
         };
         assert_eq!(edge_from_row("p", "u", row.clone()).unwrap(), s);
@@ -386,54 +266,11 @@ mod tests {
         assert!(edge_from_row("p", "u", bad).is_err());
     }
 
-    fn window_bytes(w: &str) -> Vec<u8> {
+    /// `text` packed by `codec`.
+    fn packed(codec: fn(&str, &mut Vec<u8>), text: &str) -> Vec<u8> {
         let mut out = vec![9; 40];
-        edge_window_into(w, &mut out);
+        codec(text, &mut out);
         out
-    }
-
-    #[test]
-    fn a_window_of_the_usual_form_packs_to_a_few_bytes() {
-        let embedded = crate::edge::window_id("shardId-000000000003", "006514801");
-        assert_eq!(
-            window_bytes(&embedded),
-            vec![1, 3, 0x00, 0x65, 0x14, 0x80, 0x1f]
-        );
-        let kinesis = crate::edge::window_id(
-            "shardId-000000001234",
-            &format!("056{}.0000000003", "4".repeat(56)),
-        );
-        assert_eq!(window_bytes(&kinesis).len(), 1 + 2 + 35);
-        for w in [embedded, kinesis] {
-            assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
-        }
-        // Not of the form: kept as text, whole.
-        for w in [
-            "m1@s0",
-            "7@shardId-12",
-            "1-@shardId-000000000001",
-            "@shardId-000000000001",
-            "",
-        ] {
-            assert_eq!(window_bytes(w)[0], WINDOW_TEXT, "{w}");
-            assert_eq!(edge_window_from(&window_bytes(w)).unwrap(), w);
-        }
-    }
-
-    #[test]
-    fn a_window_that_does_not_decode_is_an_error() {
-        for bad in [
-            &[][..],
-            &[2, 1],
-            &[1],
-            &[1, 0x80],
-            &[1, 3, 0xc1],
-            &[1, 3, 0xf1],
-            &[1, 3],
-            &[0, 0xff],
-        ] {
-            assert!(edge_window_from(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
@@ -443,7 +280,7 @@ mod tests {
             user_id: "u".into(),
             liked: true,
             at_ms: 5,
-            event_id: "e".into(),
+            event_id: "ab12".into(),
             clamped: false,
             lost: Vec::new(),
         };
@@ -452,35 +289,36 @@ mod tests {
         let mut history = vec![1];
         edge_history_into(&s, &mut history);
         assert!(history.is_empty());
-        let row = |window, history| EdgeRow {
+        let row = |event_id, window, history| EdgeRow {
             liked: true,
             at_ms: 5,
-            event_id: "e".into(),
+            event_id,
             window,
             history,
         };
         let window = &s.writes[0].window;
-        let packed = row(StoredWindow::Packed(window_bytes(window)), history);
-        assert_eq!(edge_from_row("p", "u", packed).unwrap(), s);
-        // ... and reads back as the row an earlier build wrote of it: its window as text, its
+        let packed_row = row(
+            StoredText::Packed(packed(event_id_into, "ab12")),
+            StoredText::Packed(packed(edge_window_into, window)),
+            history,
+        );
+        assert_eq!(edge_from_row("p", "u", packed_row).unwrap(), s);
+        // ... and reads back as the row an earlier build wrote of it: its ids as text, its
         // history version 1 with nothing in it.
         let v1 = vec![HISTORY_V1, 0, 0, 0, 0, 0];
-        let text = row(StoredWindow::Text(window.clone()), v1);
+        let text = row(
+            StoredText::Text("ab12".into()),
+            StoredText::Text(window.clone()),
+            v1,
+        );
         assert_eq!(edge_from_row("p", "u", text).unwrap(), s);
-        let bad = row(StoredWindow::Packed(vec![7]), Vec::new());
-        let err = edge_from_row("p", "u", bad).unwrap_err();
-        assert!(err.to_string().contains("edges p/u"), "{err}");
-    }
-
-    proptest! {
-        /// Every window reads back as it was written, packed or not.
-        #[test]
-        fn every_window_reads_back(
-            marker in "[0-9.]{0,70}|[0-9a-z.-]{1,20}",
-            shard in "shardId-[0-9]{12}|shardId-[0-9]{0,14}|[a-z0-9-]{0,12}",
-        ) {
-            let w = crate::edge::window_id(&shard, &marker);
-            prop_assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
+        for (id, w) in [
+            (vec![7], packed(edge_window_into, window)),
+            (packed(event_id_into, "ab12"), vec![7]),
+        ] {
+            let bad = row(StoredText::Packed(id), StoredText::Packed(w), Vec::new());
+            let err = edge_from_row("p", "u", bad).unwrap_err();
+            assert!(err.to_string().contains("edges p/u"), "{err}");
         }
     }
 }

@@ -9,11 +9,10 @@
 use std::collections::BTreeMap;
 
 mod edge_row;
+mod packed;
 
-pub use edge_row::{
-    edge_columns, edge_from_row, edge_history_into, edge_window_from, edge_window_into,
-    EdgeColumns, EdgeRow, StoredWindow,
-};
+pub use edge_row::{edge_columns, edge_from_row, edge_history_into, EdgeColumns, EdgeRow};
+pub use packed::{edge_window_from, edge_window_into, event_id_from, event_id_into, StoredText};
 
 use crate::cost::Purpose;
 use crate::edge::EdgeState;

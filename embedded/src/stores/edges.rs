@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tally_core::cost::Purpose;
 use tally_core::edge::{self, EdgeEvent, EdgeOutcome, EdgeState};
 use tally_core::ports::{EdgesApplied, PortError, PortResult};
-use tally_core::rows::{self, EdgeRow, StoredWindow};
+use tally_core::rows::{self, EdgeRow, StoredText};
 use tally_core::summary::{self, Attrs};
 
 use crate::edge_parts::EdgeParts;
@@ -32,6 +32,9 @@ struct EdgeStatements<'c> {
     history: Vec<u8>,
     /// The window that wrote it, packed (`tally_core::rows::edge_window_into`), one buffer for all.
     window: Vec<u8>,
+    /// The id of the event that set it, packed (`tally_core::rows::event_id_into`), one buffer
+    /// for all.
+    event_id: Vec<u8>,
 }
 
 impl<'c> EdgeStatements<'c> {
@@ -59,6 +62,7 @@ impl<'c> EdgeStatements<'c> {
                 .map_err(sql_err)?,
             history: Vec::new(),
             window: Vec::new(),
+            event_id: Vec::new(),
         })
     }
 
@@ -81,28 +85,21 @@ impl<'c> EdgeStatements<'c> {
         } else {
             &mut self.put
         };
-        Self::write(st, &mut self.history, &mut self.window, post, user, s).map(|_| ())
+        let bufs = (&mut self.history, &mut self.window, &mut self.event_id);
+        Self::write(st, bufs, post, user, s).map(|_| ())
     }
 
     /// Writes the edge of (`post`, `user`) if the store has none: whether it did.
     fn insert(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<bool> {
-        Self::write(
-            &mut self.insert,
-            &mut self.history,
-            &mut self.window,
-            post,
-            user,
-            s,
-        )
-        .map(|n| n == 1)
+        let bufs = (&mut self.history, &mut self.window, &mut self.event_id);
+        Self::write(&mut self.insert, bufs, post, user, s).map(|n| n == 1)
     }
 
-    /// Binds the edge's columns (`tally_core::rows::edge_columns`, borrowed from the state), its
-    /// window packed into `window` and its history encoded into `history`.
+    /// Binds the edge's columns (`tally_core::rows::edge_columns`, borrowed from the state): its
+    /// history encoded into the first buffer, its window and event id packed into the others.
     fn write(
         st: &mut rusqlite::CachedStatement<'c>,
-        history: &mut Vec<u8>,
-        window: &mut Vec<u8>,
+        (history, window, event_id): (&mut Vec<u8>, &mut Vec<u8>, &mut Vec<u8>),
         post: &str,
         user: &str,
         s: &EdgeState,
@@ -110,12 +107,13 @@ impl<'c> EdgeStatements<'c> {
         let c = rows::edge_columns(s);
         rows::edge_history_into(s, history);
         rows::edge_window_into(c.window, window);
+        rows::event_id_into(c.event_id, event_id);
         st.execute(params![
             post,
             user,
             i64::from(c.liked),
             c.at_ms,
-            c.event_id,
+            event_id.as_slice(),
             window.as_slice(),
             history.as_slice()
         ])
@@ -190,19 +188,23 @@ pub(super) fn merge_parts(
     }
 }
 
-/// The edge row in the columns `liked, at_ms, event_id, window, history` from column `at` on:
-/// the window packed, or text where a build before packed windows wrote it.
+/// The edge row in the columns `liked, at_ms, event_id, window, history` from column `at` on.
 pub(super) fn edge_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<EdgeRow> {
-    let window = match r.get_ref(at + 3)? {
-        ValueRef::Blob(b) => StoredWindow::Packed(b.to_vec()),
-        _ => StoredWindow::Text(r.get(at + 3)?),
-    };
     Ok(EdgeRow {
         liked: r.get::<_, i64>(at)? == 1,
         at_ms: r.get(at + 1)?,
-        event_id: r.get(at + 2)?,
-        window,
+        event_id: stored_text(r, at + 2)?,
+        window: stored_text(r, at + 3)?,
         history: r.get(at + 4)?,
+    })
+}
+
+/// A packed column (`tally_core::rows::StoredText`): bytes, or text where a build before packed
+/// rows wrote it.
+fn stored_text(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<StoredText> {
+    Ok(match r.get_ref(at)? {
+        ValueRef::Blob(b) => StoredText::Packed(b.to_vec()),
+        _ => StoredText::Text(r.get(at)?),
     })
 }
 

@@ -1,0 +1,368 @@
+//! The embedded store's edge row columns packed: an edge row is mostly the ids of the window
+//! that wrote it and of the event that set it, and a window's writes rewrite the pages its edges
+//! are on, so fewer bytes a row is fewer pages written and copied back (BENCHMARKS, "Edge rows
+//! packed"). Each codec keeps what it cannot pack as its text, and reads back exactly what was
+//! written.
+
+/// A packed column as a row holds it: the text a build before packed rows wrote, or its
+/// codec's bytes ([`edge_window_into`], [`event_id_into`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoredText {
+    /// The text as it is.
+    Text(String),
+    /// Its codec's encoding.
+    Packed(Vec<u8>),
+}
+
+impl StoredText {
+    /// The text, decoded by `codec` if packed.
+    pub fn read(&self, codec: fn(&[u8]) -> Result<String, String>) -> Result<String, String> {
+        match self {
+            StoredText::Text(t) => Ok(t.clone()),
+            StoredText::Packed(b) => codec(b),
+        }
+    }
+}
+
+/// [`edge_window_into`]'s tag of a window kept as its UTF-8 text.
+const WINDOW_TEXT: u8 = 0;
+/// [`edge_window_into`]'s tag of a window of the usual form, packed.
+const WINDOW_PACKED: u8 = 1;
+/// The prefix of a Kinesis shard id (and the embedded stream's): then twelve digits.
+const SHARD_PREFIX: &str = "shardId-";
+/// How many digits follow [`SHARD_PREFIX`].
+const SHARD_DIGITS: usize = 12;
+/// The nibble of a `.` in a packed marker (a digit's is its value).
+const DOT: u8 = 10;
+/// The nibble that pads a packed marker of odd length.
+const PAD: u8 = 15;
+
+/// The encoding of the window that wrote an edge, for its row's column: a window of the usual
+/// form — a marker of digits and `.` ([`crate::summary::marker`]), `@`, a shard id
+/// `shardId-` and twelve digits ([`crate::edge::window_id`]) — is a tag (1), the shard's number
+/// (LEB128) and the marker two characters a byte (a digit its value, `.` 10, an odd length padded
+/// with 15): 7 bytes for the embedded stream's 30-character windows, 30 for Kinesis's 78. Any
+/// other window is a tag (0) and its text. An edge row is mostly its window's id otherwise, and a
+/// window's writes rewrite the pages its edges are on: fewer bytes a row, fewer pages
+/// (BENCHMARKS, "Windows packed").
+///
+/// Written into `out`, cleared first: a writer of many edges keeps one buffer.
+pub fn edge_window_into(window: &str, out: &mut Vec<u8>) {
+    out.clear();
+    match packable(window) {
+        Some((marker, shard)) => {
+            out.push(WINDOW_PACKED);
+            let mut n = shard;
+            loop {
+                let low = (n & 0x7f) as u8;
+                n >>= 7;
+                if n == 0 {
+                    out.push(low);
+                    break;
+                }
+                out.push(low | 0x80);
+            }
+            let nibble = |c: u8| if c == b'.' { DOT } else { c - b'0' };
+            for pair in marker.as_bytes().chunks(2) {
+                let high = nibble(pair[0]);
+                let low = pair.get(1).map_or(PAD, |c| nibble(*c));
+                out.push(high << 4 | low);
+            }
+        }
+        None => {
+            out.push(WINDOW_TEXT);
+            out.extend_from_slice(window.as_bytes());
+        }
+    }
+}
+
+/// The marker and shard number of a window of the usual form.
+fn packable(window: &str) -> Option<(&str, u64)> {
+    let (marker, shard) = window.rsplit_once('@')?;
+    let digits = shard.strip_prefix(SHARD_PREFIX)?;
+    let marker_ok = !marker.is_empty() && marker.bytes().all(|c| c.is_ascii_digit() || c == b'.');
+    if !marker_ok || digits.len() != SHARD_DIGITS || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    Some((marker, digits.parse().ok()?))
+}
+
+/// A window [`edge_window_into`] encoded, decoded: an encoding it cannot have written is an error.
+pub fn edge_window_from(b: &[u8]) -> Result<String, String> {
+    let bad = |why: &str| format!("its window does not decode: {why}");
+    match b.split_first() {
+        Some((&WINDOW_TEXT, text)) => {
+            String::from_utf8(text.to_vec()).map_err(|_| bad("its text is not UTF-8"))
+        }
+        Some((&WINDOW_PACKED, rest)) => {
+            let mut shard: u64 = 0;
+            let mut at = 0;
+            loop {
+                let byte = *rest
+                    .get(at)
+                    .ok_or_else(|| bad("its shard number ends early"))?;
+                if at >= 6 {
+                    return Err(bad("its shard number is too long"));
+                }
+                shard |= u64::from(byte & 0x7f) << (7 * at);
+                at += 1;
+                if byte & 0x80 == 0 {
+                    break;
+                }
+            }
+            let packed = &rest[at..];
+            let mut marker = String::with_capacity(packed.len() * 2);
+            for (i, byte) in packed.iter().enumerate() {
+                for (j, nib) in [byte >> 4, byte & 0x0f].into_iter().enumerate() {
+                    match nib {
+                        0..=9 => marker.push(char::from(b'0' + nib)),
+                        DOT => marker.push('.'),
+                        PAD if i + 1 == packed.len() && j == 1 => {}
+                        _ => return Err(bad("its marker holds a character it cannot")),
+                    }
+                }
+            }
+            if marker.is_empty() || shard >= 10u64.pow(SHARD_DIGITS as u32) {
+                return Err(bad("it names no marker or a shard past twelve digits"));
+            }
+            Ok(format!(
+                "{marker}@{SHARD_PREFIX}{shard:0w$}",
+                w = SHARD_DIGITS
+            ))
+        }
+        Some((tag, _)) => Err(bad(&format!("it is tagged {tag} (0 or 1)"))),
+        None => Err(bad("it is empty")),
+    }
+}
+
+/// [`event_id_into`]'s tag of an id kept as its UTF-8 text.
+const ID_TEXT: u8 = 0;
+/// [`event_id_into`]'s tag of lowercase hexadecimal digits, an even number of them.
+const ID_HEX_EVEN: u8 = 1;
+/// [`event_id_into`]'s tag of lowercase hexadecimal digits, an odd number of them.
+const ID_HEX_ODD: u8 = 2;
+/// [`event_id_into`]'s tag of a UUID in its lowercase canonical form (8-4-4-4-12 digits).
+const ID_UUID: u8 = 3;
+/// Where a canonical UUID has its hyphens.
+const UUID_HYPHENS: [usize; 4] = [8, 13, 18, 23];
+
+fn is_hex(c: u8) -> bool {
+    matches!(c, b'0'..=b'9' | b'a'..=b'f')
+}
+
+fn hex_value(c: u8) -> u8 {
+    if c <= b'9' {
+        c - b'0'
+    } else {
+        c - b'a' + 10
+    }
+}
+
+/// Lowercase hexadecimal digits two a byte, an odd last one in the high half.
+fn pack_hex(digits: impl Iterator<Item = u8>, out: &mut Vec<u8>) {
+    let mut high = None;
+    for d in digits {
+        match high.take() {
+            None => high = Some(hex_value(d)),
+            Some(h) => out.push(h << 4 | hex_value(d)),
+        }
+    }
+    if let Some(h) = high {
+        out.push(h << 4);
+    }
+}
+
+fn unpack_hex(packed: &[u8], out: &mut String) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in packed {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+}
+
+/// The encoding of an event's id, for an edge row's column: lowercase hexadecimal digits (the
+/// generator's ids, a hash's) are a tag (1 for an even count, 2 for odd) and the digits two a
+/// byte; a UUID in its lowercase canonical form is a tag (3) and its 16 bytes; any other id is a
+/// tag (0) and its text. A producer names its events as it likes: an id of another form costs
+/// one byte more than its text.
+///
+/// Written into `out`, cleared first: a writer of many edges keeps one buffer.
+pub fn event_id_into(id: &str, out: &mut Vec<u8>) {
+    out.clear();
+    let b = id.as_bytes();
+    let uuid = b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| {
+            if UUID_HYPHENS.contains(&i) {
+                *c == b'-'
+            } else {
+                is_hex(*c)
+            }
+        });
+    if uuid {
+        out.push(ID_UUID);
+        pack_hex(b.iter().copied().filter(|c| *c != b'-'), out);
+    } else if !b.is_empty() && b.iter().all(|c| is_hex(*c)) {
+        out.push(if b.len() % 2 == 0 {
+            ID_HEX_EVEN
+        } else {
+            ID_HEX_ODD
+        });
+        pack_hex(b.iter().copied(), out);
+    } else {
+        out.push(ID_TEXT);
+        out.extend_from_slice(b);
+    }
+}
+
+/// An id [`event_id_into`] encoded, decoded: an encoding it cannot have written is an error.
+pub fn event_id_from(b: &[u8]) -> Result<String, String> {
+    let bad = |why: &str| format!("its event id does not decode: {why}");
+    let mut out = String::new();
+    match b.split_first() {
+        Some((&ID_TEXT, text)) => {
+            return String::from_utf8(text.to_vec()).map_err(|_| bad("its text is not UTF-8"))
+        }
+        Some((&ID_HEX_EVEN, packed)) if !packed.is_empty() => unpack_hex(packed, &mut out),
+        Some((&ID_HEX_ODD, packed)) if packed.last().is_some_and(|l| l & 0x0f == 0) => {
+            unpack_hex(packed, &mut out);
+            out.pop();
+        }
+        Some((&ID_UUID, packed)) if packed.len() == 16 => {
+            unpack_hex(packed, &mut out);
+            for at in UUID_HYPHENS {
+                out.insert(at, '-');
+            }
+        }
+        Some((tag @ (&ID_HEX_EVEN | &ID_HEX_ODD | &ID_UUID), _)) => {
+            return Err(bad(&format!(
+                "its digits (tag {tag}) end where they cannot"
+            )))
+        }
+        Some((tag, _)) => return Err(bad(&format!("it is tagged {tag} (0 to 3)"))),
+        None => return Err(bad("it is empty")),
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn window_bytes(w: &str) -> Vec<u8> {
+        let mut out = vec![9; 40];
+        edge_window_into(w, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_window_of_the_usual_form_packs_to_a_few_bytes() {
+        let embedded = crate::edge::window_id("shardId-000000000003", "006514801");
+        assert_eq!(
+            window_bytes(&embedded),
+            vec![1, 3, 0x00, 0x65, 0x14, 0x80, 0x1f]
+        );
+        let kinesis = crate::edge::window_id(
+            "shardId-000000001234",
+            &format!("056{}.0000000003", "4".repeat(56)),
+        );
+        assert_eq!(window_bytes(&kinesis).len(), 1 + 2 + 35);
+        for w in [embedded, kinesis] {
+            assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
+        }
+        // Not of the form: kept as text, whole.
+        for w in [
+            "m1@s0",
+            "7@shardId-12",
+            "1-@shardId-000000000001",
+            "@shardId-000000000001",
+            "",
+        ] {
+            assert_eq!(window_bytes(w)[0], WINDOW_TEXT, "{w}");
+            assert_eq!(edge_window_from(&window_bytes(w)).unwrap(), w);
+        }
+    }
+
+    #[test]
+    fn a_window_that_does_not_decode_is_an_error() {
+        for bad in [
+            &[][..],
+            &[2, 1],
+            &[1],
+            &[1, 0x80],
+            &[1, 3, 0xc1],
+            &[1, 3, 0xf1],
+            &[1, 3],
+            &[0, 0xff],
+        ] {
+            assert!(edge_window_from(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        /// Every id reads back as it was written, packed or not.
+        #[test]
+        fn every_id_reads_back(
+            id in "[0-9a-f]{0,40}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|.{0,40}",
+        ) {
+            prop_assert_eq!(event_id_from(&id_bytes(&id)).unwrap(), id);
+        }
+
+
+        /// Every window reads back as it was written, packed or not.
+        #[test]
+        fn every_window_reads_back(
+            marker in "[0-9.]{0,70}|[0-9a-z.-]{1,20}",
+            shard in "shardId-[0-9]{12}|shardId-[0-9]{0,14}|[a-z0-9-]{0,12}",
+        ) {
+            let w = crate::edge::window_id(&shard, &marker);
+            prop_assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
+        }
+    }
+
+    fn id_bytes(id: &str) -> Vec<u8> {
+        let mut out = vec![9; 40];
+        event_id_into(id, &mut out);
+        out
+    }
+
+    #[test]
+    fn an_id_of_hex_digits_or_a_uuid_packs_to_half() {
+        // The generator's ids: 27 digits in 15 bytes.
+        let generated = "1a2494d4901000003feeec495a3";
+        assert_eq!(id_bytes(generated).len(), 15);
+        assert_eq!(id_bytes("ab01"), vec![ID_HEX_EVEN, 0xab, 0x01]);
+        assert_eq!(id_bytes("abc"), vec![ID_HEX_ODD, 0xab, 0xc0]);
+        let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        assert_eq!(id_bytes(uuid).len(), 17);
+        for id in [generated, "ab01", "abc", "0", uuid] {
+            assert_eq!(event_id_from(&id_bytes(id)).unwrap(), id);
+        }
+        // Not of those forms: kept as text, whole.
+        for id in [
+            "",
+            "ABC",
+            "g1",
+            "0F8FAD5B-D9CB-469F-A165-70867728950E",
+            "0f8fad5b-d9cb-469f-a165-70867728950",
+        ] {
+            assert_eq!(id_bytes(id)[0], ID_TEXT, "{id}");
+            assert_eq!(event_id_from(&id_bytes(id)).unwrap(), id);
+        }
+    }
+
+    #[test]
+    fn an_id_that_does_not_decode_is_an_error() {
+        for bad in [
+            &[][..],
+            &[4, 1],
+            &[ID_HEX_EVEN],
+            &[ID_HEX_ODD, 0xab, 0xc1],
+            &[ID_HEX_ODD],
+            &[ID_UUID, 1, 2],
+            &[ID_TEXT, 0xff],
+        ] {
+            assert!(event_id_from(bad).is_err(), "{bad:?}");
+        }
+    }
+}
