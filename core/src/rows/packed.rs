@@ -158,18 +158,27 @@ fn hex_value(c: u8) -> u8 {
     }
 }
 
-/// Lowercase hexadecimal digits two a byte, an odd last one in the high half.
-fn pack_hex(digits: impl Iterator<Item = u8>, out: &mut Vec<u8>) {
-    let mut high = None;
-    for d in digits {
-        match high.take() {
-            None => high = Some(hex_value(d)),
-            Some(h) => out.push(h << 4 | hex_value(d)),
+/// Lowercase hexadecimal digits two a byte, an odd last one in the high half: false, with
+/// `out` as it was, if one is not a digit.
+fn pack_hex(digits: &[u8], out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    out.reserve(digits.len().div_ceil(2));
+    let mut pairs = digits.chunks_exact(2);
+    for pair in &mut pairs {
+        if !(is_hex(pair[0]) && is_hex(pair[1])) {
+            out.truncate(start);
+            return false;
         }
+        out.push(hex_value(pair[0]) << 4 | hex_value(pair[1]));
     }
-    if let Some(h) = high {
-        out.push(h << 4);
+    if let [last] = pairs.remainder() {
+        if !is_hex(*last) {
+            out.truncate(start);
+            return false;
+        }
+        out.push(hex_value(*last) << 4);
     }
+    true
 }
 
 fn unpack_hex(packed: &[u8], out: &mut String) {
@@ -200,15 +209,20 @@ pub fn event_id_into(id: &str, out: &mut Vec<u8>) {
         });
     if uuid {
         out.push(ID_UUID);
-        pack_hex(b.iter().copied().filter(|c| *c != b'-'), out);
-    } else if !b.is_empty() && b.iter().all(|c| is_hex(*c)) {
-        out.push(if b.len() % 2 == 0 {
-            ID_HEX_EVEN
-        } else {
-            ID_HEX_ODD
-        });
-        pack_hex(b.iter().copied(), out);
+        let mut start = 0;
+        for end in UUID_HYPHENS.into_iter().chain([b.len()]) {
+            pack_hex(&b[start..end], out);
+            start = end + 1;
+        }
+        return;
+    }
+    out.push(if b.len().is_multiple_of(2) {
+        ID_HEX_EVEN
     } else {
+        ID_HEX_ODD
+    });
+    if b.is_empty() || !pack_hex(b, out) {
+        out.clear();
         out.push(ID_TEXT);
         out.extend_from_slice(b);
     }

@@ -30,8 +30,11 @@ struct EdgeStatements<'c> {
     /// The history of the edge being written (`tally_core::rows::edge_history_into`), one buffer
     /// for all.
     history: Vec<u8>,
-    /// The window that wrote it, packed (`tally_core::rows::edge_window_into`), one buffer for all.
+    /// The window that wrote it, packed (`tally_core::rows::edge_window_into`), one buffer for all:
+    /// the window `packed_window` names, packed again only when another is written (a call's
+    /// edges are mostly its own window's).
     window: Vec<u8>,
+    packed_window: String,
     /// The id of the event that set it, packed (`tally_core::rows::event_id_into`), one buffer
     /// for all.
     event_id: Vec<u8>,
@@ -62,6 +65,7 @@ impl<'c> EdgeStatements<'c> {
                 .map_err(sql_err)?,
             history: Vec::new(),
             window: Vec::new(),
+            packed_window: String::new(),
             event_id: Vec::new(),
         })
     }
@@ -80,33 +84,44 @@ impl<'c> EdgeStatements<'c> {
     /// Writes the edge of (`post`, `user`) whole; `stored`: over the one [`Self::get`] read in
     /// this transaction (updated in place, where a replace would delete it and insert it again).
     fn put(&mut self, post: &str, user: &str, s: &EdgeState, stored: bool) -> PortResult<()> {
+        self.pack_window(s);
         let st = if stored {
             &mut self.update
         } else {
             &mut self.put
         };
-        let bufs = (&mut self.history, &mut self.window, &mut self.event_id);
+        let bufs = (&mut self.history, &self.window, &mut self.event_id);
         Self::write(st, bufs, post, user, s).map(|_| ())
     }
 
     /// Writes the edge of (`post`, `user`) if the store has none: whether it did.
     fn insert(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<bool> {
-        let bufs = (&mut self.history, &mut self.window, &mut self.event_id);
+        self.pack_window(s);
+        let bufs = (&mut self.history, &self.window, &mut self.event_id);
         Self::write(&mut self.insert, bufs, post, user, s).map(|n| n == 1)
     }
 
+    /// The window that wrote `s` packed into `window`, unless it is there.
+    fn pack_window(&mut self, s: &EdgeState) {
+        let w = rows::edge_columns(s).window;
+        if w != self.packed_window || self.window.is_empty() {
+            rows::edge_window_into(w, &mut self.window);
+            w.clone_into(&mut self.packed_window);
+        }
+    }
+
     /// Binds the edge's columns (`tally_core::rows::edge_columns`, borrowed from the state): its
-    /// history encoded into the first buffer, its window and event id packed into the others.
+    /// history encoded into the first buffer, its window packed in the second
+    /// ([`Self::pack_window`]), its event id packed into the third.
     fn write(
         st: &mut rusqlite::CachedStatement<'c>,
-        (history, window, event_id): (&mut Vec<u8>, &mut Vec<u8>, &mut Vec<u8>),
+        (history, window, event_id): (&mut Vec<u8>, &Vec<u8>, &mut Vec<u8>),
         post: &str,
         user: &str,
         s: &EdgeState,
     ) -> PortResult<usize> {
         let c = rows::edge_columns(s);
         rows::edge_history_into(s, history);
-        rows::edge_window_into(c.window, window);
         rows::event_id_into(c.event_id, event_id);
         st.execute(params![
             post,
