@@ -359,6 +359,44 @@ mod tests {
         Ok(out)
     }
 
+    /// Edges written by different windows through one set of statements (a call's own, and the
+    /// window a remembered edge keeps) each read back with the window that wrote it: the packed
+    /// window is packed again when the window changes.
+    #[test]
+    fn each_edge_keeps_its_own_window() {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(crate::edge_file::EDGES_SQL).unwrap();
+        let mut st = EdgeStatements::new(&c).unwrap();
+        let windows = [
+            "0021@shardId-000000000000",
+            "0022@shardId-000000000001",
+            "0022@shardId-000000000001",
+            "not-a-usual-window",
+            "0021@shardId-000000000000",
+        ];
+        for (i, w) in windows.iter().enumerate() {
+            let e = EdgeEvent {
+                post_id: "p".into(),
+                user_id: format!("u{i}").into(),
+                liked: true,
+                at_ms: 10,
+                event_id: format!("e{i}").as_str().into(),
+                clamped: false,
+                lost: Vec::new(),
+            };
+            let s = edge::written_state(&e, w, None);
+            if i % 2 == 0 {
+                assert!(st.insert("p", &format!("u{i}"), &s).unwrap());
+            } else {
+                st.put("p", &format!("u{i}"), &s, false).unwrap();
+            }
+        }
+        for (i, w) in windows.iter().enumerate() {
+            let s = st.get("p", &format!("u{i}")).unwrap().expect("written");
+            assert_eq!(s.writes[0].window, *w, "u{i}");
+        }
+    }
+
     /// The parts' answers as one call's: the parts done merged; a part failed for a passing
     /// reason sent again (its edges' places, in order), the call failed when every part did or
     /// one failed otherwise.
