@@ -41,10 +41,10 @@ const PAD: u8 = 15;
 /// form — a marker of digits and `.` ([`crate::summary::marker`]), `@`, a shard id
 /// `shardId-` and twelve digits ([`crate::edge::window_id`]) — is a tag (1), the shard's number
 /// (LEB128) and the marker two characters a byte (a digit its value, `.` 10, an odd length padded
-/// with 15): 7 bytes for the embedded stream's 30-character windows, 30 for Kinesis's 78. Any
+/// with 15): 7 bytes for the embedded stream's 30-character windows, 32 for Kinesis's 80. Any
 /// other window is a tag (0) and its text. An edge row is mostly its window's id otherwise, and a
 /// window's writes rewrite the pages its edges are on: fewer bytes a row, fewer pages
-/// (BENCHMARKS, "Windows packed").
+/// (BENCHMARKS, "Edge rows packed").
 ///
 /// Written into `out`, cleared first: a writer of many edges keeps one buffer.
 pub fn edge_window_into(window: &str, out: &mut Vec<u8>) {
