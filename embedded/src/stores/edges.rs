@@ -27,17 +27,35 @@ struct EdgeStatements<'c> {
     put: rusqlite::CachedStatement<'c>,
     update: rusqlite::CachedStatement<'c>,
     insert: rusqlite::CachedStatement<'c>,
-    /// The history of the edge being written (`tally_core::rows::edge_history_into`), one buffer
-    /// for all.
+    encoded: Encoded,
+}
+
+/// The columns of the edge being written that are encoded, not borrowed, one buffer each for
+/// all the edges a caller writes.
+#[derive(Default)]
+struct Encoded {
+    /// Its history (`tally_core::rows::edge_history_into`).
     history: Vec<u8>,
-    /// The window that wrote it, packed (`tally_core::rows::edge_window_into`), one buffer for all:
-    /// the window `packed_window` names, packed again only when another is written (a call's
-    /// edges are mostly its own window's).
+    /// The window that wrote it, packed (`tally_core::rows::edge_window_into`): the window
+    /// `packed_window` names, packed again only when another is written (a call's edges are
+    /// mostly its own window's).
     window: Vec<u8>,
     packed_window: String,
-    /// The id of the event that set it, packed (`tally_core::rows::event_id_into`), one buffer
-    /// for all.
+    /// The id of the event that set it, packed (`tally_core::rows::event_id_into`).
     event_id: Vec<u8>,
+}
+
+impl Encoded {
+    /// `s`'s encoded columns, into the buffers.
+    fn encode(&mut self, s: &EdgeState) {
+        let c = rows::edge_columns(s);
+        rows::edge_history_into(s, &mut self.history);
+        rows::event_id_into(c.event_id, &mut self.event_id);
+        if c.window != self.packed_window || self.window.is_empty() {
+            rows::edge_window_into(c.window, &mut self.window);
+            c.window.clone_into(&mut self.packed_window);
+        }
+    }
 }
 
 impl<'c> EdgeStatements<'c> {
@@ -63,10 +81,7 @@ impl<'c> EdgeStatements<'c> {
                      history = ?7 WHERE post = ?1 AND user = ?2",
                 )
                 .map_err(sql_err)?,
-            history: Vec::new(),
-            window: Vec::new(),
-            packed_window: String::new(),
-            event_id: Vec::new(),
+            encoded: Encoded::default(),
         })
     }
 
@@ -84,53 +99,38 @@ impl<'c> EdgeStatements<'c> {
     /// Writes the edge of (`post`, `user`) whole; `stored`: over the one [`Self::get`] read in
     /// this transaction (updated in place, where a replace would delete it and insert it again).
     fn put(&mut self, post: &str, user: &str, s: &EdgeState, stored: bool) -> PortResult<()> {
-        self.pack_window(s);
         let st = if stored {
             &mut self.update
         } else {
             &mut self.put
         };
-        let bufs = (&mut self.history, &self.window, &mut self.event_id);
-        Self::write(st, bufs, post, user, s).map(|_| ())
+        Self::write(st, &mut self.encoded, post, user, s).map(|_| ())
     }
 
     /// Writes the edge of (`post`, `user`) if the store has none: whether it did.
     fn insert(&mut self, post: &str, user: &str, s: &EdgeState) -> PortResult<bool> {
-        self.pack_window(s);
-        let bufs = (&mut self.history, &self.window, &mut self.event_id);
-        Self::write(&mut self.insert, bufs, post, user, s).map(|n| n == 1)
+        Self::write(&mut self.insert, &mut self.encoded, post, user, s).map(|n| n == 1)
     }
 
-    /// The window that wrote `s` packed into `window`, unless it is there.
-    fn pack_window(&mut self, s: &EdgeState) {
-        let w = rows::edge_columns(s).window;
-        if w != self.packed_window || self.window.is_empty() {
-            rows::edge_window_into(w, &mut self.window);
-            w.clone_into(&mut self.packed_window);
-        }
-    }
-
-    /// Binds the edge's columns (`tally_core::rows::edge_columns`, borrowed from the state): its
-    /// history encoded into the first buffer, its window packed in the second
-    /// ([`Self::pack_window`]), its event id packed into the third.
+    /// Binds the edge's columns: those borrowed from the state
+    /// (`tally_core::rows::edge_columns`) and those encoded into `encoded`.
     fn write(
         st: &mut rusqlite::CachedStatement<'c>,
-        (history, window, event_id): (&mut Vec<u8>, &Vec<u8>, &mut Vec<u8>),
+        encoded: &mut Encoded,
         post: &str,
         user: &str,
         s: &EdgeState,
     ) -> PortResult<usize> {
+        encoded.encode(s);
         let c = rows::edge_columns(s);
-        rows::edge_history_into(s, history);
-        rows::event_id_into(c.event_id, event_id);
         st.execute(params![
             post,
             user,
             i64::from(c.liked),
             c.at_ms,
-            event_id.as_slice(),
-            window.as_slice(),
-            history.as_slice()
+            encoded.event_id.as_slice(),
+            encoded.window.as_slice(),
+            encoded.history.as_slice()
         ])
         .map_err(sql_err)
     }
