@@ -413,17 +413,21 @@ async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
 #[tokio::test]
 async fn an_edge_row_written_before_packing_reads_and_is_written_over() {
     use tally_core::ports::WindowWriter;
-    use tally_core::Position;
     let (dir, e) = store(1);
     assert!(e.add_recent_index().unwrap());
     let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
-    let first = Position::parse("10").unwrap();
-    let like = [edge_event("u1", true, 1_796_000_000_000, "a")];
-    let wrote = e
-        .apply_edges(tally_conformance::window_at(&fence, &first), &like)
-        .await
-        .unwrap();
-    assert_eq!(wrote.transitions.len(), 1);
+    // The window ending at `end` writes `edges`.
+    let apply = |end: &str, edges: Vec<tally_core::edge::EdgeEvent>| {
+        let (e, fence) = (&e, &fence);
+        let end = tally_core::Position::parse(end).unwrap();
+        async move {
+            e.apply_edges(tally_conformance::window_at(fence, &end), &edges)
+                .await
+                .unwrap()
+        }
+    };
+    let like = || vec![edge_event("u1", true, 1_796_000_000_000, "a")];
+    assert_eq!(apply("10", like()).await.transitions.len(), 1);
     let (_, _, before) = edges_of_p1(&e, &["u1"]).await;
     let window = before[0].clone().expect("the like").writes[0]
         .window
@@ -452,19 +456,12 @@ async fn an_edge_row_written_before_packing_reads_and_is_written_over() {
         (vec!["u1".into()], vec!["u1".into()], before)
     );
     // The same window again: its own write, found (no count moves twice).
-    let again = e
-        .apply_edges(tally_conformance::window_at(&fence, &first), &like)
-        .await
-        .unwrap();
+    let again = apply("10", like()).await;
     assert_eq!(again.applied.written, 0, "found its own, not written again");
     assert_eq!(again.transitions.len(), 1);
     // A later window's unlike: written over, packed.
-    let later = Position::parse("20").unwrap();
-    let unlike = [edge_event("u1", false, 1_796_000_000_001, "b")];
-    let wrote = e
-        .apply_edges(tally_conformance::window_at(&fence, &later), &unlike)
-        .await
-        .unwrap();
+    let unlike = vec![edge_event("u1", false, 1_796_000_000_001, "b")];
+    let wrote = apply("20", unlike).await;
     assert_eq!(wrote.transitions.len(), 1);
     assert_eq!(wrote.transitions[0].before, Some(1_796_000_000_000));
     assert_eq!(wrote.transitions[0].after, None);

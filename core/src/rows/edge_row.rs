@@ -149,26 +149,10 @@ pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeSta
             }))
         }
     }
-    let mut r = Reader(&row.history);
-    let decode = |r: &mut Reader<'_>| -> Result<EdgeState, String> {
-        let window = row.window.read(edge_window_from)?;
-        if window.is_empty() {
-            return Err("it names no window that wrote it".into());
-        }
-        let event_id = row.event_id.read(event_id_from)?;
-        if r.0.is_empty() {
-            return Ok(EdgeState {
-                liked: row.liked,
-                at_ms: row.at_ms,
-                event_id,
-                writes: vec![EdgeWrite {
-                    window,
-                    before: None,
-                }],
-                lost: Vec::new(),
-                dropped: None,
-            });
-        }
+    /// The writes, lost events and dropped window a version 1 history holds, the first write
+    /// `window`'s.
+    type Remembered = (Vec<EdgeWrite>, Vec<String>, Option<String>);
+    fn remembered(r: &mut Reader<'_>, window: String) -> Result<Remembered, String> {
         match r.byte()? {
             HISTORY_V1 => {}
             v => return Err(format!("its history is version {v}, not {HISTORY_V1}")),
@@ -202,6 +186,25 @@ pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeSta
         if !r.0.is_empty() {
             return Err(format!("its history has {} bytes past its end", r.0.len()));
         }
+        Ok((writes, lost, dropped))
+    }
+    let mut r = Reader(&row.history);
+    let decode = |r: &mut Reader<'_>| -> Result<EdgeState, String> {
+        let window = row.window.read(edge_window_from)?;
+        if window.is_empty() {
+            return Err("it names no window that wrote it".into());
+        }
+        let event_id = row.event_id.read(event_id_from)?;
+        // No history: the edge remembers nothing (`edge_history_into`).
+        let (writes, lost, dropped) = if r.0.is_empty() {
+            let first = EdgeWrite {
+                window,
+                before: None,
+            };
+            (vec![first], Vec::new(), None)
+        } else {
+            remembered(r, window)?
+        };
         Ok(EdgeState {
             liked: row.liked,
             at_ms: row.at_ms,
@@ -216,6 +219,7 @@ pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeSta
 
 #[cfg(test)]
 mod tests {
+    use super::super::packed::tests::packed;
     use super::super::packed::{edge_window_into, event_id_into};
     use super::*;
 
@@ -264,13 +268,6 @@ mod tests {
         let mut bad = row;
         bad.history.push(0);
         assert!(edge_from_row("p", "u", bad).is_err());
-    }
-
-    /// `text` packed by `codec`.
-    fn packed(codec: fn(&str, &mut Vec<u8>), text: &str) -> Vec<u8> {
-        let mut out = vec![9; 40];
-        codec(text, &mut out);
-        out
     }
 
     #[test]

@@ -259,48 +259,68 @@ pub fn event_id_from(b: &[u8]) -> Result<String, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn window_bytes(w: &str) -> Vec<u8> {
+    /// A codec's write and read.
+    type Codec = (fn(&str, &mut Vec<u8>), fn(&[u8]) -> Result<String, String>);
+    const WINDOW: Codec = (edge_window_into, edge_window_from);
+    const ID: Codec = (event_id_into, event_id_from);
+
+    /// `text` as `codec` writes it, into a buffer that held something else.
+    pub(in crate::rows) fn packed(codec: fn(&str, &mut Vec<u8>), text: &str) -> Vec<u8> {
         let mut out = vec![9; 40];
-        edge_window_into(w, &mut out);
+        codec(text, &mut out);
         out
+    }
+
+    /// Each text reads back whole; `tag`: the tag each is written with.
+    fn reads_back((into, from): Codec, tag: Option<u8>, texts: &[&str]) {
+        for t in texts {
+            let bytes = packed(into, t);
+            if let Some(tag) = tag {
+                assert_eq!(bytes[0], tag, "{t}");
+            }
+            assert_eq!(from(&bytes).unwrap(), *t);
+        }
+    }
+
+    /// Each encoding is one the codec cannot have written: an error.
+    fn refused((_, from): Codec, encodings: &[&[u8]]) {
+        for bad in encodings {
+            assert!(from(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
     fn a_window_of_the_usual_form_packs_to_a_few_bytes() {
         let embedded = crate::edge::window_id("shardId-000000000003", "006514801");
         assert_eq!(
-            window_bytes(&embedded),
+            packed(edge_window_into, &embedded),
             vec![1, 3, 0x00, 0x65, 0x14, 0x80, 0x1f]
         );
         let kinesis = crate::edge::window_id(
             "shardId-000000001234",
             &format!("056{}.0000000003", "4".repeat(56)),
         );
-        assert_eq!(window_bytes(&kinesis).len(), 1 + 2 + 35);
-        for w in [embedded, kinesis] {
-            assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
-        }
+        assert_eq!(packed(edge_window_into, &kinesis).len(), 1 + 2 + 35);
+        reads_back(WINDOW, Some(WINDOW_PACKED), &[&embedded, &kinesis]);
         // Not of the form: kept as text, whole.
-        for w in [
+        let other = [
             "m1@s0",
             "7@shardId-12",
             "1-@shardId-000000000001",
             "@shardId-000000000001",
             "",
-        ] {
-            assert_eq!(window_bytes(w)[0], WINDOW_TEXT, "{w}");
-            assert_eq!(edge_window_from(&window_bytes(w)).unwrap(), w);
-        }
+        ];
+        reads_back(WINDOW, Some(WINDOW_TEXT), &other);
     }
 
     #[test]
     fn a_window_that_does_not_decode_is_an_error() {
-        for bad in [
-            &[][..],
+        let bad: [&[u8]; 8] = [
+            &[],
             &[2, 1],
             &[1],
             &[1, 0x80],
@@ -308,9 +328,43 @@ mod tests {
             &[1, 3, 0xf1],
             &[1, 3],
             &[0, 0xff],
-        ] {
-            assert!(edge_window_from(bad).is_err(), "{bad:?}");
-        }
+        ];
+        refused(WINDOW, &bad);
+    }
+
+    #[test]
+    fn an_id_of_hex_digits_or_a_uuid_packs_to_half() {
+        // The generator's ids: 27 digits in 15 bytes.
+        let generated = "1a2494d4901000003feeec495a3";
+        assert_eq!(packed(event_id_into, generated).len(), 15);
+        assert_eq!(packed(event_id_into, "ab01"), vec![ID_HEX_EVEN, 0xab, 0x01]);
+        assert_eq!(packed(event_id_into, "abc"), vec![ID_HEX_ODD, 0xab, 0xc0]);
+        let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        assert_eq!(packed(event_id_into, uuid).len(), 17);
+        reads_back(ID, None, &[generated, "ab01", "abc", "0", uuid]);
+        // Not of those forms: kept as text, whole.
+        let other = [
+            "",
+            "ABC",
+            "g1",
+            "0F8FAD5B-D9CB-469F-A165-70867728950E",
+            "0f8fad5b-d9cb-469f-a165-70867728950",
+        ];
+        reads_back(ID, Some(ID_TEXT), &other);
+    }
+
+    #[test]
+    fn an_id_that_does_not_decode_is_an_error() {
+        let bad: [&[u8]; 7] = [
+            &[],
+            &[4, 1],
+            &[ID_HEX_EVEN],
+            &[ID_HEX_ODD, 0xab, 0xc1],
+            &[ID_HEX_ODD],
+            &[ID_UUID, 1, 2],
+            &[ID_TEXT, 0xff],
+        ];
+        refused(ID, &bad);
     }
 
     proptest! {
@@ -319,9 +373,8 @@ mod tests {
         fn every_id_reads_back(
             id in "[0-9a-f]{0,40}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|.{0,40}",
         ) {
-            prop_assert_eq!(event_id_from(&id_bytes(&id)).unwrap(), id);
+            prop_assert_eq!(event_id_from(&packed(event_id_into, &id)).unwrap(), id);
         }
-
 
         /// Every window reads back as it was written, packed or not.
         #[test]
@@ -330,53 +383,7 @@ mod tests {
             shard in "shardId-[0-9]{12}|shardId-[0-9]{0,14}|[a-z0-9-]{0,12}",
         ) {
             let w = crate::edge::window_id(&shard, &marker);
-            prop_assert_eq!(edge_window_from(&window_bytes(&w)).unwrap(), w);
-        }
-    }
-
-    fn id_bytes(id: &str) -> Vec<u8> {
-        let mut out = vec![9; 40];
-        event_id_into(id, &mut out);
-        out
-    }
-
-    #[test]
-    fn an_id_of_hex_digits_or_a_uuid_packs_to_half() {
-        // The generator's ids: 27 digits in 15 bytes.
-        let generated = "1a2494d4901000003feeec495a3";
-        assert_eq!(id_bytes(generated).len(), 15);
-        assert_eq!(id_bytes("ab01"), vec![ID_HEX_EVEN, 0xab, 0x01]);
-        assert_eq!(id_bytes("abc"), vec![ID_HEX_ODD, 0xab, 0xc0]);
-        let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
-        assert_eq!(id_bytes(uuid).len(), 17);
-        for id in [generated, "ab01", "abc", "0", uuid] {
-            assert_eq!(event_id_from(&id_bytes(id)).unwrap(), id);
-        }
-        // Not of those forms: kept as text, whole.
-        for id in [
-            "",
-            "ABC",
-            "g1",
-            "0F8FAD5B-D9CB-469F-A165-70867728950E",
-            "0f8fad5b-d9cb-469f-a165-70867728950",
-        ] {
-            assert_eq!(id_bytes(id)[0], ID_TEXT, "{id}");
-            assert_eq!(event_id_from(&id_bytes(id)).unwrap(), id);
-        }
-    }
-
-    #[test]
-    fn an_id_that_does_not_decode_is_an_error() {
-        for bad in [
-            &[][..],
-            &[4, 1],
-            &[ID_HEX_EVEN],
-            &[ID_HEX_ODD, 0xab, 0xc1],
-            &[ID_HEX_ODD],
-            &[ID_UUID, 1, 2],
-            &[ID_TEXT, 0xff],
-        ] {
-            assert!(event_id_from(bad).is_err(), "{bad:?}");
+            prop_assert_eq!(edge_window_from(&packed(edge_window_into, &w)).unwrap(), w);
         }
     }
 }
