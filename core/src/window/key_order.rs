@@ -80,7 +80,7 @@ pub(super) fn sorted(edges: impl IntoIterator<Item = EdgeEvent>) -> Vec<EdgeEven
 
 /// Puts `items` in the order `from` gives (`from[i]`: where the item to go at `i` is now), in
 /// place: each cycle of the order followed once, an item swapped at a time. A window's edges
-/// gathered into a new vector took fresh pages each window (a tenth of the sort's samples were
+/// gathered into a new vector took fresh pages each window (a fifth of the sort's samples were
 /// first touches of that memory).
 fn permute<T>(items: &mut [T], mut from: Vec<usize>) {
     for start in 0..items.len() {
