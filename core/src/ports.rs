@@ -213,6 +213,12 @@ pub trait Stream: Send + Sync {
     async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>>;
     /// Puts up to 500 records; one outcome per entry, in order.
     async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>>;
+    /// The shard's records through `through` are applied, for good, by the one application this
+    /// stream is read by: a log kept for that application alone may drop them (the edges'
+    /// change log on SQLite does). A stream several applications read keeps them (the default).
+    async fn release(&self, _shard_id: &str, _through: &SeqNo) -> PortResult<()> {
+        Ok(())
+    }
 }
 
 /// A reader positioned in one shard.
