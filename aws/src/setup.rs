@@ -6,7 +6,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
     GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, TableDescription, TableStatus, TimeToLiveSpecification,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TableDescription, TableStatus,
+    TimeToLiveSpecification,
 };
 use aws_sdk_kinesis::types::StreamStatus;
 use tally_core::edge;
@@ -50,9 +51,14 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     let d = tables.client();
     for (suffix, pk, sk, ttl) in TABLES {
         let name = tables.table(suffix);
-        let recent = s.recent_likers_index && *suffix == "counts";
+        let edges = *suffix == "edges";
+        let recent = s.recent_likers_index && edges;
         match d.describe_table().table_name(&name).send().await {
             Ok(t) => {
+                if edges && !has_change_stream(&name, t.table())? {
+                    add_change_stream(&tables, suffix).await?;
+                    created.push(format!("stream of table {name}"));
+                }
                 if recent && !has_recent_index(t.table()) {
                     add_recent_index(&tables, suffix).await?;
                     created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
@@ -86,6 +92,10 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
             .attribute_definitions(attr(sk).map_err(|e| PortError::Invalid(e.to_string()))?)
             .key_schema(key(pk, KeyType::Hash).map_err(|e| PortError::Invalid(e.to_string()))?)
             .key_schema(key(sk, KeyType::Range).map_err(|e| PortError::Invalid(e.to_string()))?);
+        if edges {
+            create = create.stream_specification(change_stream()?);
+            created.push(format!("stream of table {name}"));
+        }
         if recent {
             create = create
                 .attribute_definitions(liked_at_attr()?)
@@ -132,8 +142,50 @@ fn liked_at_attr() -> PortResult<AttributeDefinition> {
         .map_err(|e| PortError::Invalid(e.to_string()))
 }
 
-/// The counts table's recent index (`edge::RECENT_INDEX`): liked edges by post (`pk`) and like
-/// time, keys only — an edge without a like time (not liked, a summary item) is not in it.
+/// The edges table's change log: DynamoDB Streams with each change's item before and after
+/// (`crate::edge_log` reads a change's likes from them).
+fn change_stream() -> PortResult<StreamSpecification> {
+    StreamSpecification::builder()
+        .stream_enabled(true)
+        .stream_view_type(StreamViewType::NewAndOldImages)
+        .build()
+        .map_err(|e| PortError::Invalid(e.to_string()))
+}
+
+/// Whether the edges table `name` has its change log on; one with a stream of other images is
+/// an error, since a stream's images cannot be changed while it is on.
+fn has_change_stream(name: &str, t: Option<&TableDescription>) -> PortResult<bool> {
+    match t.and_then(|t| t.stream_specification()) {
+        Some(spec) if spec.stream_enabled() => match spec.stream_view_type() {
+            Some(StreamViewType::NewAndOldImages) => Ok(true),
+            other => Err(PortError::Other(format!(
+                "the stream of the edges table {name} carries {}, where the change log needs \
+                 NEW_AND_OLD_IMAGES: turn it off (UpdateTable) and run `tally setup` again",
+                other.map_or("no images", |v| v.as_str())
+            ))),
+        },
+        _ => Ok(false),
+    }
+}
+
+/// Turns the change log on for an existing edges table and waits until it is active: changes
+/// from then on are logged (an edge written before is counted once it changes again, or by a
+/// rebuild).
+async fn add_change_stream(tables: &DynamoStore, suffix: &str) -> PortResult<()> {
+    let name = tables.table(suffix);
+    tables
+        .client()
+        .update_table()
+        .table_name(&name)
+        .stream_specification(change_stream()?)
+        .send()
+        .await
+        .map_err(|e| tables.err("UpdateTable", suffix, e))?;
+    wait_table(tables, &name).await
+}
+
+/// The edges table's recent index (`edge::RECENT_INDEX`): liked edges by post (`pk`) and like
+/// time, keys only — an edge without a like time (not liked) is not in it.
 fn recent_index() -> PortResult<GlobalSecondaryIndex> {
     let key = |n: &str, t| {
         KeySchemaElement::builder()
@@ -163,8 +215,8 @@ fn has_recent_index(t: Option<&TableDescription>) -> bool {
     })
 }
 
-/// Adds the recent index to an existing counts table and waits until it is active: DynamoDB
-/// fills it from the edges already stored (those written since edges kept their like time).
+/// Adds the recent index to an existing edges table and waits until it is active: DynamoDB
+/// fills it from the edges already stored.
 async fn add_recent_index(tables: &DynamoStore, suffix: &str) -> PortResult<()> {
     let name = tables.table(suffix);
     let create = CreateGlobalSecondaryIndexAction::builder()

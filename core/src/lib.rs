@@ -38,8 +38,11 @@ pub use seq::{Position, SeqNo};
 
 /// Names of the consumer applications; each has its own leases and checkpoints.
 pub mod apps {
-    /// The exactly-once counter.
+    /// The exactly-once counter of the stream: counting events, the events; counting likers, its
+    /// first stage, which writes the edges.
     pub const COUNTER: &str = "counter";
+    /// Counting likers, the counter's second stage: the edges' change log, counted.
+    pub const CHANGES: &str = "changes";
     /// Trending and latency analytics.
     pub const ANALYTICS: &str = "analytics";
     /// Several regions: the records of posts homed elsewhere, put to their home's stream.

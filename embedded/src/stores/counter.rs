@@ -161,8 +161,12 @@ impl WindowWriter for Embedded {
                 write_dead_letter(&tx, d)?;
                 out.wrote(Purpose::DeadLetters, cost::dead_letter_units(d));
             }
-            let total = summary::global_total_write(&app, &shard, total_delta, &end);
-            write(&tx, GLOBAL_PK, &total, &end, &mut out)?.ok();
+            // A window that moves no total writes none (the likers counter's first stage, a
+            // rebuild's copies): its item would only carry the marker.
+            if total_delta != 0 {
+                let total = summary::global_total_write(&app, &shard, total_delta, &end);
+                write(&tx, GLOBAL_PK, &total, &end, &mut out)?.ok();
+            }
             if !dedup.ids.is_empty() {
                 // Written once (a second write would replace it); expires by arrival, not wall clock.
                 let n = tx.prepare_cached("INSERT OR IGNORE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")

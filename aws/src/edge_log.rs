@@ -1,0 +1,725 @@
+//! The edges' change log on AWS: DynamoDB Streams on the edges table (`NEW_AND_OLD_IMAGES`), read
+//! through the stream port — what the likers counter's second stage reads, as it reads the
+//! embedded store's change rows.
+//!
+//! DynamoDB writes one stream record per change of an edge item, in the item's order, and none
+//! for a refused conditional write; each is read as a [`StreamRecord`] whose data is the change's
+//! [`EdgeChange`] encoding (the like before, from the old image, and after, from the new one),
+//! keyed by its post. A record whose images are not an edge as tally writes it is not dropped:
+//! its data says why, behind a byte that is no change's version ([`NOT_A_CHANGE`]), so the
+//! counter dead-letters it with its shard and sequence number.
+//!
+//! The stream's shards are listed with `DescribeStream` (DynamoDB rolls them about every four
+//! hours, a new one with the last as its parent), read with `GetShardIterator` and `GetRecords`.
+//! Nothing is put to it: edge writes make its records. Its ARN is the edges table's
+//! `LatestStreamArn`, looked up on first use.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::StreamViewType as TableStreamView;
+use aws_sdk_dynamodbstreams::primitives::DateTime;
+use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, Record, ShardIteratorType};
+use aws_sdk_dynamodbstreams::Client;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_runtime_api::http::Response as HttpResponse;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use tally_core::clock::now_ms;
+use tally_core::edge::{EdgeChange, EdgeState, EDGE_PREFIX};
+use tally_core::item::{Attrs, Val};
+use tally_core::ports::{
+    PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
+    Stream, StreamRecord,
+};
+use tally_core::SeqNo;
+
+use crate::errors::{map, Target};
+use crate::AwsSettings;
+
+/// The first byte of a record that is no edge change: not [`tally_core::edge::CHANGE_V1`] (nor
+/// any version), so `EdgeChange::decode` refuses it and the counter dead-letters the record; the
+/// rest is why, in UTF-8.
+pub const NOT_A_CHANGE: u8 = 0;
+
+/// The most records one `GetRecords` returns.
+const MAX_RECORDS_PER_READ: usize = 1_000;
+
+/// DynamoDB Streams on one table set's edges table.
+#[derive(Clone)]
+pub struct EdgeLog {
+    streams: Client,
+    /// The tables' client: the stream's ARN is the edges table's description.
+    tables: aws_sdk_dynamodb::Client,
+    /// The edges table's full name.
+    table: String,
+    /// Where the streams calls go, for messages.
+    target: Target,
+    /// Where the tables calls go, for messages.
+    tables_target: Target,
+    /// The stream's ARN once looked up, shared by the clones: a failed look-up is not kept, so
+    /// that a table set up meanwhile is found at the next call.
+    arn: Arc<tokio::sync::OnceCell<String>>,
+}
+
+impl EdgeLog {
+    /// The change log of the edges table `table`, whose tables are reached by `tables` (at
+    /// `tables_target`). DynamoDB Streams answers at DynamoDB's endpoint setting: DynamoDB Local
+    /// serves both APIs on one port.
+    pub fn new(
+        sdk: &SdkConfig,
+        s: &AwsSettings,
+        tables: aws_sdk_dynamodb::Client,
+        tables_target: Target,
+        table: String,
+    ) -> EdgeLog {
+        let mut b = aws_sdk_dynamodbstreams::config::Builder::from(sdk)
+            .retry_partition(crate::retry_partition("tally-dynamodbstreams"));
+        if let Some(url) = &s.dynamodb_endpoint_url {
+            b = b.endpoint_url(url);
+        }
+        EdgeLog {
+            streams: Client::from_conf(b.build()),
+            tables,
+            table,
+            target: Target::new(
+                "DynamoDB Streams",
+                "streams.dynamodb",
+                s.dynamodb_endpoint_url.as_ref(),
+                sdk,
+            ),
+            tables_target,
+            arn: Arc::default(),
+        }
+    }
+
+    /// The stream's ARN, looked up once.
+    async fn arn(&self) -> PortResult<String> {
+        self.arn
+            .get_or_try_init(|| self.stream_of_table())
+            .await
+            .cloned()
+    }
+
+    /// The edges table's stream, by `DescribeTable`: its ARN, if it is on and carries both
+    /// images (a change's like before and after); else an error saying what to do.
+    async fn stream_of_table(&self) -> PortResult<String> {
+        let d = self
+            .tables
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .map_err(|e| {
+                let resource = format!("table {}", self.table);
+                map(&self.tables_target, "DescribeTable", &resource, e)
+            })?;
+        let t = d.table();
+        let spec = t.and_then(|t| t.stream_specification());
+        let arn = t.and_then(|t| t.latest_stream_arn());
+        match (spec, arn) {
+            (Some(spec), Some(arn)) if spec.stream_enabled() => match spec.stream_view_type() {
+                Some(TableStreamView::NewAndOldImages) => Ok(arn.to_owned()),
+                other => Err(PortError::Other(format!(
+                    "the stream of the edges table {} carries {}, where the change log needs \
+                     NEW_AND_OLD_IMAGES: turn it off (UpdateTable) and run `tally setup`",
+                    self.table,
+                    other.map_or("no images", |v| v.as_str())
+                ))),
+            },
+            _ => Err(PortError::Other(format!(
+                "the edges table {} has no stream: run `tally setup`",
+                self.table
+            ))),
+        }
+    }
+
+    /// An error of `call` (an IAM action, `dynamodb:GetRecords`) on `resource`. Records trimmed
+    /// before they were read are said as what they are: changes never counted.
+    fn err<E>(&self, call: &str, resource: &str, e: SdkError<E, HttpResponse>) -> PortError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        if e.as_service_error().and_then(|s| s.code()) == Some("TrimmedDataAccessException") {
+            return PortError::Other(format!(
+                "{call} on {resource}: DynamoDB Streams no longer holds the changes after the \
+                 reader's position (it keeps them 24 hours), so they were never counted: rebuild \
+                 the counts from the edges (`tally rebuild`)"
+            ));
+        }
+        map(&self.target, call, resource, e)
+    }
+}
+
+#[async_trait]
+impl Stream for EdgeLog {
+    async fn list_shards(&self) -> PortResult<Vec<ShardInfo>> {
+        let arn = self.arn().await?;
+        let resource = format!("stream {arn}");
+        let mut out = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let resp = self
+                .streams
+                .describe_stream()
+                .stream_arn(&arn)
+                .set_exclusive_start_shard_id(start.take())
+                .send()
+                .await
+                .map_err(|e| self.err("dynamodb:DescribeStream", &resource, e))?;
+            let d = resp.stream_description().ok_or_else(|| {
+                PortError::Other(format!(
+                    "DescribeStream on {resource} answered no description"
+                ))
+            })?;
+            for s in d.shards() {
+                let shard_id = s.shard_id().ok_or_else(|| {
+                    PortError::Other(format!(
+                        "DescribeStream on {resource} listed a shard without an id"
+                    ))
+                })?;
+                out.push(ShardInfo {
+                    shard_id: shard_id.to_owned(),
+                    parents: s.parent_shard_id().map(str::to_owned).into_iter().collect(),
+                    closed: s
+                        .sequence_number_range()
+                        .and_then(|r| r.ending_sequence_number())
+                        .is_some(),
+                });
+            }
+            match d.last_evaluated_shard_id() {
+                Some(id) if !id.is_empty() => start = Some(id.to_owned()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>> {
+        let arn = self.arn().await?;
+        let mut r = ChangeReader {
+            resource: format!("shard {shard_id} of stream {arn}"),
+            log: self.clone(),
+            arn,
+            shard_id: shard_id.to_owned(),
+            start: from,
+            iterator: None,
+            last: None,
+        };
+        r.iterator = Some(r.new_iterator().await?);
+        Ok(Box::new(r))
+    }
+
+    async fn put_records(&self, _entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {
+        Err(PortError::Other(
+            "the edges' change log is written by edge writes, not put to".into(),
+        ))
+    }
+}
+
+/// A reader on one shard of the stream: an iterator, and the last delivered sequence number to
+/// get a new one after when it expires (DynamoDB Streams' iterators last 15 minutes).
+struct ChangeReader {
+    log: EdgeLog,
+    arn: String,
+    shard_id: String,
+    /// The shard, named in messages.
+    resource: String,
+    /// Where the reader started, for a new iterator before anything was delivered.
+    start: StartPosition,
+    /// The next iterator; `None` after the shard's end.
+    iterator: Option<String>,
+    /// The last record delivered.
+    last: Option<SeqNo>,
+}
+
+impl ChangeReader {
+    /// An iterator at the reader's place: right after the last record delivered, else where it
+    /// started.
+    async fn new_iterator(&self) -> PortResult<String> {
+        let from = match &self.last {
+            Some(s) => StartPosition::AfterSequence(s.clone()),
+            None => self.start.clone(),
+        };
+        let (kind, seq, at) = iterator_start(&from);
+        let resp = self
+            .log
+            .streams
+            .get_shard_iterator()
+            .stream_arn(&self.arn)
+            .shard_id(&self.shard_id)
+            .shard_iterator_type(kind)
+            .set_sequence_number(seq)
+            .set_timestamp(at)
+            .send()
+            .await
+            .map_err(|e| self.log.err("dynamodb:GetShardIterator", &self.resource, e))?;
+        resp.shard_iterator().map(str::to_owned).ok_or_else(|| {
+            PortError::Other(format!(
+                "GetShardIterator on {} answered no iterator",
+                self.resource
+            ))
+        })
+    }
+
+    /// One `GetRecords` at `iterator`.
+    async fn get_records(
+        &self,
+        iterator: &str,
+        limit: i32,
+    ) -> PortResult<aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput> {
+        self.log
+            .streams
+            .get_records()
+            .shard_iterator(iterator)
+            .limit(limit)
+            .send()
+            .await
+            .map_err(|e| self.log.err("dynamodb:GetRecords", &self.resource, e))
+    }
+}
+
+#[async_trait]
+impl ShardReader for ChangeReader {
+    async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch> {
+        let Some(iterator) = self.iterator.clone() else {
+            return Ok(ReadBatch {
+                shard_end: true,
+                millis_behind_latest: Some(0),
+                ..ReadBatch::default()
+            });
+        };
+        let limit = limit.clamp(1, MAX_RECORDS_PER_READ) as i32;
+        let resp = match self.get_records(&iterator, limit).await {
+            Err(PortError::IteratorExpired(_)) => {
+                // A new iterator right after the last delivered record: nothing skipped or repeated.
+                let it = self.new_iterator().await?;
+                self.iterator = Some(it.clone());
+                self.get_records(&it, limit).await?
+            }
+            other => other?,
+        };
+        let records = resp
+            .records()
+            .iter()
+            .map(|r| change_record(r, &self.resource))
+            .collect::<PortResult<Vec<_>>>()?;
+        if let Some(last) = records.last() {
+            self.last = Some(last.seq.clone());
+        }
+        self.iterator = resp.next_shard_iterator().map(str::to_owned);
+        Ok(ReadBatch {
+            millis_behind_latest: Some(behind(&records, now_ms())),
+            records,
+            shard_end: self.iterator.is_none(),
+            // The runtime finds a closed shard's children by listing the shards again.
+            child_shards: Vec::new(),
+            trimmed_through: None,
+        })
+    }
+}
+
+/// How far a read of `records` at `now` is behind the shard's tip. DynamoDB Streams does not
+/// say: an empty read is at the tip, else the last record's age (never below zero; its time is
+/// DynamoDB's, rounded down to the second — by DynamoDB Local to the minute).
+fn behind(records: &[StreamRecord], now: i64) -> i64 {
+    records.last().map_or(0, |r| (now - r.arrival_ms).max(0))
+}
+
+/// A start position as DynamoDB Streams takes it: the iterator type, and its sequence number
+/// or time.
+fn iterator_start(p: &StartPosition) -> (ShardIteratorType, Option<String>, Option<DateTime>) {
+    match p {
+        StartPosition::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
+        StartPosition::Latest => (ShardIteratorType::Latest, None, None),
+        StartPosition::AtTimestamp(ms) => (
+            ShardIteratorType::AtTimestamp,
+            None,
+            Some(DateTime::from_millis(*ms)),
+        ),
+        StartPosition::AfterSequence(s) => (
+            ShardIteratorType::AfterSequenceNumber,
+            Some(s.as_str().to_owned()),
+            None,
+        ),
+        StartPosition::AtSequence(s) => (
+            ShardIteratorType::AtSequenceNumber,
+            Some(s.as_str().to_owned()),
+            None,
+        ),
+    }
+}
+
+/// A DynamoDB Streams record of `shard` (named in messages) as the stream port sees it: its
+/// change's encoding, or why it is none ([`NOT_A_CHANGE`]). A record without a sequence number
+/// cannot be placed in the shard at all: that is an error of the read.
+fn change_record(r: &Record, shard: &str) -> PortResult<StreamRecord> {
+    let d = r.dynamodb();
+    let seq = d.and_then(|d| d.sequence_number()).ok_or_else(|| {
+        PortError::Other(format!(
+            "GetRecords on {shard} answered a record without a sequence number"
+        ))
+    })?;
+    let seq = SeqNo::parse(seq).ok_or_else(|| {
+        PortError::Invalid(format!(
+            "DynamoDB Streams answered a sequence number that is not decimal on {shard}: {seq:?}"
+        ))
+    })?;
+    let arrival_ms = d
+        .and_then(|d| d.approximate_creation_date_time())
+        .and_then(|t| t.to_millis().ok())
+        .unwrap_or(0);
+    let (partition_key, data) = match change_of(r) {
+        Ok(c) => (c.post_id.to_string(), c.encode()),
+        Err(why) => {
+            tracing::warn!(%shard, seq = %seq, %why, "a change log record that is no edge change");
+            let post = key(r, "pk").unwrap_or_default().to_owned();
+            let mut data = vec![NOT_A_CHANGE];
+            data.extend_from_slice(format!("not an edge change: {why}").as_bytes());
+            (post, data)
+        }
+    };
+    Ok(StreamRecord {
+        seq,
+        arrival_ms,
+        partition_key,
+        data,
+    })
+}
+
+/// The string key attribute `k` of a record's item.
+fn key<'a>(r: &'a Record, k: &str) -> Option<&'a str> {
+    r.dynamodb()
+        .and_then(|d| d.keys())
+        .and_then(|keys| keys.get(k))
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+}
+
+/// The change a record says: its edge (post `pk`, user from `sk`), the like before (the old
+/// image's) and after (the new image's); an image that is not an edge, or one missing where
+/// the change has one, is said.
+fn change_of(r: &Record) -> Result<EdgeChange, String> {
+    let post = key(r, "pk")
+        .filter(|p| !p.is_empty())
+        .ok_or("its key has no post (`pk`)")?;
+    let sk = key(r, "sk").ok_or("its key has no sort key (`sk`)")?;
+    let user = sk
+        .strip_prefix(EDGE_PREFIX)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| format!("its sort key `{sk}` is not an edge's (`{EDGE_PREFIX}<user>`)"))?;
+    let what = r.event_name();
+    let d = r.dynamodb();
+    let old = d.and_then(|d| d.old_image());
+    let new = d.and_then(|d| d.new_image());
+    Ok(EdgeChange {
+        post_id: post.into(),
+        user_id: user.into(),
+        before: like_in(old, "old", what == Some(&OperationType::Insert))?,
+        after: like_in(new, "new", what == Some(&OperationType::Remove))?,
+    })
+}
+
+/// The like an image holds (`None`: an edge not liked); no image is no like where `may_lack`
+/// it (an insert has no old image, a removal no new one), else an error: a stream without both
+/// images cannot say what changed.
+fn like_in(
+    image: Option<&HashMap<String, AttributeValue>>,
+    which: &str,
+    may_lack: bool,
+) -> Result<Option<i64>, String> {
+    match image.filter(|i| !i.is_empty()) {
+        Some(i) => image_attrs(i)
+            .and_then(|a| EdgeState::from_attrs(&a))
+            .map(|s| s.like())
+            .map_err(|e| format!("its {which} image is not an edge: {e}")),
+        None if may_lack => Ok(None),
+        None => Err(format!("it has no {which} image")),
+    }
+}
+
+/// An image's attributes as the core reads them (the key apart): numbers and strings. Another
+/// type, or a number that is not a whole one, is not what tally writes.
+fn image_attrs(image: &HashMap<String, AttributeValue>) -> Result<Attrs, String> {
+    image
+        .iter()
+        .filter(|(k, _)| k.as_str() != "pk" && k.as_str() != "sk")
+        .map(|(k, v)| {
+            let v = match v {
+                AttributeValue::N(n) => {
+                    Val::N(n.parse().map_err(|_| format!("`{k}` is the number {n}"))?)
+                }
+                AttributeValue::S(s) => Val::S(s.clone()),
+                other => return Err(format!("`{k}` is {other:?}")),
+            };
+            Ok((k.clone(), v))
+        })
+        .collect()
+}
+
+#[cfg(all(test, feature = "aws-local"))]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tally_core::edge::EdgeEvent;
+    use tally_core::ports::{EdgeWriter, EdgesWritten};
+
+    use super::*;
+    use crate::{Aws, AwsSettings, DynamoStore};
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, AttributeValue as Item, BillingMode, KeySchemaElement, KeyType,
+        ScalarAttributeType,
+    };
+
+    /// A table set of the local peers, torn down when dropped.
+    struct Teardown(AwsSettings);
+
+    impl Drop for Teardown {
+        fn drop(&mut self) {
+            let s = self.0.clone();
+            // Best effort, on a runtime of its own: the test's runtime is ending.
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Runtime::new().map(|rt| rt.block_on(crate::setup::teardown(&s)))
+            })
+            .join();
+        }
+    }
+
+    /// The settings of a table set of its own on the local peers (as the conformance suite's).
+    fn settings(name: &str) -> AwsSettings {
+        let unique = format!("{name}-{}-{}", std::process::id(), now_ms() % 1_000_000_000);
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+        ] {
+            if std::env::var(k).is_err() {
+                // Test credentials for the local peers only; set before any client exists.
+                std::env::set_var(k, v);
+            }
+        }
+        let endpoint = |var: &str, default: &str| {
+            Some(std::env::var(var).unwrap_or_else(|_| default.to_owned()))
+        };
+        AwsSettings {
+            stream_retention_hours: 24,
+            recent_likers_index: true,
+            stream: format!("log-{unique}"),
+            table_prefix: format!("log-{unique}"),
+            kinesis_endpoint_url: endpoint("TEST_KINESIS_ENDPOINT", "http://127.0.0.1:4568"),
+            dynamodb_endpoint_url: endpoint("TEST_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
+        }
+    }
+
+    /// A fresh table set, set up, and its teardown.
+    async fn fresh(name: &str) -> (Aws, Teardown) {
+        let s = settings(name);
+        let gone = Teardown(s.clone());
+        crate::setup::setup(&s, 1).await.unwrap();
+        (Aws::connect(&s).await.unwrap(), gone)
+    }
+
+    /// An edge: its post and user.
+    type Edge = (String, String);
+
+    /// A change's likes: before and after.
+    type Likes = (Option<i64>, Option<i64>);
+
+    fn ev(post: &str, user: &str, liked: bool, at_ms: i64, id: &str) -> EdgeEvent {
+        EdgeEvent {
+            post_id: post.into(),
+            user_id: user.into(),
+            liked,
+            at_ms,
+            event_id: id.into(),
+        }
+    }
+
+    /// Writes `edges` and checks how many changed and how many were refused.
+    async fn write(t: &DynamoStore, edges: &[EdgeEvent], changed: u64, refused: u64) {
+        let w: EdgesWritten = t.write_edges(edges).await.unwrap();
+        assert!(w.retry.is_empty(), "{:?}", w.error);
+        assert_eq!(
+            (w.changed, w.applied.refused),
+            (changed, refused),
+            "{edges:?}"
+        );
+        assert_eq!(w.applied.written, changed);
+    }
+
+    /// Every record of the shard from `from`, read two at a time until a read is empty.
+    async fn read_all(log: &dyn Stream, shard: &str, from: StartPosition) -> Vec<StreamRecord> {
+        let mut r = log.open(shard, from).await.unwrap();
+        let mut out = Vec::new();
+        loop {
+            let b = r.next_batch(2).await.unwrap();
+            if b.records.is_empty() {
+                assert!(b.is_caught_up(), "an empty read is at the tip: {b:?}");
+                return out;
+            }
+            assert!(b.millis_behind_latest.is_some_and(|m| m >= 0), "{b:?}");
+            out.extend(b.records);
+        }
+    }
+
+    #[tokio::test]
+    async fn every_change_of_an_edge_is_in_the_log_once_in_order_and_a_refusal_is_not() {
+        let (aws, _gone) = fresh("edgelog").await;
+        let t = &aws.tables;
+        let started = now_ms();
+        // A like, an unlike of a never-liked edge, a like of another post.
+        let first = [
+            ev("p1", "a", true, 1_000, "e1"),
+            ev("p1", "b", false, 1_500, "e2"),
+            ev("p2", "a", true, 3_000, "e3"),
+        ];
+        write(t, &first, 3, 0).await;
+        // The same like again (a copy) and an older unlike: both refused.
+        write(t, &[ev("p1", "a", true, 1_000, "e1")], 0, 1).await;
+        write(t, &[ev("p1", "a", false, 500, "e0")], 0, 1).await;
+        // A newer unlike; then, at its time, a like with a larger id (the tie-break) and an
+        // unlike with a smaller one (refused).
+        write(t, &[ev("p1", "a", false, 2_000, "e5")], 1, 0).await;
+        write(t, &[ev("p1", "a", true, 2_000, "e6")], 1, 0).await;
+        write(t, &[ev("p1", "a", false, 2_000, "e4")], 0, 1).await;
+        // An item that is not an edge as tally writes it (its time a string): its change is
+        // in the log as no change, and a write of it fails, naming it.
+        t.client()
+            .put_item()
+            .table_name(t.table("edges"))
+            .item("pk", Item::S("p3".into()))
+            .item("sk", Item::S("E#c".into()))
+            .item("l", Item::N("1".into()))
+            .item("t", Item::S("x".into()))
+            .item("e", Item::S("e7".into()))
+            .send()
+            .await
+            .unwrap();
+        let err = t
+            .write_edges(&[ev("p3", "c", true, 9_000, "e8")])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, PortError::Corrupt { item, .. } if item == "p3/E#c"),
+            "{err}"
+        );
+
+        let log = t.change_log().unwrap();
+        let shards = log.list_shards().await.unwrap();
+        assert_eq!(shards.len(), 1, "{shards:?}");
+        assert!(
+            shards[0].parents.is_empty() && !shards[0].closed,
+            "{shards:?}"
+        );
+        let shard = &shards[0].shard_id;
+        let records = read_all(log.as_ref(), shard, StartPosition::TrimHorizon).await;
+
+        let mut changes: BTreeMap<Edge, Vec<Likes>> = BTreeMap::new();
+        let mut not_changes = Vec::new();
+        for r in &records {
+            match EdgeChange::decode(&r.data) {
+                Ok(c) => {
+                    assert_eq!(r.partition_key, c.post_id.as_str());
+                    let edge = (c.post_id.to_string(), c.user_id.to_string());
+                    changes.entry(edge).or_default().push((c.before, c.after));
+                }
+                Err(_) => not_changes.push(r),
+            }
+            // DynamoDB's clock at the write, rounded down: to the second, and on DynamoDB
+            // Local to the minute.
+            assert!(
+                (started - 60_000..=now_ms() + 1_000).contains(&r.arrival_ms),
+                "{} against {started}",
+                r.arrival_ms
+            );
+        }
+        let edge = |p: &str, u: &str| (p.to_owned(), u.to_owned());
+        let expected = BTreeMap::from([
+            (
+                edge("p1", "a"),
+                vec![
+                    (None, Some(1_000)),
+                    (Some(1_000), None),
+                    (None, Some(2_000)),
+                ],
+            ),
+            (edge("p1", "b"), vec![(None, None)]),
+            (edge("p2", "a"), vec![(None, Some(3_000))]),
+        ]);
+        assert_eq!(changes, expected, "refused writes leave nothing in the log");
+        assert_eq!(not_changes.len(), 1, "{not_changes:?}");
+        let bad = not_changes[0];
+        assert_eq!(
+            (bad.data[0], bad.partition_key.as_str()),
+            (NOT_A_CHANGE, "p3")
+        );
+        let why = String::from_utf8_lossy(&bad.data[1..]);
+        assert!(why.contains("`t` is not a number"), "{why}");
+        assert!(EdgeChange::decode(&bad.data).is_err());
+        assert_eq!(records.len(), 6);
+        assert!(
+            records.windows(2).all(|w| w[0].seq < w[1].seq),
+            "a shard's records in order"
+        );
+
+        // A reader resumed after a record reads what follows it, and nothing is put to the log.
+        let rest = read_all(
+            log.as_ref(),
+            shard,
+            StartPosition::AfterSequence(records[1].seq.clone()),
+        )
+        .await;
+        assert_eq!(rest, records[2..]);
+        let at = read_all(
+            log.as_ref(),
+            shard,
+            StartPosition::AtSequence(records[4].seq.clone()),
+        )
+        .await;
+        assert_eq!(at, records[4..]);
+        assert!(log.put_records(&[]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_edges_table_without_its_stream_is_named_and_setup_turns_it_on() {
+        let s = settings("nostream");
+        let _gone = Teardown(s.clone());
+        let t = DynamoStore::new(&crate::sdk_config().await.unwrap(), &s);
+        let edges = t.table("edges");
+        let key = |name: &str, kind| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(kind)
+                .build()
+                .unwrap()
+        };
+        let attr = |name: &str| {
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap()
+        };
+        t.client()
+            .create_table()
+            .table_name(&edges)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(attr("pk"))
+            .attribute_definitions(attr("sk"))
+            .key_schema(key("pk", KeyType::Hash))
+            .key_schema(key("sk", KeyType::Range))
+            .send()
+            .await
+            .unwrap();
+        let log = t.change_log().unwrap();
+        let err = log.list_shards().await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("the edges table {edges} has no stream: run `tally setup`")
+        );
+        crate::setup::setup(&s, 1).await.unwrap();
+        // The failed look-up was not kept: the same log finds the stream now.
+        let shards = log.list_shards().await.unwrap();
+        assert_eq!(shards.len(), 1, "{shards:?}");
+    }
+}
