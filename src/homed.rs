@@ -175,9 +175,6 @@ impl CountReader for HomedCounts {
         self.here().stored_mode().await
     }
 
-    async fn stored_skews(&self) -> PortResult<Vec<i64>> {
-        self.here().stored_skews().await
-    }
 }
 
 #[cfg(test)]

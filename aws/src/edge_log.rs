@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
-use aws_sdk_dynamodb::types::StreamViewType as TableStreamView;
+use aws_sdk_dynamodb::types::{StreamViewType as TableStreamView, TableDescription};
 use aws_sdk_dynamodbstreams::primitives::DateTime;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, Record, ShardIteratorType};
 use aws_sdk_dynamodbstreams::Client;
@@ -49,6 +49,7 @@ const MAX_RECORDS_PER_READ: usize = 1_000;
 /// DynamoDB Streams on one table set's edges table.
 #[derive(Clone)]
 pub struct EdgeLog {
+    /// The DynamoDB Streams client.
     streams: Client,
     /// The tables' client: the stream's ARN is the edges table's description.
     tables: aws_sdk_dynamodb::Client,
@@ -67,7 +68,7 @@ impl EdgeLog {
     /// The change log of the edges table `table`, whose tables are reached by `tables` (at
     /// `tables_target`). DynamoDB Streams answers at DynamoDB's endpoint setting: DynamoDB Local
     /// serves both APIs on one port.
-    pub fn new(
+    pub(crate) fn new(
         sdk: &SdkConfig,
         s: &AwsSettings,
         tables: aws_sdk_dynamodb::Client,
@@ -102,8 +103,8 @@ impl EdgeLog {
             .cloned()
     }
 
-    /// The edges table's stream, by `DescribeTable`: its ARN, if it is on and carries both
-    /// images (a change's like before and after); else an error saying what to do.
+    /// The edges table's stream, by `DescribeTable`: its ARN, if it is on ([`change_stream`]);
+    /// else an error saying what to do.
     async fn stream_of_table(&self) -> PortResult<String> {
         let d = self
             .tables
@@ -115,24 +116,12 @@ impl EdgeLog {
                 let resource = format!("table {}", self.table);
                 map(&self.tables_target, "DescribeTable", &resource, e)
             })?;
-        let t = d.table();
-        let spec = t.and_then(|t| t.stream_specification());
-        let arn = t.and_then(|t| t.latest_stream_arn());
-        match (spec, arn) {
-            (Some(spec), Some(arn)) if spec.stream_enabled() => match spec.stream_view_type() {
-                Some(TableStreamView::NewAndOldImages) => Ok(arn.to_owned()),
-                other => Err(PortError::Other(format!(
-                    "the stream of the edges table {} carries {}, where the change log needs \
-                     NEW_AND_OLD_IMAGES: turn it off (UpdateTable) and run `tally setup`",
-                    self.table,
-                    other.map_or("no images", |v| v.as_str())
-                ))),
-            },
-            _ => Err(PortError::Other(format!(
+        change_stream(&self.table, d.table())?.ok_or_else(|| {
+            PortError::Other(format!(
                 "the edges table {} has no stream: run `tally setup`",
                 self.table
-            ))),
-        }
+            ))
+        })
     }
 
     /// An error of `call` (an IAM action, `dynamodb:GetRecords`) on `resource`. Records trimmed
@@ -150,6 +139,35 @@ impl EdgeLog {
         }
         map(&self.target, call, resource, e)
     }
+}
+
+/// The change log's stream of the edges table `name` as described (`t`): its ARN, `None` when
+/// it has no stream on. One that carries other images than both (a change's like before and
+/// after) is an error: DynamoDB cannot change a stream's images while it is on.
+pub(crate) fn change_stream(
+    name: &str,
+    t: Option<&TableDescription>,
+) -> PortResult<Option<String>> {
+    let Some(spec) = t
+        .and_then(|t| t.stream_specification())
+        .filter(|s| s.stream_enabled())
+    else {
+        return Ok(None);
+    };
+    if spec.stream_view_type() != Some(&TableStreamView::NewAndOldImages) {
+        return Err(PortError::Other(format!(
+            "the stream of the edges table {name} carries {}, where the change log needs \
+             NEW_AND_OLD_IMAGES: turn it off (UpdateTable) and run `tally setup`",
+            spec.stream_view_type().map_or("no images", |v| v.as_str())
+        )));
+    }
+    t.and_then(|t| t.latest_stream_arn())
+        .map(|arn| Some(arn.to_owned()))
+        .ok_or_else(|| {
+            PortError::Other(format!(
+                "DescribeTable of {name} says its stream is on and names no stream ARN"
+            ))
+        })
 }
 
 #[async_trait]
@@ -220,8 +238,11 @@ impl Stream for EdgeLog {
 /// A reader on one shard of the stream: an iterator, and the last delivered sequence number to
 /// get a new one after when it expires (DynamoDB Streams' iterators last 15 minutes).
 struct ChangeReader {
+    /// The log's clients and messages.
     log: EdgeLog,
+    /// The stream's ARN, as its iterators are asked for.
     arn: String,
+    /// The shard read.
     shard_id: String,
     /// The shard, named in messages.
     resource: String,
@@ -292,7 +313,8 @@ impl ShardReader for ChangeReader {
         let limit = limit.clamp(1, MAX_RECORDS_PER_READ) as i32;
         let resp = match self.get_records(&iterator, limit).await {
             Err(PortError::IteratorExpired(_)) => {
-                // A new iterator right after the last delivered record: nothing skipped or repeated.
+                // A new iterator right after the last delivered record: nothing skipped or
+                // repeated.
                 let it = self.new_iterator().await?;
                 self.iterator = Some(it.clone());
                 self.get_records(&it, limit).await?
@@ -457,6 +479,142 @@ fn image_attrs(image: &HashMap<String, AttributeValue>) -> Result<Attrs, String>
         .collect()
 }
 
+#[cfg(test)]
+mod decode_tests {
+    use aws_sdk_dynamodbstreams::types::StreamRecord as Change;
+
+    use super::*;
+
+    type Image = Vec<(&'static str, AttributeValue)>;
+
+    fn edge(liked: bool, at: i64) -> Image {
+        let mut i = vec![
+            ("pk", AttributeValue::S("p".into())),
+            ("sk", AttributeValue::S("E#u".into())),
+            ("l", AttributeValue::N(u8::from(liked).to_string())),
+            ("t", AttributeValue::N(at.to_string())),
+            ("e", AttributeValue::S("e1".into())),
+        ];
+        if liked {
+            i.push(("lt", AttributeValue::N(at.to_string())));
+        }
+        i
+    }
+
+    fn record(what: OperationType, sk: &str, old: Option<Image>, new: Option<Image>) -> Record {
+        let mut c = Change::builder()
+            .sequence_number("000000000000000000042")
+            .approximate_creation_date_time(DateTime::from_secs(1_796_000_000))
+            .keys("pk", AttributeValue::S("p".into()))
+            .keys("sk", AttributeValue::S(sk.into()));
+        for (k, v) in old.into_iter().flatten() {
+            c = c.old_image(k, v);
+        }
+        for (k, v) in new.into_iter().flatten() {
+            c = c.new_image(k, v);
+        }
+        Record::builder()
+            .event_name(what)
+            .dynamodb(c.build())
+            .build()
+    }
+
+    /// `r` read as a change (its likes before and after), or why it is none.
+    fn check(r: Record, expected: Result<(Option<i64>, Option<i64>), &str>) {
+        let got = change_record(&r, "shard s").unwrap();
+        assert_eq!(got.seq.as_str(), "000000000000000000042");
+        assert_eq!(
+            (got.arrival_ms, got.partition_key.as_str()),
+            (1_796_000_000_000, "p")
+        );
+        match (EdgeChange::decode(&got.data), expected) {
+            (Ok(c), Ok(likes)) => {
+                assert_eq!((c.post_id.as_str(), c.user_id.as_str()), ("p", "u"));
+                assert_eq!((c.before, c.after), likes);
+            }
+            (Err(_), Err(why)) => {
+                assert_eq!(got.data[0], NOT_A_CHANGE);
+                let text = String::from_utf8_lossy(&got.data[1..]);
+                assert!(text.contains(why), "{text}");
+            }
+            (got, expected) => panic!("{got:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn a_record_is_its_edge_s_likes_before_and_after_or_why_it_is_no_change() {
+        use OperationType::{Insert, Modify, Remove};
+        check(
+            record(Insert, "E#u", None, Some(edge(true, 5))),
+            Ok((None, Some(5))),
+        );
+        check(
+            record(Insert, "E#u", None, Some(edge(false, 5))),
+            Ok((None, None)),
+        );
+        let (liked, unliked) = (Some(edge(true, 5)), Some(edge(false, 7)));
+        check(
+            record(Modify, "E#u", liked.clone(), unliked),
+            Ok((Some(5), None)),
+        );
+        check(
+            record(Modify, "E#u", liked.clone(), Some(edge(true, 9))),
+            Ok((Some(5), Some(9))),
+        );
+        check(
+            record(Remove, "E#u", liked.clone(), None),
+            Ok((Some(5), None)),
+        );
+        check(
+            record(Modify, "E#u", None, liked.clone()),
+            Err("it has no old image"),
+        );
+        check(
+            record(Modify, "E#u", liked.clone(), None),
+            Err("it has no new image"),
+        );
+        check(
+            record(Insert, "X#u", None, liked),
+            Err("sort key `X#u` is not an edge's"),
+        );
+        let mut odd = edge(true, 5);
+        odd[2].1 = AttributeValue::N("2".into());
+        check(
+            record(Insert, "E#u", None, Some(odd)),
+            Err("new image is not an edge: `l` is 2"),
+        );
+        let mut odd = edge(true, 5);
+        odd[3].1 = AttributeValue::N("1.5".into());
+        check(
+            record(Insert, "E#u", None, Some(odd)),
+            Err("`t` is the number 1.5"),
+        );
+        let mut odd = edge(true, 5);
+        odd[4].1 = AttributeValue::Bool(true);
+        check(
+            record(Insert, "E#u", None, Some(odd)),
+            Err("`e` is Bool(true)"),
+        );
+        let no_seq = Record::builder()
+            .dynamodb(Change::builder().build())
+            .build();
+        assert!(change_record(&no_seq, "shard s").is_err());
+    }
+
+    #[test]
+    fn a_read_is_behind_by_its_last_record_s_age_and_an_empty_one_not_at_all() {
+        let at = |arrival_ms| StreamRecord {
+            seq: SeqNo::of_number(1),
+            arrival_ms,
+            partition_key: "p".into(),
+            data: Vec::new(),
+        };
+        assert_eq!(behind(&[], 10_000), 0);
+        assert_eq!(behind(&[at(1_000), at(4_000)], 10_000), 6_000);
+        assert_eq!(behind(&[at(12_000)], 10_000), 0, "never below zero");
+    }
+}
+
 #[cfg(all(test, feature = "aws-local"))]
 mod tests {
     use std::collections::BTreeMap;
@@ -582,6 +740,15 @@ mod tests {
         write(t, &[ev("p1", "a", false, 2_000, "e5")], 1, 0).await;
         write(t, &[ev("p1", "a", true, 2_000, "e6")], 1, 0).await;
         write(t, &[ev("p1", "a", false, 2_000, "e4")], 0, 1).await;
+        // An edge deleted (by hand: tally never deletes one) is a change too.
+        t.client()
+            .delete_item()
+            .table_name(t.table("edges"))
+            .key("pk", Item::S("p1".into()))
+            .key("sk", Item::S("E#a".into()))
+            .send()
+            .await
+            .unwrap();
         // An item that is not an edge as tally writes it (its time a string): its change is
         // in the log as no change, and a write of it fails, naming it.
         t.client()
@@ -641,6 +808,7 @@ mod tests {
                     (None, Some(1_000)),
                     (Some(1_000), None),
                     (None, Some(2_000)),
+                    (Some(2_000), None),
                 ],
             ),
             (edge("p1", "b"), vec![(None, None)]),
@@ -656,7 +824,7 @@ mod tests {
         let why = String::from_utf8_lossy(&bad.data[1..]);
         assert!(why.contains("`t` is not a number"), "{why}");
         assert!(EdgeChange::decode(&bad.data).is_err());
-        assert_eq!(records.len(), 6);
+        assert_eq!(records.len(), 7);
         assert!(
             records.windows(2).all(|w| w[0].seq < w[1].seq),
             "a shard's records in order"

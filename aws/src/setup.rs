@@ -14,6 +14,7 @@ use tally_core::edge;
 use tally_core::ports::{PortError, PortResult};
 
 use crate::dynamo::{DynamoStore, TABLES};
+use crate::edge_log::change_stream;
 use crate::kinesis::KinesisStream;
 use crate::{sdk_config, AwsSettings};
 
@@ -55,7 +56,7 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
         let recent = s.recent_likers_index && edges;
         match d.describe_table().table_name(&name).send().await {
             Ok(t) => {
-                if edges && !has_change_stream(&name, t.table())? {
+                if edges && change_stream(&name, t.table())?.is_none() {
                     add_change_stream(&tables, suffix).await?;
                     created.push(format!("stream of table {name}"));
                 }
@@ -93,7 +94,7 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
             .key_schema(key(pk, KeyType::Hash).map_err(|e| PortError::Invalid(e.to_string()))?)
             .key_schema(key(sk, KeyType::Range).map_err(|e| PortError::Invalid(e.to_string()))?);
         if edges {
-            create = create.stream_specification(change_stream()?);
+            create = create.stream_specification(change_log_stream()?);
             created.push(format!("stream of table {name}"));
         }
         if recent {
@@ -144,28 +145,12 @@ fn liked_at_attr() -> PortResult<AttributeDefinition> {
 
 /// The edges table's change log: DynamoDB Streams with each change's item before and after
 /// (`crate::edge_log` reads a change's likes from them).
-fn change_stream() -> PortResult<StreamSpecification> {
+fn change_log_stream() -> PortResult<StreamSpecification> {
     StreamSpecification::builder()
         .stream_enabled(true)
         .stream_view_type(StreamViewType::NewAndOldImages)
         .build()
         .map_err(|e| PortError::Invalid(e.to_string()))
-}
-
-/// Whether the edges table `name` has its change log on; one with a stream of other images is
-/// an error, since a stream's images cannot be changed while it is on.
-fn has_change_stream(name: &str, t: Option<&TableDescription>) -> PortResult<bool> {
-    match t.and_then(|t| t.stream_specification()) {
-        Some(spec) if spec.stream_enabled() => match spec.stream_view_type() {
-            Some(StreamViewType::NewAndOldImages) => Ok(true),
-            other => Err(PortError::Other(format!(
-                "the stream of the edges table {name} carries {}, where the change log needs \
-                 NEW_AND_OLD_IMAGES: turn it off (UpdateTable) and run `tally setup` again",
-                other.map_or("no images", |v| v.as_str())
-            ))),
-        },
-        _ => Ok(false),
-    }
 }
 
 /// Turns the change log on for an existing edges table and waits until it is active: changes
@@ -177,7 +162,7 @@ async fn add_change_stream(tables: &DynamoStore, suffix: &str) -> PortResult<()>
         .client()
         .update_table()
         .table_name(&name)
-        .stream_specification(change_stream()?)
+        .stream_specification(change_log_stream()?)
         .send()
         .await
         .map_err(|e| tables.err("UpdateTable", suffix, e))?;

@@ -12,7 +12,6 @@ use tally_analytics::AnalyticsMetrics;
 use tally_consumer::worker::LeaseMetrics;
 use tally_core::apps;
 use tally_core::clock::now_ms;
-use tally_counter::CounterMetrics;
 
 use super::Ctx;
 
@@ -268,48 +267,49 @@ fn lease_metrics(reg: &mut Registry, app: &str, l: &LeaseMetrics) {
 }
 
 /// A counter worker's own metrics.
-pub fn counter_metrics(m: &CounterMetrics, l: &LeaseMetrics) -> anyhow::Result<String> {
+pub fn counter_metrics(run: &crate::apps::CounterRun) -> anyhow::Result<String> {
     let mut reg = Registry::with_prefix("tally");
-    let a = [("app", apps::COUNTER)];
-    for (name, help, v) in [
-        ("records", "Records read", &m.records),
-        ("counted", "Events counted (first seen)", &m.counted),
-        (
-            "duplicates",
-            "Producer retries recognised and dropped",
-            &m.duplicates,
-        ),
-        (
-            "malformed",
-            "Records dead-lettered as malformed",
-            &m.malformed,
-        ),
-        (
-            "skipped",
-            "Change records of items that are no likes, skipped",
-            &m.skipped,
-        ),
-        ("windows", "Windows applied", &m.windows),
-        (
-            "edges_crossed",
-            "Likers: edges written over another shard's write",
-            &m.edges_crossed,
-        ),
-        (
-            "edges_forgotten",
-            "Likers: edges of a rebuilt window that no longer remember whether it wrote them",
-            &m.edges_forgotten,
-        ),
-        ("items_written", "Store items written", &m.items_written),
-        (
-            "writes_refused",
-            "Writes refused as already applied",
-            &m.writes_refused,
-        ),
-    ] {
-        counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
+    let stages = [
+        (apps::COUNTER, &run.metrics, &run.leases),
+        (apps::CHANGES, &run.changes, &run.change_leases),
+    ];
+    for (app, m, _) in stages {
+        let a = [("app", app)];
+        for (name, help, v) in [
+            ("records", "Records read", &m.records),
+            ("counted", "Events counted (first seen)", &m.counted),
+            (
+                "duplicates",
+                "Producer retries recognised and dropped",
+                &m.duplicates,
+            ),
+            (
+                "malformed",
+                "Records dead-lettered as malformed",
+                &m.malformed,
+            ),
+            (
+                "skipped",
+                "Change records of items that are no likes, skipped",
+                &m.skipped,
+            ),
+            ("windows", "Windows applied", &m.windows),
+            (
+                "edges_changed",
+                "Likers: edge writes that changed an edge (each logged once)",
+                &m.edges_changed,
+            ),
+            ("items_written", "Store items written", &m.items_written),
+            (
+                "writes_refused",
+                "Writes refused as already applied",
+                &m.writes_refused,
+            ),
+        ] {
+            counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
+        }
     }
-    let units = crate::answers::counter_units(m, l);
+    let units = run.units();
     let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
     for p in tally_core::cost::Purpose::ALL {
         f.get_or_create(&vec![("purpose".to_owned(), p.name().to_owned())])
@@ -324,9 +324,11 @@ pub fn counter_metrics(m: &CounterMetrics, l: &LeaseMetrics) -> anyhow::Result<S
         &mut reg,
         "iterator_age_max_ms",
         "The largest iterator age seen (ms)",
-        m.max_iterator_age_ms.load(Ordering::Relaxed) as i64,
+        run.metrics.max_iterator_age_ms.load(Ordering::Relaxed) as i64,
     );
-    lease_metrics(&mut reg, apps::COUNTER, l);
+    for (app, _, l) in stages {
+        lease_metrics(&mut reg, app, l);
+    }
     render(&reg)
 }
 

@@ -57,8 +57,9 @@ impl KnownHours {
 }
 
 /// An item of the `counts` table (a summary item) or the `edges` table (an edge) as the core
-/// reads it: its numbers and strings. An attribute of another type, or a number that is not a whole one, is not what
-/// tally writes: [`PortError::Corrupt`] naming the item and the attribute, never left out.
+/// reads it: its numbers and strings. An attribute of another type, or a number that is not a
+/// whole one, is not what tally writes: [`PortError::Corrupt`] naming the item and the
+/// attribute, never left out.
 pub(super) fn to_attrs(item: &HashMap<String, AttributeValue>) -> PortResult<Attrs> {
     let corrupt = |k: &str, what: &str| PortError::Corrupt {
         item: format!(

@@ -1,36 +1,21 @@
-//! Counting likers: each (post, user)'s latest action by `created_at` (taken as its first copy's
-//! arrival when it is further past it than the allowed clock skew), then the event id, decides;
-//! a post's count is its users whose latest action is a like, and "since T" those of them whose
-//! like was created at or after T's minute. Copies change nothing, so no horizon leaves a count
-//! open.
+//! Counting likers: each (post, user)'s latest action by `created_at`, then the event id, decides
+//! (the event's content alone, as the edge store orders it); a post's count is its users whose
+//! latest action is a like, and "since T" those of them whose like was created at or after T's
+//! minute. Copies change nothing, so no horizon leaves a count open.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use tally_core::event::{Action, LikeEvent};
 use tally_core::seq::Position;
 
-use super::{partition, size, Beyond, Counting, FirstCopies, Latest, PostRecount, Seen, Tally};
+use super::{partition, size, Beyond, Counting, Latest, PostRecount, Tally};
 
-/// What counting likers keeps: each event's first arrival (its clamp), each post's users'
-/// latest applied action, and — once read — each post's count.
+/// What counting likers keeps: each post's users' latest applied action, and — once read — each
+/// post's count.
+#[derive(Default)]
 pub(super) struct Likers {
-    /// The clock skew allowed (ms).
-    skew_ms: i64,
-    first_seen: FirstCopies,
     edges: HashMap<String, HashMap<String, Latest>>,
     posts: HashMap<String, PostRecount>,
-}
-
-impl Likers {
-    pub(super) fn new(skew_ms: i64) -> Likers {
-        Likers {
-            skew_ms,
-            first_seen: FirstCopies::default(),
-            edges: HashMap::new(),
-            posts: HashMap::new(),
-        }
-    }
 }
 
 impl Counting for Likers {
@@ -45,27 +30,11 @@ impl Counting for Likers {
         ev: LikeEvent,
         key: u64,
         _: usize,
-        arrival_ms: i64,
+        _arrival_ms: i64,
         beyond: Option<(&str, Position)>,
     ) -> (usize, Option<Beyond>) {
         let mut bytes = 0;
-        // The event's first copy decides its clamp: a copy that arrives later orders as it did.
-        let first_arrival = match self.first_seen.0.entry((0, ev.event_id.clone())) {
-            Entry::Occupied(mut o) => {
-                o.get_mut().copies += 1;
-                o.get().arrival_ms
-            }
-            Entry::Vacant(v) => {
-                bytes += size::seen(&v.key().1);
-                v.insert(Seen::first(arrival_ms, key)).arrival_ms
-            }
-        };
-        // The clock-skew rule, as documented (README, "counter.max_clock_skew_secs").
-        let at_ms = if ev.created_at > first_arrival.saturating_add(self.skew_ms) {
-            first_arrival
-        } else {
-            ev.created_at
-        };
+        let at_ms = ev.created_at;
         let latest = Latest {
             at_ms,
             event_id: ev.event_id,
@@ -101,8 +70,7 @@ impl Counting for Likers {
         (bytes, None)
     }
 
-    fn finish(&mut self, tally: &mut Tally) {
-        self.first_seen.tally(tally);
+    fn finish(&mut self, _tally: &mut Tally) {
         for (post, users) in &self.edges {
             self.posts.insert(post.clone(), count_of(users.values()));
         }
@@ -163,14 +131,12 @@ impl Counting for Likers {
     }
 
     fn keys(&self, out: &mut Vec<u64>) {
-        self.first_seen.keys(out);
         for (post, users) in &self.edges {
             out.extend(users.keys().map(|u| partition::key(post, Some(u))));
         }
     }
 
     fn retain_below(&mut self, hi: u64) {
-        self.first_seen.retain_below(hi);
         self.edges.retain(|post, users| {
             users.retain(|u, _| partition::key(post, Some(u)) < hi);
             !users.is_empty()
@@ -179,8 +145,7 @@ impl Counting for Likers {
     }
 
     fn held_bytes(&self) -> usize {
-        let seen = self.first_seen.held_bytes();
-        let edges: usize = self
+        self
             .edges
             .iter()
             .map(|(p, users)| {
@@ -190,8 +155,7 @@ impl Counting for Likers {
                         .map(|(u, l)| size::edge(u, &l.event_id))
                         .sum::<usize>()
             })
-            .sum();
-        seen + edges
+            .sum()
     }
 }
 

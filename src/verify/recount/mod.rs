@@ -237,10 +237,9 @@ impl Recount {
         Recount::new(Box::new(events::Events::new(horizon_ms)), shards, rows)
     }
 
-    /// A recount of likers of `shards` against the counter's lease `rows`, a `created_at`
-    /// further than `skew_ms` past its first copy's arrival taken as that arrival.
-    pub fn likers(skew_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
-        Recount::new(Box::new(likers::Likers::new(skew_ms)), shards, rows)
+    /// A recount of likers of `shards` against the counter's lease `rows`.
+    pub fn likers(shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
+        Recount::new(Box::<likers::Likers>::default(), shards, rows)
     }
 
     fn new(mode: Box<dyn Counting>, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
