@@ -205,13 +205,12 @@ fn recount(path: &Path, budget: Option<usize>) -> Run {
             (s.clone(), row)
         })
         .collect();
-    let skew = 300_000;
     let base = IN_USE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
     let started = Instant::now();
     let (mut part, mut passes, mut total) = (Part::ALL, 0, 0);
     loop {
-        let mut r = Recount::likers(skew, &shards, &rows).within(
+        let mut r = Recount::likers(&shards, &rows).within(
             part,
             budget.unwrap_or(usize::MAX),
             passes == 0,

@@ -217,9 +217,6 @@ mod tests {
                 liked: self.liked,
                 at_ms: 0,
                 event_id: "e".into(),
-                writes: Vec::new(),
-                lost: Vec::new(),
-                dropped: None,
             };
             Ok((vec![Some(e); pairs.len()], pairs.len() as u64))
         }
@@ -239,9 +236,6 @@ mod tests {
         }
         async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
             Ok(Some(CountMode::Likers))
-        }
-        async fn stored_skews(&self) -> PortResult<Vec<i64>> {
-            Ok(vec![self.n])
         }
     }
 
@@ -277,7 +271,11 @@ mod tests {
         }
         assert!(ids.iter().any(|p| h.homes.is_here(p)) && ids.iter().any(|p| !h.homes.is_here(p)));
         assert_eq!(h.global_total().await.unwrap(), 3000, "every home's total");
-        assert_eq!(h.stored_skews().await.unwrap(), vec![1], "this region's");
+        assert_eq!(
+            h.stored_mode().await.unwrap(),
+            Some(CountMode::Likers),
+            "this region's"
+        );
     }
 
     /// A home with nothing to read it from is named.

@@ -58,7 +58,7 @@ fn like_records(
 /// tally's likers fold of `recs` into one window, closed: its edges, in the store's key order.
 pub fn likers_window(recs: &[StreamRecord]) -> usize {
     let mut dedup = Dedup::new(600_000);
-    let mut w = WindowBuilder::new(None, 0).likers(60_000);
+    let mut w = WindowBuilder::new(None, 0).likers();
     for r in recs {
         w.push("shard-0", r, &mut dedup);
     }
