@@ -28,7 +28,10 @@ async fn run_app(
     leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
     let stream = backend.stream_for(settings, &ctx.app).await?;
-    run_on(settings, backend, stream, ctx, factory, idle, shutdown, leases).await
+    run_on(
+        settings, backend, stream, ctx, factory, idle, shutdown, leases,
+    )
+    .await
 }
 
 /// Runs a worker of `factory` on `stream` until `shutdown`, or until idle once `idle` is armed;
@@ -143,7 +146,16 @@ pub async fn run_counter_with(
             ctx.advertise = Some(sh.advertise);
         }
         let leases = run.leases.clone();
-        run_app(settings, backend, ctx, Arc::new(stream), idle, shutdown, leases).await?;
+        run_app(
+            settings,
+            backend,
+            ctx,
+            Arc::new(stream),
+            idle,
+            shutdown,
+            leases,
+        )
+        .await?;
         return Ok(run);
     }
     let mut changes = Counter::open_change_log(

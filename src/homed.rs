@@ -174,7 +174,6 @@ impl CountReader for HomedCounts {
     async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
         self.here().stored_mode().await
     }
-
 }
 
 #[cfg(test)]

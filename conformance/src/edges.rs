@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use tally_core::dedup::DedupRecord;
 use tally_core::cost::Purpose;
+use tally_core::dedup::DedupRecord;
 use tally_core::edge::{CountMode, EdgeChange, EdgeEvent};
 use tally_core::ports::{
     Consistency, CounterStore, EdgesWritten, RecentCursor, RecentLiker, StartPosition, WindowRef,
@@ -109,10 +109,16 @@ pub async fn edges_are_registers_and_each_change_is_logged_once(
     assert_eq!(written(store, &w3).await.changed, 2);
     let log = logged_changes(store, &format!("{name}-")).await;
     let of = |p: &str, u: &str| log.get(&(p.to_owned(), u.to_owned())).cloned();
-    assert_eq!(of(&p1, "u1"), Some(vec![(None, Some(t)), (Some(t), Some(t + 60_000))]));
+    assert_eq!(
+        of(&p1, "u1"),
+        Some(vec![(None, Some(t)), (Some(t), Some(t + 60_000))])
+    );
     assert_eq!(of(&p1, "u2"), Some(vec![(None, None), (None, Some(t))]));
     assert_eq!(of(&p1, "u3"), Some(vec![(None, Some(t + 60_000))]));
-    assert_eq!(of(&p2, "u1"), Some(vec![(None, Some(t + 5)), (Some(t + 5), None)]));
+    assert_eq!(
+        of(&p2, "u1"),
+        Some(vec![(None, Some(t + 5)), (Some(t + 5), None)])
+    );
     assert_eq!(log.len(), 4, "{log:?}");
     // The viewer's likes, in order, a post asked twice included.
     let ids = vec![p1.clone(), p2.clone(), p3.clone(), p1.clone()];
@@ -247,7 +253,10 @@ pub async fn a_fresh_store_takes_the_first_claim(store: &dyn CounterStore) {
 pub async fn a_rebuild_under_way_is_recorded(store: &dyn CounterStore) {
     assert_eq!(store.rebuilding().await.unwrap(), None);
     store.set_rebuilding(Some("source-a")).await.unwrap();
-    assert_eq!(store.rebuilding().await.unwrap().as_deref(), Some("source-a"));
+    assert_eq!(
+        store.rebuilding().await.unwrap().as_deref(),
+        Some("source-a")
+    );
     store.set_rebuilding(None).await.unwrap();
     assert_eq!(store.rebuilding().await.unwrap(), None);
 }

@@ -929,8 +929,8 @@ pub trait CounterStore:
 {
 }
 
-impl<T: WindowWriter + EdgeWriter + CountReader + DeadLetterReader + StoreMeta + ?Sized> CounterStore
-    for T
+impl<T: WindowWriter + EdgeWriter + CountReader + DeadLetterReader + StoreMeta + ?Sized>
+    CounterStore for T
 {
 }
 

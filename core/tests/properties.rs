@@ -544,10 +544,13 @@ impl LikersStore {
         let end = summary::marker(closed.end.as_ref().unwrap());
         for _ in 0..=usize::from(crash) {
             for (post, delta) in &closed.posts {
-                self.posts
-                    .entry(post.clone())
-                    .or_default()
-                    .run(&shard, delta, &end, Known::Unknown, None);
+                self.posts.entry(post.clone()).or_default().run(
+                    &shard,
+                    delta,
+                    &end,
+                    Known::Unknown,
+                    None,
+                );
             }
         }
     }

@@ -119,8 +119,14 @@ async fn begin(into: &dyn CounterStore, source: &str) -> Result<bool, RebuildErr
         }
         None => {}
     }
-    let counted = !into.list_states(tally_core::apps::COUNTER).await?.is_empty()
-        || !into.list_states(tally_core::apps::CHANGES).await?.is_empty();
+    let counted = !into
+        .list_states(tally_core::apps::COUNTER)
+        .await?
+        .is_empty()
+        || !into
+            .list_states(tally_core::apps::CHANGES)
+            .await?
+            .is_empty();
     let edges = !into.scan_edges(None, 1).await?.edges.is_empty();
     if counted || edges {
         return Err(RebuildError::NotFresh(
@@ -215,11 +221,7 @@ async fn copy_checkpoints(
 }
 
 fn window<'a>(app: &'a str, shard_id: &'a str, end: &'a Position) -> WindowRef<'a> {
-    WindowRef {
-        app,
-        shard_id,
-        end,
-    }
+    WindowRef { app, shard_id, end }
 }
 
 /// Reads every edge of the source and writes it into the destination (a register: an edge
@@ -314,6 +316,9 @@ async fn write_letters(
     };
     let shard = letters.first().map_or("", |d| d.shard_id.as_str());
     let w = window(REBUILD_OWNER, shard, &end);
-    with_backoff(backoff, "copying the dead letters", || into.apply_rest(w, rest)).await?;
+    with_backoff(backoff, "copying the dead letters", || {
+        into.apply_rest(w, rest)
+    })
+    .await?;
     Ok(())
 }

@@ -30,9 +30,7 @@ fn action(id: &str, post: &str, user: &str, act: &str, at: i64) -> PutEntry {
     }
 }
 
-
 const SHARD: &str = "shardId-000000000000";
-
 
 /// A one-shard embedded store whose lease `w1` holds: the store (and its directory) and the
 /// lease.
@@ -76,7 +74,10 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     };
     let board = Arc::new(Board::default());
     let edges = counter_on(&store, cfg.clone(), &board).await;
-    assert!(!edges.shows_open(), "the first stage's windows hold edges, no deltas");
+    assert!(
+        !edges.shows_open(),
+        "the first stage's windows hold edges, no deltas"
+    );
     let mut p = edges.create(SHARD);
     p.start(&fence, &lease).await.unwrap();
     let mut reader = store.open(SHARD, StartPosition::TrimHorizon).await.unwrap();
@@ -100,7 +101,13 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     let mut counted = Vec::new();
     for part in &parts {
         let f = store
-            .take_lease(tally_core::apps::CHANGES, &part.shard_id, 0, "w1", i64::MAX / 2)
+            .take_lease(
+                tally_core::apps::CHANGES,
+                &part.shard_id,
+                0,
+                "w1",
+                i64::MAX / 2,
+            )
             .await
             .unwrap()
             .unwrap();
@@ -167,7 +174,11 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
         }
         out
     };
-    assert_eq!(shown(&board.pending(&ids)), BTreeMap::new(), "edges not written yet");
+    assert_eq!(
+        shown(&board.pending(&ids)),
+        BTreeMap::new(),
+        "edges not written yet"
+    );
     p.flush(false).await.unwrap();
     read_changes(&mut counted).await;
     let want = BTreeMap::from([

@@ -76,8 +76,10 @@ impl EdgeLog {
     /// if that row is past the last sync.
     fn durable_through(&self, part: usize) -> PortResult<i64> {
         let last: i64 = locked(&self.readers[part], |c| {
-            c.query_row("SELECT COALESCE(MAX(seq), 0) FROM changes", [], |r| r.get(0))
-                .map_err(sql_err)
+            c.query_row("SELECT COALESCE(MAX(seq), 0) FROM changes", [], |r| {
+                r.get(0)
+            })
+            .map_err(sql_err)
         })?;
         if last > self.synced[part].load(Ordering::SeqCst) {
             // A sync after `last` was read makes it durable, whoever wrote it.
@@ -104,7 +106,9 @@ impl Stream for EdgeLog {
         let part = part_of(shard_id, self.readers.len())?;
         let seq = |s: &SeqNo| {
             s.as_str().parse::<i64>().map_err(|_| {
-                PortError::Invalid(format!("{s} is no sequence number of the edges' change log"))
+                PortError::Invalid(format!(
+                    "{s} is no sequence number of the edges' change log"
+                ))
             })
         };
         let after = match from {
@@ -178,7 +182,12 @@ impl ShardReader for LogReader {
 }
 
 /// The change rows after `after` through `through`, at most `limit`, as records.
-fn read_rows(c: &Connection, after: i64, through: i64, limit: usize) -> PortResult<Vec<StreamRecord>> {
+fn read_rows(
+    c: &Connection,
+    after: i64,
+    through: i64,
+    limit: usize,
+) -> PortResult<Vec<StreamRecord>> {
     let mut st = c
         .prepare_cached(
             "SELECT seq, written_ms, post, user, before_ms, after_ms FROM changes \

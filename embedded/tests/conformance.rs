@@ -236,7 +236,6 @@ async fn reads_resume_inside_a_batch() {
     }
 }
 
-
 /// A lease row written behind the store's back with a string where tally keeps a list, a
 /// number or a position: read as an error naming the row and the field, never a default.
 #[tokio::test]
@@ -316,14 +315,10 @@ async fn a_corrupt_edge_is_named() {
     .await;
 }
 
-
-
 /// An edge event of `p1` (the conformance suite's `like`).
 fn edge_event(user: &str, liked: bool, at_ms: i64, id: &str) -> tally_core::edge::EdgeEvent {
     tally_conformance::like("p1", user, liked, at_ms, id)
 }
-
-
 
 /// Removes the file at `path` with its WAL and shared memory.
 fn remove_with_wal(path: &std::path::Path) {
@@ -331,9 +326,6 @@ fn remove_with_wal(path: &std::path::Path) {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
-
-
-
 
 /// An `edges.db` whose `tally.db` is gone is never taken into a new store: opening one there is
 /// an error naming the file, and nothing is created.
@@ -445,7 +437,10 @@ async fn edges_are_synced_before_what_depends_on_them() {
     let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
     let mut checkpoint: Option<Position> = None;
     let mut seen = Vec::new();
-    for (n, edges) in [vec![edge_event("u1", true, 10, "e1")], vec![]].into_iter().enumerate() {
+    for (n, edges) in [vec![edge_event("u1", true, 10, "e1")], vec![]]
+        .into_iter()
+        .enumerate()
+    {
         let end = Position::parse(&format!("{}", 10 * (n + 1))).unwrap();
         e.begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
             .await
@@ -487,7 +482,11 @@ async fn edges_are_synced_before_what_depends_on_them() {
     let batch = r.next_batch(100).await.unwrap();
     assert_eq!(batch.records.len(), 2, "u1's and u2's likes");
     let after = syncs();
-    assert_eq!(after[part], before[part] + 1, "synced before they were handed out");
+    assert_eq!(
+        after[part],
+        before[part] + 1,
+        "synced before they were handed out"
+    );
     assert!(r.next_batch(100).await.unwrap().records.is_empty());
     assert_eq!(syncs(), after, "nothing new: no sync");
 }
@@ -543,8 +542,14 @@ fn a_store_an_earlier_build_made_is_refused() {
         .unwrap()
         .execute_batch("DROP TABLE changes")
         .unwrap();
-    let err = Embedded::open_existing(dir.path()).err().expect("refused").to_string();
-    assert!(err.contains("edges.db was made by an earlier build"), "{err}");
+    let err = Embedded::open_existing(dir.path())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("edges.db was made by an earlier build"),
+        "{err}"
+    );
 }
 
 /// A store made now parts its likers' edges by post over `NEW_STORE_PARTS` files, written at
@@ -668,4 +673,3 @@ fn a_part_left_from_another_store_is_refused() {
         "{err}"
     );
 }
-

@@ -26,7 +26,11 @@ pub async fn run_rebuild(settings: &Settings, args: &RebuildArgs) -> Result<()> 
             "{} {} edges ({} likes on {} posts), {} checkpoints and {} dead letters into this \
              store; run `tally count` to count them (it counts the copied edges from their \
              change log, and goes on from the copied checkpoints)",
-            if done.resumed { "resumed: copied" } else { "copied" },
+            if done.resumed {
+                "resumed: copied"
+            } else {
+                "copied"
+            },
             done.edges,
             done.likes,
             done.posts,

@@ -565,9 +565,9 @@ async fn check_posts(
                     // Counting likers, the marks are of the edges' change log, not the stream.
                     unread: tail.is_none()
                         && c.iter().any(|c| {
-                            c.marks.iter().any(|(s, m)| {
-                                last_read.get(s.as_str()).is_none_or(|l| m > l)
-                            })
+                            c.marks
+                                .iter()
+                                .any(|(s, m)| last_read.get(s.as_str()).is_none_or(|l| m > l))
                         }),
                     checks: Vec::new(),
                     reads: c,

@@ -50,13 +50,17 @@ impl LogTail {
             .collect();
         let mut out = LogTail::default();
         for shard in log.list_shards().await.context("listing the change log")? {
-            let from = StartPosition::after(checkpoints.get(&shard.shard_id).and_then(Option::as_ref));
+            let from =
+                StartPosition::after(checkpoints.get(&shard.shard_id).and_then(Option::as_ref));
             let mut r = log
                 .open(&shard.shard_id, from)
                 .await
                 .context("opening the change log")?;
             loop {
-                let batch = r.next_batch(1_000).await.context("reading the change log")?;
+                let batch = r
+                    .next_batch(1_000)
+                    .await
+                    .context("reading the change log")?;
                 for rec in &batch.records {
                     let Ok(c) = EdgeChange::decode(&rec.data) else {
                         continue;

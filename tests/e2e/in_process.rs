@@ -345,7 +345,8 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
         .unwrap();
     assert_eq!(
         run.metrics
-            .malformed.load(std::sync::atomic::Ordering::Relaxed) as usize,
+            .malformed
+            .load(std::sync::atomic::Ordering::Relaxed) as usize,
         exp.malformed
     );
     for (post, n) in &exp.counts {
@@ -393,7 +394,10 @@ async fn counted_to_idle(poll: Duration, join: Option<Duration>) -> Duration {
         .await
         .unwrap();
     let took = started.elapsed();
-    assert_eq!(run.leases.taken.load(std::sync::atomic::Ordering::Relaxed), 4);
+    assert_eq!(
+        run.leases.taken.load(std::sync::atomic::Ordering::Relaxed),
+        4
+    );
     for (post, n) in &exp.counts {
         let got = backend.counter.post_count(post, None).await.unwrap().total;
         assert_eq!(got, *n, "{post}");

@@ -82,13 +82,18 @@ impl EdgeChange {
             return Err(format!("an edge change with unknown flags {flags:#x}"));
         }
         let mut time = |on: bool| -> Result<Option<i64>, String> {
-            on.then(|| Ok(i64::from_le_bytes(take(8)?.try_into().expect("eight bytes"))))
-                .transpose()
+            on.then(|| {
+                Ok(i64::from_le_bytes(
+                    take(8)?.try_into().expect("eight bytes"),
+                ))
+            })
+            .transpose()
         };
         let before = time(flags & 1 != 0)?;
         let after = time(flags & 2 != 0)?;
         let n = u16::from_le_bytes(take(2)?.try_into().expect("two bytes")) as usize;
-        let post = std::str::from_utf8(take(n)?).map_err(|_| "an edge change's post is not UTF-8")?;
+        let post =
+            std::str::from_utf8(take(n)?).map_err(|_| "an edge change's post is not UTF-8")?;
         let user = std::str::from_utf8(r).map_err(|_| "an edge change's user is not UTF-8")?;
         if post.is_empty() || user.is_empty() {
             return Err("an edge change without its post or user".into());
@@ -108,7 +113,12 @@ mod tests {
 
     #[test]
     fn a_change_reads_back_and_a_bad_one_is_named() {
-        for (before, after) in [(None, None), (Some(5), None), (None, Some(-7)), (Some(1), Some(2))] {
+        for (before, after) in [
+            (None, None),
+            (Some(5), None),
+            (None, Some(-7)),
+            (Some(1), Some(2)),
+        ] {
             let c = EdgeChange {
                 post_id: "p1".into(),
                 user_id: "ü".into(),
@@ -121,7 +131,11 @@ mod tests {
                 assert!(EdgeChange::decode(&bytes[..cut]).is_err(), "cut at {cut}");
             }
         }
-        assert!(EdgeChange::decode(&[2, 0, 1, 0, b'p', b'u']).unwrap_err().contains("version"));
-        assert!(EdgeChange::decode(&[1, 9, 1, 0, b'p', b'u']).unwrap_err().contains("flags"));
+        assert!(EdgeChange::decode(&[2, 0, 1, 0, b'p', b'u'])
+            .unwrap_err()
+            .contains("version"));
+        assert!(EdgeChange::decode(&[1, 9, 1, 0, b'p', b'u'])
+            .unwrap_err()
+            .contains("flags"));
     }
 }

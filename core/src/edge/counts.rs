@@ -11,7 +11,9 @@ use super::EdgeChange;
 /// The per-post deltas (by minute) and the global-total delta of `changes`: one out of the old
 /// like's minute, one into the new like's ([`moves`]); posts whose changes cancel out are
 /// dropped. Sorted by post, as a window's posts are.
-pub fn deltas<'a>(changes: impl IntoIterator<Item = &'a EdgeChange>) -> (Vec<(String, PostDelta)>, i64) {
+pub fn deltas<'a>(
+    changes: impl IntoIterator<Item = &'a EdgeChange>,
+) -> (Vec<(String, PostDelta)>, i64) {
     let mut posts: BTreeMap<SmolStr, PostDelta> = BTreeMap::new();
     let mut total = 0;
     for c in changes {

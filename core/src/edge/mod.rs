@@ -107,8 +107,15 @@ mod tests {
         assert_eq!(total(&[a, b]), 1, "liked twice is one liker");
         let mut other = None;
         let u = write(&mut other, &ev("v", false, 1_000, "c"));
-        assert_eq!(total(&[u.clone()]), 0, "an unlike of nothing changes nothing");
-        assert!(u.is_some(), "but it is stored: an older like must lose to it");
+        assert_eq!(
+            total(&[u.clone()]),
+            0,
+            "an unlike of nothing changes nothing"
+        );
+        assert!(
+            u.is_some(),
+            "but it is stored: an older like must lose to it"
+        );
         // A late copy of the first like, and the first like again: nothing.
         assert_eq!(write(&mut item, &ev("u", true, 1_000, "a")), None);
         assert_eq!(write(&mut item, &ev("u", true, 2_000, "b")), None);

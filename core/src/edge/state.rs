@@ -93,7 +93,10 @@ mod tests {
             };
             let a = s.to_attrs();
             assert_eq!(EdgeState::from_attrs(&a), Ok(s.clone()));
-            assert_eq!(s.item_size("p", "u"), crate::item::item_size("p", "E#u", &a));
+            assert_eq!(
+                s.item_size("p", "u"),
+                crate::item::item_size("p", "E#u", &a)
+            );
         }
         let mut a = EdgeState::default().to_attrs();
         a.insert("t".into(), Val::S("x".into()));
@@ -102,6 +105,8 @@ mod tests {
         assert_eq!(EdgeState::from_attrs(&a), Err("`t` is missing".into()));
         let mut a = EdgeState::default().to_attrs();
         a.insert("l".into(), Val::N(2));
-        assert!(EdgeState::from_attrs(&a).unwrap_err().contains("not 0 or 1"));
+        assert!(EdgeState::from_attrs(&a)
+            .unwrap_err()
+            .contains("not 0 or 1"));
     }
 }

@@ -36,8 +36,8 @@ pub fn edge_from_row(post: &str, user: &str, row: EdgeRow) -> PortResult<EdgeSta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rows::packed::tests::packed;
     use crate::rows::event_id_into;
+    use crate::rows::packed::tests::packed;
 
     #[test]
     fn an_edge_row_reads_back_and_a_bad_id_is_named() {

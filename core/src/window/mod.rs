@@ -685,6 +685,9 @@ mod tests {
             .collect();
         assert_eq!(kept, [("u", false, "2"), ("v", true, "4")]);
         assert_eq!(c.stats.duplicates, 1);
-        assert!(c.posts.is_empty() && c.total_delta == 0, "it counts nothing itself");
+        assert!(
+            c.posts.is_empty() && c.total_delta == 0,
+            "it counts nothing itself"
+        );
     }
 }

@@ -10,7 +10,7 @@ use tally_core::edge::{CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, EdgeWriter,
     EdgesWritten, Fence, LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied,
-    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, Stream, StoreMeta, StoredDedup,
+    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, Stream,
     WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
@@ -237,7 +237,6 @@ impl WindowWriter for Embedded {
         })
         .await
     }
-
 }
 
 #[async_trait]

@@ -266,19 +266,21 @@ mod tests {
     fn each_change_is_logged_once_and_a_refused_write_not_at_all() {
         let mut c = Connection::open_in_memory().unwrap();
         c.execute_batch(crate::edge_file::EDGES_SQL).unwrap();
-        let first = write_edges(
-            &mut c,
-            &[ev("u", true, 10, "a"), ev("v", false, 10, "b")],
-        )
-        .unwrap();
+        let first =
+            write_edges(&mut c, &[ev("u", true, 10, "a"), ev("v", false, 10, "b")]).unwrap();
         assert_eq!((first.changed, first.applied.written), (2, 2));
         let again = write_edges(
             &mut c,
-            &[ev("u", true, 10, "a"), ev("u", false, 5, "c"), ev("v", true, 9, "d")],
+            &[
+                ev("u", true, 10, "a"),
+                ev("u", false, 5, "c"),
+                ev("v", true, 9, "d"),
+            ],
         )
         .unwrap();
         assert_eq!(again.changed, 0, "a copy and two older events");
-        let newer = write_edges(&mut c, &[ev("u", false, 20, "e"), ev("v", true, 20, "f")]).unwrap();
+        let newer =
+            write_edges(&mut c, &[ev("u", false, 20, "e"), ev("v", true, 20, "f")]).unwrap();
         assert_eq!(newer.changed, 2);
         assert_eq!(
             logged(&c),

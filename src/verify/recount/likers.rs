@@ -1,19 +1,22 @@
 //! Counting likers: each (post, user)'s latest action by `created_at`, then the event id, decides
 //! (the event's content alone, as the edge store orders it); a post's count is its users whose
 //! latest action is a like, and "since T" those of them whose like was created at or after T's
-//! minute. Copies change nothing, so no horizon leaves a count open.
+//! minute. Copies change nothing, so no horizon leaves a count open; each event's copies are
+//! tallied.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use tally_core::event::{Action, LikeEvent};
 use tally_core::seq::Position;
 
-use super::{partition, size, Beyond, Counting, Latest, PostRecount, Tally};
+use super::{partition, size, Beyond, Counting, FirstCopies, Latest, PostRecount, Seen, Tally};
 
-/// What counting likers keeps: each post's users' latest applied action, and — once read — each
-/// post's count.
+/// What counting likers keeps: each event's copies (for the tally), each post's users' latest
+/// applied action, and — once read — each post's count.
 #[derive(Default)]
 pub(super) struct Likers {
+    first_seen: FirstCopies,
     edges: HashMap<String, HashMap<String, Latest>>,
     posts: HashMap<String, PostRecount>,
 }
@@ -30,10 +33,18 @@ impl Counting for Likers {
         ev: LikeEvent,
         key: u64,
         _: usize,
-        _arrival_ms: i64,
+        arrival_ms: i64,
         beyond: Option<(&str, Position)>,
     ) -> (usize, Option<Beyond>) {
         let mut bytes = 0;
+        // Each event's copies, tallied (a copy changes nothing).
+        match self.first_seen.0.entry((0, ev.event_id.clone())) {
+            Entry::Occupied(mut o) => o.get_mut().copies += 1,
+            Entry::Vacant(v) => {
+                bytes += size::seen(&v.key().1);
+                v.insert(Seen::first(arrival_ms, key));
+            }
+        }
         let at_ms = ev.created_at;
         let latest = Latest {
             at_ms,
@@ -70,7 +81,8 @@ impl Counting for Likers {
         (bytes, None)
     }
 
-    fn finish(&mut self, _tally: &mut Tally) {
+    fn finish(&mut self, tally: &mut Tally) {
+        self.first_seen.tally(tally);
         for (post, users) in &self.edges {
             self.posts.insert(post.clone(), count_of(users.values()));
         }
@@ -131,12 +143,14 @@ impl Counting for Likers {
     }
 
     fn keys(&self, out: &mut Vec<u64>) {
+        self.first_seen.keys(out);
         for (post, users) in &self.edges {
             out.extend(users.keys().map(|u| partition::key(post, Some(u))));
         }
     }
 
     fn retain_below(&mut self, hi: u64) {
+        self.first_seen.retain_below(hi);
         self.edges.retain(|post, users| {
             users.retain(|u, _| partition::key(post, Some(u)) < hi);
             !users.is_empty()
@@ -145,7 +159,8 @@ impl Counting for Likers {
     }
 
     fn held_bytes(&self) -> usize {
-        self
+        let seen = self.first_seen.held_bytes();
+        let edges: usize = self
             .edges
             .iter()
             .map(|(p, users)| {
@@ -155,7 +170,8 @@ impl Counting for Likers {
                         .map(|(u, l)| size::edge(u, &l.event_id))
                         .sum::<usize>()
             })
-            .sum()
+            .sum();
+        seen + edges
     }
 }
 
