@@ -677,7 +677,10 @@ impl ShardProcessor for CounterShard {
             fold_record(self, record, now_ms).await?;
         }
         let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
-        if self.cfg.close_when_caught_up && at_tip && self.replay.is_none() && self.has_open() {
+        // A window that shows nothing (the likers counter's first stage: its edges are shown by
+        // the second stage once written) closes at the tip: what it holds is seen sooner.
+        let closes = self.cfg.close_when_caught_up || !self.counting.shows_open();
+        if closes && at_tip && self.replay.is_none() && self.has_open() {
             self.close_and_apply(false).await?;
         }
         Ok(())

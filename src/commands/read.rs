@@ -41,15 +41,17 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     // The workers first, the store second (`serve::pending`): those of the application whose
     // windows hold counts.
     let mode = read.counts.stored_mode().await?.unwrap_or_default();
-    let listing = Listing::fetch(read.leases.as_ref(), apps::counts(mode)).await?;
+    let holders = Listing::fetch(read.leases.as_ref(), apps::counts(mode)).await?;
     let asked = match args.stored {
         true => None,
         false => Some(
             Pending::new(crate::serve::pending::default_timeout())
-                .ask(&listing, &args.post_ids)
+                .ask(&holders, &args.post_ids)
                 .await,
         ),
     };
+    // How fresh: the counter's reads of the stream.
+    let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
     let none = Windows::default();
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let counts = read
@@ -131,7 +133,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
             a.unanswered
                 .iter()
                 .filter(|s| {
-                    listing
+                    holders
                         .states
                         .iter()
                         .any(|st| st.lease.shard_id == **s && st.lease.is_held(now))

@@ -790,12 +790,15 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
 }
 
 /// What the counter's writes cost, from its shards' rows: write units by purpose (DynamoDB's
-/// rules; lease takes and renewals are the workers' own, in their `/metrics`), events counted,
-/// and units per like.
+/// rules; lease takes and renewals are the workers' own, in their `/metrics`) of both its stages
+/// counting likers, events counted (by the stream's), and units per like.
 async fn cost(State(c): State<Ctx>) -> ApiResult {
     let mut total = tally_core::ports::ShardTally::default();
     for st in &c.listings.get(apps::COUNTER).states {
         total.merge(&st.spent);
+    }
+    for st in &c.listings.get(apps::CHANGES).states {
+        total.units.merge(&st.spent.units);
     }
     let units = answers::write_units(&total.units);
     let per_like = (total.counted > 0).then(|| total.units.total() as f64 / total.counted as f64);

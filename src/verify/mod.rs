@@ -618,13 +618,17 @@ impl PostCheck {
         self.beyond_shards
             .extend(beyond.iter().map(|b| b.shard_id.clone()));
         let mut checks = Vec::new();
+        // A post split over passes is summed over its parts: what its count lags by, once.
+        let first_part = self.checks.is_empty();
         for (i, (t, count)) in since.iter().zip(&self.reads).enumerate() {
             let held = Held::of(r, post, beyond, &count.marks, tail.is_some());
             let mut check = |since_ms: Option<i64>, store: i64| {
                 let from = since_ms.map(|t| t.div_euclid(MINUTE_MS));
                 let (lo, hi) = held.range(from);
                 // Counting likers, the changes the count does not hold yet are added to it.
-                let lag = tail.map_or(0, |t| t.unapplied(post, &count.marks, from));
+                let lag = tail
+                    .filter(|_| first_part)
+                    .map_or(0, |t| t.unapplied(post, &count.marks, from));
                 let (lo, hi) = (lo - lag, hi - lag);
                 checks.push(Check {
                     since_ms,
