@@ -53,12 +53,14 @@ pub async fn rebuild(settings: &Settings, source: &RebuildSource) -> Result<Rebu
         RebuildSource::DataDir(d) => d.display().to_string(),
         RebuildSource::TablePrefix(p) => p.clone(),
     };
-    Ok(tally_counter::rebuild::rebuild(
-        source_store.counter.as_ref(),
-        into.counter.as_ref(),
-        &name,
-        &[apps::COUNTER, apps::ANALYTICS],
-        &tally_core::retry::Backoff::default(),
+    let with = tally_counter::rebuild::RebuildFrom {
+        source: &name,
+        apps: &[apps::COUNTER, apps::ANALYTICS],
+        backoff: &tally_core::retry::Backoff::default(),
+        crash_after_pages: settings.counter_context().crash_after_batches,
+    };
+    Ok(
+        tally_counter::rebuild::rebuild(source_store.counter.as_ref(), into.counter.as_ref(), with)
+            .await?,
     )
-    .await?)
 }

@@ -77,16 +77,34 @@ pub struct Rebuilt {
     pub resumed: bool,
 }
 
-/// Copies `from`'s edges, the checkpoints of `apps` (the applications that read the stream) and
-/// its dead letters into `into` — fresh, or a rebuild from the same `source` begun there
-/// already — recording the rebuild in `into` until it is done. See the module.
+/// What a rebuild copies from and with: the source's name (recorded in the destination while
+/// the rebuild is under way), the applications whose checkpoints it copies (those that read the
+/// stream), how store calls are retried, and the tests' failpoint.
+pub struct RebuildFrom<'a> {
+    /// The source's name (a data dir, a table prefix).
+    pub source: &'a str,
+    /// The applications whose checkpoints are copied.
+    pub apps: &'a [&'a str],
+    /// How store calls are retried.
+    pub backoff: &'a Backoff,
+    /// Test failpoint: abort the process right after this many pages of edges are copied.
+    pub crash_after_pages: Option<u64>,
+}
+
+/// Copies `from`'s edges, the checkpoints of the stream's applications and its dead letters
+/// into `into` — fresh, or a rebuild from the same source begun there already — recording the
+/// rebuild in `into` until it is done. See the module.
 pub async fn rebuild(
     from: &dyn CounterStore,
     into: &dyn CounterStore,
-    source: &str,
-    apps: &[&str],
-    backoff: &Backoff,
+    with: RebuildFrom<'_>,
 ) -> Result<Rebuilt, RebuildError> {
+    let RebuildFrom {
+        source,
+        apps,
+        backoff,
+        crash_after_pages,
+    } = with;
     match from.stored_mode().await? {
         Some(CountMode::Likers) => {}
         Some(CountMode::Events) => return Err(RebuildError::NoEdges("counts events".into())),
@@ -101,7 +119,7 @@ pub async fn rebuild(
     for app in apps {
         done.checkpoints += copy_checkpoints(from, into, app).await?;
     }
-    copy_edges(from, into, backoff, &mut done).await?;
+    copy_edges(from, into, backoff, crash_after_pages, &mut done).await?;
     done.dead_letters = copy_dead_letters(from, into, backoff).await?;
     into.set_rebuilding(None).await?;
     Ok(done)
@@ -230,10 +248,12 @@ async fn copy_edges(
     from: &dyn CounterStore,
     into: &dyn CounterStore,
     backoff: &Backoff,
+    crash_after_pages: Option<u64>,
     done: &mut Rebuilt,
 ) -> Result<(), RebuildError> {
     let mut after: Option<ScanCursor> = None;
     let mut last_post: Option<String> = None;
+    let mut pages = 0;
     loop {
         let page = with_backoff(backoff, "scanning the source's edges", || {
             from.scan_edges(after.as_ref(), SCAN_PAGE)
@@ -266,6 +286,11 @@ async fn copy_edges(
             if sending.settle(sent).await? {
                 break;
             }
+        }
+        pages += 1;
+        if crash_after_pages.is_some_and(|n| pages >= n) {
+            eprintln!("failpoint: aborting after {pages} pages of copied edges");
+            std::process::abort();
         }
         match page.next {
             Some(n) => after = Some(n),

@@ -337,7 +337,9 @@ on_backends! {
 }
 
 /// With `metrics.emf` on, a worker's lease and shard metrics are CloudWatch embedded metric format
-/// lines that add up exactly: every record read once, every lease taken and released once.
+/// lines that add up exactly, for each of its two stages (app `counter` reading the stream, app
+/// `changes` reading the edges' change log, a shard per edges file): every record of the stream
+/// read once, every lease taken and released once.
 #[test]
 fn metrics_are_emitted_as_embedded_metric_format() {
     let t = Target::embedded();
@@ -382,28 +384,45 @@ fn metrics_are_emitted_as_embedded_metric_format() {
                 );
             }
         }
-        assert_eq!(v["App"], "counter");
+        assert!(v["App"] == "counter" || v["App"] == "changes", "{v}");
     }
-    let sum = |metric: &str| -> f64 {
-        emf.iter()
+    let of = |app: &str| -> Vec<&serde_json::Value> { emf.iter().filter(|v| v["App"] == app).collect() };
+    let sum = |app: &str, metric: &str| -> f64 {
+        of(app)
+            .iter()
             .filter_map(|v| v.get(metric).and_then(|m| m.as_f64()))
             .sum()
     };
     assert_eq!(
-        sum("Records"),
+        sum("counter", "Records"),
         exp.lines as f64,
-        "every record read is reported once"
+        "every record of the stream read is reported once"
     );
-    assert_eq!(sum("LeasesTaken"), 2.0);
-    assert_eq!(sum("LeasesReleased"), 2.0);
-    assert_eq!(sum("LeasesLost"), 0.0);
-    let last_held = emf
-        .iter()
-        .rev()
-        .find_map(|v| v.get("LeasesHeld").and_then(|m| m.as_f64()));
-    assert_eq!(last_held, Some(0.0), "the last report follows the release");
-    let shards: BTreeSet<&str> = emf.iter().filter_map(|v| v["ShardId"].as_str()).collect();
-    assert_eq!(shards.len(), 2, "{shards:?}");
+    // The change log holds at most a change per distinct event (a window writes an edge's
+    // latest event once), and the edges' changes are all counted.
+    let changes = sum("changes", "Records");
+    let distinct = (exp.lines - exp.malformed - exp.duplicates) as f64;
+    assert!(changes > 0.0 && changes <= distinct, "{changes} of {distinct}");
+    let edge_files = tally_embedded::edge_files(t.dir.path()).unwrap().len();
+    for (app, shards) in [("counter", 2), ("changes", edge_files)] {
+        assert_eq!(sum(app, "LeasesTaken"), shards as f64, "{app}");
+        assert_eq!(sum(app, "LeasesReleased"), shards as f64, "{app}");
+        assert_eq!(sum(app, "LeasesLost"), 0.0, "{app}");
+        let last_held = of(app)
+            .iter()
+            .rev()
+            .find_map(|v| v.get("LeasesHeld").and_then(|m| m.as_f64()));
+        assert_eq!(
+            last_held,
+            Some(0.0),
+            "{app}: the last report follows the release"
+        );
+        let ids: BTreeSet<&str> = of(app)
+            .iter()
+            .filter_map(|v| v["ShardId"].as_str())
+            .collect();
+        assert_eq!(ids.len(), shards, "{app}: {ids:?}");
+    }
 
     // Analytics adds each stored window's latency percentiles.
     let out = crate::common::output({

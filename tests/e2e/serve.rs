@@ -129,7 +129,7 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
-fn get_json(addr: &str, path: &str) -> Value {
+pub(crate) fn get_json(addr: &str, path: &str) -> Value {
     let (status, body) = get(addr, path);
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap()

@@ -91,8 +91,10 @@ fn tables_match_the_code() {
     assert_eq!(tf, code);
 }
 
-/// The counts table's recent index is the one the code queries: its name, keys and the number
-/// attribute it sorts by (`tally_core::edge::RECENT_INDEX`, `LIKED_AT_ATTR`), keys only.
+/// The edges table's recent index is the one the code queries: its name, keys and the number
+/// attribute it sorts by (`tally_core::edge::RECENT_INDEX`, `LIKED_AT_ATTR`), keys only; on the
+/// edges table alone (where `tally setup` puts it and the likers are read), when
+/// `recent_likers_index` asks for it.
 #[test]
 fn the_recent_index_is_the_one_the_code_reads() {
     let bodies = terraform();
@@ -109,6 +111,15 @@ fn the_recent_index_is_the_one_the_code_reads() {
             .blocks()
             .find(|b| b.identifier() == "dynamic" && b.labels().iter().any(|l| l.as_str() == kind))
             .unwrap_or_else(|| panic!("dynamic {kind}"));
+        assert_eq!(
+            attr_text(dynamic, "for_each").as_deref(),
+            Some("each.key == \"edges\" && var.recent_likers_index ? [1] : []"),
+            "{kind}: on the edges table, with recent_likers_index"
+        );
+        assert!(
+            tally_aws::dynamo::TABLES.iter().any(|t| t.0 == "edges"),
+            "the code has an edges table"
+        );
         let c = dynamic
             .body()
             .blocks()
@@ -252,71 +263,141 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
     assert!(!tally_aws::DYNAMODB_ANALYTICS_ACTIONS.contains(&"dynamodb:Scan"));
 }
 
+/// Calls of the Kinesis client, as IAM actions.
+const KINESIS_CALLS: &[(&str, &str)] = &[
+    (
+        ".describe_stream_summary()",
+        "kinesis:DescribeStreamSummary",
+    ),
+    (".list_shards()", "kinesis:ListShards"),
+    (".get_shard_iterator()", "kinesis:GetShardIterator"),
+    (".get_records()", "kinesis:GetRecords"),
+    (".put_records()", "kinesis:PutRecords"),
+    (
+        ".register_stream_consumer()",
+        "kinesis:RegisterStreamConsumer",
+    ),
+    (
+        ".describe_stream_consumer()",
+        "kinesis:DescribeStreamConsumer",
+    ),
+    (".subscribe_to_shard()", "kinesis:SubscribeToShard"),
+];
+
+/// Calls of the DynamoDB Streams client (the edges' change log, `aws/src/edge_log.rs`): the
+/// Kinesis client has methods of the same names, which are other actions (`kinesis:GetRecords`).
+const DYNAMODB_STREAMS_CALLS: &[(&str, &str)] = &[
+    (".describe_stream()", "dynamodb:DescribeStream"),
+    (".get_shard_iterator()", "dynamodb:GetShardIterator"),
+    (".get_records()", "dynamodb:GetRecords"),
+];
+
+/// Calls of the DynamoDB client (and a transaction's parts, `TransactWriteItem::builder().put(…)`).
+const DYNAMODB_CALLS: &[(&str, &str)] = &[
+    (".describe_table()", "dynamodb:DescribeTable"),
+    (".get_item()", "dynamodb:GetItem"),
+    (".put_item()", "dynamodb:PutItem"),
+    (".update_item()", "dynamodb:UpdateItem"),
+    (".delete_item()", "dynamodb:DeleteItem"),
+    (".query()", "dynamodb:Query"),
+    (".scan()", "dynamodb:Scan"),
+    (
+        ".describe_kinesis_streaming_destination()",
+        "dynamodb:DescribeKinesisStreamingDestination",
+    ),
+    ("builder().put(", "dynamodb:PutItem"),
+    ("builder().update(", "dynamodb:UpdateItem"),
+    ("builder().delete(", "dynamodb:DeleteItem"),
+    ("builder().condition_check(", "dynamodb:ConditionCheckItem"),
+    (".batch_write_item()", "dynamodb:BatchWriteItem"),
+    (".batch_get_item()", "dynamodb:BatchGetItem"),
+];
+
+/// A source file without its test modules (they close a file, `#[cfg(test)] mod …`): what the
+/// tests call on a local peer is no grant the applications need.
+fn without_tests(file: &std::path::Path, text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = lines.iter().position(|l| {
+        let l = l.trim_start();
+        l.starts_with("#[cfg(test)]") || l.starts_with("#[cfg(all(test")
+    });
+    let Some(cut) = cut else {
+        return text.to_owned();
+    };
+    let next = lines[cut + 1..].iter().find(|l| !l.trim().is_empty());
+    assert!(
+        next.is_some_and(|l| l.trim_start().starts_with("mod ")),
+        "{}: a test-only item at line {} that is no module: the scan cuts the file there",
+        file.display(),
+        cut + 1
+    );
+    lines[..cut].join("\n")
+}
+
 /// The SDK operations the AWS adapter calls, read from its source (`.put_item()`, and a
-/// transaction's parts, `TransactWriteItem::builder().put(…)`), as IAM actions. `setup.rs` (the
-/// development `tally setup`) and `baselines.rs` (the demo's comparison) run nowhere in
-/// production and are left out.
+/// transaction's parts, `TransactWriteItem::builder().put(…)`), as IAM actions: every file of
+/// `aws/src` but `setup.rs` (the development `tally setup`) and `baselines.rs` (the demo's
+/// comparison), which run nowhere in production, and but their tests. Kinesis and DynamoDB
+/// Streams share method names (`.get_records()`): a file's such calls are those of the one of the
+/// two clients it uses (`aws_sdk_kinesis`, `aws_sdk_dynamodbstreams`), and a file that names both
+/// or neither fails here rather than be guessed.
 fn actions_called_in_source() -> BTreeSet<String> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/src");
-    let mut files = vec![
-        dir.join("kinesis.rs"),
-        dir.join("fan_out.rs"),
-        dir.join("lib.rs"),
-        dir.join("source.rs"),
-    ];
-    for e in std::fs::read_dir(dir.join("dynamo")).unwrap() {
-        let p = e.unwrap().path();
-        if !p.ends_with("baselines.rs") {
-            files.push(p);
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
         }
     }
-    let ops: &[(&str, &str)] = &[
-        (
-            ".describe_stream_summary()",
-            "kinesis:DescribeStreamSummary",
-        ),
-        (".list_shards()", "kinesis:ListShards"),
-        (".get_shard_iterator()", "kinesis:GetShardIterator"),
-        (".get_records()", "kinesis:GetRecords"),
-        (".put_records()", "kinesis:PutRecords"),
-        (
-            ".register_stream_consumer()",
-            "kinesis:RegisterStreamConsumer",
-        ),
-        (
-            ".describe_stream_consumer()",
-            "kinesis:DescribeStreamConsumer",
-        ),
-        (".subscribe_to_shard()", "kinesis:SubscribeToShard"),
-        (".describe_table()", "dynamodb:DescribeTable"),
-        (".get_item()", "dynamodb:GetItem"),
-        (".put_item()", "dynamodb:PutItem"),
-        (".update_item()", "dynamodb:UpdateItem"),
-        (".delete_item()", "dynamodb:DeleteItem"),
-        (".query()", "dynamodb:Query"),
-        (".scan()", "dynamodb:Scan"),
-        (
-            ".describe_kinesis_streaming_destination()",
-            "dynamodb:DescribeKinesisStreamingDestination",
-        ),
-        ("builder().put(", "dynamodb:PutItem"),
-        ("builder().update(", "dynamodb:UpdateItem"),
-        ("builder().delete(", "dynamodb:DeleteItem"),
-        ("builder().condition_check(", "dynamodb:ConditionCheckItem"),
-        (".batch_write_item()", "dynamodb:BatchWriteItem"),
-        (".batch_get_item()", "dynamodb:BatchGetItem"),
-    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/src");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    files.retain(|p| !p.ends_with("setup.rs") && !p.ends_with("dynamo/baselines.rs"));
+    assert!(
+        files.iter().any(|p| p.ends_with("edge_log.rs")),
+        "the edges' change log is scanned: {files:?}"
+    );
+    let squeeze = |s: &str| -> String { s.split_whitespace().collect() };
     let mut called = BTreeSet::new();
     for f in files {
-        let text: String = std::fs::read_to_string(&f)
-            .unwrap()
-            .split_whitespace()
-            .collect();
-        for (call, action) in ops {
-            let call: String = call.split_whitespace().collect();
-            if text.contains(&call) {
+        let source = std::fs::read_to_string(&f).unwrap();
+        let text = squeeze(&without_tests(&f, &source));
+        for (call, action) in DYNAMODB_CALLS {
+            if text.contains(&squeeze(call)) {
                 called.insert(action.to_string());
             }
+        }
+        let clients = [
+            ("aws_sdk_kinesis", KINESIS_CALLS),
+            ("aws_sdk_dynamodbstreams", DYNAMODB_STREAMS_CALLS),
+        ];
+        let calls: BTreeSet<&str> = clients
+            .iter()
+            .flat_map(|(_, calls)| calls.iter().map(|(c, _)| *c))
+            .filter(|c| text.contains(&squeeze(c)))
+            .collect();
+        for call in calls {
+            let of: Vec<&str> = clients
+                .iter()
+                .filter(|(krate, _)| text.contains(krate))
+                .filter_map(|(_, calls)| calls.iter().find(|(c, _)| *c == call))
+                .map(|(_, action)| *action)
+                .collect();
+            assert_eq!(
+                of.len(),
+                1,
+                "{}: {call} is a call of which client? (it uses {:?})",
+                f.display(),
+                clients
+                    .iter()
+                    .filter(|(krate, _)| text.contains(krate))
+                    .map(|(krate, _)| *krate)
+                    .collect::<Vec<_>>()
+            );
+            called.insert(of[0].to_owned());
         }
     }
     called
