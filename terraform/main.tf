@@ -69,7 +69,8 @@ locals {
   # written by its home region alone (dynamodb.tf): the counts, the likers' edges (a post's
   # likers and a feed page's viewer likes are read from its home's edges), and the lease rows
   # that stamp how fresh they are. The edges are replicated exactly when the counts are.
-  # (tally_aws::REPLICATED_TABLES: what the read side checks and reads of another home.)
+  # (tally_aws::REPLICATED_TABLES: what the read side checks of another home; it does not list
+  # the edges, which it reads there too: tests/e2e/terraform.rs holds this list to both.)
   replicated        = ["counts", "edges", "leases"]
   replicated_tables = local.routes ? local.replicated : []
   # The tables with a change stream (new and old images): the edges always, since their change

@@ -159,9 +159,11 @@ pub async fn peer_stream(
     Ok(KinesisStream::new(&sdk, &s))
 }
 
-/// The tables a home region replicates to the others for their reads: its counts, and the
-/// lease rows that say how fresh they are (Terraform's `replicated_tables`).
-pub const REPLICATED_TABLES: &[&str] = &["counts", "leases"];
+/// The tables a home region replicates to the others for their reads: its counts, its edges (a
+/// viewer's likes, a post's likers) and the lease rows that say how fresh they are (Terraform's
+/// `replicated_tables`). A region counting the edges' change log skips the posts homed
+/// elsewhere (`Input::counts_post`): replicated edges are their home's.
+pub const REPLICATED_TABLES: &[&str] = &["counts", "edges", "leases"];
 
 /// Another region's tables as they are replicated to this one (a global table's replicas),
 /// read by the read side: `s.table_prefix` on this region's DynamoDB, checked to exist (those of

@@ -386,7 +386,8 @@ fn metrics_are_emitted_as_embedded_metric_format() {
         }
         assert!(v["App"] == "counter" || v["App"] == "changes", "{v}");
     }
-    let of = |app: &str| -> Vec<&serde_json::Value> { emf.iter().filter(|v| v["App"] == app).collect() };
+    let of =
+        |app: &str| -> Vec<&serde_json::Value> { emf.iter().filter(|v| v["App"] == app).collect() };
     let sum = |app: &str, metric: &str| -> f64 {
         of(app)
             .iter()
@@ -402,7 +403,10 @@ fn metrics_are_emitted_as_embedded_metric_format() {
     // latest event once), and the edges' changes are all counted.
     let changes = sum("changes", "Records");
     let distinct = (exp.lines - exp.malformed - exp.duplicates) as f64;
-    assert!(changes > 0.0 && changes <= distinct, "{changes} of {distinct}");
+    assert!(
+        changes > 0.0 && changes <= distinct,
+        "{changes} of {distinct}"
+    );
     let edge_files = tally_embedded::edge_files(t.dir.path()).unwrap().len();
     for (app, shards) in [("counter", 2), ("changes", edge_files)] {
         assert_eq!(sum(app, "LeasesTaken"), shards as f64, "{app}");

@@ -122,7 +122,7 @@ fn likers_count_users_not_events(t: Target) {
         "{one}"
     );
     let one = t.json(&["query", "lk-p4", "--viewer", "u6", "--json"]);
-    assert_eq!(one["viewer_liked"], false, "{one}");
+    assert_eq!(one["viewer_liked"], true, "{one}");
     let text = t.run(&["query", "lk-p1", "--viewer", "u1"]);
     assert!(text.contains("lk-p1: 1 likes (u1 likes it)"), "{text}");
 

@@ -330,7 +330,12 @@ impl Counting<'_> {
         let stats = &mut self.content.stats;
         let met = &mut self.content.met;
         if let Folded::Changes(c) = &mut self.content.folded {
-            c.fold(EdgeChange::decode(data)?, stats, met);
+            let change = EdgeChange::decode(data)?;
+            if self.input.counts_post(&change.post_id) {
+                c.fold(change, stats, met);
+            } else {
+                stats.skipped += 1;
+            }
             return Ok(());
         }
         let ev = match self.input.decode(data).map_err(|e| e.to_string())? {
