@@ -829,8 +829,8 @@ pub trait CountReader: Send + Sync {
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;
     /// The stored edges of these (post, user) pairs, in order (`None`: never written), read in
-    /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units.
-    /// The counter's open windows in likers mode are resolved with it (`counter::board`).
+    /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units:
+    /// the viewer's likes, a likers page among users, `tally verify`'s sampled edges.
     async fn edges(
         &self,
         pairs: &[(String, String)],

@@ -12,9 +12,15 @@
 //! from the checkpoint, rebuilds the same window and applies it again: what was written is
 //! refused, what was not is written. See `tally_core::summary` for why this is exact.
 //!
+//! Counting likers the counter is two applications of this same processor: the stream's
+//! ([`Counter::open`]), whose windows write each edge's latest event and count nothing, and the
+//! edges' change log's ([`Counter::open_change_log`]), whose windows count the changes those
+//! writes made — each logged once by the store, in the edge's order — as above.
+//!
 //! Layout: this crate's root holds the settings, the metrics and the per-shard processor;
-//! `counting` is what differs by count mode (chosen once by `Counter::open`, which also claims
-//! the store's mode with it; `claim` names why a claim fails); `apply` writes a closed window and
+//! `counting` is what differs by what is counted (chosen once by `Counter::open` or
+//! `Counter::open_change_log`, which also claim the store's mode; `claim` names why a claim
+//! fails); `apply` writes a closed window and
 //! meters it — on a task of its own while the shard reads on — with what `writes` holds (the
 //! store, settings, board and lease, and the batch calls every window's writes share);
 //! `restore` keeps the duplicate filter in the store (restored across the lineage, expired by
