@@ -200,16 +200,28 @@ pub async fn run_counter_with(
             done
         }
     };
-    let second = run_on(
-        settings,
-        backend,
-        log,
-        changes_ctx,
-        Arc::new(changes),
-        changes_idle,
-        until(stopped.clone()),
-        run.change_leases.clone(),
-    );
+    let second = {
+        let stop = stop.clone();
+        let log_app = run_on(
+            settings,
+            backend,
+            log,
+            changes_ctx,
+            Arc::new(changes),
+            changes_idle,
+            until(stopped.clone()),
+            run.change_leases.clone(),
+        );
+        async move {
+            let done = log_app.await;
+            if done.is_err() {
+                // The counts stopped: the edges' writer stops too, rather than write on with
+                // nothing counting them (the task is restarted whole).
+                let _ = stop.send(true);
+            }
+            done
+        }
+    };
     let both = async { tokio::join!(first, second) };
     tokio::pin!(both, shutdown);
     let (a, b) = loop {

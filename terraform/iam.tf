@@ -85,7 +85,8 @@ data "aws_iam_policy_document" "producer" {
 }
 
 # Operators: the reading commands (`tally leases`, `dead-letters`, `query`, `total`, `top`,
-# `latency`, `serve`, `record`), e.g. as one-off ECS tasks or from a workstation. Read only.
+# `latency`, `serve`, `record`, `verify`), e.g. as one-off ECS tasks or from a workstation. Read
+# only.
 data "aws_iam_policy_document" "operator" {
   statement {
     sid       = "ReadStream"
@@ -98,6 +99,12 @@ data "aws_iam_policy_document" "operator" {
     # The tables, and their indexes (the edges table's `recent`: likers most recent first); with
     # several regions, the other homes' replicas here too.
     resources = concat(flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]]), local.peer_table_arns)
+  }
+  # `tally verify` counting likers adds the edges' changes the counter has not counted yet.
+  statement {
+    sid       = "ReadEdgeChangeLog"
+    actions   = ["dynamodb:DescribeStream", "dynamodb:GetShardIterator", "dynamodb:GetRecords"]
+    resources = ["${aws_dynamodb_table.tally["edges"].arn}/stream/*"]
   }
   statement {
     sid       = "EncryptionKey"

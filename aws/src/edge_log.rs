@@ -283,21 +283,64 @@ impl ChangeReader {
         })
     }
 
-    /// One `GetRecords` at `iterator`.
-    async fn get_records(
-        &self,
-        iterator: &str,
-        limit: i32,
-    ) -> PortResult<aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput> {
-        self.log
+    /// One `GetRecords` at `iterator`; a refusal as trimmed told apart.
+    async fn get_records(&self, iterator: &str, limit: i32) -> Result<Records, Failed> {
+        match self
+            .log
             .streams
             .get_records()
             .shard_iterator(iterator)
             .limit(limit)
             .send()
             .await
-            .map_err(|e| self.log.err("dynamodb:GetRecords", &self.resource, e))
+        {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                let trimmed = e.as_service_error().and_then(|s| s.code())
+                    == Some("TrimmedDataAccessException");
+                let e = self.log.err("dynamodb:GetRecords", &self.resource, e);
+                Err(if trimmed {
+                    Failed::Trimmed(e)
+                } else {
+                    Failed::Port(e)
+                })
+            }
+        }
     }
+
+    /// Reads at `iterator`, once more at a new iterator where the first was refused: expired
+    /// (a new one right after the last delivered record: nothing skipped or repeated), or — a
+    /// reader at the shard's trim horizon with nothing delivered yet — refused as trimmed, which
+    /// an iterator taken while the shard was empty is, on DynamoDB Local, once records come (a
+    /// new one at the trim horizon is the oldest record there is: nothing can be skipped).
+    async fn read(&mut self, iterator: String, limit: i32) -> PortResult<Records> {
+        let fresh_start =
+            self.last.is_none() && matches!(self.start, StartPosition::TrimHorizon);
+        match self.get_records(&iterator, limit).await {
+            Ok(r) => Ok(r),
+            Err(Failed::Port(PortError::IteratorExpired(_))) => self.again(limit).await,
+            Err(Failed::Trimmed(_)) if fresh_start => self.again(limit).await,
+            Err(Failed::Port(e) | Failed::Trimmed(e)) => Err(e),
+        }
+    }
+
+    /// A read at a new iterator ([`ChangeReader::new_iterator`]).
+    async fn again(&mut self, limit: i32) -> PortResult<Records> {
+        let it = self.new_iterator().await?;
+        self.iterator = Some(it.clone());
+        self.get_records(&it, limit).await.map_err(|f| match f {
+            Failed::Port(e) | Failed::Trimmed(e) => e,
+        })
+    }
+}
+
+/// What `GetRecords` answers.
+type Records = aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput;
+
+/// Why a `GetRecords` failed: records trimmed before the iterator's position, or anything else.
+enum Failed {
+    Trimmed(PortError),
+    Port(PortError),
 }
 
 #[async_trait]
@@ -311,16 +354,7 @@ impl ShardReader for ChangeReader {
             });
         };
         let limit = limit.clamp(1, MAX_RECORDS_PER_READ) as i32;
-        let resp = match self.get_records(&iterator, limit).await {
-            Err(PortError::IteratorExpired(_)) => {
-                // A new iterator right after the last delivered record: nothing skipped or
-                // repeated.
-                let it = self.new_iterator().await?;
-                self.iterator = Some(it.clone());
-                self.get_records(&it, limit).await?
-            }
-            other => other?,
-        };
+        let resp = self.read(iterator, limit).await?;
         let records = resp
             .records()
             .iter()

@@ -731,10 +731,11 @@ struct LeasesParams {
 
 async fn leases(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LeasesParams>) -> ApiResult {
     let app = p.app.unwrap_or_else(|| apps::COUNTER.to_owned());
-    if app != apps::COUNTER && app != apps::ANALYTICS {
+    if ![apps::COUNTER, apps::CHANGES, apps::ANALYTICS].contains(&app.as_str()) {
         return Err(bad_request(format!(
-            "`app` must be `{}` or `{}`",
+            "`app` must be `{}`, `{}` or `{}`",
             apps::COUNTER,
+            apps::CHANGES,
             apps::ANALYTICS
         )));
     }

@@ -488,13 +488,24 @@ fn the_code_map_names_every_module() {
     );
 }
 
+/// The library crates, by directory.
+const CRATES: &[&str] = &[
+    "core",
+    "consumer",
+    "counter",
+    "analytics",
+    "producer",
+    "embedded",
+    "aws",
+    "conformance",
+];
+
 /// The source root of a crate by the name ARCHITECTURE gives it (`counter` or `tally_counter`;
 /// `tally` is the binary's library), and its root module's file.
 fn crate_root(name: &str) -> Option<(PathBuf, PathBuf)> {
     let dir = match name.strip_prefix("tally_").unwrap_or(name) {
         "tally" => root().join("src"),
-        c @ ("core" | "consumer" | "counter" | "analytics" | "producer" | "embedded" | "aws"
-        | "conformance") => root().join(c).join("src"),
+        c if CRATES.contains(&c) => root().join(c).join("src"),
         _ => return None,
     };
     let lib = dir.join("lib.rs");
@@ -534,12 +545,21 @@ fn module_path_exists(dir: &Path, lib: &Path, segments: &[&str]) -> bool {
 /// Issue 73: ARCHITECTURE names only what exists. Every path it names (a backticked
 /// `dir/file.rs` or `dir/`), every crate-qualified module or item (`counter::counting::changes`,
 /// `tally_core::ports::EdgeWriter::change_log`; a path whose first segment is a top-level module
-/// of some crate, `serve::pending::Memory`, is looked for in each such crate), and every test an
-/// `**Invariant:**` paragraph names (a `fn`, or an `on_backends!` case) — so a file, module or
-/// test renamed or deleted without its mention fails here.
+/// of some crate, `serve::pending::Memory`, is looked for in each such crate), every member of a
+/// type (`Counter::open_change_log`: a word of a file that defines the type), and every test an
+/// `**Invariant:**` paragraph names (a `fn`, or an `on_backends!` case) — so a file, module, item
+/// or test renamed or deleted without its mention fails here.
 #[test]
 fn the_architecture_names_only_what_exists() {
     let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let mut sources: Vec<String> = Vec::new();
+    for dir in CRATES.iter().chain(&["src", "tests", "benches"]) {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        for f in files {
+            sources.push(std::fs::read_to_string(f).unwrap());
+        }
+    }
     // Fenced blocks (diagrams) are left out; what is between backticks is a name.
     let mut prose = String::new();
     let mut fenced = false;
@@ -556,6 +576,7 @@ fn the_architecture_names_only_what_exists() {
     let mut missing = Vec::new();
     let mut paths = 0;
     let mut modules = 0;
+    let mut members = 0;
     for name in &names {
         let path_like = |c: char| c.is_alphanumeric() || "/._-".contains(c);
         if name.contains('/') && !name.starts_with('/') && name.chars().all(path_like) {
@@ -568,24 +589,42 @@ fn the_architecture_names_only_what_exists() {
         let code = name.split('(').next().unwrap_or_default();
         let segments: Vec<&str> = code.split("::").collect();
         let module_like = |c: char| c.is_alphanumeric() || c == '_';
-        if segments.len() < 2 || !segments.iter().all(|s| !s.is_empty() && s.chars().all(module_like))
+        if segments.len() < 2
+            || !segments
+                .iter()
+                .all(|s| !s.is_empty() && s.chars().all(module_like))
         {
             continue;
         }
         let first = segments[0];
+        if first.starts_with(|c: char| c.is_ascii_uppercase()) {
+            // A type's member: a file that defines the type has it as a word.
+            members += 1;
+            let defines = |t: &str| {
+                ["struct", "enum", "trait", "type"]
+                    .iter()
+                    .any(|k| has_word(t, &format!("{k} {first}")))
+            };
+            if !sources
+                .iter()
+                .any(|t| defines(t) && segments[1..].iter().all(|s| has_word(t, s)))
+            {
+                missing.push(format!("member {name}"));
+            }
+            continue;
+        }
         let candidates: Vec<(PathBuf, PathBuf, &[&str])> = match crate_root(first) {
             Some((dir, lib)) => vec![(dir, lib, &segments[1..])],
-            None => [
-                "core", "consumer", "counter", "analytics", "producer", "embedded", "aws",
-                "conformance", "tally",
-            ]
-            .iter()
-            .filter_map(|c| crate_root(c))
-            .filter(|(dir, _)| {
-                dir.join(format!("{first}.rs")).exists() || dir.join(first).join("mod.rs").exists()
-            })
-            .map(|(dir, lib)| (dir, lib, &segments[..]))
-            .collect(),
+            None => CRATES
+                .iter()
+                .chain(&["tally"])
+                .filter_map(|c| crate_root(c))
+                .filter(|(dir, _)| {
+                    dir.join(format!("{first}.rs")).exists()
+                        || dir.join(first).join("mod.rs").exists()
+                })
+                .map(|(dir, lib)| (dir, lib, &segments[..]))
+                .collect(),
         };
         if candidates.is_empty() {
             continue;
@@ -598,30 +637,31 @@ fn the_architecture_names_only_what_exists() {
             missing.push(format!("module or item {name}"));
         }
     }
-    assert!(paths > 50 && modules > 20, "{paths} paths, {modules} modules");
+    assert!(
+        paths > 50 && modules > 20 && members > 10,
+        "{paths} paths, {modules} modules, {members} members"
+    );
     // The tests the invariants name: every function and `on_backends!` case of the tree.
-    let mut sources = String::new();
-    for dir in [
-        "core", "consumer", "counter", "analytics", "producer", "embedded", "aws", "conformance",
-        "src", "tests", "benches",
-    ] {
-        let mut files = Vec::new();
-        rust_files(&root().join(dir), &mut files);
-        for f in files {
-            sources.push_str(&std::fs::read_to_string(f).unwrap());
-        }
-    }
     let mut tests = 0;
     for paragraph in prose.split("\n\n").filter(|p| p.starts_with("**Invariant")) {
         for name in paragraph.split('`').skip(1).step_by(2) {
             let test_like = name.matches('_').count() >= 3
-                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
             if !test_like {
                 continue;
             }
             tests += 1;
-            let defined = [format!("fn {name}("), format!("fn {name}<"), format!(" {name} {{")];
-            if !defined.iter().any(|d| sources.contains(d.as_str())) {
+            let defined = [
+                format!("fn {name}("),
+                format!("fn {name}<"),
+                format!(" {name} {{"),
+            ];
+            if !defined
+                .iter()
+                .any(|d| sources.iter().any(|t| t.contains(d.as_str())))
+            {
                 missing.push(format!("test {name}"));
             }
         }
