@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
     GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
     ScalarAttributeType, StreamSpecification, StreamViewType, TableDescription, TableStatus,
-    TimeToLiveSpecification,
+    TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_sdk_kinesis::types::StreamStatus;
 use tally_core::edge;
@@ -103,13 +103,22 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
                 .global_secondary_indexes(recent_index()?);
             created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
         }
-        create
+        match create
             .send()
             .await
-            .map_err(|e| tables.err("CreateTable", suffix, e))?;
-        created.push(format!("table {name}"));
+            .map_err(|e| tables.err("CreateTable", suffix, e))
+        {
+            Ok(_) => created.push(format!("table {name}")),
+            // Created meanwhile: by another setup, or by this one when the answer to its
+            // CreateTable was lost and the SDK sent it again.
+            Err(PortError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
         wait_table(&tables, &name).await?;
         if let Some(attr) = ttl {
+            if ttl_enabled(&tables, suffix).await? {
+                continue;
+            }
             let spec = TimeToLiveSpecification::builder()
                 .enabled(true)
                 .attribute_name(*attr)
@@ -132,6 +141,25 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     } else {
         format!("created and active: {}", created.join(", "))
     })
+}
+
+/// Whether `suffix`'s table has its time to live on (or being turned on) already.
+async fn ttl_enabled(tables: &DynamoStore, suffix: &str) -> PortResult<bool> {
+    let d = tables
+        .client()
+        .describe_time_to_live()
+        .table_name(tables.table(suffix))
+        .send()
+        .await
+        .map_err(|e| tables.err("DescribeTimeToLive", suffix, e))?;
+    Ok(d.time_to_live_description()
+        .and_then(|t| t.time_to_live_status())
+        .is_some_and(|s| {
+            matches!(
+                s,
+                TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling
+            )
+        }))
 }
 
 /// The attribute the recent index sorts by: a liked edge's like time, a number.

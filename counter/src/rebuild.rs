@@ -111,6 +111,11 @@ pub async fn rebuild(
         None => return Err(RebuildError::NoEdges("has counted nothing".into())),
     }
     let resumed = begin(into, source).await?;
+    tracing::info!(
+        source,
+        resumed,
+        "rebuild recorded in the destination: counters refuse it until the rebuild is done"
+    );
     claim(from, into).await?;
     let mut done = Rebuilt {
         resumed,

@@ -270,6 +270,13 @@ fn stopped_summary(v: &serde_json::Value) -> String {
             v["not_applied_here"]
         );
     }
+    let changes = &v["changes"];
+    if changes["records"].as_u64().is_some_and(|n| n > 0) {
+        line += &format!(
+            "; its change log: {} changes read, {} windows applied",
+            changes["records"], changes["windows"]
+        );
+    }
     line
 }
 

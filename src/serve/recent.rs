@@ -1,5 +1,5 @@
 //! `GET /api/posts/{id}/likers/recent`: a post's likers most recent first — "liked by alice and
-//! 23 others" — read off the counts table's recent index, with the post's count from the same
+//! 23 others" — read off the edges table's recent index, with the post's count from the same
 //! view (the counter's workers' open windows included, as every likers answer).
 
 use axum::extract::{Path, State};

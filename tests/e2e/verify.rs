@@ -237,6 +237,7 @@ impl Tables for Sqlite {
 #[cfg(feature = "aws-local")]
 pub(crate) struct Dynamo {
     counts: String,
+    edges: String,
     letters: String,
     client: aws_sdk_dynamodb::Client,
     rt: tokio::runtime::Runtime,
@@ -247,6 +248,7 @@ impl Dynamo {
     fn of(t: &Target) -> Dynamo {
         Dynamo {
             counts: t.table("counts"),
+            edges: t.table("edges"),
             letters: t.table("dead-letters"),
             client: crate::common::dynamodb_client(),
             rt: tokio::runtime::Runtime::new().unwrap(),
@@ -254,12 +256,12 @@ impl Dynamo {
     }
 
     /// The first item of a partition whose sort key starts with `prefix`: its key and hour.
-    fn first(&self, pk: &str, prefix: &str) -> (String, i64) {
+    fn first(&self, table: &str, pk: &str, prefix: &str) -> (String, i64) {
         use aws_sdk_dynamodb::types::AttributeValue as A;
         let mut q = self
             .client
             .query()
-            .table_name(&self.counts)
+            .table_name(table)
             .key_condition_expression("pk = :p")
             .expression_attribute_values(":p", A::S(pk.into()))
             .limit(1);
@@ -277,7 +279,7 @@ impl Dynamo {
         (it["sk"].as_s().unwrap().clone(), hk)
     }
 
-    fn add(&self, pk: &str, sk: &str, add: &[(&str, i64)]) {
+    fn add(&self, table: &str, pk: &str, sk: &str, add: &[(&str, i64)]) {
         use aws_sdk_dynamodb::types::AttributeValue as A;
         if add.is_empty() {
             return;
@@ -286,7 +288,7 @@ impl Dynamo {
         let mut u = self
             .client
             .update_item()
-            .table_name(&self.counts)
+            .table_name(table)
             .key("pk", A::S(pk.into()))
             .key("sk", A::S(sk.into()))
             .update_expression(format!("ADD {}", expr.join(", ")));
@@ -302,14 +304,14 @@ impl Dynamo {
 #[cfg(feature = "aws-local")]
 impl Tables for Dynamo {
     fn add_to_live(&self, post: &str, add: &[(&str, i64)]) -> i64 {
-        let (sk, hk) = self.first(post, "L#");
-        self.add(post, &sk, add);
+        let (sk, hk) = self.first(&self.counts, post, "L#");
+        self.add(&self.counts, post, &sk, add);
         hk
     }
 
     fn flip_an_edge(&self, post: &str) -> String {
-        let (sk, _) = self.first(post, "E#");
-        self.add(post, &sk, &[("l", 1)]);
+        let (sk, _) = self.first(&self.edges, post, "E#");
+        self.add(&self.edges, post, &sk, &[("l", 1)]);
         sk.trim_start_matches("E#").to_owned()
     }
 
@@ -357,8 +359,8 @@ impl Tables for Dynamo {
     }
 
     fn add_to_global(&self, n: i64) {
-        let (sk, _) = self.first("#global", "");
-        self.add("#global", &sk, &[("n", n)]);
+        let (sk, _) = self.first(&self.counts, "#global", "");
+        self.add(&self.counts, "#global", &sk, &[("n", n)]);
     }
 
     fn delete_a_letter(&self) -> (String, String) {

@@ -10,8 +10,8 @@
 //! moving it.
 //!
 //! A store that counts likers is recounted by that rule instead: each (post, user)'s latest action
-//! by `created_at` (taken as the arrival when it is further past it than the allowed clock skew),
-//! then the event id, decides; a post's count is its users whose latest action is a like, and
+//! by `created_at`, then the event id, decides (a creation time is taken at its word, however
+//! far from its arrival); a post's count is its users whose latest action is a like, and
 //! "since T" those of them whose like was created at or after T's minute. Copies change nothing,
 //! so no horizon leaves a count open.
 
