@@ -314,8 +314,7 @@ impl ChangeReader {
     /// an iterator taken while the shard was empty is, on DynamoDB Local, once records come (a
     /// new one at the trim horizon is the oldest record there is: nothing can be skipped).
     async fn read(&mut self, iterator: String, limit: i32) -> PortResult<Records> {
-        let fresh_start =
-            self.last.is_none() && matches!(self.start, StartPosition::TrimHorizon);
+        let fresh_start = self.last.is_none() && matches!(self.start, StartPosition::TrimHorizon);
         match self.get_records(&iterator, limit).await {
             Ok(r) => Ok(r),
             Err(Failed::Port(PortError::IteratorExpired(_))) => self.again(limit).await,

@@ -154,12 +154,7 @@ async fn ttl_enabled(tables: &DynamoStore, suffix: &str) -> PortResult<bool> {
         .map_err(|e| tables.err("DescribeTimeToLive", suffix, e))?;
     Ok(d.time_to_live_description()
         .and_then(|t| t.time_to_live_status())
-        .is_some_and(|s| {
-            matches!(
-                s,
-                TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling
-            )
-        }))
+        .is_some_and(|s| matches!(s, TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)))
 }
 
 /// The attribute the recent index sorts by: a liked edge's like time, a number.

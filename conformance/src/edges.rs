@@ -34,15 +34,16 @@ async fn written(store: &dyn CounterStore, edges: &[EdgeEvent]) -> EdgesWritten 
     w
 }
 
+/// Each edge's (post, user) logged changes, in the log's order: the like time before and after
+/// of each.
+pub type Logged = BTreeMap<(String, String), Vec<(Option<i64>, Option<i64>)>>;
+
 /// Every change the store's log holds of the posts whose ids start with `prefix`, per edge, in
 /// the log's order: (before, after) of each. Reads the whole log from its start (the log of a
 /// test's store is short).
-pub async fn logged_changes(
-    store: &dyn CounterStore,
-    prefix: &str,
-) -> BTreeMap<(String, String), Vec<(Option<i64>, Option<i64>)>> {
+pub async fn logged_changes(store: &dyn CounterStore, prefix: &str) -> Logged {
     let log = store.change_log().unwrap();
-    let mut out: BTreeMap<(String, String), Vec<(Option<i64>, Option<i64>)>> = BTreeMap::new();
+    let mut out = Logged::new();
     for shard in log.list_shards().await.unwrap() {
         let mut r = log
             .open(&shard.shard_id, StartPosition::TrimHorizon)

@@ -122,8 +122,10 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
         let from = c.start(&f, &l).await.unwrap();
         counted.push((c, log.open(&part.shard_id, from).await.unwrap()));
     }
+    // A change-log shard's counter and its reader.
+    type Counted = (Box<dyn ShardProcessor>, Box<dyn ShardReader>);
     // Reads each part's new changes into its open window.
-    async fn read_changes(counted: &mut [(Box<dyn ShardProcessor>, Box<dyn ShardReader>)]) {
+    async fn read_changes(counted: &mut [Counted]) {
         for (c, r) in counted.iter_mut() {
             let batch = r.next_batch(100).await.unwrap();
             c.process(&batch, 0).await.unwrap();

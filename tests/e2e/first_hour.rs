@@ -461,7 +461,10 @@ fn reading_commands_check_input_and_say_when_empty() {
     let err = stderr(&t.fail(&["top", "--k", "0"], &[]));
     assert!(err.contains("--k") && err.contains("1..=1000"), "{err}");
     let err = stderr(&t.fail(&["leases", "--app", "countr"], &[]));
-    assert!(err.contains("possible values: counter, changes, analytics"), "{err}");
+    assert!(
+        err.contains("possible values: counter, changes, analytics"),
+        "{err}"
+    );
     let latency = t.run(&["latency"]);
     assert!(latency.contains("no latency data yet"), "{latency}");
     assert_eq!(t.json(&["latency", "--json"])["windows"], 0);

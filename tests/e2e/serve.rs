@@ -1102,8 +1102,7 @@ fn provisional_counts_are_exact(t: Target, likers: bool) {
         // Every shard of the change log whose windows hold counts (embedded: one per edges
         // file, two; DynamoDB Local: the edges table's stream, one) is named.
         assert_eq!(
-            v["provisional"]["unanswered_shards"],
-            v["provisional"]["remembered_shards"],
+            v["provisional"]["unanswered_shards"], v["provisional"]["remembered_shards"],
             "{v}"
         );
         assert!(

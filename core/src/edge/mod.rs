@@ -108,7 +108,7 @@ mod tests {
         let mut other = None;
         let u = write(&mut other, &ev("v", false, 1_000, "c"));
         assert_eq!(
-            total(&[u.clone()]),
+            total(std::slice::from_ref(&u)),
             0,
             "an unlike of nothing changes nothing"
         );

@@ -189,14 +189,12 @@ pub(super) fn write_edges(c: &mut Connection, edges: &[EdgeEvent]) -> PortResult
         // where reading first is two); else read and decided on what is there. An unlike is
         // read first: most are of an edge the store has (the like before it).
         let read = if e.liked { None } else { st.get(post, user)? };
-        if read.is_none() {
-            if st.write(e, false)? {
-                let (new, change) = edge::apply(None, e).expect("an absent edge is written");
-                out.applied.wrote(Purpose::Edges, units(&new));
-                out.changed += 1;
-                st.log(&change, now)?;
-                continue;
-            }
+        if read.is_none() && st.write(e, false)? {
+            let (new, change) = edge::apply(None, e).expect("an absent edge is written");
+            out.applied.wrote(Purpose::Edges, units(&new));
+            out.changed += 1;
+            st.log(&change, now)?;
+            continue;
         }
         let old = match read {
             Some(r) => Some(r),
