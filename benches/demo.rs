@@ -196,60 +196,32 @@ fn floor(demo: &Demo, count: &str) -> (f64, f64) {
 }
 
 /// An edge row as `edge_floor` reads and writes it: the `edges` table's columns in order.
-type EdgeRowCols = (
-    String,
-    String,
-    i64,
-    i64,
-    rusqlite::types::Value,
-    rusqlite::types::Value,
-    Vec<u8>,
-);
+type EdgeRowCols = (String, String, i64, i64, Vec<u8>);
 
 /// The likers counter's writing floor: the edge rows the counter left in `counted` (its store
-/// after `count --until-idle`), window by window (by the window that last wrote each, then post
-/// and user, as a window writes them), inserted into a fresh store of the same schema with the
-/// store's own statement and batch (`WindowWriter::posts_per_call` rows a transaction) — no
-/// checkpoint at all (the counter's happen beside its writes), nothing else running. A lower
-/// bound for the counter's edge writes: it also reads, folds, decides each edge, and reads and
-/// updates the edges it had written before. Timed twice: on one thread into one file (the
-/// store's one writer), and parted by post over two files written at once on two threads (what
-/// edges in files of their own would allow on this machine's two cores). Seconds, seconds, rows.
+/// after `count --until-idle`), in key order (post, then user, as a window writes them),
+/// inserted into a fresh store of the same schema with the store's own statement and batch
+/// (`WindowWriter::posts_per_call` rows a transaction) — no change log, no checkpoint, nothing
+/// else running. A lower bound for the counter's edge writes: it also reads, folds, decides
+/// each edge and logs each change. Timed twice: on one thread into one file (the store's one
+/// writer), and parted by post over two files written at once on two threads (what edges in
+/// files of their own allow on this machine's two cores). Seconds, seconds, rows.
 fn edge_floor(counted: &std::path::Path) -> (f64, f64, usize) {
     let mut rows: Vec<EdgeRowCols> = Vec::new();
     for part in tally_embedded::edge_files(counted).expect("the counted store's edge files") {
         let src = Connection::open(part).expect("the counted store");
         let part_rows = src
-            .prepare("SELECT post, user, liked, at_ms, event_id, window, history FROM edges")
+            .prepare("SELECT post, user, liked, at_ms, event_id FROM edges")
             .expect("prepare")
             .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })
             .expect("read the edges")
             .collect::<Result<Vec<EdgeRowCols>, _>>()
             .expect("edges");
         rows.extend(part_rows);
     }
-    // The window's end (before its '@'), then post and user.
-    let window_of = |r: &EdgeRowCols| {
-        let window = match &r.5 {
-            rusqlite::types::Value::Blob(b) => {
-                tally_core::rows::edge_window_from(b).expect("a packed window")
-            }
-            rusqlite::types::Value::Text(t) => t.clone(),
-            other => panic!("an edge's window is {other:?}"),
-        };
-        window.split('@').next().unwrap_or("").to_owned()
-    };
-    rows.sort_by_cached_key(|r| (window_of(r), r.0.clone(), r.1.clone()));
+    rows.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     let one = write_bare(&[rows.iter().collect()]);
     let mut parts: [Vec<&EdgeRowCols>; 2] = [Vec::new(), Vec::new()];
     for r in &rows {
@@ -290,7 +262,7 @@ fn write_bare(parts: &[Vec<&EdgeRowCols>]) -> f64 {
                             .prepare_cached(tally_embedded::INSERT_EDGE_SQL)
                             .expect("prepare");
                         for r in batch {
-                            ins.execute(params![r.0, r.1, r.2, r.3, r.4, r.5, r.6])
+                            ins.execute(params![r.0, r.1, r.2, r.3, r.4])
                                 .expect("insert");
                         }
                     }

@@ -56,8 +56,6 @@ fn answers(shards: usize) -> HashMap<String, ShardOpen> {
                 windows: vec![OpenWindow {
                     after: Some("0011".into()),
                     posts,
-                    viewer: Default::default(),
-                    likers: Default::default(),
                 }],
                 through: Some("0019".into()),
             };
@@ -95,17 +93,17 @@ fn settling(rounds: usize) {
     for shards in [4usize, 64, 1_000] {
         let live = answers(shards);
         let mut memory = Memory::default();
-        memory.settle(&ids, &live, None);
+        memory.settle(&ids, &live);
         let (mut settle, mut each) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let t = Instant::now();
-            black_box(memory.settle(black_box(&ids), black_box(&live), None));
+            black_box(memory.settle(black_box(&ids), black_box(&live)));
             settle.push(t.elapsed().as_secs_f64() * 1e6);
             let t = Instant::now();
             black_box(naive(black_box(&ids), black_box(&live)));
             each.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        let (windows, _, _) = memory.settle(&ids, &live, None);
+        let (windows, _) = memory.settle(&ids, &live);
         assert_eq!(
             windows.count(),
             shards.min(HOLDING) * 5,
@@ -158,8 +156,8 @@ fn calls(rounds: usize) {
             // The long tail: 100 posts from the 100th most liked on.
             let ids: Vec<String> = (0..PAGE).map(|k| format!("p{}", 100 + k * 19)).collect();
             let pending = Pending::new(Duration::from_secs(5));
-            let a = pending.ask(&exact, &ids, Some("u7")).await;
-            let b = pending.ask(&stale, &ids, Some("u7")).await;
+            let a = pending.ask(&exact, &ids).await;
+            let b = pending.ask(&stale, &ids).await;
             assert!(
                 a.windows.count() > 0,
                 "the page's posts are in open windows"
@@ -176,10 +174,10 @@ fn calls(rounds: usize) {
             let (mut fast, mut slow) = (Vec::new(), Vec::new());
             for _ in 0..rounds {
                 let t = Instant::now();
-                black_box(pending.ask(&exact, black_box(&ids), Some("u7")).await);
+                black_box(pending.ask(&exact, black_box(&ids)).await);
                 fast.push(t.elapsed().as_secs_f64() * 1e6);
                 let t = Instant::now();
-                black_box(pending.ask(&stale, black_box(&ids), Some("u7")).await);
+                black_box(pending.ask(&stale, black_box(&ids)).await);
                 slow.push(t.elapsed().as_secs_f64() * 1e6);
             }
             println!(

@@ -205,17 +205,13 @@ fn recount(path: &Path, budget: Option<usize>) -> Run {
             (s.clone(), row)
         })
         .collect();
-    let skew = 300_000;
     let base = IN_USE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
     let started = Instant::now();
     let (mut part, mut passes, mut total) = (Part::ALL, 0, 0);
     loop {
-        let mut r = Recount::likers(skew, &shards, &rows).within(
-            part,
-            budget.unwrap_or(usize::MAX),
-            passes == 0,
-        );
+        let mut r =
+            Recount::likers(&shards, &rows).within(part, budget.unwrap_or(usize::MAX), passes == 0);
         each_record(path, |shard, seq, arrival, data| {
             let seq = SeqNo::parse(&seq.to_string()).expect("seq");
             r.record(&names[shard], &seq, arrival, data);

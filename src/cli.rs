@@ -162,10 +162,11 @@ pub enum Command {
         after_help = "Examples:\n  tally backfill --table app   after enabling the table's Kinesis streaming destination\n\nEach item is put as it is now, as of just before the scan began: a change the stream delivers\nfrom then on is later and wins, an older one loses to the state the scan read."
     )]
     Backfill(BackfillArgs),
-    /// Rebuild every count (totals, "since" buckets, the global total) from the edges of another
-    /// store into the configured one, which must be fresh: the way back from a bad day.
+    /// Copy the likers' edges of another store, with the stream's checkpoints and the dead
+    /// letters, into the configured one, which must be fresh; its `tally count` then counts them:
+    /// the way back from a bad day.
     #[command(
-        after_help = "Examples:\n  tally --backend aws --table-prefix tally-rebuilt rebuild --from-table-prefix tally-restored\n  tally --data-dir ./rebuilt rebuild --from-data-dir ./data\n\nThe source must not be counted meanwhile (no counter lease held, no window pending). The\ndestination ends as if a counter had applied each shard up to the source's checkpoint: point\nthe counters at it and they go on from there; `tally verify` checks it. Stopped at any point,\nrun it again. docs/RUNBOOK.md, \"A way back\"."
+        after_help = "Examples:\n  tally --backend aws --table-prefix tally-rebuilt rebuild --from-table-prefix tally-restored\n  tally --data-dir ./rebuilt rebuild --from-data-dir ./data\n\nThe source may be counted meanwhile: its checkpoints are copied before its edges, and what\ncame after them is read again from the stream. Counters refuse the destination until the\nrebuild is done; stopped at any point, run it again and it resumes. Then run `tally count`\nthere (it counts the copied edges from their change log) and `tally verify`.\ndocs/RUNBOOK.md, \"A way back\"."
     )]
     Rebuild(RebuildArgs),
     /// Put each line of an NDJSON file (.gz too) as one record, valid or not.
@@ -678,7 +679,7 @@ pub struct LeasesArgs {
     #[arg(long)]
     pub all: bool,
     /// Which application's leases.
-    #[arg(long, default_value = "counter", value_parser = [tally_core::apps::COUNTER, tally_core::apps::ANALYTICS, tally_core::apps::ROUTER])]
+    #[arg(long, default_value = "counter", value_parser = [tally_core::apps::COUNTER, tally_core::apps::CHANGES, tally_core::apps::ANALYTICS, tally_core::apps::ROUTER])]
     pub app: String,
     /// Print JSON (with a window applied in part, `pending`).
     #[arg(long)]

@@ -1,14 +1,14 @@
-//! Rebuilding the counts from the edges (`tally rebuild`): the counter's edges of another table
-//! set (a point-in-time restore of the tables, or the tables of a bad day) read, and every count
-//! written from them into the configured one, which must be fresh (`tally_counter::rebuild`). On
-//! the embedded backend the fresh store first takes the source's stream (it lives in the
-//! store's file), so that its counter reads on from where the source's stopped.
+//! Rebuilding the counts from the edges (`tally rebuild`): the edges of another table set (a
+//! point-in-time restore of the tables, or the tables of a bad day) copied, with the stream's
+//! checkpoints, into the configured one, which must be fresh (`tally_counter::rebuild`); its
+//! counter then counts them. On the embedded backend the fresh store first takes the source's
+//! stream (it lives in the store's file), so that its counter reads on from where the source's
+//! stopped.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use tally_core::apps;
-use tally_core::ports::Decided;
 use tally_counter::rebuild::Rebuilt;
 
 use crate::backend::{self, Backend};
@@ -23,8 +23,9 @@ pub enum RebuildSource {
     TablePrefix(String),
 }
 
-/// Rebuilds every count of the configured store (created if missing) from the edges of
-/// `source`; refuses a source being counted, or a destination with counts of its own.
+/// Copies `source`'s edges and checkpoints into the configured store (created if missing), whose
+/// counter then counts them; refuses a destination with counts of its own, or a rebuild of
+/// another source under way there.
 pub async fn rebuild(settings: &Settings, source: &RebuildSource) -> Result<Rebuilt> {
     let mut from = settings.clone();
     match (source, &settings.backend) {
@@ -42,23 +43,24 @@ pub async fn rebuild(settings: &Settings, source: &RebuildSource) -> Result<Rebu
     {
         bail!("the source is the configured store itself: rebuild into fresh tables (another --data-dir or --table-prefix)");
     }
-    let source = Backend::open_existing(&from)
+    let source_store = Backend::open_existing(&from)
         .await
         .context("opening the source of the rebuild")?;
     backend::create(settings).await?;
     backend::share_stream(&from, settings)?;
     let into = Backend::open(settings).await?;
-    let decided = Decided {
-        horizon_ms: settings.counter.dedup_horizon_ms(),
-        skew_ms: Some(settings.counter.max_clock_skew.as_millis() as i64),
+    let name = match source {
+        RebuildSource::DataDir(d) => d.display().to_string(),
+        RebuildSource::TablePrefix(p) => p.clone(),
     };
-    Ok(tally_counter::rebuild::rebuild(
-        source.counter.as_ref(),
-        into.counter.as_ref(),
-        apps::COUNTER,
-        decided,
-        settings.counter.batch_on(into.counter.as_ref()),
-        &tally_core::retry::Backoff::default(),
+    let with = tally_counter::rebuild::RebuildFrom {
+        source: &name,
+        apps: &[apps::COUNTER, apps::ANALYTICS],
+        backoff: &tally_core::retry::Backoff::default(),
+        crash_after_pages: settings.counter_context().crash_after_batches,
+    };
+    Ok(
+        tally_counter::rebuild::rebuild(source_store.counter.as_ref(), into.counter.as_ref(), with)
+            .await?,
     )
-    .await?)
 }

@@ -127,10 +127,7 @@ impl RouterShard {
         end: Position,
     ) -> Result<(), ConsumerError> {
         let fence = self.fence().clone();
-        let decided = Decided {
-            horizon_ms: 0,
-            skew_ms: None,
-        };
+        let decided = Decided::from(0);
         self.shared
             .store
             .begin_window(&fence, self.checkpoint.as_ref(), &first.seq, &end, decided)

@@ -71,12 +71,12 @@ pub async fn run(
             backend.another(settings).await?,
             stopped.clone(),
         );
-        let board = Arc::new(Board::resolving(b.counter.clone()));
-        let (m, l) = Default::default();
+        let board = Arc::new(Board::default());
+        let run = crate::apps::CounterRun::default();
         let owner = s.worker_config().worker_id;
         let render = {
-            let (m, l) = (Arc::clone(&m), Arc::clone(&l));
-            move || serve::prom::counter_metrics(&m, &l)
+            let run = run.clone();
+            move || serve::prom::counter_metrics(&run)
         };
         let open = Some((board.clone(), owner));
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -94,7 +94,7 @@ pub async fn run(
         });
         async move {
             let _http = http;
-            run_counter_with(&s, &b, Default::default(), until(rx), m, l, shown)
+            run_counter_with(&s, &b, Default::default(), until(rx), run, shown)
                 .await
                 .map(drop)
         }

@@ -44,6 +44,8 @@ locals {
 
   # SystemErrors is published per table *and operation*: the alarm sums the operations tally
   # calls (tally_aws::DYNAMODB_*_ACTIONS, and TransactWriteItems; tests/e2e/terraform.rs checks).
+  # The reads of the edges' change log (DynamoDB Streams) are not summed: the `changes`
+  # application's own alarms below see them fail, as its iterator age growing or its leases gone.
   dynamodb_operations = ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems"]
 }
 
@@ -131,7 +133,9 @@ resource "aws_cloudwatch_metric_alarm" "tasks_running" {
 
 # The applications' own metrics: CloudWatch embedded metric format lines in their logs
 # (`metrics.emf`), one per worker and per held shard every `metrics.interval_ms`. Each alarm below
-# exists once per application (counter, analytics); tests/e2e/terraform.rs checks the metric names.
+# exists once per application (local.worker_apps: counter, analytics, the router with several
+# regions, and changes, the counter's second stage, whose records DynamoDB Streams keeps only 24
+# hours); tests/e2e/terraform.rs checks the metric names and the applications.
 locals {
   app_alarms = {
     # No worker of the application holds a lease: its shards are not being read (all tasks
@@ -158,7 +162,7 @@ locals {
     }
   }
   app_alarm_instances = {
-    for pair in setproduct(keys(local.services), keys(local.app_alarms)) :
+    for pair in setproduct(local.worker_apps, keys(local.app_alarms)) :
     "${pair[0]}-${pair[1]}" => merge(local.app_alarms[pair[1]], { app = pair[0] })
   }
 }

@@ -1,13 +1,15 @@
-# One page for the fleet: how far behind each application is, its leases and tasks, the like
-# latency, the stream's traffic and throttling, and the tables' throttling.
+# One page for the fleet: how far behind each application is (the counter's second stage,
+# "changes", too), its leases and tasks, the like latency, the stream's traffic and throttling,
+# and the tables' throttling.
 locals {
+  # The services, for their tasks (how far behind and leases: local.worker_apps).
   apps = keys(local.services)
   dashboard_widgets = [
     {
       type = "metric", x = 0, y = 0, width = 12, height = 6
       properties = {
         title   = "Iterator age per application (ms)", region = var.region, stat = "Maximum", period = 60
-        metrics = [for app in local.apps : [var.metrics_namespace, "IteratorAgeMs", "App", app]]
+        metrics = [for app in local.worker_apps : [var.metrics_namespace, "IteratorAgeMs", "App", app]]
       }
     },
     {
@@ -15,8 +17,8 @@ locals {
       properties = {
         title = "Leases held and lost", region = var.region, period = 60
         metrics = concat(
-          [for app in local.apps : [var.metrics_namespace, "LeasesHeld", "App", app, { stat = "Maximum" }]],
-          [for app in local.apps : [var.metrics_namespace, "LeasesLost", "App", app, { stat = "Sum" }]]
+          [for app in local.worker_apps : [var.metrics_namespace, "LeasesHeld", "App", app, { stat = "Maximum" }]],
+          [for app in local.worker_apps : [var.metrics_namespace, "LeasesLost", "App", app, { stat = "Sum" }]]
         )
       }
     },

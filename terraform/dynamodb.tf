@@ -16,10 +16,11 @@ resource "aws_dynamodb_table" "tally" {
     type = "S"
   }
 
-  # Likers most recent first (var.recent_likers_index): liked edges by post and like time. Only a
-  # liked edge has `lt`, so only liked edges are in it (tally_core::edge::RECENT_INDEX).
+  # Likers most recent first (var.recent_likers_index): the edges table's liked edges by post and
+  # like time. Only a liked edge has `lt`, so only liked edges are in it
+  # (tally_core::edge::RECENT_INDEX; `tally setup` creates the same).
   dynamic "attribute" {
-    for_each = each.key == "counts" && var.recent_likers_index ? [1] : []
+    for_each = each.key == "edges" && var.recent_likers_index ? [1] : []
     content {
       name = "lt"
       type = "N"
@@ -27,7 +28,7 @@ resource "aws_dynamodb_table" "tally" {
   }
 
   dynamic "global_secondary_index" {
-    for_each = each.key == "counts" && var.recent_likers_index ? [1] : []
+    for_each = each.key == "edges" && var.recent_likers_index ? [1] : []
     content {
       name            = "recent"
       hash_key        = "pk"
@@ -45,11 +46,16 @@ resource "aws_dynamodb_table" "tally" {
     enabled = true
   }
 
-  # Several regions (var.regions): the counts and leases tables are global tables, replicated to
-  # every other region for its reads of the posts homed here. Only this region writes them
-  # (docs/REGIONS.md); replication needs the table's change stream.
-  stream_enabled   = contains(local.replicated_tables, each.key) ? true : null
-  stream_view_type = contains(local.replicated_tables, each.key) ? "NEW_AND_OLD_IMAGES" : null
+  # The edges table's stream is the edges' change log: each change of an edge once, in the edge's
+  # order, with its state before and after (both images: tally refuses a stream without them),
+  # which the counter's second stage ("changes", tally_aws::edge_log) counts. Always on: without
+  # it no like is counted. DynamoDB Streams keeps 24 hours whatever retention_hours says; the
+  # `changes-*` alarms (alarms.tf) tell long before that stage falls that far behind.
+  # Several regions (var.regions): the counts, edges and leases tables are global tables,
+  # replicated to every other region for its reads of the posts homed here. Only this region
+  # writes them (docs/REGIONS.md); replication needs the same stream (new and old images).
+  stream_enabled   = contains(local.streamed_tables, each.key) ? true : null
+  stream_view_type = contains(local.streamed_tables, each.key) ? "NEW_AND_OLD_IMAGES" : null
 
   dynamic "replica" {
     for_each = contains(local.replicated_tables, each.key) ? var.regions.peers : {}

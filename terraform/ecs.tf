@@ -92,11 +92,15 @@ resource "aws_ecs_service" "service" {
     enable   = true
     rollback = true
   }
-  # …and so does one during which the application stops holding leases.
+  # …and so does one during which the application stops holding leases (the counter: either of
+  # its stages, the stream's or the edges' change log's, "changes").
   alarms {
-    enable      = true
-    rollback    = true
-    alarm_names = [aws_cloudwatch_metric_alarm.app["${each.key}-no-leases-held"].alarm_name]
+    enable   = true
+    rollback = true
+    alarm_names = [
+      for app in concat([each.key], each.key == "counter" ? ["changes"] : []) :
+      aws_cloudwatch_metric_alarm.app["${app}-no-leases-held"].alarm_name
+    ]
   }
 
   network_configuration {

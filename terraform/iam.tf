@@ -1,7 +1,8 @@
 # Least privilege: one task role per application, each statement listing exactly the API calls
 # the applications make (the lists mirror tally_aws::KINESIS_CONSUMER_ACTIONS,
 # DYNAMODB_COUNTER_ACTIONS, DYNAMODB_ANALYTICS_ACTIONS, the producer's and the operator's;
-# tests/e2e/terraform.rs fails on drift either way), on the stream, the tables and the key only.
+# tests/e2e/terraform.rs fails on drift either way), on the stream, the tables, the edges
+# table's change stream and the key only.
 
 data "aws_iam_policy_document" "assume_ecs_tasks" {
   statement {
@@ -19,8 +20,9 @@ data "aws_iam_policy_document" "assume_ecs_tasks" {
 }
 
 # The workers' tasks. The counter and analytics make the same calls today
-# (tally_aws::DYNAMODB_COUNTER_ACTIONS = DYNAMODB_ANALYTICS_ACTIONS), so one document serves both
-# roles; if they diverge, this becomes one document per application.
+# (tally_aws::DYNAMODB_COUNTER_ACTIONS = DYNAMODB_ANALYTICS_ACTIONS, the edges' change log
+# included), so one document serves both roles; if they diverge, this becomes one document per
+# application.
 data "aws_iam_policy_document" "worker" {
   statement {
     sid       = "ReadStream"
@@ -44,7 +46,17 @@ data "aws_iam_policy_document" "worker" {
     actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"]
     resources = [for t in aws_dynamodb_table.tally : t.arn]
   }
-  # Reading a KMS-encrypted stream decrypts; the tables' encryption is DynamoDB's own grant.
+  # The edges' change log, which the counter's second stage ("changes") reads: DynamoDB Streams
+  # on the edges table (its ARN from DescribeTable above, then its shards, iterators and
+  # records). These act on the stream, not the table: the table's ARN and /stream/<label>, a new
+  # label whenever the stream is turned off and on, hence the wildcard there and nowhere else.
+  statement {
+    sid       = "ReadEdgeChangeLog"
+    actions   = ["dynamodb:DescribeStream", "dynamodb:GetShardIterator", "dynamodb:GetRecords"]
+    resources = ["${aws_dynamodb_table.tally["edges"].arn}/stream/*"]
+  }
+  # Reading a KMS-encrypted stream decrypts; the tables' encryption (and their change streams')
+  # is DynamoDB's own grant.
   statement {
     sid       = "EncryptionKey"
     actions   = ["kms:Decrypt"]
@@ -73,7 +85,8 @@ data "aws_iam_policy_document" "producer" {
 }
 
 # Operators: the reading commands (`tally leases`, `dead-letters`, `query`, `total`, `top`,
-# `latency`, `serve`, `record`), e.g. as one-off ECS tasks or from a workstation. Read only.
+# `latency`, `serve`, `record`, `verify`), e.g. as one-off ECS tasks or from a workstation. Read
+# only.
 data "aws_iam_policy_document" "operator" {
   statement {
     sid       = "ReadStream"
@@ -83,9 +96,15 @@ data "aws_iam_policy_document" "operator" {
   statement {
     sid     = "ReadTables"
     actions = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
-    # The tables, and their indexes (the counts table's `recent`: likers most recent first); with
+    # The tables, and their indexes (the edges table's `recent`: likers most recent first); with
     # several regions, the other homes' replicas here too.
     resources = concat(flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]]), local.peer_table_arns)
+  }
+  # `tally verify` counting likers adds the edges' changes the counter has not counted yet.
+  statement {
+    sid       = "ReadEdgeChangeLog"
+    actions   = ["dynamodb:DescribeStream", "dynamodb:GetShardIterator", "dynamodb:GetRecords"]
+    resources = ["${aws_dynamodb_table.tally["edges"].arn}/stream/*"]
   }
   statement {
     sid       = "EncryptionKey"

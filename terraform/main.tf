@@ -10,6 +10,7 @@ locals {
   tables = {
     "leases"       = { hash_key = "app", range_key = "shard_id", ttl = "" }
     "counts"       = { hash_key = "pk", range_key = "sk", ttl = "" }
+    "edges"        = { hash_key = "pk", range_key = "sk", ttl = "" }
     "dedup"        = { hash_key = "pk", range_key = "sk", ttl = "expires_at" }
     "dead-letters" = { hash_key = "shard_id", range_key = "seq", ttl = "" }
     "analytics"    = { hash_key = "pk", range_key = "sk", ttl = "expires_at" }
@@ -65,11 +66,17 @@ locals {
     { for r, p in var.regions.peers : "TALLY_REGIONS__PEERS__${upper(r)}__TABLE_PREFIX" => p.table_prefix },
   ) : {}
   # With several regions, the tables the read side reads in every region are global tables, each
-  # written by its home region alone (dynamodb.tf): the counts, and the lease rows that stamp
-  # how fresh they are.
-  # (tally_aws::REPLICATED_TABLES: what the read side checks and reads of another home.)
-  replicated        = ["counts", "leases"]
+  # written by its home region alone (dynamodb.tf): the counts, the likers' edges (a post's
+  # likers and a feed page's viewer likes are read from its home's edges), and the lease rows
+  # that stamp how fresh they are. The edges are replicated exactly when the counts are.
+  # (tally_aws::REPLICATED_TABLES: what the read side checks of another home; it does not list
+  # the edges, which it reads there too: tests/e2e/terraform.rs holds this list to both.)
+  replicated        = ["counts", "edges", "leases"]
   replicated_tables = local.routes ? local.replicated : []
+  # The tables with a change stream (new and old images): the edges always, since their change
+  # log is what the counter's second stage counts; and the replicated ones, which global tables
+  # replicate through it.
+  streamed_tables = distinct(concat(["edges"], local.replicated_tables))
   # The other homes' replicas in this region, as ARNs (and their indexes): what the read side
   # reads the posts homed elsewhere from.
   peer_table_arns = flatten([
@@ -104,6 +111,12 @@ locals {
       tasks   = var.router_tasks
     }
   } : {})
+  # The applications whose workers report tally's metrics (dimension `App`): each service's, and
+  # "changes" (tally_core::apps::CHANGES), the counter's second stage, which reads the edges'
+  # change log (DynamoDB Streams on the edges table) in the counter's own tasks, with leases of
+  # its own: alarms and the dashboard watch it as an application of its own.
+  worker_apps = concat(keys(local.services), ["changes"])
+
   consumers = {
     counter = {
       # On every interface of the task: `tally serve` asks it for its open windows (provisional

@@ -18,6 +18,11 @@ output "table_names" {
   value       = [for t in aws_dynamodb_table.tally : t.name]
 }
 
+output "edges_stream_arn" {
+  description = "The edges table's change stream (DynamoDB Streams, new and old images): the likers' change log the counter's second stage (\"changes\") counts; what to inspect with `aws dynamodbstreams describe-stream`."
+  value       = aws_dynamodb_table.tally["edges"].stream_arn
+}
+
 output "cluster_name" {
   description = "The ECS cluster."
   value       = aws_ecs_cluster.tally.name

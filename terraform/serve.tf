@@ -127,7 +127,7 @@ data "aws_iam_policy_document" "serve" {
   statement {
     sid     = "ReadTables"
     actions = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"]
-    # The tables, and their indexes (the counts table's `recent`: likers most recent first); with
+    # The tables, and their indexes (the edges table's `recent`: likers most recent first); with
     # several regions, the other homes' replicas here too.
     resources = concat(flatten([for t in aws_dynamodb_table.tally : [t.arn, "${t.arn}/index/*"]]), local.peer_table_arns)
   }

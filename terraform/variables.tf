@@ -28,7 +28,7 @@ variable "stream_name" {
 }
 
 variable "table_prefix" {
-  description = "Prefix of the DynamoDB tables: <prefix>-leases, -counts, -dedup, -dead-letters, -analytics [default: tally-<environment>]."
+  description = "Prefix of the DynamoDB tables: <prefix>-leases, -counts, -edges, -dedup, -dead-letters, -analytics [default: tally-<environment>]."
   type        = string
   default     = null
   validation {
@@ -236,7 +236,7 @@ variable "counter_window_max_ms" {
 }
 
 variable "recent_likers_index" {
-  description = "Give the counts table its `recent` index (a global secondary index of liked edges by post and like time, keys only), which likers most recent first read (GET /api/posts/{id}/likers/recent; docs/READ-CONTRACT.md). It costs about a write unit per like more (BENCHMARKS.md); without it that route answers 501."
+  description = "Give the edges table its `recent` index (a global secondary index of liked edges by post and like time, keys only), which likers most recent first read (GET /api/posts/{id}/likers/recent; docs/READ-CONTRACT.md). It costs about a write unit per like more (BENCHMARKS.md); without it that route answers 501."
   type        = bool
   default     = false
 }
@@ -375,7 +375,7 @@ variable "source_items" {
 }
 
 variable "regions" {
-  description = "Several regions, each post counted in its home (docs/REGIONS.md): this region, every region in the same order everywhere, and each other region: its stream (its name, and its AWS region when that is not its key), its table prefix (its counts and leases tables are global tables with a replica here, which the read side reads that region's posts from) and its KMS key (that stack's kms_key_arn output: it encrypts the replicas of this region's tables there). Set, this stack runs the router (`tally route`), which puts the likes of posts homed elsewhere to their home's stream, and replicates its counts and leases tables to the other regions; empty (the default): one region."
+  description = "Several regions, each post counted in its home (docs/REGIONS.md): this region, every region in the same order everywhere, and each other region: its stream (its name, and its AWS region when that is not its key), its table prefix (its counts, edges and leases tables are global tables with a replica here, which the read side reads that region's posts from) and its KMS key (that stack's kms_key_arn output: it encrypts the replicas of this region's tables there). Set, this stack runs the router (`tally route`), which puts the likes of posts homed elsewhere to their home's stream, and replicates its counts, edges and leases tables to the other regions; empty (the default): one region."
   type = object({
     this  = string
     homes = list(string)

@@ -12,11 +12,15 @@
 //!   items by plain writes conditioned on their markers, the rest likewise, then the checkpoint
 //!   (fenced); only a gap and an analytics snapshot use a transaction. The table design is in
 //!   ARCHITECTURE.md.
+//! - [`edge_log`]: the edges' change log, DynamoDB Streams on the edges table, as the stream
+//!   port (DescribeStream, GetShardIterator, GetRecords): what the likers counter's second stage
+//!   reads.
 //! - [`setup`]: creates the stream and tables for development and tests.
 //! - [`errors`]: SDK errors mapped to `PortError`, naming the call and the resource.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod dynamo;
+pub mod edge_log;
 pub mod errors;
 pub mod fan_out;
 pub mod kinesis;
@@ -56,8 +60,9 @@ pub const KINESIS_PRODUCER_ACTIONS: &[&str] = &[
 /// Kinesis calls of the router on the other regions' streams (several regions), besides a
 /// consumer's on its own: the puts of the likes of posts homed there.
 pub const KINESIS_ROUTER_PUT_ACTIONS: &[&str] = &["kinesis:PutRecords"];
-/// DynamoDB calls of the counter's workers: leases and checkpoints, summary items, dedup records,
-/// dead letters (written, never listed: listing is the operator's Scan).
+/// DynamoDB calls of the counter's workers: leases and checkpoints, summary items, likers' edges
+/// and their change log, dedup records, dead letters (written, never listed: listing is the
+/// operator's Scan).
 pub const DYNAMODB_COUNTER_ACTIONS: &[&str] = &[
     "dynamodb:DescribeTable",
     "dynamodb:GetItem",
@@ -67,6 +72,11 @@ pub const DYNAMODB_COUNTER_ACTIONS: &[&str] = &[
     "dynamodb:Query",
     // A lease row's creation checks its shard's tombstone in the same transaction.
     "dynamodb:ConditionCheckItem",
+    // The edges' change log (DynamoDB Streams on the edges table), read by the likers
+    // counter's second stage.
+    "dynamodb:DescribeStream",
+    "dynamodb:GetShardIterator",
+    "dynamodb:GetRecords",
 ];
 /// DynamoDB calls of the analytics workers (leases, snapshots as a transaction of Puts, dedup):
 /// today the counter's set, so both roles share one policy document in Terraform.
@@ -99,6 +109,10 @@ pub const DYNAMODB_OPERATOR_ACTIONS: &[&str] = &[
     "dynamodb:BatchGetItem",
     "dynamodb:Query",
     "dynamodb:Scan",
+    // `tally verify` counting likers: the edges' change log not counted yet.
+    "dynamodb:DescribeStream",
+    "dynamodb:GetShardIterator",
+    "dynamodb:GetRecords",
 ];
 /// DynamoDB calls of `tally backfill` on the application's own table (beside the producer's on
 /// the stream): is its change stream on, its key, its items.
@@ -122,7 +136,7 @@ pub struct AwsSettings {
     pub dynamodb_endpoint_url: Option<String>,
     /// The stream's retention (hours): dedup records live this long past their horizon.
     pub stream_retention_hours: u32,
-    /// Whether `setup` gives the counts table its recent index (likers most recent first).
+    /// Whether `setup` gives the edges table its recent index (likers most recent first).
     pub recent_likers_index: bool,
 }
 
@@ -149,9 +163,11 @@ pub async fn peer_stream(
     Ok(KinesisStream::new(&sdk, &s))
 }
 
-/// The tables a home region replicates to the others for their reads: its counts, and the
-/// lease rows that say how fresh they are (Terraform's `replicated_tables`).
-pub const REPLICATED_TABLES: &[&str] = &["counts", "leases"];
+/// The tables a home region replicates to the others for their reads: its counts, its edges (a
+/// viewer's likes, a post's likers) and the lease rows that say how fresh they are (Terraform's
+/// `replicated_tables`). A region counting the edges' change log skips the posts homed
+/// elsewhere (`Input::counts_post`): replicated edges are their home's.
+pub const REPLICATED_TABLES: &[&str] = &["counts", "edges", "leases"];
 
 /// Another region's tables as they are replicated to this one (a global table's replicas),
 /// read by the read side: `s.table_prefix` on this region's DynamoDB, checked to exist (those of

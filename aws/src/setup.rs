@@ -6,13 +6,15 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
     GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, TableDescription, TableStatus, TimeToLiveSpecification,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TableDescription, TableStatus,
+    TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_sdk_kinesis::types::StreamStatus;
 use tally_core::edge;
 use tally_core::ports::{PortError, PortResult};
 
 use crate::dynamo::{DynamoStore, TABLES};
+use crate::edge_log::change_stream;
 use crate::kinesis::KinesisStream;
 use crate::{sdk_config, AwsSettings};
 
@@ -50,9 +52,14 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     let d = tables.client();
     for (suffix, pk, sk, ttl) in TABLES {
         let name = tables.table(suffix);
-        let recent = s.recent_likers_index && *suffix == "counts";
+        let edges = *suffix == "edges";
+        let recent = s.recent_likers_index && edges;
         match d.describe_table().table_name(&name).send().await {
             Ok(t) => {
+                if edges && change_stream(&name, t.table())?.is_none() {
+                    add_change_stream(&tables, suffix).await?;
+                    created.push(format!("stream of table {name}"));
+                }
                 if recent && !has_recent_index(t.table()) {
                     add_recent_index(&tables, suffix).await?;
                     created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
@@ -86,19 +93,32 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
             .attribute_definitions(attr(sk).map_err(|e| PortError::Invalid(e.to_string()))?)
             .key_schema(key(pk, KeyType::Hash).map_err(|e| PortError::Invalid(e.to_string()))?)
             .key_schema(key(sk, KeyType::Range).map_err(|e| PortError::Invalid(e.to_string()))?);
+        if edges {
+            create = create.stream_specification(change_log_stream()?);
+            created.push(format!("stream of table {name}"));
+        }
         if recent {
             create = create
                 .attribute_definitions(liked_at_attr()?)
                 .global_secondary_indexes(recent_index()?);
             created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
         }
-        create
+        match create
             .send()
             .await
-            .map_err(|e| tables.err("CreateTable", suffix, e))?;
-        created.push(format!("table {name}"));
+            .map_err(|e| tables.err("CreateTable", suffix, e))
+        {
+            Ok(_) => created.push(format!("table {name}")),
+            // Created meanwhile: by another setup, or by this one when the answer to its
+            // CreateTable was lost and the SDK sent it again.
+            Err(PortError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
         wait_table(&tables, &name).await?;
         if let Some(attr) = ttl {
+            if ttl_enabled(&tables, suffix).await? {
+                continue;
+            }
             let spec = TimeToLiveSpecification::builder()
                 .enabled(true)
                 .attribute_name(*attr)
@@ -123,6 +143,20 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     })
 }
 
+/// Whether `suffix`'s table has its time to live on (or being turned on) already.
+async fn ttl_enabled(tables: &DynamoStore, suffix: &str) -> PortResult<bool> {
+    let d = tables
+        .client()
+        .describe_time_to_live()
+        .table_name(tables.table(suffix))
+        .send()
+        .await
+        .map_err(|e| tables.err("DescribeTimeToLive", suffix, e))?;
+    Ok(d.time_to_live_description()
+        .and_then(|t| t.time_to_live_status())
+        .is_some_and(|s| matches!(s, TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)))
+}
+
 /// The attribute the recent index sorts by: a liked edge's like time, a number.
 fn liked_at_attr() -> PortResult<AttributeDefinition> {
     AttributeDefinition::builder()
@@ -132,8 +166,34 @@ fn liked_at_attr() -> PortResult<AttributeDefinition> {
         .map_err(|e| PortError::Invalid(e.to_string()))
 }
 
-/// The counts table's recent index (`edge::RECENT_INDEX`): liked edges by post (`pk`) and like
-/// time, keys only — an edge without a like time (not liked, a summary item) is not in it.
+/// The edges table's change log: DynamoDB Streams with each change's item before and after
+/// (`crate::edge_log` reads a change's likes from them).
+fn change_log_stream() -> PortResult<StreamSpecification> {
+    StreamSpecification::builder()
+        .stream_enabled(true)
+        .stream_view_type(StreamViewType::NewAndOldImages)
+        .build()
+        .map_err(|e| PortError::Invalid(e.to_string()))
+}
+
+/// Turns the change log on for an existing edges table and waits until it is active: changes
+/// from then on are logged (an edge written before is counted once it changes again, or by a
+/// rebuild).
+async fn add_change_stream(tables: &DynamoStore, suffix: &str) -> PortResult<()> {
+    let name = tables.table(suffix);
+    tables
+        .client()
+        .update_table()
+        .table_name(&name)
+        .stream_specification(change_log_stream()?)
+        .send()
+        .await
+        .map_err(|e| tables.err("UpdateTable", suffix, e))?;
+    wait_table(tables, &name).await
+}
+
+/// The edges table's recent index (`edge::RECENT_INDEX`): liked edges by post (`pk`) and like
+/// time, keys only — an edge without a like time (not liked) is not in it.
 fn recent_index() -> PortResult<GlobalSecondaryIndex> {
     let key = |n: &str, t| {
         KeySchemaElement::builder()
@@ -163,8 +223,8 @@ fn has_recent_index(t: Option<&TableDescription>) -> bool {
     })
 }
 
-/// Adds the recent index to an existing counts table and waits until it is active: DynamoDB
-/// fills it from the edges already stored (those written since edges kept their like time).
+/// Adds the recent index to an existing edges table and waits until it is active: DynamoDB
+/// fills it from the edges already stored.
 async fn add_recent_index(tables: &DynamoStore, suffix: &str) -> PortResult<()> {
     let name = tables.table(suffix);
     let create = CreateGlobalSecondaryIndexAction::builder()

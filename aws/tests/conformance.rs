@@ -130,7 +130,6 @@ async fn dedup_records_carry_their_ttl() {
         app: "counter",
         shard_id: "s",
         end: &end,
-        held: false,
     };
     let rest = WindowRest {
         dead_letters: &[],
@@ -179,7 +178,6 @@ async fn a_stale_memory_of_a_live_item_is_mended_by_its_refusal() {
             app: "counter",
             shard_id: "s",
             end,
-            held: false,
         }
     }
     let [e10, e20, e30] = ["10", "20", "30"].map(|e| tally_core::Position::parse(e).unwrap());
@@ -244,7 +242,7 @@ async fn a_corrupt_edge_is_named() {
     use aws_sdk_dynamodb::types::AttributeValue;
     let f = fresh("corrupt-edge", 1).await;
     let tables = tables_of(&f);
-    let (client, table) = (tables.client().clone(), tables.table("counts"));
+    let (client, table) = (tables.client().clone(), tables.table("edges"));
     tally_conformance::a_corrupt_edge_is_named(tables, "aws", |post, user| {
         let (client, table) = (client.clone(), table.clone());
         async move {

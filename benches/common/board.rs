@@ -32,18 +32,19 @@ pub fn zipf_pick(cumulative: &[f64], x: f64) -> usize {
     cumulative.partition_point(|c| *c < x)
 }
 
-/// Puts `entries` on `store` and folds them into each shard's open window, on a board that
-/// resolves against `store`: the board and each held shard.
+/// Puts `entries` on `store` and folds them into each shard's open window (counting events,
+/// whose windows hold deltas as they fold): the board and each held shard.
 pub async fn open_on_board(
     store: &Arc<Embedded>,
     entries: &[PutEntry],
 ) -> (Arc<Board>, Vec<OpenShard>) {
     let ids = store.list_shards().await.unwrap();
     store.ensure_leases("counter", &ids).await.unwrap();
-    let board = Arc::new(Board::resolving(store.clone()));
+    let board = Arc::new(Board::default());
     let cfg = CounterConfig {
         window_time: Duration::from_secs(3_600),
         window_max_time: Duration::from_secs(3_600),
+        count: tally_core::edge::CountMode::Events,
         ..CounterConfig::default()
     };
     let counter = Counter::open(

@@ -18,7 +18,7 @@ pub fn records(n: usize, posts: usize) -> Vec<StreamRecord> {
 }
 
 /// `n` like events over `posts` posts, each by a user of its own (every record a new edge, as
-/// most records of a window counting likers are), each arriving when it was made (none clamped):
+/// most records of a window counting likers are), each arriving when it was made:
 /// a likers window's fold at its size.
 pub fn edge_records(n: usize, posts: usize) -> Vec<StreamRecord> {
     like_records(n, posts, |i| i, created_at)
@@ -58,7 +58,7 @@ fn like_records(
 /// tally's likers fold of `recs` into one window, closed: its edges, in the store's key order.
 pub fn likers_window(recs: &[StreamRecord]) -> usize {
     let mut dedup = Dedup::new(600_000);
-    let mut w = WindowBuilder::new(None, 0).likers(60_000);
+    let mut w = WindowBuilder::new(None, 0).likers();
     for r in recs {
         w.push("shard-0", r, &mut dedup);
     }

@@ -72,7 +72,6 @@ pub fn at<'a>(fence: &'a Fence, end: &'a Position) -> WindowRef<'a> {
         app: &fence.app,
         shard_id: &fence.shard_id,
         end,
-        held: false,
     }
 }
 
@@ -458,7 +457,6 @@ impl<'a> OneWindow<'a> {
                 end,
                 Decided {
                     horizon_ms: HORIZON_MS,
-                    skew_ms: Some(5_000),
                 },
             )
             .await
@@ -470,7 +468,6 @@ impl<'a> OneWindow<'a> {
                 end: end.clone(),
                 first: Some(self.window_first.clone()),
                 horizon_ms: Some(HORIZON_MS),
-                skew_ms: Some(5_000),
             }),
             "the pending window keeps its first record and the settings it was built with"
         );

@@ -50,9 +50,9 @@ pub use counter::{
     gaps_are_recorded_with_the_checkpoint, the_largest_window_fits_the_store, Corruption,
 };
 pub use edges::{
-    a_clamped_event_that_lost_is_remembered, a_corrupt_edge_is_named,
-    a_fresh_store_takes_the_first_claim, an_edge_two_shards_write_keeps_each_window_s_write, like,
-    likers_come_most_recent_first, likers_edges_are_written_once, the_count_mode_is_claimed_once,
+    a_corrupt_edge_is_named, a_fresh_store_takes_the_first_claim, a_rebuild_under_way_is_recorded,
+    edges_are_registers_and_each_change_is_logged_once, like, likers_come_most_recent_first,
+    logged_changes, the_count_mode_is_claimed_once,
 };
 pub use leases::{
     a_corrupt_lease_row_is_named, fleet_rows_are_apart_from_leases, leases_are_fenced,
@@ -123,25 +123,14 @@ macro_rules! suite {
         async fn likers_edges() {
             let b = $fresh("edges", 1).await;
             $crate::a_fresh_store_takes_the_first_claim($stores(&b)).await;
-            $crate::likers_edges_are_written_once($stores(&b), $name).await;
+            $crate::edges_are_registers_and_each_change_is_logged_once($stores(&b), $name).await;
+            $crate::a_rebuild_under_way_is_recorded($stores(&b)).await;
         }
 
         #[tokio::test]
         async fn recent_likers() {
             let b = $fresh("recent", 1).await;
             $crate::likers_come_most_recent_first($stores(&b), $name).await;
-        }
-
-        #[tokio::test]
-        async fn crossed_edges() {
-            let b = $fresh("crossed", 1).await;
-            $crate::an_edge_two_shards_write_keeps_each_window_s_write($stores(&b), $name).await;
-        }
-
-        #[tokio::test]
-        async fn clamped_losers() {
-            let b = $fresh("clamped", 1).await;
-            $crate::a_clamped_event_that_lost_is_remembered($stores(&b), $name).await;
         }
 
         #[tokio::test]

@@ -161,6 +161,12 @@ impl Input {
         self.homes.is_some()
     }
 
+    /// Whether this region counts `post` (every post, but with `[regions]`): a change of the
+    /// edges of a post homed elsewhere — its home's edges replicated here — is its home's.
+    pub fn counts_post(&self, post: &str) -> bool {
+        self.homes.as_ref().is_none_or(|h| h.is_here(post))
+    }
+
     /// Reads one user record by this input's contract; a record of a post homed in another
     /// region is skipped.
     pub fn decode<'a>(&self, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {

@@ -38,10 +38,22 @@ pub use seq::{Position, SeqNo};
 
 /// Names of the consumer applications; each has its own leases and checkpoints.
 pub mod apps {
-    /// The exactly-once counter.
+    /// The exactly-once counter of the stream: counting events, the events; counting likers, its
+    /// first stage, which writes the edges.
     pub const COUNTER: &str = "counter";
+    /// Counting likers, the counter's second stage: the edges' change log, counted.
+    pub const CHANGES: &str = "changes";
     /// Trending and latency analytics.
     pub const ANALYTICS: &str = "analytics";
     /// Several regions: the records of posts homed elsewhere, put to their home's stream.
     pub const ROUTER: &str = "router";
+
+    /// The application whose windows hold a store's counts (and whose workers show them to the
+    /// read side): counting likers, the counter's second stage; counting events, the counter.
+    pub fn counts(mode: crate::edge::CountMode) -> &'static str {
+        match mode {
+            crate::edge::CountMode::Likers => CHANGES,
+            crate::edge::CountMode::Events => COUNTER,
+        }
+    }
 }

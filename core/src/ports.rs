@@ -9,7 +9,7 @@ use crate::buckets::PostDelta;
 use crate::cost::{Purpose, Units};
 use crate::dead_letter::DeadLetter;
 use crate::dedup::DedupRecord;
-use crate::edge::{CountMode, EdgeEvent, Transition};
+use crate::edge::{CountMode, EdgeEvent};
 use crate::lease::Lease;
 use crate::seq::{Position, SeqNo};
 
@@ -213,6 +213,12 @@ pub trait Stream: Send + Sync {
     async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>>;
     /// Puts up to 500 records; one outcome per entry, in order.
     async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>>;
+    /// The shard's records through `through` are applied, for good, by the one application this
+    /// stream is read by: a log kept for that application alone may drop them (the edges'
+    /// change log on SQLite does). A stream several applications read keeps them (the default).
+    async fn release(&self, _shard_id: &str, _through: &SeqNo) -> PortResult<()> {
+        Ok(())
+    }
 }
 
 /// A reader positioned in one shard.
@@ -243,10 +249,6 @@ pub struct Pending {
     /// The dedup horizon its duplicate decisions were made with (ms), so that a rebuild after a
     /// settings change decides the same (`None`: recorded by an older tally that did not store it).
     pub horizon_ms: Option<i64>,
-    /// Likers: the clock skew its events were ordered with (`counter.max_clock_skew_secs`, ms),
-    /// so that a rebuild after a settings change orders them the same (`None`: counting events,
-    /// or recorded by an older tally that did not store it).
-    pub skew_ms: Option<i64>,
 }
 
 /// The settings that decide a window's effect, recorded with its pending end ([`Pending`]) so
@@ -255,17 +257,12 @@ pub struct Pending {
 pub struct Decided {
     /// The dedup horizon (ms).
     pub horizon_ms: i64,
-    /// Likers: the clock skew events are ordered with (ms); `None` counting events.
-    pub skew_ms: Option<i64>,
 }
 
 impl From<i64> for Decided {
-    /// A window counting events, decided with this dedup horizon.
+    /// A window decided with this dedup horizon.
     fn from(horizon_ms: i64) -> Decided {
-        Decided {
-            horizon_ms,
-            skew_ms: None,
-        }
+        Decided { horizon_ms }
     }
 }
 
@@ -482,16 +479,6 @@ pub struct WindowRef<'a> {
     pub shard_id: &'a str,
     /// The window's last record: the marker its writes carry.
     pub end: &'a Position,
-    /// The writes are the window's held removals (`tally_core::edge::HeldCounts`): they carry
-    /// its held marker (`summary::held_marker`), after its other counts (`summary::marker_of`).
-    pub held: bool,
-}
-
-impl WindowRef<'_> {
-    /// The same window's held removals.
-    pub fn held(self) -> Self {
-        WindowRef { held: true, ..self }
-    }
 }
 
 /// What a window writes besides its posts' items.
@@ -554,20 +541,14 @@ pub struct PostsApplied {
     pub error: Option<PortError>,
 }
 
-/// What one [`WindowWriter::apply_edges`] call did.
+/// What one [`EdgeWriter::write_edges`] call did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EdgesApplied {
+pub struct EdgesWritten {
     /// The writes of the edges that are done (written, or refused).
     pub applied: Applied,
-    /// The transitions of the done edges this window made (written now, or by an earlier
-    /// attempt of the same window); an edge a newer event holds makes none.
-    pub transitions: Vec<Transition>,
-    /// Edges refused whose items no longer remember whether this window wrote them
-    /// (`tally_core::edge::EdgeOutcome::Forgotten`): counted as no change, and reported.
-    pub forgotten: u64,
-    /// Edges written over another shard's write (`tally_core::edge::EdgeState::crossed`): two
-    /// shards writing one edge, reported.
-    pub crossed: u64,
+    /// How many of the done edges changed (each logged once); the others were refused: a copy,
+    /// or an older event than the stored one.
+    pub changed: u64,
     /// Indexes (into the edges passed) of those not done for a retryable reason, in order.
     pub retry: Vec<usize>,
     /// The last of their errors, for the retry's pause and its log.
@@ -790,27 +771,39 @@ pub trait WindowWriter: LeaseStore + DedupStore {
         spent: &ShardTally,
         renewal: Option<&Renewal>,
     ) -> PortResult<Option<String>>;
-    /// Likers mode: writes the window's edges, each only if its stored event is older (or
-    /// absent), keeping the state it replaced and the window's identity on the item
-    /// (`tally_core::edge::apply` is the reference), and answers the transitions this window
-    /// made — those an earlier attempt of the same window made included, read off the items. An
-    /// edge whose write failed for a reason a retry may mend is named in
-    /// [`EdgesApplied::retry`]; a failure no retry mends fails the call.
-    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied>;
-    /// Likers: stores the window's edge record — the (post, user) pairs it writes — before the
-    /// first of its edge writes (`tally_core::edge::encode_pairs`; the same window always records
-    /// the same pairs, so a second write changes nothing). It is kept while the window may still
-    /// be given up (embedded: until its checkpoint moves; DynamoDB: a TTL past the stream's
-    /// retention), so that a window whose records the stream trimmed while it was pending can
-    /// still find the edges it wrote and count them.
-    async fn record_window_edges(
-        &self,
-        w: WindowRef<'_>,
-        pairs: &[(&str, &str)],
-    ) -> PortResult<Applied>;
-    /// Likers: the window's edge record, if it was stored whole (`None`: not, or not every chunk
-    /// — then none of its edges was written).
-    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>>;
+}
+
+/// The likers counter's first stage: each edge a last-writer-wins register, and each change it
+/// makes logged by the store, once, in the edge's order.
+///
+/// A write of an edge takes effect only if the edge is absent or its stored event orders before
+/// the one written (by `created_at`, then event id: [`crate::edge::apply`] is the reference), so
+/// any number of writers, in any order, any number of times, leave each edge at its latest
+/// event. The store logs each change it makes — in the same write (DynamoDB Streams on the
+/// edges table; SQLite: a change row in the edge write's transaction) — with the like before and
+/// after it ([`crate::edge::EdgeChange`]), and a refused write logs nothing. The counter's second
+/// stage counts that log ([`EdgeWriter::change_log`]) through the window protocol.
+#[async_trait]
+pub trait EdgeWriter: Send + Sync {
+    /// How many edges one [`EdgeWriter::write_edges`] call takes when `counter.posts_per_batch`
+    /// does not say.
+    fn edges_per_call(&self) -> usize {
+        DEFAULT_POSTS_PER_CALL
+    }
+    /// Writes the edges (in the store's key order: post, then user), each by
+    /// [`crate::edge::apply`], and logs each change. An edge whose write failed for a reason a
+    /// retry may mend is named in [`EdgesWritten::retry`] while the others are done; a failure
+    /// no retry mends fails the call. Written again, an edge changes nothing: a stage that
+    /// re-reads its records after a crash writes them again, harmlessly.
+    async fn write_edges(&self, edges: &[EdgeEvent]) -> PortResult<EdgesWritten>;
+    /// Makes the edges written so far durable, where the store defers it (the embedded store's
+    /// edge files sync when asked): called before the first stage's checkpoint moves past them.
+    async fn edges_durable(&self) -> PortResult<()> {
+        Ok(())
+    }
+    /// The edge store's change log, as a stream of [`crate::edge::EdgeChange`] records (each
+    /// record's data is one change's encoding): what the second stage reads.
+    fn change_log(&self) -> PortResult<std::sync::Arc<dyn Stream>>;
 }
 
 /// What the counter's store answers to a reader — counts, "since", the viewer's likes, a post's
@@ -836,8 +829,8 @@ pub trait CountReader: Send + Sync {
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;
     /// The stored edges of these (post, user) pairs, in order (`None`: never written), read in
-    /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units.
-    /// The counter's open windows in likers mode are resolved with it (`counter::board`).
+    /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units:
+    /// the viewer's likes, a likers page among users, `tally verify`'s sampled edges.
     async fn edges(
         &self,
         pairs: &[(String, String)],
@@ -886,8 +879,6 @@ pub trait CountReader: Send + Sync {
     async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan>;
     /// What the store counts (`None`: no counter has claimed it yet). Never writes.
     async fn stored_mode(&self) -> PortResult<Option<CountMode>>;
-    /// Likers: the clock skews the store was counted with, in the order first used. Never writes.
-    async fn stored_skews(&self) -> PortResult<Vec<i64>>;
 }
 
 /// The dead letters, as a reader pages them (they are written with the windows and gaps).
@@ -907,8 +898,8 @@ pub trait DeadLetterReader: Send + Sync {
     async fn dead_letter_count(&self) -> PortResult<u64>;
 }
 
-/// What a store records about itself once a counter claims it: its count mode and, counting
-/// likers, the clock skews it was counted with.
+/// What a store records about itself once a counter claims it: its count mode, the one stream it
+/// counts, and a rebuild into it under way.
 #[async_trait]
 pub trait StoreMeta: Send + Sync {
     /// What the store counts. With `claim`, a store that says nothing yet is set to it (one
@@ -916,10 +907,11 @@ pub trait StoreMeta: Send + Sync {
     /// global totals — is set to `events`); answers what it holds after (`None`: unset, when
     /// not claimed).
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
-    /// Likers: the clock skews (`counter.max_clock_skew_secs`, ms) the store was counted with,
-    /// in the order first used; with `record`, that one is added first if it is new (one
-    /// conditional write; none when it is there). What `tally verify` recounts with.
-    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>>;
+    /// The source a `tally rebuild` into this store copies from, while one has begun and not
+    /// finished ([`crate::edge::REBUILDING_SK`]); `None`: no rebuild under way.
+    async fn rebuilding(&self) -> PortResult<Option<String>>;
+    /// Records that a rebuild from `source` has begun (`Some`), or that it finished (`None`).
+    async fn set_rebuilding(&self, source: Option<&str>) -> PortResult<()>;
     /// The one stream the store is counted from ([`crate::edge::STREAM_SK`]). With `claim`, a
     /// store that names none yet is set to it (one conditional write; the first claim wins);
     /// answers what it holds after (`None`: unset, when not claimed).
@@ -929,11 +921,18 @@ pub trait StoreMeta: Send + Sync {
     async fn replica_regions(&self) -> PortResult<Vec<String>>;
 }
 
-/// The counter's store: its window protocol, the reads, the dead letters and the store's own
-/// records — every capability, which only the counter holds. Any type with all four is one.
-pub trait CounterStore: WindowWriter + CountReader + DeadLetterReader + StoreMeta {}
+/// The counter's store: its window protocol, the edges, the reads, the dead letters and the
+/// store's own records — every capability, which only the counter holds. Any type with all five
+/// is one.
+pub trait CounterStore:
+    WindowWriter + EdgeWriter + CountReader + DeadLetterReader + StoreMeta
+{
+}
 
-impl<T: WindowWriter + CountReader + DeadLetterReader + StoreMeta + ?Sized> CounterStore for T {}
+impl<T: WindowWriter + EdgeWriter + CountReader + DeadLetterReader + StoreMeta + ?Sized>
+    CounterStore for T
+{
+}
 
 /// The duplicate filters' records, per application and shard: each window's first-seen ids,
 /// stored with the window (the counter: before its checkpoint; analytics: with its snapshot).

@@ -64,34 +64,9 @@ pub fn marker(end: &Position) -> String {
     }
 }
 
-/// What a window's held marker adds to its marker: `-` sorts below `.` and every digit, so the
-/// held marker sorts above the window's own marker and below every later window's — one that
-/// extends the marker with `.` (a position inside the next record's aggregate) included.
-pub const HELD_SUFFIX: char = '-';
-
-/// A window's **held marker**: what the writes of its held removals carry
-/// (`crate::edge::HeldCounts`), after the window's other count writes carried [`marker`]. An
-/// item marked with it holds all of the window; one marked with the window's marker holds all
-/// but its held removals.
-pub fn held_marker(end: &Position) -> String {
-    let mut m = marker(end);
-    m.push(HELD_SUFFIX);
-    m
-}
-
-/// The marker a window's count writes carry: its end's, or its held marker for its held
-/// removals.
+/// The marker a window's count writes carry: its end's.
 pub fn marker_of(w: &crate::ports::WindowRef<'_>) -> String {
-    if w.held {
-        held_marker(w.end)
-    } else {
-        marker(w.end)
-    }
-}
-
-/// The window's marker a stored marker names (a held marker's window's own).
-pub fn window_mark(stored: &str) -> &str {
-    stored.strip_suffix(HELD_SUFFIX).unwrap_or(stored)
+    marker(w.end)
 }
 
 /// The sort key of a post's live item on a shard.
@@ -940,13 +915,6 @@ mod tests {
             };
             let (pa, pb) = (pos(a), pos(b));
             proptest::prop_assert_eq!(marker(&pa).cmp(&marker(&pb)), pa.cmp(&pb), "{} vs {}", pa, pb);
-            // A window's held marker: above its own marker, below every later window's.
-            let held = held_marker(&pa);
-            proptest::prop_assert!(marker(&pa) < held);
-            if pb > pa {
-                proptest::prop_assert!(held < marker(&pb), "{} vs {}", held, marker(&pb));
-            }
-            proptest::prop_assert_eq!(window_mark(&held), marker(&pa));
         }
     }
 

@@ -13,7 +13,6 @@ use tracing::debug;
 
 use crate::board;
 use crate::counting::Counting;
-use crate::held;
 use crate::writes::{window_err, ShardWrites};
 
 /// Which fenced write of the lease row.
@@ -76,8 +75,7 @@ impl Applier {
     }
 
     /// Applies a closed window (`replaying`: it is the pending one already recorded). Returns
-    /// the window as applied (in likers mode, with the deltas its edge writes made) and what its
-    /// writes did and cost.
+    /// the window and what its writes did and cost.
     async fn apply(&self, c: Closing) -> Result<(Arc<ClosedWindow>, Applied), ConsumerError> {
         let Closing {
             window: w,
@@ -104,12 +102,9 @@ impl Applier {
             app: &fence.app,
             shard_id: &fence.shard_id,
             end,
-            held: false,
         };
-        let applied = self
-            .counting
-            .write(&self.writes, w, at, replaying, &mut spent)
-            .await?;
+        self.counting.write(&self.writes, &w, &mut spent).await?;
+        let applied = w;
         let w = &*applied;
         for batch in w.posts.chunks(self.cfg.batch()) {
             let done = self
@@ -133,8 +128,6 @@ impl Applier {
         .await
         .map_err(|e| window_err(w, &fence.shard_id, e))?;
         spent.merge(&done);
-        // Last, the removals it holds until other shards' windows have written their counts.
-        held::write(&self.writes, at, &w.held, &mut spent).await?;
         // The shard's row keeps what its windows spent (this finish included) and counted.
         let mut kept = tally_core::ports::ShardTally {
             units: spent.units,
@@ -163,6 +156,7 @@ impl Applier {
             Ok(())
         })
         .await?;
+        self.counting.applied(&fence.shard_id, end).await?;
         self.metrics.cost.add(&spent.units);
         self.metrics
             .items_written

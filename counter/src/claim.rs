@@ -48,6 +48,16 @@ pub enum ClaimError {
         /// The replicas' regions, comma-separated.
         regions: String,
     },
+    /// A rebuild is writing into the store.
+    #[error(
+        "a `tally rebuild` from {from} into this store has begun and not finished: its counts \
+         are not whole yet, and a counter must not write beside it. Run the rebuild again (it \
+         resumes where it stopped; RUNBOOK, \"Counts rebuilt from the edges\"), then count"
+    )]
+    Rebuilding {
+        /// What the rebuild copies from.
+        from: String,
+    },
     /// Reading or writing the claim failed.
     #[error("claiming the store for this counter: {0}")]
     Store(#[from] PortError),
@@ -94,8 +104,11 @@ mod tests {
         async fn count_mode(&self, _: Option<CountMode>) -> PortResult<Option<CountMode>> {
             Ok(None)
         }
-        async fn clock_skews(&self, _: Option<i64>) -> PortResult<Vec<i64>> {
-            Ok(Vec::new())
+        async fn rebuilding(&self) -> PortResult<Option<String>> {
+            Ok(None)
+        }
+        async fn set_rebuilding(&self, _: Option<&str>) -> PortResult<()> {
+            Ok(())
         }
         async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
             let mut s = self.stream.lock().unwrap();

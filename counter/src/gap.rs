@@ -43,10 +43,7 @@ impl CounterShard {
         self.settle().await?;
         let fence = self.fence()?.clone();
         let pending = self.replay.clone();
-        let became = match &pending {
-            Some(p) => Some(self.counting.give_up(&self.writes()?, p).await?),
-            None => None,
-        };
+        let became = pending.as_ref().map(|_| self.counting.given_up());
         let through = match (pending.as_ref().map(|p| p.end.clone()), trimmed_through) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),

@@ -12,9 +12,15 @@
 //! from the checkpoint, rebuilds the same window and applies it again: what was written is
 //! refused, what was not is written. See `tally_core::summary` for why this is exact.
 //!
+//! Counting likers the counter is two applications of this same processor: the stream's
+//! ([`Counter::open`]), whose windows write each edge's latest event and count nothing, and the
+//! edges' change log's ([`Counter::open_change_log`]), whose windows count the changes those
+//! writes made — each logged once by the store, in the edge's order — as above.
+//!
 //! Layout: this crate's root holds the settings, the metrics and the per-shard processor;
-//! `counting` is what differs by count mode (chosen once by `Counter::open`, which also claims
-//! the store's mode with it; `claim` names why a claim fails); `apply` writes a closed window and
+//! `counting` is what differs by what is counted (chosen once by `Counter::open` or
+//! `Counter::open_change_log`, which also claim the store's mode; `claim` names why a claim
+//! fails); `apply` writes a closed window and
 //! meters it — on a task of its own while the shard reads on — with what `writes` holds (the
 //! store, settings, board and lease, and the batch calls every window's writes share);
 //! `restore` keeps the duplicate filter in the store (restored across the lineage, expired by
@@ -42,7 +48,6 @@ use tally_core::kpl::Took;
 use tally_core::lease::Lease;
 use tally_core::ports::{CounterStore, Fence, Pending, ReadBatch, StartPosition, StreamRecord};
 use tally_core::retry::Backoff;
-use tally_core::summary::marker;
 use tally_core::window::{Bound, WindowBuilder};
 use tally_core::Position;
 
@@ -51,7 +56,6 @@ pub mod board;
 mod claim;
 mod counting;
 mod gap;
-mod held;
 mod holders;
 pub mod rebuild;
 mod restore;
@@ -94,12 +98,6 @@ pub struct CounterConfig {
     /// What a post's count is: its likers (each edge's latest action) or its distinct events.
     /// A store counted in one refuses the other.
     pub count: CountMode,
-    /// Likers: a `created_at` later than its record's arrival by more than this orders as the
-    /// arrival (`tally_core::edge::ordering_time`): a device clock far ahead must not pin a
-    /// user's like.
-    #[serde(rename = "max_clock_skew_secs")]
-    #[serde_as(as = "serde_with::DurationSeconds<u64>")]
-    pub max_clock_skew: Duration,
     /// A retry of an event is recognised for this long after the event arrived (events mode;
     /// likers need no duplicate filter). Also analytics' horizon and the lineage's.
     #[serde(rename = "dedup_horizon_secs")]
@@ -147,7 +145,6 @@ impl Default for CounterConfig {
             read_mode: ReadMode::Polling,
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
             count: CountMode::Likers,
-            max_clock_skew: Duration::from_millis(tally_core::edge::DEFAULT_MAX_SKEW_MS as u64),
             posts_per_batch: None,
             worker_window_records: 800_000,
         }
@@ -231,12 +228,6 @@ impl CounterConfig {
             self.dedup_horizon.as_secs(),
             1,
             86_400,
-        )?;
-        range(
-            "max_clock_skew_secs",
-            self.max_clock_skew.as_secs(),
-            0,
-            7 * 86_400,
         )
     }
 }
@@ -259,14 +250,9 @@ pub struct CounterMetrics {
     pub skipped: AtomicU64,
     /// Windows applied.
     pub windows: AtomicU64,
-    /// Likers: edges written over another shard's write — two shards writing one edge (a
-    /// producer keying a pair's events by event id or at random, a hot post's keys changed
-    /// mid-run; a reshard's child too). Exact while an edge remembers the writes involved.
-    pub edges_crossed: AtomicU64,
-    /// Likers: edges of a window applied again whose items no longer remember whether that
-    /// window wrote them (more than `tally_core::edge::EDGE_HISTORY` writes since, from other
-    /// shards): counted as no change, so the post may be off by one. Each is logged.
-    pub edges_forgotten: AtomicU64,
+    /// Likers, the first stage: edge writes that changed an edge (each logged once, for the
+    /// second stage to count); the others were copies or older events.
+    pub edges_changed: AtomicU64,
     /// Store calls that wrote a batch of posts' items.
     pub batches: AtomicU64,
     /// Items written to the store, as a DynamoDB table would count them (a summary item, a dead
@@ -309,7 +295,7 @@ pub struct Counter {
     store: Arc<dyn CounterStore>,
     cfg: CounterConfig,
     ctx: Arc<CounterContext>,
-    /// Whether its shards show their open windows (a board that resolves them: [`Counter::on_board`]).
+    /// Whether its shards show their open windows ([`Counter::on_board`]).
     shows_open: bool,
     counting: Arc<dyn Counting>,
     metrics: Arc<CounterMetrics>,
@@ -317,16 +303,41 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// A counter on `store`, configured by `cfg`, running in `ctx`, counting into `metrics`,
-    /// once it has claimed the store for its count mode (`claim`): refused on a store that
-    /// counts otherwise.
+    /// The counter of the stream on `store`, configured by `cfg`, running in `ctx`, counting
+    /// into `metrics`, once it has claimed the store for its count mode (`claim`): refused on a
+    /// store that counts otherwise, or that a rebuild is writing into. Counting events it counts
+    /// the stream's events; counting likers it is the first stage, which writes the edges (the
+    /// second, [`Counter::open_change_log`], counts their changes).
     pub async fn open(
+        store: Arc<dyn CounterStore>,
+        cfg: CounterConfig,
+        ctx: CounterContext,
+        metrics: Arc<CounterMetrics>,
+    ) -> Result<Counter, ClaimError> {
+        Self::opened(store, cfg, ctx, metrics, None).await
+    }
+
+    /// The likers counter's second stage on `store`: it counts the edges' change log (what
+    /// [`tally_core::ports::EdgeWriter::change_log`] gives), as [`Counter::open`] counts the
+    /// stream; its application is `tally_core::apps::CHANGES`.
+    pub async fn open_change_log(
+        store: Arc<dyn CounterStore>,
+        cfg: CounterConfig,
+        ctx: CounterContext,
+        metrics: Arc<CounterMetrics>,
+    ) -> Result<Counter, ClaimError> {
+        let log = store.change_log()?;
+        Self::opened(store, cfg, ctx, metrics, Some(log)).await
+    }
+
+    async fn opened(
         store: Arc<dyn CounterStore>,
         mut cfg: CounterConfig,
         ctx: CounterContext,
         metrics: Arc<CounterMetrics>,
+        log: Option<Arc<dyn tally_core::ports::Stream>>,
     ) -> Result<Counter, ClaimError> {
-        let counting = counting::chosen(&cfg);
+        let counting = counting::chosen(&cfg, log);
         counting::claim(store.as_ref(), counting.as_ref()).await?;
         claim::one_stream(store.as_ref(), &ctx.stream, ctx.input.is_homed()).await?;
         cfg.posts_per_batch = Some(cfg.batch_on(store.as_ref()));
@@ -347,12 +358,17 @@ impl Counter {
         &self.cfg
     }
 
-    /// Shows the held shards' open windows on `board` (what the worker's `--http` serves).
-    /// Counting likers, only a board that resolves them shows them (`Board::resolving`).
+    /// Shows the held shards' open windows on `board` (what the worker's `--http` serves),
+    /// where they hold deltas (not the likers counter's first stage: its windows hold edges).
     pub fn on_board(mut self, board: Arc<Board>) -> Counter {
-        self.shows_open = self.counting.shows_open(&board);
+        self.shows_open = self.counting.shows_open();
         self.board = board;
         self
+    }
+
+    /// Whether its open windows hold deltas to show.
+    pub fn shows_open(&self) -> bool {
+        self.counting.shows_open()
     }
 }
 
@@ -469,7 +485,7 @@ impl CounterShard {
         self.board.tidy();
         let replaying = self.replay.is_some();
         let horizon_ms = self.window_horizon();
-        let decided = self.counting.decided(horizon_ms, self.replay.as_ref());
+        let decided = tally_core::ports::Decided::from(horizon_ms);
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
         let evicted = self.dedup.take_evicted();
         let applier = self.applier()?;
@@ -575,17 +591,11 @@ impl Windows for CounterShard {
         let mut w = board::lock(&self.windows);
         if w.open.is_none() {
             w.opening();
-            if let (Some(p), Ok(fence)) = (&self.replay, self.fence()) {
-                w.rebuilding(tally_core::edge::window_id(
-                    &fence.shard_id,
-                    &marker(&p.end),
-                ));
-            }
         }
         let window = w.open.get_or_insert_with(|| {
             let w =
                 WindowBuilder::new(self.checkpoint.clone(), now_ms).input(self.ctx.input.clone());
-            let mut w = self.counting.fold(w, self.replay.as_ref());
+            let mut w = self.counting.fold(w);
             w.reserve_edges(self.last_edges);
             w
         });
@@ -673,7 +683,10 @@ impl ShardProcessor for CounterShard {
             fold_record(self, record, now_ms).await?;
         }
         let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
-        if self.cfg.close_when_caught_up && at_tip && self.replay.is_none() && self.has_open() {
+        // A window that shows nothing (the likers counter's first stage: its edges are shown by
+        // the second stage once written) closes at the tip: what it holds is seen sooner.
+        let closes = self.cfg.close_when_caught_up || !self.counting.shows_open();
+        if closes && at_tip && self.replay.is_none() && self.has_open() {
             self.close_and_apply(false).await?;
         }
         Ok(())

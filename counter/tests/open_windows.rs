@@ -1,8 +1,7 @@
-//! Counting likers, an open window is shown to the read side resolved against the stored edges
-//! it will write over — a like again of a user who likes the post, an unlike of nothing change
-//! nothing; an unlike of a stored like takes it away — and what it shows is what its write then
-//! does. And the rule that keeps a window open at a low rate. On the embedded store, the
-//! counter's shard driven by hand.
+//! The counter's open windows as the read side sees them — counting likers, the second stage's
+//! windows over the edges' change log; the rule that keeps a window open at a low rate; a window
+//! being written shown until it is counted; an answer that asks only the shards holding its
+//! posts. On the embedded store, the counter's shards driven by hand.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
-use tally_core::ports::{CountReader, LeaseReader, PutEntry, ShardReader, Stream};
+use tally_core::ports::{CountReader, EdgeWriter, LeaseReader, PutEntry, ShardReader, Stream};
 use tally_core::summary::marker;
 use tally_counter::board::{shards_digest, Board, Listed, ShardOpen};
 use tally_counter::{Counter, CounterConfig, CounterContext};
@@ -31,33 +30,7 @@ fn action(id: &str, post: &str, user: &str, act: &str, at: i64) -> PutEntry {
     }
 }
 
-/// The open window's deltas per post, by minute.
-fn open_deltas(answer: &[ShardOpen]) -> BTreeMap<String, BTreeMap<i64, i64>> {
-    assert_eq!(answer.len(), 1, "{answer:?}");
-    let mut out = BTreeMap::new();
-    for w in &answer[0].windows {
-        out.extend(w.posts.clone());
-    }
-    out
-}
-
 const SHARD: &str = "shardId-000000000000";
-
-/// Puts the records and folds them into both shard processors' open windows (the same batch):
-/// the position of the last.
-async fn fold(
-    store: &Embedded,
-    reader: &mut dyn ShardReader,
-    shards: [&mut Box<dyn ShardProcessor>; 2],
-    records: &[PutEntry],
-) -> tally_core::Position {
-    store.put_records(records).await.unwrap();
-    let batch = reader.next_batch(100).await.unwrap();
-    for p in shards {
-        p.process(&batch, 0).await.unwrap();
-    }
-    tally_core::Position::whole(batch.records.last().unwrap().seq.clone())
-}
 
 /// A one-shard embedded store whose lease `w1` holds: the store (and its directory) and the
 /// lease.
@@ -87,29 +60,79 @@ async fn counter_on(store: &Arc<Embedded>, cfg: CounterConfig, board: &Arc<Board
     .on_board(board.clone())
 }
 
+/// Counting likers, the first stage's windows write edges and show nothing; the second
+/// stage's open window over the edges' change log shows what the changes will count — a like
+/// again moving a user to its minute, an unlike of a stored like, an unlike of nothing changing
+/// nothing — and once written, the store counts just that.
 #[tokio::test]
 async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
+    use tally_core::ports::{LeaseStore, StartPosition};
     let (_dir, store, fence, lease) = one_shard().await;
-    let shard = SHARD;
     let cfg = CounterConfig {
         window_time: Duration::from_secs(600),
         ..CounterConfig::default()
     };
-    let resolving = Arc::new(Board::resolving(store.clone()));
-    let plain = Arc::new(Board::default());
-    let counter = counter_on(&store, cfg.clone(), &resolving).await;
-    let mut p = counter.create(shard);
-    // The same records on a board that cannot resolve: the open window is left out.
-    let unresolved = counter_on(&store, cfg, &plain).await;
-    let mut q = unresolved.create(shard);
-    q.start(&fence, &lease).await.unwrap();
+    let board = Arc::new(Board::default());
+    let edges = counter_on(&store, cfg.clone(), &board).await;
+    assert!(
+        !edges.shows_open(),
+        "the first stage's windows hold edges, no deltas"
+    );
+    let mut p = edges.create(SHARD);
     p.start(&fence, &lease).await.unwrap();
-    let mut reader = store
-        .open(shard, tally_core::ports::StartPosition::TrimHorizon)
+    let mut reader = store.open(SHARD, StartPosition::TrimHorizon).await.unwrap();
+    // The second stage, on the change log's part that holds pA and pB (each of its own part;
+    // the board is asked about both).
+    let log = store.change_log().unwrap();
+    let changes = Counter::open_change_log(
+        store.clone(),
+        cfg,
+        CounterContext::default(),
+        Arc::default(),
+    )
+    .await
+    .unwrap()
+    .on_board(board.clone());
+    let parts = log.list_shards().await.unwrap();
+    store
+        .ensure_leases(tally_core::apps::CHANGES, &parts)
         .await
         .unwrap();
+    let mut counted = Vec::new();
+    for part in &parts {
+        let f = store
+            .take_lease(
+                tally_core::apps::CHANGES,
+                &part.shard_id,
+                0,
+                "w1",
+                i64::MAX / 2,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        let l = store
+            .list_leases(tally_core::apps::CHANGES)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.shard_id == part.shard_id)
+            .unwrap();
+        let mut c = changes.create(&part.shard_id);
+        let from = c.start(&f, &l).await.unwrap();
+        counted.push((c, log.open(&part.shard_id, from).await.unwrap()));
+    }
+    // A change-log shard's counter and its reader.
+    type Counted = (Box<dyn ShardProcessor>, Box<dyn ShardReader>);
+    // Reads each part's new changes into its open window.
+    async fn read_changes(counted: &mut [Counted]) {
+        for (c, r) in counted.iter_mut() {
+            let batch = r.next_batch(100).await.unwrap();
+            c.process(&batch, 0).await.unwrap();
+        }
+    }
 
-    // Applied first: u1 and u2 like pA.
+    // Counted first: u1 and u2 like pA.
     store
         .put_records(&[
             action("e1", "pA", "u1", "like", M0),
@@ -121,68 +144,60 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
         .await
         .unwrap();
     p.flush(false).await.unwrap();
+    read_changes(&mut counted).await;
+    for (c, _) in counted.iter_mut() {
+        c.flush(false).await.unwrap();
+    }
     assert_eq!(store.post_count("pA", None).await.unwrap().total, 2);
 
-    // Open: u1 likes pA again (still one like, now made in M1: -1 in M0, +1 in M1), u2 takes
+    // Then: u1 likes pA again (still one like, now made in M1: -1 in M0, +1 in M1), u2 takes
     // theirs back (-1 in M0), u3 likes it (+1 in M1), u9 unlikes pB, which they never liked
     // (nothing), u4 likes pB (+1 in M1).
-    let records = [
-        action("e3", "pA", "u1", "like", M1),
-        action("e4", "pA", "u2", "unlike", M1),
-        action("e5", "pA", "u3", "like", M1),
-        action("e6", "pB", "u9", "unlike", M1),
-        action("e7", "pB", "u4", "like", M1),
-    ];
-    let last = fold(&store, reader.as_mut(), [&mut p, &mut q], &records).await;
-
+    store
+        .put_records(&[
+            action("e3", "pA", "u1", "like", M1),
+            action("e4", "pA", "u2", "unlike", M1),
+            action("e5", "pA", "u3", "like", M1),
+            action("e6", "pB", "u9", "unlike", M1),
+            action("e7", "pB", "u4", "like", M1),
+        ])
+        .await
+        .unwrap();
+    p.process(&reader.next_batch(100).await.unwrap(), 0)
+        .await
+        .unwrap();
     let ids = vec!["pA".to_owned(), "pB".to_owned(), "pC".to_owned()];
-    let answer = resolving.pending(&ids, Default::default()).await;
-    assert_eq!(answer[0].through, Some(marker(&last)), "{answer:?}");
+    let shown = |answer: &[ShardOpen]| {
+        let mut out: BTreeMap<String, BTreeMap<i64, i64>> = BTreeMap::new();
+        for s in answer {
+            for w in &s.windows {
+                out.extend(w.posts.clone());
+            }
+        }
+        out
+    };
+    assert_eq!(
+        shown(&board.pending(&ids)),
+        BTreeMap::new(),
+        "edges not written yet"
+    );
+    p.flush(false).await.unwrap();
+    read_changes(&mut counted).await;
     let want = BTreeMap::from([
         ("pA".to_owned(), BTreeMap::from([(M0, -2), (M1, 2)])),
         ("pB".to_owned(), BTreeMap::from([(M1, 1)])),
     ]);
-    assert_eq!(open_deltas(&answer), want);
-    assert!(resolving.read_units() > 0, "the edges were read");
-    // Asked again: the edges are not read again.
-    let spent = resolving.read_units();
-    assert_eq!(
-        open_deltas(&resolving.pending(&ids, Default::default()).await),
-        want
-    );
-    assert_eq!(resolving.read_units(), spent);
-
-    // Still open, u3 takes back the like this window holds (nothing stored to take: -1 in M1
-    // against the answer before) and u6 likes pB (+1 in M1, an edge not read yet). An answer
-    // resolves both again, though asked before.
-    let records = [
-        action("e8", "pA", "u3", "unlike", M1),
-        action("e9", "pB", "u6", "like", M1),
-    ];
-    let last = fold(&store, reader.as_mut(), [&mut p, &mut q], &records).await;
-    let answer = resolving.pending(&ids, Default::default()).await;
-    assert_eq!(answer[0].through, Some(marker(&last)), "{answer:?}");
-    let want = BTreeMap::from([
-        ("pA".to_owned(), BTreeMap::from([(M0, -2), (M1, 1)])),
-        ("pB".to_owned(), BTreeMap::from([(M1, 2)])),
-    ]);
-    assert_eq!(open_deltas(&answer), want);
-    assert!(resolving.read_units() > spent, "u6's edge was read");
-
-    let left_out = plain.pending(&ids, Default::default()).await;
-    assert_eq!(open_deltas(&left_out), BTreeMap::new(), "{left_out:?}");
-    assert_ne!(left_out[0].through, Some(marker(&last)));
+    assert_eq!(shown(&board.pending(&ids)), want);
 
     // Written: what was shown is what the store counts now.
-    p.flush(false).await.unwrap();
-    assert_eq!(store.post_count("pA", None).await.unwrap().total, 1);
-    assert_eq!(store.post_count("pB", None).await.unwrap().total, 2);
+    for (c, _) in counted.iter_mut() {
+        c.flush(false).await.unwrap();
+    }
+    assert_eq!(store.post_count("pA", None).await.unwrap().total, 2);
+    assert_eq!(store.post_count("pB", None).await.unwrap().total, 1);
     let since_m1 = store.post_count("pA", Some(M1)).await.unwrap();
-    assert_eq!(since_m1.since, Some(1), "u1's like again");
-    assert_eq!(
-        open_deltas(&resolving.pending(&ids, Default::default()).await),
-        BTreeMap::new()
-    );
+    assert_eq!(since_m1.since, Some(2), "u1's like again and u3's");
+    assert_eq!(shown(&board.pending(&ids)), BTreeMap::new());
 }
 
 #[test]
@@ -234,9 +249,8 @@ async fn the_counter_writes_in_its_store_s_batches_unless_told() {
     assert_eq!(CounterConfig::default().batch_on(store.as_ref()), 20_000);
 }
 
-/// A closed window whose edge writes are under way is shown as its write will count it — not
-/// left out until its deltas are known — so a like shown while its window was open is never
-/// taken back while the window is written: at every answer, the stored count plus the windows
+/// A closed window whose writes are under way is shown — not left out until they are done — so
+/// a like shown while its window was open is never taken back while the window is written: at every answer, the stored count plus the windows
 /// the post's markers say it does not hold yet is the count the writes end at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_being_written_is_shown_until_it_is_counted() {
@@ -244,11 +258,12 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
     let shard = SHARD;
     let cfg = CounterConfig {
         window_time: Duration::from_secs(600),
-        // One edge, then one post, per store call: the writes take long enough to be asked about.
+        // One post per store call: the writes take long enough to be asked about.
         posts_per_batch: Some(1),
+        count: tally_core::edge::CountMode::Events,
         ..CounterConfig::default()
     };
-    let board = Arc::new(Board::resolving(store.clone()));
+    let board = Arc::new(Board::default());
     let counter = counter_on(&store, cfg, &board).await;
     let mut p = counter.create(shard);
     p.start(&fence, &lease).await.unwrap();
@@ -284,7 +299,7 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
             })
             .collect::<Vec<(i64, i64)>>()
     };
-    let open = board.pending(&ids, Default::default()).await;
+    let open = board.pending(&ids);
     let counts = store
         .post_counts(&ids, None, Default::default())
         .await
@@ -297,16 +312,11 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
     });
     let (mut asked, mut mid_write) = (0, 0);
     while !writing.is_finished() {
-        let answer = board.pending(&ids, Default::default()).await;
+        let answer = board.pending(&ids);
         let counts = store
             .post_counts(&ids, None, Default::default())
             .await
             .unwrap();
-        if answer.is_empty() {
-            // Left out (its window could not be resolved for this answer): the read side names
-            // the shard unanswered and keeps what it showed last.
-            continue;
-        }
         let seen = shown(answer, counts);
         assert!(
             seen.iter().all(|&(_, n)| n == 1),
@@ -341,9 +351,10 @@ async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
     let store = Arc::new(Embedded::open(dir.path(), SHARDS).unwrap());
     let cfg = CounterConfig {
         window_time: Duration::from_secs(600),
+        count: tally_core::edge::CountMode::Events,
         ..CounterConfig::default()
     };
-    let board = Arc::new(Board::resolving(store.clone()));
+    let board = Arc::new(Board::default());
     let counter = counter_on(&store, cfg, &board).await;
     let ids = store.list_shards().await.unwrap();
     let mut shards = Vec::new();
@@ -417,7 +428,7 @@ async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
         // A page: posts just liked, and others.
         let mut page: Vec<String> = puts[..5].iter().map(|e| e.partition_key.clone()).collect();
         page.extend((0..5).map(|_| format!("h{}", next(POSTS))));
-        let answer = board.pending(&page, Default::default()).await;
+        let answer = board.pending(&page);
         assert_eq!(answer.len(), SHARDS, "every held shard answers");
         for (i, a) in answer.iter().enumerate() {
             assert_eq!(a.shard_id, shards[i].0);
@@ -433,7 +444,7 @@ async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
             held: all,
             named: &named,
         };
-        let holding = board.answer(&page, Default::default(), listed).await;
+        let holding = board.answer(&page, listed);
         assert!(holding.holding_only, "the digest is the worker's");
         for (i, o) in open.iter().enumerate() {
             let holds = page.iter().any(|p| o.contains_key(p));
@@ -449,7 +460,7 @@ async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
             held: all ^ shards_digest(["shardId-999"]),
             named: &named,
         };
-        let every = board.answer(&page, Default::default(), stale).await;
+        let every = board.answer(&page, stale);
         assert!(!every.holding_only);
         assert_eq!(every.shards.len(), SHARDS);
         page.sort();

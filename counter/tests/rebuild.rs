@@ -63,13 +63,13 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
         app: "counter",
         shard_id: shard,
         end: &end,
-        held: false,
     };
     store.apply_posts(at, &[("pA".into(), pa)]).await.unwrap();
 
     // The next owner reads from the checkpoint; the stream has lost the first four records.
     let cfg = CounterConfig {
         window_records: 20,
+        count: tally_core::edge::CountMode::Events,
         ..CounterConfig::default()
     };
     let counter = Counter::open(

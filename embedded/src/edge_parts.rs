@@ -8,9 +8,8 @@
 //! and only a scan of every edge reads them all (merged in key order).
 //!
 //! How many parts a store has is fixed when its first part ([`EDGES_FILE`]) is set up, and
-//! recorded there (table `edge_parts`): [`NEW_STORE_PARTS`] for a store with no edge yet, one for
-//! a store whose edges are still in `tally.db` (they are moved into the one part). A file set up
-//! before parts has no record: one part, itself.
+//! recorded there (table `edge_parts`): [`NEW_STORE_PARTS`]. Each part is also one shard of the
+//! edges' change log (`edge_log`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

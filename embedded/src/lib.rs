@@ -17,6 +17,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod edge_file;
+mod edge_log;
 mod edge_parts;
 mod stores;
 mod stream;
@@ -45,8 +46,7 @@ pub struct Embedded {
     /// One connection per handle; handles in one process share nothing else.
     conn: Arc<Mutex<Connection>>,
     /// The likers' edges' connections, one per part (`edge_parts`, `edge_file`); `conn` itself
-    /// on a read-only store whose edges are still in [`DB_FILE`], and on a records reader (which
-    /// reads none).
+    /// on a records reader (which reads none).
     edges: Arc<edge_parts::EdgeParts>,
     /// The edge commits this handle made, and those its last sync of the edges' parts covered
     /// (`edge_file`, "Durable in order").
@@ -273,39 +273,17 @@ const CACHE_KIB: i64 = 64 * 1024;
 
 fn prepare_once(conn: &Connection) -> PortResult<()> {
     journal(conn)?;
-    // Serialize schema creation and migration on a write lock.
-    // `edges.sql` too: a store made before keeps its edges there until they are moved
-    // (`edge_file`), and a store older still moves its edge items there first (`migrate_edges`).
-    conn.execute_batch(&format!(
-        "BEGIN IMMEDIATE; {} {}",
-        include_str!("schema.sql"),
-        edge_file::EDGES_SQL
-    ))
-    .map_err(sql_err)?;
-    let migrated = migrate(conn);
-    let end = if migrated.is_ok() {
-        "COMMIT"
-    } else {
-        "ROLLBACK"
-    };
+    // Schema creation serialized on the write lock; a store an earlier build made is refused
+    // under it, before anything is created in it.
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(sql_err)?;
+    let made = refuse_earlier_build(conn).and_then(|()| {
+        conn.execute_batch(include_str!("schema.sql"))
+            .map_err(sql_err)
+    });
+    let end = if made.is_ok() { "COMMIT" } else { "ROLLBACK" };
     conn.execute_batch(end).map_err(sql_err)?;
-    migrated
+    made
 }
-
-/// Columns added since a store's tables were first created: `(table, column, declaration)`.
-/// `schema.sql` has them for a new store; an older store gets them here.
-const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
-    ("dead_letters", "size", "INTEGER NOT NULL DEFAULT 0"),
-    ("leases", "pending_horizon_ms", "INTEGER"),
-    ("leases", "spent", "TEXT"),
-    ("leases", "pending_first", "TEXT"),
-    ("leases", "behind_ms", "INTEGER"),
-    ("leases", "behind_at_ms", "INTEGER"),
-    ("leases", "holder_addr", "TEXT"),
-    ("shards", "trimmed_through", "INTEGER"),
-    ("leases", "wanted_by", "TEXT"),
-    ("leases", "pending_skew_ms", "INTEGER"),
-];
 
 /// The tables `schema.sql` creates.
 const TABLES: &[&str] = &[
@@ -314,9 +292,7 @@ const TABLES: &[&str] = &[
     "batches",
     "leases",
     "items",
-    "edges",
     "dedup",
-    "window_edges",
     "dead_letters",
     "analytics_snapshots",
     "baseline_counts",
@@ -324,9 +300,43 @@ const TABLES: &[&str] = &[
     "trending",
 ];
 
-/// Whether the store is already set up as this version expects — WAL, every table and column —
-/// read without taking the write lock, so that a reading command never waits for a writer
-/// (another process may hold the write lock for as long as it likes, paused or stuck).
+/// Tables only an earlier build of tally made in `tally.db`: a store that has one kept likers'
+/// edges with a history this build no longer reads, and is refused.
+const EARLIER_BUILDS_TABLES: &[&str] = &["window_edges", "edges", "records"];
+
+/// Whether `conn`'s file has a table of each of `names` (how many of them it has).
+fn tables_present(conn: &Connection, names: &[&str]) -> PortResult<i64> {
+    let list = names
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    conn.query_row(
+        &format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({list})"),
+        [],
+        |r| r.get(0),
+    )
+    .map_err(sql_err)
+}
+
+/// A store an earlier build of tally made is refused, with what to do: this build counts likers
+/// from the edges' change log, which such a store does not have.
+fn refuse_earlier_build(conn: &Connection) -> PortResult<()> {
+    if tables_present(conn, EARLIER_BUILDS_TABLES)? == 0 {
+        return Ok(());
+    }
+    let path = conn.path().unwrap_or_default().to_owned();
+    Err(PortError::Other(format!(
+        "{path} was made by an earlier build of tally, whose likers' edges this build does not \
+         read (it counts likers from the edges' change log): count into a fresh --data-dir (put \
+         the events again with `tally replay`), or keep using the build that made it"
+    )))
+}
+
+/// Whether the store is already set up as this version expects — WAL and every table — read
+/// without taking the write lock, so that a reading command never waits for a writer (another
+/// process may hold the write lock for as long as it likes, paused or stuck). A store an
+/// earlier build made is refused here.
 fn is_prepared(conn: &Connection) -> PortResult<bool> {
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -334,67 +344,8 @@ fn is_prepared(conn: &Connection) -> PortResult<bool> {
     if !mode.eq_ignore_ascii_case("wal") {
         return Ok(false);
     }
-    let tables: i64 = conn
-        .query_row(
-            &format!(
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({})",
-                TABLES
-                    .iter()
-                    .map(|t| format!("'{t}'"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    if tables != TABLES.len() as i64 {
-        return Ok(false);
-    }
-    // A stream still in the per-record layout is migrated first (`stream::migrate_records`).
-    let old_stream: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'records'",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    if old_stream > 0 {
-        return Ok(false);
-    }
-    for (table, column, _) in ADDED_COLUMNS {
-        let has: i64 = conn
-            .query_row(
-                &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
-                [column],
-                |r| r.get(0),
-            )
-            .map_err(sql_err)?;
-        if has == 0 {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-fn migrate(conn: &Connection) -> PortResult<()> {
-    stream::migrate_records(conn)?;
-    stores::migrate_edges(conn)?;
-    for (table, column, decl) in ADDED_COLUMNS {
-        let has: bool = conn
-            .query_row(
-                &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
-                [column],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(sql_err)?
-            > 0;
-        if !has {
-            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
-                .map_err(sql_err)?;
-        }
-    }
-    Ok(())
+    refuse_earlier_build(conn)?;
+    Ok(tables_present(conn, TABLES)? == TABLES.len() as i64)
 }
 
 pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {
@@ -541,11 +492,10 @@ impl Embedded {
         }
         drop(conn);
         let conn = open_read_only(&path, "SELECT COUNT(*) FROM shards")?;
-        let edges = edge_file::open_read_only(dir, &conn)?;
+        refuse_earlier_build(&conn)?;
+        let edges = edge_file::open_read_only(dir)?;
         let mut store = Embedded::on(conn, path);
-        if let Some(edges) = edges {
-            store.edges = Arc::new(edge_parts::EdgeParts::of(edges));
-        }
+        store.edges = Arc::new(edge_parts::EdgeParts::of(edges));
         Ok(store)
     }
 
@@ -554,8 +504,8 @@ impl Embedded {
     /// ([`checkpoint_in_background`]), one per file.
     fn writer(conn: Connection, dir: &Path, path: PathBuf) -> PortResult<Embedded> {
         tune(&conn)?;
-        let edges = edge_file::open_writable(dir, &conn)
-            .map_err(|e| not_a_store(&dir.join(EDGES_FILE), e))?;
+        let edges =
+            edge_file::open_writable(dir).map_err(|e| not_a_store(&dir.join(EDGES_FILE), e))?;
         let mut checkpointers = Vec::new();
         let files = std::iter::once((&conn, path.clone())).chain(
             edges
@@ -697,30 +647,38 @@ impl Embedded {
             .await
     }
 
+    /// Runs `f` on part `part`'s connection, synchronously.
+    pub(crate) fn with_part<T>(
+        &self,
+        part: usize,
+        f: impl FnOnce(&mut Connection) -> PortResult<T>,
+    ) -> PortResult<T> {
+        self.edges.with(part, f)
+    }
+
     /// How many parts the edges are in (`edge_parts`).
     pub(crate) fn edge_parts(&self) -> usize {
         self.edges.len()
     }
 
-    /// Runs `f` on part `part`'s connection (a write of the shard's edges), then notes its
-    /// commit: the shard's next counts sync it first ([`Embedded::edges_durable`]).
-    pub(crate) async fn write_edges<T: Send + 'static>(
+    /// Runs `f` on part `part`'s connection (a write of edges), then notes its commit: the
+    /// handle's next write in `tally.db` syncs it first ([`Embedded::sync_edges`]).
+    pub(crate) async fn write_part<T: Send + 'static>(
         &self,
-        shard: &str,
         part: usize,
         f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
     ) -> PortResult<T> {
         let out = self.run_edges(move |parts| parts.with(part, f)).await;
         // A failed call may have committed nothing; counting it costs one sync at most.
-        self.edge_syncs.committed(shard);
+        self.edge_syncs.committed();
         out
     }
 
-    /// Makes the shard's edge commits durable, before a write in `tally.db` that depends on them
-    /// (a window's counts, the rest, its checkpoint): one synced commit of each of the edges'
-    /// parts when the last did not cover them (`edge_file`, "Durable in order").
-    pub(crate) async fn edges_durable(&self, shard: &str) -> PortResult<()> {
-        let Some(written) = self.edge_syncs.due(shard) else {
+    /// Makes the handle's edge commits durable, before a write in `tally.db` that depends on
+    /// them (a window's checkpoint past the records they came from): one synced commit of each
+    /// of the edges' parts when the last did not cover them (`edge_file`, "Durable in order").
+    pub(crate) async fn sync_edges(&self) -> PortResult<()> {
+        let Some(written) = self.edge_syncs.due() else {
             return Ok(());
         };
         self.run_edges(|parts| parts.each(edge_file::sync)).await?;

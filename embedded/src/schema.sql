@@ -35,7 +35,6 @@ CREATE TABLE IF NOT EXISTS leases (
     pending_end   TEXT,                 -- the window being applied (recorded before its writes)
     pending_horizon_ms INTEGER,         -- the dedup horizon it was built with
     pending_first TEXT,                 -- the record its first user record is in
-    pending_skew_ms INTEGER,            -- likers: the clock skew its events were ordered with
     behind_ms     INTEGER,              -- how far behind the tip the holder read, at its last renewal
     behind_at_ms  INTEGER,              -- when that was reported
     holder_addr   TEXT,                 -- where the holder serves its open windows (host:port)
@@ -53,8 +52,7 @@ CREATE TABLE IF NOT EXISTS items (
     attrs TEXT NOT NULL,                -- JSON object: n, w (marker), hk, m00..m59, h00..h23
     PRIMARY KEY (pk, sk)
 ) WITHOUT ROWID;
--- Likers' edges live in `edges.db` (`edges.sql`, `edge_file.rs`); `lib.rs` runs `edges.sql` here
--- too, for the stores made before, whose edges this file held until they are moved there.
+-- Likers' edges and their change log live in files of their own (`edges.sql`, `edge_file.rs`).
 CREATE TABLE IF NOT EXISTS dedup (
     app         TEXT NOT NULL,
     shard_id    TEXT NOT NULL,
@@ -64,15 +62,6 @@ CREATE TABLE IF NOT EXISTS dedup (
     ids         BLOB NOT NULL,
     PRIMARY KEY (app, shard_id, end_seq)
 );
-CREATE TABLE IF NOT EXISTS window_edges (
-    app       TEXT NOT NULL,
-    shard_id  TEXT NOT NULL,
-    end_seq   TEXT NOT NULL,            -- the pending likers window whose edges these are
-    chunk     INTEGER NOT NULL,
-    chunks    INTEGER NOT NULL,         -- how many the record has: a record is whole with all of them
-    pairs     BLOB NOT NULL,            -- tally_core::edge::encode_pairs
-    PRIMARY KEY (app, shard_id, end_seq, chunk)
-) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters (
     shard_id   TEXT NOT NULL,
     seq        TEXT NOT NULL,               -- the letter's key (tally_core::dead_letter): a position, or a gap's range

@@ -53,63 +53,6 @@ pub mod batch {
     }
 }
 
-/// A store from before batches kept one row per record in `records`: each becomes a batch of
-/// one, with its sequence number, and the old table goes (in the schema's write transaction, so
-/// several processes opening the store at once migrate it once).
-pub(crate) fn migrate_records(conn: &Connection) -> PortResult<()> {
-    let old: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'records'",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    if old == 0 {
-        return Ok(());
-    }
-    {
-        let mut read = conn
-            .prepare(
-                "SELECT seq, shard_id, arrival_ms, partition_key, data FROM records ORDER BY seq",
-            )
-            .map_err(sql_err)?;
-        let mut ins = conn
-            .prepare("INSERT INTO batches (shard_id, last_seq, first_seq, arrival_ms, records) VALUES (?1, ?2, ?2, ?3, ?4)")
-            .map_err(sql_err)?;
-        let mut rows = read.query([]).map_err(sql_err)?;
-        while let Some(r) = rows.next().map_err(sql_err)? {
-            let (seq, shard, arrival): (i64, String, i64) = (
-                r.get(0).map_err(sql_err)?,
-                r.get(1).map_err(sql_err)?,
-                r.get(2).map_err(sql_err)?,
-            );
-            let key: String = r.get(3).map_err(sql_err)?;
-            let data: Vec<u8> = r.get(4).map_err(sql_err)?;
-            let mut blob = Vec::with_capacity(key.len() + data.len() + 8);
-            batch::push(&mut blob, &key, &data);
-            ins.execute(params![shard, seq, arrival, blob])
-                .map_err(sql_err)?;
-        }
-    }
-    // The next number is past every one given, the AUTOINCREMENT's own counter included.
-    let given: i64 = conn
-        .query_row(
-            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0), \
-             COALESCE((SELECT MAX(seq) FROM records), 0))",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    let next = next_seq(conn)?.max(given + 1);
-    conn.execute(
-        "INSERT OR REPLACE INTO stream_meta (key, value) VALUES ('next_seq', ?1)",
-        [next],
-    )
-    .map_err(sql_err)?;
-    conn.execute_batch("DROP INDEX IF EXISTS records_by_shard; DROP TABLE records;")
-        .map_err(sql_err)
-}
-
 /// The next sequence number to give, kept in `stream_meta` so that no number is given twice
 /// although `trim` deletes batches.
 fn next_seq(tx: &Connection) -> PortResult<i64> {

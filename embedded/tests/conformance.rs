@@ -236,55 +236,6 @@ async fn reads_resume_inside_a_batch() {
     }
 }
 
-/// A store written by a tally from before batches (one `records` row per record) is migrated
-/// when opened: every record is read with its sequence number, and new ones come after.
-#[tokio::test]
-async fn an_old_per_record_store_is_read_after_migrating() {
-    use tally_core::ports::{PutEntry, PutOutcome, StartPosition, Stream};
-    let dir = tempfile::tempdir().unwrap();
-    drop(Embedded::open(dir.path(), 2).unwrap());
-    {
-        let c = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
-        c.execute_batch(
-            "DROP TABLE batches;
-             CREATE TABLE records (seq INTEGER PRIMARY KEY AUTOINCREMENT, shard_id TEXT NOT NULL,
-               arrival_ms INTEGER NOT NULL, partition_key TEXT NOT NULL, data BLOB NOT NULL);
-             CREATE INDEX records_by_shard ON records(shard_id, seq);
-             INSERT INTO records (shard_id, arrival_ms, partition_key, data) VALUES
-               ('shardId-000000000000', 1, 'a', x'6131'), ('shardId-000000000001', 1, 'b', x'6231'),
-               ('shardId-000000000000', 2, 'a', x'6132'), ('shardId-000000000000', 3, 'a', x'6133');
-             DELETE FROM records WHERE seq = 4; -- the AUTOINCREMENT counter stays at 4",
-        )
-        .unwrap();
-    }
-    let e = Embedded::open(dir.path(), 2).unwrap();
-    let mut r = e
-        .open("shardId-000000000000", StartPosition::TrimHorizon)
-        .await
-        .unwrap();
-    let b = r.next_batch(10).await.unwrap();
-    let got: Vec<(String, Vec<u8>)> = b
-        .records
-        .iter()
-        .map(|r| (r.seq.as_str().to_owned(), r.data.clone()))
-        .collect();
-    assert_eq!(
-        got,
-        vec![("1".into(), b"a1".to_vec()), ("3".into(), b"a2".to_vec())]
-    );
-    let put = e
-        .put_records(&[PutEntry {
-            partition_key: "z".into(),
-            data: b"z".to_vec(),
-        }])
-        .await
-        .unwrap();
-    match &put[0] {
-        PutOutcome::Ok { seq, .. } => assert_eq!(seq.as_str(), "5", "never a number given before"),
-        other => panic!("{other:?}"),
-    }
-}
-
 /// A lease row written behind the store's back with a string where tally keeps a list, a
 /// number or a position: read as an error naming the row and the field, never a default.
 #[tokio::test]
@@ -342,7 +293,7 @@ async fn corrupt_summary_and_dedup_are_named() {
     .await;
 }
 
-/// An edge row written behind the store's back with a history tally never writes: read as an
+/// An edge row written behind the store's back with an event id tally never writes: read as an
 /// error naming the post and the user, never as an absent or unliked edge.
 #[tokio::test]
 async fn a_corrupt_edge_is_named() {
@@ -354,7 +305,7 @@ async fn a_corrupt_edge_is_named() {
             let conn = rusqlite::Connection::open(db).unwrap();
             let n = conn
                 .execute(
-                    "UPDATE edges SET history = x'09' WHERE post = ?1 AND user = ?2",
+                    "UPDATE edges SET event_id = x'09' WHERE post = ?1 AND user = ?2",
                     rusqlite::params![post, user],
                 )
                 .unwrap();
@@ -364,149 +315,9 @@ async fn a_corrupt_edge_is_named() {
     .await;
 }
 
-/// A store from before the typed `edges` table kept each edge as a JSON item (`E#<user>` in the
-/// post's partition of `items`): opened by this version, its edges move into `edges` in the
-/// schema's transaction and read as they were — a liker is still one, a window's own write is
-/// still found — and no edge item is left behind.
-#[tokio::test]
-async fn an_old_store_s_edge_items_are_moved_to_the_edges_table() {
-    use tally_core::edge;
-    use tally_core::ports::{Consistency, CountReader};
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join(tally_embedded::DB_FILE);
-    drop(Embedded::open(dir.path(), 1).unwrap());
-    // The old layout: an edge item written as the old store wrote it, no `edges` table, and no
-    // edges' file.
-    remove_edge_files(dir.path());
-    let e = edge_event("u1", true, 1_796_000_000_000, "a");
-    let old = edge::written(&e, "0010@shard-0", None);
-    {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("DROP TABLE edges").unwrap();
-        conn.execute(
-            "INSERT INTO items (pk, sk, attrs) VALUES ('p1', 'E#u1', ?1)",
-            [serde_json::to_string(&old).unwrap()],
-        )
-        .unwrap();
-    }
-    let store = Embedded::open_existing(dir.path()).unwrap();
-    assert_eq!(store.likers("p1", None, 10).await.unwrap().users, ["u1"]);
-    let (states, _) = store
-        .edges(&[("p1".into(), "u1".into())], Consistency::Strong)
-        .await
-        .unwrap();
-    let state = states[0].clone().expect("the edge moved");
-    assert_eq!(state.to_attrs(), old);
-    assert!(state.written_by("0010@shard-0", "p1").is_some());
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let left: i64 = conn
-        .query_row("SELECT COUNT(*) FROM items WHERE sk LIKE 'E#%'", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    assert_eq!(left, 0, "no edge item is left in items");
-}
-
-/// An edge row as a build before packed rows wrote it — its event id and window as text, its
-/// history version 1 with nothing in it — reads as the edge it is, a write of the same window is found its own,
-/// and a later window's write over it is packed.
-#[tokio::test]
-async fn an_edge_row_written_before_packing_reads_and_is_written_over() {
-    use tally_core::ports::WindowWriter;
-    let (dir, e) = store(1);
-    assert!(e.add_recent_index().unwrap());
-    let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
-    // The window ending at `end` writes `edges`.
-    let apply = |end: &str, edges: Vec<tally_core::edge::EdgeEvent>| {
-        let (e, fence) = (&e, &fence);
-        let end = tally_core::Position::parse(end).unwrap();
-        async move {
-            e.apply_edges(tally_conformance::window_at(fence, &end), &edges)
-                .await
-                .unwrap()
-        }
-    };
-    let like = || vec![edge_event("u1", true, 1_796_000_000_000, "a")];
-    assert_eq!(apply("10", like()).await.transitions.len(), 1);
-    let (_, _, before) = edges_of_p1(&e, &["u1"]).await;
-    let window = before[0].clone().expect("the like").writes[0]
-        .window
-        .clone();
-    let db = tally_embedded::edge_file_of(dir.path(), "p1").unwrap();
-    let column = |sql: &str| -> String {
-        rusqlite::Connection::open(&db)
-            .unwrap()
-            .query_row(sql, [], |r| r.get(0))
-            .unwrap()
-    };
-    let types = "SELECT typeof(event_id) || ' ' || typeof(window) FROM edges";
-    assert_eq!(column(types), "blob blob");
-    assert_eq!(column("SELECT hex(history) FROM edges"), "");
-    let n = rusqlite::Connection::open(&db)
-        .unwrap()
-        .execute(
-            "UPDATE edges SET event_id = 'a', window = ?1, history = x'010000000000'",
-            [&window],
-        )
-        .unwrap();
-    assert_eq!(n, 1);
-    assert_eq!(column(types), "text text");
-    assert_eq!(
-        edges_of_p1(&e, &["u1"]).await,
-        (vec!["u1".into()], vec!["u1".into()], before)
-    );
-    // The same window again: its own write, found (no count moves twice).
-    let again = apply("10", like()).await;
-    assert_eq!(again.applied.written, 0, "found its own, not written again");
-    assert_eq!(again.transitions.len(), 1);
-    // A later window's unlike: written over, packed.
-    let unlike = vec![edge_event("u1", false, 1_796_000_000_001, "b")];
-    let wrote = apply("20", unlike).await;
-    assert_eq!(wrote.transitions.len(), 1);
-    assert_eq!(wrote.transitions[0].before, Some(1_796_000_000_000));
-    assert_eq!(wrote.transitions[0].after, None);
-    let (likers, recent, states) = edges_of_p1(&e, &["u1"]).await;
-    assert!(likers.is_empty() && recent.is_empty());
-    assert!(!states[0].as_ref().expect("the unlike").liked);
-    assert_eq!(column(types), "blob blob");
-}
-
 /// An edge event of `p1` (the conformance suite's `like`).
 fn edge_event(user: &str, liked: bool, at_ms: i64, id: &str) -> tally_core::edge::EdgeEvent {
     tally_conformance::like("p1", user, liked, at_ms, id)
-}
-
-/// What a store's edges of `p1` read as: its likers in user order, most recent first, and the
-/// edge of each of `users`.
-async fn edges_of_p1(
-    store: &Embedded,
-    users: &[&str],
-) -> (
-    Vec<String>,
-    Vec<String>,
-    Vec<Option<tally_core::edge::EdgeState>>,
-) {
-    use tally_core::ports::{Consistency, CountReader};
-    let likers = store.likers("p1", None, 10).await.unwrap().users;
-    let recent = store.recent_likers("p1", None, 10).await.unwrap();
-    let pairs: Vec<(String, String)> = users
-        .iter()
-        .map(|u| ("p1".to_owned(), (*u).to_owned()))
-        .collect();
-    let (states, _) = store.edges(&pairs, Consistency::Strong).await.unwrap();
-    (
-        likers,
-        recent.likers.into_iter().map(|l| l.user).collect(),
-        states,
-    )
-}
-
-/// The rows of `tally.db`'s own `edges` table (where a store made before `edges.db` kept them).
-fn edges_in_main(dir: &std::path::Path) -> i64 {
-    rusqlite::Connection::open(dir.join(tally_embedded::DB_FILE))
-        .unwrap()
-        .query_row("SELECT COUNT(*) FROM main.edges", [], |r| r.get(0))
-        .unwrap()
 }
 
 /// Removes the file at `path` with its WAL and shared memory.
@@ -514,96 +325,6 @@ fn remove_with_wal(path: &std::path::Path) {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-}
-
-/// Removes the files of every part of the edges (with their WALs and shared memory).
-fn remove_edge_files(dir: &std::path::Path) {
-    for part in tally_embedded::edge_files(dir).unwrap() {
-        remove_with_wal(&part);
-    }
-}
-
-/// Copies the edges of every part (and the recent index) into `tally.db`'s own `edges` table,
-/// as a store made before `edges.db` kept them, or as a move a crash cut after its copy left
-/// them.
-fn copy_edges_into_main(dir: &std::path::Path) {
-    let conn = rusqlite::Connection::open(dir.join(tally_embedded::DB_FILE)).unwrap();
-    let parts = tally_embedded::edge_files(dir).unwrap();
-    for part in &parts {
-        conn.execute("ATTACH DATABASE ?1 AS e", [part.display().to_string()])
-            .unwrap();
-        conn.execute_batch(
-            "INSERT INTO main.edges SELECT * FROM e.edges; \
-             CREATE INDEX IF NOT EXISTS main.edges_recent ON edges (post, at_ms, user) WHERE liked = 1; \
-             DETACH DATABASE e",
-        )
-        .unwrap();
-    }
-}
-
-/// A store made before `edges.db` kept its edges (and its recent index) in `tally.db`: the
-/// first handle that may write moves them into `edges.db` — each edge read as it was, a liker
-/// still one, most recent first still in order, a window's own write still found — and leaves
-/// none in `tally.db`. A move a crash cut between its two commits (the edges copied into
-/// `edges.db`, not yet deleted from `tally.db`) is finished by the next open, which adds none:
-/// an edge written in `edges.db` since is kept, not put back as it was.
-#[tokio::test]
-async fn a_store_s_edges_move_out_of_tally_db_into_their_own_file() {
-    use tally_core::ports::{WindowRef, WindowWriter};
-    use tally_core::seq::{Position, SeqNo};
-    let dir = tempfile::tempdir().unwrap();
-    let store = Embedded::open(dir.path(), 1).unwrap();
-    assert!(store.add_recent_index().unwrap());
-    let t = 1_796_000_000_000;
-    let (end1, end2) = (
-        Position::whole(SeqNo::of_number(10)),
-        Position::whole(SeqNo::of_number(20)),
-    );
-    let at = |end| WindowRef {
-        app: "counter",
-        shard_id: "shard-0",
-        end,
-        held: false,
-    };
-    let w1 = vec![
-        edge_event("u1", true, t, "a"),
-        edge_event("u2", true, t + 2, "b"),
-        edge_event("u3", false, t + 3, "d"),
-    ];
-    let written = store.apply_edges(at(&end1), &w1).await.unwrap();
-    let users = ["u1", "u2", "u3"];
-    let before = edges_of_p1(&store, &users).await;
-    assert_eq!(before.0, ["u1", "u2"]);
-    assert_eq!(before.1, ["u2", "u1"]);
-    drop(store);
-    // The layout before: the edges in tally.db, no edges' file.
-    copy_edges_into_main(dir.path());
-    remove_edge_files(dir.path());
-    let store = Embedded::open_existing(dir.path()).unwrap();
-    assert_eq!(edges_of_p1(&store, &users).await, before);
-    assert_eq!(edges_in_main(dir.path()), 0, "no edge is left in tally.db");
-    let again = store.apply_edges(at(&end1), &w1).await.unwrap();
-    assert_eq!(
-        again.transitions, written.transitions,
-        "the window finds its own writes where they moved"
-    );
-    assert_eq!(again.applied.written, 0);
-    // A move cut after its copy: the edges in both files. Meanwhile u1 unlikes p1 in edges.db.
-    copy_edges_into_main(dir.path());
-    store
-        .apply_edges(at(&end2), &[edge_event("u1", false, t + 10, "e")])
-        .await
-        .unwrap();
-    let now = edges_of_p1(&store, &users).await;
-    assert_eq!(now.0, ["u2"]);
-    drop(store);
-    let store = Embedded::open_existing(dir.path()).unwrap();
-    assert_eq!(
-        edges_of_p1(&store, &users).await,
-        now,
-        "the unlike written in edges.db is kept"
-    );
-    assert_eq!(edges_in_main(dir.path()), 0);
 }
 
 /// An `edges.db` whose `tally.db` is gone is never taken into a new store: opening one there is
@@ -643,26 +364,18 @@ fn a_corrupt_edges_file_is_named() {
     );
 }
 
-/// A window's edge writes take no lock of `tally.db`, where the stream's puts, the counts and
-/// the leases are written: with another connection holding `tally.db`'s write lock, they are
-/// written at once (a wait for that lock would fail the call after 30 s, or the assertion).
+/// Edge writes take no lock of `tally.db`, where the stream's puts, the counts and the leases
+/// are written: with another connection holding `tally.db`'s write lock, they are written at
+/// once (a wait for that lock would fail the call after 30 s, or the assertion).
 #[tokio::test]
 async fn edge_writes_take_no_lock_of_tally_db() {
-    use tally_core::ports::{WindowRef, WindowWriter};
-    use tally_core::seq::{Position, SeqNo};
+    use tally_core::ports::EdgeWriter;
     let (dir, store) = store(1);
     let other = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let end = Position::whole(SeqNo::of_number(10));
-    let w = WindowRef {
-        app: "counter",
-        shard_id: "shard-0",
-        end: &end,
-        held: false,
-    };
     let started = std::time::Instant::now();
     let wrote = store
-        .apply_edges(w, &[edge_event("u1", true, 1_796_000_000_000, "a")])
+        .write_edges(&[edge_event("u1", true, 1_796_000_000_000, "a")])
         .await
         .unwrap();
     assert_eq!(wrote.applied.written, 1);
@@ -696,31 +409,22 @@ async fn a_corrupt_trending_sketch_is_named() {
     .await;
 }
 
-/// The edges' file commits at `synchronous = NORMAL`, and what depends on its edges is written
-/// in `tally.db` only once they are durable (`edge_file`, "Durable in order"): a window's posts,
-/// its rest and its checkpoint each first sync every edge commit made before them (each is
-/// checked here as the first write after edges) — one synced
-/// commit of `edges.db`, seen here as its `user_version` moving — and sync nothing when no edge
-/// of their shard was written since (another shard's window syncs for its own). A handle's first
-/// such write syncs once anyway: edges of a process before it may not be synced.
+/// The edges' files commit at `synchronous = NORMAL`, and nothing that depends on their edges is
+/// durable in `tally.db` before they are (`edge_file`, "Durable in order"): a checkpoint first
+/// syncs every edge commit the handle made (one synced commit of each part, seen here as its
+/// `user_version` moving), and syncs nothing when none was made since; the change log's reader
+/// syncs a part before it hands out rows past its last sync — whoever wrote them (another
+/// handle here) — and not again for rows it synced.
 #[tokio::test]
-async fn edges_are_synced_before_the_writes_that_depend_on_them() {
-    use tally_conformance::window_at;
-    use tally_core::dedup::DedupRecord;
-    use tally_core::ports::{CountReader, Fence, ShardTally, WindowRest, WindowWriter};
+async fn edges_are_synced_before_what_depends_on_them() {
+    use tally_core::ports::{EdgeWriter, ShardTally, StartPosition, WindowWriter};
     use tally_core::Position;
-    /// Records the window of `fence`'s shard after `after` up to `end` as pending.
-    async fn begin(e: &Embedded, fence: &Fence, after: Option<&Position>, end: &Position) {
-        e.begin_window(fence, after, &end.seq, end, 1_000.into())
-            .await
-            .unwrap();
-    }
     let (dir, e) = store(1);
-    // The syncs of every part of the edges: each is synced at once.
     let parts = tally_embedded::edge_files(dir.path()).unwrap();
     assert_eq!(parts.len(), tally_embedded::NEW_STORE_PARTS);
-    let syncs = || -> i64 {
-        let each: Vec<i64> = parts
+    // Each part's syncs so far.
+    let syncs = || -> Vec<i64> {
+        parts
             .iter()
             .map(|p| {
                 rusqlite::Connection::open(p)
@@ -728,124 +432,124 @@ async fn edges_are_synced_before_the_writes_that_depend_on_them() {
                     .pragma_query_value(None, "user_version", |r| r.get(0))
                     .unwrap()
             })
-            .collect();
-        assert!(
-            each.iter().all(|v| *v == each[0]),
-            "every part synced: {each:?}"
-        );
-        each[0]
+            .collect()
     };
     let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
-    let dedup = DedupRecord {
-        max_arrival: 1_000,
-        ids: vec![],
-    };
-    let rest = WindowRest {
-        dead_letters: &[],
-        total_delta: 0,
-        dedup: &dedup,
-        horizon_ms: 1_000,
-    };
     let mut checkpoint: Option<Position> = None;
     let mut seen = Vec::new();
-    for (n, edges) in [
-        // Edges, then posts (the handle's first sync), the rest, more edges, the checkpoint.
-        vec![edge_event("u1", true, 10, "e1")],
-        // No edge: nothing to sync.
-        vec![],
-        // Edges, then the checkpoint at once.
-        vec![edge_event("u2", true, 20, "e2")],
-    ]
-    .into_iter()
-    .enumerate()
+    for (n, edges) in [vec![edge_event("u1", true, 10, "e1")], vec![]]
+        .into_iter()
+        .enumerate()
     {
         let end = Position::parse(&format!("{}", 10 * (n + 1))).unwrap();
-        begin(&e, &fence, checkpoint.as_ref(), &end).await;
-        let at = window_at(&fence, &end);
-        let mut step = Vec::new();
+        e.begin_window(&fence, checkpoint.as_ref(), &end.seq, &end, 1_000.into())
+            .await
+            .unwrap();
         if !edges.is_empty() {
-            e.apply_edges(at, &edges).await.unwrap();
-            step.push(("edges", syncs()));
-        }
-        if n == 0 {
-            e.apply_posts(at, &[]).await.unwrap();
-            step.push(("posts", syncs()));
-            e.apply_edges(at, &[edge_event("u3", true, 30, "e3")])
-                .await
-                .unwrap();
-            step.push(("more edges", syncs()));
-        }
-        if n < 2 {
-            e.apply_rest(at, rest).await.unwrap();
-            step.push(("rest", syncs()));
+            e.write_edges(&edges).await.unwrap();
+            seen.push(("edges", syncs()));
         }
         e.finish_window(&fence, &end, 1_000, false, &ShardTally::default(), None)
             .await
             .unwrap();
-        step.push(("checkpoint", syncs()));
+        seen.push(("checkpoint", syncs()));
         checkpoint = Some(end);
-        seen.push(step);
     }
     assert_eq!(
         seen,
         vec![
-            vec![
-                ("edges", 0),
-                ("posts", 1),
-                ("more edges", 1),
-                ("rest", 2),
-                ("checkpoint", 2)
-            ],
-            vec![("rest", 2), ("checkpoint", 2)],
-            vec![("edges", 2), ("checkpoint", 3)],
+            ("edges", vec![0, 0]),
+            ("checkpoint", vec![1, 1]),
+            ("checkpoint", vec![1, 1]),
         ],
-        "edges are synced by the first write that depends on them, and only then"
+        "edges are synced by the checkpoint that passes them, and only then"
     );
-    assert_eq!(
-        e.likers("p1", None, 10).await.unwrap().users,
-        ["u1", "u2", "u3"]
-    );
-    // A window waits for its own shard's edges, not another's: shard 1's rest after shard 0's
-    // edges syncs nothing, shard 0's own rest does.
-    let other = tally_conformance::held_lease(&e, "counter", "shardId-000000000001").await;
-    let (end, other_end) = (
-        Position::parse("40").unwrap(),
-        Position::parse("45").unwrap(),
-    );
-    begin(&e, &fence, checkpoint.as_ref(), &end).await;
-    begin(&e, &other, None, &other_end).await;
-    let at = window_at(&fence, &end);
-    let other_at = window_at(&other, &other_end);
-    e.apply_edges(at, &[edge_event("u4", true, 40, "e4")])
+    // Another handle writes an edge of p1; this handle's log reader syncs p1's part before it
+    // hands the change out, once.
+    let other = Embedded::open_existing(dir.path()).unwrap();
+    other
+        .write_edges(&[edge_event("u2", true, 20, "e2")])
         .await
         .unwrap();
-    e.apply_rest(other_at, rest).await.unwrap();
+    let part = parts
+        .iter()
+        .position(|p| *p == tally_embedded::edge_file_of(dir.path(), "p1").unwrap())
+        .unwrap();
+    let before = syncs();
+    let log = e.change_log().unwrap();
+    let shard = format!("edges-{part}");
+    let mut r = log.open(&shard, StartPosition::TrimHorizon).await.unwrap();
+    let batch = r.next_batch(100).await.unwrap();
+    assert_eq!(batch.records.len(), 2, "u1's and u2's likes");
+    let after = syncs();
     assert_eq!(
-        syncs(),
-        3,
-        "another shard's window does not wait for these edges"
+        after[part],
+        before[part] + 1,
+        "synced before they were handed out"
     );
-    e.apply_rest(at, rest).await.unwrap();
-    assert_eq!(syncs(), 4, "their own window does");
-    for (f, end) in [(&fence, &end), (&other, &other_end)] {
-        e.finish_window(f, end, 1_000, false, &ShardTally::default(), None)
-            .await
-            .unwrap();
+    assert!(r.next_batch(100).await.unwrap().records.is_empty());
+    assert_eq!(syncs(), after, "nothing new: no sync");
+}
+
+/// The change log drops the rows the counter released (applied for good), and only those: a
+/// reader from the start then begins after them.
+#[tokio::test]
+async fn the_change_log_drops_what_was_released() {
+    use tally_core::ports::{EdgeWriter, StartPosition};
+    let (dir, e) = store(1);
+    let edges: Vec<_> = (0..5)
+        .map(|i| edge_event(&format!("u{i}"), true, 10 + i, &format!("e{i}")))
+        .collect();
+    e.write_edges(&edges).await.unwrap();
+    let log = e.change_log().unwrap();
+    let files = tally_embedded::edge_files(dir.path()).unwrap();
+    let p1 = tally_embedded::edge_file_of(dir.path(), "p1").unwrap();
+    let shard = format!("edges-{}", files.iter().position(|f| *f == p1).unwrap());
+    let mut r = log.open(&shard, StartPosition::TrimHorizon).await.unwrap();
+    let all = r.next_batch(100).await.unwrap().records;
+    assert_eq!(all.len(), 5);
+    log.release(&shard, &all[2].seq).await.unwrap();
+    let mut r = log.open(&shard, StartPosition::TrimHorizon).await.unwrap();
+    let left = r.next_batch(100).await.unwrap().records;
+    assert_eq!(
+        left.iter().map(|r| r.seq.clone()).collect::<Vec<_>>(),
+        all[3..].iter().map(|r| r.seq.clone()).collect::<Vec<_>>()
+    );
+}
+
+/// A store an earlier build of tally made — `tally.db` with a table only such a build made, or an
+/// edges' part with no change log — is refused with what to do, never read as if its edges'
+/// history were not there.
+#[test]
+fn a_store_an_earlier_build_made_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE))
+        .unwrap()
+        .execute_batch("CREATE TABLE window_edges (app TEXT)")
+        .unwrap();
+    for err in [
+        Embedded::open_existing(dir.path()).err(),
+        Embedded::open(dir.path(), 1).err(),
+    ] {
+        let err = err.expect("refused").to_string();
+        assert!(err.contains("made by an earlier build of tally"), "{err}");
+        assert!(err.contains("fresh --data-dir"), "{err}");
     }
-    checkpoint = Some(end);
-    // Another handle (another process, say) syncs before its first write of counts, though it
-    // wrote no edge: one made before it may not be synced.
-    let again = Embedded::open_existing(dir.path()).unwrap();
-    let end = Position::parse("50").unwrap();
-    begin(&again, &fence, checkpoint.as_ref(), &end).await;
-    let at = window_at(&fence, &end);
-    again.apply_rest(at, rest).await.unwrap();
-    assert_eq!(syncs(), 5, "a handle's first write of counts syncs");
-    again
-        .finish_window(&fence, &end, 1_000, false, &ShardTally::default(), None)
-        .await
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
+        .unwrap()
+        .execute_batch("DROP TABLE changes")
         .unwrap();
-    assert_eq!(syncs(), 5, "and only the first");
+    let err = Embedded::open_existing(dir.path())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("edges.db was made by an earlier build"),
+        "{err}"
+    );
 }
 
 /// A store made now parts its likers' edges by post over `NEW_STORE_PARTS` files, written at
@@ -855,11 +559,8 @@ async fn edges_are_synced_before_the_writes_that_depend_on_them() {
 #[tokio::test]
 async fn edges_are_parted_by_post_and_read_as_one_store() {
     use std::collections::BTreeMap;
-    use tally_core::ports::{Consistency, CountReader, WindowWriter};
-    use tally_core::Position;
+    use tally_core::ports::{Consistency, CountReader, EdgeWriter};
     let (dir, e) = store(1);
-    let fence = tally_conformance::held_lease(&e, "counter", "shardId-000000000000").await;
-    let end = Position::parse("10").unwrap();
     // Post p<n> liked by n % 5 + 1 users, in key order (as a window writes them).
     let mut edges = Vec::new();
     let mut likers: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -878,12 +579,9 @@ async fn edges_are_parted_by_post_and_read_as_one_store() {
             likers.entry(post.clone()).or_default().push(user);
         }
     }
-    let wrote = e
-        .apply_edges(tally_conformance::window_at(&fence, &end), &edges)
-        .await
-        .unwrap();
+    let wrote = e.write_edges(&edges).await.unwrap();
     assert_eq!(wrote.applied.written as usize, edges.len());
-    assert_eq!(wrote.transitions.len(), edges.len());
+    assert_eq!(wrote.changed as usize, edges.len());
     assert!(wrote.retry.is_empty());
 
     // Where they are: each post's edges in its file, every file holding some.
@@ -892,12 +590,19 @@ async fn edges_are_parted_by_post_and_read_as_one_store() {
     let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for file in &files {
         let conn = rusqlite::Connection::open(file).unwrap();
-        let mut st = conn.prepare("SELECT post, user FROM edges").unwrap();
-        let rows: Vec<(String, String)> = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let rows = |sql: &str| -> Vec<(String, String)> {
+            let mut st = conn.prepare(sql).unwrap();
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let (edges, logged) = (
+            rows("SELECT post, user FROM edges ORDER BY post, user"),
+            rows("SELECT post, user FROM changes ORDER BY post, user"),
+        );
+        assert_eq!(edges, logged, "each edge's change logged in its own part");
+        let rows = edges;
         assert!(!rows.is_empty(), "{} holds no edge", file.display());
         for (post, user) in rows {
             assert_eq!(
@@ -965,29 +670,6 @@ fn a_part_left_from_another_store_is_refused() {
     assert!(
         err.to_string()
             .contains("edges-1.db is left from another store's likers' edges"),
-        "{err}"
-    );
-}
-
-/// Edges in `tally.db` beside a store whose edges are parted (which only a version before parts
-/// could write there) are refused, naming the file: moved into the first part they would be read
-/// from the wrong part.
-#[test]
-fn edges_in_tally_db_beside_parted_files_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(Embedded::open(dir.path(), 1).unwrap());
-    rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE))
-        .unwrap()
-        .execute(
-            "INSERT INTO main.edges (post, user, liked, at_ms, event_id, window, history) \
-             VALUES ('p1', 'u1', 1, 10, 'e1', '10@shard-0', x'')",
-            [],
-        )
-        .unwrap();
-    let err = Embedded::open_existing(dir.path()).err().expect("refused");
-    assert!(
-        err.to_string()
-            .contains("tally.db holds likers' edges although its edges are parted over 2 files"),
         "{err}"
     );
 }

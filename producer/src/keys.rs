@@ -2,8 +2,9 @@
 //! post's are fanned out over several keys so that no single shard's limit (1,000 records/s on
 //! Kinesis) caps one post. The key is chosen from the **user** id, never the event id: every
 //! action of one user on one post — a like, its unlike, a retry of either — lands on one shard,
-//! in order, so each (post, user) edge has one writer at a time (what likers counting needs), and
-//! a producer retry lands beside its original, where the events mode's duplicate filter finds it.
+//! in order, and a producer retry lands beside its original, where the events mode's duplicate filter
+//! finds it. Likers counting does not need this (an edge's outcome is decided by its events'
+//! content, whatever shards carried them), but keeps a user's actions in order for the reader.
 //! The counter counts by the `post_id` in the record, whatever shard carried it.
 
 use std::collections::HashSet;

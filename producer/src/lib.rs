@@ -3,7 +3,7 @@
 //!
 //! - [`generate`]: Zipf-distributed posts, uniform users, unlike / duplicate / malformed ratios,
 //!   reproducible from a seed; it keeps the exact expected count of every post (the "truth").
-//! - [`keys`]: partition keys; a hot post fanned out over several, chosen from the event id.
+//! - [`keys`]: partition keys; a hot post fanned out over several, chosen from the user id.
 //! - [`produce`]: generating and putting together, with the truth of what was put.
 //! - [`put`]: cuts records into PutRecords batches (≤ 500 records, ≤ 5 MiB) and resends only
 //!   the entries that failed, with capped, jittered backoff.

@@ -10,10 +10,9 @@ use tally_analytics::AnalyticsMetrics;
 use tally_consumer::worker::{IdleExit, LeaseMetrics};
 use tally_core::apps;
 use tally_counter::board::Board;
-use tally_counter::CounterMetrics;
 
 use crate::answers;
-use crate::apps::{run_analytics_with, run_counter_with, Shown};
+use crate::apps::{run_analytics_with, run_counter_with, CounterRun, Shown};
 use crate::backend::Backend;
 use crate::cli::ConsumeArgs;
 use crate::output::print_json;
@@ -195,21 +194,20 @@ fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
 }
 
 pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
-    let (m, l): (Arc<CounterMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let board = Arc::new(Board::resolving(backend.counter.clone()));
+    let run = CounterRun::default();
+    let board = Arc::new(Board::default());
     let owner = settings.worker_config().worker_id;
     let (_http, bound) = WorkerHttp::start(
         args.http,
         backend.leases.clone(),
         apps::COUNTER,
         {
-            let (m, l) = (m.clone(), l.clone());
-            move || crate::serve::prom::counter_metrics(&m, &l)
+            let run = run.clone();
+            move || crate::serve::prom::counter_metrics(&run)
         },
         Some((board.clone(), owner)),
     )
     .await?;
-    let open_reads = board.clone();
     let shown = match bound {
         Some(at) => Some(Shown {
             board,
@@ -218,10 +216,11 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         None => None,
     };
     let (watch, stop) = Watch::start(apps::COUNTER, args, {
-        let m = m.clone();
+        let m = run.metrics.clone();
         move || m.records.load(Ordering::Relaxed)
     });
-    let (m, l) = run_counter_with(settings, backend, idle_for(args), stop, m, l, shown).await?;
+    let run = run_counter_with(settings, backend, idle_for(args), stop, run, shown).await?;
+    let (m, l) = (&run.metrics, &run.leases);
     let records = m.records.load(Ordering::Relaxed);
     let applied = m.applied_records.load(Ordering::Relaxed);
     let v = json!({
@@ -233,17 +232,29 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "malformed": m.malformed.load(Ordering::Relaxed),
         "skipped": m.skipped.load(Ordering::Relaxed),
         "windows": m.windows.load(Ordering::Relaxed),
-        "edges_crossed": m.edges_crossed.load(Ordering::Relaxed),
-        "edges_forgotten": m.edges_forgotten.load(Ordering::Relaxed),
-        "items_written": m.items_written.load(Ordering::Relaxed),
-        "writes_refused": m.writes_refused.load(Ordering::Relaxed),
-        "items_read": m.items_read.load(Ordering::Relaxed),
-        "open_window_read_units": open_reads.read_units(),
-        "write_units": answers::write_units(&answers::counter_units(&m, &l)),
-        "leases": lease_json(&l),
+        "edges_changed": m.edges_changed.load(Ordering::Relaxed),
+        "items_written": m.items_written.load(Ordering::Relaxed) + run.changes.items_written.load(Ordering::Relaxed),
+        "writes_refused": m.writes_refused.load(Ordering::Relaxed) + run.changes.writes_refused.load(Ordering::Relaxed),
+        "items_read": m.items_read.load(Ordering::Relaxed) + run.changes.items_read.load(Ordering::Relaxed),
+        "changes": changes_json(&run),
+        "write_units": answers::write_units(&run.units()),
+        "leases": lease_json(l),
     });
     let line = stopped_summary(&v);
     watch.report(settings, backend, args, &v, line).await
+}
+
+/// Counting likers, what the second stage (the edges' change log) did: changes read and
+/// counted, windows, its leases.
+fn changes_json(run: &CounterRun) -> serde_json::Value {
+    let c = &run.changes;
+    json!({
+        "records": c.records.load(Ordering::Relaxed),
+        "counted": c.counted.load(Ordering::Relaxed),
+        "windows": c.windows.load(Ordering::Relaxed),
+        "malformed": c.malformed.load(Ordering::Relaxed),
+        "leases": lease_json(&run.change_leases),
+    })
 }
 
 /// The counter's last words, adding up: the records it read are those in the windows it applied
@@ -257,6 +268,13 @@ fn stopped_summary(v: &serde_json::Value) -> String {
         line += &format!(
             "; {} read again by the shard's next holder (a lease moved before their window was written) or applied already",
             v["not_applied_here"]
+        );
+    }
+    let changes = &v["changes"];
+    if changes["records"].as_u64().is_some_and(|n| n > 0) {
+        line += &format!(
+            "; its change log: {} changes read, {} windows applied",
+            changes["records"], changes["windows"]
         );
     }
     line

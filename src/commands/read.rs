@@ -19,7 +19,7 @@ use crate::cli::{
 use crate::output::print_json;
 use crate::reading::{parents_first, read_to_tip};
 use crate::recording::{Header, Recorded};
-use crate::serve::pending::{liked_for, pending_for, pending_json, Pending, Windows};
+use crate::serve::pending::{pending_for, pending_json, Pending, Windows};
 use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
 
@@ -38,16 +38,20 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     } else {
         Consistency::Strong
     };
-    // The workers first, the store second (`serve::pending`).
-    let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
+    // The workers first, the store second (`serve::pending`): those of the application whose
+    // windows hold counts.
+    let mode = read.counts.stored_mode().await?.unwrap_or_default();
+    let holders = Listing::fetch(read.leases.as_ref(), apps::counts(mode)).await?;
     let asked = match args.stored {
         true => None,
         false => Some(
             Pending::new(crate::serve::pending::default_timeout())
-                .ask(&listing, &args.post_ids, args.viewer.as_deref())
+                .ask(&holders, &args.post_ids)
                 .await,
         ),
     };
+    // How fresh: the counter's reads of the stream.
+    let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
     let none = Windows::default();
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let counts = read
@@ -56,7 +60,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
         .await?;
     let viewer = match &args.viewer {
         Some(u) => {
-            let (stored, units) = crate::serve::viewer::liked(
+            let liked = crate::serve::viewer::liked(
                 read.counts.as_ref(),
                 &Default::default(),
                 u,
@@ -65,15 +69,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
             )
             .await
             .map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
-            // From the same view as the counts (`serve::pending::liked_for`).
-            let liked: Vec<bool> = args
-                .post_ids
-                .iter()
-                .zip(&counts)
-                .zip(&stored)
-                .map(|((id, c), &s)| liked_for(id, c, windows, s))
-                .collect();
-            Some((u.as_str(), (liked, units)))
+            Some((u.as_str(), liked))
         }
         None => None,
     };
@@ -137,7 +133,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
             a.unanswered
                 .iter()
                 .filter(|s| {
-                    listing
+                    holders
                         .states
                         .iter()
                         .any(|st| st.lease.shard_id == **s && st.lease.is_held(now))

@@ -17,27 +17,25 @@ pub async fn run_rebuild(settings: &Settings, args: &RebuildArgs) -> Result<()> 
     let done = rebuild(settings, &source).await?;
     if args.json {
         print_json(&json!({
-            "shards": done.shards, "already": done.already, "edges": done.edges,
-            "orphans": done.orphans, "likes": done.likes, "posts": done.posts,
-            "dead_letters": done.dead_letters,
+            "edges": done.edges, "likes": done.likes, "posts": done.posts,
+            "checkpoints": done.checkpoints, "dead_letters": done.dead_letters,
+            "resumed": done.resumed,
         }));
     } else {
         println!(
-            "rebuilt {} shards ({} found done by an earlier run) from {} edges: {} likes on {} posts, {} dead letters{}",
-            done.shards,
-            done.already,
+            "{} {} edges ({} likes on {} posts), {} checkpoints and {} dead letters into this \
+             store; run `tally count` to count them (it counts the copied edges from their \
+             change log, and goes on from the copied checkpoints)",
+            if done.resumed {
+                "resumed: copied"
+            } else {
+                "copied"
+            },
             done.edges,
             done.likes,
             done.posts,
+            done.checkpoints,
             done.dead_letters,
-            if done.orphans > 0 {
-                format!(
-                    " ({} edges written by a shard the source has no lease row for, counted with the first shard)",
-                    done.orphans
-                )
-            } else {
-                String::new()
-            }
         );
     }
     Ok(())

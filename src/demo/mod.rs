@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::json;
 use tally_analytics::AnalyticsMetrics;
-use tally_consumer::worker::{IdleExit, LeaseMetrics};
+use tally_consumer::worker::IdleExit;
 use tally_core::apps;
 use tally_core::clock::now_ms;
-use tally_counter::CounterMetrics;
 use tally_producer::generate::Truth;
 use tally_producer::produce::produce;
 
@@ -174,8 +173,7 @@ fn refuse_a_store_with_data(settings: &Settings) -> Result<()> {
 struct Ran {
     truth: Truth,
     records: u64,
-    counter: Arc<CounterMetrics>,
-    leases: Arc<LeaseMetrics>,
+    counter: crate::apps::CounterRun,
     analytics: Arc<AnalyticsMetrics>,
     produced_in: Duration,
     elapsed: Duration,
@@ -219,13 +217,12 @@ async fn run_pipeline(settings: &Settings, backend: &Backend, cfg: &DemoConfig) 
     let produced_in = started.elapsed();
     counter_idle.arm();
     analytics_idle.arm();
-    let (counter, leases) = counter.await??;
+    let counter = counter.await??;
     let (analytics, _) = analytics.await??;
     Ok(Ran {
         truth,
         records: put.records,
         counter,
-        leases,
         analytics,
         produced_in,
         elapsed: started.elapsed(),
@@ -278,10 +275,12 @@ async fn report(
     )
     .await?;
     let lat = tally_analytics::latency(backend.analytics.as_ref(), apps::ANALYTICS, 0).await?;
-    let (truth, cm) = (&ran.truth, &ran.counter);
+    let (truth, cm) = (&ran.truth, &ran.counter.metrics);
+    let changes = &ran.counter.changes;
     let events = truth.events.max(1) as f64;
-    let items = cm.items_written.load(Ordering::Relaxed);
-    let units = crate::answers::counter_units(cm, &ran.leases);
+    let items =
+        cm.items_written.load(Ordering::Relaxed) + changes.items_written.load(Ordering::Relaxed);
+    let units = ran.counter.units();
     Ok(json!({
         "backend": format!("{:?}", settings.backend).to_lowercase(),
         "stream": settings.stream,
@@ -297,10 +296,11 @@ async fn report(
         "dead_letters": check.dead,
         "exact": check.exact(truth),
         "duplicates_dropped": cm.duplicates.load(Ordering::Relaxed),
-        "windows": cm.windows.load(Ordering::Relaxed),
+        "windows": cm.windows.load(Ordering::Relaxed) + changes.windows.load(Ordering::Relaxed),
         "store_writes": items,
-        "writes_refused": cm.writes_refused.load(Ordering::Relaxed),
-        "items_read": cm.items_read.load(Ordering::Relaxed),
+        "writes_refused": cm.writes_refused.load(Ordering::Relaxed)
+            + changes.writes_refused.load(Ordering::Relaxed),
+        "items_read": cm.items_read.load(Ordering::Relaxed) + changes.items_read.load(Ordering::Relaxed),
         "writes_per_event": items as f64 / events,
         "dynamodb_wcu_per_event": units.total() as f64 / events,
         "write_units": crate::answers::write_units(&units),

@@ -73,7 +73,7 @@ struct Slot {
 pub const REFRESH: Duration = Duration::from_secs(1);
 
 impl Listings {
-    /// Lists both apps, and each other home's counter (`homes`: its lease rows as replicated
+    /// Lists the apps (the counter's stages, analytics), and each other home's counter (`homes`: its lease rows as replicated
     /// here), once (an unreachable store fails here, before serving), then refreshes in the
     /// background until the returned handle is dropped.
     pub async fn start(
@@ -82,7 +82,7 @@ impl Listings {
         every: Duration,
     ) -> PortResult<(Arc<Listings>, tokio::task::JoinHandle<()>)> {
         let mut wanted: Vec<(Option<String>, &'static str, Arc<dyn LeaseReader>)> =
-            [apps::COUNTER, apps::ANALYTICS]
+            [apps::COUNTER, apps::CHANGES, apps::ANALYTICS]
                 .into_iter()
                 .map(|app| (None, app, leases.clone()))
                 .collect();

@@ -76,17 +76,19 @@ impl Ctx {
         Ok((ctx, task))
     }
 
-    /// The counter's workers' open windows for `ids`, with `viewer`'s state there (nothing asked
-    /// when `provisional` is off).
-    pub async fn ask_pending(
-        &self,
-        ids: &[String],
-        provisional: bool,
-        viewer: Option<&str>,
-    ) -> Option<Asked> {
+    /// The open windows of the workers that write counts, for `ids` (nothing asked when
+    /// `provisional` is off).
+    pub async fn ask_pending(&self, ids: &[String], provisional: bool) -> Option<Asked> {
         let p = self.pending.as_ref().filter(|_| provisional)?;
-        let listing = self.listings.get(apps::COUNTER);
-        Some(p.ask(&listing, ids, viewer).await)
+        let listing = self.listings.get(self.counts_app().await);
+        Some(p.ask(&listing, ids).await)
+    }
+
+    /// The application whose windows hold counts: counting likers, the counter's second stage
+    /// (over the edges' change log); else the counter.
+    pub async fn counts_app(&self) -> &'static str {
+        let mode = self.mode.of(self.read.counts.as_ref()).await.ok().flatten();
+        apps::counts(mode.unwrap_or_default())
     }
 
     /// How fresh `app`'s answers are, from the latest listing; across regions the counter's adds
@@ -308,11 +310,7 @@ async fn post(
         viewer::check_viewer(v)?;
     }
     let asked = c
-        .ask_pending(
-            std::slice::from_ref(&id),
-            p.pending.unwrap_or(true),
-            p.viewer.as_deref(),
-        )
+        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
         .await;
     let none = pending::Windows::default();
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
@@ -343,8 +341,7 @@ async fn post(
             Default::default(),
         )
         .await?;
-        let liked = pending::liked_for(&id, &now, windows, liked[0]);
-        viewer::add_to_post(&mut v, viewer, liked, units);
+        viewer::add_to_post(&mut v, viewer, liked[0], units);
     }
     if let Some(a) = &asked {
         v["provisional"] = pending_json(a);
@@ -395,21 +392,13 @@ async fn likers(
     viewer::check_likers(counter.as_ref(), &c.mode).await?;
     let after = p.after.as_deref();
     // The workers first, the store second (see `pending`): the page and the count in one view.
-    let asked = match c.pending.as_ref().filter(|_| p.pending.unwrap_or(true)) {
-        Some(pending) => {
-            let listing = c.listings.get(apps::COUNTER);
-            Some(pending.ask_likers(&listing, &id, after).await)
-        }
-        None => None,
-    };
+    let asked = c
+        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
+        .await;
     let count = counter.post_count(&id, None).await?;
-    let stored = counter.likers(&id, after, limit).await?;
-    let no_answers = std::collections::HashMap::new();
-    let (live, windows) = match &asked {
-        Some((live, a)) => (live, &a.windows),
-        None => (&no_answers, &pending::Windows::default()),
-    };
-    let page = pending::likers_page(&stored, &count, live, limit);
+    let page = counter.likers(&id, after, limit).await?;
+    let none = pending::Windows::default();
+    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let provisional = pending_for(&id, &count, windows, None);
     let mut v = viewer::likers_json(&id, &page);
     v["count"] = json!(count.total + provisional.total);
@@ -417,15 +406,13 @@ async fn likers(
     v["pending"] = json!(provisional.total);
     v["read_units"] = json!(page.read_units + count.read_units);
     v["applied_through"] = c.fresh(apps::COUNTER);
-    if let Some((_, a)) = &asked {
+    if let Some(a) = &asked {
         v["provisional"] = pending_json(a);
     }
     Ok(Json(v))
 }
 
-/// Which of some users (a viewer's friends) like a post: their edges in one batch read, with
-/// the changes of the counter's workers' open windows the post's count adds (the same view as
-/// the count).
+/// Which of some users (a viewer's friends) like a post: their edges in one batch read.
 async fn likers_among(
     State(c): State<Ctx>,
     Path(id): Path<String>,
@@ -435,30 +422,21 @@ async fn likers_among(
     let users = viewer::check_among(&p.users).map_err(bad_request)?;
     viewer::check_likers(c.read.counts.as_ref(), &c.mode).await?;
     let (id, pending) = (id.as_str(), p.pending.unwrap_or(true));
-    let asked = match c.pending.as_ref().filter(|_| pending) {
-        Some(p) => {
-            let listing = c.listings.get(apps::COUNTER);
-            Some(p.ask_likers(&listing, id, None).await)
-        }
-        None => None,
-    };
+    let asked = c.ask_pending(&[id.to_owned()], pending).await;
     let counter = &c.read.counts;
     let count = counter.post_count(id, None).await?;
     let pairs: Vec<(String, String)> = users.iter().map(|u| (id.to_owned(), u.clone())).collect();
     let (edges, edge_units) = counter
         .edges(&pairs, tally_core::ports::Consistency::Strong)
         .await?;
-    let stored: Vec<(String, bool)> = users
+    let likers: Vec<&String> = users
         .iter()
         .zip(&edges)
-        .map(|(u, e)| (u.clone(), e.as_ref().is_some_and(|e| e.liked)))
+        .filter(|(_, e)| e.as_ref().is_some_and(|e| e.liked))
+        .map(|(u, _)| u)
         .collect();
-    let no_answers = std::collections::HashMap::new();
-    let (live, windows) = match &asked {
-        Some((live, a)) => (live, &a.windows),
-        None => (&no_answers, &pending::Windows::default()),
-    };
-    let likers = pending::likers_among(&stored, &count, live);
+    let none = pending::Windows::default();
+    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let provisional = pending_for(id, &count, windows, None);
     let mut v = json!({
         "post_id": id,
@@ -470,7 +448,7 @@ async fn likers_among(
         "read_units": edge_units + count.read_units,
         "applied_through": c.fresh(apps::COUNTER),
     });
-    if let Some((_, a)) = &asked {
+    if let Some(a) = &asked {
         v["provisional"] = pending_json(a);
     }
     Ok(Json(v))
@@ -627,9 +605,7 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
         viewer::check_viewer(v)?;
     }
     // The workers first, the store second (see `pending`).
-    let asked = c
-        .ask_pending(&ids, pending.unwrap_or(true), viewer.as_deref())
-        .await;
+    let asked = c.ask_pending(&ids, pending.unwrap_or(true)).await;
     if let Some(f) = failpoint_pause() {
         tokio::time::sleep(f).await;
     }
@@ -642,15 +618,8 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
     if let Some(viewer) = &viewer {
-        let (stored, units) =
+        let (liked, units) =
             viewer::liked(c.read.counts.as_ref(), &c.mode, viewer, &ids, consistency).await?;
-        // From the same view as the counts: a window added to a post's count gives its state.
-        let liked: Vec<bool> = ids
-            .iter()
-            .zip(&n)
-            .zip(&stored)
-            .map(|((id, count), &s)| pending::liked_for(id, count, windows, s))
-            .collect();
         viewer::add_to_counts(&mut v, viewer, &liked, units, consistency);
     }
     v["applied_through"] = c.fresh(apps::COUNTER);
@@ -762,10 +731,11 @@ struct LeasesParams {
 
 async fn leases(State(c): State<Ctx>, ApiQuery(p): ApiQuery<LeasesParams>) -> ApiResult {
     let app = p.app.unwrap_or_else(|| apps::COUNTER.to_owned());
-    if app != apps::COUNTER && app != apps::ANALYTICS {
+    if ![apps::COUNTER, apps::CHANGES, apps::ANALYTICS].contains(&app.as_str()) {
         return Err(bad_request(format!(
-            "`app` must be `{}` or `{}`",
+            "`app` must be `{}`, `{}` or `{}`",
             apps::COUNTER,
+            apps::CHANGES,
             apps::ANALYTICS
         )));
     }
@@ -821,12 +791,15 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
 }
 
 /// What the counter's writes cost, from its shards' rows: write units by purpose (DynamoDB's
-/// rules; lease takes and renewals are the workers' own, in their `/metrics`), events counted,
-/// and units per like.
+/// rules; lease takes and renewals are the workers' own, in their `/metrics`) of both its stages
+/// counting likers, events counted (by the stream's), and units per like.
 async fn cost(State(c): State<Ctx>) -> ApiResult {
     let mut total = tally_core::ports::ShardTally::default();
     for st in &c.listings.get(apps::COUNTER).states {
         total.merge(&st.spent);
+    }
+    for st in &c.listings.get(apps::CHANGES).states {
+        total.units.merge(&st.spent.units);
     }
     let units = answers::write_units(&total.units);
     let per_like = (total.counted > 0).then(|| total.units.total() as f64 / total.counted as f64);

@@ -33,9 +33,9 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
-use tally_core::ports::{LikersPage, PostCount, RecentPage};
+use tally_core::ports::PostCount;
 use tally_core::summary::pending_applies;
-use tally_counter::board::{Also, ShardOpen};
+use tally_counter::board::ShardOpen;
 
 use super::freshness::Listing;
 use super::worker::OpenAnswer;
@@ -67,9 +67,6 @@ pub struct PostWindow {
     pub after: Option<String>,
     /// Net change by the start of the minute (ms) the events were created in.
     pub minutes: BTreeMap<i64, i64>,
-    /// Whether the viewer asked about likes the post once the window is written, where it holds
-    /// an event of the viewer's (`None`: it holds none, or no viewer was asked).
-    pub liked: Option<bool>,
 }
 
 /// The windows to add, by post.
@@ -99,9 +96,6 @@ pub struct Asked {
     /// Shards of which a remembered answer was given (their holder's own reached less far, or
     /// there was none).
     pub remembered: Vec<String>,
-    /// Of those, the shards whose remembered answer was given for another viewer (or none):
-    /// whether its windows hold an event of this viewer's is not known here.
-    pub viewer_unknown: Vec<String>,
     /// Workers asked.
     pub workers: usize,
 }
@@ -112,8 +106,6 @@ struct Said {
     windows: Vec<PostWindow>,
     through: Option<String>,
     at: std::time::Instant,
-    /// The viewer the answer was asked with: its windows' `liked` are that viewer's.
-    viewer: Option<String>,
 }
 
 /// The furthest-reaching answer given per post and shard, so that no later answer gives less.
@@ -131,21 +123,18 @@ const FORGET: Duration = Duration::from_secs(600);
 const MEMORY_POSTS: usize = 200_000;
 
 impl Memory {
-    /// Takes the holders' answers `live` (by shard) for `ids`, asked with `viewer`: remembers
-    /// each where it reaches at least as far as what was remembered, and returns the windows to
-    /// add per post — the live answer's, or the remembered one where it reaches further or the
-    /// shard did not answer — the shards a remembered answer was given for, and those of them
-    /// remembered for another viewer (their windows' `liked` unknown, so left out).
+    /// Takes the holders' answers `live` (by shard) for `ids`: remembers each where it reaches
+    /// at least as far as what was remembered, and returns the windows to add per post — the
+    /// live answer's, or the remembered one where it reaches further or the shard did not
+    /// answer — and the shards a remembered answer was given for.
     pub fn settle(
         &mut self,
         ids: &[String],
         live: &HashMap<String, ShardOpen>,
-        viewer: Option<&str>,
-    ) -> (Windows, BTreeSet<String>, BTreeSet<String>) {
+    ) -> (Windows, BTreeSet<String>) {
         let now = std::time::Instant::now();
         let mut out = Windows::default();
         let mut remembered = BTreeSet::new();
-        let mut viewer_unknown = BTreeSet::new();
         // Which answers speak of each post: built once, so that the work per post follows the
         // windows that hold it, never the shard count.
         let mut speaking: HashMap<&str, Vec<&str>> = HashMap::new();
@@ -153,7 +142,7 @@ impl Memory {
             let mut posts: Vec<&str> = answer
                 .windows
                 .iter()
-                .flat_map(|w| w.posts.keys().chain(w.viewer.keys()).map(String::as_str))
+                .flat_map(|w| w.posts.keys().map(String::as_str))
                 .collect();
             posts.sort_unstable();
             posts.dedup();
@@ -172,17 +161,16 @@ impl Memory {
                     windows: answer
                         .windows
                         .iter()
-                        .filter(|w| w.posts.contains_key(post) || w.viewer.contains_key(post))
-                        .map(|w| PostWindow {
-                            shard: shard.to_owned(),
-                            after: w.after.clone(),
-                            minutes: w.posts.get(post).cloned().unwrap_or_default(),
-                            liked: w.viewer.get(post).copied(),
+                        .filter_map(|w| {
+                            Some(PostWindow {
+                                shard: shard.to_owned(),
+                                after: w.after.clone(),
+                                minutes: w.posts.get(post)?.clone(),
+                            })
                         })
                         .collect(),
                     through: answer.through.clone(),
                     at: now,
-                    viewer: viewer.map(str::to_owned),
                 };
                 match said.get(shard) {
                     Some(old) if old.through > fresh.through => {
@@ -205,10 +193,7 @@ impl Memory {
                     }
                     return true;
                 };
-                let holds = answer
-                    .windows
-                    .iter()
-                    .any(|w| w.posts.contains_key(post) || w.viewer.contains_key(post));
+                let holds = answer.windows.iter().any(|w| w.posts.contains_key(post));
                 if holds {
                     return true;
                 }
@@ -219,22 +204,15 @@ impl Memory {
                     false
                 }
             });
-            // In shard order: an answer's windows, and a viewer's state taken from the last of
-            // them (`liked_for`), are the same whatever order the answers came in.
+            // In shard order: an answer's windows are the same whatever order the answers came
+            // in.
             let mut shards: Vec<(&String, &Said)> = said.iter().collect();
             shards.sort_by(|a, b| a.0.cmp(b.0));
-            for (shard, s) in shards {
-                let same_viewer = s.viewer.as_deref() == viewer;
-                if viewer.is_some() && !same_viewer {
-                    viewer_unknown.insert(shard.clone());
-                }
+            for (_, s) in shards {
                 out.0
                     .entry(post.clone())
                     .or_default()
-                    .extend(s.windows.iter().map(|w| PostWindow {
-                        liked: w.liked.filter(|_| same_viewer),
-                        ..w.clone()
-                    }));
+                    .extend(s.windows.iter().cloned());
             }
             if said.is_empty() {
                 self.said.remove(post);
@@ -243,7 +221,7 @@ impl Memory {
         if self.said.len() > MEMORY_POSTS {
             self.forget_oldest(now);
         }
-        (out, remembered, viewer_unknown)
+        (out, remembered)
     }
 
     /// The shards whose answers about any of `ids` are remembered.
@@ -283,57 +261,18 @@ impl Pending {
         }
     }
 
-    /// Asks every live holder in `listing` (the counter's lease listing) for its windows' deltas
-    /// of `ids` (with `viewer`'s state there), side by side, each within the timeout; settles
-    /// them with what was remembered.
-    pub async fn ask(&self, listing: &Listing, ids: &[String], viewer: Option<&str>) -> Asked {
-        let also = Also {
-            viewer,
-            likers: None,
-        };
+    /// Asks every live holder in `listing` (the lease listing of the application whose windows
+    /// hold counts) for its windows' deltas of `ids`, side by side, each within the timeout;
+    /// settles them with what was remembered.
+    pub async fn ask(&self, listing: &Listing, ids: &[String]) -> Asked {
         // The shards whose earlier answers are remembered are asked by name: whether their
         // holder's answer now reaches as far is what keeps or forgets them.
         let named = self.memory().remembered(ids);
-        let (live, mut asked) = self.ask_live(listing, ids, also, &named).await;
-        let (windows, remembered, viewer_unknown) = self.memory().settle(ids, &live, viewer);
+        let (live, mut asked) = self.ask_live(listing, ids, &named).await;
+        let (windows, remembered) = self.memory().settle(ids, &live);
         asked.windows = windows;
         asked.remembered = remembered.into_iter().collect();
-        asked.viewer_unknown = viewer_unknown.into_iter().collect();
         asked
-    }
-
-    /// Asks every live holder for a likers page's view of `post`: its windows' deltas of the
-    /// post and each user after `after` whose state they change. Nothing is remembered (a
-    /// page's users are not kept): a shard whose holder does not answer is named.
-    pub async fn ask_likers(
-        &self,
-        listing: &Listing,
-        post: &str,
-        after: Option<&str>,
-    ) -> (HashMap<String, ShardOpen>, Asked) {
-        let also = Also {
-            viewer: None,
-            likers: Some(after),
-        };
-        let ids = [post.to_owned()];
-        let (live, mut asked) = self.ask_live(listing, &ids, also, &HashSet::new()).await;
-        let mut windows = Windows::default();
-        for (shard, answer) in &live {
-            for w in &answer.windows {
-                windows
-                    .0
-                    .entry(post.to_owned())
-                    .or_default()
-                    .push(PostWindow {
-                        shard: shard.clone(),
-                        after: w.after.clone(),
-                        minutes: w.posts.get(post).cloned().unwrap_or_default(),
-                        liked: None,
-                    });
-            }
-        }
-        asked.windows = windows;
-        (live, asked)
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -349,7 +288,6 @@ impl Pending {
         &self,
         listing: &Listing,
         ids: &[String],
-        also: Also<'_>,
         named: &HashSet<String>,
     ) -> (HashMap<String, ShardOpen>, Asked) {
         let now = now_ms();
@@ -359,16 +297,7 @@ impl Pending {
             unanswered: workers.unheld.clone(),
             ..Asked::default()
         };
-        let mut query = ids.join(",");
-        if let Some(v) = also.viewer {
-            query.push_str(&format!("&viewer={v}"));
-        }
-        if let Some(after) = also.likers {
-            query.push_str("&likers");
-            if let Some(a) = after {
-                query.push_str(&format!("&after={a}"));
-            }
-        }
+        let query = ids.join(",");
         // A worker whose every lease has expired since the listing is not asked: its shards are
         // unanswered.
         let mut to_ask = Vec::new();
@@ -475,128 +404,6 @@ pub fn pending_for(
     Provisional { total, since }
 }
 
-/// Whether the viewer likes `post`, from the same view as [`pending_for`]'s count: its state in
-/// the last window added to the count that holds an event of the viewer's on the post, else as
-/// stored (`stored`).
-pub fn liked_for(post: &str, count: &PostCount, windows: &Windows, stored: bool) -> bool {
-    windows
-        .of(post)
-        .iter()
-        .filter(|w| pending_applies(&count.marks, &w.shard, w.after.as_deref()))
-        .filter_map(|w| w.liked)
-        .next_back()
-        .unwrap_or(stored)
-}
-
-/// The open windows whose changes a post's count adds — those its markers show not applied
-/// yet — shard by shard in id order, each shard's in its order.
-fn windows_the_count_adds<'a>(
-    count: &'a PostCount,
-    live: &'a HashMap<String, ShardOpen>,
-) -> impl Iterator<Item = &'a tally_counter::board::OpenWindow> + 'a {
-    let mut shards: Vec<&String> = live.keys().collect();
-    shards.sort();
-    shards.into_iter().flat_map(move |shard| {
-        live[shard]
-            .windows
-            .iter()
-            .filter(move |w| pending_applies(&count.marks, shard, w.after.as_deref()))
-    })
-}
-
-/// Which of the users asked about like the post, in the order asked, from the same view as the
-/// post's count: each user's stored state (`stored`, in order), changed by the windows that
-/// count adds — those the post's markers show not applied yet.
-pub fn likers_among(
-    stored: &[(String, bool)],
-    count: &PostCount,
-    live: &HashMap<String, ShardOpen>,
-) -> Vec<String> {
-    let mut state: HashMap<&str, bool> = stored.iter().map(|(u, l)| (u.as_str(), *l)).collect();
-    for w in windows_the_count_adds(count, live) {
-        for (user, &liked) in &w.likers {
-            if let Some(s) = state.get_mut(user.as_str()) {
-                *s = liked;
-            }
-        }
-    }
-    stored
-        .iter()
-        .filter(|(u, _)| state[u.as_str()])
-        .map(|(u, _)| u.clone())
-        .collect()
-}
-
-/// A likers page from the same view as the post's count (`count`, read after the workers were
-/// asked): the stored page with the changes of the windows that count adds — those the post's
-/// markers show not applied yet — users who like the post once they are written added, those
-/// who no longer do dropped, within the page's range (past its last user when the stored page
-/// has more after it, the changes are the next page's).
-pub fn likers_page(
-    stored: &LikersPage,
-    count: &PostCount,
-    live: &HashMap<String, ShardOpen>,
-    limit: usize,
-) -> LikersPage {
-    let bound = stored.next.as_ref().and(stored.users.last());
-    let mut users: BTreeSet<String> = stored.users.iter().cloned().collect();
-    for w in windows_the_count_adds(count, live) {
-        for (user, &liked) in w
-            .likers
-            .iter()
-            .filter(|(u, _)| bound.is_none_or(|b| *u <= b))
-        {
-            if liked {
-                users.insert(user.clone());
-            } else {
-                users.remove(user);
-            }
-        }
-    }
-    let mut users: Vec<String> = users.into_iter().collect();
-    let next = if users.len() > limit {
-        users.truncate(limit);
-        users.last().cloned()
-    } else {
-        stored.next.clone()
-    };
-    LikersPage {
-        users,
-        next,
-        read_units: stored.read_units,
-    }
-}
-
-/// A page of likers most recent first from the same view as the post's count (`count`, read
-/// after the workers were asked): the stored page (`stored`) less the users whose like or unlike
-/// a window the count adds holds — their stored like is no longer the one they have — and, on
-/// the first page (`first`), those of them who like the post once it is written at its top (the
-/// newest likes the pipeline holds; their times are the stored ones' only once written:
-/// `None`). Each liker with the time of the like, most recent first.
-pub fn recent_page(
-    stored: &RecentPage,
-    count: &PostCount,
-    live: &HashMap<String, ShardOpen>,
-    first: bool,
-) -> Vec<(String, Option<i64>)> {
-    let mut open: BTreeMap<&str, bool> = BTreeMap::new();
-    for w in windows_the_count_adds(count, live) {
-        for (user, &liked) in &w.likers {
-            open.insert(user, liked);
-        }
-    }
-    let on_top = open
-        .iter()
-        .filter(|(_, &liked)| first && liked)
-        .map(|(u, _)| ((*u).to_owned(), None));
-    let kept = stored
-        .likers
-        .iter()
-        .filter(|l| !open.contains_key(l.user.as_str()))
-        .map(|l| (l.user.clone(), Some(l.at_ms)));
-    on_top.chain(kept).collect()
-}
-
 /// What a counts answer says of its provisional part.
 pub fn pending_json(asked: &Asked) -> Value {
     json!({
@@ -605,7 +412,6 @@ pub fn pending_json(asked: &Asked) -> Value {
         "complete": asked.unanswered.is_empty(),
         "unanswered_shards": asked.unanswered,
         "remembered_shards": asked.remembered,
-        "viewer_unknown_shards": asked.viewer_unknown,
     })
 }
 
@@ -637,8 +443,6 @@ mod tests {
             posts: [("p".to_owned(), [(0, n)].into_iter().collect())]
                 .into_iter()
                 .collect(),
-            viewer: BTreeMap::new(),
-            likers: BTreeMap::new(),
         };
         let answer = serde_json::to_string(&OpenAnswer {
             owner: "old".into(),
@@ -675,7 +479,7 @@ mod tests {
         ];
         let listing = Listing::new("counter", states, now_ms());
         let asked = Pending::new(Duration::from_millis(500))
-            .ask(&listing, &["p".to_owned()], None)
+            .ask(&listing, &["p".to_owned()])
             .await;
         server.abort();
         assert_eq!(
@@ -684,7 +488,6 @@ mod tests {
                 shard: "s1".into(),
                 after: None,
                 minutes: [(0, 7)].into_iter().collect(),
-                liked: None,
             }]
         );
         assert_eq!(asked.unanswered, vec!["s0".to_owned(), "s2".to_owned()]);
@@ -735,7 +538,7 @@ mod tests {
         ];
         let listing = Listing::new("counter", states, now_ms());
         let asked = Pending::new(Duration::from_millis(500))
-            .ask(&listing, &["p".to_owned()], None)
+            .ask(&listing, &["p".to_owned()])
             .await;
         assert_eq!(added(&asked.windows), vec![("s1".into(), 7)]);
         assert_eq!(asked.unanswered, ["s3"], "only the expired lease's shard");
@@ -745,7 +548,7 @@ mod tests {
         states.push(held("s9", "w", &addr));
         let listing = Listing::new("counter", states, now_ms());
         let asked = Pending::new(Duration::from_millis(500))
-            .ask(&listing, &["p".to_owned()], None)
+            .ask(&listing, &["p".to_owned()])
             .await;
         server.abort();
         assert_eq!(added(&asked.windows), vec![("s1".into(), 7)]);
@@ -760,8 +563,6 @@ mod tests {
                 posts: [("p".to_owned(), [(0, n)].into_iter().collect())]
                     .into_iter()
                     .collect(),
-                viewer: BTreeMap::new(),
-                likers: BTreeMap::new(),
             }],
             through: Some(through.into()),
         }
@@ -784,148 +585,23 @@ mod tests {
         let live = |a: Vec<ShardOpen>| -> HashMap<String, ShardOpen> {
             a.into_iter().map(|s| (s.shard_id.clone(), s)).collect()
         };
-        let (w, r, _) = m.settle(
-            &ids,
-            &live(vec![answer("s0", Some("0015"), 7, "0019")]),
-            None,
-        );
+        let (w, r) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 7, "0019")]));
         assert_eq!((added(&w), r.len()), (vec![("s0".into(), 7)], 0));
         // The worker is gone: the same window, remembered.
-        let (w, r, _) = m.settle(&ids, &live(vec![]), None);
+        let (w, r) = m.settle(&ids, &live(vec![]));
         assert_eq!(added(&w), vec![("s0".into(), 7)]);
         assert_eq!(r.into_iter().collect::<Vec<_>>(), ["s0"]);
         // Its successor has read less far: still the remembered one.
-        let (w, _, _) = m.settle(
-            &ids,
-            &live(vec![answer("s0", Some("0015"), 4, "0017")]),
-            None,
-        );
+        let (w, _) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 4, "0017")]));
         assert_eq!(added(&w), vec![("s0".into(), 7)]);
         // Now as far and further: the successor's.
-        let (w, r, _) = m.settle(
-            &ids,
-            &live(vec![answer("s0", Some("0015"), 9, "00210")]),
-            None,
-        );
+        let (w, r) = m.settle(&ids, &live(vec![answer("s0", Some("0015"), 9, "00210")]));
         assert_eq!((added(&w), r.len()), (vec![("s0".into(), 9)], 0));
         // Applied: an answer without the post, reaching further, forgets it.
         let mut none = answer("s0", Some("00210"), 0, "00211");
         none.windows.clear();
-        let (w, _, _) = m.settle(&ids, &live(vec![none]), None);
+        let (w, _) = m.settle(&ids, &live(vec![none]));
         assert!(added(&w).is_empty());
         assert!(m.said.is_empty());
-    }
-
-    /// The viewer's state in a window comes with the window; a window remembered from an answer
-    /// for another viewer says nothing of this one's (its shard is named), and a window that
-    /// changes no count but the viewer's state is still given.
-    #[test]
-    fn a_viewer_s_state_is_given_with_its_window() {
-        let ids = ["p".to_owned()];
-        let mut m = Memory::default();
-        let live = |a: Vec<ShardOpen>| -> HashMap<String, ShardOpen> {
-            a.into_iter().map(|s| (s.shard_id.clone(), s)).collect()
-        };
-        let mut a = answer("s0", Some("0015"), 0, "0019");
-        a.windows[0].posts.clear();
-        a.windows[0].viewer.insert("p".into(), true);
-        let (w, _, unknown) = m.settle(&ids, &live(vec![a]), Some("u1"));
-        assert_eq!(
-            w.of("p").iter().map(|w| w.liked).collect::<Vec<_>>(),
-            [Some(true)]
-        );
-        assert!(unknown.is_empty());
-        // Its worker is gone: remembered for u1, unknown for u2.
-        let (w, _, unknown) = m.settle(&ids, &live(vec![]), Some("u1"));
-        assert_eq!(w.of("p")[0].liked, Some(true));
-        assert!(unknown.is_empty());
-        let (w, _, unknown) = m.settle(&ids, &live(vec![]), Some("u2"));
-        assert_eq!(w.of("p")[0].liked, None);
-        assert_eq!(unknown.into_iter().collect::<Vec<_>>(), ["s0"]);
-    }
-
-    /// A post's count of 3 whose items hold shard s0's windows through `mark`.
-    fn counted_at(mark: &str) -> PostCount {
-        PostCount {
-            total: 3,
-            since: None,
-            read_units: 1,
-            marks: vec![("s0".into(), mark.into())],
-        }
-    }
-
-    /// A likers page merges the changes of the windows its count does not hold yet, within its
-    /// range: a like past a full page's last user is the next page's; an applied window is not
-    /// merged again.
-    #[test]
-    fn a_likers_page_takes_the_open_windows_within_its_range() {
-        let stored = LikersPage {
-            users: vec!["a".into(), "c".into(), "e".into()],
-            next: Some("e".into()),
-            read_units: 1,
-        };
-        let mut w = answer("s0", Some("0015"), 0, "0019");
-        w.windows[0].likers = [("b", true), ("c", false), ("f", true)]
-            .into_iter()
-            .map(|(u, l)| (u.to_owned(), l))
-            .collect();
-        let live: HashMap<String, ShardOpen> = [("s0".to_owned(), w)].into_iter().collect();
-        let page = likers_page(&stored, &counted_at("0015"), &live, 3);
-        assert_eq!(
-            (page.users, page.next),
-            (vec!["a".into(), "b".into(), "e".into()], Some("e".into()))
-        );
-        let page = likers_page(&stored, &counted_at("0015"), &live, 2);
-        assert_eq!(
-            (page.users, page.next),
-            (vec!["a".into(), "b".into()], Some("b".into()))
-        );
-        // The last page: a like past its last user is on it.
-        let last = LikersPage {
-            next: None,
-            ..stored.clone()
-        };
-        let page = likers_page(&last, &counted_at("0015"), &live, 10);
-        assert_eq!(page.users, ["a", "b", "e", "f"]);
-        // The window is applied (the post's marker is at its end): the stored page is the view.
-        let page = likers_page(&last, &counted_at("0019"), &live, 10);
-        assert_eq!(page.users, ["a", "c", "e"]);
-    }
-
-    /// Most recent first, the same view: users whose like or unlike the open window holds leave
-    /// their stored place, and those who like the post once it is written go on top of the
-    /// first page (no time yet) — not of a later one.
-    #[test]
-    fn a_recent_page_puts_the_open_window_s_likes_on_top() {
-        use tally_core::ports::RecentLiker;
-        let liker = |u: &str, at_ms| RecentLiker {
-            user: u.into(),
-            at_ms,
-        };
-        let stored = RecentPage {
-            likers: vec![liker("c", 30), liker("a", 20), liker("e", 10)],
-            next: None,
-            read_units: 1,
-        };
-        let mut w = answer("s0", Some("0015"), 0, "0019");
-        w.windows[0].likers = [("a", true), ("c", false), ("f", true)]
-            .into_iter()
-            .map(|(u, l)| (u.to_owned(), l))
-            .collect();
-        let live: HashMap<String, ShardOpen> = [("s0".to_owned(), w)].into_iter().collect();
-        let page = |mark: &str, first: bool| -> Vec<(String, Option<i64>)> {
-            recent_page(&stored, &counted_at(mark), &live, first)
-        };
-        let at = |u: &str, t: Option<i64>| (u.to_owned(), t);
-        assert_eq!(
-            page("0015", true),
-            [at("a", None), at("f", None), at("e", Some(10))]
-        );
-        assert_eq!(page("0015", false), [at("e", Some(10))]);
-        // Written: the stored page is the view.
-        assert_eq!(
-            page("0019", true),
-            [at("c", Some(30)), at("a", Some(20)), at("e", Some(10))]
-        );
     }
 }

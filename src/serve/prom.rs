@@ -12,7 +12,6 @@ use tally_analytics::AnalyticsMetrics;
 use tally_consumer::worker::LeaseMetrics;
 use tally_core::apps;
 use tally_core::clock::now_ms;
-use tally_counter::CounterMetrics;
 
 use super::Ctx;
 
@@ -231,102 +230,186 @@ fn latency_histograms(text: &mut String, merged: &tally_core::latency::Latency) 
     }
 }
 
-/// A worker's leases.
-fn lease_metrics(reg: &mut Registry, app: &str, l: &LeaseMetrics) {
-    let a = [("app", app)];
-    counter(
-        reg,
-        "retries",
-        "Throttled, failed or unanswered store and stream calls tried again",
-        &a,
-        tally_consumer::retry::retries(),
-    );
+/// One counter family, registered once, with a sample per label set: a name may appear once in
+/// the text, whichever of a worker's stages the samples are of.
+fn counters(reg: &mut Registry, name: &str, help: &str, samples: &[(Labels, u64)]) {
+    let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for (labels, v) in samples {
+        f.get_or_create(labels).inc_by(*v);
+    }
+    reg.register(name, help, f);
+}
+
+/// One gauge family, registered once, with a sample per label set.
+fn gauges(reg: &mut Registry, name: &str, help: &str, samples: &[(Labels, i64)]) {
+    let f = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    for (labels, v) in samples {
+        f.get_or_create(labels).set(*v);
+    }
+    reg.register(name, help, f);
+}
+
+fn app_label(app: &str) -> Labels {
+    vec![("app".to_owned(), app.to_owned())]
+}
+
+/// A worker's leases, of each of its apps (`tally count`: the stream's and the change log's),
+/// each family once with a sample per app; and the process's retries, once, under its first app
+/// (the worker's: its stages share one retry count).
+fn lease_metrics(reg: &mut Registry, stages: &[(&str, &LeaseMetrics)]) {
+    if let Some((app, _)) = stages.first() {
+        counter(
+            reg,
+            "retries",
+            "Throttled, failed or unanswered store and stream calls tried again",
+            &[("app", app)],
+            tally_consumer::retry::retries(),
+        );
+    }
+    let of = |f: fn(&LeaseMetrics) -> &AtomicU64| -> Vec<(Labels, u64)> {
+        stages
+            .iter()
+            .map(|(app, l)| (app_label(app), f(l).load(Ordering::Relaxed)))
+            .collect()
+    };
     for (name, help, v) in [
-        ("leases_taken", "Leases taken", &l.taken),
+        (
+            "leases_taken",
+            "Leases taken",
+            of(|l: &LeaseMetrics| &l.taken),
+        ),
         (
             "leases_stolen",
             "Leases stolen from a more loaded worker",
-            &l.stolen,
+            of(|l: &LeaseMetrics| &l.stolen),
         ),
-        ("leases_released", "Leases released", &l.released),
-        ("leases_lost", "Leases lost to another worker", &l.lost),
-        ("leases_renewed", "Lease renewals", &l.renewed),
+        (
+            "leases_released",
+            "Leases released",
+            of(|l: &LeaseMetrics| &l.released),
+        ),
+        (
+            "leases_lost",
+            "Leases lost to another worker",
+            of(|l: &LeaseMetrics| &l.lost),
+        ),
+        (
+            "leases_renewed",
+            "Lease renewals",
+            of(|l: &LeaseMetrics| &l.renewed),
+        ),
         (
             "shards_finished",
             "Shards read to their end and finished",
-            &l.finished,
+            of(|l: &LeaseMetrics| &l.finished),
         ),
     ] {
-        counter(reg, name, help, &a, v.load(Ordering::Relaxed));
+        counters(reg, name, help, &v);
     }
-    gauge(
-        reg,
-        "leases_held",
-        "Leases this worker holds",
-        l.held.load(Ordering::Relaxed) as i64,
-    );
+    let held: Vec<(Labels, i64)> = stages
+        .iter()
+        .map(|(app, l)| (app_label(app), l.held.load(Ordering::Relaxed) as i64))
+        .collect();
+    gauges(reg, "leases_held", "Leases this worker holds", &held);
 }
 
-/// A counter worker's own metrics.
-pub fn counter_metrics(m: &CounterMetrics, l: &LeaseMetrics) -> anyhow::Result<String> {
+/// A counter worker's own metrics: each of its two stages' (the stream's, app `counter`; the
+/// edges' change log's, app `changes`, idle counting events) as samples of one family, by `app`.
+pub fn counter_metrics(run: &crate::apps::CounterRun) -> anyhow::Result<String> {
+    use tally_counter::CounterMetrics;
     let mut reg = Registry::with_prefix("tally");
-    let a = [("app", apps::COUNTER)];
+    let stages = [
+        (apps::COUNTER, &run.metrics, &run.leases),
+        (apps::CHANGES, &run.changes, &run.change_leases),
+    ];
+    let of = |f: fn(&CounterMetrics) -> &AtomicU64| -> Vec<(Labels, u64)> {
+        stages
+            .iter()
+            .map(|(app, m, _)| (app_label(app), f(m).load(Ordering::Relaxed)))
+            .collect()
+    };
     for (name, help, v) in [
-        ("records", "Records read", &m.records),
-        ("counted", "Events counted (first seen)", &m.counted),
+        (
+            "records",
+            "Records read",
+            of(|m: &CounterMetrics| &m.records),
+        ),
+        (
+            "counted",
+            "Events counted (first seen)",
+            of(|m: &CounterMetrics| &m.counted),
+        ),
         (
             "duplicates",
             "Producer retries recognised and dropped",
-            &m.duplicates,
+            of(|m: &CounterMetrics| &m.duplicates),
         ),
         (
             "malformed",
             "Records dead-lettered as malformed",
-            &m.malformed,
+            of(|m: &CounterMetrics| &m.malformed),
         ),
         (
             "skipped",
             "Change records of items that are no likes, skipped",
-            &m.skipped,
-        ),
-        ("windows", "Windows applied", &m.windows),
-        (
-            "edges_crossed",
-            "Likers: edges written over another shard's write",
-            &m.edges_crossed,
+            of(|m: &CounterMetrics| &m.skipped),
         ),
         (
-            "edges_forgotten",
-            "Likers: edges of a rebuilt window that no longer remember whether it wrote them",
-            &m.edges_forgotten,
+            "windows",
+            "Windows applied",
+            of(|m: &CounterMetrics| &m.windows),
         ),
-        ("items_written", "Store items written", &m.items_written),
+        (
+            "edges_changed",
+            "Likers: edge writes that changed an edge (each logged once)",
+            of(|m: &CounterMetrics| &m.edges_changed),
+        ),
+        (
+            "items_written",
+            "Store items written",
+            of(|m: &CounterMetrics| &m.items_written),
+        ),
         (
             "writes_refused",
             "Writes refused as already applied",
-            &m.writes_refused,
+            of(|m: &CounterMetrics| &m.writes_refused),
         ),
     ] {
-        counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
+        counters(&mut reg, name, help, &v);
     }
-    let units = crate::answers::counter_units(m, l);
-    let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
-    for p in tally_core::cost::Purpose::ALL {
-        f.get_or_create(&vec![("purpose".to_owned(), p.name().to_owned())])
-            .inc_by(units.get(p));
+    let mut units = Vec::new();
+    for (app, m, l) in stages {
+        let u = crate::answers::counter_units(m, l);
+        for p in tally_core::cost::Purpose::ALL {
+            let mut labels = app_label(app);
+            labels.push(("purpose".to_owned(), p.name().to_owned()));
+            units.push((labels, u.get(p)));
+        }
     }
-    reg.register(
+    counters(
+        &mut reg,
         "write_units",
-        "DynamoDB write units spent, by purpose (by DynamoDB's rules)",
-        f,
+        "DynamoDB write units spent, by app and purpose (by DynamoDB's rules)",
+        &units,
     );
-    gauge(
+    let ages: Vec<(Labels, i64)> = stages
+        .iter()
+        .map(|(app, m, _)| {
+            (
+                app_label(app),
+                m.max_iterator_age_ms.load(Ordering::Relaxed) as i64,
+            )
+        })
+        .collect();
+    gauges(
         &mut reg,
         "iterator_age_max_ms",
         "The largest iterator age seen (ms)",
-        m.max_iterator_age_ms.load(Ordering::Relaxed) as i64,
+        &ages,
     );
-    lease_metrics(&mut reg, apps::COUNTER, l);
+    let leases: Vec<(&str, &LeaseMetrics)> =
+        stages.iter().map(|(app, _, l)| (*app, &***l)).collect();
+    lease_metrics(&mut reg, &leases);
     render(&reg)
 }
 
@@ -345,7 +428,7 @@ pub fn analytics_metrics(m: &AnalyticsMetrics, l: &LeaseMetrics) -> anyhow::Resu
     ] {
         counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
     }
-    lease_metrics(&mut reg, apps::ANALYTICS, l);
+    lease_metrics(&mut reg, &[(apps::ANALYTICS, l)]);
     render(&reg)
 }
 
@@ -364,6 +447,6 @@ pub fn router_metrics(m: &crate::route::RouterMetrics, l: &LeaseMetrics) -> anyh
     ] {
         counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
     }
-    lease_metrics(&mut reg, apps::ROUTER, l);
+    lease_metrics(&mut reg, &[(apps::ROUTER, l)]);
     render(&reg)
 }

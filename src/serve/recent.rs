@@ -1,5 +1,5 @@
 //! `GET /api/posts/{id}/likers/recent`: a post's likers most recent first — "liked by alice and
-//! 23 others" — read off the counts table's recent index, with the post's count from the same
+//! 23 others" — read off the edges table's recent index, with the post's count from the same
 //! view (the counter's workers' open windows included, as every likers answer).
 
 use axum::extract::{Path, State};
@@ -50,30 +50,23 @@ pub(super) async fn recent_likers(
     let counter = &c.read.counts;
     viewer::check_likers(counter.as_ref(), &c.mode).await?;
     // The workers first, the store second (see `pending`): the page and the count in one view.
-    let asked = match c.pending.as_ref().filter(|_| p.pending.unwrap_or(true)) {
-        Some(pending) => {
-            let listing = c.listings.get(apps::COUNTER);
-            Some(pending.ask_likers(&listing, &id, None).await)
-        }
-        None => None,
-    };
+    let asked = c
+        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
+        .await;
     let count = counter.post_count(&id, None).await?;
     let stored = counter
         .recent_likers(&id, after.as_ref(), limit)
         .await
         .map_err(no_index)?;
-    let no_answers = std::collections::HashMap::new();
-    let (live, windows) = match &asked {
-        Some((live, a)) => (live, &a.windows),
-        None => (&no_answers, &pending::Windows::default()),
-    };
-    let likers = pending::recent_page(&stored, &count, live, after.is_none());
+    let none = pending::Windows::default();
+    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let provisional = pending_for(&id, &count, windows, None);
     let mut v = json!({
         "post_id": id,
-        "likers": likers
+        "likers": stored
+            .likers
             .iter()
-            .map(|(user, at)| json!({"user_id": user, "liked_at_ms": at}))
+            .map(|l| json!({"user_id": l.user, "liked_at_ms": l.at_ms}))
             .collect::<Vec<_>>(),
         "next": stored.next.as_ref().map(ToString::to_string),
         "count": count.total + provisional.total,
@@ -82,7 +75,7 @@ pub(super) async fn recent_likers(
         "read_units": stored.read_units + count.read_units,
         "applied_through": c.fresh(apps::COUNTER),
     });
-    if let Some((_, a)) = &asked {
+    if let Some(a) = &asked {
         v["provisional"] = pending_json(a);
     }
     Ok(Json(v))

@@ -10,7 +10,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tally_core::ports::LeaseReader;
-use tally_counter::board::{Also, Board, Listed, ShardOpen};
+use tally_counter::board::{Board, Listed, ShardOpen};
 
 /// What a worker's `/api/open` answers: who it is, and its held shards' windows.
 #[derive(Debug, Serialize, Deserialize)]
@@ -31,12 +31,11 @@ pub struct OpenAnswer {
 /// windows on `/api/open` — until dropped.
 pub struct WorkerHttp(Option<tokio::task::JoinHandle<()>>);
 
-/// What a counter worker's `/api/open?ids=a,b[&viewer=u][&likers&after=u][&held=D[&shards=s,t]]`
-/// answers: its held shards' windows that are read but not written, for those posts — with a
-/// viewer, also the viewer's state there once they are written; with `likers`, each user (after
-/// `after`) whose state they change; with `held`, the digest (hex) of the shards the caller
-/// lists it as holding, if that is what it holds: only the shards whose windows hold one of
-/// those posts, and those of `shards` it holds (`serve::pending` is the reader).
+/// What a counter worker's `/api/open?ids=a,b[&held=D[&shards=s,t]]` answers: its held shards'
+/// windows that are read but not written, for those posts — with `held`, the digest (hex) of the
+/// shards the caller lists it as holding, if that is what it holds: only the shards whose
+/// windows hold one of those posts, and those of `shards` it holds (`serve::pending` is the
+/// reader).
 async fn open_windows(
     board: Arc<Board>,
     owner: String,
@@ -58,17 +57,6 @@ async fn open_windows(
     if let Err(e) = super::check_ids(&ids) {
         return bad(e);
     }
-    let viewer = q.get("viewer").map(String::as_str);
-    let after = q.get("after").map(String::as_str);
-    for (name, id) in [("viewer", viewer), ("after", after)] {
-        if let Some(Err(e)) = id.map(|v| tally_core::event::check_id(name, v)) {
-            return bad(e.to_string());
-        }
-    }
-    let also = Also {
-        viewer,
-        likers: q.contains_key("likers").then_some(after),
-    };
     let held = match q.get("held").map(|h| u64::from_str_radix(h, 16)) {
         Some(Ok(h)) => Some(h),
         Some(Err(_)) => {
@@ -91,7 +79,7 @@ async fn open_windows(
         },
         None => Listed::Every,
     };
-    let answered = board.answer(&ids, also, listed).await;
+    let answered = board.answer(&ids, listed);
     let answer = OpenAnswer {
         owner,
         shards: answered.shards,

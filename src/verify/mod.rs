@@ -15,6 +15,7 @@
 pub mod partition;
 pub mod recount;
 mod source;
+mod tail;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -144,7 +145,22 @@ pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verifi
         memory_budget: bytesize::ByteSize(a.memory).to_string(),
         ..Report::default()
     };
-    let rule = Rule::of_store(s, b, &mut report).await?;
+    let rule = Rule::of_store(s, b).await?;
+    // Counting likers, the changes of the edges not counted yet (the counter's second stage
+    // reads them after its checkpoints): what the counts lag the edges by.
+    let tail = match rule.counts {
+        Counts::Likers => Some(tail::LogTail::read(b).await?),
+        Counts::Events { .. } => None,
+    };
+    if let Some(t) = &tail {
+        if t.changes > 0 {
+            report.not_checked.push(format!(
+                "{} changes of the edges were not counted yet (the counter's second stage is \
+                 behind): each post is compared with them added",
+                t.changes
+            ));
+        }
+    }
     let source = match &a.from {
         Some(f) => {
             report.source = f.display().to_string();
@@ -160,6 +176,7 @@ pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verifi
 
     let pb = crate::progress::start(None, "records", !a.progress);
     let recounted = Checked {
+        tail: tail.as_ref(),
         rule: &rule,
         source: &source,
         rows: &rows,
@@ -179,6 +196,7 @@ pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verifi
         .context("reading the global total")?;
     report.store_calls += 1;
     let after = states(b, app).await?;
+    let total = total + tail.as_ref().map_or(0, |t| t.total);
     compare_total(total, &recounted, &before, &after, &mut report);
     report
         .drifts
@@ -226,6 +244,7 @@ struct Recounted {
 
 /// One verify's recount, read in passes and compared pass by pass.
 struct Checked<'a> {
+    tail: Option<&'a tail::LogTail>,
     rule: &'a Rule,
     source: &'a Source,
     rows: &'a HashMap<String, Row>,
@@ -255,8 +274,15 @@ impl Checked<'_> {
             r.finish();
             report.passes += 1;
             report.over_budget |= r.over_budget;
-            let drifted =
-                check_posts(b.counter.as_ref(), &r, self.since, &mut split, report).await?;
+            let drifted = check_posts(
+                b.counter.as_ref(),
+                &r,
+                self.tail,
+                self.since,
+                &mut split,
+                report,
+            )
+            .await?;
             let after = states(b, apps::COUNTER).await?;
             settle(drifted, self.before, &after, report);
             if pass.first {
@@ -345,15 +371,14 @@ pub(crate) struct Rule {
 enum Counts {
     /// Events, a copy recognised within this dedup horizon (ms).
     Events { horizon_ms: i64 },
-    /// Likers, with this clock skew allowed (ms).
-    Likers { skew_ms: i64 },
+    /// Likers.
+    Likers,
 }
 
 impl Rule {
     /// The rule the store was counted by. The store says what it counts (one that has counted
-    /// nothing yet counts as configured); counting likers, the recount orders events by the
-    /// clock skew the store was counted with (recorded by the counter), not by today's setting.
-    async fn of_store(s: &Settings, b: &Backend, report: &mut Report) -> Result<Rule> {
+    /// nothing yet counts as configured).
+    async fn of_store(s: &Settings, b: &Backend) -> Result<Rule> {
         let mode = b
             .counter
             .stored_mode()
@@ -363,25 +388,7 @@ impl Rule {
         let horizon_ms = tally_core::config::millis(s.counter.dedup_horizon) as i64;
         let counts = match mode {
             CountMode::Events => Counts::Events { horizon_ms },
-            CountMode::Likers => {
-                let skews = b
-                    .counter
-                    .stored_skews()
-                    .await
-                    .context("reading the clock skews the store was counted with")?;
-                if skews.len() > 1 {
-                    report.not_checked.push(format!(
-                        "the store was counted with several clock skews ({} ms; the latest is \
-                         used here): a post with an event whose clock was ahead by between them \
-                         may be recounted differently from how it was counted",
-                        tally_core::edge::skews_to_text(&skews)
-                    ));
-                }
-                let configured = tally_core::config::millis(s.counter.max_clock_skew) as i64;
-                Counts::Likers {
-                    skew_ms: skews.last().copied().unwrap_or(configured),
-                }
-            }
+            CountMode::Likers => Counts::Likers,
         };
         Ok(Rule {
             counts,
@@ -397,7 +404,7 @@ impl Rule {
     ) -> Recount {
         let r = match self.counts {
             Counts::Events { horizon_ms } => Recount::events(horizon_ms, shards, rows),
-            Counts::Likers { skew_ms } => Recount::likers(skew_ms, shards, rows),
+            Counts::Likers => Recount::likers(shards, rows),
         };
         r.input(self.input.clone())
             .within(pass.part, pass.budget, pass.first)
@@ -517,6 +524,7 @@ struct OffPost {
 async fn check_posts(
     store: &dyn CountReader,
     r: &Recount,
+    tail: Option<&tail::LogTail>,
     since: &[i64],
     split: &mut HashMap<String, PostCheck>,
     report: &mut Report,
@@ -554,20 +562,20 @@ async fn check_posts(
                 (None, Some(c)) if c.is_empty() => continue,
                 (None, Some(c)) => PostCheck {
                     // A post the counter applied records to that this check did not read.
-                    unread: c.iter().any(|c| {
-                        c.marks.iter().any(|(s, m)| {
-                            // A held marker names its window's end (`summary::held_marker`).
-                            let m = tally_core::summary::window_mark(m);
-                            last_read.get(s.as_str()).is_none_or(|l| m > l.as_str())
-                        })
-                    }),
+                    // Counting likers, the marks are of the edges' change log, not the stream.
+                    unread: tail.is_none()
+                        && c.iter().any(|c| {
+                            c.marks
+                                .iter()
+                                .any(|(s, m)| last_read.get(s.as_str()).is_none_or(|l| m > l))
+                        }),
                     checks: Vec::new(),
                     reads: c,
                     beyond_shards: BTreeSet::new(),
                 },
                 (None, None) => continue,
             };
-            post.add(r, p, beyond, since);
+            post.add(r, p, beyond, tail, since);
             if r.part().continues(p) {
                 split.insert(p.clone(), post);
                 continue;
@@ -599,14 +607,29 @@ impl PostCheck {
     /// Adds what one pass's records of the post say each read should show. Each read is
     /// compared with the records its own markers say it holds: a window may land between the
     /// reads of one post.
-    fn add(&mut self, r: &Recount, post: &str, beyond: &[&recount::Beyond], since: &[i64]) {
+    fn add(
+        &mut self,
+        r: &Recount,
+        post: &str,
+        beyond: &[&recount::Beyond],
+        tail: Option<&tail::LogTail>,
+        since: &[i64],
+    ) {
         self.beyond_shards
             .extend(beyond.iter().map(|b| b.shard_id.clone()));
         let mut checks = Vec::new();
+        // A post split over passes is summed over its parts: what its count lags by, once.
+        let first_part = self.checks.is_empty();
         for (i, (t, count)) in since.iter().zip(&self.reads).enumerate() {
-            let held = Held::of(r, post, beyond, &count.marks);
+            let held = Held::of(r, post, beyond, &count.marks, tail.is_some());
             let mut check = |since_ms: Option<i64>, store: i64| {
-                let (lo, hi) = held.range(since_ms.map(|t| t.div_euclid(MINUTE_MS)));
+                let from = since_ms.map(|t| t.div_euclid(MINUTE_MS));
+                let (lo, hi) = held.range(from);
+                // Counting likers, the changes the count does not hold yet are added to it.
+                let lag = tail
+                    .filter(|_| first_part)
+                    .map_or(0, |t| t.unapplied(post, &count.marks, from));
+                let (lo, hi) = (lo - lag, hi - lag);
                 checks.push(Check {
                     since_ms,
                     store,
@@ -683,6 +706,9 @@ struct Held<'a> {
     /// Counting events: the held records, added as deltas (counting likers they are merged into
     /// `applied`).
     extra: Vec<&'a recount::Beyond>,
+    /// Counting likers: the post with every record after its checkpoint merged in — the edges
+    /// may hold any of them already (the first stage writes a window before its checkpoint).
+    all: Option<recount::PostRecount>,
 }
 
 impl<'a> Held<'a> {
@@ -691,7 +717,17 @@ impl<'a> Held<'a> {
         post: &str,
         beyond: &[&'a recount::Beyond],
         marks: &[(String, String)],
+        likers: bool,
     ) -> Held<'a> {
+        if likers {
+            let (applied, _) = r.with_held(post, Vec::new());
+            let (all, _) = r.with_held(post, beyond.to_vec());
+            return Held {
+                applied,
+                extra: Vec::new(),
+                all: Some(all),
+            };
+        }
         let marks: HashMap<&str, &str> = marks
             .iter()
             .map(|(s, m)| (s.as_str(), m.as_str()))
@@ -706,17 +742,27 @@ impl<'a> Held<'a> {
             })
             .collect();
         let (applied, extra) = r.with_held(post, held);
-        Held { applied, extra }
+        Held {
+            applied,
+            extra,
+            all: None,
+        }
     }
 
     /// The range the store's count (since minute `from`, else the total) may take: late copies
-    /// may or may not have been counted.
+    /// may or may not have been counted; counting likers, records after the checkpoint may or
+    /// may not be in the edges yet.
     fn range(&self, from: Option<Minute>) -> (i64, i64) {
-        let inside = |m: Minute| from.is_none_or(|f| m >= f);
-        let mut n = match from {
-            None => self.applied.total,
-            Some(f) => self.applied.since(f),
+        let of = |p: &recount::PostRecount| match from {
+            None => p.total,
+            Some(f) => p.since(f),
         };
+        if let Some(all) = &self.all {
+            let (a, b) = (of(&self.applied), of(all));
+            return (a.min(b), a.max(b));
+        }
+        let inside = |m: Minute| from.is_none_or(|f| m >= f);
+        let mut n = of(&self.applied);
         let (mut lo, mut hi) = (0, 0);
         let mut open = |m: Minute, d: i64| {
             if inside(m) {

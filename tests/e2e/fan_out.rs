@@ -85,7 +85,8 @@ fn subscriptions_that_end_or_fail_resume_exactly() {
     let read: u64 = c
         .log_text()
         .lines()
-        .filter(|l| l.contains("shard stats"))
+        // The stream's shards (app `counter`), not the edges' change log's.
+        .filter(|l| l.contains("shard stats") && l.contains("shard{app=counter "))
         .filter_map(|l| {
             l.split("records=")
                 .nth(1)?

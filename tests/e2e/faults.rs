@@ -74,7 +74,6 @@ async fn only_the_posts_that_failed_are_sent_again() {
         app: "counter",
         shard_id: "shardId-000000000000",
         end: &end,
-        held: false,
     };
     proxy.inject_matching("UpdateItem", "\"perpost-p7\"", Fault::ServerError, 3);
     let first = store.apply_posts(at, &posts).await.unwrap();

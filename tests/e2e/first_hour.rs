@@ -56,7 +56,8 @@ fn reads_never_create_a_store() {
 }
 
 /// A store on a read-only filesystem (a bind mount made read-only in a private mount namespace,
-/// as `unshare` gives an unprivileged user) is read; writers say it is read-only.
+/// as `unshare` gives an unprivileged user) is read; writers say it is read-only; a store an
+/// earlier build made is refused there as anywhere.
 #[test]
 fn a_store_on_a_read_only_filesystem_is_read() {
     let unshare_works = std::process::Command::new("unshare")
@@ -99,34 +100,46 @@ fn a_store_on_a_read_only_filesystem_is_read() {
     let out = in_read_only("count --until-idle");
     assert!(!out.status.success());
     assert!(stderr(&out).contains("is read-only"), "{}", stderr(&out));
-    // The viewer's likes come from the edges' own file, read-only too; and from `tally.db`
-    // where a store made before that file keeps them (never opened to write since: not moved).
-    let viewer_liked = || {
-        let out = in_read_only("query p1 --viewer u3 --json");
-        assert!(out.status.success(), "{}", stderr(&out));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        (v["count"].as_i64(), v["viewer_liked"].as_bool())
-    };
-    assert_eq!(viewer_liked(), (Some(10), Some(true)));
+    // The viewer's likes come from the edges' own files, read-only too.
+    let viewer = || in_read_only("query p1 --viewer u3 --json");
+    let out = viewer();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["count"].as_i64(), v["viewer_liked"].as_bool()),
+        (Some(10), Some(true)),
+        "{v}"
+    );
+    // A store an earlier build made keeps its edges in `tally.db`, without their change log:
+    // read-only too it is refused with what to do, never read as if it were this build's, and
+    // left as it was.
     let db = rusqlite::Connection::open(t.dir.path().join("tally.db")).unwrap();
     let parts = tally_embedded::edge_files(t.dir.path()).unwrap();
-    for edges in &parts {
-        db.execute("ATTACH DATABASE ?1 AS e", [edges.display().to_string()])
-            .unwrap();
-        db.execute_batch("INSERT INTO main.edges SELECT * FROM e.edges; DETACH DATABASE e")
-            .unwrap();
-    }
+    assert!(!parts.is_empty());
+    db.execute("ATTACH DATABASE ?1 AS e", [parts[0].display().to_string()])
+        .unwrap();
+    db.execute_batch("CREATE TABLE main.edges AS SELECT * FROM e.edges; DETACH DATABASE e")
+        .unwrap();
     drop(db);
-    for (edges, suffix) in parts
-        .iter()
-        .flat_map(|p| ["", "-wal", "-shm"].map(|s| (p, s)))
-    {
-        let _ = std::fs::remove_file(format!("{}{suffix}", edges.display()));
-    }
-    assert_eq!(viewer_liked(), (Some(10), Some(true)));
+    let out = viewer();
+    assert!(!out.status.success());
+    let err = stderr(&out);
     assert!(
-        parts.iter().all(|p| !p.exists()),
-        "a read-only store is not moved"
+        err.contains("made by an earlier build of tally") && err.contains("fresh --data-dir"),
+        "{err}"
+    );
+    let db = rusqlite::Connection::open(t.dir.path().join("tally.db")).unwrap();
+    let kept: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'edges'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, 1, "a read-only store is not changed");
+    assert!(
+        parts.iter().all(|p| p.exists()),
+        "nor its edges' files moved"
     );
 }
 
@@ -448,7 +461,10 @@ fn reading_commands_check_input_and_say_when_empty() {
     let err = stderr(&t.fail(&["top", "--k", "0"], &[]));
     assert!(err.contains("--k") && err.contains("1..=1000"), "{err}");
     let err = stderr(&t.fail(&["leases", "--app", "countr"], &[]));
-    assert!(err.contains("possible values: counter, analytics"), "{err}");
+    assert!(
+        err.contains("possible values: counter, changes, analytics"),
+        "{err}"
+    );
     let latency = t.run(&["latency"]);
     assert!(latency.contains("no latency data yet"), "{latency}");
     assert_eq!(t.json(&["latency", "--json"])["windows"], 0);
@@ -914,8 +930,23 @@ fn default_logs_are_a_few_sentences() {
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     let lines: Vec<&str> = err.lines().collect();
-    // A lease taken per shard, "caught up", the lease stats, the summary.
-    assert!(lines.len() <= 4 + 3, "{err}");
+    // Two workers, each naming its app: the stream's (app `counter`, four shards) and the
+    // edges' change log's (app `changes`, a shard per edges file: two). Each says a lease taken
+    // per shard, "caught up" and its lease stats; then the summary.
+    let (stream_shards, log_shards) = (4, 2);
+    assert!(
+        lines.len() <= stream_shards + log_shards + 2 * 2 + 1,
+        "{err}"
+    );
+    for app in ["counter", "changes"] {
+        assert!(err.contains(&format!("app={app} ")), "{app}: {err}");
+    }
+    assert!(
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|l| l.contains("app=counter") || l.contains("app=changes")),
+        "every line but the summary names its worker's app:\n{err}"
+    );
     for noise in [
         "tally_consumer::",
         "-9223372036854775808",

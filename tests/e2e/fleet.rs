@@ -233,7 +233,17 @@ on_backends! {
     }
 }
 
-fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
+/// What a paused worker holds when its leases move: counting events, the stream's records in an
+/// open window; counting likers, the edges' changes in its change log's open window (its first
+/// stage writes edges at the stream's tip, which any later writer of the same edge orders
+/// against by content, so only the second stage holds counts).
+#[derive(Clone, Copy, PartialEq)]
+enum Counting {
+    Likers,
+    Events,
+}
+
+fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)], counting: Counting) {
     let file = t.dir.path().join("likes.ndjson");
     let exp = crate::common::write_contract_file(&file, 3_000, 50, 33);
     // The stale worker's windows never close on their own during the test: when it is paused it
@@ -242,6 +252,12 @@ fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
     env.retain(|(k, _)| !k.starts_with("TALLY_COUNTER"));
     env.push(("TALLY_COUNTER__WINDOW_RECORDS", "20000"));
     env.push(("TALLY_COUNTER__WINDOW_MS", "600000"));
+    let mut base = base.to_vec();
+    if counting == Counting::Events {
+        env.push(("TALLY_COUNTER__COUNT", "events"));
+        base.push(("TALLY_COUNTER__COUNT", "events"));
+    }
+    let base = &base[..];
     let mut stale = t.spawn("stale", &["count", "--worker-id", "stale"], &env);
     let owned_by = |who: &str| {
         let o = owners(&t);
@@ -299,15 +315,24 @@ fn stale_worker_cannot_apply(t: Target, base: &[(&str, &str)]) {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no {what:?} in {summary:?}"))
     };
-    let read = field(" records read");
-    assert!(read > 0, "{summary}");
-    assert_eq!(field(" windows it applied"), 0, "{summary}");
-    // It adds up: every record it read is one it did not apply itself.
-    assert_eq!(
-        field(" read again by the shard's next holder"),
-        read,
-        "{summary}"
-    );
+    match counting {
+        Counting::Events => {
+            let read = field(" records read");
+            assert!(read > 0, "{summary}");
+            assert_eq!(field(" windows it applied"), 0, "{summary}");
+            // It adds up: every record it read is one it did not apply itself.
+            assert_eq!(
+                field(" read again by the shard's next holder"),
+                read,
+                "{summary}"
+            );
+        }
+        Counting::Likers => {
+            // It read the edges' changes and counted none of them.
+            assert!(field(" changes read") > 0, "{summary}");
+            assert_eq!(field(" windows applied"), 0, "{summary}");
+        }
+    }
     assert!(!owners(&t).values().any(|o| o.as_deref() == Some("stale")));
     if t.kinesis_proxy.is_some() {
         // Fan-out: the paused worker's subscriptions stay open, and kinesis-local never lets a
@@ -329,15 +354,17 @@ on_backends! {
             let t = Target::embedded();
             // The test reads the leases while the first worker starts: the store must exist first.
             t.run(&["setup"]);
-            stale_worker_cannot_apply(t, FAST);
+            stale_worker_cannot_apply(t, FAST, Counting::Likers);
         },
-        aws => stale_worker_cannot_apply(Target::aws("stale", 2), FAST_AWS),
-        aws_efo => stale_worker_cannot_apply(Target::aws_efo("stale-efo", 2), FAST_AWS),
+        aws => stale_worker_cannot_apply(Target::aws("stale", 2), FAST_AWS, Counting::Likers),
+        aws_efo => stale_worker_cannot_apply(Target::aws_efo("stale-efo", 2), FAST_AWS, Counting::Events),
     }
 }
 
 /// With `metrics.emf` on, a worker's lease and shard metrics are CloudWatch embedded metric format
-/// lines that add up exactly: every record read once, every lease taken and released once.
+/// lines that add up exactly, for each of its two stages (app `counter` reading the stream, app
+/// `changes` reading the edges' change log, a shard per edges file): every record of the stream
+/// read once, every lease taken and released once.
 #[test]
 fn metrics_are_emitted_as_embedded_metric_format() {
     let t = Target::embedded();
@@ -382,28 +409,49 @@ fn metrics_are_emitted_as_embedded_metric_format() {
                 );
             }
         }
-        assert_eq!(v["App"], "counter");
+        assert!(v["App"] == "counter" || v["App"] == "changes", "{v}");
     }
-    let sum = |metric: &str| -> f64 {
-        emf.iter()
+    let of =
+        |app: &str| -> Vec<&serde_json::Value> { emf.iter().filter(|v| v["App"] == app).collect() };
+    let sum = |app: &str, metric: &str| -> f64 {
+        of(app)
+            .iter()
             .filter_map(|v| v.get(metric).and_then(|m| m.as_f64()))
             .sum()
     };
     assert_eq!(
-        sum("Records"),
+        sum("counter", "Records"),
         exp.lines as f64,
-        "every record read is reported once"
+        "every record of the stream read is reported once"
     );
-    assert_eq!(sum("LeasesTaken"), 2.0);
-    assert_eq!(sum("LeasesReleased"), 2.0);
-    assert_eq!(sum("LeasesLost"), 0.0);
-    let last_held = emf
-        .iter()
-        .rev()
-        .find_map(|v| v.get("LeasesHeld").and_then(|m| m.as_f64()));
-    assert_eq!(last_held, Some(0.0), "the last report follows the release");
-    let shards: BTreeSet<&str> = emf.iter().filter_map(|v| v["ShardId"].as_str()).collect();
-    assert_eq!(shards.len(), 2, "{shards:?}");
+    // The change log holds at most a change per distinct event (a window writes an edge's
+    // latest event once), and the edges' changes are all counted.
+    let changes = sum("changes", "Records");
+    let distinct = (exp.lines - exp.malformed - exp.duplicates) as f64;
+    assert!(
+        changes > 0.0 && changes <= distinct,
+        "{changes} of {distinct}"
+    );
+    let edge_files = tally_embedded::edge_files(t.dir.path()).unwrap().len();
+    for (app, shards) in [("counter", 2), ("changes", edge_files)] {
+        assert_eq!(sum(app, "LeasesTaken"), shards as f64, "{app}");
+        assert_eq!(sum(app, "LeasesReleased"), shards as f64, "{app}");
+        assert_eq!(sum(app, "LeasesLost"), 0.0, "{app}");
+        let last_held = of(app)
+            .iter()
+            .rev()
+            .find_map(|v| v.get("LeasesHeld").and_then(|m| m.as_f64()));
+        assert_eq!(
+            last_held,
+            Some(0.0),
+            "{app}: the last report follows the release"
+        );
+        let ids: BTreeSet<&str> = of(app)
+            .iter()
+            .filter_map(|v| v["ShardId"].as_str())
+            .collect();
+        assert_eq!(ids.len(), shards, "{app}: {ids:?}");
+    }
 
     // Analytics adds each stored window's latency percentiles.
     let out = crate::common::output({
@@ -537,10 +585,11 @@ fn a_fleet_is_balanced_from_the_start(
             })
             .sum::<usize>()
     };
+    let everyone: Vec<&crate::common::Bg> = fleet.iter().chain([&late]).collect();
     t.eventually(
         "every lease the joiner asked for handed over",
         Duration::from_secs(30),
-        &[&late],
+        &everyone,
         || handed() == asked(),
     );
     assert!(

@@ -340,11 +340,13 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
     let replayed = replay_all(&backend, file).await;
     assert_eq!(replayed.stats.records as usize, exp.lines);
-    let (m, _) = tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
+    let run = tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
         .await
         .unwrap();
     assert_eq!(
-        m.malformed.load(std::sync::atomic::Ordering::Relaxed) as usize,
+        run.metrics
+            .malformed
+            .load(std::sync::atomic::Ordering::Relaxed) as usize,
         exp.malformed
     );
     for (post, n) in &exp.counts {
@@ -388,12 +390,14 @@ async fn counted_to_idle(poll: Duration, join: Option<Duration>) -> Duration {
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
     replay_all(&backend, file).await;
     let started = std::time::Instant::now();
-    let (_, leases) =
-        tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
-            .await
-            .unwrap();
+    let run = tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
+        .await
+        .unwrap();
     let took = started.elapsed();
-    assert_eq!(leases.taken.load(std::sync::atomic::Ordering::Relaxed), 4);
+    assert_eq!(
+        run.leases.taken.load(std::sync::atomic::Ordering::Relaxed),
+        4
+    );
     for (post, n) in &exp.counts {
         let got = backend.counter.post_count(post, None).await.unwrap().total;
         assert_eq!(got, *n, "{post}");

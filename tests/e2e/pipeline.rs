@@ -211,8 +211,11 @@ fn bad_configuration_names_the_key() {
 }
 
 /// The counter meters what its writes cost in DynamoDB write units, by purpose, by DynamoDB's
-/// rules: `count --json` reports it, every window emits it as EMF, and the two agree; each window
-/// pays for its lease row twice (pending, checkpoint) and for its global total.
+/// rules: `count --json` reports both likers stages' together, every window emits its own as EMF
+/// (by app), and the two agree. Every window of either stage pays for its lease row twice
+/// (pending, checkpoint); the stream's windows (app `counter`) write edges and no counts, the
+/// change log's (app `changes`) the counts and no edges, each change the first logged counted
+/// once by the second.
 #[test]
 fn write_units_are_metered_by_purpose() {
     let t = Target::embedded();
@@ -233,14 +236,23 @@ fn write_units_are_metered_by_purpose() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let u = &v["write_units"];
     let windows = v["windows"].as_u64().unwrap();
-    assert_eq!(u["checkpoints"], 2 * windows, "{v}");
-    assert!(u["counts"].as_u64().unwrap() >= 2 * windows, "{v}");
+    let changes = &v["changes"];
+    let change_windows = changes["windows"].as_u64().unwrap();
+    assert!(windows > 0 && change_windows > 0, "{v}");
+    assert_eq!(u["checkpoints"], 2 * (windows + change_windows), "{v}");
+    // Each of the change log's windows writes its global total and its posts' live items.
+    assert!(u["counts"].as_u64().unwrap() >= 2 * change_windows, "{v}");
     // Counting likers: edges, no dedup records; a copy of an action met in a later window than
-    // its original's is a refused edge write.
+    // its original's is a refused edge write. Each change of an edge is logged once, and the
+    // second stage counts each logged change once.
     assert!(
         u["buckets"].as_u64().unwrap() > 0 && u["edges"].as_u64().unwrap() > 0,
         "{v}"
     );
+    let edges_changed = v["edges_changed"].as_u64().unwrap();
+    assert!(edges_changed > 0, "{v}");
+    assert_eq!(changes["records"], edges_changed, "{v}");
+    assert!(u["edges"].as_u64().unwrap() >= edges_changed, "{v}");
     assert_eq!(u["dedup"], 0, "{v}");
     assert!(
         u["failed_conditions"].as_u64().unwrap() <= exp.duplicates as u64,
@@ -251,10 +263,12 @@ fn write_units_are_metered_by_purpose() {
         "two takes and two releases at least: {v}"
     );
     let log = String::from_utf8_lossy(&out.stderr);
-    let emitted = |metric: &str| -> u64 {
+    // What the windows of `app` (None: of both stages) emitted of `metric`.
+    let emitted = |metric: &str, app: Option<&str>| -> u64 {
         log.lines()
             .filter(|l| l.starts_with('{'))
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| app.is_none_or(|a| e["App"] == a))
             .filter_map(|e| e.get(metric).and_then(|m| m.as_f64()))
             .sum::<f64>() as u64
     };
@@ -265,7 +279,33 @@ fn write_units_are_metered_by_purpose() {
         ("dead_letters", "WriteUnitsDeadLetters"),
         ("checkpoints", "WriteUnitsCheckpoints"),
     ] {
-        assert_eq!(u[part], emitted(metric), "{part}: {v}");
+        assert_eq!(u[part], emitted(metric, None), "{part}: {v}");
+    }
+    // Each stage's own: the stream's windows write the edges (and the malformed records' dead
+    // letters), the change log's the counts.
+    assert_eq!(
+        emitted("WriteUnitsCheckpoints", Some("counter")),
+        2 * windows,
+        "{v}"
+    );
+    assert_eq!(
+        emitted("WriteUnitsCheckpoints", Some("changes")),
+        2 * change_windows,
+        "{v}"
+    );
+    assert_eq!(
+        u["edges"],
+        emitted("WriteUnitsEdges", Some("counter")),
+        "{v}"
+    );
+    assert_eq!(emitted("WriteUnitsEdges", Some("changes")), 0, "{v}");
+    assert_eq!(
+        u["dead_letters"],
+        emitted("WriteUnitsDeadLetters", Some("counter")),
+        "{v}"
+    );
+    for metric in ["WriteUnitsCounts", "WriteUnitsBuckets"] {
+        assert_eq!(emitted(metric, Some("counter")), 0, "{metric}: {v}");
     }
 }
 

@@ -129,7 +129,7 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
-fn get_json(addr: &str, path: &str) -> Value {
+pub(crate) fn get_json(addr: &str, path: &str) -> Value {
     let (status, body) = get(addr, path);
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap()
@@ -546,6 +546,9 @@ on_backends! {
     }
 }
 
+/// A counter worker serves its own metrics, both of its stages' (the stream's, app `counter`;
+/// the edges' change log's, app `changes`) as samples of one family each, by `app`; and its
+/// health.
 #[test]
 fn a_worker_serves_its_metrics() {
     let t = Target::embedded();
@@ -556,7 +559,9 @@ fn a_worker_serves_its_metrics() {
     let mut w = t.spawn("count", &["count", "--http", "127.0.0.1:0"], &[]);
     let addr = served_addr(&w);
     // Counting likers, a copy outside its original's window is counted as read (it changes
-    // nothing): counted and duplicates add up to every valid record.
+    // nothing): the stream's stage (app `counter`) has counted and dropped as duplicates every
+    // valid record, and the change log's (app `changes`) has counted each change of an edge
+    // the first wrote.
     let valid = (exp.lines - exp.malformed) as f64;
     t.eventually(
         "the worker to count everything",
@@ -564,17 +569,53 @@ fn a_worker_serves_its_metrics() {
         &[&w],
         || {
             let (_, text) = get(&addr, "/metrics");
-            let of = |m: &str| metric(&text, m, &[("app", "counter")]).unwrap_or(0.0);
-            of("tally_counted_total") + of("tally_duplicates_total") == valid
+            let of = |m: &str, app: &str| metric(&text, m, &[("app", app)]).unwrap_or(0.0);
+            let changed = of("tally_edges_changed_total", "counter");
+            of("tally_counted_total", "counter") + of("tally_duplicates_total", "counter") == valid
+                && changed > 0.0
+                && of("tally_counted_total", "changes") == changed
         },
     );
     let (_, text) = get(&addr, "/metrics");
+    // Each family once (a name repeated is a scrape Prometheus refuses), its stages by `app`.
+    for family in [
+        "tally_records",
+        "tally_write_units",
+        "tally_leases_held",
+        "tally_retries",
+    ] {
+        let types = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("# TYPE {family} ")))
+            .count();
+        assert_eq!(types, 1, "{family}: {text}");
+    }
+    let units = |app: &str, purpose: &str| {
+        metric(
+            &text,
+            "tally_write_units_total",
+            &[("app", app), ("purpose", purpose)],
+        )
+        .unwrap()
+    };
     assert!(
         metric(&text, "tally_duplicates_total", &[("app", "counter")]).unwrap()
             <= exp.duplicates as f64
     );
-    assert!(metric(&text, "tally_write_units_total", &[("purpose", "counts")]).unwrap() > 0.0);
-    assert_eq!(metric(&text, "tally_leases_held", &[]), Some(2.0), "{text}");
+    // The stream's stage writes the edges, the change log's the counts.
+    assert!(units("counter", "edges") > 0.0, "{text}");
+    assert_eq!(units("counter", "counts"), 0.0, "{text}");
+    assert!(units("changes", "counts") > 0.0, "{text}");
+    assert_eq!(units("changes", "edges"), 0.0, "{text}");
+    // Two stream shards, and the change log's shards, one per edges file.
+    let edge_files = tally_embedded::edge_files(t.dir.path()).unwrap().len() as f64;
+    for (app, held) in [("counter", 2.0), ("changes", edge_files)] {
+        assert_eq!(
+            metric(&text, "tally_leases_held", &[("app", app)]),
+            Some(held),
+            "{app}: {text}"
+        );
+    }
     assert_eq!(get(&addr, "/healthz").0, 200);
     assert_eq!(get(&addr, "/readyz").0, 200);
     // `/` says what the worker serves (not an empty 404 behind a "serving on" line).
@@ -927,10 +968,11 @@ fn provisional(addr: &str, posts: &[&String]) -> (Vec<(i64, i64, i64)>, Value) {
 /// lease expired) until its successor's rebuilt window reaches as far — never less, never more;
 /// after the windows land, stored = counts exactly.
 ///
-/// Counting likers, the open window is resolved against the stored edges: a third round likes
-/// again, unlikes and likes the first round's posts, and the open window shows exactly the
-/// change its write then makes (a like again changes no count, an unlike of a stored like takes
-/// it away, an unlike of nothing changes nothing).
+/// Counting likers, the stream's stage writes the edges as soon as its read reaches the tip, and
+/// the open windows are the change log's (app `changes`): a third round likes again, unlikes
+/// and likes the first round's posts, and the open window shows exactly the change its write
+/// then makes (a like again changes no count, an unlike of a stored like takes it away, an
+/// unlike of nothing changes nothing).
 fn provisional_counts_are_exact(t: Target, likers: bool) {
     let t = if likers { t } else { t.counting_events() };
     // Windows that stay open until the worker stops: nothing is written before that.
@@ -1057,12 +1099,10 @@ fn provisional_counts_are_exact(t: Target, likers: bool) {
             v["provisional"]["complete"], false,
             "a worker did not answer: {v}"
         );
+        // Every shard of the change log whose windows hold counts (embedded: one per edges
+        // file, two; DynamoDB Local: the edges table's stream, one) is named.
         assert_eq!(
-            v["provisional"]["unanswered_shards"]
-                .as_array()
-                .unwrap()
-                .len(),
-            2,
+            v["provisional"]["unanswered_shards"], v["provisional"]["remembered_shards"],
             "{v}"
         );
         assert!(
@@ -1102,8 +1142,8 @@ fn provisional_counts_are_exact(t: Target, likers: bool) {
     }
 }
 
-/// Likers: a window over the first round's stored edges shows, while open, exactly what its
-/// write does.
+/// Likers: a change log's window over the first round's stored edges shows, while open, exactly
+/// what its write does; the likers themselves are the edges, written already.
 fn open_likers_over_stored_edges(
     t: &Target,
     addr: &str,
@@ -1188,7 +1228,9 @@ fn open_likers_over_stored_edges(
     };
     check_viewers("open");
     // The likers page too: while open it already is the page the window's write makes (in pages
-    // of 7 or one of 1,000), with the count from the same view; the stored page alone is not.
+    // of 7 or one of 1,000), with the count from the same view. The page is the stored edges,
+    // which the stream's stage wrote at the tip: the stored page alone is that page already,
+    // only its count waits for the change log's window.
     let likers = |limit: usize, pending: bool| {
         let mut users = Vec::new();
         let mut after: Option<String> = None;
@@ -1219,33 +1261,40 @@ fn open_likers_over_stored_edges(
     assert!(open_page.iter().any(|u| u == "u300"), "{open_page:?}");
     assert!(!open_page.iter().any(|u| u == "u40"), "{open_page:?}");
     assert_eq!(likers(7, true), open_page);
-    assert_ne!(
+    assert_eq!(
         likers(1_000, false),
         open_page,
-        "the stored page alone is the old one"
+        "the edges are written before the count"
     );
-    // Most recent first, from the same view: the likes the open window holds on top of the
-    // first page (no time yet: u0–u39 liked again, u300–u349 new), then the stored likes it does
-    // not touch; every liker once, in pages of 7.
+    // Most recent first, from the same view: the third round's likes on top (u0–u39 liked
+    // again, u300–u349 new), each with its like's time, then the first round's it does not
+    // touch; every liker once, in pages of 7 (DynamoDB's index catches up on its own time).
     let open_likes: BTreeSet<String> = (0..40)
         .chain(300..350)
         .filter(|i| i % 10 == 0)
         .map(|i| format!("u{i}"))
         .collect();
-    let pages = recent_pages(addr, 7, true, want["pv-p0"]);
-    let on_top: BTreeSet<String> = pages
-        .iter()
-        .take_while(|(_, at)| at.is_none())
-        .map(|(u, _)| u.clone())
-        .collect();
-    assert_eq!(on_top, open_likes, "{pages:?}");
-    assert!(pages.iter().skip(on_top.len()).all(|(_, at)| at.is_some()));
-    let shown: BTreeSet<String> = pages.iter().map(|(u, _)| u.clone()).collect();
-    assert_eq!(shown.len(), pages.len(), "each liker once: {pages:?}");
-    assert_eq!(
-        shown,
-        open_page.iter().cloned().collect::<BTreeSet<_>>(),
-        "the likers page's likers"
+    let third = now;
+    t.eventually(
+        "the recent index, open",
+        Duration::from_secs(30),
+        &[&d],
+        || {
+            let pages = recent_pages(addr, 7, true, want["pv-p0"]);
+            let on_top: BTreeSet<String> = pages
+                .iter()
+                .take_while(|(_, at)| *at == Some(third))
+                .map(|(u, _)| u.clone())
+                .collect();
+            let shown: BTreeSet<String> = pages.iter().map(|(u, _)| u.clone()).collect();
+            on_top == open_likes
+                && pages
+                    .iter()
+                    .skip(on_top.len())
+                    .all(|(_, at)| at.is_some_and(|at| at < third))
+                && shown.len() == pages.len()
+                && shown == open_page.iter().cloned().collect::<BTreeSet<_>>()
+        },
     );
     d.signal("TERM");
     assert!(

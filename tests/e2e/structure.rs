@@ -488,6 +488,191 @@ fn the_code_map_names_every_module() {
     );
 }
 
+/// The library crates, by directory.
+const CRATES: &[&str] = &[
+    "core",
+    "consumer",
+    "counter",
+    "analytics",
+    "producer",
+    "embedded",
+    "aws",
+    "conformance",
+];
+
+/// The source root of a crate by the name ARCHITECTURE gives it (`counter` or `tally_counter`;
+/// `tally` is the binary's library), and its root module's file.
+fn crate_root(name: &str) -> Option<(PathBuf, PathBuf)> {
+    let dir = match name.strip_prefix("tally_").unwrap_or(name) {
+        "tally" => root().join("src"),
+        c if CRATES.contains(&c) => root().join(c).join("src"),
+        _ => return None,
+    };
+    let lib = dir.join("lib.rs");
+    Some((dir, lib))
+}
+
+/// Whether `text` has `w` as a whole word.
+fn has_word(text: &str, w: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(w).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(word)
+            && !text[i + w.len()..].chars().next().is_some_and(word)
+    })
+}
+
+/// Whether a module path names something that exists under the crate source root `dir`
+/// (`lib` its root file): each segment a module file while one exists (`seg.rs`,
+/// `seg/mod.rs`), and each segment after the last of them a word of that file (an item, an
+/// inline module, a method).
+fn module_path_exists(dir: &Path, lib: &Path, segments: &[&str]) -> bool {
+    let (mut dir, mut file) = (dir.to_owned(), lib.to_owned());
+    let mut rest = segments;
+    while let Some((s, tail)) = rest.split_first() {
+        let (flat, nested) = (dir.join(format!("{s}.rs")), dir.join(s).join("mod.rs"));
+        file = match (flat.exists(), nested.exists()) {
+            (true, _) => flat,
+            (_, true) => nested,
+            _ => break,
+        };
+        dir = dir.join(s);
+        rest = tail;
+    }
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    rest.iter().all(|s| has_word(&text, s))
+}
+
+/// Issue 73: ARCHITECTURE names only what exists. Every path it names (a backticked
+/// `dir/file.rs` or `dir/`), every crate-qualified module or item (`counter::counting::changes`,
+/// `tally_core::ports::EdgeWriter::change_log`; a path whose first segment is a top-level module
+/// of some crate, `serve::pending::Memory`, is looked for in each such crate), every member of a
+/// type (`Counter::open_change_log`: a word of a file that defines the type), and every test an
+/// `**Invariant:**` paragraph names (a `fn`, or an `on_backends!` case) — so a file, module, item
+/// or test renamed or deleted without its mention fails here.
+#[test]
+fn the_architecture_names_only_what_exists() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let mut sources: Vec<String> = Vec::new();
+    for dir in CRATES.iter().chain(&["src", "tests", "benches"]) {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        for f in files {
+            sources.push(std::fs::read_to_string(f).unwrap());
+        }
+    }
+    // Fenced blocks (diagrams) are left out; what is between backticks is a name.
+    let mut prose = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    let names: Vec<&str> = prose.split('`').skip(1).step_by(2).collect();
+    assert!(names.len() > 100, "{} backticked names", names.len());
+    let mut missing = Vec::new();
+    let mut paths = 0;
+    let mut modules = 0;
+    let mut members = 0;
+    for name in &names {
+        let path_like = |c: char| c.is_alphanumeric() || "/._-".contains(c);
+        if name.contains('/') && !name.starts_with('/') && name.chars().all(path_like) {
+            paths += 1;
+            if !root().join(name).exists() {
+                missing.push(format!("path {name}"));
+            }
+            continue;
+        }
+        let code = name.split('(').next().unwrap_or_default();
+        let segments: Vec<&str> = code.split("::").collect();
+        let module_like = |c: char| c.is_alphanumeric() || c == '_';
+        if segments.len() < 2
+            || !segments
+                .iter()
+                .all(|s| !s.is_empty() && s.chars().all(module_like))
+        {
+            continue;
+        }
+        let first = segments[0];
+        if first.starts_with(|c: char| c.is_ascii_uppercase()) {
+            // A type's member: a file that defines the type has it as a word.
+            members += 1;
+            let defines = |t: &str| {
+                ["struct", "enum", "trait", "type"]
+                    .iter()
+                    .any(|k| has_word(t, &format!("{k} {first}")))
+            };
+            if !sources
+                .iter()
+                .any(|t| defines(t) && segments[1..].iter().all(|s| has_word(t, s)))
+            {
+                missing.push(format!("member {name}"));
+            }
+            continue;
+        }
+        let candidates: Vec<(PathBuf, PathBuf, &[&str])> = match crate_root(first) {
+            Some((dir, lib)) => vec![(dir, lib, &segments[1..])],
+            None => CRATES
+                .iter()
+                .chain(&["tally"])
+                .filter_map(|c| crate_root(c))
+                .filter(|(dir, _)| {
+                    dir.join(format!("{first}.rs")).exists()
+                        || dir.join(first).join("mod.rs").exists()
+                })
+                .map(|(dir, lib)| (dir, lib, &segments[..]))
+                .collect(),
+        };
+        if candidates.is_empty() {
+            continue;
+        }
+        modules += 1;
+        if !candidates
+            .iter()
+            .any(|(dir, lib, segs)| module_path_exists(dir, lib, segs))
+        {
+            missing.push(format!("module or item {name}"));
+        }
+    }
+    assert!(
+        paths > 50 && modules > 20 && members > 10,
+        "{paths} paths, {modules} modules, {members} members"
+    );
+    // The tests the invariants name: every function and `on_backends!` case of the tree.
+    let mut tests = 0;
+    for paragraph in prose.split("\n\n").filter(|p| p.starts_with("**Invariant")) {
+        for name in paragraph.split('`').skip(1).step_by(2) {
+            let test_like = name.matches('_').count() >= 3
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if !test_like {
+                continue;
+            }
+            tests += 1;
+            let defined = [
+                format!("fn {name}("),
+                format!("fn {name}<"),
+                format!(" {name} {{"),
+            ];
+            if !defined
+                .iter()
+                .any(|d| sources.iter().any(|t| t.contains(d.as_str())))
+            {
+                missing.push(format!("test {name}"));
+            }
+        }
+    }
+    assert!(tests > 10, "{tests} tests named by the invariants");
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE names what does not exist: {missing:#?}"
+    );
+}
+
 /// README's list of global flags is the CLI's: every flag clap marks global is named there, and
 /// the list names no other.
 #[test]

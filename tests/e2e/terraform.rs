@@ -91,8 +91,10 @@ fn tables_match_the_code() {
     assert_eq!(tf, code);
 }
 
-/// The counts table's recent index is the one the code queries: its name, keys and the number
-/// attribute it sorts by (`tally_core::edge::RECENT_INDEX`, `LIKED_AT_ATTR`), keys only.
+/// The edges table's recent index is the one the code queries: its name, keys and the number
+/// attribute it sorts by (`tally_core::edge::RECENT_INDEX`, `LIKED_AT_ATTR`), keys only; on the
+/// edges table alone (where `tally setup` puts it and the likers are read), when
+/// `recent_likers_index` asks for it.
 #[test]
 fn the_recent_index_is_the_one_the_code_reads() {
     let bodies = terraform();
@@ -109,6 +111,15 @@ fn the_recent_index_is_the_one_the_code_reads() {
             .blocks()
             .find(|b| b.identifier() == "dynamic" && b.labels().iter().any(|l| l.as_str() == kind))
             .unwrap_or_else(|| panic!("dynamic {kind}"));
+        assert_eq!(
+            attr_text(dynamic, "for_each").as_deref(),
+            Some("each.key == \"edges\" && var.recent_likers_index ? [1] : []"),
+            "{kind}: on the edges table, with recent_likers_index"
+        );
+        assert!(
+            tally_aws::dynamo::TABLES.iter().any(|t| t.0 == "edges"),
+            "the code has an edges table"
+        );
         let c = dynamic
             .body()
             .blocks()
@@ -130,8 +141,8 @@ fn the_recent_index_is_the_one_the_code_reads() {
     assert_eq!(attr["type"], "N");
 }
 
-/// The actions of every statement of a policy document.
-fn policy_actions(bodies: &[Body], name: &str) -> BTreeSet<String> {
+/// The statements of a policy document.
+fn statements<'a>(bodies: &'a [Body], name: &str) -> Vec<&'a Block> {
     let doc = blocks(bodies, "data")
         .find(|b| {
             b.labels().iter().map(|l| l.as_str()).collect::<Vec<_>>()
@@ -141,17 +152,26 @@ fn policy_actions(bodies: &[Body], name: &str) -> BTreeSet<String> {
     doc.body()
         .blocks()
         .filter(|b| b.identifier() == "statement")
-        .flat_map(|s| {
-            s.body()
-                .attributes()
-                .filter(|a| a.key() == "actions")
-                .cloned()
-                .collect::<Vec<_>>()
-        })
+        .collect()
+}
+
+/// The actions of one statement.
+fn statement_actions(s: &Block) -> BTreeSet<String> {
+    s.body()
+        .attributes()
+        .filter(|a| a.key() == "actions")
         .flat_map(|a| match a.expr() {
             Expression::Array(items) => items.iter().map(string).collect::<Vec<_>>(),
             other => panic!("actions must be a list, got {other:?}"),
         })
+        .collect()
+}
+
+/// The actions of every statement of a policy document.
+fn policy_actions(bodies: &[Body], name: &str) -> BTreeSet<String> {
+    statements(bodies, name)
+        .into_iter()
+        .flat_map(statement_actions)
         .collect()
 }
 
@@ -209,6 +229,43 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
         };
         assert_eq!(kms, set(&[expected]), "{role}");
     }
+    // The edges' change log is read on the edges table's stream, and only there: the DynamoDB
+    // Streams actions act on `<table ARN>/stream/<label>` (a new label whenever the stream is
+    // turned off and on), never on a table; no other statement grants anything on a stream.
+    let streams: BTreeSet<String> = DYNAMODB_STREAMS_CALLS
+        .iter()
+        .map(|(_, a)| a.to_string())
+        .collect();
+    assert!(
+        streams.is_subset(&set(tally_aws::DYNAMODB_COUNTER_ACTIONS)),
+        "the counter reads the change log"
+    );
+    for role in ["worker", "producer", "operator", "serve", "router"] {
+        for st in statements(&bodies, role) {
+            let actions = statement_actions(st);
+            let resources: String = attr_text(st, "resources")
+                .unwrap()
+                .split_whitespace()
+                .collect();
+            if actions.is_disjoint(&streams) && !resources.contains("/stream/") {
+                continue;
+            }
+            // The workers count from it; the operator's `tally verify` adds what it logged
+            // that the counter has not counted yet.
+            assert!(
+                ["worker", "operator"].contains(&role),
+                "{role} reads no change log: {actions:?}"
+            );
+            assert_eq!(actions, streams, "{resources}");
+            assert_eq!(
+                resources,
+                "[\"${aws_dynamodb_table.tally[\"edges\"].arn}/stream/*\"]"
+            );
+        }
+    }
+    for role in ["worker", "operator"] {
+        assert!(only(&policy_actions(&bodies, role), "dynamodb").is_superset(&streams));
+    }
     // The router (several regions) puts to the other regions' streams, nothing more, besides
     // the worker document its role carries as the consumers' do.
     let router = policy_actions(&bodies, "router");
@@ -252,71 +309,141 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
     assert!(!tally_aws::DYNAMODB_ANALYTICS_ACTIONS.contains(&"dynamodb:Scan"));
 }
 
+/// Calls of the Kinesis client, as IAM actions.
+const KINESIS_CALLS: &[(&str, &str)] = &[
+    (
+        ".describe_stream_summary()",
+        "kinesis:DescribeStreamSummary",
+    ),
+    (".list_shards()", "kinesis:ListShards"),
+    (".get_shard_iterator()", "kinesis:GetShardIterator"),
+    (".get_records()", "kinesis:GetRecords"),
+    (".put_records()", "kinesis:PutRecords"),
+    (
+        ".register_stream_consumer()",
+        "kinesis:RegisterStreamConsumer",
+    ),
+    (
+        ".describe_stream_consumer()",
+        "kinesis:DescribeStreamConsumer",
+    ),
+    (".subscribe_to_shard()", "kinesis:SubscribeToShard"),
+];
+
+/// Calls of the DynamoDB Streams client (the edges' change log, `aws/src/edge_log.rs`): the
+/// Kinesis client has methods of the same names, which are other actions (`kinesis:GetRecords`).
+const DYNAMODB_STREAMS_CALLS: &[(&str, &str)] = &[
+    (".describe_stream()", "dynamodb:DescribeStream"),
+    (".get_shard_iterator()", "dynamodb:GetShardIterator"),
+    (".get_records()", "dynamodb:GetRecords"),
+];
+
+/// Calls of the DynamoDB client (and a transaction's parts, `TransactWriteItem::builder().put(…)`).
+const DYNAMODB_CALLS: &[(&str, &str)] = &[
+    (".describe_table()", "dynamodb:DescribeTable"),
+    (".get_item()", "dynamodb:GetItem"),
+    (".put_item()", "dynamodb:PutItem"),
+    (".update_item()", "dynamodb:UpdateItem"),
+    (".delete_item()", "dynamodb:DeleteItem"),
+    (".query()", "dynamodb:Query"),
+    (".scan()", "dynamodb:Scan"),
+    (
+        ".describe_kinesis_streaming_destination()",
+        "dynamodb:DescribeKinesisStreamingDestination",
+    ),
+    ("builder().put(", "dynamodb:PutItem"),
+    ("builder().update(", "dynamodb:UpdateItem"),
+    ("builder().delete(", "dynamodb:DeleteItem"),
+    ("builder().condition_check(", "dynamodb:ConditionCheckItem"),
+    (".batch_write_item()", "dynamodb:BatchWriteItem"),
+    (".batch_get_item()", "dynamodb:BatchGetItem"),
+];
+
+/// A source file without its test modules (they close a file, `#[cfg(test)] mod …`): what the
+/// tests call on a local peer is no grant the applications need.
+fn without_tests(file: &std::path::Path, text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = lines.iter().position(|l| {
+        let l = l.trim_start();
+        l.starts_with("#[cfg(test)]") || l.starts_with("#[cfg(all(test")
+    });
+    let Some(cut) = cut else {
+        return text.to_owned();
+    };
+    let next = lines[cut + 1..].iter().find(|l| !l.trim().is_empty());
+    assert!(
+        next.is_some_and(|l| l.trim_start().starts_with("mod ")),
+        "{}: a test-only item at line {} that is no module: the scan cuts the file there",
+        file.display(),
+        cut + 1
+    );
+    lines[..cut].join("\n")
+}
+
 /// The SDK operations the AWS adapter calls, read from its source (`.put_item()`, and a
-/// transaction's parts, `TransactWriteItem::builder().put(…)`), as IAM actions. `setup.rs` (the
-/// development `tally setup`) and `baselines.rs` (the demo's comparison) run nowhere in
-/// production and are left out.
+/// transaction's parts, `TransactWriteItem::builder().put(…)`), as IAM actions: every file of
+/// `aws/src` but `setup.rs` (the development `tally setup`) and `baselines.rs` (the demo's
+/// comparison), which run nowhere in production, and but their tests. Kinesis and DynamoDB
+/// Streams share method names (`.get_records()`): a file's such calls are those of the one of the
+/// two clients it uses (`aws_sdk_kinesis`, `aws_sdk_dynamodbstreams`), and a file that names both
+/// or neither fails here rather than be guessed.
 fn actions_called_in_source() -> BTreeSet<String> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/src");
-    let mut files = vec![
-        dir.join("kinesis.rs"),
-        dir.join("fan_out.rs"),
-        dir.join("lib.rs"),
-        dir.join("source.rs"),
-    ];
-    for e in std::fs::read_dir(dir.join("dynamo")).unwrap() {
-        let p = e.unwrap().path();
-        if !p.ends_with("baselines.rs") {
-            files.push(p);
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
         }
     }
-    let ops: &[(&str, &str)] = &[
-        (
-            ".describe_stream_summary()",
-            "kinesis:DescribeStreamSummary",
-        ),
-        (".list_shards()", "kinesis:ListShards"),
-        (".get_shard_iterator()", "kinesis:GetShardIterator"),
-        (".get_records()", "kinesis:GetRecords"),
-        (".put_records()", "kinesis:PutRecords"),
-        (
-            ".register_stream_consumer()",
-            "kinesis:RegisterStreamConsumer",
-        ),
-        (
-            ".describe_stream_consumer()",
-            "kinesis:DescribeStreamConsumer",
-        ),
-        (".subscribe_to_shard()", "kinesis:SubscribeToShard"),
-        (".describe_table()", "dynamodb:DescribeTable"),
-        (".get_item()", "dynamodb:GetItem"),
-        (".put_item()", "dynamodb:PutItem"),
-        (".update_item()", "dynamodb:UpdateItem"),
-        (".delete_item()", "dynamodb:DeleteItem"),
-        (".query()", "dynamodb:Query"),
-        (".scan()", "dynamodb:Scan"),
-        (
-            ".describe_kinesis_streaming_destination()",
-            "dynamodb:DescribeKinesisStreamingDestination",
-        ),
-        ("builder().put(", "dynamodb:PutItem"),
-        ("builder().update(", "dynamodb:UpdateItem"),
-        ("builder().delete(", "dynamodb:DeleteItem"),
-        ("builder().condition_check(", "dynamodb:ConditionCheckItem"),
-        (".batch_write_item()", "dynamodb:BatchWriteItem"),
-        (".batch_get_item()", "dynamodb:BatchGetItem"),
-    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("aws/src");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    files.retain(|p| !p.ends_with("setup.rs") && !p.ends_with("dynamo/baselines.rs"));
+    assert!(
+        files.iter().any(|p| p.ends_with("edge_log.rs")),
+        "the edges' change log is scanned: {files:?}"
+    );
+    let squeeze = |s: &str| -> String { s.split_whitespace().collect() };
     let mut called = BTreeSet::new();
     for f in files {
-        let text: String = std::fs::read_to_string(&f)
-            .unwrap()
-            .split_whitespace()
-            .collect();
-        for (call, action) in ops {
-            let call: String = call.split_whitespace().collect();
-            if text.contains(&call) {
+        let source = std::fs::read_to_string(&f).unwrap();
+        let text = squeeze(&without_tests(&f, &source));
+        for (call, action) in DYNAMODB_CALLS {
+            if text.contains(&squeeze(call)) {
                 called.insert(action.to_string());
             }
+        }
+        let clients = [
+            ("aws_sdk_kinesis", KINESIS_CALLS),
+            ("aws_sdk_dynamodbstreams", DYNAMODB_STREAMS_CALLS),
+        ];
+        let calls: BTreeSet<&str> = clients
+            .iter()
+            .flat_map(|(_, calls)| calls.iter().map(|(c, _)| *c))
+            .filter(|c| text.contains(&squeeze(c)))
+            .collect();
+        for call in calls {
+            let of: Vec<&str> = clients
+                .iter()
+                .filter(|(krate, _)| text.contains(krate))
+                .filter_map(|(_, calls)| calls.iter().find(|(c, _)| *c == call))
+                .map(|(_, action)| *action)
+                .collect();
+            assert_eq!(
+                of.len(),
+                1,
+                "{}: {call} is a call of which client? (it uses {:?})",
+                f.display(),
+                clients
+                    .iter()
+                    .filter(|(krate, _)| text.contains(krate))
+                    .map(|(krate, _)| *krate)
+                    .collect::<Vec<_>>()
+            );
+            called.insert(of[0].to_owned());
         }
     }
     called
@@ -528,20 +655,7 @@ fn the_regions_environment_is_valid_tally_configuration() {
                 Ok(hcl::Value::Object(out))
             }),
     );
-    ctx.declare_func(
-        "length",
-        FuncDef::new(
-            |a: FuncArgs| {
-                let n = match &a[0] {
-                    hcl::Value::Array(v) => v.len(),
-                    hcl::Value::Object(o) => o.len(),
-                    _ => 0,
-                };
-                Ok(hcl::Value::from(n as u64))
-            },
-            [ParamType::Any],
-        ),
-    );
+    list_funcs(&mut ctx);
     let mut locals = ctx_locals(&bodies, &ctx);
     let routes = local(&bodies, "routes").evaluate(&ctx).unwrap();
     locals.insert("routes".to_owned(), routes);
@@ -567,18 +681,17 @@ fn the_regions_environment_is_valid_tally_configuration() {
     assert_eq!(eu["stream"], "tally-prod-eu-likes", "{v}");
     assert_eq!(eu["aws_region"], "eu-west-1", "{v}");
     assert_eq!(eu["table_prefix"], "tally-prod-eu", "{v}");
-    // The tables replicated are those the read side checks and reads of another home.
-    let replicated: Vec<String> = match local(&bodies, "replicated").evaluate(&ctx).unwrap() {
+    // The tables replicated are those the read side checks and reads of another home, and the
+    // edges: a post's likers and a feed page's viewer likes are read from its home's edges table
+    // (`tally_aws::dynamo::likers`, through the peer's store), which tally_aws::REPLICATED_TABLES
+    // does not list (yet: then the union below is that list alone).
+    let replicated: BTreeSet<String> = match local(&bodies, "replicated").evaluate(&ctx).unwrap() {
         hcl::Value::Array(v) => v.iter().map(|t| t.as_str().unwrap().to_owned()).collect(),
         other => panic!("replicated = {other:?}"),
     };
-    assert_eq!(
-        replicated,
-        tally_aws::REPLICATED_TABLES
-            .iter()
-            .map(|t| (*t).to_owned())
-            .collect::<Vec<_>>()
-    );
+    let mut read_of_a_home = set(tally_aws::REPLICATED_TABLES);
+    read_of_a_home.insert("edges".to_owned());
+    assert_eq!(replicated, read_of_a_home);
     // The read side's tables are replicated here: the serve and operator roles may read them.
     let tf = text("serve.tf") + &text("iam.tf");
     assert_eq!(
@@ -586,6 +699,156 @@ fn the_regions_environment_is_valid_tally_configuration() {
         2,
         "serve and operator read them"
     );
+}
+
+/// Terraform's `length`, `concat`, `distinct` and `contains`, as far as lists and maps of
+/// strings need them.
+fn list_funcs(ctx: &mut hcl::eval::Context<'_>) {
+    use hcl::eval::{FuncArgs, FuncDef, ParamType};
+    ctx.declare_func(
+        "length",
+        FuncDef::new(
+            |a: FuncArgs| {
+                let n = match &a[0] {
+                    hcl::Value::Array(v) => v.len(),
+                    hcl::Value::Object(o) => o.len(),
+                    _ => 0,
+                };
+                Ok(hcl::Value::from(n as u64))
+            },
+            [ParamType::Any],
+        ),
+    );
+    ctx.declare_func(
+        "concat",
+        FuncDef::builder()
+            .variadic_param(ParamType::Any)
+            .build(|a: FuncArgs| {
+                let mut out = Vec::new();
+                for v in a.iter() {
+                    out.extend(v.as_array().cloned().ok_or("concat: not a list")?);
+                }
+                Ok(hcl::Value::Array(out))
+            }),
+    );
+    ctx.declare_func(
+        "distinct",
+        FuncDef::new(
+            |a: FuncArgs| {
+                let mut out: Vec<hcl::Value> = Vec::new();
+                for v in a[0].as_array().ok_or("distinct: not a list")? {
+                    if !out.contains(v) {
+                        out.push(v.clone());
+                    }
+                }
+                Ok(hcl::Value::Array(out))
+            },
+            [ParamType::Any],
+        ),
+    );
+    ctx.declare_func(
+        "contains",
+        FuncDef::new(
+            |a: FuncArgs| {
+                let list = a[0].as_array().ok_or("contains: not a list")?;
+                Ok(hcl::Value::Bool(list.contains(&a[1])))
+            },
+            [ParamType::Any, ParamType::Any],
+        ),
+    );
+}
+
+/// The edges' change log is DynamoDB Streams on the edges table with both images (the like before
+/// and after a change: `tally_aws::edge_log` refuses a stream without them), on in every
+/// deployment; with several regions the edges table is a global table exactly when the counts
+/// table is (the read side reads a post's likers from its home), and every replicated table has
+/// the stream replication needs. Evaluated as Terraform would, for one region and for two.
+#[test]
+fn the_edges_change_log_is_always_on_and_replicated_with_the_counts() {
+    use hcl::eval::Evaluate;
+    let bodies = terraform();
+    let table = resource(&bodies, "aws_dynamodb_table", "tally");
+    let replica_for_each = table
+        .body()
+        .blocks()
+        .find(|b| b.identifier() == "dynamic" && b.labels()[0].as_str() == "replica")
+        .map(|b| attr_expr(b, "for_each"))
+        .expect("dynamic replica");
+    let peers = hcl::Value::Object(hcl::Map::from_iter([(
+        "eu".to_owned(),
+        hcl::Value::Object(hcl::Map::from_iter([
+            ("stream".to_owned(), "tally-prod-eu-likes".into()),
+            ("aws_region".to_owned(), "eu-west-1".into()),
+            ("table_prefix".to_owned(), "tally-prod-eu".into()),
+            (
+                "kms_key_arn".to_owned(),
+                "arn:aws:kms:eu-west-1:1:key/k".into(),
+            ),
+        ])),
+    )]));
+    let two_regions = hcl::Value::Object(hcl::Map::from_iter([
+        ("this".to_owned(), "us".into()),
+        (
+            "homes".to_owned(),
+            hcl::Value::Array(vec!["us".into(), "eu".into()]),
+        ),
+        ("peers".to_owned(), peers),
+    ]));
+    for regions in [None, Some(two_regions)] {
+        let several = regions.is_some();
+        let mut given = required_vars();
+        given.extend(regions.map(|r| ("regions", r)));
+        let mut ctx = eval_context(&bodies, &given);
+        list_funcs(&mut ctx);
+        let mut locals = ctx_locals(&bodies, &ctx);
+        for name in [
+            "routes",
+            "replicated",
+            "replicated_tables",
+            "streamed_tables",
+        ] {
+            ctx.declare_var("local", hcl::Value::Object(locals.clone()));
+            let v = local(&bodies, name).evaluate(&ctx).unwrap();
+            locals.insert(name.to_owned(), v);
+        }
+        ctx.declare_var("local", hcl::Value::Object(locals));
+        let mut streamed = BTreeSet::new();
+        let mut replicated = BTreeSet::new();
+        for (suffix, ..) in tally_aws::dynamo::TABLES {
+            let each = hcl::Map::from_iter([("key".to_owned(), hcl::Value::from(*suffix))]);
+            ctx.declare_var("each", hcl::Value::Object(each));
+            let on = attr_expr(table, "stream_enabled").evaluate(&ctx).unwrap();
+            let view = attr_expr(table, "stream_view_type").evaluate(&ctx).unwrap();
+            match on {
+                hcl::Value::Bool(true) => {
+                    assert_eq!(view, hcl::Value::from("NEW_AND_OLD_IMAGES"), "{suffix}");
+                    streamed.insert(suffix.to_string());
+                }
+                hcl::Value::Null => assert_eq!(view, hcl::Value::Null, "{suffix}"),
+                other => panic!("{suffix}: stream_enabled = {other:?}"),
+            }
+            match replica_for_each.evaluate(&ctx).unwrap() {
+                hcl::Value::Object(o) if o.is_empty() => {}
+                hcl::Value::Object(o) => {
+                    assert_eq!(o.keys().collect::<Vec<_>>(), ["eu"], "{suffix}");
+                    replicated.insert(suffix.to_string());
+                }
+                other => panic!("{suffix}: replicas {other:?}"),
+            }
+        }
+        assert!(streamed.contains("edges"), "several regions: {several}");
+        assert!(
+            replicated.is_subset(&streamed),
+            "a global table needs its stream: {replicated:?}, {streamed:?}"
+        );
+        if several {
+            assert!(replicated.contains("counts") && replicated.contains("edges"));
+            assert_eq!(streamed, replicated);
+        } else {
+            assert!(replicated.is_empty(), "{replicated:?}");
+            assert_eq!(streamed, set(&["edges"]));
+        }
+    }
 }
 
 /// The locals `eval_context` declared, to add to.
@@ -716,6 +979,8 @@ fn alarms_can_fire_and_reach_someone() {
         .filter_map(|a| a.strip_prefix("dynamodb:"))
         // ConditionCheckItem is only ever a part of a transaction, never a request of its own.
         // DescribeKinesisStreamingDestination is a backfill's one control-plane question.
+        // The edges' change log (DynamoDB Streams) is watched by its reader's own alarms, the
+        // `changes` application's (`alarms_on_tally_metrics_use_what_the_workers_emit`).
         .filter(|a| {
             ![
                 "DescribeTable",
@@ -723,6 +988,9 @@ fn alarms_can_fire_and_reach_someone() {
                 "DescribeKinesisStreamingDestination",
             ]
             .contains(a)
+                && !DYNAMODB_STREAMS_CALLS
+                    .iter()
+                    .any(|(_, s)| s.strip_prefix("dynamodb:") == Some(*a))
         })
         .map(str::to_owned)
         .collect();
@@ -1003,6 +1271,28 @@ fn alarms_on_tally_metrics_use_what_the_workers_emit() {
             "alarm {name} on {metric}, which tally does not emit"
         );
     }
+    // Each of them for every application whose workers report: the services', and the
+    // counter's second stage (the edges' change log, kept 24 hours), which runs in the counter's
+    // tasks, not as a service of its own. Its stopping rolls a counter deploy back too.
+    let Expression::FuncCall(apps) = local(&bodies, "worker_apps") else {
+        panic!("worker_apps = concat(keys(local.services), [...])")
+    };
+    assert_eq!(apps.name.to_string(), "concat");
+    assert_eq!(
+        hcl::format::to_string(&apps.args[0]).unwrap(),
+        "keys(local.services)"
+    );
+    let more: Vec<String> = match &apps.args[1] {
+        Expression::Array(a) => a.iter().map(string).collect(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(more, [tally_core::apps::CHANGES]);
+    assert!(text("alarms.tf").contains("setproduct(local.worker_apps, keys(local.app_alarms))"));
+    let ecs = text("ecs.tf");
+    assert!(
+        ecs.contains("each.key == \"counter\" ? [\"changes\"] : []"),
+        "the counter's deploy alarms"
+    );
     // Single alarms on tally's namespace (a variable; AWS namespaces are literal strings).
     let mut single = 0;
     for alarm in blocks(&bodies, "resource")

@@ -1,6 +1,8 @@
-//! [`CounterStore`] on the leases, counts, dedup and dead-letters tables: a window is its pending
-//! end in the lease row, then one plain conditional `UpdateItem` per summary item (see
-//! [`tally_core::summary`]), then the checkpoint — no transaction on the way.
+//! [`CounterStore`]'s window protocol, reads and store records on the leases, counts, dedup and
+//! dead-letters tables: a window is its pending end in the lease row, then one plain conditional
+//! `UpdateItem` per summary item (see [`tally_core::summary`]), then the checkpoint — no
+//! transaction on the way. The edges' writes are `edges`'s, their reads `likers`'s, `recent`'s
+//! and `scan`'s.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,12 +18,12 @@ use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
-use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
+use tally_core::edge::{CountMode, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan,
-    EdgesApplied, Fence, LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied,
-    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef,
-    WindowRest, WindowWriter,
+    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, Fence,
+    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, RecentCursor,
+    RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef, WindowRest,
+    WindowWriter,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -54,9 +56,10 @@ impl KnownHours {
     }
 }
 
-/// An item of the `counts` table (a summary item, an edge) as the core reads it: its numbers
-/// and strings. An attribute of another type, or a number that is not a whole one, is not what
-/// tally writes: [`PortError::Corrupt`] naming the item and the attribute, never left out.
+/// An item of the `counts` table (a summary item) or the `edges` table (an edge) as the core
+/// reads it: its numbers and strings. An attribute of another type, or a number that is not a
+/// whole one, is not what tally writes: [`PortError::Corrupt`] naming the item and the
+/// attribute, never left out.
 pub(super) fn to_attrs(item: &HashMap<String, AttributeValue>) -> PortResult<Attrs> {
     let corrupt = |k: &str, what: &str| PortError::Corrupt {
         item: format!(
@@ -333,7 +336,7 @@ impl WindowWriter for DynamoStore {
         let (cp, pe) = (x.name("checkpoint"), x.name("pending_end"));
         let mut extra = x.seq_is(&cp, start_after);
         extra.push_str(&format!(" AND attribute_not_exists({pe})"));
-        let mut update = format!(
+        let update = format!(
             "SET {pe} = {}, {} = {}, {} = {}",
             x.val(s(end.to_string())),
             x.name("pending_horizon_ms"),
@@ -341,9 +344,6 @@ impl WindowWriter for DynamoStore {
             x.name("pending_first"),
             x.val(s(first.as_str()))
         );
-        if let Some(skew) = decided.skew_ms {
-            update += &format!(", {} = {}", x.name("pending_skew_ms"), x.val(n(skew)));
-        }
         self.lease_write(fence, x, &extra, update).await
     }
 
@@ -435,12 +435,11 @@ impl WindowWriter for DynamoStore {
         renewal: Option<&Renewal>,
     ) -> PortResult<Option<String>> {
         let mut x = Expr::default();
-        let (cp, pe, ph, pf, ps) = (
+        let (cp, pe, ph, pf) = (
             x.name("checkpoint"),
             x.name("pending_end"),
             x.name("pending_horizon_ms"),
             x.name("pending_first"),
-            x.name("pending_skew_ms"),
         );
         let extra = x.seq_is(&pe, Some(end));
         let mut adds = vec![format!(
@@ -461,7 +460,7 @@ impl WindowWriter for DynamoStore {
             format!(", {}", super::leases::renewal_set(&mut x, r))
         });
         let update = format!(
-            "SET {cp} = {}, {} = {}, {} = {}, {} = {}{renew} REMOVE {pe}, {ph}, {pf}, {ps} ADD {}",
+            "SET {cp} = {}, {} = {}, {} = {}, {} = {}{renew} REMOVE {pe}, {ph}, {pf} ADD {}",
             x.val(s(end.to_string())),
             x.name("max_arrival"),
             x.val(n(max_arrival)),
@@ -482,33 +481,12 @@ impl WindowWriter for DynamoStore {
             .await?;
         Ok(renewal.and_then(|_| get_s(&row, "wanted_by")))
     }
-
-    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
-        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
-        self.write_edges(&window, edges).await
-    }
-
-    async fn record_window_edges(
-        &self,
-        w: WindowRef<'_>,
-        pairs: &[(&str, &str)],
-    ) -> PortResult<Applied> {
-        self.put_window_edges(w, pairs).await
-    }
-
-    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
-        self.read_window_edges(w).await
-    }
 }
 
 #[async_trait]
 impl CountReader for DynamoStore {
     async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
         self.mode(None).await
-    }
-
-    async fn stored_skews(&self) -> PortResult<Vec<i64>> {
-        self.skews(None).await
     }
 
     async fn post_counts(
@@ -627,8 +605,12 @@ impl StoreMeta for DynamoStore {
         self.mode(claim).await
     }
 
-    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
-        self.skews(record).await
+    async fn rebuilding(&self) -> PortResult<Option<String>> {
+        self.rebuild_source().await
+    }
+
+    async fn set_rebuilding(&self, source: Option<&str>) -> PortResult<()> {
+        self.set_rebuild_source(source).await
     }
 
     async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {

@@ -265,12 +265,11 @@ impl LeaseStore for DynamoStore {
     async fn commit_gap(&self, g: GapCommit<'_>) -> PortResult<()> {
         let mut x = Expr::default();
         let mut cond = Self::fence_cond(&mut x, g.fence);
-        let (cp, pe, ph, pf, ps, fin) = (
+        let (cp, pe, ph, pf, fin) = (
             x.name("checkpoint"),
             x.name("pending_end"),
             x.name("pending_horizon_ms"),
             x.name("pending_first"),
-            x.name("pending_skew_ms"),
             x.name("finished"),
         );
         cond.push_str(&x.seq_is(&cp, g.start_after));
@@ -279,7 +278,7 @@ impl LeaseStore for DynamoStore {
         if let Some(t) = g.through {
             update.push_str(&format!(", {cp} = {}", x.val(s(t.to_string()))));
         }
-        update.push_str(&format!(" REMOVE {pe}, {ph}, {pf}, {ps}"));
+        update.push_str(&format!(" REMOVE {pe}, {ph}, {pf}"));
         let items = vec![
             self.fenced_update(g.fence, x, cond, update)?,
             TransactWriteItem::builder()

@@ -1,5 +1,7 @@
-//! Likers' edges read on DynamoDB: a feed page's viewer likes and a window's stored edges in
-//! `BatchGetItem`s, a post's likers by `Query`.
+//! Likers' edges read back from the edges table: a feed page's viewer likes (and any set of
+//! edges) in `BatchGetItem`s, a post's likers by `Query` of its partition. Every item is decoded
+//! strictly ([`tally_core::rows::edge_state`]): one that is not an edge as tally writes it is an
+//! error naming it, never "absent" or "not liked".
 
 use std::collections::HashMap;
 
@@ -58,11 +60,11 @@ impl DynamoStore {
         Ok((states, units))
     }
 
-    /// One `BatchGetItem` of the counts table's items at these distinct keys (at most 100),
+    /// One `BatchGetItem` of the edges table's items at these distinct keys (at most 100),
     /// its unprocessed keys sent again: the items found, by (pk, sk).
     async fn batch_get(&self, keys: &[(&str, &str)], c: Consistency) -> PortResult<Found> {
         let mut found = HashMap::new();
-        let table = self.table("counts");
+        let table = self.table("edges");
         let keys: Vec<HashMap<String, AttributeValue>> = keys
             .iter()
             .map(|(p, k)| HashMap::from([("pk".to_owned(), s(*p)), ("sk".to_owned(), s(*k))]))
@@ -83,7 +85,7 @@ impl DynamoStore {
                 .request_items(&table, ka)
                 .send()
                 .await
-                .map_err(|e| self.err("BatchGetItem", "counts", e))?;
+                .map_err(|e| self.err("BatchGetItem", "edges", e))?;
             for item in resp
                 .responses()
                 .and_then(|r| r.get(&table))
@@ -111,7 +113,8 @@ impl DynamoStore {
         Ok(found)
     }
 
-    /// A page of a post's likers, by `Query` of its edges from after `after`.
+    /// A page of a post's likers, by `Query` of its partition of the edges table from after
+    /// `after`.
     pub(super) async fn likers_page(
         &self,
         post: &str,
@@ -130,26 +133,24 @@ impl DynamoStore {
             let resp = self
                 .client
                 .query()
-                .table_name(self.table("counts"))
-                .key_condition_expression("pk = :p AND begins_with(sk, :e)")
+                .table_name(self.table("edges"))
+                .key_condition_expression("pk = :p")
                 .expression_attribute_values(":p", s(post))
-                .expression_attribute_values(":e", s(edge::EDGE_PREFIX))
                 .consistent_read(true)
                 .limit(limit as i32)
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(|e| self.err("Query", "counts", e))?;
-            let items: Vec<(String, Attrs)> = resp
+                .map_err(|e| self.err("Query", "edges", e))?;
+            let edges = resp
                 .items()
                 .iter()
-                .map(|i| Ok((get_s(i, "sk").unwrap_or_default(), to_attrs(i)?)))
-                .collect::<PortResult<_>>()?;
-            page.read_units += summary::query_units(post, &items);
-            for (sk, a) in &items {
-                let user = &sk[edge::EDGE_PREFIX.len()..];
-                if page.users.len() < limit && tally_core::rows::edge_state(a, post, user)?.liked {
-                    page.users.push(user.to_owned());
+                .map(EdgeItem::of)
+                .collect::<PortResult<Vec<_>>>()?;
+            page.read_units += summary::read_units(edges.iter().map(EdgeItem::size));
+            for e in edges {
+                if page.users.len() < limit && e.state.liked {
+                    page.users.push(e.user);
                 }
             }
             match resp.last_evaluated_key() {
@@ -160,5 +161,50 @@ impl DynamoStore {
                 }
             }
         }
+    }
+}
+
+/// An item of the edges table, checked to be an edge as tally writes it (`E#<user>`, read by
+/// [`tally_core::rows::edge_state`]): one that is not is an error naming it.
+pub(super) struct EdgeItem {
+    /// The post (`pk`).
+    pub(super) post: String,
+    /// The user (`sk` without its `E#`).
+    pub(super) user: String,
+    /// Its attributes as stored: what its size, and so its read, is.
+    attrs: Attrs,
+    /// The edge.
+    pub(super) state: EdgeState,
+}
+
+impl EdgeItem {
+    /// The edge an item of the edges table is.
+    pub(super) fn of(item: &HashMap<String, AttributeValue>) -> PortResult<EdgeItem> {
+        let (post, sk) = (
+            get_s(item, "pk").unwrap_or_default(),
+            get_s(item, "sk").unwrap_or_default(),
+        );
+        let Some(user) = sk.strip_prefix(edge::EDGE_PREFIX) else {
+            return Err(PortError::Corrupt {
+                item: format!("{post}/{sk}"),
+                detail: format!(
+                    "its sort key is not an edge's (`{}<user>`)",
+                    edge::EDGE_PREFIX
+                ),
+            });
+        };
+        let attrs = to_attrs(item)?;
+        let state = tally_core::rows::edge_state(&attrs, &post, user)?;
+        Ok(EdgeItem {
+            user: user.to_owned(),
+            post,
+            attrs,
+            state,
+        })
+    }
+
+    /// DynamoDB's size of the item: what reading it is charged.
+    pub(super) fn size(&self) -> usize {
+        summary::item_size(&self.post, &edge::edge_sk(&self.user), &self.attrs)
     }
 }

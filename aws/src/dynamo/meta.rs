@@ -1,6 +1,6 @@
 //! What a store says of how it was counted, as `#meta` items of the counts table: its count
-//! mode, the one stream it counts, the clock skews it was counted with; and the regions its
-//! tables are replicated to.
+//! mode, the one stream it counts, a rebuild into it under way; and the regions its tables are
+//! replicated to.
 
 use std::collections::HashMap;
 
@@ -16,10 +16,7 @@ use super::{get_s, s, DynamoStore};
 impl DynamoStore {
     /// The stored count mode; with `claim`, set first if unset.
     pub(super) async fn mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
-        let key = HashMap::from([
-            ("pk".to_owned(), s(edge::MODE_PK)),
-            ("sk".to_owned(), s(edge::MODE_SK)),
-        ]);
+        let key = meta_key(edge::MODE_SK);
         if let Some(item) = self.get("counts", key.clone()).await? {
             return mode_of(&item).map(Some);
         }
@@ -78,20 +75,9 @@ impl DynamoStore {
     /// The stream the store is counted from; with `claim`, set to it when none is named yet
     /// (a conditional put: the first claim wins, and is what is answered).
     pub(super) async fn stream_claim(&self, claim: Option<&str>) -> PortResult<Option<String>> {
-        let key = HashMap::from([
-            ("pk".to_owned(), s(edge::MODE_PK)),
-            ("sk".to_owned(), s(edge::STREAM_SK)),
-        ]);
+        let key = meta_key(edge::STREAM_SK);
         let named = |item: &HashMap<String, AttributeValue>| {
-            get_s(item, "v").ok_or_else(|| PortError::Corrupt {
-                item: format!(
-                    "{} {}/{}",
-                    self.table("counts"),
-                    edge::MODE_PK,
-                    edge::STREAM_SK
-                ),
-                detail: "`v` is not the stream's name".into(),
-            })
+            self.meta_text(item, edge::STREAM_SK, "the stream's name")
         };
         if let Some(item) = self.get("counts", key.clone()).await? {
             return named(&item).map(Some);
@@ -119,7 +105,7 @@ impl DynamoStore {
     /// of each of the counter's tables.
     pub(super) async fn replicas(&self) -> PortResult<Vec<String>> {
         let mut regions = Vec::new();
-        for t in ["counts", "leases", "dedup"] {
+        for t in ["counts", "edges", "leases", "dedup"] {
             let d = self
                 .client
                 .describe_table()
@@ -136,49 +122,57 @@ impl DynamoStore {
         Ok(regions)
     }
 
-    /// The clock skews the store was counted with; with `record`, added first if new (a put
-    /// conditioned on the list read, tried again if another process changed it meanwhile).
-    pub(super) async fn skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
-        let key = HashMap::from([
-            ("pk".to_owned(), s(edge::MODE_PK)),
-            ("sk".to_owned(), s(edge::SKEWS_SK)),
-        ]);
-        loop {
-            let stored = self.get("counts", key.clone()).await?;
-            let text = stored.as_ref().and_then(|i| get_s(i, "v"));
-            let mut skews = match (&stored, &text) {
-                (None, _) => Vec::new(),
-                (Some(_), Some(t)) => edge::skews_from_text(t).map_err(PortError::Other)?,
-                (Some(i), None) => {
-                    return Err(PortError::Other(format!(
-                        "a corrupt clock skew item in {}: {i:?}",
-                        self.table("counts")
-                    )))
-                }
-            };
-            let Some(v) = record.filter(|v| !skews.contains(v)) else {
-                return Ok(skews);
-            };
-            skews.push(v);
-            let mut put = self.meta_put(&key, "v", &edge::skews_to_text(&skews));
-            put = match &text {
-                None => put.condition_expression("attribute_not_exists(pk)"),
-                Some(t) => put
-                    .condition_expression("v = :old")
-                    .expression_attribute_values(":old", s(t)),
-            };
-            match put.send().await {
-                Ok(_) => return Ok(skews),
-                Err(SdkError::ServiceError(se))
-                    if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-                {
-                    // Another worker recorded one meanwhile: read the list again.
-                    continue;
-                }
-                Err(e) => return Err(self.err("PutItem", "counts", e)),
-            }
+    /// The source of a rebuild under way into the store (`None`: none).
+    pub(super) async fn rebuild_source(&self) -> PortResult<Option<String>> {
+        let item = self.get("counts", meta_key(edge::REBUILDING_SK)).await?;
+        item.map(|i| self.meta_text(&i, edge::REBUILDING_SK, "the rebuild's source"))
+            .transpose()
+    }
+
+    /// Records a rebuild from `source` under way (a rerun of it writes the same again), or
+    /// (`None`) that it finished: the item deleted.
+    pub(super) async fn set_rebuild_source(&self, source: Option<&str>) -> PortResult<()> {
+        let key = meta_key(edge::REBUILDING_SK);
+        match source {
+            Some(v) => self
+                .meta_put(&key, "v", v)
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| self.err("PutItem", "counts", e)),
+            None => self
+                .client
+                .delete_item()
+                .table_name(self.table("counts"))
+                .set_key(Some(key))
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| self.err("DeleteItem", "counts", e)),
         }
     }
+
+    /// The text `v` of the `#meta` item `sk` (`what` it names, for the error when it is not
+    /// text).
+    fn meta_text(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+        sk: &str,
+        what: &str,
+    ) -> PortResult<String> {
+        get_s(item, "v").ok_or_else(|| PortError::Corrupt {
+            item: format!("{} {}/{sk}", self.table("counts"), edge::MODE_PK),
+            detail: format!("`v` is not {what}"),
+        })
+    }
+}
+
+/// The key of the `#meta` item `sk` of the counts table.
+fn meta_key(sk: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("pk".to_owned(), s(edge::MODE_PK)),
+        ("sk".to_owned(), s(sk)),
+    ])
 }
 
 fn mode_of(item: &HashMap<String, AttributeValue>) -> PortResult<CountMode> {

@@ -5,8 +5,11 @@
 //!   progress, finished flag, parents.
 //! - `counts` (`pk` = post id, `sk` = `L#<shard>` | `H<YYYYMMDDHH>#<shard>` | `D<YYYYMMDD>#<shard>`):
 //!   the summary items of [`tally_core::summary`]; global totals under `pk = #global`,
-//!   `sk = <app>#<shard>`; likers' edges `E#<user>` in the post's partition; the count mode under
-//!   `pk = #meta`, `sk = count`.
+//!   `sk = <app>#<shard>`; the store's own items under `pk = #meta` (`sk` = `count`: the count
+//!   mode, `stream`: the stream it counts, `rebuilding`: a rebuild under way).
+//! - `edges` (`pk` = post id, `sk` = `E#<user>`): likers' edges, each a last-writer-wins register
+//!   (`l`, `t`, `e`, and `lt` while liked); its stream (DynamoDB Streams, `NEW_AND_OLD_IMAGES`)
+//!   is the edges' change log ([`crate::edge_log`]), its index `recent` the liked edges by time.
 //! - `dedup` (`pk` = `<app>#<shard>`, `sk` = `<clock>#<window end>`): first-seen id hashes, TTL
 //!   `expires_at`.
 //! - `dead-letters` (`shard_id`, `seq`): reason and raw bytes.
@@ -14,14 +17,14 @@
 //!
 //! Layout: this module holds the client, the table list and the helpers every store uses; one
 //! file per port implements it: `leases` ([`LeaseStore`](tally_core::ports::LeaseStore)),
-//! `counter` ([`CounterStore`](tally_core::ports::CounterStore)), `analytics`
+//! `counter` ([`CounterStore`](tally_core::ports::CounterStore)'s window protocol, reads and
+//! store records), `edges` ([`EdgeWriter`](tally_core::ports::EdgeWriter): the conditional edge
+//! writes and their change log), `analytics`
 //! ([`AnalyticsStore`](tally_core::ports::AnalyticsStore)), `baselines`
-//! ([`BaselineWriters`](tally_core::ports::BaselineWriters), for benchmarks). The counter's
-//! likers parts are a file each: `edges` (the conditional edge writes), `likers` (edges read
-//! back: a page's viewer likes, a window's stored edges, a post's likers), `window_edges` (a
-//! window's edge record), `meta` (the count mode, stream and clock skews a store was counted
-//! with, and the tables' replicas); `recent` and `scan` read likers most recent first and every
-//! edge.
+//! ([`BaselineWriters`](tally_core::ports::BaselineWriters), for benchmarks). The counter's other
+//! likers parts are a file each: `likers` (edges read back: a page's viewer likes, a post's
+//! likers), `recent` (likers most recent first), `scan` (every edge), and `meta` (the count
+//! mode, stream and rebuild a store records, and the tables' replicas).
 
 use std::collections::HashMap;
 
@@ -50,13 +53,13 @@ mod likers;
 mod meta;
 mod recent;
 mod scan;
-mod window_edges;
 
 /// The tables: suffix, partition key, sort key, TTL attribute. `setup` and the Terraform drift
 /// test read this list.
 pub const TABLES: &[(&str, &str, &str, Option<&str>)] = &[
     ("leases", "app", "shard_id", None),
     ("counts", "pk", "sk", None),
+    ("edges", "pk", "sk", None),
     ("dedup", "pk", "sk", Some("expires_at")),
     ("dead-letters", "shard_id", "seq", None),
     ("analytics", "pk", "sk", Some("expires_at")),
@@ -98,6 +101,13 @@ pub struct DynamoStore {
     known_hours: std::sync::Arc<counter::KnownHours>,
     /// The stream's retention: how long a dedup record can still be needed past its horizon.
     retention_secs: i64,
+    /// The edges table's change log, its stream's ARN looked up once for every clone.
+    edge_log: crate::edge_log::EdgeLog,
+}
+
+/// The full name of the table `suffix` of the table set `prefix`.
+fn table_name(prefix: &str, suffix: &str) -> String {
+    format!("{prefix}-{suffix}")
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -245,17 +255,21 @@ impl DynamoStore {
         if let Some(url) = &st.dynamodb_endpoint_url {
             b = b.endpoint_url(url);
         }
+        let client = Client::from_conf(b.build());
+        let target = Target::new(
+            "DynamoDB",
+            "dynamodb",
+            st.dynamodb_endpoint_url.as_ref(),
+            sdk,
+        );
+        let edges = table_name(&st.table_prefix, "edges");
         DynamoStore {
-            client: Client::from_conf(b.build()),
+            edge_log: crate::edge_log::EdgeLog::new(sdk, st, client.clone(), target.clone(), edges),
+            client,
             prefix: st.table_prefix.clone(),
             known_hours: Default::default(),
             retention_secs: st.stream_retention_hours as i64 * 3600,
-            target: Target::new(
-                "DynamoDB",
-                "dynamodb",
-                st.dynamodb_endpoint_url.as_ref(),
-                sdk,
-            ),
+            target,
         }
     }
 
@@ -271,7 +285,7 @@ impl DynamoStore {
 
     /// A table's full name.
     pub fn table(&self, suffix: &str) -> String {
-        format!("{}-{suffix}", self.prefix)
+        table_name(&self.prefix, suffix)
     }
 
     pub(crate) fn err<E>(

@@ -1,4 +1,4 @@
-//! Likers most recent first on DynamoDB: the counts table's recent index (`edge::RECENT_INDEX`,
+//! Likers most recent first on DynamoDB: the edges table's recent index (`edge::RECENT_INDEX`,
 //! a global secondary index of liked edges by post and like time, keys only), read eventually
 //! consistently and checked against the edges themselves.
 
@@ -13,7 +13,7 @@ use tally_core::ports::{
 use super::{get_s, n, s, DynamoStore};
 
 impl DynamoStore {
-    /// A page of a post's likers most recent first: `Query`s of the counts table's recent index
+    /// A page of a post's likers most recent first: `Query`s of the edges table's recent index
     /// (a global secondary index, read eventually consistently), each one's likers' edges then
     /// read strongly and kept only while they hold that like (an entry the index still holds
     /// for a like since undone or made again later is passed over).
@@ -30,7 +30,7 @@ impl DynamoStore {
             let resp = self
                 .client
                 .query()
-                .table_name(self.table("counts"))
+                .table_name(self.table("edges"))
                 .index_name(edge::RECENT_INDEX)
                 .key_condition_expression("pk = :p")
                 .expression_attribute_values(":p", s(post))
@@ -41,7 +41,7 @@ impl DynamoStore {
                 .await;
             let resp = match resp {
                 Ok(r) => r,
-                Err(e) => return Err(self.recent_err(self.err("Query", "counts", e)).await),
+                Err(e) => return Err(self.recent_err(self.err("Query", "edges", e)).await),
             };
             let entries = resp
                 .items()
@@ -90,18 +90,18 @@ impl DynamoStore {
             return e;
         }
         let status = self.recent_index_status().await;
-        refusal(&self.target, &self.table("counts"), e, status)
+        refusal(&self.target, &self.table("edges"), e, status)
     }
 
-    /// The recent index's status by `DescribeTable` of the counts table; `None`: it has none.
+    /// The recent index's status by `DescribeTable` of the edges table; `None`: it has none.
     async fn recent_index_status(&self) -> PortResult<Option<IndexStatus>> {
         let d = self
             .client
             .describe_table()
-            .table_name(self.table("counts"))
+            .table_name(self.table("edges"))
             .send()
             .await
-            .map_err(|e| self.err("DescribeTable", "counts", e))?;
+            .map_err(|e| self.err("DescribeTable", "edges", e))?;
         Ok(d.table().and_then(|t| {
             t.global_secondary_indexes()
                 .iter()
@@ -182,17 +182,17 @@ mod tests {
             endpoint: "http://127.0.0.1:8000".into(),
         };
         let refused =
-            || PortError::Invalid("Query on table t-counts: ValidationException: x".into());
-        let missing = refusal(&target, "t-counts", refused(), Ok(None));
+            || PortError::Invalid("Query on table t-edges: ValidationException: x".into());
+        let missing = refusal(&target, "t-edges", refused(), Ok(None));
         assert!(matches!(missing, PortError::NotFound { .. }), "{missing}");
         let text = missing.to_string();
         assert!(
-            text.contains("index `recent` of table t-counts") && text.contains("tally setup"),
+            text.contains("index `recent` of table t-edges") && text.contains("tally setup"),
             "{text}"
         );
         let building = refusal(
             &target,
-            "t-counts",
+            "t-edges",
             refused(),
             Ok(Some(IndexStatus::Creating)),
         );
@@ -202,7 +202,7 @@ mod tests {
             Ok(Some(IndexStatus::Active)),
             Err(PortError::Timeout("d".into())),
         ] {
-            let stands = refusal(&target, "t-counts", refused(), status);
+            let stands = refusal(&target, "t-edges", refused(), status);
             assert_eq!(stands.to_string(), refused().to_string());
         }
     }

@@ -35,6 +35,11 @@ impl IdleExit {
         }
     }
 
+    /// Whether the exit is armed.
+    pub fn is_armed(&self) -> bool {
+        self.armed_at().is_some()
+    }
+
     pub(super) fn armed_at_ms(&self) -> Option<i64> {
         self.armed_at_ms.lock().ok().and_then(|a| *a)
     }

@@ -1,5 +1,5 @@
 //! The count modes, and the items beside a store's counts that say how it was counted: its mode,
-//! the one stream it counts, the clock skews it was counted with.
+//! the one stream it counts, and a rebuild under way.
 
 /// What a post's count is: the users who like it now, or the distinct like events minus the
 /// distinct unlike events (for counters that really are events: claps, views).
@@ -58,27 +58,7 @@ pub const MODE_SK: &str = "count";
 /// keys are shard ids every stream has (docs/REGIONS.md).
 pub const STREAM_SK: &str = "stream";
 
-/// The sort key of the item (beside the mode's) that lists the clock skews a likers store was
-/// counted with (`counter.max_clock_skew_secs`, ms, in the order first used): what `tally
-/// verify` recounts with.
-pub const SKEWS_SK: &str = "skews";
-
-/// The stored list of clock skews (`300000,5000`); an error names what is wrong.
-pub fn skews_from_text(text: &str) -> Result<Vec<i64>, String> {
-    text.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse()
-                .map_err(|_| format!("a corrupt clock skew list `{text}`: `{s}` is no number"))
-        })
-        .collect()
-}
-
-/// The list as stored.
-pub fn skews_to_text(skews: &[i64]) -> String {
-    skews
-        .iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
+/// The sort key of the item (beside the mode's) that says a `tally rebuild` into this store has
+/// begun and not finished (`v`: the source it copies from): counters refuse the store until it
+/// is gone (`counter::claim`), a rerun of the rebuild resumes it.
+pub const REBUILDING_SK: &str = "rebuilding";

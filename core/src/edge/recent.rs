@@ -1,10 +1,10 @@
-//! The counts table's index of liked edges by post, most recent like first, and what reading it
+//! The edges table's index of liked edges by post, most recent like first, and what reading it
 //! costs.
 
 use super::state::LIKED_AT_ATTR;
 use super::EDGE_PREFIX;
 
-/// The counts table's index of liked edges by post, most recent like first (DynamoDB: a global
+/// The edges table's index of liked edges by post, most recent like first (DynamoDB: a global
 /// secondary index, partition key `pk`, sort key [`LIKED_AT_ATTR`], keys only; the embedded
 /// store: a partial index of `edges`). Likers most recent first read it.
 pub const RECENT_INDEX: &str = "recent";

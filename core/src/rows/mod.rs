@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 mod edge_row;
 mod packed;
 
-pub use edge_row::{edge_columns, edge_from_row, edge_history_into, EdgeColumns, EdgeRow};
-pub use packed::{edge_window_from, edge_window_into, event_id_from, event_id_into, StoredText};
+pub use edge_row::{edge_from_row, EdgeRow};
+pub use packed::{event_id_from, event_id_into};
 
 use crate::cost::Purpose;
 use crate::edge::EdgeState;
@@ -135,7 +135,6 @@ pub fn shard_state(row: &Row, item: &str) -> PortResult<ShardState> {
                 })
                 .transpose()?,
             horizon_ms: f.num("pending_horizon_ms")?,
-            skew_ms: f.num("pending_skew_ms")?,
         }),
     };
     let progress = match (f.num("behind_ms")?, f.num("behind_at_ms")?) {
@@ -189,12 +188,12 @@ fn spent(f: &Fields<'_>) -> PortResult<ShardTally> {
 }
 
 /// An edge item (`pk` the post, `sk` the user's `E#…`), decoded: an item that is not an edge as
-/// tally writes it (`crate::edge::EdgeState::from_attrs`) is an error naming it, never "absent"
-/// or "not liked".
+/// tally writes it ([`EdgeState::from_attrs`]) is an error naming it, never "absent" or "not
+/// liked".
 pub fn edge_state(a: &crate::item::Attrs, post: &str, user: &str) -> PortResult<EdgeState> {
-    EdgeState::from_attrs(a).ok_or_else(|| PortError::Corrupt {
+    EdgeState::from_attrs(a).map_err(|detail| PortError::Corrupt {
         item: format!("{post}/{}", crate::edge::edge_sk(user)),
-        detail: "is not an edge (its state, time, event or writes are missing or mistyped)".into(),
+        detail,
     })
 }
 

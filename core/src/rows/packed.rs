@@ -1,139 +1,7 @@
-//! The embedded store's edge row columns packed: an edge row is mostly the ids of the window
-//! that wrote it and of the event that set it, and a window's writes rewrite the pages its edges
-//! are on, so fewer bytes a row is fewer pages written and copied back (BENCHMARKS, "Edge rows
-//! packed"). Each codec keeps what it cannot pack as its text, and reads back exactly what was
-//! written.
-
-/// A packed column as a row holds it: the text a build before packed rows wrote, or its
-/// codec's bytes ([`edge_window_into`], [`event_id_into`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoredText {
-    /// The text as it is.
-    Text(String),
-    /// Its codec's encoding.
-    Packed(Vec<u8>),
-}
-
-impl StoredText {
-    /// The text, decoded by `codec` if packed.
-    pub fn read(&self, codec: fn(&[u8]) -> Result<String, String>) -> Result<String, String> {
-        match self {
-            StoredText::Text(t) => Ok(t.clone()),
-            StoredText::Packed(b) => codec(b),
-        }
-    }
-}
-
-/// [`edge_window_into`]'s tag of a window kept as its UTF-8 text.
-const WINDOW_TEXT: u8 = 0;
-/// [`edge_window_into`]'s tag of a window of the usual form, packed.
-const WINDOW_PACKED: u8 = 1;
-/// The prefix of a Kinesis shard id (and the embedded stream's): then twelve digits.
-const SHARD_PREFIX: &str = "shardId-";
-/// How many digits follow [`SHARD_PREFIX`].
-const SHARD_DIGITS: usize = 12;
-/// The nibble of a `.` in a packed marker (a digit's is its value).
-const DOT: u8 = 10;
-/// The nibble that pads a packed marker of odd length.
-const PAD: u8 = 15;
-
-/// The encoding of the window that wrote an edge, for its row's column: a window of the usual
-/// form — a marker of digits and `.` ([`crate::summary::marker`]), `@`, a shard id
-/// `shardId-` and twelve digits ([`crate::edge::window_id`]) — is a tag (1), the shard's number
-/// (LEB128) and the marker two characters a byte (a digit its value, `.` 10, an odd length padded
-/// with 15): 7 bytes for the embedded stream's 30-character windows, 32 for Kinesis's 80. Any
-/// other window is a tag (0) and its text. An edge row is mostly its window's id otherwise, and a
-/// window's writes rewrite the pages its edges are on: fewer bytes a row, fewer pages
-/// (BENCHMARKS, "Edge rows packed").
-///
-/// Written into `out`, cleared first: a writer of many edges keeps one buffer.
-pub fn edge_window_into(window: &str, out: &mut Vec<u8>) {
-    out.clear();
-    match packable(window) {
-        Some((marker, shard)) => {
-            out.push(WINDOW_PACKED);
-            let mut n = shard;
-            loop {
-                let low = (n & 0x7f) as u8;
-                n >>= 7;
-                if n == 0 {
-                    out.push(low);
-                    break;
-                }
-                out.push(low | 0x80);
-            }
-            let nibble = |c: u8| if c == b'.' { DOT } else { c - b'0' };
-            for pair in marker.as_bytes().chunks(2) {
-                let high = nibble(pair[0]);
-                let low = pair.get(1).map_or(PAD, |c| nibble(*c));
-                out.push(high << 4 | low);
-            }
-        }
-        None => {
-            out.push(WINDOW_TEXT);
-            out.extend_from_slice(window.as_bytes());
-        }
-    }
-}
-
-/// The marker and shard number of a window of the usual form.
-fn packable(window: &str) -> Option<(&str, u64)> {
-    let (marker, shard) = window.rsplit_once('@')?;
-    let digits = shard.strip_prefix(SHARD_PREFIX)?;
-    let marker_ok = !marker.is_empty() && marker.bytes().all(|c| c.is_ascii_digit() || c == b'.');
-    if !marker_ok || digits.len() != SHARD_DIGITS || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    Some((marker, digits.parse().ok()?))
-}
-
-/// A window [`edge_window_into`] encoded, decoded: an encoding it cannot have written is an error.
-pub fn edge_window_from(b: &[u8]) -> Result<String, String> {
-    let bad = |why: &str| format!("its window does not decode: {why}");
-    match b.split_first() {
-        Some((&WINDOW_TEXT, text)) => {
-            String::from_utf8(text.to_vec()).map_err(|_| bad("its text is not UTF-8"))
-        }
-        Some((&WINDOW_PACKED, rest)) => {
-            let mut shard: u64 = 0;
-            let mut at = 0;
-            loop {
-                let byte = *rest
-                    .get(at)
-                    .ok_or_else(|| bad("its shard number ends early"))?;
-                if at >= 6 {
-                    return Err(bad("its shard number is too long"));
-                }
-                shard |= u64::from(byte & 0x7f) << (7 * at);
-                at += 1;
-                if byte & 0x80 == 0 {
-                    break;
-                }
-            }
-            let packed = &rest[at..];
-            let mut marker = String::with_capacity(packed.len() * 2);
-            for (i, byte) in packed.iter().enumerate() {
-                for (j, nib) in [byte >> 4, byte & 0x0f].into_iter().enumerate() {
-                    match nib {
-                        0..=9 => marker.push(char::from(b'0' + nib)),
-                        DOT => marker.push('.'),
-                        PAD if i + 1 == packed.len() && j == 1 => {}
-                        _ => return Err(bad("its marker holds a character it cannot")),
-                    }
-                }
-            }
-            if marker.is_empty() || shard >= 10u64.pow(SHARD_DIGITS as u32) {
-                return Err(bad("it names no marker or a shard past twelve digits"));
-            }
-            Ok(format!(
-                "{marker}@{SHARD_PREFIX}{shard:0w$}",
-                w = SHARD_DIGITS
-            ))
-        }
-        Some((tag, _)) => Err(bad(&format!("it is tagged {tag} (0 or 1)"))),
-        None => Err(bad("it is empty")),
-    }
-}
+//! The embedded store's edge rows keep the event's id packed: an edge row is mostly that id,
+//! and a window's writes rewrite the pages its edges are on, so fewer bytes a row is fewer pages
+//! written and copied back (BENCHMARKS, "Edge rows packed"). The codec keeps what it cannot pack
+//! as its text, and reads back exactly what was written.
 
 /// [`event_id_into`]'s tag of an id kept as its UTF-8 text.
 const ID_TEXT: u8 = 0;
@@ -265,7 +133,6 @@ pub(super) mod tests {
 
     /// A codec's write and read.
     type Codec = (fn(&str, &mut Vec<u8>), fn(&[u8]) -> Result<String, String>);
-    const WINDOW: Codec = (edge_window_into, edge_window_from);
     const ID: Codec = (event_id_into, event_id_from);
 
     /// `text` as `codec` writes it, into a buffer that held something else.
@@ -291,45 +158,6 @@ pub(super) mod tests {
         for bad in encodings {
             assert!(from(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn a_window_of_the_usual_form_packs_to_a_few_bytes() {
-        let embedded = crate::edge::window_id("shardId-000000000003", "006514801");
-        assert_eq!(
-            packed(edge_window_into, &embedded),
-            vec![1, 3, 0x00, 0x65, 0x14, 0x80, 0x1f]
-        );
-        let kinesis = crate::edge::window_id(
-            "shardId-000000001234",
-            &format!("056{}.0000000003", "4".repeat(56)),
-        );
-        assert_eq!(packed(edge_window_into, &kinesis).len(), 1 + 2 + 35);
-        reads_back(WINDOW, Some(WINDOW_PACKED), &[&embedded, &kinesis]);
-        // Not of the form: kept as text, whole.
-        let other = [
-            "m1@s0",
-            "7@shardId-12",
-            "1-@shardId-000000000001",
-            "@shardId-000000000001",
-            "",
-        ];
-        reads_back(WINDOW, Some(WINDOW_TEXT), &other);
-    }
-
-    #[test]
-    fn a_window_that_does_not_decode_is_an_error() {
-        let bad: [&[u8]; 8] = [
-            &[],
-            &[2, 1],
-            &[1],
-            &[1, 0x80],
-            &[1, 3, 0xc1],
-            &[1, 3, 0xf1],
-            &[1, 3],
-            &[0, 0xff],
-        ];
-        refused(WINDOW, &bad);
     }
 
     #[test]
@@ -376,14 +204,5 @@ pub(super) mod tests {
             prop_assert_eq!(event_id_from(&packed(event_id_into, &id)).unwrap(), id);
         }
 
-        /// Every window reads back as it was written, packed or not.
-        #[test]
-        fn every_window_reads_back(
-            marker in "[0-9.]{0,70}|[0-9a-z.-]{1,20}",
-            shard in "shardId-[0-9]{12}|shardId-[0-9]{0,14}|[a-z0-9-]{0,12}",
-        ) {
-            let w = crate::edge::window_id(&shard, &marker);
-            prop_assert_eq!(edge_window_from(&packed(edge_window_into, &w)).unwrap(), w);
-        }
     }
 }

@@ -109,8 +109,6 @@ mod tests {
             liked: true,
             at_ms: 0,
             event_id: crate::edge::EventId::new(),
-            clamped: false,
-            lost: Vec::new(),
         }
     }
 

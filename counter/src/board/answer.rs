@@ -1,41 +1,7 @@
 //! What a worker's board answers the read side: a held shard's windows for the posts asked about
-//! ([`ShardOpen`], each [`OpenWindow`]), and what else was asked ([`Also`]).
+//! ([`ShardOpen`], each [`OpenWindow`]).
 
 use std::collections::BTreeMap;
-
-/// What a read side asks a worker about besides the posts' deltas.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Also<'a> {
-    /// Whether this user likes each post once the open windows are written.
-    pub viewer: Option<&'a str>,
-    /// A likers page: each user after this one (`Some(None)`: every user) whose like or unlike
-    /// of the post asked about an open window holds, and whether they like it once written.
-    pub likers: Option<Option<&'a str>>,
-}
-
-impl Also<'_> {
-    pub(super) fn wants_liker(&self, user: &str) -> bool {
-        self.likers
-            .is_some_and(|after| after.is_none_or(|a| user > a))
-    }
-
-    /// (post, user, liked) states, as the viewer's by post and the likers' by user.
-    pub(super) fn split(
-        &self,
-        states: Vec<(String, String, bool)>,
-    ) -> (BTreeMap<String, bool>, BTreeMap<String, bool>) {
-        let (mut viewer, mut likers) = (BTreeMap::new(), BTreeMap::new());
-        for (post, user, liked) in states {
-            if self.viewer == Some(user.as_str()) {
-                viewer.insert(post.clone(), liked);
-            }
-            if self.wants_liker(&user) {
-                likers.insert(user, liked);
-            }
-        }
-        (viewer, likers)
-    }
-}
 
 /// A window's deltas for the posts asked about.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -45,15 +11,6 @@ pub struct OpenWindow {
     /// Net change per post asked about that the window holds, by the start of the minute (ms)
     /// the events were created in.
     pub posts: BTreeMap<String, BTreeMap<i64, i64>>,
-    /// Likers, when a viewer was asked: whether the viewer likes each post once the window is
-    /// written, for the posts where the window holds an event of the viewer's (the same view as
-    /// `posts`: a post's delta and the viewer's state there come from the same edge reads).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub viewer: BTreeMap<String, bool>,
-    /// Likers, when a likers page was asked: each user (after the page's start) whose like or
-    /// unlike of the post the window holds, and whether they like it once it is written.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub likers: BTreeMap<String, bool>,
 }
 
 /// A shard's windows, for the posts asked about.

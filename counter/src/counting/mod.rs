@@ -1,82 +1,80 @@
-//! What differs between counting likers and counting events, chosen once when a counter is
-//! built ([`crate::Counter::open`], from `counter.count`): how a window being built folds, the
-//! settings recorded with it, what it writes before its counts, what a given-up window still
-//! counts, what the store is claimed with, and whether a board shows its open windows. The rest
-//! of the counter asks the [`Counting`] it holds and never which mode it is in; one module per
-//! mode ([`events`], [`likers`]).
+//! What differs between the counter's three ways of counting, chosen once when a counter is
+//! built ([`crate::Counter::open`], [`crate::Counter::open_change_log`]): how a window folds,
+//! what it writes before its counts, what is done once it is applied, what a given-up window
+//! leaves, and whether a board shows its open windows. The rest of the counter asks the
+//! [`Counting`] it holds and never which one it is; one module each:
+//! - [`events`]: counting events — each event once, into its post's deltas;
+//! - [`edges`]: counting likers, the first stage — each edge's latest event written to the edge
+//!   (the store logs each change), nothing counted;
+//! - [`changes`]: counting likers, the second stage — the edges' change log counted.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tally_consumer::ConsumerError;
 use tally_core::edge::CountMode;
-use tally_core::ports::{Applied, CounterStore, Decided, Pending, WindowRef};
+use tally_core::ports::{Applied, CounterStore, Stream};
 use tally_core::window::{ClosedWindow, WindowBuilder};
+use tally_core::Position;
 
-use crate::board::Board;
 use crate::claim::ClaimError;
 use crate::writes::ShardWrites;
 use crate::CounterConfig;
 
+pub(crate) mod changes;
+pub(crate) mod edges;
 pub(crate) mod events;
-pub(crate) mod likers;
 
 /// One way of counting, chosen once per counter.
 #[async_trait]
 pub(crate) trait Counting: Send + Sync + std::fmt::Debug {
-    /// Its name in settings and in the store.
+    /// The count mode of the stores it counts.
     fn mode(&self) -> CountMode;
-    /// What the store is claimed with beyond its mode (likers: the clock skew), once it holds
-    /// this mode.
-    async fn claimed(&self, store: &dyn CounterStore) -> Result<(), ClaimError>;
-    /// A window being built, set to fold as this counting does (`pending`: it is the rebuild of
-    /// that pending window, whose recorded settings it keeps).
-    fn fold(&self, w: WindowBuilder, pending: Option<&Pending>) -> WindowBuilder;
-    /// The settings that decide a window's effect, recorded with its pending end.
-    fn decided(&self, horizon_ms: i64, pending: Option<&Pending>) -> Decided;
+    /// A window being built, set to fold as this counting does.
+    fn fold(&self, w: WindowBuilder) -> WindowBuilder;
     /// The most records a window may hold, given the shard's share of its worker's
     /// ([`crate::CounterConfig::window_share`]).
     fn window_records(&self, share: usize) -> usize;
-    /// Whether a worker showing its windows on `board` shows the open ones.
-    fn shows_open(&self, board: &Board) -> bool;
-    /// What a closed window writes before its counts; the window with the counts to write.
+    /// Whether its open windows are worth showing (they hold deltas).
+    fn shows_open(&self) -> bool;
+    /// What a closed window writes before its counts.
     async fn write(
         &self,
         shard: &ShardWrites,
-        w: Arc<ClosedWindow>,
-        at: WindowRef<'_>,
-        replaying: bool,
+        w: &ClosedWindow,
         spent: &mut Applied,
-    ) -> Result<Arc<ClosedWindow>, ConsumerError>;
-    /// A pending window given up (its records are gone): counts what it had decided that can
-    /// still be known, and says, for the gap's record, what became of its records.
-    async fn give_up(
-        &self,
-        shard: &ShardWrites,
-        pending: &Pending,
-    ) -> Result<String, ConsumerError>;
+    ) -> Result<(), ConsumerError>;
+    /// What is done once the window ending at `end` is applied for good (its checkpoint moved).
+    async fn applied(&self, _shard_id: &str, _end: &Position) -> Result<(), ConsumerError> {
+        Ok(())
+    }
+    /// What became of a pending window's records when it is given up (its records are gone),
+    /// for the gap's record.
+    fn given_up(&self) -> &'static str;
 }
 
-/// The counting `cfg.count` names.
-pub(crate) fn chosen(cfg: &CounterConfig) -> Arc<dyn Counting> {
-    match cfg.count {
-        CountMode::Events => Arc::new(events::Events),
-        CountMode::Likers => Arc::new(likers::Likers {
-            skew_ms: tally_core::config::millis(cfg.max_clock_skew) as i64,
-        }),
+/// What a counter reads: the stream (counting events, or likers' first stage, by
+/// `counter.count`), or a likers store's change log (the second stage).
+pub(crate) fn chosen(cfg: &CounterConfig, log: Option<Arc<dyn Stream>>) -> Arc<dyn Counting> {
+    match (cfg.count, log) {
+        (_, Some(log)) => Arc::new(changes::Changes { log }),
+        (CountMode::Events, None) => Arc::new(events::Events),
+        (CountMode::Likers, None) => Arc::new(edges::Edges),
     }
 }
 
 /// Claims `store` for `counting`'s mode (the first claim wins; a store claimed otherwise is
-/// refused), then what that counting records with it (likers: the clock skew, which `tally
-/// verify` recounts with).
+/// refused), and refuses a store a rebuild is writing into until it is done.
 pub(crate) async fn claim(
     store: &dyn CounterStore,
     counting: &dyn Counting,
 ) -> Result<(), ClaimError> {
+    if let Some(from) = store.rebuilding().await? {
+        return Err(ClaimError::Rebuilding { from });
+    }
     let wanted = counting.mode();
     match store.count_mode(Some(wanted)).await? {
         Some(stored) if stored != wanted => Err(ClaimError::Mismatch { stored, wanted }),
-        _ => counting.claimed(store).await,
+        _ => Ok(()),
     }
 }

@@ -6,12 +6,12 @@ use rusqlite::{params, Connection};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
-use tally_core::edge::{self, CountMode, EdgeEvent, EdgeState};
+use tally_core::edge::{CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
-    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan,
-    EdgesApplied, Fence, LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied,
-    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef,
-    WindowRest, WindowWriter,
+    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, EdgeWriter,
+    EdgesWritten, Fence, LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied,
+    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, Stream,
+    WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
@@ -107,9 +107,9 @@ impl WindowWriter for Embedded {
             if st.lease.checkpoint != start_after || st.pending.is_some() {
                 return Err(PortError::Fenced { app: fence.app.clone(), shard_id: fence.shard_id.clone() });
             }
-            tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2, pending_first = ?3, pending_skew_ms = ?4 WHERE app = ?5 AND shard_id = ?6")
+            tx.prepare_cached("UPDATE leases SET pending_end = ?1, pending_horizon_ms = ?2, pending_first = ?3 WHERE app = ?4 AND shard_id = ?5")
                 .map_err(sql_err)?
-                .execute(params![end.to_string(), decided.horizon_ms, first, decided.skew_ms, fence.app, fence.shard_id])
+                .execute(params![end.to_string(), decided.horizon_ms, first, fence.app, fence.shard_id])
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)
         })
@@ -121,8 +121,6 @@ impl WindowWriter for Embedded {
         w: WindowRef<'_>,
         posts: &[(String, PostDelta)],
     ) -> PortResult<PostsApplied> {
-        // Never in tally.db before the edges it depends on are durable ("Durable in order").
-        self.edges_durable(w.shard_id).await?;
         let (shard, end, posts) = (
             w.shard_id.to_owned(),
             summary::marker_of(&w),
@@ -147,8 +145,6 @@ impl WindowWriter for Embedded {
     }
 
     async fn apply_rest(&self, w: WindowRef<'_>, rest: WindowRest<'_>) -> PortResult<Applied> {
-        // Never in tally.db before the edges it depends on are durable ("Durable in order").
-        self.edges_durable(w.shard_id).await?;
         let (app, shard, seq_end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.clone());
         let end = summary::marker_of(&w);
         let (dead, total_delta, dedup, horizon_ms) = (
@@ -165,8 +161,12 @@ impl WindowWriter for Embedded {
                 write_dead_letter(&tx, d)?;
                 out.wrote(Purpose::DeadLetters, cost::dead_letter_units(d));
             }
-            let total = summary::global_total_write(&app, &shard, total_delta, &end);
-            write(&tx, GLOBAL_PK, &total, &end, &mut out)?.ok();
+            // A window that moves no total writes none (the likers counter's first stage, a
+            // rebuild's copies): its item would only carry the marker.
+            if total_delta != 0 {
+                let total = summary::global_total_write(&app, &shard, total_delta, &end);
+                write(&tx, GLOBAL_PK, &total, &end, &mut out)?.ok();
+            }
             if !dedup.ids.is_empty() {
                 // Written once (a second write would replace it); expires by arrival, not wall clock.
                 let n = tx.prepare_cached("INSERT OR IGNORE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
@@ -195,8 +195,8 @@ impl WindowWriter for Embedded {
         spent: &ShardTally,
         renewal: Option<&Renewal>,
     ) -> PortResult<Option<String>> {
-        // Never in tally.db before the edges it depends on are durable ("Durable in order").
-        self.edges_durable(&fence.shard_id).await?;
+        // Never past the records whose edges are not durable yet ("Durable in order").
+        self.sync_edges().await?;
         let (fence, end, spent, renewal) = (fence.clone(), end.clone(), *spent, renewal.cloned());
         self.run(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql_err)?;
@@ -211,7 +211,7 @@ impl WindowWriter for Embedded {
             let progress = r.and_then(|r| r.progress);
             let wanted: Option<String> = tx
                 .prepare_cached(
-                    "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, pending_skew_ms = NULL, finished = ?3, spent = ?4, \
+                    "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?3, spent = ?4, \
                      expires_ms = COALESCE(?7, expires_ms), behind_ms = COALESCE(?8, behind_ms), behind_at_ms = COALESCE(?9, behind_at_ms), holder_addr = COALESCE(?10, holder_addr) \
                      WHERE app = ?5 AND shard_id = ?6 RETURNING wanted_by",
                 )
@@ -232,27 +232,31 @@ impl WindowWriter for Embedded {
                     |row| row.get(0),
                 )
                 .map_err(sql_err)?;
-            super::window_edges::forget_window_edges(&tx, &fence.app, &fence.shard_id)?;
             tx.commit().map_err(sql_err)?;
             Ok(wanted.filter(|_| renewal.is_some()))
         })
         .await
     }
+}
 
-    /// Each part's edges (`edge_parts`) written at once, each in a transaction of its own
-    /// (`edges::apply_edges`): a part that failed for a passing reason is sent again, the parts
-    /// done are not.
-    async fn apply_edges(&self, w: WindowRef<'_>, edges: &[EdgeEvent]) -> PortResult<EdgesApplied> {
-        let window = edge::window_id(w.shard_id, &summary::marker(w.end));
+#[async_trait]
+impl EdgeWriter for Embedded {
+    /// As many as a window's posts: one transaction each part.
+    fn edges_per_call(&self) -> usize {
+        self.posts_per_call()
+    }
+
+    /// Each part's edges (`edge_parts`) written at once, each in a transaction of its own that
+    /// logs its changes (`edges::write_edges`): a part that failed for a passing reason is sent
+    /// again, the parts done are not.
+    async fn write_edges(&self, edges: &[EdgeEvent]) -> PortResult<EdgesWritten> {
         let calls: Vec<_> = super::edges::by_part(edges, self.edge_parts())
             .into_iter()
             .map(|(part, at, edges)| {
-                let (this, shard, window) = (self.clone(), w.shard_id.to_owned(), window.clone());
+                let this = self.clone();
                 let call = tokio::spawn(async move {
-                    this.write_edges(&shard, part, move |c| {
-                        super::edges::apply_edges(c, &window, &edges)
-                    })
-                    .await
+                    this.write_part(part, move |c| super::edges::write_edges(c, &edges))
+                        .await
                 });
                 (at, call)
             })
@@ -267,21 +271,12 @@ impl WindowWriter for Embedded {
         super::edges::merge_parts(done)
     }
 
-    async fn record_window_edges(
-        &self,
-        w: WindowRef<'_>,
-        pairs: &[(&str, &str)],
-    ) -> PortResult<Applied> {
-        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
-        let chunks = edge::encode_pairs(pairs);
-        self.run(move |c| super::window_edges::record_window_edges(c, &app, &shard, &end, &chunks))
-            .await
+    async fn edges_durable(&self) -> PortResult<()> {
+        self.sync_edges().await
     }
 
-    async fn window_edges(&self, w: WindowRef<'_>) -> PortResult<Option<Vec<(String, String)>>> {
-        let (app, shard, end) = (w.app.to_owned(), w.shard_id.to_owned(), w.end.to_string());
-        self.run(move |c| super::window_edges::window_edges(c, &app, &shard, &end))
-            .await
+    fn change_log(&self) -> PortResult<std::sync::Arc<dyn Stream>> {
+        Ok(std::sync::Arc::new(crate::edge_log::EdgeLog::of(self)?))
     }
 }
 
@@ -289,10 +284,6 @@ impl WindowWriter for Embedded {
 impl CountReader for Embedded {
     async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
         self.run(move |c| super::meta::count_mode(c, None)).await
-    }
-
-    async fn stored_skews(&self) -> PortResult<Vec<i64>> {
-        self.run(move |c| super::meta::clock_skews(c, None)).await
     }
 
     async fn post_counts(
@@ -442,8 +433,14 @@ impl StoreMeta for Embedded {
         self.run(move |c| super::meta::count_mode(c, claim)).await
     }
 
-    async fn clock_skews(&self, record: Option<i64>) -> PortResult<Vec<i64>> {
-        self.run(move |c| super::meta::clock_skews(c, record)).await
+    async fn rebuilding(&self) -> PortResult<Option<String>> {
+        self.run(|c| super::meta::rebuilding(c)).await
+    }
+
+    async fn set_rebuilding(&self, source: Option<&str>) -> PortResult<()> {
+        let source = source.map(str::to_owned);
+        self.run(move |c| super::meta::set_rebuilding(c, source.as_deref()))
+            .await
     }
 
     async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {

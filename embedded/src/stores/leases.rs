@@ -237,11 +237,10 @@ impl LeaseStore for Embedded {
             }
             write_dead_letter(&tx, &gap)?;
             tx.execute(
-                "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, pending_skew_ms = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
+                "UPDATE leases SET checkpoint = ?1, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?2 WHERE app = ?3 AND shard_id = ?4",
                 params![checkpoint.as_ref().map(|s| s.to_string()), finished as i64, fence.app, fence.shard_id],
             )
             .map_err(sql_err)?;
-            super::window_edges::forget_window_edges(&tx, &fence.app, &fence.shard_id)?;
             tx.commit().map_err(sql_err)
         })
         .await

@@ -52,7 +52,7 @@ pub(super) fn recent_likers(
     let (at, user) = after.map_or((i64::MAX, ""), |a| (a.at_ms, a.user.as_str()));
     let mut st = c
         .prepare_cached(
-            "SELECT user, liked, at_ms, event_id, window, history FROM edges INDEXED BY edges_recent \
+            "SELECT user, liked, at_ms, event_id FROM edges INDEXED BY edges_recent \
              WHERE post = ?1 AND liked = 1 AND (at_ms, user) < (?2, ?3) \
              ORDER BY at_ms DESC, user DESC LIMIT ?4",
         )
@@ -121,7 +121,7 @@ fn scan_part(c: &Connection, after: Option<&ScanCursor>, limit: usize) -> PortRe
     let (post, user) = after.map_or(("", ""), |a| (a.pk.as_str(), a.sk.as_str()));
     let mut st = c
         .prepare_cached(
-            "SELECT post, user, liked, at_ms, event_id, window, history FROM edges \
+            "SELECT post, user, liked, at_ms, event_id FROM edges \
              WHERE (post, user) > (?1, ?2) ORDER BY post, user LIMIT ?3",
         )
         .map_err(sql_err)?;
@@ -169,7 +169,7 @@ pub(super) fn likers(
     let mut page = LikersPage::default();
     let mut st = c
         .prepare_cached(
-            "SELECT user, liked, at_ms, event_id, window, history FROM edges \
+            "SELECT user, liked, at_ms, event_id FROM edges \
              WHERE post = ?1 AND user >= ?2 ORDER BY user LIMIT ?3",
         )
         .map_err(sql_err)?;

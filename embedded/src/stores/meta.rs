@@ -1,5 +1,5 @@
 //! What a store says of how it was counted, as items beside its counts (`#meta`): its count
-//! mode, the clock skews it was counted with, the one stream it counts.
+//! mode, the one stream it counts, a rebuild into it under way.
 
 use rusqlite::Connection;
 use tally_core::edge::{self, CountMode};
@@ -40,29 +40,35 @@ pub(super) fn count_mode(
     Ok(mode)
 }
 
-/// The clock skews the store was counted with; with `record`, added first if new.
-pub(super) fn clock_skews(c: &mut Connection, record: Option<i64>) -> PortResult<Vec<i64>> {
-    let tx = c
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .map_err(sql_err)?;
-    let mut skews = match get_item(&tx, edge::MODE_PK, edge::SKEWS_SK)? {
+/// The source of a rebuild under way into the store (`None`: none).
+pub(super) fn rebuilding(c: &Connection) -> PortResult<Option<String>> {
+    match get_item(c, edge::MODE_PK, edge::REBUILDING_SK)? {
+        None => Ok(None),
         Some(a) => match a.get("v") {
-            Some(Val::S(text)) => edge::skews_from_text(text).map_err(PortError::Other)?,
-            _ => {
-                return Err(PortError::Other(format!(
-                    "embedded store: a corrupt clock skew item: {a:?}"
-                )))
-            }
+            Some(Val::S(v)) => Ok(Some(v.clone())),
+            _ => Err(PortError::Corrupt {
+                item: format!("{}/{}", edge::MODE_PK, edge::REBUILDING_SK),
+                detail: "`v` is not the rebuild's source".into(),
+            }),
         },
-        None => Vec::new(),
-    };
-    if let Some(v) = record.filter(|v| !skews.contains(v)) {
-        skews.push(v);
-        let a = Attrs::from([("v".to_owned(), Val::S(edge::skews_to_text(&skews)))]);
-        put_item(&tx, edge::MODE_PK, edge::SKEWS_SK, &a)?;
     }
-    tx.commit().map_err(sql_err)?;
-    Ok(skews)
+}
+
+/// Records a rebuild from `source` under way, or (`None`) that it finished.
+pub(super) fn set_rebuilding(c: &Connection, source: Option<&str>) -> PortResult<()> {
+    match source {
+        Some(v) => {
+            let a = Attrs::from([("v".to_owned(), Val::S(v.to_owned()))]);
+            put_item(c, edge::MODE_PK, edge::REBUILDING_SK, &a)
+        }
+        None => c
+            .execute(
+                "DELETE FROM items WHERE pk = ?1 AND sk = ?2",
+                [edge::MODE_PK, edge::REBUILDING_SK],
+            )
+            .map(|_| ())
+            .map_err(sql_err),
+    }
 }
 
 /// The stream the store is counted from; with `claim`, set to it when none is named yet.

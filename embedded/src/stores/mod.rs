@@ -2,7 +2,7 @@
 //!
 //! Layout: this module holds the helpers every store uses (a lease row read, the fence check, a
 //! write item's statements); one file per port implements it: `leases` ([`LeaseStore`]),
-//! `counter` ([`CounterStore`]; likers' edges and the count mode in `edges`), `analytics` ([`AnalyticsStore`]), `baselines`
+//! `counter` ([`CounterStore`]; likers' edges in `edges`, the store's meta items in `meta`), `analytics` ([`AnalyticsStore`]), `baselines`
 //! ([`BaselineWriters`], for benchmarks); `items` is the `items` table the summary items are rows of
 //! (the edges have their own typed table, `edges`, in their own file: `crate::edge_file`, and
 //! are read and written on the handle's edges' connection, `Embedded::run_edges`).
@@ -23,13 +23,11 @@ mod items;
 mod leases;
 mod likers;
 mod meta;
-mod window_edges;
 
-pub(crate) use edges::migrate_edges;
 pub use edges::INSERT_EDGE_SQL;
 pub(crate) use likers::{has_recent_index, RECENT_INDEX_SQL};
 
-const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr, pending_skew_ms";
+const LEASE_COLUMNS: &str = "app, shard_id, owner, epoch, expires_ms, checkpoint, finished, parents, max_arrival, pending_end, pending_horizon_ms, spent, pending_first, behind_ms, behind_at_ms, holder_addr";
 
 /// `ShardTally` as stored: a JSON object of write units by purpose name, and `counted`.
 pub(crate) fn spent_json(sp: &ShardTally) -> String {

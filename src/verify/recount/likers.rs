@@ -1,8 +1,8 @@
-//! Counting likers: each (post, user)'s latest action by `created_at` (taken as its first copy's
-//! arrival when it is further past it than the allowed clock skew), then the event id, decides;
-//! a post's count is its users whose latest action is a like, and "since T" those of them whose
-//! like was created at or after T's minute. Copies change nothing, so no horizon leaves a count
-//! open.
+//! Counting likers: each (post, user)'s latest action by `created_at`, then the event id, decides
+//! (the event's content alone, as the edge store orders it); a post's count is its users whose
+//! latest action is a like, and "since T" those of them whose like was created at or after T's
+//! minute. Copies change nothing, so no horizon leaves a count open; each event's copies are
+//! tallied.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -12,25 +12,13 @@ use tally_core::seq::Position;
 
 use super::{partition, size, Beyond, Counting, FirstCopies, Latest, PostRecount, Seen, Tally};
 
-/// What counting likers keeps: each event's first arrival (its clamp), each post's users'
-/// latest applied action, and — once read — each post's count.
+/// What counting likers keeps: each event's copies (for the tally), each post's users' latest
+/// applied action, and — once read — each post's count.
+#[derive(Default)]
 pub(super) struct Likers {
-    /// The clock skew allowed (ms).
-    skew_ms: i64,
     first_seen: FirstCopies,
     edges: HashMap<String, HashMap<String, Latest>>,
     posts: HashMap<String, PostRecount>,
-}
-
-impl Likers {
-    pub(super) fn new(skew_ms: i64) -> Likers {
-        Likers {
-            skew_ms,
-            first_seen: FirstCopies::default(),
-            edges: HashMap::new(),
-            posts: HashMap::new(),
-        }
-    }
 }
 
 impl Counting for Likers {
@@ -49,23 +37,15 @@ impl Counting for Likers {
         beyond: Option<(&str, Position)>,
     ) -> (usize, Option<Beyond>) {
         let mut bytes = 0;
-        // The event's first copy decides its clamp: a copy that arrives later orders as it did.
-        let first_arrival = match self.first_seen.0.entry((0, ev.event_id.clone())) {
-            Entry::Occupied(mut o) => {
-                o.get_mut().copies += 1;
-                o.get().arrival_ms
-            }
+        // Each event's copies, tallied (a copy changes nothing).
+        match self.first_seen.0.entry((0, ev.event_id.clone())) {
+            Entry::Occupied(mut o) => o.get_mut().copies += 1,
             Entry::Vacant(v) => {
                 bytes += size::seen(&v.key().1);
-                v.insert(Seen::first(arrival_ms, key)).arrival_ms
+                v.insert(Seen::first(arrival_ms, key));
             }
-        };
-        // The clock-skew rule, as documented (README, "counter.max_clock_skew_secs").
-        let at_ms = if ev.created_at > first_arrival.saturating_add(self.skew_ms) {
-            first_arrival
-        } else {
-            ev.created_at
-        };
+        }
+        let at_ms = ev.created_at;
         let latest = Latest {
             at_ms,
             event_id: ev.event_id,

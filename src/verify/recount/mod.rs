@@ -10,8 +10,8 @@
 //! moving it.
 //!
 //! A store that counts likers is recounted by that rule instead: each (post, user)'s latest action
-//! by `created_at` (taken as the arrival when it is further past it than the allowed clock skew),
-//! then the event id, decides; a post's count is its users whose latest action is a like, and
+//! by `created_at`, then the event id, decides (a creation time is taken at its word, however
+//! far from its arrival); a post's count is its users whose latest action is a like, and
 //! "since T" those of them whose like was created at or after T's minute. Copies change nothing,
 //! so no horizon leaves a count open.
 
@@ -237,10 +237,9 @@ impl Recount {
         Recount::new(Box::new(events::Events::new(horizon_ms)), shards, rows)
     }
 
-    /// A recount of likers of `shards` against the counter's lease `rows`, a `created_at`
-    /// further than `skew_ms` past its first copy's arrival taken as that arrival.
-    pub fn likers(skew_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
-        Recount::new(Box::new(likers::Likers::new(skew_ms)), shards, rows)
+    /// A recount of likers of `shards` against the counter's lease `rows`.
+    pub fn likers(shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
+        Recount::new(Box::<likers::Likers>::default(), shards, rows)
     }
 
     fn new(mode: Box<dyn Counting>, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
@@ -609,23 +608,24 @@ mod tests {
     fn likers_are_each_user_s_latest_action() {
         let shards = [shard("a", &[])];
         let rows = [("a".to_owned(), through(100))].into();
-        // Every record arrives at T; u4's device clock is far ahead.
+        // Every record arrives at T; u4's device clock is far ahead, and its like is taken at
+        // its word (an edge orders events by their content alone).
         const T: i64 = 1_000_000;
-        let mut r = Recount::likers(60_000, &shards, &rows);
+        let mut r = Recount::likers(&shards, &rows);
         r.record("a", &seq(1), T, &act("e1", "u1", "like", 60_000));
         r.record("a", &seq(2), T, &act("e2", "u1", "like", 120_000)); // a double tap
         r.record("a", &seq(3), T, &act("e3", "u2", "unlike", 60_000)); // of nothing
         r.record("a", &seq(4), T, &act("e5", "u3", "unlike", 180_000));
         r.record("a", &seq(5), T, &act("e4", "u3", "like", 60_000)); // older: out of order
-        r.record("a", &seq(6), T, &act("e6", "u4", "like", 9_000_000)); // clock ahead: at its arrival
-        r.record("a", &seq(7), T, &act("e7", "u4", "unlike", T + 30_000));
+        r.record("a", &seq(6), T, &act("e6", "u4", "like", 9_000_000)); // clock ahead
+        r.record("a", &seq(7), T, &act("e7", "u4", "unlike", T + 30_000)); // older than it
         r.record("a", &seq(200), T, &act("e8", "u2", "like", 240_000)); // beyond
         r.finish();
         let p = &r.posts()["p"];
-        assert_eq!((p.total, p.since(2), p.since(3)), (1, 1, 0));
+        assert_eq!((p.total, p.since(2), p.since(3)), (2, 2, 1));
         let held: Vec<&Beyond> = r.beyond.iter().collect();
         let (with, _) = r.with_held("p", held);
-        assert_eq!((with.total, with.since(4)), (2, 1));
+        assert_eq!((with.total, with.since(4)), (3, 2));
     }
 
     /// Each post's total and count by minute.
@@ -648,7 +648,7 @@ mod tests {
         let (mut part, mut passes, mut counted) = (Part::ALL, 0, 0);
         loop {
             let r = if likers {
-                Recount::likers(300_000, &shards, &rows)
+                Recount::likers(&shards, &rows)
             } else {
                 Recount::events(60_000, &shards, &rows)
             };

@@ -225,9 +225,13 @@ impl Target {
         self.args.iter().any(|a| a == "aws")
     }
 
-    /// A `tally` command with this target's flags and the test AWS credentials.
+    /// A `tally` command with this target's flags and the test AWS credentials. The binary is
+    /// this build's, or the one `TALLY_E2E_BIN` names (to run a test against another build, e.g.
+    /// to show that it fails on the code before a fix).
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
+        let bin =
+            std::env::var_os("TALLY_E2E_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tally").into());
+        let mut c = Command::new(bin);
         c.args(args).args(&self.args);
         c.env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")

@@ -1,0 +1,108 @@
+//! Counting likers, the changes of the edges the counter's second stage has not counted yet: the
+//! edges' change log after each of its checkpoints, read once, so that each post's count is
+//! compared with them added (a count lags the edges by them, not the stream).
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result};
+use tally_core::apps;
+use tally_core::buckets::MINUTE_MS;
+use tally_core::edge::{moves, EdgeChange};
+use tally_core::ports::StartPosition;
+use tally_core::summary::marker;
+
+use crate::backend::Backend;
+use crate::verify::recount::Minute;
+
+/// One change not counted yet, as a post's deltas: its shard, its marker and what it moves.
+struct Pending {
+    shard: String,
+    marker: String,
+    moves: Vec<(Minute, i64)>,
+}
+
+/// The changes after the second stage's checkpoints, by post.
+#[derive(Default)]
+pub struct LogTail {
+    by_post: HashMap<String, Vec<Pending>>,
+    /// How many changes there are.
+    pub changes: u64,
+    /// What they move the global total by.
+    pub total: i64,
+}
+
+impl LogTail {
+    /// Reads the change log of `b`'s store after each checkpoint of the second stage (from the
+    /// log's start for a shard it has none of).
+    pub async fn read(b: &Backend) -> Result<LogTail> {
+        let log = b
+            .counter
+            .change_log()
+            .context("opening the edges' change log")?;
+        let states = b
+            .leases
+            .list_states(apps::CHANGES)
+            .await
+            .context("listing the counter's second stage's checkpoints")?;
+        let checkpoints: HashMap<String, _> = states
+            .into_iter()
+            .map(|s| (s.lease.shard_id.clone(), s.lease.checkpoint))
+            .collect();
+        let mut out = LogTail::default();
+        for shard in log.list_shards().await.context("listing the change log")? {
+            let from =
+                StartPosition::after(checkpoints.get(&shard.shard_id).and_then(Option::as_ref));
+            let mut r = log
+                .open(&shard.shard_id, from)
+                .await
+                .context("opening the change log")?;
+            loop {
+                let batch = r
+                    .next_batch(1_000)
+                    .await
+                    .context("reading the change log")?;
+                for rec in &batch.records {
+                    let Ok(c) = EdgeChange::decode(&rec.data) else {
+                        continue;
+                    };
+                    let m: Vec<(Minute, i64)> = moves(c.before, c.after)
+                        .map(|(at, n)| (at.div_euclid(MINUTE_MS), n))
+                        .collect();
+                    out.changes += 1;
+                    out.total += m.iter().map(|(_, n)| n).sum::<i64>();
+                    out.by_post
+                        .entry(c.post_id.to_string())
+                        .or_default()
+                        .push(Pending {
+                            shard: shard.shard_id.clone(),
+                            marker: marker(&tally_core::Position::whole(rec.seq.clone())),
+                            moves: m,
+                        });
+                }
+                if batch.records.is_empty() || batch.shard_end {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// What the changes of `post` that a count whose live items are marked `marks` does not
+    /// hold yet add to it (since minute `from`, else in all).
+    pub fn unapplied(&self, post: &str, marks: &[(String, String)], from: Option<Minute>) -> i64 {
+        let Some(pending) = self.by_post.get(post) else {
+            return 0;
+        };
+        pending
+            .iter()
+            .filter(|p| {
+                !marks
+                    .iter()
+                    .any(|(s, m)| *s == p.shard && p.marker.as_str() <= m.as_str())
+            })
+            .flat_map(|p| &p.moves)
+            .filter(|(m, _)| from.is_none_or(|f| *m >= f))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
