@@ -1221,6 +1221,13 @@ fn rollouts_scaling_and_health() {
     );
     let scaling = text("autoscaling.tf");
     assert!(scaling.contains("metric_name = \"IteratorAgeMs\""));
+    // The counter's tasks scale on the more behind of their two applications.
+    assert!(scaling.contains(&format!(
+        "k == \"{}\" ? [\"{}\", \"{}\"]",
+        tally_core::apps::COUNTER,
+        tally_core::apps::COUNTER,
+        tally_core::apps::CHANGES
+    )));
     assert!(tally_consumer::worker::metric::ALL.contains(&"IteratorAgeMs"));
     for (kind, name) in [("aws_kinesis_stream", "likes"), ("aws_kms_key", "tally")] {
         let r = resource(&bodies, kind, name);
