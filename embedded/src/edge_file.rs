@@ -33,16 +33,25 @@ use crate::{journal, retrying, sql_err, stores, synced, tune, wait_for_locks};
 /// The `edges` and `changes` tables of every part.
 pub(crate) const EDGES_SQL: &str = include_str!("edges.sql");
 
+/// Whether a handle that may write makes the edges' files it does not find: a store being made
+/// does, a store opened as it is (`Embedded::open_existing`, what reads open) never does — a
+/// missing part is an error naming it, never a store read with its edges gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    Make,
+    Refuse,
+}
+
 /// The edges' connections of a handle that may write, one per part (`edge_parts`): each file
-/// opened (made and set up if new: WAL, pages, the tables; the first with the layout), and the
-/// recent index as the first part has it.
-pub(crate) fn open_writable(dir: &Path) -> PortResult<Vec<Connection>> {
-    let first = open_part(dir, 0, Some(edge_parts::NEW_STORE_PARTS))?;
+/// opened (made and set up if new and `missing` allows: WAL, pages, the tables; the first with
+/// the layout), and the recent index as the first part has it.
+pub(crate) fn open_writable(dir: &Path, missing: Missing) -> PortResult<Vec<Connection>> {
+    let first = open_part(dir, 0, Some(edge_parts::NEW_STORE_PARTS), missing)?;
     let parts = edge_parts::recorded(&first)?;
     let recent = stores::has_recent_index(&first)?;
     let mut conns = vec![first];
     for i in 1..parts {
-        let c = open_part(dir, i, None)?;
+        let c = open_part(dir, i, None, missing)?;
         if recent && !stores::has_recent_index(&c)? {
             c.execute_batch(stores::RECENT_INDEX_SQL).map_err(sql_err)?;
         }
@@ -53,9 +62,24 @@ pub(crate) fn open_writable(dir: &Path) -> PortResult<Vec<Connection>> {
 
 /// Part `i`'s connection, its file made and set up if new (`layout`: the first part's, with the
 /// parts a new store gets). A first part set up anew finds no other part's file left beside it;
-/// a part an earlier build made is refused.
-fn open_part(dir: &Path, i: usize, layout: Option<usize>) -> PortResult<Connection> {
+/// a part an earlier build made is refused; a part not there is refused unless `missing` says
+/// to make it.
+fn open_part(
+    dir: &Path,
+    i: usize,
+    layout: Option<usize>,
+    missing: Missing,
+) -> PortResult<Connection> {
     let path = dir.join(edge_parts::part_file(i));
+    if missing == Missing::Refuse && !path.is_file() {
+        return Err(PortError::NotFound {
+            what: path.display().to_string(),
+            hint: ": a part of this store's likers' edges is missing, and without it counts and \
+                   likers would be read with its edges gone. Restore it (with its -wal and -shm \
+                   files) from where it was moved or backed up; nothing was changed"
+                .into(),
+        });
+    }
     let conn = Connection::open(&path)
         .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
     wait_for_locks(&conn)?;
@@ -105,7 +129,7 @@ fn refuse_parts_left(dir: &Path) -> PortResult<()> {
 /// is an error naming it, never a store read as if it had no edges.
 pub(crate) fn open_read_only(dir: &Path) -> PortResult<Vec<Connection>> {
     let path = dir.join(EDGES_FILE);
-    let probe = "SELECT COUNT(*) FROM changes LIMIT 1";
+    let probe = "SELECT COUNT(*) FROM change_log LIMIT 1";
     let first = crate::open_read_only(&path, probe).map_err(|e| earlier_build(&path, e))?;
     let parts = edge_parts::recorded(&first)?;
     let mut conns = vec![first];
@@ -122,7 +146,7 @@ fn is_ready(conn: &Connection, path: &Path) -> PortResult<bool> {
     let mode: String = conn
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
         .map_err(sql_err)?;
-    let (edges, changes) = (has_table(conn, "edges")?, has_table(conn, "changes")?);
+    let (edges, changes) = (has_table(conn, "edges")?, has_table(conn, "change_log")?);
     if edges && !changes {
         return Err(earlier_build(path, PortError::Other(String::new())));
     }

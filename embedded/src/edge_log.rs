@@ -1,7 +1,9 @@
-//! The edges' change log as a stream: each part's `changes` (`edges.sql`) is one shard,
-//! `edges-<part>`, whose records are its change rows in order (sequence number = the row's
-//! `seq`, data = the change's `tally_core::edge::EdgeChange` encoding). What the likers counter's
-//! second stage reads, as it reads DynamoDB Streams on AWS.
+//! The edges' change log as a stream: each part's `change_log` (`edges.sql`) is one shard,
+//! `edges-<part>`, whose records are its changes in order (data = the change's
+//! `tally_core::edge::EdgeChange` encoding). An edge write packs its changes into rows of at most
+//! `CHANGES_PER_ROW` (`crate::change_rows`): a change's sequence number is its row's `seq` times
+//! that, plus its place in the row. What the likers counter's second stage reads, as it reads
+//! DynamoDB Streams on AWS.
 //!
 //! Rows are handed out only once they are durable: a reader that finds rows past the last sync
 //! of its part syncs the part first (`edge_file`, "Durable in order"), so no count is ever
@@ -10,6 +12,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags};
@@ -19,7 +22,9 @@ use tally_core::ports::{
     Stream, StreamRecord,
 };
 use tally_core::SeqNo;
+use tokio::sync::watch;
 
+use crate::change_rows::{unpack, CHANGES_PER_ROW};
 use crate::{blocking, edge_file, edge_parts, locked, now_ms, sql_err, wait_for_locks, Embedded};
 
 /// The shard id of part `i`'s log.
@@ -76,7 +81,7 @@ impl EdgeLog {
     /// if that row is past the last sync.
     fn durable_through(&self, part: usize) -> PortResult<i64> {
         let last: i64 = locked(&self.readers[part], |c| {
-            c.query_row("SELECT COALESCE(MAX(seq), 0) FROM changes", [], |r| {
+            c.query_row("SELECT COALESCE(MAX(seq), 0) FROM change_log", [], |r| {
                 r.get(0)
             })
             .map_err(sql_err)
@@ -111,6 +116,7 @@ impl Stream for EdgeLog {
                 ))
             })
         };
+        // Row seqs start at 1: sequence number 0 is before every change.
         let after = match from {
             StartPosition::TrimHorizon => 0,
             StartPosition::AfterSequence(s) => seq(&s)?,
@@ -125,6 +131,7 @@ impl Stream for EdgeLog {
             log: self.clone(),
             part,
             after,
+            commits: self.store.edge_commits(),
         }))
     }
 
@@ -134,14 +141,15 @@ impl Stream for EdgeLog {
         ))
     }
 
-    /// Drops the part's rows through `through`: the counter has applied them for good.
+    /// Drops the part's rows before the one holding `through`: the counter has applied them for
+    /// good (that row goes once a later one is released).
     async fn release(&self, shard_id: &str, through: &SeqNo) -> PortResult<()> {
         let part = part_of(shard_id, self.readers.len())?;
-        let through: i64 = through.as_str().parse().unwrap_or(0);
+        let row = through.as_str().parse::<i64>().unwrap_or(0) / CHANGES_PER_ROW;
         let store = self.store.clone();
         blocking(move || {
             store.with_part(part, |c| {
-                c.execute("DELETE FROM changes WHERE seq <= ?1", [through])
+                c.execute("DELETE FROM change_log WHERE seq < ?1", [row])
                     .map(|_| ())
                     .map_err(sql_err)
             })
@@ -150,22 +158,33 @@ impl Stream for EdgeLog {
     }
 }
 
-/// A reader of one part's log, after a row.
+/// How long a read that found nothing waits for the store's handle to write edges before it
+/// answers (writers in other processes are seen at the next read).
+const WAIT_FOR_CHANGES: Duration = Duration::from_millis(50);
+
+/// A reader of one part's log, after a change.
 struct LogReader {
     log: EdgeLog,
     part: usize,
     after: i64,
+    /// The handle's edge writes ([`Embedded::edge_commits`]).
+    commits: watch::Receiver<u64>,
 }
 
 #[async_trait]
 impl ShardReader for LogReader {
     async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch> {
         let (log, part, after) = (self.log.clone(), self.part, self.after);
+        // Writes from here on wake an empty read's wait.
+        self.commits.borrow_and_update();
         let records = blocking(move || {
             let through = log.durable_through(part)?;
             locked(&log.readers[part], |c| read_rows(c, after, through, limit))
         })
         .await?;
+        if records.is_empty() {
+            let _ = tokio::time::timeout(WAIT_FOR_CHANGES, self.commits.changed()).await;
+        }
         let mut batch = ReadBatch {
             millis_behind_latest: Some(0),
             ..ReadBatch::default()
@@ -179,9 +198,15 @@ impl ShardReader for LogReader {
         batch.records = records;
         Ok(batch)
     }
+
+    /// An empty read waited for the handle's next edge write already.
+    fn waits_for_records(&self) -> bool {
+        true
+    }
 }
 
-/// The change rows after `after` through `through`, at most `limit`, as records.
+/// The changes after sequence number `after` in rows through `through`, at most `limit`, as
+/// records.
 fn read_rows(
     c: &Connection,
     after: i64,
@@ -190,25 +215,42 @@ fn read_rows(
 ) -> PortResult<Vec<StreamRecord>> {
     let mut st = c
         .prepare_cached(
-            "SELECT seq, written_ms, post, user, before_ms, after_ms FROM changes \
-             WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3",
+            "SELECT seq, written_ms, changes FROM change_log \
+             WHERE seq >= ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3",
         )
         .map_err(sql_err)?;
-    let rows = st
-        .query_map(params![after, through, limit as i64], |r| {
-            let change = EdgeChange {
-                post_id: r.get::<_, String>(2)?.into(),
-                user_id: r.get::<_, String>(3)?.into(),
-                before: r.get(4)?,
-                after: r.get(5)?,
-            };
-            Ok(StreamRecord {
-                seq: SeqNo::of_number(r.get::<_, i64>(0)?.max(0) as u64),
-                arrival_ms: r.get(1)?,
-                partition_key: change.post_id.to_string(),
-                data: change.encode(),
-            })
-        })
+    let mut rows = st
+        .query(params![after / CHANGES_PER_ROW, through, limit as i64])
         .map_err(sql_err)?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
+    let mut out = Vec::with_capacity(limit.min(1_024));
+    while let Some(r) = rows.next().map_err(sql_err)? {
+        let (seq, written_ms): (i64, i64) =
+            (r.get(0).map_err(sql_err)?, r.get(1).map_err(sql_err)?);
+        let changes = r
+            .get_ref(2)
+            .and_then(|v| v.as_blob().map_err(Into::into))
+            .map_err(sql_err)?;
+        for (i, change) in unpack(changes).enumerate() {
+            let n = seq * CHANGES_PER_ROW + i as i64;
+            if n <= after {
+                continue;
+            }
+            let bad = |why: String| PortError::Corrupt {
+                item: format!("change_log row {seq}"),
+                detail: why,
+            };
+            let data = change.map_err(bad)?;
+            let post = EdgeChange::decode(data).map_err(bad)?.post_id;
+            out.push(StreamRecord {
+                seq: SeqNo::of_number(n as u64),
+                arrival_ms: written_ms,
+                partition_key: post.to_string(),
+                data: data.to_vec(),
+            });
+            if out.len() == limit {
+                return Ok(out);
+            }
+        }
+    }
+    Ok(out)
 }

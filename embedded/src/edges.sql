@@ -8,14 +8,14 @@ CREATE TABLE IF NOT EXISTS edges (
     event_id  BLOB NOT NULL,            -- that event's id, packed (tally_core::rows::event_id_into)
     PRIMARY KEY (post, user)
 ) WITHOUT ROWID;
--- The part's change log (tally_core::edge::EdgeChange): one row per change of an edge, written
--- in the edge write's own transaction, in the order of the writes; what the counter's second
--- stage reads (as DynamoDB Streams on the edges table), deleted once it has counted them.
-CREATE TABLE IF NOT EXISTS changes (
+-- The part's change log (tally_core::edge::EdgeChange, edge_log.rs): the changes of each edge
+-- write, in the order it made them, packed into rows of at most CHANGES_PER_ROW, written in the
+-- edge write's own transaction; what the counter's second stage reads (as DynamoDB Streams on the
+-- edges table), deleted once it has counted them. A change's sequence number is its row's `seq`
+-- times CHANGES_PER_ROW plus its place in the row.
+CREATE TABLE IF NOT EXISTS change_log (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-    written_ms INTEGER NOT NULL,        -- when the change was made (its record's arrival)
-    post       TEXT NOT NULL,
-    user       TEXT NOT NULL,
-    before_ms  INTEGER,                 -- the like it replaced (NULL: not liked, or no edge)
-    after_ms   INTEGER                  -- the like it is now (NULL: not liked)
+    written_ms INTEGER NOT NULL,        -- when the changes were made (their records' arrival)
+    changes    BLOB NOT NULL            -- each change: its length (4 bytes, little-endian), then
+                                        -- its EdgeChange encoding
 );

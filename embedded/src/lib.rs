@@ -16,12 +16,14 @@
 //! tokio's blocking pool.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod change_rows;
 mod edge_file;
 mod edge_log;
 mod edge_parts;
 mod stores;
 mod stream;
 
+pub use change_rows::changes_in as logged_changes;
 pub use edge_parts::{
     file_of as edge_file_of, files_present as edge_files_present, is_part_file as is_edge_file,
     part_files as edge_files, EDGES_FILE, NEW_STORE_PARTS,
@@ -51,6 +53,9 @@ pub struct Embedded {
     /// The edge commits this handle made, and those its last sync of the edges' parts covered
     /// (`edge_file`, "Durable in order").
     edge_syncs: Arc<edge_file::EdgeSyncs>,
+    /// Moves on each edge write this handle makes: the change log's readers on this handle wait
+    /// on it for new changes (`edge_log`) rather than polling.
+    edge_commits: Arc<tokio::sync::watch::Sender<u64>>,
     /// Where the data lives, for messages.
     path: PathBuf,
     /// The handle's shard readers' connection, opened by the first of them
@@ -451,7 +456,17 @@ impl Embedded {
         }
         wait_for_locks(&conn)?;
         prepare(&conn).map_err(|e| not_a_store(&path, e))?;
-        let store = Embedded::writer(conn, dir, path)?;
+        // A store with its shards was made whole (its edges' files before its shards): a part
+        // of it missing is refused, never made anew and empty.
+        let shards_made: i64 = conn
+            .query_row("SELECT COUNT(*) FROM shards", [], |r| r.get(0))
+            .map_err(sql_err)?;
+        let missing = if shards_made > 0 {
+            edge_file::Missing::Refuse
+        } else {
+            edge_file::Missing::Make
+        };
+        let store = Embedded::writer(conn, dir, path, missing)?;
         store.with(|c| stream::create_shards_if_empty(c, shards))?;
         Ok(store)
     }
@@ -488,7 +503,7 @@ impl Embedded {
             if !ready {
                 prepare(&conn).map_err(|e| not_a_store(&path, e))?;
             }
-            return Embedded::writer(conn, dir, path);
+            return Embedded::writer(conn, dir, path, edge_file::Missing::Refuse);
         }
         drop(conn);
         let conn = open_read_only(&path, "SELECT COUNT(*) FROM shards")?;
@@ -502,10 +517,17 @@ impl Embedded {
     /// A handle that may write: the edges on a connection of their own (`edge_file`), and each
     /// connection's commits leaving checkpoints to a thread of the handle's own
     /// ([`checkpoint_in_background`]), one per file.
-    fn writer(conn: Connection, dir: &Path, path: PathBuf) -> PortResult<Embedded> {
+    fn writer(
+        conn: Connection,
+        dir: &Path,
+        path: PathBuf,
+        missing: edge_file::Missing,
+    ) -> PortResult<Embedded> {
         tune(&conn)?;
-        let edges =
-            edge_file::open_writable(dir).map_err(|e| not_a_store(&dir.join(EDGES_FILE), e))?;
+        let edges = edge_file::open_writable(dir, missing).map_err(|e| match e {
+            e @ PortError::NotFound { .. } => e,
+            e => not_a_store(&dir.join(EDGES_FILE), e),
+        })?;
         let mut checkpointers = Vec::new();
         let files = std::iter::once((&conn, path.clone())).chain(
             edges
@@ -595,6 +617,7 @@ impl Embedded {
         Embedded {
             edges: Arc::new(edge_parts::EdgeParts::one(conn.clone())),
             edge_syncs: Arc::default(),
+            edge_commits: Arc::new(tokio::sync::watch::Sender::new(0)),
             conn,
             path,
             records: Arc::default(),
@@ -656,6 +679,11 @@ impl Embedded {
         self.edges.with(part, f)
     }
 
+    /// What moves on each edge write this handle makes ([`Embedded::write_part`]).
+    pub(crate) fn edge_commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.edge_commits.subscribe()
+    }
+
     /// How many parts the edges are in (`edge_parts`).
     pub(crate) fn edge_parts(&self) -> usize {
         self.edges.len()
@@ -669,8 +697,10 @@ impl Embedded {
         f: impl FnOnce(&mut Connection) -> PortResult<T> + Send + 'static,
     ) -> PortResult<T> {
         let out = self.run_edges(move |parts| parts.with(part, f)).await;
-        // A failed call may have committed nothing; counting it costs one sync at most.
+        // A failed call may have committed nothing; counting it costs one sync at most, and a
+        // read of the log.
         self.edge_syncs.committed();
+        self.edge_commits.send_modify(|n| *n += 1);
         out
     }
 

@@ -491,16 +491,17 @@ async fn edges_are_synced_before_what_depends_on_them() {
     assert_eq!(syncs(), after, "nothing new: no sync");
 }
 
-/// The change log drops the rows the counter released (applied for good), and only those: a
-/// reader from the start then begins after them.
+/// The change log drops the rows of changes the counter released (applied for good), and only
+/// those: a reader from the start then begins after them. (An edge write's changes are packed in
+/// rows; the row holding the last change released stays until a later one is released.)
 #[tokio::test]
 async fn the_change_log_drops_what_was_released() {
     use tally_core::ports::{EdgeWriter, StartPosition};
     let (dir, e) = store(1);
-    let edges: Vec<_> = (0..5)
-        .map(|i| edge_event(&format!("u{i}"), true, 10 + i, &format!("e{i}")))
-        .collect();
-    e.write_edges(&edges).await.unwrap();
+    for i in 0..5 {
+        let edge = edge_event(&format!("u{i}"), true, 10 + i, &format!("e{i}"));
+        e.write_edges(&[edge]).await.unwrap();
+    }
     let log = e.change_log().unwrap();
     let files = tally_embedded::edge_files(dir.path()).unwrap();
     let p1 = tally_embedded::edge_file_of(dir.path(), "p1").unwrap();
@@ -513,8 +514,60 @@ async fn the_change_log_drops_what_was_released() {
     let left = r.next_batch(100).await.unwrap().records;
     assert_eq!(
         left.iter().map(|r| r.seq.clone()).collect::<Vec<_>>(),
+        all[2..].iter().map(|r| r.seq.clone()).collect::<Vec<_>>()
+    );
+    // Read after the release, as a counter reads from its checkpoint: nothing released again.
+    let mut r = log
+        .open(&shard, StartPosition::AfterSequence(all[2].seq.clone()))
+        .await
+        .unwrap();
+    let next = r.next_batch(100).await.unwrap().records;
+    assert_eq!(
+        next.iter().map(|r| r.seq.clone()).collect::<Vec<_>>(),
         all[3..].iter().map(|r| r.seq.clone()).collect::<Vec<_>>()
     );
+}
+
+/// An edge write of more changes than a log row packs: every change read once, in order, in
+/// batches that end inside a row, and a reader from the middle of a row resumes after it.
+#[tokio::test]
+async fn a_write_of_many_changes_is_read_once_in_order() {
+    use tally_core::ports::{EdgeWriter, StartPosition};
+    let (_dir, e) = store(1);
+    let edges: Vec<_> = (0..5_000)
+        .map(|i| edge_event(&format!("u{i:05}"), true, 10, &format!("e{i}")))
+        .collect();
+    e.write_edges(&edges).await.unwrap();
+    let log = e.change_log().unwrap();
+    let shard = log.list_shards().await.unwrap().remove(0).shard_id;
+    let mut r = log.open(&shard, StartPosition::TrimHorizon).await.unwrap();
+    let mut all = Vec::new();
+    loop {
+        let b = r.next_batch(999).await.unwrap().records;
+        if b.is_empty() {
+            break;
+        }
+        all.extend(b);
+    }
+    let users: Vec<String> = all
+        .iter()
+        .map(|r| {
+            tally_core::edge::EdgeChange::decode(&r.data)
+                .unwrap()
+                .user_id
+                .to_string()
+        })
+        .collect();
+    let want: Vec<String> = (0..5_000).map(|i| format!("u{i:05}")).collect();
+    assert_eq!(users, want, "each change once, in the write's order");
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq));
+    let mut r = log
+        .open(&shard, StartPosition::AfterSequence(all[4_499].seq.clone()))
+        .await
+        .unwrap();
+    let rest = r.next_batch(1_000).await.unwrap().records;
+    assert_eq!(rest.len(), 500);
+    assert_eq!(rest[0].seq, all[4_500].seq);
 }
 
 /// A store an earlier build of tally made — `tally.db` with a table only such a build made, or an
@@ -540,7 +593,7 @@ fn a_store_an_earlier_build_made_is_refused() {
     drop(Embedded::open(dir.path(), 1).unwrap());
     rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
         .unwrap()
-        .execute_batch("DROP TABLE changes")
+        .execute_batch("DROP TABLE change_log")
         .unwrap();
     let err = Embedded::open_existing(dir.path())
         .err()
@@ -597,10 +650,13 @@ async fn edges_are_parted_by_post_and_read_as_one_store() {
                 .collect::<Result<_, _>>()
                 .unwrap()
         };
-        let (edges, logged) = (
-            rows("SELECT post, user FROM edges ORDER BY post, user"),
-            rows("SELECT post, user FROM changes ORDER BY post, user"),
-        );
+        let mut logged: Vec<(String, String)> = tally_embedded::logged_changes(&conn)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.post_id.to_string(), c.user_id.to_string()))
+            .collect();
+        logged.sort();
+        let edges = rows("SELECT post, user FROM edges ORDER BY post, user");
         assert_eq!(edges, logged, "each edge's change logged in its own part");
         let rows = edges;
         assert!(!rows.is_empty(), "{} holds no edge", file.display());
@@ -662,14 +718,27 @@ fn a_part_left_from_another_store_is_refused() {
             .contains("edges-1.db is left from a store whose tally.db is gone"),
         "{err}"
     );
-    // A store whose first part is gone, its second left.
-    let dir = tempfile::tempdir().unwrap();
-    drop(Embedded::open(dir.path(), 1).unwrap());
-    remove_with_wal(&dir.path().join(tally_embedded::EDGES_FILE));
-    let err = Embedded::open_existing(dir.path()).err().expect("refused");
-    assert!(
-        err.to_string()
-            .contains("edges-1.db is left from another store's likers' edges"),
-        "{err}"
-    );
+}
+
+/// A store missing a part of its edges is refused by every open, reading or writing, with the
+/// missing file named — and the file is not made anew (an empty part would read as half the
+/// edges gone).
+#[test]
+fn a_missing_part_is_refused_and_never_made() {
+    for gone in [tally_embedded::EDGES_FILE, "edges-1.db"] {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Embedded::open(dir.path(), 1).unwrap());
+        let path = dir.path().join(gone);
+        remove_with_wal(&path);
+        let reading = Embedded::open_existing(dir.path()).err().expect("refused");
+        let writing = Embedded::open(dir.path(), 1).err().expect("refused");
+        for err in [reading, writing] {
+            assert!(
+                err.to_string().contains(&format!("{} ", path.display()))
+                    && err.to_string().contains("is missing"),
+                "{gone}: {err}"
+            );
+        }
+        assert!(!path.exists(), "{gone} was made anew");
+    }
 }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::edge::{moves, EdgeChange};
-use tally_core::ports::StartPosition;
+use tally_core::ports::{ShardState, StartPosition};
 use tally_core::summary::marker;
 
 use crate::backend::Backend;
@@ -29,6 +29,8 @@ pub struct LogTail {
     pub changes: u64,
     /// What they move the global total by.
     pub total: i64,
+    /// The second stage's shards as they were when the log was read.
+    pub states: HashMap<String, ShardState>,
 }
 
 impl LogTail {
@@ -44,14 +46,19 @@ impl LogTail {
             .list_states(apps::CHANGES)
             .await
             .context("listing the counter's second stage's checkpoints")?;
-        let checkpoints: HashMap<String, _> = states
-            .into_iter()
-            .map(|s| (s.lease.shard_id.clone(), s.lease.checkpoint))
-            .collect();
-        let mut out = LogTail::default();
+        let mut out = LogTail {
+            states: states
+                .into_iter()
+                .map(|s| (s.lease.shard_id.clone(), s))
+                .collect(),
+            ..LogTail::default()
+        };
         for shard in log.list_shards().await.context("listing the change log")? {
-            let from =
-                StartPosition::after(checkpoints.get(&shard.shard_id).and_then(Option::as_ref));
+            let from = StartPosition::after(
+                out.states
+                    .get(&shard.shard_id)
+                    .and_then(|s| s.lease.checkpoint.as_ref()),
+            );
             let mut r = log
                 .open(&shard.shard_id, from)
                 .await

@@ -15,6 +15,7 @@ mod edges;
 mod fan_out;
 mod faults;
 mod first_hour;
+mod first_week;
 mod fleet;
 mod harness;
 mod in_process;

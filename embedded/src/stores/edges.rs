@@ -1,16 +1,17 @@
 //! Likers' edges on SQLite: rows of the typed `edges` table (`tally_core::rows::EdgeRow`),
-//! written as [`tally_core::edge::apply`] says — each change logged in the part's `changes` in
+//! written as [`tally_core::edge::apply`] says — each change logged in the part's `change_log` in
 //! the same transaction — charged as DynamoDB charges the same edge item, and read back by
 //! (post, user). A post's likers, read in pages, are `likers`'s; the log's reader is
 //! `crate::edge_log`'s.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tally_core::cost::Purpose;
-use tally_core::edge::{self, EdgeChange, EdgeEvent, EdgeState};
+use tally_core::edge::{self, EdgeEvent, EdgeState};
 use tally_core::ports::{EdgesWritten, PortResult};
 use tally_core::rows::{self, EdgeRow};
 use tally_core::summary;
 
+use crate::change_rows::ChangePacker;
 use crate::edge_parts::EdgeParts;
 use crate::sql_err;
 
@@ -26,7 +27,6 @@ struct EdgeStatements<'c> {
     get: rusqlite::CachedStatement<'c>,
     update: rusqlite::CachedStatement<'c>,
     insert: rusqlite::CachedStatement<'c>,
-    log: rusqlite::CachedStatement<'c>,
     /// The packed id of the edge being written (`tally_core::rows::event_id_into`), one buffer
     /// for all.
     event_id: Vec<u8>,
@@ -45,12 +45,6 @@ impl<'c> EdgeStatements<'c> {
                 .prepare_cached(
                     "UPDATE edges SET liked = ?3, at_ms = ?4, event_id = ?5 \
                      WHERE post = ?1 AND user = ?2",
-                )
-                .map_err(sql_err)?,
-            log: c
-                .prepare_cached(
-                    "INSERT INTO changes (written_ms, post, user, before_ms, after_ms) \
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
                 .map_err(sql_err)?,
             event_id: Vec::new(),
@@ -87,20 +81,6 @@ impl<'c> EdgeStatements<'c> {
             ])
             .map_err(sql_err)?;
         Ok(n == 1)
-    }
-
-    /// Logs a change, at `now`.
-    fn log(&mut self, c: &EdgeChange, now: i64) -> PortResult<()> {
-        self.log
-            .execute(params![
-                now,
-                c.post_id.as_str(),
-                c.user_id.as_str(),
-                c.before,
-                c.after
-            ])
-            .map(|_| ())
-            .map_err(sql_err)
     }
 }
 
@@ -182,6 +162,7 @@ pub(super) fn write_edges(c: &mut Connection, edges: &[EdgeEvent]) -> PortResult
     let now = crate::now_ms();
     let mut out = EdgesWritten::default();
     let mut st = EdgeStatements::new(&tx)?;
+    let mut log = ChangePacker::default();
     for e in edges {
         let (post, user) = (e.post_id.as_str(), e.user_id.as_str());
         let units = |s: &EdgeState| tally_core::cost::write_units(s.item_size(post, user));
@@ -193,7 +174,7 @@ pub(super) fn write_edges(c: &mut Connection, edges: &[EdgeEvent]) -> PortResult
             let (new, change) = edge::apply(None, e).expect("an absent edge is written");
             out.applied.wrote(Purpose::Edges, units(&new));
             out.changed += 1;
-            st.log(&change, now)?;
+            log.push(&change);
             continue;
         }
         let old = match read {
@@ -205,13 +186,14 @@ pub(super) fn write_edges(c: &mut Connection, edges: &[EdgeEvent]) -> PortResult
                 st.write(e, old.is_some())?;
                 out.applied.wrote(Purpose::Edges, units(&new));
                 out.changed += 1;
-                st.log(&change, now)?;
+                log.push(&change);
             }
             // Refused: charged as DynamoDB charges one, the item it was refused by.
             None => out.applied.was_refused(old.as_ref().map_or(1, units)),
         }
     }
     drop(st);
+    log.write(&tx, now)?;
     tx.commit().map_err(sql_err)?;
     Ok(out)
 }
@@ -248,13 +230,11 @@ mod tests {
     }
 
     fn logged(c: &Connection) -> Vec<(String, Option<i64>, Option<i64>)> {
-        let mut st = c
-            .prepare("SELECT user, before_ms, after_ms FROM changes ORDER BY seq")
-            .unwrap();
-        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        crate::change_rows::changes_in(c)
             .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+            .into_iter()
+            .map(|c| (c.user_id.to_string(), c.before, c.after))
+            .collect()
     }
 
     /// Each change logged once, in the write's transaction; a copy, an older event and an
