@@ -54,9 +54,10 @@ pub async fn run(
              the read side are the stack's services (terraform/, docs/RUNBOOK.md)"
         );
     }
-    let backend = Backend::open(settings).await?;
+    // The ports first: a port in use is refused before the store (and its data dir) is made.
     let ingest_listener = serve::bind(cfg.ingest).await?;
     let api_listener = serve::bind(cfg.api).await?;
+    let backend = Backend::open(settings).await?;
     on_bound(Bound {
         ingest: ingest_listener.local_addr()?,
         api: api_listener.local_addr()?,

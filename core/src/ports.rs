@@ -588,6 +588,10 @@ impl RecentCursor {
     /// A cursor as `Display` wrote it; `None` if `s` is not one.
     pub fn parse(s: &str) -> Option<RecentCursor> {
         let (at, user) = s.split_once(':')?;
+        // 1 to 18 digits, as `Display` writes a time (no sign: `+5` and `-5` are not one).
+        if !(1..=18).contains(&at.len()) || !at.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
         let at_ms = at.parse().ok()?;
         crate::event::check_id("user_id", user).ok()?;
         Some(RecentCursor {

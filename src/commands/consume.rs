@@ -208,6 +208,9 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         Some((board.clone(), owner)),
     )
     .await?;
+    if let Some(at) = bound {
+        crate::serve::say_serving(at);
+    }
     let shown = match bound {
         Some(at) => Some(Shown {
             board,
@@ -283,7 +286,7 @@ fn stopped_summary(v: &serde_json::Value) -> String {
 /// `tally route`: the router until stopped or idle; what it read and put to other regions.
 pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<crate::route::RouterMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let (_http, _) = WorkerHttp::start(
+    let (_http, bound) = WorkerHttp::start(
         args.http,
         backend.leases.clone(),
         apps::ROUTER,
@@ -294,6 +297,9 @@ pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         None,
     )
     .await?;
+    if let Some(at) = bound {
+        crate::serve::say_serving(at);
+    }
     let (watch, stop) = Watch::start(apps::ROUTER, args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)
@@ -313,7 +319,7 @@ pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
 
 pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let (m, l): (Arc<AnalyticsMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let (_http, _) = WorkerHttp::start(
+    let (_http, bound) = WorkerHttp::start(
         args.http,
         backend.leases.clone(),
         apps::ANALYTICS,
@@ -324,6 +330,9 @@ pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArg
         None,
     )
     .await?;
+    if let Some(at) = bound {
+        crate::serve::say_serving(at);
+    }
     let (watch, stop) = Watch::start(apps::ANALYTICS, args, {
         let m = m.clone();
         move || m.records.load(Ordering::Relaxed)

@@ -25,6 +25,7 @@ pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
         retention_hours: s.stream_retention_hours,
     };
     let listener = crate::serve::bind(a.addr).await?;
+    crate::serve::say_serving(listener.local_addr()?);
     eprintln!(
         "ingest: stream {} in the Kinesis API's shape{}",
         s.stream,

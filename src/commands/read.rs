@@ -77,27 +77,15 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     let bound = requested.map(minute_start);
     let fresh = counts_fresh(read, &listing).await?;
     if args.json {
-        let mut v = if let [c] = counts.as_slice() {
-            // One post: its count at the top level, as ever.
-            let id = &args.post_ids[0];
-            let units = answers::read_units(c.read_units, consistency);
-            let provisional = pending_for(id, c, windows, requested);
-            let mut v = answers::post_count(id, c, provisional, requested, units);
-            if let (Some(t), Some(_)) = (requested, c.since) {
-                v["since_requested_ms"] = json!(t);
-            }
-            if let Some((u, (liked, units))) = &viewer {
-                crate::serve::viewer::add_to_post(&mut v, u, liked[0], *units);
-            }
-            v
-        } else {
-            let mut v =
-                crate::serve::counts_json(&args.post_ids, requested, &counts, consistency, windows);
-            if let Some((u, (liked, units))) = &viewer {
-                crate::serve::viewer::add_to_counts(&mut v, u, liked, *units, consistency);
-            }
-            v
-        };
+        // One shape for one post or many: `POST /api/counts`'s.
+        let mut v =
+            crate::serve::counts_json(&args.post_ids, requested, &counts, consistency, windows);
+        if let Some((u, (liked, units))) = &viewer {
+            crate::serve::viewer::add_to_counts(&mut v, u, liked, *units, consistency);
+        }
+        if let Some(t) = requested {
+            v["since_requested_ms"] = json!(t);
+        }
         v["applied_through"] = fresh;
         if let Some(a) = &asked {
             v["provisional"] = pending_json(a);
@@ -118,12 +106,13 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
             let total = c.total + p.total;
             match (bound, c.since) {
                 (Some(t), Some(n)) => println!(
-                    "{id}: {total} likes{by_viewer}{unwritten} ({:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
+                    "{id}: {}{by_viewer}{unwritten} ({:+} net from likes and unlikes created since {}, the start of the minute {} ago)",
+                    crate::output::likes(total),
                     n + p.since,
                     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
                     humantime::format_duration(args.since.unwrap_or_default()),
                 ),
-                _ => println!("{id}: {total} likes{by_viewer}{unwritten}"),
+                _ => println!("{id}: {}{by_viewer}{unwritten}", crate::output::likes(total)),
             }
         }
         // Shards a live worker holds that did not answer (those nobody holds are in the
@@ -201,7 +190,7 @@ pub async fn total(read: &Readers, args: &JsonArgs) -> Result<()> {
         let fresh = counts_fresh(read, &listing).await?;
         print_json(&json!({"total": t, "applied_through": fresh}));
     } else {
-        println!("{t} likes in total");
+        println!("{} in total", crate::output::likes(t));
     }
     Ok(())
 }

@@ -22,5 +22,6 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
 pub async fn serve(s: &Settings, readers: Readers, a: &ServeArgs) -> Result<()> {
     let cfg = config(a)?;
     let listener = serve::bind(a.addr).await?;
+    serve::say_serving(listener.local_addr()?);
     serve::run(listener, readers, s, cfg, crate::signal::shutdown()).await
 }

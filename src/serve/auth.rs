@@ -85,7 +85,7 @@ impl Token {
     /// Whether the `Authorization` header carries one of the tokens (each compared in constant
     /// time, all of them every time).
     fn admits(&self, header: Option<&str>) -> bool {
-        let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
+        let Some(given) = header.and_then(bearer) else {
             return false;
         };
         let given = given.trim().as_bytes();
@@ -94,6 +94,13 @@ impl Token {
             .fold(subtle::Choice::from(0), |any, t| any | given.ct_eq(t))
             .into()
     }
+}
+
+/// The credentials of an `Authorization` header of the `Bearer` scheme, its name matched as
+/// HTTP matches a scheme's: ignoring case.
+fn bearer(header: &str) -> Option<&str> {
+    let (scheme, rest) = header.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(rest)
 }
 
 /// Routes anyone may call.
@@ -111,7 +118,7 @@ pub async fn require(State(token): State<Token>, req: Request, next: Next) -> Re
         return next.run(req).await;
     }
     let why = match given {
-        Some(h) if h.starts_with("Bearer ") => "the bearer token is not this API's",
+        Some(h) if bearer(h).is_some() => "the bearer token is not this API's",
         _ => "this API asks for a bearer token: send `Authorization: Bearer <token>`",
     };
     let mut r = ApiError(StatusCode::UNAUTHORIZED, why.into()).into_response();
@@ -130,6 +137,9 @@ mod tests {
     fn only_the_token_is_admitted() {
         let t = Token::parse("s3cret-token-0123456789\n", "test").unwrap();
         assert!(t.admits(Some("Bearer s3cret-token-0123456789")));
+        assert!(t.admits(Some("bearer s3cret-token-0123456789")));
+        assert!(t.admits(Some("BEARER s3cret-token-0123456789")));
+        assert!(!t.admits(Some("Basic s3cret-token-0123456789")));
         assert!(!t.admits(Some("Bearer s3cret-token-012345678")));
         assert!(!t.admits(Some("Basic s3cret-token-0123456789")));
         assert!(!t.admits(None));

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -31,12 +31,14 @@ pub mod prom;
 
 pub mod auth;
 pub mod client;
+mod extract;
 pub mod pending;
 mod recent;
 pub mod viewer;
 pub mod worker;
 pub mod workers;
 
+pub use extract::{ApiPath, ApiQuery, NoQuery};
 pub use freshness::{applied_through, Listing, Listings};
 use pending::{pending_for, pending_json, Asked, Pending};
 
@@ -164,13 +166,14 @@ pub fn router(ctx: Ctx) -> Router {
 /// `tests/e2e/openapi.rs`).
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-/// The document as this server answers: on a store that counts likers (or nothing yet: likers is
-/// the default) without `as_of_ms`, which only a store counting events answers — so that every
-/// request the served document admits is one this server takes.
-async fn openapi(State(c): State<Ctx>) -> std::result::Result<Response, ApiError> {
+/// The document as this server answers, so that every request the served document admits is one
+/// this server takes: on a store that counts likers (or nothing yet: likers is the default)
+/// without `as_of_ms`, which only a store counting events answers; on a store counting events
+/// without the likers routes and `viewer`, which only a store keeping likers answers.
+async fn openapi(State(c): State<Ctx>, _: NoQuery) -> std::result::Result<Response, ApiError> {
     let mode = c.mode.of(c.read.counts.as_ref()).await?;
     let text = if mode == Some(tally_core::edge::CountMode::Events) {
-        OPENAPI.to_owned()
+        openapi_counting_events()
     } else {
         openapi_counting_likers()
     };
@@ -189,6 +192,29 @@ pub fn openapi_counting_likers() -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_else(|_| OPENAPI.to_owned())
 }
 
+/// [`OPENAPI`] without what a store counting events refuses: the likers routes, and `viewer`
+/// (a parameter, and a field of the counts request).
+pub fn openapi_counting_events() -> String {
+    let mut doc: Value = serde_json::from_str(OPENAPI).unwrap_or(Value::Null);
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        paths.retain(|path, _| !path.contains("/likers"));
+        for op in paths.values_mut().filter_map(Value::as_object_mut) {
+            for o in op.values_mut() {
+                if let Some(ps) = o["parameters"].as_array_mut() {
+                    ps.retain(|p| p["name"] != "viewer");
+                }
+            }
+        }
+    }
+    if let Some(props) = doc
+        .pointer_mut("/components/schemas/CountsRequest/properties")
+        .and_then(Value::as_object_mut)
+    {
+        props.remove("viewer");
+    }
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|_| OPENAPI.to_owned())
+}
+
 /// An unknown path: a JSON error naming it, as every other error of the API.
 async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError(
@@ -200,41 +226,21 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
     )
 }
 
-/// A query string, or a 400 in JSON naming what is wrong with it (axum's own answer is plain
-/// text).
-pub struct ApiQuery<T>(pub T);
-
-impl<T, S> axum::extract::FromRequestParts<S> for ApiQuery<T>
-where
-    T: serde::de::DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> std::result::Result<Self, Self::Rejection> {
-        match Query::<T>::from_request_parts(parts, state).await {
-            Ok(Query(v)) => Ok(ApiQuery(v)),
-            Err(e) => {
-                let text = e.body_text();
-                let why = text
-                    .strip_prefix("Failed to deserialize query string: ")
-                    .unwrap_or(&text);
-                Err(bad_request(format!("bad query string: {why}")))
-            }
-        }
-    }
-}
-
 /// Binds `addr` and serves `router` until `shutdown`; prints the address it listens on.
 pub async fn listen(
     addr: SocketAddr,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    serve_on(bind(addr).await?, router, shutdown).await
+    let listener = bind(addr).await?;
+    say_serving(listener.local_addr()?);
+    serve_on(listener, router, shutdown).await
+}
+
+/// Says where a command serves, on standard error ("serving on http://ADDR/"): a standalone
+/// command's one line (`tally up` says where its parts listen in its own words).
+pub fn say_serving(addr: SocketAddr) {
+    eprintln!("serving on http://{addr}/");
 }
 
 /// Binds `addr` for HTTP: an address in use (or not ours) is an error naming it, before anything
@@ -245,14 +251,12 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
         .with_context(|| format!("binding {addr} for HTTP"))
 }
 
-/// Serves `router` on a bound listener until `shutdown`; prints the address it listens on.
+/// Serves `router` on a bound listener until `shutdown`.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let local = listener.local_addr()?;
-    eprintln!("serving on http://{local}/");
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
@@ -298,7 +302,7 @@ fn since_of(
 
 async fn post(
     State(c): State<Ctx>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<PostParams>,
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
@@ -373,7 +377,7 @@ struct AmongParams {
 /// A page of the users who like a post, in user id order.
 async fn likers(
     State(c): State<Ctx>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<LikersParams>,
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
@@ -415,7 +419,7 @@ async fn likers(
 /// Which of some users (a viewer's friends) like a post: their edges in one batch read.
 async fn likers_among(
     State(c): State<Ctx>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<AmongParams>,
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
@@ -530,7 +534,7 @@ struct CountsParams {
 struct CountsBody {
     ids: Vec<String>,
     since: Option<String>,
-    #[serde(default, deserialize_with = "params::whole")]
+    #[serde(default, deserialize_with = "params::json_whole")]
     since_ms: Option<i64>,
     consistency: Option<String>,
     pending: Option<bool>,
@@ -563,6 +567,7 @@ async fn counts_get(State(c): State<Ctx>, ApiQuery(p): ApiQuery<CountsParams>) -
 
 async fn counts_post(
     State(c): State<Ctx>,
+    _: NoQuery,
     body: std::result::Result<Json<CountsBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult {
     let Json(b) = body.map_err(|e| {
@@ -639,7 +644,7 @@ fn failpoint_pause() -> Option<std::time::Duration> {
     Some(std::time::Duration::from_millis(ms))
 }
 
-async fn total(State(c): State<Ctx>) -> ApiResult {
+async fn total(State(c): State<Ctx>, _: NoQuery) -> ApiResult {
     Ok(Json(json!({
         "total": c.read.counts.global_total().await?,
         "applied_through": c.fresh(apps::COUNTER),
@@ -793,7 +798,7 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
 /// What the counter's writes cost, from its shards' rows: write units by purpose (DynamoDB's
 /// rules; lease takes and renewals are the workers' own, in their `/metrics`) of both its stages
 /// counting likers, events counted (by the stream's), and units per like.
-async fn cost(State(c): State<Ctx>) -> ApiResult {
+async fn cost(State(c): State<Ctx>, _: NoQuery) -> ApiResult {
     let mut total = tally_core::ports::ShardTally::default();
     for st in &c.listings.get(apps::COUNTER).states {
         total.merge(&st.spent);
@@ -810,7 +815,7 @@ async fn cost(State(c): State<Ctx>) -> ApiResult {
     })))
 }
 
-async fn metrics(State(c): State<Ctx>) -> Response {
+async fn metrics(State(c): State<Ctx>, _: NoQuery) -> Response {
     match prom::store_metrics(&c).await {
         Ok(text) => ([(header::CONTENT_TYPE, prom::CONTENT_TYPE)], text).into_response(),
         Err(e) => ApiError::from(e).into_response(),

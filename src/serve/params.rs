@@ -11,65 +11,92 @@ use super::{bad_request, ApiError};
 /// The latest time the API takes (9999-12-31T23:59:59.999Z, in ms since the epoch).
 pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
 
-/// Deserializes an optional whole number as JSON Schema's `integer` means it: `732` or `732.0`,
-/// from a query string or a JSON body (`null`: absent).
+/// Deserializes an optional whole number of a query string as JSON Schema's `integer` means it:
+/// `732` or `732.0` (a query string's values are all text).
 pub fn whole<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: TryFrom<i64>,
 {
-    struct Whole;
+    whole_of(d, Whole { text: true })
+}
 
-    impl<'de> Visitor<'de> for Whole {
-        type Value = Option<i64>;
+/// The same in a JSON body, where a number is a JSON number: `732` or `732.0`, never the string
+/// `"732"` (`null`: absent).
+pub fn json_whole<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    whole_of(d, Whole { text: false })
+}
 
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a whole number")
-        }
+/// What reads a whole number; `text`: also from a string.
+#[derive(Clone, Copy)]
+struct Whole {
+    text: bool,
+}
 
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            Ok(Some(v))
-        }
+impl<'de> Visitor<'de> for Whole {
+    type Value = Option<i64>;
 
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            i64::try_from(v)
-                .map(Some)
-                .map_err(|_| E::custom(format!("{v} is too large")))
-        }
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a whole number")
+    }
 
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            // i64::MAX as f64 rounds up to 2^63, which is out of range: hence `<`.
-            if v.fract() == 0.0 && v >= i64::MIN as f64 && v < i64::MAX as f64 {
-                Ok(Some(v as i64))
-            } else {
-                Err(E::custom(format!("expected a whole number, got {v}")))
-            }
-        }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(v))
+    }
 
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            if let Ok(n) = v.parse::<i64>() {
-                return Ok(Some(n));
-            }
-            match v.parse::<f64>() {
-                Ok(f) if f.is_finite() && !v.contains(['e', 'E', 'x']) => self.visit_f64(f),
-                _ => Err(E::custom(format!("expected a whole number, got {v:?}"))),
-            }
-        }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        i64::try_from(v)
+            .map(Some)
+            .map_err(|_| E::custom(format!("{v} is too large")))
+    }
 
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_any(self)
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        // i64::MAX as f64 rounds up to 2^63, which is out of range: hence `<`.
+        if v.fract() == 0.0 && v >= i64::MIN as f64 && v < i64::MAX as f64 {
+            Ok(Some(v as i64))
+        } else {
+            Err(E::custom(format!("expected a whole number, got {v}")))
         }
     }
 
-    match d.deserialize_option(Whole)? {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        if !self.text {
+            return Err(E::custom(format!(
+                "expected a whole number, got the string {v:?}"
+            )));
+        }
+        if let Ok(n) = v.parse::<i64>() {
+            return Ok(Some(n));
+        }
+        match v.parse::<f64>() {
+            Ok(f) if f.is_finite() && !v.contains(['e', 'E', 'x']) => self.visit_f64(f),
+            _ => Err(E::custom(format!("expected a whole number, got {v:?}"))),
+        }
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+fn whole_of<'de, D, T>(d: D, w: Whole) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    match d.deserialize_option(w)? {
         None => Ok(None),
         Some(n) => T::try_from(n)
             .map(Some)
@@ -203,6 +230,14 @@ mod tests {
         );
         assert_eq!(j(r#"{"n": null}"#).unwrap(), None);
         assert!(j(r#"{"n": 1.5}"#).is_err());
+        #[derive(serde::Deserialize)]
+        struct B {
+            #[serde(default, deserialize_with = "json_whole")]
+            n: Option<i64>,
+        }
+        let b = |s: &str| serde_json::from_str::<B>(s).map(|p| p.n);
+        assert_eq!(b(r#"{"n": 732.0}"#).unwrap(), Some(732));
+        assert!(b(r#"{"n": "732"}"#).is_err(), "a string in a JSON body");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! 23 others" — read off the edges table's recent index, with the post's count from the same
 //! view (the counter's workers' open windows included, as every likers answer).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use tally_core::apps;
 use tally_core::ports::{PortError, RecentCursor, MAX_LIKERS_PER_PAGE};
 
 use super::pending::{self, pending_for, pending_json};
-use super::{bad_request, params, viewer, ApiError, ApiQuery, ApiResult, Ctx};
+use super::{bad_request, params, viewer, ApiError, ApiPath, ApiQuery, ApiResult, Ctx};
 
 /// The query of a page of likers most recent first.
 #[derive(Deserialize)]
@@ -29,7 +29,7 @@ pub(super) struct RecentParams {
 /// A page of the users who like a post, most recent like first.
 pub(super) async fn recent_likers(
     State(c): State<Ctx>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<RecentParams>,
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;

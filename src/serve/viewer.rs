@@ -79,6 +79,13 @@ pub fn check_viewer(viewer: &str) -> Result<(), Refused> {
 /// ids, comma-separated (a bad one named with its place), each once, in the order given.
 pub fn check_among(among: &str) -> Result<Vec<String>, String> {
     let max = tally_core::ports::MAX_POSTS_PER_CALL;
+    // At most `max` given, a user repeated counted each time (the document's pattern).
+    let given = among.split(',').count();
+    if given > max {
+        return Err(format!(
+            "`users`: at most {max} users per call (one batch read), got {given}"
+        ));
+    }
     let mut users: Vec<String> = Vec::new();
     for (i, u) in among.split(',').enumerate() {
         tally_core::event::check_id("user_id", u)
@@ -86,12 +93,6 @@ pub fn check_among(among: &str) -> Result<Vec<String>, String> {
         if !users.iter().any(|x| x == u) {
             users.push(u.to_owned());
         }
-    }
-    if users.len() > max {
-        return Err(format!(
-            "`users`: at most {max} users per call (one batch read), got {}",
-            users.len()
-        ));
     }
     Ok(users)
 }

@@ -77,7 +77,7 @@ fn produce_count_analytics_query_on_two_shards() {
         truth["malformed"]
     );
     // Everything was created just now: all of it is "since 1 hour".
-    let q = t.json(&["query", "p1", "--since", "1h", "--json"]);
+    let q = t.query_one(&["query", "p1", "--since", "1h", "--json"]);
     assert_eq!(q["count_since"], q["count"]);
     assert_eq!(q["count"], expected["p1"]);
     let top = t.json(&["top", "--k", "3", "--json"]);
@@ -123,7 +123,7 @@ fn errors_name_the_endpoint_and_the_missing_resource() {
     let i = args.iter().position(|a| a == "--table-prefix").unwrap();
     args[i + 1] = format!("{}-other", args[i + 1]);
     let out = crate::common::output({
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
+        let mut c = std::process::Command::new(crate::common::tally_bin());
         c.arg("total")
             .args(&args)
             .env("AWS_ACCESS_KEY_ID", "test")

@@ -192,13 +192,13 @@ fn counts_a_table_s_final_state(t: Target) {
     assert_eq!(v["dead_letters"]["found"], malformed, "{v:#}");
     assert!(v["recount"]["skipped"].as_u64().unwrap() >= 2, "{v:#}");
     // "Since T" by the records' times: pc's two likers were created two minutes ago.
-    let q = t.json(&["query", "pc", "--since", "1h", "--json"]);
+    let q = t.query_one(&["query", "pc", "--since", "1h", "--json"]);
     assert_eq!(
         (q["count"].as_i64(), q["count_since"].as_i64()),
         (Some(2), Some(2)),
         "{q}"
     );
-    let q = t.json(&["query", "pc", "--since", "10s", "--json"]);
+    let q = t.query_one(&["query", "pc", "--since", "10s", "--json"]);
     assert_eq!(q["count_since"], 0, "{q}");
 
     // Trending and latency read the same likes.

@@ -541,7 +541,7 @@ fn created_at_is_counted_up_to_year_9999_and_dead_lettered_past_it(t: Target) {
     drop(f);
     t.run(&["replay", path.to_str().unwrap()]);
     t.run(&["count", "--until-idle"]);
-    let q = t.json(&["query", "pbound", "--since", "1h", "--json"]);
+    let q = t.query_one(&["query", "pbound", "--since", "1h", "--json"]);
     assert_eq!(q["count"], 3, "{q}");
     assert_eq!(q["count_since"], 2, "now and year 9999: {q}");
     let dead = t.json(&["dead-letters", "--json"]);

@@ -37,7 +37,7 @@ fn reads_never_create_a_store() {
         vec!["trim", "--older-than", "1d"],
         vec!["reshard", "--split", "shardId-000000000000"],
     ] {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
+        let mut c = std::process::Command::new(crate::common::tally_bin());
         c.args(&args)
             .args(["--data-dir", dir])
             .current_dir(t.dir.path());
@@ -80,7 +80,8 @@ fn a_store_on_a_read_only_filesystem_is_read() {
     t.run(&["replay", file.to_str().unwrap()]);
     t.run(&["count", "--until-idle"]);
     let dir = t.dir.path().display().to_string();
-    let bin = env!("CARGO_BIN_EXE_tally");
+    let bin = crate::common::tally_bin();
+    let bin = bin.to_string_lossy();
     let in_read_only = |cmd: &str| {
         let script = format!("mount -o bind,ro {dir} {dir} && {bin} --data-dir {dir} {cmd}");
         let mut c = std::process::Command::new("unshare");
@@ -263,7 +264,7 @@ fn since_reports_the_bound_it_used() {
     std::fs::write(&file, lines.join("\n")).unwrap();
     t.run(&["replay", file.to_str().unwrap()]);
     t.run(&["count", "--until-idle"]);
-    let v = t.json(&["query", "p1", "--since", "1h", "--json"]);
+    let v = t.query_one(&["query", "p1", "--since", "1h", "--json"]);
     let (bound, asked) = (
         v["since_ms"].as_i64().unwrap(),
         v["since_requested_ms"].as_i64().unwrap(),
@@ -293,7 +294,7 @@ fn since_reports_the_bound_it_used() {
     )
     .to_string();
     for since in [rfc3339.as_str(), &hour_ago.to_string()] {
-        let v = t.json(&["query", "p1", "--since", since, "--json"]);
+        let v = t.query_one(&["query", "p1", "--since", since, "--json"]);
         assert_eq!(v["count_since"].as_i64(), Some(2), "{since}: {v}");
         assert!(
             (v["since_requested_ms"].as_i64().unwrap() - hour_ago).abs() < 5_000,
@@ -891,7 +892,7 @@ fn errors_name_the_path_and_what_was_expected() {
         "{err}"
     );
     let tally = |data_dir: &std::path::Path, args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tally"))
+        std::process::Command::new(crate::common::tally_bin())
             .arg("--data-dir")
             .arg(data_dir)
             .args(args)
@@ -974,7 +975,7 @@ fn the_readme_s_configuration_sample_is_what_tally_config_prints() {
         .parse()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"));
+    let mut c = Command::new(crate::common::tally_bin());
     c.arg("config").current_dir(dir.path());
     for (k, _) in std::env::vars() {
         if k.starts_with("TALLY_") {

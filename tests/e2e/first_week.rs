@@ -1,8 +1,10 @@
 //! What an app team trips on in its first week (issue 74), each a test that failed on the build
 //! before it: a store missing a part of its edges is refused by every command, naming the file,
-//! and never made anew; a rebuild from such a source refuses.
+//! and never made anew (a rebuild from such a source too); `tally query --json` has one shape
+//! for one post or many, and a count of one reads "1 like"; `tally up` checks its ports before
+//! it makes a store.
 
-use crate::common::Target;
+use crate::common::{file_in, write_likes, Target};
 
 /// Removes `path` with its `-wal` and `-shm` files.
 fn remove_with_wal(path: &std::path::Path) {
@@ -48,5 +50,58 @@ fn a_store_missing_an_edges_part_is_refused_and_never_made() {
     named(
         fresh.fail(&["rebuild", "--from-data-dir", &dir], &[]),
         "rebuild",
+    );
+}
+
+/// `tally query --json` answers one post as it answers several (`POST /api/counts`' shape), and
+/// the words say "1 like", never "1 likes".
+#[test]
+fn query_has_one_shape_and_says_1_like() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let f = file_in(&t, "likes.ndjson");
+    // One like on each of q-p0 .. q-p9.
+    let want = write_likes(&f, "q", 10);
+    t.run(&["replay", f.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let one = t.json(&["query", "q-p1", "--json"]);
+    let many = t.json(&["query", "q-p1", "q-p2", "--json"]);
+    for (v, n) in [(&one, 1), (&many, 2)] {
+        let counts = v["counts"].as_array().unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(counts.len(), n, "{v}");
+        assert_eq!(counts[0]["post_id"], "q-p1", "{v}");
+        assert_eq!(counts[0]["count"], want["q-p1"], "{v}");
+        assert!(v["applied_through"].is_object(), "{v}");
+        assert!(
+            v.get("count").is_none(),
+            "one shape, no count at the top: {v}"
+        );
+    }
+    let text = t.run(&["query", "q-p1"]);
+    assert!(
+        text.starts_with("q-p1: 1 like\n") || text.starts_with("q-p1: 1 like "),
+        "{text}"
+    );
+    assert_eq!(t.run(&["total"]).trim(), "10 likes in total");
+}
+
+/// `tally up` on a port in use fails naming it, and makes no data dir first.
+#[test]
+fn tally_up_checks_its_ports_before_making_the_store() {
+    let t = Target::embedded();
+    let dir = std::path::PathBuf::from(t.flag("--data-dir").unwrap());
+    std::fs::remove_dir(&dir).unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = t.fail(
+        &["up", "--addr", &addr, "--ingest-addr", "127.0.0.1:0"],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&addr), "{err}");
+    assert!(
+        !dir.exists(),
+        "tally up made {} before it failed",
+        dir.display()
     );
 }

@@ -92,7 +92,7 @@ fn likers_count_users_not_events(t: Target) {
     // "Since T": likers whose latest like is at or after T's minute. u1's is in minute m0 + 2.
     // On a wrong answer, the answer itself, the leases and the minute asked (m0) are shown.
     let since = |post: &str, at: i64, want: i64| {
-        let q = t.json(&["query", post, "--since", &at.to_string(), "--json"]);
+        let q = t.query_one(&["query", post, "--since", &at.to_string(), "--json"]);
         let got = q["count_since"].as_i64().unwrap_or_else(|| panic!("{q}"));
         if got != want {
             let leases = t.json(&["leases", "--json"]);
@@ -115,13 +115,13 @@ fn likers_count_users_not_events(t: Target) {
         .map(|c| c["viewer_liked"].as_bool().unwrap())
         .collect();
     assert_eq!(liked, vec![true, false, false, false], "{page}");
-    let one = t.json(&["query", "lk-p3", "--viewer", "u4", "--json"]);
+    let one = t.query_one(&["query", "lk-p3", "--viewer", "u4", "--json"]);
     assert_eq!(
         (one["count"].as_i64(), one["viewer_liked"].as_bool()),
         (Some(1), Some(true)),
         "{one}"
     );
-    let one = t.json(&["query", "lk-p4", "--viewer", "u6", "--json"]);
+    let one = t.query_one(&["query", "lk-p4", "--viewer", "u6", "--json"]);
     assert_eq!(one["viewer_liked"], true, "{one}");
     let text = t.run(&["query", "lk-p1", "--viewer", "u1"]);
     assert!(text.contains("lk-p1: 1 likes (u1 likes it)"), "{text}");

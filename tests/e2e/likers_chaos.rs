@@ -250,12 +250,12 @@ fn chaos(t: Target, setup: bool, phases: usize, per_phase: usize, seed: u64) {
     for p in &posts {
         let (n, s) = truth.count(p, since);
         total += n;
-        let q = t.json(&["query", p, "--since", &since.to_string(), "--json"]);
+        let q = t.query_one(&["query", p, "--since", &since.to_string(), "--json"]);
         if (q["count"].as_i64(), q["count_since"].as_i64()) != (Some(n), Some(s)) {
             // Which users the store and the truth disagree on, and what the test sent them.
             let mut off = Vec::new();
             for u in &users {
-                let v = t.json(&["query", p, "--viewer", u, "--json"]);
+                let v = t.query_one(&["query", p, "--viewer", u, "--json"]);
                 if v["viewer_liked"] != truth.liked(p, u) {
                     let acts: Vec<String> = sent
                         .iter()
@@ -281,7 +281,7 @@ fn chaos(t: Target, setup: bool, phases: usize, per_phase: usize, seed: u64) {
     for _ in 0..20 {
         let p = &posts[rng.gen_range(0..posts.len())];
         let u = &users[rng.gen_range(0..users.len())];
-        let q = t.json(&["query", p, "--viewer", u, "--json"]);
+        let q = t.query_one(&["query", p, "--viewer", u, "--json"]);
         assert_eq!(q["viewer_liked"], truth.liked(p, u), "{p} {u}: {q}");
     }
     let v = t.json(&["verify", "--json"]);

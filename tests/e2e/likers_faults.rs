@@ -76,7 +76,7 @@ fn put(t: &Target, name: &str, records: &[Put<'_>]) {
 
 /// The post's count, and the global total.
 fn counted(t: &Target, post: &str) -> (i64, i64) {
-    let q = t.json(&["query", post, "--json"]);
+    let q = t.query_one(&["query", post, "--json"]);
     let total = t.json(&["total", "--json"])["total"].as_i64().unwrap();
     (q["count"].as_i64().unwrap_or_else(|| panic!("{q}")), total)
 }

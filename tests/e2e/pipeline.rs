@@ -28,14 +28,14 @@ fn replay_count_query_is_exact(t: Target, shards: usize) {
     assert_eq!(t.json(&["total", "--json"])["total"], exp.total());
     // "Likes since": the last hour holds exactly the recent events.
     for (post, recent) in exp.recent.iter().take(10) {
-        let q = t.json(&["query", post, "--since", "1h", "--json"]);
+        let q = t.query_one(&["query", post, "--since", "1h", "--json"]);
         assert_eq!(q["count_since"], *recent, "{post}");
         assert_eq!(q["post_id"], post.as_str());
         // Never a scan: three Queries of a few small items (the post's live items, the hour
         // archives of T's hour, the day archives from T's day on), one read unit each.
         assert_eq!(q["read_units"], 3, "{q}");
     }
-    let q = t.json(&["query", "post-0", "--json"]);
+    let q = t.query_one(&["query", "post-0", "--json"]);
     assert_eq!(
         q["read_units"], 1,
         "a total is one Query of the live items: {q}"

@@ -215,7 +215,7 @@ fn agrees_with_tally_query(
         times
             .iter()
             .map(|at| {
-                let q = t.json(&["query", post, "--since", &at.to_string(), "--json"]);
+                let q = t.query_one(&["query", post, "--since", &at.to_string(), "--json"]);
                 let at = q["since_requested_ms"].as_i64().unwrap();
                 let (total, counted_since) = count(&read(post, at), at);
                 assert_eq!(total, q["count"].as_i64().unwrap(), "{post}: {q}");

@@ -120,12 +120,12 @@ fn the_counts_are_rebuilt_from_the_edges(t: Target, tables: &dyn Tables) {
     assert_eq!(fresh.json(&["total", "--json"])["total"], total);
     // "Since" as the source answers it (p1's minutes were not touched by the bad day), and
     // everything was created within the hour.
-    let q1 = fresh.json(&["query", "p1", "--since", "1h", "--json"]);
+    let q1 = fresh.query_one(&["query", "p1", "--since", "1h", "--json"]);
     assert_eq!(q1["count_since"], want["p1"], "{q1}");
     for p in ["p1", "p2", "p7"] {
         for since in ["1m", "1h"] {
             let q = |x: &Target| {
-                x.json(&["query", p, "--since", since, "--json"])["count_since"].clone()
+                x.query_one(&["query", p, "--since", since, "--json"])["count_since"].clone()
             };
             assert_eq!(q(&fresh), q(&t), "{p} since {since}");
         }

@@ -128,7 +128,7 @@ fn a_naive_per_region_count_under_global_tables_goes_wrong() {
             );
         }
         // The traveller's edge took the replication clock's last write: liked, after unliking.
-        let liked = t.json(&["query", "p0", "--viewer", "traveller", "--json"]);
+        let liked = t.query_one(&["query", "p0", "--viewer", "traveller", "--json"]);
         assert_eq!(liked["viewer_liked"], true, "{liked}");
     }
 }

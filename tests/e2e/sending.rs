@@ -367,6 +367,9 @@ fn tally_up_takes_likes_and_answers_them() {
         "{}",
         up.log_text()
     );
+    // Where it listens is said once, in its own words: no unexplained "serving on" lines (the
+    // counter's endpoint for the read API is internal).
+    assert!(!up.log_text().contains("serving on"), "{}", up.log_text());
     assert_eq!(
         t.mismatches(&BTreeMap::from([
             ("p1".to_owned(), 2),

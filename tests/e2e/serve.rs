@@ -413,7 +413,7 @@ fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
     // Wait until every shard's reader has reported the tip, then stay idle a while.
     let start = Instant::now();
     loop {
-        let q = t.json(&["query", exp.counts.keys().next().unwrap(), "--json"]);
+        let q = t.query_one(&["query", exp.counts.keys().next().unwrap(), "--json"]);
         if q["applied_through"]["lag_ms"] == 0 {
             break;
         }
@@ -424,7 +424,7 @@ fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_secs(3));
-    let q = t.json(&["query", exp.counts.keys().next().unwrap(), "--json"]);
+    let q = t.query_one(&["query", exp.counts.keys().next().unwrap(), "--json"]);
     let f = &q["applied_through"];
     assert_eq!(f["lag_ms"], 0, "{q}");
     assert!(f["since_last_record_ms"].as_i64().unwrap() >= 3_000, "{q}");
@@ -465,7 +465,7 @@ fn an_idle_caught_up_pipeline_shows_no_lag(t: Target) {
         worker.log_text()
     );
     std::thread::sleep(Duration::from_millis(1_200));
-    let q = t.json(&["query", exp.counts.keys().next().unwrap(), "--json"]);
+    let q = t.query_one(&["query", exp.counts.keys().next().unwrap(), "--json"]);
     let f = &q["applied_through"];
     assert_eq!(f["unread_shards"], 2, "{q}");
     assert!(f["lag_ms"].as_i64().unwrap() >= 1_000, "{q}");
@@ -501,7 +501,7 @@ fn a_shard_without_records_hides_no_freshness(t: Target) {
         Duration::from_secs(60),
         &[&worker],
         || {
-            let q = t.json(&["query", &post, "--json"]);
+            let q = t.query_one(&["query", &post, "--json"]);
             q["stored"] == 1 && q["applied_through"]["lag_ms"] == 0
         },
     );
@@ -514,7 +514,7 @@ fn a_shard_without_records_hides_no_freshness(t: Target) {
         .count();
     assert_eq!(empty, 1, "one shard never had a record: {leases}");
     for v in [
-        t.json(&["query", &post, "--json"]),
+        t.query_one(&["query", &post, "--json"]),
         t.json(&["total", "--json"]),
     ] {
         let f = &v["applied_through"];
@@ -1021,7 +1021,7 @@ fn provisional_counts_are_exact(t: Target, likers: bool) {
     assert_eq!(stored, 0, "nothing written while the window is open");
     // `tally query` says what the API says: the open window's likes, not yet written.
     let (post, w) = (posts[0].as_str(), want[0]);
-    let q = t.json(&["query", post, "--json"]);
+    let q = t.query_one(&["query", post, "--json"]);
     assert_eq!(
         (q["count"].as_i64(), q["stored"].as_i64()),
         (Some(w), Some(0)),
@@ -1035,7 +1035,7 @@ fn provisional_counts_are_exact(t: Target, likers: bool) {
         )),
         "{text}"
     );
-    let q = t.json(&["query", post, "--json", "--stored"]);
+    let q = t.query_one(&["query", post, "--json", "--stored"]);
     assert_eq!(
         (q["count"].as_i64(), q["pending"].as_i64()),
         (Some(0), Some(0)),
@@ -1208,7 +1208,7 @@ fn open_likers_over_stored_edges(
             let v = get_json(addr, &format!("/api/posts/pv-p0?viewer={u}"));
             assert_eq!(v["viewer_liked"], liked, "{how}, {u}: {v}");
             assert_eq!(v["count"].as_i64(), Some(want["pv-p0"]), "{how}, {u}: {v}");
-            let q = t.json(&["query", "pv-p0", "--viewer", u, "--json"]);
+            let q = t.query_one(&["query", "pv-p0", "--viewer", u, "--json"]);
             assert_eq!(q["viewer_liked"], liked, "{how}, {u}: {q}");
         }
         // Which of them like it (a viewer's friends), in one batch read, from the same view.

@@ -1422,7 +1422,7 @@ fn the_read_side_is_deployed_behind_an_internal_load_balancer() {
         "{env}: not a setting"
     );
     let help = crate::common::output({
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
+        let mut c = std::process::Command::new(crate::common::tally_bin());
         c.args(["serve", "--help"]);
         c
     });

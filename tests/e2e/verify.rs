@@ -523,7 +523,7 @@ fn a_roll_half_written_is_read_as_before_it(t: &Target, tables: &dyn Tables) {
     let e = counted(t, 300);
     let since = |hour: i64| -> (i64, i64) {
         let at = (hour * 3_600_000).to_string();
-        let v = t.json(&["query", "post-0", "--since", &at, "--json"]);
+        let v = t.query_one(&["query", "post-0", "--since", &at, "--json"]);
         (
             v["count"].as_i64().unwrap(),
             v["count_since"].as_i64().unwrap(),

@@ -229,9 +229,7 @@ impl Target {
     /// this build's, or the one `TALLY_E2E_BIN` names (to run a test against another build, e.g.
     /// to show that it fails on the code before a fix).
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let bin =
-            std::env::var_os("TALLY_E2E_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tally").into());
-        let mut c = Command::new(bin);
+        let mut c = Command::new(tally_bin());
         c.args(args).args(&self.args);
         c.env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
@@ -287,9 +285,25 @@ impl Target {
             .unwrap_or_else(|e| panic!("tally {args:?} printed no JSON ({e}): {out}"))
     }
 
+    /// `tally query ONE_ID … --json` (its one shape, `{"counts": [..], ..}`, checked to hold one
+    /// post): the post's answer, with the answer's other fields (`applied_through`, `viewer`,
+    /// `since_requested_ms`, ..) beside its own.
+    pub fn query_one(&self, args: &[&str]) -> Value {
+        let v = self.json(args);
+        let counts = v["counts"].as_array().unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(counts.len(), 1, "{v}");
+        let mut one = counts[0].clone();
+        for (k, field) in v.as_object().unwrap() {
+            if k != "counts" && one.get(k).is_none() {
+                one[k] = field.clone();
+            }
+        }
+        one
+    }
+
     /// A post's count through `tally query --json`.
     pub fn count(&self, post: &str) -> i64 {
-        self.json(&["query", post, "--json"])["count"]
+        self.query_one(&["query", post, "--json"])["count"]
             .as_i64()
             .expect("count")
     }
@@ -308,6 +322,13 @@ impl Target {
 
 /// How long one command may run before the test fails (a hang is a failure, not a stall).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The `tally` binary the tests run: this build's, or the one `TALLY_E2E_BIN` names (to run a
+/// test against another build, e.g. to show that it fails on the code before a fix, or against a
+/// copy while the tree is rebuilt).
+pub fn tally_bin() -> std::ffi::OsString {
+    std::env::var_os("TALLY_E2E_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tally").into())
+}
 
 /// Runs a command to completion, killing it (and failing) past [`COMMAND_TIMEOUT`].
 pub fn output(mut c: Command) -> Output {
