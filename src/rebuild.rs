@@ -3,7 +3,7 @@
 //! checkpoints, into the configured one, which must be fresh (`tally_counter::rebuild`); its
 //! counter then counts them. On the embedded backend the fresh store first takes the source's
 //! stream (it lives in the store's file), so that its counter reads on from where the source's
-//! stopped.
+//! stopped. The destination is made with the source's store settings (its recent index).
 
 use std::path::PathBuf;
 
@@ -46,6 +46,10 @@ pub async fn rebuild(settings: &Settings, source: &RebuildSource) -> Result<Rebu
     let source_store = Backend::open_existing(&from)
         .await
         .context("opening the source of the rebuild")?;
+    // The destination is made with the source's store settings: its recent index, if it has one.
+    let mut settings = settings.clone();
+    settings.recent_likers_index |= has_recent_index(source_store.counter.as_ref()).await?;
+    let settings = &settings;
     backend::create(settings).await?;
     backend::share_stream(&from, settings)?;
     let into = Backend::open(settings).await?;
@@ -63,4 +67,14 @@ pub async fn rebuild(settings: &Settings, source: &RebuildSource) -> Result<Rebu
         tally_counter::rebuild::rebuild(source_store.counter.as_ref(), into.counter.as_ref(), with)
             .await?,
     )
+}
+
+/// Whether `store` has the recent index (likers most recent first): asked as a reader asks it,
+/// whose answer without the index is `NotFound`.
+async fn has_recent_index(store: &dyn tally_core::ports::CounterStore) -> Result<bool> {
+    match store.recent_likers("p", None, 1).await {
+        Ok(_) => Ok(true),
+        Err(tally_core::ports::PortError::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e).context("asking the source whether it has the recent likers index"),
+    }
 }

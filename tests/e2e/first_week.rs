@@ -105,3 +105,36 @@ fn tally_up_checks_its_ports_before_making_the_store() {
         dir.display()
     );
 }
+
+/// A rebuild carries the source's store settings: a source with the recent index (likers most
+/// recent first) is rebuilt into a store with it, though the rebuild was not run with the
+/// setting — `/likers/recent` answers there, not 501.
+#[test]
+fn a_rebuild_keeps_the_source_s_recent_index() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let f = file_in(&t, "likes.ndjson");
+    write_likes(&f, "r", 10);
+    t.run(&["replay", f.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let dir = t.flag("--data-dir").unwrap();
+    let fresh = t
+        .other_store("rebuilt")
+        .without_env(crate::common::RECENT_INDEX_VAR);
+    fresh.run(&["rebuild", "--from-data-dir", &dir]);
+    fresh.run(&["count", "--until-idle"]);
+    let serve = fresh.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let addr = crate::serve::served_addr(&serve);
+    let (status, _, body) = crate::serve::request_with(
+        &addr,
+        "GET",
+        "/api/posts/r-p1/likers/recent",
+        None,
+        &[],
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["likers"][0]["user_id"], "u1", "{v}");
+    assert_eq!(v["likers"].as_array().map(Vec::len), Some(1), "{v}");
+}

@@ -226,7 +226,7 @@ impl Target {
     }
 
     /// A `tally` command with this target's flags and the test AWS credentials. The binary is
-    /// this build's, or the one `TALLY_E2E_BIN` names (to run a test against another build, e.g.
+    /// this build's, or the one `E2E_TALLY_BIN` names (to run a test against another build, e.g.
     /// to show that it fails on the code before a fix).
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(tally_bin());
@@ -323,11 +323,11 @@ impl Target {
 /// How long one command may run before the test fails (a hang is a failure, not a stall).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The `tally` binary the tests run: this build's, or the one `TALLY_E2E_BIN` names (to run a
+/// The `tally` binary the tests run: this build's, or the one `E2E_TALLY_BIN` names (to run a
 /// test against another build, e.g. to show that it fails on the code before a fix, or against a
 /// copy while the tree is rebuilt).
 pub fn tally_bin() -> std::ffi::OsString {
-    std::env::var_os("TALLY_E2E_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tally").into())
+    std::env::var_os("E2E_TALLY_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tally").into())
 }
 
 /// Runs a command to completion, killing it (and failing) past [`COMMAND_TIMEOUT`].
