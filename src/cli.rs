@@ -727,7 +727,7 @@ impl Cli {
             }
             Command::Replay(a) => set(&mut s.producer.rate, a.rate),
             Command::Setup(a) => set(&mut s.shards, a.shards),
-            Command::Count(a) | Command::Analytics(a) => {
+            Command::Count(a) | Command::Analytics(a) | Command::Route(a) => {
                 set(&mut s.lease.worker_id, a.worker_id.clone())
             }
             _ => {}

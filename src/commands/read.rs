@@ -140,14 +140,26 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     Ok(())
 }
 
-/// How fresh an answer is, in words: how far behind the stream's tip (lag), and how long ago the
-/// last record applied arrived (a different figure: an idle stream is not lagging).
+/// How fresh an answer is, in words, each figure saying what it is about: how far behind the
+/// stream's tip its readers were when they last reported (and how long ago that was: a record
+/// put since is not in it), and the arrival time up to which every record is counted on every
+/// shard (a watermark: on an idle shard, its last record's — nothing newer is missing).
 fn freshness_line(what: &str, f: &serde_json::Value) -> String {
     let ago =
         |ms: i64| humantime::format_duration(Duration::from_millis(ms.max(0) as u64 / 1000 * 1000));
-    let last = f["since_last_record_ms"]
+    let now = f["at_ms"].as_i64().unwrap_or_else(now_ms);
+    let reported = f["lag_reported_ms"]
         .as_i64()
-        .map(|ms| format!("; the last record {what} arrived {} ago", ago(ms)))
+        .map(|t| format!(" as the readers reported {} ago", ago(now - t)))
+        .unwrap_or_default();
+    let watermark = f["since_last_record_ms"]
+        .as_i64()
+        .map(|ms| {
+            format!(
+                "; every record that arrived {} ago or earlier is {what}",
+                ago(ms)
+            )
+        })
         .unwrap_or_default();
     let unread = f["unread_shards"].as_u64().unwrap_or(0);
     if unread > 0 {
@@ -156,14 +168,17 @@ fn freshness_line(what: &str, f: &serde_json::Value) -> String {
             .map(|lag| format!(", up to {} behind the stream's tip", ago(lag)))
             .unwrap_or_default();
         return format!(
-            "({what}: no worker is reading {unread} shard{s}{lag}{last})",
+            "({what}: no worker is reading {unread} shard{s}{lag}{watermark})",
             s = if unread == 1 { "" } else { "s" }
         );
     }
     match f["lag_ms"].as_i64() {
-        Some(0) => format!("({what} to the stream's tip on every shard{last})"),
-        Some(lag) => format!("({what} up to {} behind the stream's tip{last})", ago(lag)),
-        None => format!("({what}: some shards have not been read yet{last})"),
+        Some(0) => format!("({what} to the stream's tip on every shard{reported})"),
+        Some(lag) => format!(
+            "({what} up to {} behind the stream's tip{reported}{watermark})",
+            ago(lag)
+        ),
+        None => format!("({what}: some shards have not been read yet{watermark})"),
     }
 }
 
@@ -254,16 +269,21 @@ pub async fn latency(backend: &Backend, args: &LatencyArgs) -> Result<()> {
     Ok(())
 }
 
+/// `tally dead-letters`: each malformed record with its shard and sequence number, and how far
+/// the counter has written (a dead letter is written with the window that read its record).
 pub async fn dead_letters(backend: &Backend, args: &DeadLetterArgs) -> Result<()> {
     let n = backend.counter.dead_letter_count().await?;
     let dl = backend.counter.dead_letters(args.limit).await?;
+    let listing = Listing::fetch(backend.leases.as_ref(), apps::COUNTER).await?;
+    let fresh = applied_through(&listing);
     if args.json {
         let items: Vec<_> = dl.iter().map(answers::dead_letter).collect();
         print_json(
-            &json!({"total": n, "shown": items.len(), "truncated": (items.len() as u64) < n, "dead_letters": items}),
+            &json!({"total": n, "shown": items.len(), "truncated": (items.len() as u64) < n, "dead_letters": items, "applied_through": fresh}),
         );
     } else {
         println!("{n} dead letters");
+        println!("{}", written_line(&fresh));
         for d in &dl {
             let at = match &d.gap {
                 None => d.seq.to_string(),
@@ -291,6 +311,23 @@ pub async fn dead_letters(backend: &Backend, args: &DeadLetterArgs) -> Result<()
         }
     }
     Ok(())
+}
+
+/// What the dead letters shown cover: each is written with the counter's window that read its
+/// record, so a record read and not yet written may add one.
+fn written_line(f: &serde_json::Value) -> String {
+    let ago =
+        |ms: i64| humantime::format_duration(Duration::from_millis(ms.max(0) as u64 / 1000 * 1000));
+    match f["since_last_record_ms"].as_i64() {
+        Some(ms) => format!(
+            "(each is written with the counter's window that read it: every record that arrived \
+             {} ago or earlier is written; a record read since may add one)",
+            ago(ms)
+        ),
+        None => "(each is written with the counter's window that read it: some shards have not \
+                 been written yet, and records there may add one)"
+            .to_owned(),
+    }
 }
 
 /// A payload for a terminal: at most `max` bytes, as UTF-8 (invalid bytes replaced), with every

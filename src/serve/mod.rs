@@ -792,6 +792,7 @@ async fn dead_letters(State(c): State<Ctx>, ApiQuery(p): ApiQuery<PageParams>) -
         "limit": limit,
         "dead_letters": items,
         "next": next.as_ref().map(params::encode_cursor),
+        "applied_through": c.fresh(apps::COUNTER),
     })))
 }
 

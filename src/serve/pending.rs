@@ -409,7 +409,7 @@ pub fn pending_json(asked: &Asked) -> Value {
     json!({
         "workers_asked": asked.workers,
         "windows": asked.windows.count(),
-        "complete": asked.unanswered.is_empty(),
+        "every_shard_answered": asked.unanswered.is_empty(),
         "unanswered_shards": asked.unanswered,
         "remembered_shards": asked.remembered,
     })

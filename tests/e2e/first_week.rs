@@ -125,16 +125,72 @@ fn a_rebuild_keeps_the_source_s_recent_index() {
     fresh.run(&["count", "--until-idle"]);
     let serve = fresh.spawn("serve", &["serve", "--addr", "127.0.0.1:0"], &[]);
     let addr = crate::serve::served_addr(&serve);
-    let (status, _, body) = crate::serve::request_with(
-        &addr,
-        "GET",
-        "/api/posts/r-p1/likers/recent",
-        None,
-        &[],
-    )
-    .unwrap();
+    let (status, _, body) =
+        crate::serve::request_with(&addr, "GET", "/api/posts/r-p1/likers/recent", None, &[])
+            .unwrap();
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["likers"][0]["user_id"], "u1", "{v}");
     assert_eq!(v["likers"].as_array().map(Vec::len), Some(1), "{v}");
+}
+
+/// `tally route --worker-id` is the router's worker id: its leases are taken under it (as the
+/// counter's and analytics' are), not under the host and pid.
+#[test]
+fn the_router_takes_its_leases_as_the_worker_it_is_told_it_is() {
+    let (a, b) = (Target::embedded(), Target::embedded());
+    let f = file_in(&a, "regions.toml");
+    std::fs::write(
+        &f,
+        format!(
+            "[regions]\nthis = \"a\"\nhomes = [\"a\", \"b\"]\n[regions.peers.b]\ndata_dir = \"{}\"\n",
+            b.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let a = a.with_args(&["--config", f.to_str().unwrap()]);
+    b.run(&["setup", "--shards", "1"]);
+    a.run(&["setup", "--shards", "1"]);
+    let mut r = a.spawn("route", &["route", "--worker-id", "router-7"], &[]);
+    a.eventually(
+        "the router's lease under its --worker-id",
+        std::time::Duration::from_secs(30),
+        &[&r],
+        || {
+            let leases = a.json(&["leases", "--app", "router", "--json"]);
+            leases
+                .as_array()
+                .is_some_and(|l| !l.is_empty() && l.iter().all(|l| l["owner"] == "router-7"))
+        },
+    );
+    r.signal("TERM");
+    assert!(
+        r.wait(std::time::Duration::from_secs(30)).success(),
+        "{}",
+        r.log_text()
+    );
+}
+
+/// Dead letters say what they cover: each is written with the counter's window that read its
+/// record, so the answer says up to which arrival every record is written (`applied_through`),
+/// in the CLI's words and JSON as in the API's.
+#[test]
+fn dead_letters_say_how_far_the_counter_has_written() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "1"]);
+    let f = file_in(&t, "likes.ndjson");
+    write_likes(&f, "d", 3);
+    let mut text = std::fs::read_to_string(&f).unwrap();
+    text.push_str("not json\n");
+    std::fs::write(&f, text).unwrap();
+    t.run(&["replay", f.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let v = t.json(&["dead-letters", "--json"]);
+    assert_eq!(v["total"], 1, "{v}");
+    assert!(v["applied_through"]["arrival_ms"].is_i64(), "{v}");
+    let text = t.run(&["dead-letters"]);
+    assert!(
+        text.contains("written with the counter's window that read it: every record that arrived"),
+        "{text}"
+    );
 }

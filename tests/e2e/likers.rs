@@ -124,7 +124,7 @@ fn likers_count_users_not_events(t: Target) {
     let one = t.query_one(&["query", "lk-p4", "--viewer", "u6", "--json"]);
     assert_eq!(one["viewer_liked"], true, "{one}");
     let text = t.run(&["query", "lk-p1", "--viewer", "u1"]);
-    assert!(text.contains("lk-p1: 1 likes (u1 likes it)"), "{text}");
+    assert!(text.contains("lk-p1: 1 like (u1 likes it)"), "{text}");
 
     // A store counted by likers refuses to be counted by events, saying what to do.
     let out = t.fail(

@@ -1439,7 +1439,7 @@ fn the_read_side_is_deployed_behind_an_internal_load_balancer() {
     assert_eq!(port, "8080");
 }
 
-/// terraform/README names every `.tf` file and every output, as the README's configuration
+/// terraform/README names every `.tf` file and every output, as docs/CONFIGURATION.md's
 /// sample is held against `tally config`: a file or output added without a word fails here.
 #[test]
 fn the_terraform_readme_names_every_file_and_output() {
