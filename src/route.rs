@@ -25,6 +25,10 @@ use tally_core::regions::Homes;
 use tally_core::Position;
 use tally_producer::keys::HotPosts;
 
+/// How long the puts of one batch to a home region may take before that home is named as not
+/// taking them (and the batch read again later).
+const PEER_PUT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What the router did, for its report.
 #[derive(Debug, Default)]
 pub struct RouterMetrics {
@@ -194,23 +198,37 @@ impl ShardProcessor for RouterShard {
         for (region, entries) in out {
             let n = entries.len() as u64;
             let peer = &self.shared.peers[&region];
-            tally_producer::put::put_all(
+            let hot = HotPosts::default();
+            let put = tally_producer::put::put_all(
                 peer.as_ref(),
-                &HotPosts::default(),
+                &hot,
                 entries.into_iter(),
                 0.0,
                 &|_| {},
                 &never,
-            )
-            .await
-            .map_err(|e| {
+            );
+            // Bounded: a home whose stream neither takes nor refuses the puts (an embedded store
+            // locked by another process waits in SQLite) is named within the bound, and a stop
+            // asked meanwhile is not held up by it.
+            let unavailable = |detail: String| {
                 // Retryable: the shard is read again from its checkpoint, these records put
                 // again, for as long as the home stream refuses them.
                 ConsumerError::Port(tally_core::ports::PortError::Unavailable {
                     endpoint: format!("region {region}'s stream"),
-                    detail: e.to_string(),
+                    detail,
                 })
-            })?;
+            };
+            match tokio::time::timeout(PEER_PUT_TIMEOUT, put).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(unavailable(e.to_string())),
+                Err(_) => {
+                    return Err(unavailable(format!(
+                        "its stream took none of {n} records in {}s (its store locked or not \
+                         writable?)",
+                        PEER_PUT_TIMEOUT.as_secs()
+                    )))
+                }
+            }
             m.routed.fetch_add(n, Ordering::Relaxed);
         }
         self.checkpoint(first, Position::whole(last.seq.clone()))

@@ -194,3 +194,66 @@ fn dead_letters_say_how_far_the_counter_has_written() {
         "{text}"
     );
 }
+
+/// After a rebuild, analytics carries on from where the source's was: it reads no record the
+/// source's had read (a second read of the whole stream would put every old record's age into
+/// the latency figures).
+#[test]
+fn analytics_carries_on_after_a_rebuild() {
+    let t = Target::embedded();
+    t.run(&["setup", "--shards", "2"]);
+    t.run(&[
+        "produce", "--events", "1000", "--posts", "30", "--seed", "5",
+    ]);
+    t.run(&["count", "--until-idle"]);
+    let v = t.json(&["analytics", "--until-idle", "--json"]);
+    assert_eq!(v["records"], 1000, "{v}");
+    let dir = t.flag("--data-dir").unwrap();
+    let fresh = t.other_store("rebuilt");
+    fresh.run(&["rebuild", "--from-data-dir", &dir]);
+    let v = fresh.json(&["analytics", "--until-idle", "--json"]);
+    assert_eq!(v["records"], 0, "{v}");
+}
+
+/// An embedded router whose home region's store is locked by another process (so its puts
+/// neither go in nor fail) names that region within seconds, and stops well inside ECS's 30 s
+/// after SIGTERM.
+#[test]
+fn a_router_names_a_home_that_takes_nothing_and_stops_in_time() {
+    let (a, b) = (Target::embedded(), Target::embedded());
+    let f = file_in(&a, "regions.toml");
+    std::fs::write(
+        &f,
+        format!(
+            "[regions]\nthis = \"a\"\nhomes = [\"a\", \"b\"]\n[regions.peers.b]\ndata_dir = \"{}\"\n",
+            b.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let a = a.with_args(&["--config", f.to_str().unwrap()]);
+    b.run(&["setup", "--shards", "1"]);
+    a.run(&["setup", "--shards", "1"]);
+    a.run(&["produce", "--events", "200", "--posts", "20", "--seed", "1"]);
+    let lock = rusqlite::Connection::open(b.dir.path().join("tally.db")).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let mut r = a.spawn("route", &["route"], &[]);
+    let named = std::time::Instant::now();
+    while !r.log_text().contains("region b's stream") {
+        assert!(
+            named.elapsed() < std::time::Duration::from_secs(40),
+            "region b never named: {}",
+            r.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let asked = std::time::Instant::now();
+    r.signal("TERM");
+    r.wait(std::time::Duration::from_secs(60));
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(25),
+        "stopped {:?} after SIGTERM: {}",
+        asked.elapsed(),
+        r.log_text()
+    );
+    drop(lock);
+}
