@@ -94,7 +94,14 @@ wait_ready() { # name service port target content-type
 
 start() {
   install
-  if ! alive "$DIR/kinesis.pid"; then
+  # A peer already answering on its port that this checkout did not start (another checkout's,
+  # a second run's) is used as it is: never started again beside it, its database never wiped.
+  local started_kinesis= fresh_dynamodb=
+  if alive "$DIR/kinesis.pid"; then
+    :
+  elif ready kinesis "$KINESIS_PORT" Kinesis_20131202.ListStreams application/x-amz-json-1.1; then
+    log "kinesis: 127.0.0.1:$KINESIS_PORT answers already (started elsewhere): using it"
+  else
     # exec: the recorded PID is node's own, so `stop` ends exactly the process it started.
     ( cd "$DIR/node_modules/kinesis-local" && \
       exec env KINESIS_MOCK_PLAIN_PORT=$KINESIS_PORT KINESIS_MOCK_TLS_PORT=$KINESIS_TLS_PORT LOG_LEVEL=WARN \
@@ -103,9 +110,13 @@ start() {
       SHARD_LIMIT=${KINESIS_SHARD_LIMIT:-256} \
       node main-loopback.js ) > "$DIR/kinesis.log" 2>&1 &
     echo $! > "$DIR/kinesis.pid"
+    started_kinesis=1
   fi
-  local fresh_dynamodb=
-  if ! alive "$DIR/dynamodb.pid"; then
+  if alive "$DIR/dynamodb.pid"; then
+    :
+  elif ready dynamodb "$DYNAMODB_PORT" DynamoDB_20120810.ListTables application/x-amz-json-1.0; then
+    log "dynamodb: 127.0.0.1:$DYNAMODB_PORT answers already (started elsewhere): using it"
+  else
     # exec: the recorded PID is java's own. One database for every credential and region, never
     # any telemetry; a fresh database file each start, kept in memory where the machine has a
     # tmpfs (see index_stream_records).
@@ -117,9 +128,13 @@ start() {
     echo $! > "$DIR/dynamodb.pid"
     fresh_dynamodb=1
   fi
-  wait_ready kinesis kinesis "$KINESIS_PORT" Kinesis_20131202.ListStreams application/x-amz-json-1.1
-  wait_ready dynamodb dynamodb "$DYNAMODB_PORT" DynamoDB_20120810.ListTables application/x-amz-json-1.0
-  if [ -n "$fresh_dynamodb" ]; then index_stream_records; fi
+  if [ -n "$started_kinesis" ]; then
+    wait_ready kinesis kinesis "$KINESIS_PORT" Kinesis_20131202.ListStreams application/x-amz-json-1.1
+  fi
+  if [ -n "$fresh_dynamodb" ]; then
+    wait_ready dynamodb dynamodb "$DYNAMODB_PORT" DynamoDB_20120810.ListTables application/x-amz-json-1.0
+    index_stream_records
+  fi
 }
 
 # DynamoDB Local keeps every table's stream records in one SQLite table keyed by sequence number
@@ -161,7 +176,10 @@ stop() {
     fi
     rm -f "$DIR/$name.pid"
   done
-  rm -rf "$DYNAMODB_DATA"
+  # The database of the peer this checkout started (one started elsewhere still answers).
+  if ! ready dynamodb "$DYNAMODB_PORT" DynamoDB_20120810.ListTables application/x-amz-json-1.0; then
+    rm -rf "$DYNAMODB_DATA"
+  fi
 }
 
 status() {
