@@ -19,7 +19,9 @@ use crate::cli::{
 use crate::output::print_json;
 use crate::reading::{parents_first, read_to_tip};
 use crate::recording::{Header, Recorded};
-use crate::serve::pending::{pending_for, pending_json, Pending, Windows};
+use crate::serve::counts::{check_ids, CountsAnswer, CountsQuery};
+use crate::serve::pending::Pending;
+use crate::serve::viewer::Refused;
 use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
 
@@ -27,16 +29,21 @@ use crate::settings::Settings;
 /// plus what the counter's workers have read and not yet written (asked first, as the read side
 /// does; `--stored`: the stored count only), whether the viewer likes each post, and how fresh.
 pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
-    crate::serve::check_ids(&args.post_ids)
+    check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
     if let Some(u) = &args.viewer {
         crate::serve::viewer::check_viewer(u).map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
     }
     let requested = args.since.map(|d| now_ms() - d.as_millis() as i64);
-    let consistency = if args.eventual {
-        Consistency::Eventual
-    } else {
-        Consistency::Strong
+    let q = CountsQuery {
+        ids: &args.post_ids,
+        since_ms: requested,
+        consistency: if args.eventual {
+            Consistency::Eventual
+        } else {
+            Consistency::Strong
+        },
+        viewer: args.viewer.as_deref(),
     };
     // The workers first, the store second (`serve::pending`): those of the application whose
     // windows hold counts.
@@ -52,53 +59,31 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     };
     // How fresh: the counter's reads of the stream.
     let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
-    let none = Windows::default();
-    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
-    let counts = read
-        .counts
-        .post_counts(&args.post_ids, requested, consistency)
-        .await?;
-    let viewer = match &args.viewer {
-        Some(u) => {
-            let liked = crate::serve::viewer::liked(
-                read.counts.as_ref(),
-                &Default::default(),
-                u,
-                &args.post_ids,
-                consistency,
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
-            Some((u.as_str(), liked))
-        }
-        None => None,
-    };
+    let answer = CountsAnswer::read(read.counts.as_ref(), &Default::default(), &q, asked)
+        .await
+        .map_err(|e| match e {
+            Refused::Request(m) => anyhow::anyhow!("--viewer: {m}"),
+            Refused::Store(e) => anyhow::Error::from(e),
+        })?;
     // Counts are kept per minute: "since T" counts from the start of T's minute.
     let bound = requested.map(minute_start);
     let fresh = counts_fresh(read, &listing).await?;
     if args.json {
         // One shape for one post or many: `POST /api/counts`'s.
-        let mut v =
-            crate::serve::counts_json(&args.post_ids, requested, &counts, consistency, windows);
-        if let Some((u, (liked, units))) = &viewer {
-            crate::serve::viewer::add_to_counts(&mut v, u, liked, *units, consistency);
-        }
+        let mut v = answer.json(&args.post_ids, q.viewer);
         if let Some(t) = requested {
             v["since_requested_ms"] = json!(t);
         }
         v["applied_through"] = fresh;
-        if let Some(a) = &asked {
-            v["provisional"] = pending_json(a);
-        }
         print_json(&v);
     } else {
-        for (i, (id, c)) in args.post_ids.iter().zip(&counts).enumerate() {
-            let by_viewer = match &viewer {
-                Some((u, (liked, _))) if liked[i] => format!(" ({u} likes it)"),
-                Some((u, _)) => format!(" ({u} does not)"),
-                None => String::new(),
+        for (i, (id, c)) in args.post_ids.iter().zip(&answer.counts).enumerate() {
+            let by_viewer = match (q.viewer, &answer.liked) {
+                (Some(u), Some((liked, _))) if liked[i] => format!(" ({u} likes it)"),
+                (Some(u), _) => format!(" ({u} does not)"),
+                _ => String::new(),
             };
-            let p = pending_for(id, c, windows, requested);
+            let p = answer.provisional(&args.post_ids, i);
             let unwritten = match p.total {
                 0 => String::new(),
                 n => format!(" ({n:+} of them read by the counter, not yet written)"),
@@ -118,7 +103,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
         // Shards a live worker holds that did not answer (those nobody holds are in the
         // freshness line).
         let now = now_ms();
-        let silent = asked.as_ref().map_or(0, |a| {
+        let silent = answer.asked.as_ref().map_or(0, |a| {
             a.unanswered
                 .iter()
                 .filter(|s| {

@@ -31,6 +31,7 @@ pub mod prom;
 
 pub mod auth;
 pub mod client;
+pub mod counts;
 mod extract;
 pub mod pending;
 mod recent;
@@ -142,7 +143,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/api/posts/{id}/likers", get(likers))
         .route("/api/posts/{id}/likers/among", get(likers_among))
         .route("/api/posts/{id}/likers/recent", get(recent::recent_likers))
-        .route("/api/counts", get(counts_get).post(counts_post))
+        .route("/api/counts", get(counts::get).post(counts::post))
         .route("/api/total", get(total))
         .route("/api/trending", get(trending))
         .route("/api/top-liked", get(top_liked))
@@ -456,192 +457,6 @@ async fn likers_among(
         v["provisional"] = pending_json(a);
     }
     Ok(Json(v))
-}
-
-/// The ids of one counts call, checked: 1 to [`MAX_POSTS_PER_CALL`], each a valid post id (a
-/// bad one is named, with its place in the list).
-pub fn check_ids(ids: &[String]) -> std::result::Result<(), String> {
-    use tally_core::ports::MAX_POSTS_PER_CALL;
-    if ids.is_empty() {
-        return Err("`ids`: give at least one post id".into());
-    }
-    if ids.len() > MAX_POSTS_PER_CALL {
-        return Err(format!(
-            "`ids`: at most {MAX_POSTS_PER_CALL} post ids per call, got {}",
-            ids.len()
-        ));
-    }
-    for (i, id) in ids.iter().enumerate() {
-        tally_core::event::check_id("post_id", id).map_err(|e| match ids.len() {
-            1 => format!("`ids`: {id:?} is not a post id: {e}"),
-            n => format!("`ids`: {id:?} (id {} of {n}) is not a post id: {e}", i + 1),
-        })?;
-    }
-    Ok(())
-}
-
-/// What reading `strong` read units' worth of items costs at `c`: half for eventually
-/// consistent reads (as a number of read units, which may be a half).
-/// The answer to a counts call: one entry per id, in order, each as `/api/posts/{id}` answers a
-/// count (without the freshness, which is the call's), and the call's read units.
-pub fn counts_json(
-    ids: &[String],
-    since_ms: Option<i64>,
-    counts: &[tally_core::ports::PostCount],
-    c: tally_core::ports::Consistency,
-    windows: &pending::Windows,
-) -> Value {
-    let items: Vec<Value> = ids
-        .iter()
-        .zip(counts)
-        .map(|(id, n)| {
-            let provisional = pending_for(id, n, windows, since_ms);
-            answers::post_count(
-                id,
-                n,
-                provisional,
-                since_ms,
-                answers::read_units(n.read_units, c),
-            )
-        })
-        .collect();
-    let units: u64 = counts.iter().map(|n| n.read_units).sum();
-    json!({
-        "counts": items,
-        "read_units": answers::read_units(units, c),
-        "consistency": answers::consistency(c),
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CountsParams {
-    /// Comma-separated post ids (GET).
-    ids: Option<String>,
-    since: Option<String>,
-    #[serde(default, deserialize_with = "params::whole")]
-    since_ms: Option<i64>,
-    /// `strong` (default) or `eventual`.
-    consistency: Option<String>,
-    /// Add what the counter's workers read and have not written yet (default true).
-    pending: Option<bool>,
-    /// Also whether this user likes each post (`viewer_liked`), in one batch read.
-    viewer: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CountsBody {
-    ids: Vec<String>,
-    since: Option<String>,
-    #[serde(default, deserialize_with = "params::json_whole")]
-    since_ms: Option<i64>,
-    consistency: Option<String>,
-    pending: Option<bool>,
-    viewer: Option<String>,
-}
-
-/// What a counts call asks besides the ids.
-struct CountsAsk {
-    since: Option<String>,
-    since_ms: Option<i64>,
-    consistency: Option<String>,
-    pending: Option<bool>,
-    viewer: Option<String>,
-}
-
-async fn counts_get(State(c): State<Ctx>, ApiQuery(p): ApiQuery<CountsParams>) -> ApiResult {
-    let ids: Vec<String> = match &p.ids {
-        Some(s) if !s.is_empty() => s.split(',').map(str::to_owned).collect(),
-        _ => Vec::new(),
-    };
-    let ask = CountsAsk {
-        since: p.since,
-        since_ms: p.since_ms,
-        consistency: p.consistency,
-        pending: p.pending,
-        viewer: p.viewer,
-    };
-    counts(&c, ids, ask).await
-}
-
-async fn counts_post(
-    State(c): State<Ctx>,
-    _: NoQuery,
-    body: std::result::Result<Json<CountsBody>, axum::extract::rejection::JsonRejection>,
-) -> ApiResult {
-    let Json(b) = body.map_err(|e| {
-        bad_request(format!(
-            "expected a JSON object {{\"ids\": [\"p1\", …]}}: {}",
-            e.body_text()
-        ))
-    })?;
-    let ask = CountsAsk {
-        since: b.since,
-        since_ms: b.since_ms,
-        consistency: b.consistency,
-        pending: b.pending,
-        viewer: b.viewer,
-    };
-    counts(&c, b.ids, ask).await
-}
-
-/// Many counts in one call: a feed page's posts, read side by side.
-async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
-    let CountsAsk {
-        since,
-        since_ms,
-        consistency,
-        pending,
-        viewer,
-    } = ask;
-    check_ids(&ids).map_err(bad_request)?;
-    let since_ms = since_of(since.as_deref(), since_ms)?;
-    let consistency = match consistency.as_deref() {
-        None | Some("strong") => tally_core::ports::Consistency::Strong,
-        Some("eventual") => tally_core::ports::Consistency::Eventual,
-        Some(other) => {
-            return Err(bad_request(format!(
-                "`consistency` must be `strong` or `eventual`, got {other:?}"
-            )))
-        }
-    };
-    if let Some(v) = &viewer {
-        viewer::check_viewer(v)?;
-    }
-    // The workers first, the store second (see `pending`).
-    let asked = c.ask_pending(&ids, pending.unwrap_or(true)).await;
-    if let Some(f) = failpoint_pause() {
-        tokio::time::sleep(f).await;
-    }
-    let n = c
-        .read
-        .counts
-        .post_counts(&ids, since_ms, consistency)
-        .await?;
-    let none = pending::Windows::default();
-    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
-    let mut v = counts_json(&ids, since_ms, &n, consistency, windows);
-    if let Some(viewer) = &viewer {
-        let (liked, units) =
-            viewer::liked(c.read.counts.as_ref(), &c.mode, viewer, &ids, consistency).await?;
-        viewer::add_to_counts(&mut v, viewer, &liked, units, consistency);
-    }
-    v["applied_through"] = c.fresh(apps::COUNTER);
-    if let Some(a) = &asked {
-        v["provisional"] = pending_json(a);
-    }
-    Ok(Json(v))
-}
-
-/// Tests only: `TALLY_FAILPOINT_SERVE_PAUSE_MS` pauses a counts call between asking the workers
-/// and reading the store, so that a test can land a window in between.
-fn failpoint_pause() -> Option<std::time::Duration> {
-    let ms: u64 = std::env::var(crate::settings::SERVE_PAUSE_VAR)
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(std::time::Duration::from_millis(ms))
 }
 
 async fn total(State(c): State<Ctx>, _: NoQuery) -> ApiResult {

@@ -104,6 +104,28 @@ where
     }
 }
 
+/// The ids of one counts call, checked: 1 to [`tally_core::ports::MAX_POSTS_PER_CALL`], each a valid post id (a
+/// bad one is named, with its place in the list).
+pub fn check_ids(ids: &[String]) -> std::result::Result<(), String> {
+    use tally_core::ports::MAX_POSTS_PER_CALL;
+    if ids.is_empty() {
+        return Err("`ids`: give at least one post id".into());
+    }
+    if ids.len() > MAX_POSTS_PER_CALL {
+        return Err(format!(
+            "`ids`: at most {MAX_POSTS_PER_CALL} post ids per call, got {}",
+            ids.len()
+        ));
+    }
+    for (i, id) in ids.iter().enumerate() {
+        tally_core::event::check_id("post_id", id).map_err(|e| match ids.len() {
+            1 => format!("`ids`: {id:?} is not a post id: {e}"),
+            n => format!("`ids`: {id:?} (id {} of {n}) is not a post id: {e}", i + 1),
+        })?;
+    }
+    Ok(())
+}
+
 /// A time parameter in ms since the epoch, or a 400 naming it.
 pub fn time_param(name: &str, v: Option<i64>) -> Result<Option<i64>, ApiError> {
     match v {

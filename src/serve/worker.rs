@@ -54,7 +54,7 @@ async fn open_windows(
         )
             .into_response()
     };
-    if let Err(e) = super::check_ids(&ids) {
+    if let Err(e) = super::params::check_ids(&ids) {
         return bad(e);
     }
     let held = match q.get("held").map(|h| u64::from_str_radix(h, 16)) {

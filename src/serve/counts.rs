@@ -1,0 +1,220 @@
+//! A counts answer, composed once: what `GET`/`POST /api/counts` and `tally query` answer — the
+//! stored counts of up to 100 posts read side by side, plus what the counter's workers have read
+//! and not yet written (asked first: [`super::pending`]), and whether a viewer likes each post.
+//! Each caller adds its own freshness (`applied_through`).
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tally_core::apps;
+use tally_core::ports::{Consistency, CountReader, PostCount};
+
+pub use super::params::check_ids;
+use super::pending::{pending_for, pending_json, Asked, Windows};
+use super::viewer::{self, Refused, StoreMode};
+use super::{bad_request, params, since_of, ApiResult, Ctx, NoQuery};
+use crate::answers::{self, Provisional};
+
+/// What a counts call asks, checked.
+pub struct CountsQuery<'a> {
+    pub ids: &'a [String],
+    /// "Since" from this time (ms), if asked.
+    pub since_ms: Option<i64>,
+    pub consistency: Consistency,
+    pub viewer: Option<&'a str>,
+}
+
+/// A counts answer: the store's counts read after the workers were asked (`asked`: `None` for
+/// stored counts only), and the viewer's likes.
+pub struct CountsAnswer {
+    pub counts: Vec<PostCount>,
+    /// Whether the viewer likes each post, and the read units of asking.
+    pub liked: Option<(Vec<bool>, u64)>,
+    pub asked: Option<Asked>,
+    since_ms: Option<i64>,
+    consistency: Consistency,
+}
+
+impl CountsAnswer {
+    /// Reads the counts (and the viewer's likes) of `q` from `store`, after `asked`.
+    pub async fn read(
+        store: &dyn CountReader,
+        mode: &StoreMode,
+        q: &CountsQuery<'_>,
+        asked: Option<Asked>,
+    ) -> Result<CountsAnswer, Refused> {
+        let counts = store
+            .post_counts(q.ids, q.since_ms, q.consistency)
+            .await
+            .map_err(Refused::Store)?;
+        let liked = match q.viewer {
+            Some(u) => Some(viewer::liked(store, mode, u, q.ids, q.consistency).await?),
+            None => None,
+        };
+        Ok(CountsAnswer {
+            counts,
+            liked,
+            asked,
+            since_ms: q.since_ms,
+            consistency: q.consistency,
+        })
+    }
+
+    /// What the workers' open windows add to post `i` of `ids`.
+    pub fn provisional(&self, ids: &[String], i: usize) -> Provisional {
+        let none = Windows::default();
+        let windows = self.asked.as_ref().map_or(&none, |a| &a.windows);
+        pending_for(&ids[i], &self.counts[i], windows, self.since_ms)
+    }
+
+    /// The answer as JSON: one entry per id, in order, each as `/api/posts/{id}` answers a count
+    /// (without the freshness, which is the caller's), the read units, the viewer's likes and
+    /// what the workers were asked.
+    pub fn json(&self, ids: &[String], viewer: Option<&str>) -> Value {
+        let c = self.consistency;
+        let items: Vec<Value> = ids
+            .iter()
+            .zip(&self.counts)
+            .enumerate()
+            .map(|(i, (id, n))| {
+                let units = answers::read_units(n.read_units, c);
+                answers::post_count(id, n, self.provisional(ids, i), self.since_ms, units)
+            })
+            .collect();
+        let units: u64 = self.counts.iter().map(|n| n.read_units).sum();
+        let mut v = json!({
+            "counts": items,
+            "read_units": answers::read_units(units, c),
+            "consistency": answers::consistency(c),
+        });
+        if let (Some(u), Some((liked, units))) = (viewer, &self.liked) {
+            viewer::add_to_counts(&mut v, u, liked, *units, c);
+        }
+        if let Some(a) = &self.asked {
+            v["provisional"] = pending_json(a);
+        }
+        v
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CountsParams {
+    /// Comma-separated post ids (GET).
+    ids: Option<String>,
+    since: Option<String>,
+    #[serde(default, deserialize_with = "params::whole")]
+    since_ms: Option<i64>,
+    /// `strong` (default) or `eventual`.
+    consistency: Option<String>,
+    /// Add what the counter's workers read and have not written yet (default true).
+    pending: Option<bool>,
+    /// Also whether this user likes each post (`viewer_liked`), in one batch read.
+    viewer: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CountsBody {
+    ids: Vec<String>,
+    since: Option<String>,
+    #[serde(default, deserialize_with = "params::json_whole")]
+    since_ms: Option<i64>,
+    consistency: Option<String>,
+    pending: Option<bool>,
+    viewer: Option<String>,
+}
+
+/// What a counts call asks besides the ids.
+struct CountsAsk {
+    since: Option<String>,
+    since_ms: Option<i64>,
+    consistency: Option<String>,
+    pending: Option<bool>,
+    viewer: Option<String>,
+}
+
+/// `GET /api/counts`.
+pub(super) async fn get(
+    State(c): State<Ctx>,
+    super::ApiQuery(p): super::ApiQuery<CountsParams>,
+) -> ApiResult {
+    let ids: Vec<String> = match &p.ids {
+        Some(s) if !s.is_empty() => s.split(',').map(str::to_owned).collect(),
+        _ => Vec::new(),
+    };
+    let ask = CountsAsk {
+        since: p.since,
+        since_ms: p.since_ms,
+        consistency: p.consistency,
+        pending: p.pending,
+        viewer: p.viewer,
+    };
+    counts(&c, ids, ask).await
+}
+
+/// `POST /api/counts`.
+pub(super) async fn post(
+    State(c): State<Ctx>,
+    _: NoQuery,
+    body: std::result::Result<Json<CountsBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult {
+    let Json(b) = body.map_err(|e| {
+        bad_request(format!(
+            "expected a JSON object {{\"ids\": [\"p1\", …]}}: {}",
+            e.body_text()
+        ))
+    })?;
+    let ask = CountsAsk {
+        since: b.since,
+        since_ms: b.since_ms,
+        consistency: b.consistency,
+        pending: b.pending,
+        viewer: b.viewer,
+    };
+    counts(&c, b.ids, ask).await
+}
+
+/// Many counts in one call: a feed page's posts, read side by side.
+async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
+    check_ids(&ids).map_err(bad_request)?;
+    let since_ms = since_of(ask.since.as_deref(), ask.since_ms)?;
+    let consistency = match ask.consistency.as_deref() {
+        None | Some("strong") => Consistency::Strong,
+        Some("eventual") => Consistency::Eventual,
+        Some(other) => {
+            return Err(bad_request(format!(
+                "`consistency` must be `strong` or `eventual`, got {other:?}"
+            )))
+        }
+    };
+    if let Some(v) = &ask.viewer {
+        viewer::check_viewer(v)?;
+    }
+    // The workers first, the store second (see `pending`).
+    let asked = c.ask_pending(&ids, ask.pending.unwrap_or(true)).await;
+    if let Some(f) = failpoint_pause() {
+        tokio::time::sleep(f).await;
+    }
+    let q = CountsQuery {
+        ids: &ids,
+        since_ms,
+        consistency,
+        viewer: ask.viewer.as_deref(),
+    };
+    let answer = CountsAnswer::read(c.read.counts.as_ref(), &c.mode, &q, asked).await?;
+    let mut v = answer.json(&ids, q.viewer);
+    v["applied_through"] = c.fresh(apps::COUNTER);
+    Ok(Json(v))
+}
+
+/// Tests only: `TALLY_FAILPOINT_SERVE_PAUSE_MS` pauses a counts call between asking the workers
+/// and reading the store, so that a test can land a window in between.
+fn failpoint_pause() -> Option<std::time::Duration> {
+    let ms: u64 = std::env::var(crate::settings::SERVE_PAUSE_VAR)
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(std::time::Duration::from_millis(ms))
+}
