@@ -127,6 +127,10 @@ pub async fn rebuild(
     copy_edges(from, into, backoff, crash_after_pages, &mut done).await?;
     done.dead_letters = copy_dead_letters(from, into, backoff).await?;
     into.set_rebuilding(None).await?;
+    tracing::info!(
+        source,
+        "rebuild done: its record in the destination cleared"
+    );
     Ok(done)
 }
 
