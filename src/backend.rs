@@ -9,9 +9,9 @@ use std::sync::Arc;
 pub use tally_aws::source::{SourceTable, Streaming};
 
 use anyhow::{bail, Context, Result};
+use tally_core::baselines::BaselineWriters;
 use tally_core::ports::{
-    AnalyticsStore, BaselineWriters, CounterStore, LeaseReader, LeaseStore, PortError, Readers,
-    Stream,
+    AnalyticsStore, CounterStore, LeaseReader, LeaseStore, PortError, Readers, Stream,
 };
 
 use crate::settings::{BackendKind, ReadMode, Settings};

@@ -10,6 +10,7 @@
 //! ([`hashing`]) and the ports themselves ([`ports`]).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod baselines;
 pub mod boundary;
 pub mod buckets;
 pub mod clock;
@@ -25,6 +26,7 @@ pub mod item;
 pub mod kpl;
 pub mod latency;
 pub mod lease;
+pub mod open;
 pub mod ports;
 pub mod regions;
 pub mod retry;

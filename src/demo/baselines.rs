@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::{json, Value};
+use tally_core::baselines::BaselineWriters;
 use tally_core::event::decode;
-use tally_core::ports::BaselineWriters;
 use tally_producer::generate::{Generator, Truth};
 use tokio::task::JoinSet;
 

@@ -33,9 +33,9 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
+use tally_core::open::ShardOpen;
 use tally_core::ports::PostCount;
 use tally_core::summary::pending_applies;
-use tally_counter::board::ShardOpen;
 
 use super::freshness::Listing;
 use super::worker::OpenAnswer;
@@ -426,8 +426,8 @@ mod tests {
     }
 
     use super::*;
+    use tally_core::open::OpenWindow;
     use tally_core::ports::ShardState;
-    use tally_counter::board::OpenWindow;
 
     fn held(shard: &str, owner: &str, addr: &str) -> ShardState {
         let until = now_ms() + 60_000;
@@ -502,7 +502,7 @@ mod tests {
     #[tokio::test]
     async fn a_worker_listing_only_the_shards_holding_the_page_answers_for_all_it_holds() {
         let holds = ["s0", "s1", "s2"];
-        let digest = format!("{:x}", tally_counter::board::shards_digest(holds));
+        let digest = format!("{:x}", tally_core::open::shards_digest(holds));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let app = axum::Router::new().route(

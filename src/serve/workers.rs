@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
+use tally_core::open::shards_digest;
 use tally_core::ports::ShardState;
-use tally_counter::board::shards_digest;
 
 /// One listing's unfinished shards, by the live worker that holds each.
 #[derive(Clone, Debug, Default)]

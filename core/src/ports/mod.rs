@@ -14,8 +14,8 @@ mod stream;
 
 pub use analytics::{all_time, AnalyticsReader, AnalyticsSnapshot, AnalyticsStore, TrendingEntry};
 pub use counter::{
-    Applied, BaselineWriters, CounterStore, EdgeWriter, EdgesWritten, PostsApplied, StoreMeta,
-    WindowRef, WindowRest, WindowWriter, DEFAULT_POSTS_PER_CALL,
+    Applied, CounterStore, EdgeWriter, EdgesWritten, PostsApplied, StoreMeta, WindowRef,
+    WindowRest, WindowWriter, DEFAULT_POSTS_PER_CALL,
 };
 pub use dedup::{DedupStore, StoredDedup};
 pub use errors::{PortError, PortResult};

@@ -28,10 +28,9 @@ use tally_core::summary::marker;
 
 use crate::holders::Holders;
 
-mod answer;
 mod windows;
 
-pub use answer::{shards_digest, OpenWindow, ShardOpen};
+pub use tally_core::open::{shards_digest, OpenWindow, ShardOpen};
 pub use windows::ShardWindows;
 
 /// Every held shard's windows of one worker.

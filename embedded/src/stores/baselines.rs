@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
-use tally_core::ports::{BaselineWriters, PortResult};
+use tally_core::baselines::BaselineWriters;
+use tally_core::ports::PortResult;
 
 use crate::{sql_err, Embedded};
 

@@ -1,5 +1,8 @@
-//! What a worker's board answers the read side: a held shard's windows for the posts asked about
-//! ([`ShardOpen`], each [`OpenWindow`]).
+//! The open-windows protocol: what a counter worker answers the read side about the windows it
+//! has read and not yet written — a held shard's windows for the posts asked about
+//! ([`ShardOpen`], each [`OpenWindow`]) — and the digest by which the two agree on which shards
+//! the worker holds. Both sides import it from here (the counter's board answers in it; the read
+//! side's `pending` asks in it).
 
 use std::collections::BTreeMap;
 
@@ -28,11 +31,11 @@ pub struct ShardOpen {
 }
 
 /// The digest of a set of shard ids (the same whatever their order): what tells a worker that
-/// the read side lists it as holding exactly the shards it holds ([`super::Listed::Holding`]).
-/// Each id's MD5 (`tally_core::hashing::hash_key`, the same in every process and build), folded
+/// the read side lists it as holding exactly the shards it holds (`Listed::Holding` on the counter's board).
+/// Each id's MD5 (`crate::hashing::hash_key`, the same in every process and build), folded
 /// by exclusive or.
 pub fn shards_digest<'a>(shards: impl IntoIterator<Item = &'a str>) -> u64 {
     shards
         .into_iter()
-        .fold(0, |d, s| d ^ tally_core::hashing::hash_key(s) as u64)
+        .fold(0, |d, s| d ^ crate::hashing::hash_key(s) as u64)
 }
