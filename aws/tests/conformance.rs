@@ -345,3 +345,30 @@ async fn a_corrupt_trending_sketch_is_named() {
     })
     .await;
 }
+
+/// A dead letter written behind the store's back with a string where tally keeps its arrival:
+/// read as an error naming it, never skipped or read as arriving in 1970.
+#[tokio::test]
+async fn a_corrupt_dead_letter_is_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let f = fresh("corrupt-letter", 1).await;
+    let tables = tables_of(&f);
+    let (client, table) = (tables.client().clone(), tables.table("dead-letters"));
+    tally_conformance::a_corrupt_dead_letter_is_named(tables, "aws", |shard, key| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("shard_id", AttributeValue::S(shard))
+                .key("seq", AttributeValue::S(key))
+                .update_expression("SET arrival_ms = :v")
+                .expression_attribute_values(":v", AttributeValue::S("soon".into()))
+                .condition_expression("attribute_exists(shard_id)")
+                .send()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}

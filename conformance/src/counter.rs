@@ -1032,3 +1032,59 @@ pub async fn a_store_is_counted_from_one_stream(store: &dyn CounterStore) {
     );
     assert_eq!(store.replica_regions().await.unwrap(), Vec::<String>::new());
 }
+
+/// Counter store: a dead letter written behind the store's back with a value tally never writes
+/// (its `arrival_ms` a string) is an error naming it wherever dead letters are read — never
+/// skipped, and never read with a default in its place (an `arrival_ms` of 0 would sort it
+/// first and look like a record from 1970).
+pub async fn a_corrupt_dead_letter_is_named<F, Fut>(
+    store: &dyn CounterStore,
+    name: &str,
+    corrupt: F,
+) where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let app = format!("corrupt-letter-{name}");
+    let shard = format!("shard-letter-{name}");
+    let fence = held_lease(store, &app, &shard).await;
+    let end = seq("30");
+    let letter = DeadLetter {
+        shard_id: shard.clone(),
+        seq: end.clone(),
+        arrival_ms: 1,
+        reason: "not a JSON object: got a number".into(),
+        data: b"42".to_vec(),
+        size: 2,
+        gap: None,
+    };
+    let rest = Rest {
+        dead: std::slice::from_ref(&letter),
+        total: 0,
+        dedup: &no_ids(1),
+    };
+    window(store, &fence, None, &end, &[], rest, false).await;
+    let read = store.dead_letters(1_000).await.unwrap();
+    assert!(read.contains(&letter), "{read:?}");
+    corrupt(shard.clone(), letter.key()).await;
+    let named = |e: PortError, what: &str| {
+        let text = e.to_string();
+        assert!(
+            matches!(e, PortError::Corrupt { .. })
+                && text.contains(&shard)
+                && text.contains("arrival_ms"),
+            "{what}: {text}"
+        );
+    };
+    named(
+        store.dead_letters(1_000).await.expect_err("dead_letters"),
+        "dead_letters",
+    );
+    named(
+        store
+            .dead_letter_page(None, 1_000)
+            .await
+            .expect_err("dead_letter_page"),
+        "dead_letter_page",
+    );
+}

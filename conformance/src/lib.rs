@@ -44,10 +44,11 @@ mod stream;
 
 pub use analytics::{a_corrupt_trending_sketch_is_named, analytics_snapshots_are_fenced};
 pub use counter::{
-    a_checkpoint_renews_the_lease, a_paused_stale_writer_counts_nothing_twice,
-    a_store_is_counted_from_one_stream, at as window_at, corrupt_summary_and_dedup_are_named,
-    counter_commits_exactly_once, dedup_records_expire_by_arrival,
-    gaps_are_recorded_with_the_checkpoint, the_largest_window_fits_the_store, Corruption,
+    a_checkpoint_renews_the_lease, a_corrupt_dead_letter_is_named,
+    a_paused_stale_writer_counts_nothing_twice, a_store_is_counted_from_one_stream,
+    at as window_at, corrupt_summary_and_dedup_are_named, counter_commits_exactly_once,
+    dedup_records_expire_by_arrival, gaps_are_recorded_with_the_checkpoint,
+    the_largest_window_fits_the_store, Corruption,
 };
 pub use edges::{
     a_corrupt_edge_is_named, a_fresh_store_takes_the_first_claim, a_rebuild_under_way_is_recorded,

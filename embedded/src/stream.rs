@@ -358,14 +358,23 @@ impl Stream for Embedded {
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            Ok(rows
-                .into_iter()
-                .map(|(shard_id, parents, closed)| ShardInfo {
-                    shard_id,
-                    parents: serde_json::from_str(&parents).unwrap_or_default(),
-                    closed: closed != 0,
+            // A shard's parents read strictly: read as none, a child would be read before them.
+            rows.into_iter()
+                .map(|(shard_id, parents, closed)| {
+                    let parents =
+                        serde_json::from_str(&parents).map_err(|e| PortError::Corrupt {
+                            item: format!("shards {shard_id}"),
+                            detail: format!(
+                                "`parents` is not a list of shard ids: `{parents}`: {e}"
+                            ),
+                        })?;
+                    Ok(ShardInfo {
+                        shard_id,
+                        parents,
+                        closed: closed != 0,
+                    })
                 })
-                .collect())
+                .collect()
         })
         .await
     }

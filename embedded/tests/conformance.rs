@@ -742,3 +742,46 @@ fn a_missing_part_is_refused_and_never_made() {
         assert!(!path.exists(), "{gone} was made anew");
     }
 }
+
+/// A dead letter written behind the store's back with a string where tally keeps its arrival:
+/// read as an error naming it, never skipped or read as arriving in 1970.
+#[tokio::test]
+async fn a_corrupt_dead_letter_is_named() {
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::a_corrupt_dead_letter_is_named(&e, "embedded", |shard, key| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            let n = conn
+                .execute(
+                    "UPDATE dead_letters SET arrival_ms = 'soon' WHERE shard_id = ?1 AND seq = ?2",
+                    rusqlite::params![shard, key],
+                )
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+    })
+    .await;
+}
+
+/// The embedded stream's shard row with `parents` that are not a list: listing the shards is an
+/// error naming the shard, never a shard read as having no parents (read before them).
+#[tokio::test]
+async fn a_shard_with_corrupt_parents_is_named() {
+    use tally_core::ports::{PortError, Stream};
+    let (dir, e) = store(2);
+    let conn = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+    let shards = e.list_shards().await.unwrap();
+    let shard = shards[1].shard_id.clone();
+    conn.execute(
+        "UPDATE shards SET parents = '[shardId-0' WHERE shard_id = ?1",
+        [&shard],
+    )
+    .unwrap();
+    let err = e.list_shards().await.expect_err("corrupt parents");
+    assert!(
+        matches!(err, PortError::Corrupt { .. }) && err.to_string().contains(&shard),
+        "{err}"
+    );
+}

@@ -275,27 +275,21 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| self.err("Scan", "dead-letters", e))?;
-        let mut out = Vec::new();
-        for i in resp.items() {
-            if let (Some(shard_id), Some((seq, gap))) = (
-                get_s(i, "shard_id"),
-                get_s(i, "seq").as_deref().and_then(DeadLetter::parse_key),
-            ) {
-                out.push(DeadLetter {
-                    shard_id,
-                    seq,
-                    gap,
-                    arrival_ms: get_n(i, "arrival_ms").unwrap_or(0),
-                    reason: get_s(i, "reason").unwrap_or_default(),
-                    data: i
-                        .get("data")
-                        .and_then(|v| v.as_b().ok())
-                        .map(|b| b.as_ref().to_vec())
-                        .unwrap_or_default(),
-                    size: get_n(i, "size").unwrap_or(0).max(0) as u64,
-                });
-            }
-        }
+        // Each item decoded strictly (`tally_core::rows::dead_letter`): a corrupt one is an
+        // error naming it, never skipped or read with defaults.
+        let out = resp
+            .items()
+            .iter()
+            .map(|i| {
+                let name = format!(
+                    "{} {}/{}",
+                    self.table("dead-letters"),
+                    get_s(i, "shard_id").unwrap_or_default(),
+                    get_s(i, "seq").unwrap_or_default()
+                );
+                tally_core::rows::dead_letter(&super::row_of(i), &name)
+            })
+            .collect::<PortResult<Vec<DeadLetter>>>()?;
         let next = resp
             .last_evaluated_key()
             .filter(|k| !k.is_empty())

@@ -167,7 +167,7 @@ impl Expr {
 }
 
 /// A DynamoDB item as a stored row (`tally_core::rows`), its attributes as they are.
-fn row_of(item: &HashMap<String, AttributeValue>) -> Row {
+pub(crate) fn row_of(item: &HashMap<String, AttributeValue>) -> Row {
     item.iter()
         .map(|(k, v)| {
             let f = match v {
@@ -176,6 +176,7 @@ fn row_of(item: &HashMap<String, AttributeValue>) -> Row {
                     .map_or_else(|_| Field::Other(format!("the number {n}")), Field::N),
                 AttributeValue::S(t) => Field::S(t.clone()),
                 AttributeValue::Bool(b) => Field::B(*b),
+                AttributeValue::B(b) => Field::Bytes(b.as_ref().to_vec()),
                 AttributeValue::L(l) => l
                     .iter()
                     .map(|x| x.as_s().ok().cloned())

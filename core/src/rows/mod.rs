@@ -31,6 +31,8 @@ pub enum Field {
     B(bool),
     /// A list of strings (`L` of `S`).
     L(Vec<String>),
+    /// Bytes (`B`, `BLOB`).
+    Bytes(Vec<u8>),
     /// Something no field of tally's is (another DynamoDB type, a number that is no `i64`, a
     /// blob): what it was, for the error.
     Other(String),
@@ -93,6 +95,20 @@ impl<'a> Fields<'a> {
         }
     }
 
+    fn required_num(&self, field: &str) -> PortResult<i64> {
+        self.num(field)?
+            .ok_or_else(|| self.corrupt(field, "is missing".into()))
+    }
+
+    /// Bytes (absent: none).
+    fn bytes(&self, field: &str) -> PortResult<Vec<u8>> {
+        match self.row.get(field) {
+            None => Ok(Vec::new()),
+            Some(Field::Bytes(b)) => Ok(b.clone()),
+            Some(other) => Err(self.corrupt(field, format!("is not bytes: {other:?}"))),
+        }
+    }
+
     /// A list of strings: a list, or (the embedded store's column) a JSON array of strings.
     fn list(&self, field: &str) -> PortResult<Vec<String>> {
         match self.row.get(field) {
@@ -103,6 +119,30 @@ impl<'a> Fields<'a> {
             Some(other) => Err(self.corrupt(field, format!("is not a list: {other:?}"))),
         }
     }
+}
+
+/// A dead-letter row, decoded: its shard, its key (the record's position, and the gap it
+/// stands for, if one: `DeadLetter::key`), arrival, reason, the record's bytes kept and its
+/// size. `item` names the row in errors (`dead-letters <shard>/<key>`).
+pub fn dead_letter(row: &Row, item: &str) -> PortResult<crate::dead_letter::DeadLetter> {
+    let f = Fields { row, item };
+    let key = f.required_text("seq")?;
+    let (seq, gap) = crate::dead_letter::DeadLetter::parse_key(key)
+        .ok_or_else(|| f.corrupt("seq", format!("is not a dead letter's key: `{key}`")))?;
+    let data = f.bytes("data")?;
+    let size = match f.num("size")? {
+        None => data.len() as u64,
+        Some(n) => u64::try_from(n).map_err(|_| f.corrupt("size", format!("is negative: {n}")))?,
+    };
+    Ok(crate::dead_letter::DeadLetter {
+        shard_id: f.required_text("shard_id")?.to_owned(),
+        seq,
+        gap,
+        arrival_ms: f.required_num("arrival_ms")?,
+        reason: f.required_text("reason")?.to_owned(),
+        data,
+        size,
+    })
 }
 
 /// A lease row, decoded: the shard's lease, its pending window, what the counter spent on it and

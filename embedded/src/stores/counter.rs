@@ -13,6 +13,7 @@ use tally_core::ports::{
     RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, Stream,
     WindowRef, WindowRest, WindowWriter,
 };
+use tally_core::rows::Field;
 use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
 use tally_core::{Position, SeqNo};
 
@@ -368,19 +369,16 @@ impl CountReader for Embedded {
 impl DeadLetterReader for Embedded {
     async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
         self.run(move |c| {
-            let mut st = c.prepare_cached("SELECT shard_id, seq, arrival_ms, reason, data, size FROM dead_letters ORDER BY arrival_ms, shard_id LIMIT ?1").map_err(sql_err)?;
+            let sql = format!(
+                "SELECT {LETTER_COLUMNS} FROM dead_letters ORDER BY arrival_ms, shard_id LIMIT ?1"
+            );
+            let mut st = c.prepare_cached(&sql).map_err(sql_err)?;
             let rows = st
-                .query_map([limit as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get::<_, i64>(5)?)))
+                .query_map([limit as i64], |r| super::row_of(r, LETTER_COLUMNS))
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            Ok(rows
-                .into_iter()
-                .filter_map(|(shard_id, key, arrival_ms, reason, data, size)| {
-                    let (seq, gap) = DeadLetter::parse_key(&key)?;
-                    Some(DeadLetter { shard_id, seq, arrival_ms, reason, data, size: size.max(0) as u64, gap })
-                })
-                .collect())
+            rows.iter().map(letter_of).collect()
         })
         .await
     }
@@ -394,22 +392,32 @@ impl DeadLetterReader for Embedded {
             (c.shard_id.clone(), c.key.clone())
         });
         self.run(move |c| {
-            let mut st = c.prepare_cached("SELECT shard_id, seq, arrival_ms, reason, data, size FROM dead_letters WHERE (shard_id, seq) > (?1, ?2) ORDER BY shard_id, seq LIMIT ?3").map_err(sql_err)?;
+            let sql = format!(
+                "SELECT {LETTER_COLUMNS} FROM dead_letters WHERE (shard_id, seq) > (?1, ?2) \
+                 ORDER BY shard_id, seq LIMIT ?3"
+            );
+            let mut st = c.prepare_cached(&sql).map_err(sql_err)?;
             let rows = st
-                .query_map(params![shard, key, limit as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get::<_, i64>(5)?)))
-                .map_err(sql_err)?
-                .collect::<Result<Vec<(String, String, i64, String, Vec<u8>, i64)>, _>>()
-                .map_err(sql_err)?;
-            let next = (rows.len() == limit)
-                .then(|| rows.last().map(|r| LetterCursor { shard_id: r.0.clone(), key: r.1.clone() }))
-                .flatten();
-            let page = rows
-                .into_iter()
-                .filter_map(|(shard_id, key, arrival_ms, reason, data, size)| {
-                    let (seq, gap) = DeadLetter::parse_key(&key)?;
-                    Some(DeadLetter { shard_id, seq, arrival_ms, reason, data, size: size.max(0) as u64, gap })
+                .query_map(params![shard, key, limit as i64], |r| {
+                    super::row_of(r, LETTER_COLUMNS)
                 })
-                .collect();
+                .map_err(sql_err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_err)?;
+            let page = rows.iter().map(letter_of).collect::<PortResult<Vec<_>>>()?;
+            // The page's last key as stored (the cursor is the store's order, whatever it holds).
+            let next = (rows.len() == limit)
+                .then(|| {
+                    rows.last()
+                        .and_then(|r| match (r.get("shard_id"), r.get("seq")) {
+                            (Some(Field::S(shard_id)), Some(Field::S(key))) => Some(LetterCursor {
+                                shard_id: shard_id.clone(),
+                                key: key.clone(),
+                            }),
+                            _ => None,
+                        })
+                })
+                .flatten();
             Ok((page, next))
         })
         .await
@@ -497,4 +505,18 @@ impl DedupStore for Embedded {
         })
         .await
     }
+}
+
+/// The columns of a dead letter's row, as [`letter_of`] reads them.
+const LETTER_COLUMNS: &str = "shard_id, seq, arrival_ms, reason, data, size";
+
+/// A dead letter's row, decoded by the one codec both stores use
+/// (`tally_core::rows::dead_letter`): a corrupt column is an error naming the row.
+fn letter_of(row: &tally_core::rows::Row) -> PortResult<DeadLetter> {
+    let text = |k: &str| match row.get(k) {
+        Some(Field::S(s)) => s.as_str(),
+        _ => "?",
+    };
+    let name = format!("dead_letters {}/{}", text("shard_id"), text("seq"));
+    tally_core::rows::dead_letter(row, &name)
 }

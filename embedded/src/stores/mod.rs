@@ -57,7 +57,7 @@ pub(super) fn row_of(r: &rusqlite::Row<'_>, columns: &str) -> rusqlite::Result<R
             ValueRef::Integer(n) => Field::N(n),
             ValueRef::Text(t) => Field::S(String::from_utf8_lossy(t).into_owned()),
             ValueRef::Real(x) => Field::Other(format!("the real {x}")),
-            ValueRef::Blob(b) => Field::Other(format!("a blob of {} bytes", b.len())),
+            ValueRef::Blob(b) => Field::Bytes(b.to_vec()),
         };
         row.insert(name.to_owned(), f);
     }
