@@ -372,3 +372,29 @@ async fn a_corrupt_dead_letter_is_named() {
     })
     .await;
 }
+
+/// A fleet row whose asks are not a list of asks: the fleet's listing is an error naming it.
+#[tokio::test]
+async fn a_corrupt_fleet_row_is_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let f = fresh("corrupt-fleet", 1).await;
+    let tables = tables_of(&f);
+    let (client, table) = (tables.client().clone(), tables.table("leases"));
+    tally_conformance::a_corrupt_fleet_row_is_named(tables, "aws", |app, worker| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("app", AttributeValue::S(app))
+                .key("shard_id", AttributeValue::S(worker))
+                .update_expression("SET asks = :v")
+                .expression_attribute_values(":v", AttributeValue::S("[{\"shard_id\":".into()))
+                .condition_expression("attribute_exists(app)")
+                .send()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}

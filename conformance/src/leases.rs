@@ -361,3 +361,33 @@ where
         }
     }
 }
+
+/// Lease store: a fleet row whose asks are not what tally writes is read as an error naming the
+/// row and `asks` — never as a member asking for nothing (a handoff asked for would be passed
+/// over for good). `corrupt(fleet_app, worker)` writes the bad value behind the store's back.
+pub async fn a_corrupt_fleet_row_is_named<F, Fut>(store: &dyn LeaseStore, name: &str, corrupt: F)
+where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let app = format!("{name}-corrupt-fleet");
+    let ask = tally_core::ports::Ask {
+        shard_id: "shard-a".into(),
+        holder: "w1".into(),
+        epoch: 3,
+    };
+    store
+        .heartbeat(&app, "w2", 9_000, std::slice::from_ref(&ask))
+        .await
+        .unwrap();
+    let fleet = store.fleet(&app, 1_000).await.unwrap();
+    assert_eq!(fleet.len(), 1);
+    assert_eq!(fleet[0].asks, vec![ask]);
+    corrupt(tally_core::ports::fleet_app(&app), "w2".into()).await;
+    let e = store.fleet(&app, 1_000).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, PortError::Corrupt { .. }) && text.contains("w2") && text.contains("`asks`"),
+        "{text}"
+    );
+}

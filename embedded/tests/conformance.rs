@@ -785,3 +785,24 @@ async fn a_shard_with_corrupt_parents_is_named() {
         "{err}"
     );
 }
+
+/// A fleet row whose asks are not a list of asks: the fleet's listing is an error naming it.
+#[tokio::test]
+async fn a_corrupt_fleet_row_is_named() {
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::a_corrupt_fleet_row_is_named(&e, "embedded", |app, worker| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            let n = conn
+                .execute(
+                    "UPDATE leases SET wanted_by = '[{\"shard_id\":' WHERE app = ?1 AND shard_id = ?2",
+                    rusqlite::params![app, worker],
+                )
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+    })
+    .await;
+}

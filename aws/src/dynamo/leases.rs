@@ -8,11 +8,11 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem,
 };
 use tally_core::ports::{
-    asks_from_text, asks_to_text, fleet_app, Ask, Fence, GapCommit, LeaseReader, LeaseStore,
-    Member, PortError, PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
+    asks_to_text, fleet_app, Ask, Fence, GapCommit, LeaseReader, LeaseStore, Member, PortError,
+    PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
 };
 
-use super::{get_n, get_s, lease_from, n, s, DynamoStore, Expr};
+use super::{get_s, lease_from, n, s, DynamoStore, Expr};
 
 /// Where an application's lease tombstones are kept: items under their own partition, so that no
 /// listing of the application (a `Query` of its partition) reads them. One per cleaned-up shard,
@@ -55,16 +55,19 @@ impl LeaseReader for DynamoStore {
 
     async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
         let items = self.partition("leases", "app", fleet_app(app)).await?;
-        let mut out: Vec<Member> = items
-            .iter()
-            .filter(|i| get_n(i, "expires_ms").unwrap_or(0) > now_ms)
-            .filter_map(|i| {
-                Some(Member {
-                    worker: get_s(i, "shard_id")?,
-                    asks: asks_from_text(get_s(i, "asks").as_deref()),
-                })
-            })
-            .collect();
+        let mut out = Vec::new();
+        for i in &items {
+            let name = format!(
+                "{} {}/{}",
+                self.table("leases"),
+                fleet_app(app),
+                get_s(i, "shard_id").unwrap_or_default()
+            );
+            let (member, expires_ms) = tally_core::rows::fleet_member(&super::row_of(i), &name)?;
+            if expires_ms > now_ms {
+                out.push(member);
+            }
+        }
         out.sort_by(|a, b| a.worker.cmp(&b.worker));
         Ok(out)
     }

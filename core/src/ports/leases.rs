@@ -236,13 +236,6 @@ pub fn asks_to_text(asks: &[Ask]) -> Option<String> {
     (!asks.is_empty()).then(|| serde_json::to_string(asks).unwrap_or_default())
 }
 
-/// A fleet row's asks from their stored text; text that is not a list of asks is none (a row
-/// written by another version asks for nothing this one can act on).
-pub fn asks_from_text(text: Option<&str>) -> Vec<Ask> {
-    text.and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or_default()
-}
-
 /// Where an application's fleet rows are kept: under their own application name in the lease
 /// table, which no listing of the application's leases reads.
 pub fn fleet_app(app: &str) -> String {

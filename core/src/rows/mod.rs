@@ -121,6 +121,24 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A fleet row (`ports::fleet_app`), decoded: the worker (`shard_id`), until when it is live
+/// (`expires_ms`) and the leases it asks for (`asks`, as `ports::asks_to_text` writes them).
+/// `item` names the row in errors. Asks that are not a list of asks are an error, never none:
+/// read as none, a handoff asked for would be passed over for good.
+pub fn fleet_member(row: &Row, item: &str) -> PortResult<(crate::ports::Member, i64)> {
+    let f = Fields { row, item };
+    let asks = match f.text("asks")? {
+        None => Vec::new(),
+        Some(t) => serde_json::from_str(t)
+            .map_err(|e| f.corrupt("asks", format!("is not a list of asks: `{t}`: {e}")))?,
+    };
+    let member = crate::ports::Member {
+        worker: f.required_text("shard_id")?.to_owned(),
+        asks,
+    };
+    Ok((member, f.num("expires_ms")?.unwrap_or(0)))
+}
+
 /// A dead-letter row, decoded: its shard, its key (the record's position, and the gap it
 /// stands for, if one: `DeadLetter::key`), arrival, reason, the record's bytes kept and its
 /// size. `item` names the row in errors (`dead-letters <shard>/<key>`).

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 use tally_core::ports::{
-    asks_from_text, asks_to_text, Ask, Fence, GapCommit, LeaseReader, LeaseStore, Member,
-    PortError, PortResult, ReadProgress, ShardInfo, ShardState,
+    asks_to_text, Ask, Fence, GapCommit, LeaseReader, LeaseStore, Member, PortError, PortResult,
+    ReadProgress, ShardInfo, ShardState,
 };
 
 use super::{check_fence, read_row, state_in, states_of, write_dead_letter, LEASE_COLUMNS};
@@ -45,21 +45,26 @@ impl LeaseReader for Embedded {
     async fn fleet(&self, app: &str, now_ms: i64) -> PortResult<Vec<Member>> {
         let fleet = tally_core::ports::fleet_app(app);
         self.run(move |c| {
-            // A fleet row's asks live in its `wanted_by` column (a lease row's asker there).
+            // A fleet row's asks live in its `wanted_by` column (a lease row's asker there),
+            // decoded by the one codec both stores use (`tally_core::rows::fleet_member`).
             let mut st = c
-                .prepare_cached("SELECT shard_id, wanted_by FROM leases WHERE app = ?1 AND expires_ms > ?2 ORDER BY shard_id")
+                .prepare_cached("SELECT shard_id, wanted_by, expires_ms FROM leases WHERE app = ?1 AND expires_ms > ?2 ORDER BY shard_id")
                 .map_err(sql_err)?;
             let rows = st
-                .query_map(params![fleet, now_ms], |r| {
-                    Ok(Member {
-                        worker: r.get(0)?,
-                        asks: asks_from_text(r.get::<_, Option<String>>(1)?.as_deref()),
-                    })
-                })
+                .query_map(params![fleet, now_ms], |r| super::row_of(r, "shard_id, asks, expires_ms"))
                 .map_err(sql_err)?
-                .collect::<Result<Vec<Member>, _>>()
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            Ok(rows)
+            rows.iter()
+                .map(|row| {
+                    let worker = match row.get("shard_id") {
+                        Some(tally_core::rows::Field::S(w)) => w.as_str(),
+                        _ => "?",
+                    };
+                    let name = format!("leases {fleet}/{worker}");
+                    tally_core::rows::fleet_member(row, &name).map(|(m, _)| m)
+                })
+                .collect::<PortResult<Vec<Member>>>()
         })
         .await
     }
