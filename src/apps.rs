@@ -171,7 +171,7 @@ pub async fn run_counter_with(
         changes_ctx.advertise = Some(sh.advertise);
     }
     let log = backend.counter.change_log()?;
-    // One stop for both: the caller's shutdown, or the stream's worker failing.
+    // One stop for both: the caller's shutdown, or either worker failing.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;

@@ -223,8 +223,8 @@ impl ShardProcessor for RouterShard {
                 Ok(Err(e)) => return Err(unavailable(e.to_string())),
                 Err(_) => {
                     return Err(unavailable(format!(
-                        "its stream took none of {n} records in {}s (its store locked or not \
-                         writable?)",
+                        "its stream did not take the {n} records of a batch in {}s (its store \
+                         locked or not writable?); they are put again",
                         PEER_PUT_TIMEOUT.as_secs()
                     )))
                 }

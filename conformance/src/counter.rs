@@ -221,15 +221,7 @@ pub async fn gaps_are_recorded_with_the_checkpoint(store: &dyn CounterStore, nam
     let fence = held_lease(store, &app, &shard).await;
     // The first window ends at a malformed record: its dead letter sits at the checkpoint.
     let (first_end, end) = (seq("30"), seq("40"));
-    let malformed = DeadLetter {
-        shard_id: shard.clone(),
-        seq: first_end.clone(),
-        arrival_ms: 1,
-        reason: "not a JSON object: got a number".into(),
-        data: b"42".to_vec(),
-        size: 2,
-        gap: None,
-    };
+    let malformed = malformed(&shard, &first_end);
     let rest = Rest {
         dead: std::slice::from_ref(&malformed),
         total: 0,
@@ -1033,6 +1025,19 @@ pub async fn a_store_is_counted_from_one_stream(store: &dyn CounterStore) {
     assert_eq!(store.replica_regions().await.unwrap(), Vec::<String>::new());
 }
 
+/// The dead letter of a malformed record (`42`) of `shard` at `at`.
+fn malformed(shard: &str, at: &Position) -> DeadLetter {
+    DeadLetter {
+        shard_id: shard.to_owned(),
+        seq: at.clone(),
+        arrival_ms: 1,
+        reason: "not a JSON object: got a number".into(),
+        data: b"42".to_vec(),
+        size: 2,
+        gap: None,
+    }
+}
+
 /// Counter store: a dead letter written behind the store's back with a value tally never writes
 /// (its `arrival_ms` a string) is an error naming it wherever dead letters are read — never
 /// skipped, and never read with a default in its place (an `arrival_ms` of 0 would sort it
@@ -1049,15 +1054,7 @@ pub async fn a_corrupt_dead_letter_is_named<F, Fut>(
     let shard = format!("shard-letter-{name}");
     let fence = held_lease(store, &app, &shard).await;
     let end = seq("30");
-    let letter = DeadLetter {
-        shard_id: shard.clone(),
-        seq: end.clone(),
-        arrival_ms: 1,
-        reason: "not a JSON object: got a number".into(),
-        data: b"42".to_vec(),
-        size: 2,
-        gap: None,
-    };
+    let letter = malformed(&shard, &end);
     let rest = Rest {
         dead: std::slice::from_ref(&letter),
         total: 0,

@@ -31,11 +31,7 @@ pub async fn fleet_rows_are_apart_from_leases(store: &dyn LeaseStore, name: &str
         "w2's row expired"
     );
     // A heartbeat extends the row, and carries what the worker asks for until the next.
-    let ask = Ask {
-        shard_id: "shard-a".into(),
-        holder: "w1".into(),
-        epoch: 3,
-    };
+    let ask = an_ask();
     store
         .heartbeat(&app, "w2", 9_000, std::slice::from_ref(&ask))
         .await
@@ -371,11 +367,7 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     let app = format!("{name}-corrupt-fleet");
-    let ask = tally_core::ports::Ask {
-        shard_id: "shard-a".into(),
-        holder: "w1".into(),
-        epoch: 3,
-    };
+    let ask = an_ask();
     store
         .heartbeat(&app, "w2", 9_000, std::slice::from_ref(&ask))
         .await
@@ -390,4 +382,13 @@ where
         matches!(e, PortError::Corrupt { .. }) && text.contains("w2") && text.contains("`asks`"),
         "{text}"
     );
+}
+
+/// What worker `w2` asks of `w1` in these tests: its lease of `shard-a` at epoch 3.
+fn an_ask() -> Ask {
+    Ask {
+        shard_id: "shard-a".into(),
+        holder: "w1".into(),
+        epoch: 3,
+    }
 }

@@ -1,8 +1,9 @@
 //! The likers' edges' own files (`edge_parts`: [`EDGES_FILE`] and the other parts beside
 //! `tally.db`), each read and written on a connection of its own on every handle (with its own
 //! checkpointer: `Embedded::writer`). Each holds its part's `edges` and their change log,
-//! `changes` (`edges.sql`): a change row is written in the edge write's own transaction, so the
-//! log has each change of an edge exactly once, in the order of the writes.
+//! `change_log` (`edges.sql`; a write's changes packed into rows: `crate::change_rows`), written
+//! in the edge write's own transaction, so the log has each change of an edge exactly once, in
+//! the order of the writes.
 //!
 //! Why files of their own: a window's edges are thousands of writes at random keys, and a call
 //! holds its file's write lock for all of them. In `tally.db` that is the lock every put to the
@@ -30,7 +31,7 @@ use tally_core::ports::{PortError, PortResult};
 use crate::edge_parts::{self, EDGES_FILE};
 use crate::{journal, retrying, sql_err, stores, synced, tune, wait_for_locks};
 
-/// The `edges` and `changes` tables of every part.
+/// The `edges` and `change_log` tables of every part.
 pub(crate) const EDGES_SQL: &str = include_str!("edges.sql");
 
 /// Whether a handle that may write makes the edges' files it does not find: a store being made

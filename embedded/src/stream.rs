@@ -349,30 +349,19 @@ impl Stream for Embedded {
                 .map_err(sql_err)?;
             let rows = st
                 .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
+                    crate::stores::row_of(r, "shard_id, parents, closed")
                 })
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            // A shard's parents read strictly: read as none, a child would be read before them.
-            rows.into_iter()
-                .map(|(shard_id, parents, closed)| {
-                    let parents =
-                        serde_json::from_str(&parents).map_err(|e| PortError::Corrupt {
-                            item: format!("shards {shard_id}"),
-                            detail: format!(
-                                "`parents` is not a list of shard ids: `{parents}`: {e}"
-                            ),
-                        })?;
-                    Ok(ShardInfo {
-                        shard_id,
-                        parents,
-                        closed: closed != 0,
-                    })
+            // Decoded by the core's codec: corrupt parents are an error naming the shard.
+            rows.iter()
+                .map(|row| {
+                    let id = match row.get("shard_id") {
+                        Some(tally_core::rows::Field::S(s)) => s.as_str(),
+                        _ => "?",
+                    };
+                    tally_core::rows::shard_info(row, &format!("shards {id}"))
                 })
                 .collect()
         })

@@ -69,7 +69,8 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     let bound = requested.map(minute_start);
     let fresh = counts_fresh(read, &listing).await?;
     if args.json {
-        // One shape for one post or many: `POST /api/counts`'s.
+        // One shape for one post or many: `POST /api/counts`'s (and, asked "since", the time
+        // asked, as `GET /api/posts/{id}` gives it).
         let mut v = answer.json(&args.post_ids, q.viewer);
         if let Some(t) = requested {
             v["since_requested_ms"] = json!(t);
@@ -125,13 +126,16 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     Ok(())
 }
 
+/// A span of milliseconds in words, to the second (`3s`, `11m 2s`).
+fn ago(ms: i64) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(ms.max(0) as u64 / 1000 * 1000))
+}
+
 /// How fresh an answer is, in words, each figure saying what it is about: how far behind the
 /// stream's tip its readers were when they last reported (and how long ago that was: a record
 /// put since is not in it), and the arrival time up to which every record is counted on every
 /// shard (a watermark: on an idle shard, its last record's — nothing newer is missing).
 fn freshness_line(what: &str, f: &serde_json::Value) -> String {
-    let ago =
-        |ms: i64| humantime::format_duration(Duration::from_millis(ms.max(0) as u64 / 1000 * 1000));
     let now = f["at_ms"].as_i64().unwrap_or_else(now_ms);
     let reported = f["lag_reported_ms"]
         .as_i64()
@@ -301,8 +305,6 @@ pub async fn dead_letters(backend: &Backend, args: &DeadLetterArgs) -> Result<()
 /// What the dead letters shown cover: each is written with the counter's window that read its
 /// record, so a record read and not yet written may add one.
 fn written_line(f: &serde_json::Value) -> String {
-    let ago =
-        |ms: i64| humantime::format_duration(Duration::from_millis(ms.max(0) as u64 / 1000 * 1000));
     match f["since_last_record_ms"].as_i64() {
         Some(ms) => format!(
             "(each is written with the counter's window that read it: every record that arrived \

@@ -4,7 +4,6 @@
 
 use axum::extract::{Path, Query};
 use axum::http::request::Parts;
-use serde::Deserialize;
 
 use super::{bad_request, ApiError};
 
@@ -39,27 +38,19 @@ where
 /// (as every route answers an unknown parameter), never ignores it.
 pub struct NoQuery;
 
-/// No field: every parameter is unknown.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoParams {}
-
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NoQuery {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        state: &S,
+        _: &S,
     ) -> std::result::Result<Self, Self::Rejection> {
-        ApiQuery::<NoParams>::from_request_parts(parts, state)
-            .await
-            .map(|_| NoQuery)
-            .map_err(|e| match parts.uri.query() {
-                Some(q) => bad_request(format!(
-                    "this route takes no parameters, got the query string {q:?}"
-                )),
-                None => e,
-            })
+        match parts.uri.query() {
+            Some(q) if !q.is_empty() => Err(bad_request(format!(
+                "this route takes no parameters, got the query string {q:?}"
+            ))),
+            _ => Ok(NoQuery),
+        }
     }
 }
 

@@ -152,7 +152,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/api/dead-letters", get(dead_letters))
         .route("/api/cost", get(cost))
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(|_: NoQuery| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/api/openapi.json", get(openapi))
         .fallback(not_found)
@@ -639,7 +639,7 @@ async fn metrics(State(c): State<Ctx>, _: NoQuery) -> Response {
 }
 
 /// Ready when the store answers.
-async fn ready(State(c): State<Ctx>) -> Response {
+async fn ready(State(c): State<Ctx>, _: NoQuery) -> Response {
     ready_for(c.read.leases.as_ref(), apps::COUNTER).await
 }
 

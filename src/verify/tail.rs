@@ -41,16 +41,8 @@ impl LogTail {
             .counter
             .change_log()
             .context("opening the edges' change log")?;
-        let states = b
-            .leases
-            .list_states(apps::CHANGES)
-            .await
-            .context("listing the counter's second stage's checkpoints")?;
         let mut out = LogTail {
-            states: states
-                .into_iter()
-                .map(|s| (s.lease.shard_id.clone(), s))
-                .collect(),
+            states: super::states(b, apps::CHANGES).await?,
             ..LogTail::default()
         };
         for shard in log.list_shards().await.context("listing the change log")? {

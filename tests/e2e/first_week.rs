@@ -134,10 +134,9 @@ fn a_rebuild_keeps_the_source_s_recent_index() {
     assert_eq!(v["likers"].as_array().map(Vec::len), Some(1), "{v}");
 }
 
-/// `tally route --worker-id` is the router's worker id: its leases are taken under it (as the
-/// counter's and analytics' are), not under the host and pid.
-#[test]
-fn the_router_takes_its_leases_as_the_worker_it_is_told_it_is() {
+/// Two embedded regions, each of one shard, set up: `a` (whose router puts to `b`'s store) and
+/// `b`.
+fn two_regions() -> (Target, Target) {
     let (a, b) = (Target::embedded(), Target::embedded());
     let f = file_in(&a, "regions.toml");
     std::fs::write(
@@ -151,6 +150,14 @@ fn the_router_takes_its_leases_as_the_worker_it_is_told_it_is() {
     let a = a.with_args(&["--config", f.to_str().unwrap()]);
     b.run(&["setup", "--shards", "1"]);
     a.run(&["setup", "--shards", "1"]);
+    (a, b)
+}
+
+/// `tally route --worker-id` is the router's worker id: its leases are taken under it (as the
+/// counter's and analytics' are), not under the host and pid.
+#[test]
+fn the_router_takes_its_leases_as_the_worker_it_is_told_it_is() {
+    let (a, _b) = two_regions();
     let mut r = a.spawn("route", &["route", "--worker-id", "router-7"], &[]);
     a.eventually(
         "the router's lease under its --worker-id",
@@ -220,19 +227,7 @@ fn analytics_carries_on_after_a_rebuild() {
 /// after SIGTERM.
 #[test]
 fn a_router_names_a_home_that_takes_nothing_and_stops_in_time() {
-    let (a, b) = (Target::embedded(), Target::embedded());
-    let f = file_in(&a, "regions.toml");
-    std::fs::write(
-        &f,
-        format!(
-            "[regions]\nthis = \"a\"\nhomes = [\"a\", \"b\"]\n[regions.peers.b]\ndata_dir = \"{}\"\n",
-            b.dir.path().display()
-        ),
-    )
-    .unwrap();
-    let a = a.with_args(&["--config", f.to_str().unwrap()]);
-    b.run(&["setup", "--shards", "1"]);
-    a.run(&["setup", "--shards", "1"]);
+    let (a, b) = two_regions();
     a.run(&["produce", "--events", "200", "--posts", "20", "--seed", "1"]);
     let lock = rusqlite::Connection::open(b.dir.path().join("tally.db")).unwrap();
     lock.execute_batch("BEGIN EXCLUSIVE").unwrap();

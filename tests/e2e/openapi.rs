@@ -540,7 +540,13 @@ fn the_api_is_exactly_as_loose_as_its_document() {
     );
     assert_eq!(status, 200);
     refused("GET", "/api/posts/%FF", None, "path");
-    for url in ["/api/total?x=1", "/api/cost?x=1", "/metrics?x=1"] {
+    for url in [
+        "/api/total?x=1",
+        "/api/cost?x=1",
+        "/metrics?x=1",
+        "/healthz?x=1",
+        "/readyz?x=1",
+    ] {
         refused("GET", url, None, "x=1");
     }
     refused(

@@ -387,16 +387,7 @@ fn is_above(module: &Path, file: &Path) -> bool {
 /// look` reads it; a parent naming its child, or siblings naming each other, are imports.
 #[test]
 fn no_files_import_each_other_around_a_loop() {
-    let crates = [
-        "core",
-        "consumer",
-        "counter",
-        "analytics",
-        "producer",
-        "embedded",
-        "aws",
-        "conformance",
-    ];
+    let crates = CRATES;
     let mut loops = Vec::new();
     for src in crates
         .iter()

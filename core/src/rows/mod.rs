@@ -34,7 +34,7 @@ pub enum Field {
     /// Bytes (`B`, `BLOB`).
     Bytes(Vec<u8>),
     /// Something no field of tally's is (another DynamoDB type, a number that is no `i64`, a
-    /// blob): what it was, for the error.
+    /// real): what it was, for the error.
     Other(String),
 }
 
@@ -119,6 +119,18 @@ impl<'a> Fields<'a> {
             Some(other) => Err(self.corrupt(field, format!("is not a list: {other:?}"))),
         }
     }
+}
+
+/// A stream shard's row (the embedded stream's `shards`), decoded: its id, its parents (a
+/// corrupt list is an error: read as none, the shard would be read before them) and whether it
+/// is closed.
+pub fn shard_info(row: &Row, item: &str) -> PortResult<crate::ports::ShardInfo> {
+    let f = Fields { row, item };
+    Ok(crate::ports::ShardInfo {
+        shard_id: f.required_text("shard_id")?.to_owned(),
+        parents: f.list("parents")?,
+        closed: f.flag("closed")?,
+    })
 }
 
 /// A fleet row (`ports::fleet_app`), decoded: the worker (`shard_id`), until when it is live

@@ -48,7 +48,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 
 /// A row's `columns` (as the query selected them, `, `-separated) as a stored row
 /// (`tally_core::rows`), each as SQLite holds it (a null is absent).
-pub(super) fn row_of(r: &rusqlite::Row<'_>, columns: &str) -> rusqlite::Result<Row> {
+pub(crate) fn row_of(r: &rusqlite::Row<'_>, columns: &str) -> rusqlite::Result<Row> {
     use rusqlite::types::ValueRef;
     let mut row = Row::new();
     for (i, name) in columns.split(", ").enumerate() {
