@@ -29,12 +29,12 @@ use std::time::{Duration, Instant};
 
 use common::rounds::{median, rounds};
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use tally::serve::freshness::Listing;
-use tally::serve::pending::{Memory, Pending};
-use tally::serve::worker::WorkerHttp;
 use tally_core::ports::{LeaseReader, PutEntry};
 use tally_counter::board::{Board, OpenWindow, ShardOpen};
 use tally_embedded::Embedded;
+use tally_serve::freshness::Listing;
+use tally_serve::pending::{Memory, Pending};
+use tally_serve::worker::WorkerHttp;
 
 const PAGE: usize = 100;
 
@@ -198,7 +198,7 @@ async fn listed(addr: &str, ids: &[String], listing: &Listing) -> usize {
         ids.join(","),
         w.digest_live(&[])
     );
-    let body = tally::serve::client::get_text(&url, Duration::from_secs(5))
+    let body = tally_serve::client::get_text(&url, Duration::from_secs(5))
         .await
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tally::settings::Settings;
-use tally::verify::partition::Part;
-use tally::verify::recount::{Recount, Row};
 use tally_core::ports::ShardInfo;
 use tally_core::seq::{Position, SeqNo};
 use tally_producer::generate::Generator;
+use tally_verify::partition::Part;
+use tally_verify::recount::{Recount, Row};
 
 /// Counts the heap in use and its peak since the last reset.
 struct Counting;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with schemathesis (the property-based API fuzzer, from PyPI, pinned) on PATH,
 # installed once into .tools/api-fuzzer. Used by tests/e2e/openapi.rs to fuzz `tally serve`
-# against its OpenAPI document (src/serve/openapi.json).
+# against its OpenAPI document (serve/src/openapi.json).
 # Usage: scripts/with-api-fuzzer.sh COMMAND [ARGS...]   e.g. scripts/with-api-fuzzer.sh st run URL
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -80,12 +80,24 @@ pub struct CounterRun {
 impl CounterRun {
     /// What both workers' writes cost, by purpose.
     pub fn units(&self) -> tally_core::cost::Units {
-        let mut u = crate::answers::counter_units(&self.metrics, &self.leases);
-        u.merge(&crate::answers::counter_units(
+        let mut u = tally_serve::answers::counter_units(&self.metrics, &self.leases);
+        u.merge(&tally_serve::answers::counter_units(
             &self.changes,
             &self.change_leases,
         ));
         u
+    }
+
+    /// Both workers' metrics as Prometheus text (a counter's `--http`).
+    pub fn metrics_text(&self) -> anyhow::Result<String> {
+        tally_serve::prom::counter_metrics(&[
+            (tally_core::apps::COUNTER, &self.metrics, &self.leases),
+            (
+                tally_core::apps::CHANGES,
+                &self.changes,
+                &self.change_leases,
+            ),
+        ])
     }
 }
 
@@ -290,7 +302,7 @@ pub async fn run_router(
     backend: &Backend,
     idle: Arc<IdleExit>,
     shutdown: impl Future<Output = ()>,
-    metrics: Arc<crate::route::RouterMetrics>,
+    metrics: Arc<tally_router::RouterMetrics>,
     leases: Arc<LeaseMetrics>,
 ) -> Result<Arc<LeaseMetrics>> {
     let Some(homes) = settings.regions.homes()? else {
@@ -299,7 +311,7 @@ pub async fn run_router(
         );
     };
     let peers = crate::backend::peer_streams(settings).await?;
-    let factory = crate::route::Router::new(
+    let factory = tally_router::Router::new(
         backend.counter.clone(),
         tally_core::input::Input::of(&settings.input),
         homes,

@@ -142,7 +142,7 @@ impl Backend {
             readers.homes.insert(region.clone(), l);
         }
         readers.counts = Arc::new(
-            crate::homed::HomedCounts::new(homes, readers.counts.clone(), counts)
+            tally_serve::homed::HomedCounts::new(homes, readers.counts.clone(), counts)
                 .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?,
         );
         Ok(readers)

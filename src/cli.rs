@@ -406,7 +406,7 @@ pub struct DemoArgs {
     pub baselines: bool,
     /// Afterwards, keep producing a trickle of likes, counting and analysing them, and serve the
     /// dashboard and API on this address (default 127.0.0.1:8080) until Ctrl-C.
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::serve::DEFAULT_ADDR)]
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = tally_serve::DEFAULT_ADDR)]
     pub serve: Option<std::net::SocketAddr>,
 }
 
@@ -537,11 +537,11 @@ pub struct ConsumeArgs {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Where to listen (port 0: any free port; the address is printed).
-    #[arg(long, value_name = "ADDR", default_value = crate::serve::DEFAULT_ADDR, value_parser = socket_addr)]
+    #[arg(long, value_name = "ADDR", default_value = tally_serve::DEFAULT_ADDR, value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
     /// How long a count waits for the counter's workers' open windows (what they read and have
     /// not written yet); a worker slower than this is named in the answer. 0: stored counts only.
-    #[arg(long, value_name = "DURATION", default_value = crate::serve::pending::TIMEOUT_TEXT, value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = tally_serve::pending::TIMEOUT_TEXT, value_parser = humantime::parse_duration)]
     pub pending_timeout: std::time::Duration,
     /// Ask every request for `Authorization: Bearer <token>`, the token this file holds (at
     /// least 16 printable characters; two, one per line, while a rotation overlaps);
@@ -557,10 +557,10 @@ pub struct ServeArgs {
 #[derive(Args, Debug)]
 pub struct UpArgs {
     /// Where the ingest endpoint listens (port 0: any free port; the address is printed).
-    #[arg(long, value_name = "ADDR", default_value = crate::ingest::DEFAULT_ADDR, value_parser = socket_addr)]
+    #[arg(long, value_name = "ADDR", default_value = tally_ingest::DEFAULT_ADDR, value_parser = socket_addr)]
     pub ingest_addr: std::net::SocketAddr,
     /// Where the read API and the dashboard listen.
-    #[arg(long, value_name = "ADDR", default_value = crate::serve::DEFAULT_ADDR, value_parser = socket_addr)]
+    #[arg(long, value_name = "ADDR", default_value = tally_serve::DEFAULT_ADDR, value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
     /// Ask both for the token this file holds: a put signed with it as the secret access key,
     /// a read with `Authorization: Bearer <token>` (as `tally ingest` and `tally serve` do).
@@ -574,7 +574,7 @@ pub struct UpArgs {
 #[derive(Args, Debug)]
 pub struct IngestArgs {
     /// Where to listen (port 0: any free port; the address is printed).
-    #[arg(long, value_name = "ADDR", default_value = crate::ingest::DEFAULT_ADDR, value_parser = socket_addr)]
+    #[arg(long, value_name = "ADDR", default_value = tally_ingest::DEFAULT_ADDR, value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
     /// Take only requests signed (AWS Signature Version 4) with the token this file holds as the
     /// secret access key (at least 16 printable characters; two, one per line, while a rotation

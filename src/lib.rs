@@ -4,28 +4,19 @@
 //! router are tested in process (`tests/e2e/in_process.rs`), not only through the binary.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-pub mod answers;
 pub mod apps;
 pub mod backend;
 pub mod backfill;
 pub mod cli;
 pub mod commands;
 pub mod demo;
-pub mod homed;
-pub mod ingest;
 pub mod man;
 pub mod output;
 pub mod progress;
-pub mod reading;
 pub mod rebuild;
-pub mod recording;
-pub mod replay;
-pub mod route;
-pub mod serve;
 pub mod settings;
 pub mod signal;
 pub mod up;
-pub mod verify;
 
 use anyhow::Result;
 
@@ -99,7 +90,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Man => man::print(),
-        Command::Probe(a) => serve::client::probe(&a.url).await,
+        Command::Probe(a) => tally_serve::client::probe(&a.url).await,
         Command::Config(a) => print_config(&settings()?, a.json),
         Command::Demo(a) => commands::demo::demo(&settings()?, a, cli.data_dir.is_some()).await,
         Command::Setup(a) => commands::setup::setup(&settings()?, a).await,
@@ -112,7 +103,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Replay(a) => {
             // Before anything is created: a mistyped file name leaves no new store behind.
-            replay::check_replay_file(&a.file)?;
+            tally_recording::replay::check_replay_file(&a.file)?;
             let (s, b) = store(Access::Write).await?;
             commands::produce::run_replay(&s, &b, a).await
         }

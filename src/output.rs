@@ -1,12 +1,6 @@
 //! How commands print: JSON answers, and times as RFC 3339.
 
-use std::time::Duration;
-
-/// Epoch milliseconds as an RFC 3339 time, to the second (a time before 1970 shows as 1970).
-pub fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+pub use tally_recording::rfc3339;
 
 /// `n` likes in words: "1 like", "2 likes", "0 likes".
 pub fn likes(n: i64) -> String {

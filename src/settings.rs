@@ -194,7 +194,7 @@ pub const FAILPOINT_VAR: &str = "TALLY_FAILPOINT_CRASH_AFTER_BATCHES";
 
 /// The tests' other failpoint: `tally serve` pauses a counts call this many milliseconds between
 /// asking the workers and reading the store (a window lands in between). Not a setting either.
-pub const SERVE_PAUSE_VAR: &str = "TALLY_FAILPOINT_SERVE_PAUSE_MS";
+pub use tally_serve::counts::SERVE_PAUSE_VAR;
 
 /// The `TALLY_*` environment variables that are settings. One that names no setting is an error
 /// that names it (`TALLY_LOG` aside: it sets the log filter), instead of an unknown-field error.

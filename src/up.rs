@@ -1,6 +1,6 @@
 //! The embedded default as an app develops against it (`tally up`): in one process, the
-//! Kinesis-shaped ingest endpoint ([`crate::ingest`]) the app's producer code puts to, the
-//! counter and analytics, and the read API and dashboard ([`crate::serve`]) it reads from — each
+//! Kinesis-shaped ingest endpoint ([`tally_ingest`]) the app's producer code puts to, the
+//! counter and analytics, and the read API and dashboard ([`tally_serve`]) it reads from — each
 //! on its own connection to the store, as separate processes would be, until a shutdown. The
 //! counter serves its open windows to the read API, so a like shows as soon as it is read.
 
@@ -14,11 +14,11 @@ use tally_counter::board::Board;
 
 use crate::apps::{run_analytics, run_counter_with, Shown};
 use crate::backend::Backend;
-use crate::ingest::{self, IngestConfig};
-use crate::serve::auth::Token;
-use crate::serve::worker::WorkerHttp;
-use crate::serve::{self, ServeConfig};
 use crate::settings::{BackendKind, Settings};
+use tally_ingest::IngestConfig;
+use tally_serve::auth::Token;
+use tally_serve::worker::WorkerHttp;
+use tally_serve::ServeConfig;
 
 /// Where `tally up` listens, and the token both endpoints ask for.
 #[derive(Clone, Debug)]
@@ -55,8 +55,8 @@ pub async fn run(
         );
     }
     // The ports first: a port in use is refused before the store (and its data dir) is made.
-    let ingest_listener = serve::bind(cfg.ingest).await?;
-    let api_listener = serve::bind(cfg.api).await?;
+    let ingest_listener = tally_serve::bind(cfg.ingest).await?;
+    let api_listener = tally_serve::bind(cfg.api).await?;
     let backend = Backend::open(settings).await?;
     on_bound(Bound {
         ingest: ingest_listener.local_addr()?,
@@ -77,7 +77,7 @@ pub async fn run(
         let owner = s.worker_config().worker_id;
         let render = {
             let run = run.clone();
-            move || serve::prom::counter_metrics(&run)
+            move || run.metrics_text()
         };
         let open = Some((board.clone(), owner));
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -119,16 +119,17 @@ pub async fn run(
             retention_hours: settings.stream_retention_hours,
         };
         let (stream, rx) = (backend.stream.clone(), stopped.clone());
-        async move { ingest::run(ingest_listener, stream, cfg, until(rx)).await }
+        async move { tally_ingest::run(ingest_listener, stream, cfg, until(rx)).await }
     };
     let api = {
         let cfg = ServeConfig {
-            pending_timeout: serve::pending::default_timeout(),
+            pending_timeout: tally_serve::pending::default_timeout(),
             token: cfg.token.clone(),
+            half_life: settings.analytics.half_life,
         };
         let readers = backend.readers_across_regions(settings).await?;
-        let (s, rx) = (settings.clone(), stopped.clone());
-        async move { serve::run(api_listener, readers, &s, cfg, until(rx)).await }
+        let rx = stopped.clone();
+        async move { tally_serve::run(api_listener, readers, cfg, until(rx)).await }
     };
     let mut parts = tokio::task::JoinSet::new();
     parts.spawn(async move { ("the counter", counter.await) });

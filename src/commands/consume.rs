@@ -11,13 +11,13 @@ use tally_consumer::worker::{IdleExit, LeaseMetrics};
 use tally_core::apps;
 use tally_counter::board::Board;
 
-use crate::answers;
 use crate::apps::{run_analytics_with, run_counter_with, CounterRun, Shown};
 use crate::backend::Backend;
 use crate::cli::ConsumeArgs;
 use crate::output::print_json;
-use crate::serve::worker::{advertise_addr, WorkerHttp};
 use crate::settings::Settings;
+use tally_serve::answers;
+use tally_serve::worker::{advertise_addr, WorkerHttp};
 
 /// SIGINT/SIGTERM, or `--timeout` running out (then `timed_out` is set).
 fn stop_on(args: &ConsumeArgs, timed_out: Arc<AtomicBool>) -> impl Future<Output = ()> {
@@ -203,13 +203,13 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         apps::COUNTER,
         {
             let run = run.clone();
-            move || crate::serve::prom::counter_metrics(&run)
+            move || run.metrics_text()
         },
         Some((board.clone(), owner)),
     )
     .await?;
     if let Some(at) = bound {
-        crate::serve::say_serving(at);
+        tally_serve::say_serving(at);
     }
     let shown = match bound {
         Some(at) => Some(Shown {
@@ -285,20 +285,24 @@ fn stopped_summary(v: &serde_json::Value) -> String {
 
 /// `tally route`: the router until stopped or idle; what it read and put to other regions.
 pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
-    let (m, l): (Arc<crate::route::RouterMetrics>, Arc<LeaseMetrics>) = Default::default();
+    let (m, l): (Arc<tally_router::RouterMetrics>, Arc<LeaseMetrics>) = Default::default();
     let (_http, bound) = WorkerHttp::start(
         args.http,
         backend.leases.clone(),
         apps::ROUTER,
         {
             let (m, l) = (m.clone(), l.clone());
-            move || crate::serve::prom::router_metrics(&m, &l)
+            move || {
+                let load =
+                    |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                tally_serve::prom::router_metrics(load(&m.records), load(&m.routed), &l)
+            }
         },
         None,
     )
     .await?;
     if let Some(at) = bound {
-        crate::serve::say_serving(at);
+        tally_serve::say_serving(at);
     }
     let (watch, stop) = Watch::start(apps::ROUTER, args, {
         let m = m.clone();
@@ -325,13 +329,13 @@ pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArg
         apps::ANALYTICS,
         {
             let (m, l) = (m.clone(), l.clone());
-            move || crate::serve::prom::analytics_metrics(&m, &l)
+            move || tally_serve::prom::analytics_metrics(&m, &l)
         },
         None,
     )
     .await?;
     if let Some(at) = bound {
-        crate::serve::say_serving(at);
+        tally_serve::say_serving(at);
     }
     let (watch, stop) = Watch::start(apps::ANALYTICS, args, {
         let m = m.clone();

@@ -1,13 +1,13 @@
 //! `tally ingest`: its flags as an [`IngestConfig`], the address bound, and the embedded stream
-//! served in the Kinesis API's shape until Ctrl-C or SIGTERM (`ingest::run`).
+//! served in the Kinesis API's shape until Ctrl-C or SIGTERM (`tally_ingest::run`).
 
 use anyhow::{bail, Result};
 
 use crate::backend::Backend;
 use crate::cli::IngestArgs;
-use crate::ingest::{self, IngestConfig};
-use crate::serve::auth::Token;
 use crate::settings::{BackendKind, Settings};
+use tally_ingest::IngestConfig;
+use tally_serve::auth::Token;
 
 /// `tally ingest`.
 pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
@@ -24,8 +24,8 @@ pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
         token,
         retention_hours: s.stream_retention_hours,
     };
-    let listener = crate::serve::bind(a.addr).await?;
-    crate::serve::say_serving(listener.local_addr()?);
+    let listener = tally_serve::bind(a.addr).await?;
+    tally_serve::say_serving(listener.local_addr()?);
     eprintln!(
         "ingest: stream {} in the Kinesis API's shape{}",
         s.stream,
@@ -35,5 +35,5 @@ pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
             ""
         }
     );
-    ingest::run(listener, b.stream.clone(), cfg, crate::signal::shutdown()).await
+    tally_ingest::run(listener, b.stream.clone(), cfg, crate::signal::shutdown()).await
 }

@@ -9,9 +9,9 @@ use crate::backend::Backend;
 use crate::cli::{ProduceArgs, ReplayArgs};
 use crate::output::print_json;
 use crate::progress;
-use crate::replay::{replay, ReplayConfig, Replayed};
 use crate::settings::Settings;
 use crate::signal::Interrupted;
+use tally_recording::replay::{replay, ReplayConfig, Replayed};
 
 pub async fn run_produce(settings: &Settings, backend: &Backend, args: &ProduceArgs) -> Result<()> {
     let stop = crate::signal::stop_flag();

@@ -1,29 +1,26 @@
 //! The reading commands: `query`, `total`, `top`, `latency`, `dead-letters`, `leases`, `record`.
 
-use std::io::Write;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::json;
 use std::sync::Arc;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
-use tally_core::ports::{Consistency, Readers, Stream};
+use tally_core::ports::{Consistency, Readers};
 
-use crate::answers;
 use crate::backend::Backend;
 use crate::cli::{
     DeadLetterArgs, JsonArgs, LatencyArgs, LeasesArgs, QueryArgs, RecordArgs, TopArgs,
 };
 use crate::output::print_json;
-use crate::reading::{parents_first, read_to_tip};
-use crate::recording::{Header, Recorded};
-use crate::serve::counts::{check_ids, CountsAnswer, CountsQuery};
-use crate::serve::pending::Pending;
-use crate::serve::viewer::Refused;
-use crate::serve::{applied_through, Listing};
 use crate::settings::Settings;
+use tally_serve::answers;
+use tally_serve::counts::{check_ids, CountsAnswer, CountsQuery};
+use tally_serve::pending::Pending;
+use tally_serve::viewer::Refused;
+use tally_serve::{applied_through, Listing};
 
 /// A post's count as the API answers it (`GET /api/posts/{id}`, `/api/counts`): the stored count
 /// plus what the counter's workers have read and not yet written (asked first, as the read side
@@ -32,7 +29,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
     if let Some(u) = &args.viewer {
-        crate::serve::viewer::check_viewer(u).map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
+        tally_serve::viewer::check_viewer(u).map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
     }
     let requested = args.since.map(|d| now_ms() - d.as_millis() as i64);
     let q = CountsQuery {
@@ -52,7 +49,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     let asked = match args.stored {
         true => None,
         false => Some(
-            Pending::new(crate::serve::pending::default_timeout())
+            Pending::new(tally_serve::pending::default_timeout())
                 .ask(&holders, &args.post_ids)
                 .await,
         ),
@@ -181,7 +178,7 @@ async fn counts_fresh(read: &Readers, listing: &Listing) -> Result<serde_json::V
             let l = Listing::fetch(leases.as_ref(), apps::COUNTER).await?;
             homes.push((home.as_str(), Arc::new(l)));
         }
-        fresh["homes"] = crate::serve::freshness::homes_through(&homes);
+        fresh["homes"] = tally_serve::freshness::homes_through(&homes);
     }
     Ok(fresh)
 }
@@ -368,7 +365,7 @@ pub async fn leases(backend: &Backend, args: &LeasesArgs) -> Result<()> {
     let now = now_ms();
     if args.json {
         let listing = Listing::fetch(backend.leases.as_ref(), &args.app).await?;
-        print_json(&crate::serve::freshness::lease_rows(&listing));
+        print_json(&tally_serve::freshness::lease_rows(&listing));
     } else if !args.all && ls.len() > LEASE_ROWS_SHOWN {
         print_lease_summary(&ls, now);
     } else {
@@ -444,42 +441,15 @@ fn lease_table(ls: &[tally_core::lease::Lease], now: i64) -> Vec<String> {
     out
 }
 
-/// Writes every record of the stream as a recording (`crate::recording`): a header naming the
-/// shards, then each record with its shard, sequence number, key and arrival time, parents before
-/// children.
+/// `tally record`: every record of the stream written as a recording
+/// ([`tally_recording::record`]), and what was written said.
 pub async fn record(backend: &Backend, args: &RecordArgs) -> Result<()> {
-    let shards = parents_first(backend.stream.list_shards().await?)?;
-    // `-` is standard output (`tally record - | tally replay -`); the summary goes to stderr then.
-    let to_stdout = args.file.as_os_str() == "-";
-    let file: Box<dyn Write> = if to_stdout {
-        Box::new(std::io::stdout().lock())
-    } else {
-        Box::new(
-            std::fs::File::create(&args.file)
-                .with_context(|| format!("creating {}", args.file.display()))?,
-        )
-    };
-    let gz = args.file.extension().is_some_and(|e| e == "gz");
-    let mut out: Box<dyn Write> = if gz {
-        Box::new(flate2::write::GzEncoder::new(
-            file,
-            flate2::Compression::default(),
-        ))
-    } else {
-        Box::new(std::io::BufWriter::new(file))
-    };
-    serde_json::to_writer(&mut out, &Header::new(now_ms(), &shards))?;
-    out.write_all(b"\n")?;
-    let mut n = 0u64;
     let pb = crate::progress::start(None, "records", args.json);
-    for s in &shards {
-        n += dump_shard(backend.stream.as_ref(), &s.shard_id, &mut out, &pb).await?;
-    }
-    out.flush()?;
-    drop(out);
+    let w = tally_recording::record(backend.stream.as_ref(), &args.file, &|| pb.inc(1)).await?;
     crate::progress::finish(&pb);
-    let k = shards.len();
-    if to_stdout {
+    let (n, k) = (w.records, w.shards);
+    // `-` is standard output (`tally record - | tally replay -`); the summary goes to stderr then.
+    if args.file.as_os_str() == "-" {
         eprintln!("recorded {n} records of {k} shards to standard output");
     } else if args.json {
         print_json(&json!({"records": n, "shards": k, "file": args.file}));
@@ -490,33 +460,6 @@ pub async fn record(backend: &Backend, args: &RecordArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// One shard's records as lines of a recording; how many.
-async fn dump_shard(
-    stream: &dyn Stream,
-    shard_id: &str,
-    out: &mut dyn Write,
-    pb: &indicatif::ProgressBar,
-) -> Result<u64> {
-    let mut n = 0;
-    read_to_tip(stream, shard_id, 1_000, |batch| {
-        for r in batch.records {
-            Recorded {
-                shard_id: shard_id.to_owned(),
-                seq: r.seq.as_str().to_owned(),
-                partition_key: r.partition_key,
-                arrival_ms: r.arrival_ms,
-                data: r.data,
-            }
-            .write(out)?;
-            n += 1;
-            pb.inc(1);
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(n)
 }
 
 #[cfg(test)]

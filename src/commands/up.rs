@@ -4,9 +4,9 @@
 use anyhow::Result;
 
 use crate::cli::UpArgs;
-use crate::serve::auth::Token;
 use crate::settings::Settings;
 use crate::up::{self, UpConfig};
+use tally_serve::auth::Token;
 
 /// `tally up`.
 pub async fn up(s: &Settings, a: &UpArgs) -> Result<()> {

@@ -1,24 +1,34 @@
-//! `tally verify`: its flags turned into `verify::VerifyConfig`, the check run, its report
-//! printed and its exit status set (`verify::Verified::print`).
+//! `tally verify`: its flags and settings turned into `tally_verify::VerifyConfig`, the check
+//! run, its report printed and its exit status set (`tally_verify::Verified::print`).
 
 use anyhow::Result;
+use tally_verify::{Ports, VerifyConfig};
 
 use crate::backend::Backend;
 use crate::cli::VerifyArgs;
 use crate::settings::Settings;
-use crate::verify::{self, VerifyConfig};
 
-/// The check's config from the flags (a progress bar unless `--json`).
-pub fn config(a: &VerifyArgs) -> VerifyConfig {
+/// The check's config from the flags and the settings the store was counted by.
+pub fn config(s: &Settings, a: &VerifyArgs) -> VerifyConfig {
     VerifyConfig {
         from: a.from.clone(),
         since: a.since.clone(),
         memory: a.memory,
-        progress: !a.json,
+        configured: s.counter.count,
+        dedup_horizon_ms: tally_core::config::millis(s.counter.dedup_horizon) as i64,
+        input: s.record_input(),
     }
 }
 
-/// `tally verify`.
+/// `tally verify` (a progress bar unless `--json`).
 pub async fn verify(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
-    verify::check(s, b, &config(a)).await?.print(a.json, a.show)
+    let ports = Ports {
+        stream: b.stream.as_ref(),
+        counter: b.counter.as_ref(),
+        leases: b.leases.as_ref(),
+    };
+    let pb = crate::progress::start(None, "records", a.json);
+    let checked = tally_verify::check(ports, &config(s, a), &pb).await;
+    crate::progress::finish(&pb);
+    checked?.print(a.json, a.show)
 }

@@ -303,7 +303,7 @@ async fn report(
         "items_read": cm.items_read.load(Ordering::Relaxed) + changes.items_read.load(Ordering::Relaxed),
         "writes_per_event": items as f64 / events,
         "dynamodb_wcu_per_event": units.total() as f64 / events,
-        "write_units": crate::answers::write_units(&units),
+        "write_units": tally_serve::answers::write_units(&units),
         "events_per_sec": ran.records as f64 / ran.elapsed.as_secs_f64(),
         "elapsed_secs": ran.elapsed.as_secs_f64(),
         "produce_secs": ran.produced_in.as_secs_f64(),
@@ -355,9 +355,10 @@ pub async fn watch(demo: &Demo, addr: std::net::SocketAddr) -> Result<()> {
         "demo: still producing {} likes a second, counting and analysing; Ctrl-C to stop",
         settings.producer.rate
     );
-    let (ctx, refresher) = crate::serve::Ctx::start(backend.readers(), &settings).await?;
+    let (ctx, refresher) =
+        tally_serve::Ctx::start(backend.readers(), settings.analytics.half_life).await?;
     let served =
-        crate::serve::listen(addr, crate::serve::router(ctx), crate::signal::shutdown()).await;
+        tally_serve::listen(addr, tally_serve::router(ctx), crate::signal::shutdown()).await;
     refresher.abort();
     producer.abort();
     let _ = stop.send(true);

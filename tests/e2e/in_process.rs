@@ -57,10 +57,10 @@ async fn router_over(t: &Target) -> (axum::Router, tokio::task::JoinHandle<()>) 
     let backend = tally::backend::Backend::open_existing(&settings)
         .await
         .unwrap();
-    let (ctx, refresher) = tally::serve::Ctx::start(backend.readers(), &settings)
+    let (ctx, refresher) = tally_serve::Ctx::start(backend.readers(), settings.analytics.half_life)
         .await
         .unwrap();
-    (tally::serve::router(ctx), refresher)
+    (tally_serve::router(ctx), refresher)
 }
 
 /// One GET of the router, in process: status and body.
@@ -278,15 +278,16 @@ async fn the_read_side_runs_from_its_own_config() {
         .unwrap();
     let token_file = file_in(&t, "token");
     std::fs::write(&token_file, "a-token-of-twenty-chars\n").unwrap();
-    let cfg = tally::serve::ServeConfig {
+    let cfg = tally_serve::ServeConfig {
         pending_timeout: Duration::ZERO,
-        token: Some(tally::serve::auth::Token::from_file(&token_file).unwrap()),
+        token: Some(tally_serve::auth::Token::from_file(&token_file).unwrap()),
+        half_life: settings.analytics.half_life,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        tally::serve::run(listener, backend.readers(), &settings, cfg, async {
+        tally_serve::run(listener, backend.readers(), cfg, async {
             stopped.await.ok();
         })
         .await
@@ -305,14 +306,14 @@ async fn the_read_side_runs_from_its_own_config() {
 async fn replay_all(
     backend: &tally::backend::Backend,
     file: std::path::PathBuf,
-) -> tally::replay::Replayed {
-    let cfg = tally::replay::ReplayConfig {
+) -> tally_recording::replay::Replayed {
+    let cfg = tally_recording::replay::ReplayConfig {
         file,
         speed: None,
         rate: 0.0,
         hot: Default::default(),
     };
-    tally::replay::replay(
+    tally_recording::replay::replay(
         backend.stream.as_ref(),
         &cfg,
         &indicatif::ProgressBar::hidden(),

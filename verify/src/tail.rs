@@ -11,8 +11,8 @@ use tally_core::edge::{moves, EdgeChange};
 use tally_core::ports::{ShardState, StartPosition};
 use tally_core::summary::marker;
 
-use crate::backend::Backend;
-use crate::verify::recount::Minute;
+use crate::recount::Minute;
+use crate::Ports;
 
 /// One change not counted yet, as a post's deltas: its shard, its marker and what it moves.
 struct Pending {
@@ -36,7 +36,7 @@ pub struct LogTail {
 impl LogTail {
     /// Reads the change log of `b`'s store after each checkpoint of the second stage (from the
     /// log's start for a shard it has none of).
-    pub async fn read(b: &Backend) -> Result<LogTail> {
+    pub async fn read(b: Ports<'_>) -> Result<LogTail> {
         let log = b
             .counter
             .change_log()

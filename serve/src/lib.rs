@@ -1,10 +1,13 @@
-//! `tally serve`: the read side over HTTP — a JSON API, Prometheus metrics, health checks and a
-//! dashboard page — on either backend; and the small endpoint a consumer worker exposes with
-//! `--http` (its own metrics and health).
+//! The read service (`tally serve`): the read side over HTTP — a JSON API, Prometheus metrics,
+//! health checks and a dashboard page — on either backend; the small endpoint a consumer worker
+//! exposes with `--http` (its own metrics and health); and the answers `tally query` shares with
+//! it ([`counts`], [`answers`]), so that the two never say a count differently.
 //!
-//! Layout: this module holds the server, the routes and the JSON answers; `freshness` says how far
-//! each app has applied the stream; `prom` renders Prometheus text; `dashboard.html` is the page
-//! (no external assets: it works offline and reads the same JSON API).
+//! Layout: this module holds the server and the routes; `counts` composes a counts answer;
+//! `freshness` says how far each app has applied the stream; `prom` renders Prometheus text;
+//! `homed` reads each post from its home region; `dashboard.html` is the page (no external
+//! assets: it works offline and reads the same JSON API).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,11 +24,11 @@ use tally_core::apps;
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
 
-use crate::answers;
-use crate::settings::Settings;
 use tally_core::ports::Readers;
 
+pub mod answers;
 pub mod freshness;
+pub mod homed;
 pub mod params;
 pub mod prom;
 
@@ -47,7 +50,8 @@ use pending::{pending_for, pending_json, Asked, Pending};
 #[derive(Clone)]
 pub struct Ctx {
     pub read: Readers,
-    pub settings: Arc<Settings>,
+    /// The trending scores' half-life (`analytics.half_life`).
+    pub half_life: std::time::Duration,
     /// The lease rows, listed in the background: freshness, leases and metrics read these.
     pub listings: Arc<Listings>,
     /// Asks the counter's workers for what they read and have not written (`None`: counts are
@@ -64,13 +68,13 @@ impl Ctx {
     /// until the returned task is aborted.
     pub async fn start(
         read: Readers,
-        settings: &Settings,
+        half_life: std::time::Duration,
     ) -> Result<(Ctx, tokio::task::JoinHandle<()>)> {
         let (listings, task) =
             Listings::start(read.leases.clone(), &read.homes, freshness::REFRESH).await?;
         let ctx = Ctx {
             read,
-            settings: Arc::new(settings.clone()),
+            half_life,
             listings,
             pending: Some(Arc::new(Pending::new(pending::default_timeout()))),
             token: None,
@@ -163,7 +167,7 @@ pub fn router(ctx: Ctx) -> Router {
     }
 }
 
-/// The API's OpenAPI 3.1 description (`src/serve/openapi.json`, checked against the answers by
+/// The API's OpenAPI 3.1 description (`serve/src/openapi.json`, checked against the answers by
 /// `tests/e2e/openapi.rs`).
 pub const OPENAPI: &str = include_str!("openapi.json");
 
@@ -478,16 +482,11 @@ async fn trending(State(c): State<Ctx>, ApiQuery(p): ApiQuery<TrendingParams>) -
     if k == 0 || k > 1_000 {
         return Err(bad_request("`k` must be between 1 and 1000"));
     }
-    let top = tally_analytics::top(
-        c.read.analytics.as_ref(),
-        apps::ANALYTICS,
-        c.settings.analytics.half_life,
-        k,
-    )
-    .await?;
+    let top =
+        tally_analytics::top(c.read.analytics.as_ref(), apps::ANALYTICS, c.half_life, k).await?;
     Ok(Json(json!({
         "trending": top.iter().map(|e| json!({"post_id": e.post_id, "score": e.score, "error": e.error})).collect::<Vec<_>>(),
-        "half_life_secs": c.settings.analytics.half_life.as_secs(),
+        "half_life_secs": c.half_life.as_secs(),
         "applied_through": c.fresh(apps::ANALYTICS),
     })))
 }
@@ -654,13 +653,15 @@ pub async fn ready_for(leases: &dyn tally_core::ports::LeaseReader, app: &str) -
 /// Where `tally serve` listens by default (and `tally demo --serve` without an address).
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 
-/// How the read side serves, beside the settings: what `tally serve`'s flags say.
+/// How the read side serves: what `tally serve`'s flags and `analytics.half_life` say.
 #[derive(Clone, Debug, Default)]
 pub struct ServeConfig {
     /// How long a count waits for the counter's workers' open windows (zero: stored counts only).
     pub pending_timeout: std::time::Duration,
     /// The token every request must carry (`None`: open).
     pub token: Option<auth::Token>,
+    /// The trending scores' half-life (`analytics.half_life`).
+    pub half_life: std::time::Duration,
 }
 
 /// The read side on `listener` — the JSON API, `/metrics` and the dashboard over `readers` —
@@ -668,11 +669,10 @@ pub struct ServeConfig {
 pub async fn run(
     listener: tokio::net::TcpListener,
     readers: Readers,
-    s: &Settings,
     cfg: ServeConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let (mut ctx, refresher) = Ctx::start(readers, s).await?;
+    let (mut ctx, refresher) = Ctx::start(readers, cfg.half_life).await?;
     ctx.pending =
         (!cfg.pending_timeout.is_zero()).then(|| Arc::new(Pending::new(cfg.pending_timeout)));
     ctx.token = cfg.token;

@@ -5,6 +5,7 @@
 //! `DescribeStreamSummary`, a producer's health check), with
 //! Kinesis's limits and errors ([`kinesis`]); with a token, every request must be signed
 //! (Signature Version 4) with it as the secret access key ([`sigv4`]).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod kinesis;
 pub mod sigv4;
@@ -20,8 +21,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use tally_core::ports::{PortError, Stream};
 
-use crate::serve::auth::Token;
 use kinesis::KinesisError;
+use tally_serve::auth::Token;
 
 /// Where `tally ingest` listens by default: beside the read API's port.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:4567";
@@ -64,7 +65,7 @@ pub async fn run(
     cfg: IngestConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    crate::serve::serve_on(listener, router(stream, cfg), shutdown).await
+    tally_serve::serve_on(listener, router(stream, cfg), shutdown).await
 }
 
 async fn put(

@@ -209,12 +209,12 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     Ok(Json(v))
 }
 
+/// Tests only: pauses a counts call between asking the workers and reading the store.
+pub const SERVE_PAUSE_VAR: &str = "TALLY_FAILPOINT_SERVE_PAUSE_MS";
+
 /// Tests only: `TALLY_FAILPOINT_SERVE_PAUSE_MS` pauses a counts call between asking the workers
 /// and reading the store, so that a test can land a window in between.
 fn failpoint_pause() -> Option<std::time::Duration> {
-    let ms: u64 = std::env::var(crate::settings::SERVE_PAUSE_VAR)
-        .ok()?
-        .parse()
-        .ok()?;
+    let ms: u64 = std::env::var(SERVE_PAUSE_VAR).ok()?.parse().ok()?;
     Some(std::time::Duration::from_millis(ms))
 }

@@ -12,9 +12,8 @@ use tally_core::ports::{PutEntry, Stream};
 use tally_producer::keys::HotPosts;
 use tally_producer::put::{put_all, put_as_they_come, put_at_pace, PutStats, MAX_BATCH_RECORDS};
 
-use crate::output::rfc3339;
 use crate::reading::open_input;
-use crate::recording::{self, Recorded};
+use crate::{self as recording, Recorded};
 
 /// What to replay and how.
 #[derive(Clone, Debug)]
@@ -101,7 +100,7 @@ pub async fn replay(
                 recs.finish()?;
                 let on_put = |n, reached| {
                     pb.inc(n);
-                    pb.set_message(format!("recorded time {}", rfc3339(reached)));
+                    pb.set_message(format!("recorded time {}", recording::rfc3339(reached)));
                 };
                 put_at_pace(stream, ordered, speed, cfg.rate, &on_put, stop).await?
             } else {

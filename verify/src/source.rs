@@ -55,11 +55,11 @@ pub async fn read_stream(
     rows: &HashMap<String, Row>,
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Vec<String>)> {
-    let shards = crate::reading::parents_first(stream.list_shards().await?)?;
+    let shards = tally_recording::reading::parents_first(stream.list_shards().await?)?;
     let mut r = rule.recount(&shards, rows, pass);
     let mut notes = Vec::new();
     for s in &shards {
-        crate::reading::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
+        tally_recording::reading::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
             if let Some(t) = &batch.trimmed_through {
                 notes.push(format!(
                     "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
@@ -86,8 +86,8 @@ pub fn read_recording(
     pb: &indicatif::ProgressBar,
 ) -> Result<(Recount, Anchors)> {
     let file = recording.name.as_path();
-    let input = crate::reading::open_input(&recording.path)?;
-    let mut reader = match crate::recording::Reader::open(input)? {
+    let input = tally_recording::reading::open_input(&recording.path)?;
+    let mut reader = match tally_recording::Reader::open(input)? {
         Ok(r) => r,
         Err(_) => anyhow::bail!(
             "{} is not a recording (its first line is not the header `tally record` writes): plain NDJSON has no shards or sequence numbers to compare checkpoints with",

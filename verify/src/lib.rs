@@ -11,6 +11,7 @@
 //!
 //! Memory is bounded whatever the stream's size (`--memory-mb`): the recount reads the records
 //! in passes over a partition of the posts ([`partition`]), each compared as it ends.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod partition;
 mod posts;
@@ -31,17 +32,24 @@ use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::edge::CountMode;
 use tally_core::ports::{
-    Consistency, CountReader, DeadLetterReader, PostCount, ShardInfo, ShardState,
-    MAX_POSTS_PER_CALL,
+    Consistency, CountReader, CounterStore, DeadLetterReader, LeaseReader, PostCount, ShardInfo,
+    ShardState, Stream, MAX_POSTS_PER_CALL,
 };
 use tally_core::seq::Position;
 use tally_core::summary::marker;
 
 use self::partition::Part;
 use self::recount::{Minute, Recount, Row};
-use crate::backend::Backend;
-use crate::output::{print_json, rfc3339};
-use crate::settings::Settings;
+use tally_recording::rfc3339;
+
+/// What a verify reads: the stream, the store and the counter's checkpoints. Nothing is
+/// written.
+#[derive(Clone, Copy)]
+pub struct Ports<'a> {
+    pub stream: &'a dyn Stream,
+    pub counter: &'a dyn CounterStore,
+    pub leases: &'a dyn LeaseReader,
+}
 
 /// A drift: the store's count beside the recount's (a range when late copies leave it open).
 #[derive(Clone, Debug, Serialize)]
@@ -103,8 +111,13 @@ pub struct VerifyConfig {
     pub since: Vec<std::time::Duration>,
     /// The most memory the recount holds (bytes): past it, it reads the records again in passes.
     pub memory: u64,
-    /// Show a progress bar on standard error.
-    pub progress: bool,
+    /// What the store counts as configured (`counter.count`): a store that has counted nothing
+    /// yet says nothing of its own.
+    pub configured: CountMode,
+    /// The counter's dedup horizon (`counter.dedup_horizon`), counting events.
+    pub dedup_horizon_ms: i64,
+    /// What the records are (`input`, `regions`).
+    pub input: tally_core::input::Input,
 }
 
 /// A verify's outcome: its report, and whether anything is off.
@@ -120,7 +133,7 @@ impl Verified {
     /// when something is off: `tally verify`'s exit status.
     pub fn print(&self, json: bool, show: usize) -> Result<()> {
         if json {
-            print_json(&serde_json::to_value(&self.report)?);
+            println!("{}", serde_json::to_string_pretty(&self.report)?);
         } else {
             print_text(&self.report, show);
         }
@@ -133,7 +146,11 @@ impl Verified {
 
 /// Recounts the stream (or a recording) apart from the counter and compares the store with it:
 /// what `tally verify` runs, callable from a program or a test.
-pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verified> {
+pub async fn check(
+    b: Ports<'_>,
+    a: &VerifyConfig,
+    pb: &indicatif::ProgressBar,
+) -> Result<Verified> {
     let app = apps::COUNTER;
     let before = states(b, app).await?;
     let rows: HashMap<String, Row> = before
@@ -150,7 +167,7 @@ pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verifi
         memory_budget: bytesize::ByteSize(a.memory).to_string(),
         ..Report::default()
     };
-    let rule = Rule::of_store(s, b).await?;
+    let rule = Rule::of_store(a, b).await?;
     // Counting likers, the changes of the edges not counted yet (the counter's second stage
     // reads them after its checkpoints): what the counts lag the edges by.
     let tail = match rule.counts {
@@ -179,7 +196,6 @@ pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verifi
     let since = since_times(tally_core::clock::now_ms(), &a.since);
     report.since_ms = since.clone();
 
-    let pb = crate::progress::start(None, "records", !a.progress);
     let recounted = Checked {
         tail: tail.as_ref(),
         rule: &rule,
@@ -189,9 +205,8 @@ pub async fn check(s: &Settings, b: &Backend, a: &VerifyConfig) -> Result<Verifi
         since: &since,
         budget: usize::try_from(a.memory).unwrap_or(usize::MAX),
     }
-    .passes(b, &pb, &mut report)
+    .passes(b, pb, &mut report)
     .await?;
-    crate::progress::finish(&pb);
     // Read between two listings: a window that adds to it moves a checkpoint (or leaves one
     // pending) that the second listing then shows.
     let total = b
@@ -284,7 +299,7 @@ impl Checked<'_> {
     /// pass's posts with the store as it ends.
     async fn passes(
         &self,
-        b: &Backend,
+        b: Ports<'_>,
         pb: &indicatif::ProgressBar,
         report: &mut Report,
     ) -> Result<Recounted> {
@@ -300,22 +315,15 @@ impl Checked<'_> {
             r.finish();
             report.passes += 1;
             report.over_budget |= r.over_budget;
-            let drifted = check_posts(
-                b.counter.as_ref(),
-                &r,
-                self.tail,
-                self.since,
-                &mut split,
-                report,
-            )
-            .await?;
+            let drifted =
+                check_posts(b.counter, &r, self.tail, self.since, &mut split, report).await?;
             let after = states(b, apps::COUNTER).await?;
             settle(drifted, self.before, &after, report);
             if pass.first {
                 report.recount = r.tally.clone();
                 report.shards = r.read.len();
                 report.records_read = r.tally.records;
-                compare_letters(b.counter.as_ref(), &r, report).await?;
+                compare_letters(b.counter, &r, report).await?;
             } else {
                 let (t, p) = (&mut report.recount, &r.tally);
                 t.counted += p.counted;
@@ -323,7 +331,7 @@ impl Checked<'_> {
                 t.late_copies += p.late_copies;
                 t.beyond_checkpoint += p.beyond_checkpoint;
             }
-            compare_edges(b.counter.as_ref(), &r, self.before, &after, report).await?;
+            compare_edges(b.counter, &r, self.before, &after, report).await?;
             out.total += r.total();
             out.late_copies += r.tally.late_copies;
             out.read = std::mem::take(&mut r.read);
@@ -343,7 +351,7 @@ impl Checked<'_> {
     /// One pass over the records.
     async fn read(
         &self,
-        b: &Backend,
+        b: Ports<'_>,
         pass: Pass,
         pb: &indicatif::ProgressBar,
         report: &mut Report,
@@ -352,15 +360,13 @@ impl Checked<'_> {
             Source::Recording(f) => {
                 let (r, anchors) = source::read_recording(f, self.rule, pass, self.rows, pb)?;
                 if pass.first {
-                    anchors
-                        .check(&f.name, b.stream.as_ref(), self.rows, &r.read)
-                        .await?;
+                    anchors.check(&f.name, b.stream, self.rows, &r.read).await?;
                 }
                 Ok(r)
             }
             Source::Stream => {
                 let (r, notes) =
-                    source::read_stream(b.stream.as_ref(), self.rule, pass, self.rows, pb).await?;
+                    source::read_stream(b.stream, self.rule, pass, self.rows, pb).await?;
                 if pass.first {
                     report.not_checked.extend(notes);
                 }
@@ -375,7 +381,7 @@ impl Checked<'_> {
 #[error("the store's counts are not the recount's (above)")]
 pub struct Drifted;
 
-async fn states(b: &Backend, app: &str) -> Result<HashMap<String, ShardState>> {
+async fn states(b: Ports<'_>, app: &str) -> Result<HashMap<String, ShardState>> {
     Ok(b.leases
         .list_states(app)
         .await
@@ -404,21 +410,21 @@ enum Counts {
 impl Rule {
     /// The rule the store was counted by. The store says what it counts (one that has counted
     /// nothing yet counts as configured).
-    async fn of_store(s: &Settings, b: &Backend) -> Result<Rule> {
+    async fn of_store(a: &VerifyConfig, b: Ports<'_>) -> Result<Rule> {
         let mode = b
             .counter
             .stored_mode()
             .await
             .context("reading what the store counts")?
-            .unwrap_or(s.counter.count);
-        let horizon_ms = tally_core::config::millis(s.counter.dedup_horizon) as i64;
+            .unwrap_or(a.configured);
+        let horizon_ms = a.dedup_horizon_ms;
         let counts = match mode {
             CountMode::Events => Counts::Events { horizon_ms },
             CountMode::Likers => Counts::Likers,
         };
         Ok(Rule {
             counts,
-            input: s.record_input(),
+            input: a.input.clone(),
         })
     }
 

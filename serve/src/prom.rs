@@ -12,6 +12,7 @@ use tally_analytics::AnalyticsMetrics;
 use tally_consumer::worker::LeaseMetrics;
 use tally_core::apps;
 use tally_core::clock::now_ms;
+use tally_counter::CounterMetrics;
 
 use super::Ctx;
 
@@ -315,13 +316,10 @@ fn lease_metrics(reg: &mut Registry, stages: &[(&str, &LeaseMetrics)]) {
 
 /// A counter worker's own metrics: each of its two stages' (the stream's, app `counter`; the
 /// edges' change log's, app `changes`, idle counting events) as samples of one family, by `app`.
-pub fn counter_metrics(run: &crate::apps::CounterRun) -> anyhow::Result<String> {
-    use tally_counter::CounterMetrics;
+pub fn counter_metrics(
+    stages: &[(&str, &CounterMetrics, &LeaseMetrics)],
+) -> anyhow::Result<String> {
     let mut reg = Registry::with_prefix("tally");
-    let stages = [
-        (apps::COUNTER, &run.metrics, &run.leases),
-        (apps::CHANGES, &run.changes, &run.change_leases),
-    ];
     let of = |f: fn(&CounterMetrics) -> &AtomicU64| -> Vec<(Labels, u64)> {
         stages
             .iter()
@@ -407,8 +405,7 @@ pub fn counter_metrics(run: &crate::apps::CounterRun) -> anyhow::Result<String> 
         "The largest iterator age seen (ms)",
         &ages,
     );
-    let leases: Vec<(&str, &LeaseMetrics)> =
-        stages.iter().map(|(app, _, l)| (*app, &***l)).collect();
+    let leases: Vec<(&str, &LeaseMetrics)> = stages.iter().map(|(app, _, l)| (*app, *l)).collect();
     lease_metrics(&mut reg, &leases);
     render(&reg)
 }
@@ -434,18 +431,18 @@ pub fn analytics_metrics(m: &AnalyticsMetrics, l: &LeaseMetrics) -> anyhow::Resu
 
 /// The router's metrics (`tally route --http`): records read and put to other regions, and its
 /// leases.
-pub fn router_metrics(m: &crate::route::RouterMetrics, l: &LeaseMetrics) -> anyhow::Result<String> {
+pub fn router_metrics(records: u64, routed: u64, l: &LeaseMetrics) -> anyhow::Result<String> {
     let mut reg = Registry::with_prefix("tally");
     let a = [("app", apps::ROUTER)];
     for (name, help, v) in [
-        ("records", "Records read", &m.records),
+        ("records", "Records read", records),
         (
             "routed",
             "Records put to another region's stream (once per region they have likes for)",
-            &m.routed,
+            routed,
         ),
     ] {
-        counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
+        counter(&mut reg, name, help, &a, v);
     }
     lease_metrics(&mut reg, &[(apps::ROUTER, l)]);
     render(&reg)

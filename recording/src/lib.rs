@@ -1,17 +1,93 @@
-//! The file `tally record` writes and `tally replay` and `tally verify --from` read: one header
+//! A stream on file. [`reading`] reads a stream whole, parents first, and opens the files
+//! records come from; [`record`] writes a stream as a recording; [`replay`] puts a file back into
+//! a stream.
+//!
+//! The recording format, the file `tally record` writes and `tally replay` and `tally verify --from` read: one header
 //! line naming the shards, then one line per Kinesis record with everything the stream said about
 //! it — shard, sequence number, partition key, arrival time, and its bytes (as a JSON string when
 //! they are UTF-8, else base64, as a KPL aggregate is).
 //!
 //! A file whose first line is not this header is plain NDJSON: each line is one record's data
 //! (what `tally replay` has always put).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod reading;
+pub mod replay;
 
 use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
-use tally_core::ports::ShardInfo;
+use tally_core::clock::now_ms;
+use tally_core::ports::{ShardInfo, Stream};
+
+use crate::reading::{parents_first, read_to_tip};
+
+/// Epoch milliseconds as an RFC 3339 time, to the second (a time before 1970 shows as 1970).
+pub fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// What [`record`] wrote.
+#[derive(Clone, Copy, Debug)]
+pub struct Written {
+    pub records: u64,
+    pub shards: usize,
+}
+
+/// Writes every record of the stream to `file` as a recording (`-`: standard output; `.gz`:
+/// gzip): a header naming the shards, then each record with its shard, sequence number, key and
+/// arrival time, parents before children. `each` is called once per record written.
+pub async fn record(
+    stream: &dyn Stream,
+    file: &std::path::Path,
+    each: &(dyn Fn() + Sync),
+) -> Result<Written> {
+    let shards = parents_first(stream.list_shards().await?)?;
+    let file: Box<dyn Write> = if file.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let f =
+            std::fs::File::create(file).with_context(|| format!("creating {}", file.display()))?;
+        if file.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::write::GzEncoder::new(
+                f,
+                flate2::Compression::default(),
+            ))
+        } else {
+            Box::new(f)
+        }
+    };
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut out, &Header::new(now_ms(), &shards))?;
+    out.write_all(b"\n")?;
+    let mut records = 0u64;
+    for s in &shards {
+        read_to_tip(stream, &s.shard_id, 1_000, |batch| {
+            for r in batch.records {
+                Recorded {
+                    shard_id: s.shard_id.clone(),
+                    seq: r.seq.as_str().to_owned(),
+                    partition_key: r.partition_key,
+                    arrival_ms: r.arrival_ms,
+                    data: r.data,
+                }
+                .write(&mut out)?;
+                records += 1;
+                each();
+            }
+            Ok(())
+        })
+        .await?;
+    }
+    out.into_inner().map_err(|e| e.into_error())?.flush()?;
+    Ok(Written {
+        records,
+        shards: shards.len(),
+    })
+}
 
 /// The format's version, in the header's `tally_recording` field.
 pub const VERSION: u32 = 1;

@@ -6,6 +6,7 @@
 //! it puts the batch again: a copy, which the home counter counts once (likers: the edge holds
 //! the event; events: the dedup horizon). The local counter skips those records
 //! (`tally_core::input::Input::homed`); the home counter counts them.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
