@@ -12,7 +12,6 @@
 
 pub mod fold;
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +32,7 @@ use tally_core::ports::{
 use tally_core::trending::{merge, Trending};
 
 use crate::fold::Fold;
-use tally_core::boundary::{fold_record, Extent, Windows};
+use tally_core::boundary::{Extent, Parts};
 use tally_core::kpl::Took;
 use tally_core::Position;
 
@@ -308,11 +307,18 @@ impl AnalyticsShard {
 
 /// Analytics' windows: each closes after `window_records` user records (inside a KPL aggregate if
 /// need be: its dedup record is one store item) and is stored when it does.
-impl Windows for AnalyticsShard {
-    type Error = ConsumerError;
-
-    fn checkpoint(&self) -> Option<&Position> {
-        self.checkpoint.as_ref()
+impl AnalyticsShard {
+    /// Folds one record, part by part ([`Parts`]), storing each window it fills.
+    async fn fold_record(&mut self, r: &StreamRecord, now: i64) -> Result<(), ConsumerError> {
+        let mut parts = Parts::of(r, self.checkpoint.as_ref());
+        while let Some(from) = parts.next() {
+            let (took, reached) = self.fold_part(r, from, now);
+            if reached {
+                self.snapshot(false).await?;
+            }
+            parts.took(took);
+        }
+        Ok(())
     }
 
     fn fold_part(&mut self, r: &StreamRecord, from: u32, now: i64) -> (Took, bool) {
@@ -323,10 +329,6 @@ impl Windows for AnalyticsShard {
         let (took, likes) = self.fold.take(&mut self.extent, r, from, room, now);
         self.metrics.likes.fetch_add(likes, Ordering::Relaxed);
         (took, self.extent.len() >= self.cfg.window_records)
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), ConsumerError>> + Send {
-        self.snapshot(false)
     }
 }
 
@@ -377,7 +379,7 @@ impl ShardProcessor for AnalyticsShard {
         }
         for r in &batch.records {
             self.metrics.records.fetch_add(1, Ordering::Relaxed);
-            fold_record(self, r, now).await?;
+            self.fold_record(r, now).await?;
         }
         Ok(())
     }

@@ -5,12 +5,10 @@
 //! so a window may end inside an aggregate; the next window goes on after the last user record
 //! taken, and a checkpoint inside a record (a restart there reads the record again) skips the
 //! user records it covers. An off-by-one here loses or double-counts likes, so it is written once:
-//! [`fold_record`] drives an application's [`Windows`] through a record, and [`Extent::take`]
-//! hands one part of it to the application's [`Fold`] and moves the window's end. The counter
-//! (`CounterShard`) and analytics (`AnalyticsShard`) differ only in what they fold and in what
-//! closing a window does; the property tests (`core/tests/properties.rs`) drive this engine.
-
-use std::future::Future;
+//! [`Parts`] says where each part of a record starts, and [`Extent::take`] hands one part to the
+//! application's [`Fold`] and moves the window's end. The counter (`CounterShard`) and analytics
+//! (`AnalyticsShard`) drive them, differing only in what they fold and in what closing a window
+//! does; the calls go one way, from the shard into the core.
 
 use crate::kpl::{user_records, Took, UserRecords};
 use crate::ports::StreamRecord;
@@ -121,42 +119,35 @@ impl Extent {
     }
 }
 
-/// A shard's windows, as [`fold_record`] drives them.
-pub trait Windows {
-    /// What closing a window can fail with.
-    type Error;
-
-    /// The shard's checkpoint: in a record it falls inside, the user records it covers are
-    /// skipped (they were counted before a restart there).
-    fn checkpoint(&self) -> Option<&Position>;
-
-    /// Folds the user records of `record` from `from` on into the open window (opening one at
-    /// `now_ms` if none is), as many as fit before its bound, with [`Extent::take`]; returns what
-    /// that took and whether the window has reached its bound.
-    fn fold_part(&mut self, record: &StreamRecord, from: u32, now_ms: i64) -> (Took, bool);
-
-    /// Closes the window that reached its bound (applies or stores it), moving the checkpoint to
-    /// its end.
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send;
+/// Where the parts of one record start, as a shard folds it into its windows: from the first
+/// user record its checkpoint does not cover, then each part after the last user record the part
+/// before took, until the record is taken whole. The shard folds each part ([`Extent::take`])
+/// and closes its window when the part reaches the window's bound; this only says where the
+/// next part starts, so that no application works it out again.
+#[derive(Clone, Copy, Debug)]
+pub struct Parts {
+    next: Option<u32>,
 }
 
-/// Folds one record into windows: the open one, closed when it reaches its bound, then the next
-/// from the user record after the last one taken, until the record is taken whole.
-pub async fn fold_record<W: Windows>(
-    windows: &mut W,
-    record: &StreamRecord,
-    now_ms: i64,
-) -> Result<(), W::Error> {
-    let mut from = Position::resume_in(windows.checkpoint(), &record.seq);
-    loop {
-        let (took, reached) = windows.fold_part(record, from, now_ms);
-        if reached {
-            windows.close().await?;
+impl Parts {
+    /// The parts of `record`, read after `checkpoint`.
+    pub fn of(record: &StreamRecord, checkpoint: Option<&Position>) -> Parts {
+        Parts {
+            next: Some(Position::resume_in(checkpoint, &record.seq)),
         }
-        match took {
-            Took::Whole => return Ok(()),
-            Took::Through(k) => from = k + 1,
-        }
+    }
+
+    /// The first user record of the next part (`None`: the record is taken whole).
+    pub fn next(&self) -> Option<u32> {
+        self.next
+    }
+
+    /// What the last part took.
+    pub fn took(&mut self, took: Took) {
+        self.next = match took {
+            Took::Whole => None,
+            Took::Through(k) => Some(k + 1),
+        };
     }
 }
 
@@ -192,27 +183,18 @@ mod tests {
         }
     }
 
-    impl Windows for Sized {
-        type Error = ();
-        fn checkpoint(&self) -> Option<&Position> {
-            self.checkpoint.as_ref()
+    /// A shard's loop over one record, with windows that close synchronously.
+    fn run(w: &mut Sized, record: &StreamRecord) {
+        let mut parts = Parts::of(record, w.checkpoint.as_ref());
+        while let Some(from) = parts.next() {
+            let (extent, fold) = &mut w.open;
+            let took = extent.take(fold, record, from, extent.room(w.size));
+            if extent.len() >= w.size {
+                w.checkpoint = w.open.0.take_end();
+                w.closed.push(std::mem::take(&mut w.open.1));
+            }
+            parts.took(took);
         }
-        fn fold_part(&mut self, record: &StreamRecord, from: u32, _: i64) -> (Took, bool) {
-            let (extent, fold) = &mut self.open;
-            let took = extent.take(fold, record, from, extent.room(self.size));
-            (took, extent.len() >= self.size)
-        }
-        async fn close(&mut self) -> Result<(), ()> {
-            self.checkpoint = self.open.0.take_end();
-            self.closed.push(std::mem::take(&mut self.open.1));
-            Ok(())
-        }
-    }
-
-    fn run(w: &mut Sized, r: &StreamRecord) {
-        let fut = std::pin::pin!(fold_record(w, r, 0));
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(fut.poll(&mut cx).is_ready(), "nothing here waits");
     }
 
     #[test]

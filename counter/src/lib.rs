@@ -28,7 +28,6 @@
 //! windows read and not written to the read side.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,7 +36,7 @@ use async_trait::async_trait;
 use counting::Counting;
 use tally_consumer::worker::{LeaseKeeper, ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
-use tally_core::boundary::{fold_record, Windows};
+use tally_core::boundary::Parts;
 use tally_core::config::ReadMode;
 use tally_core::config::{millis, range, Invalid};
 use tally_core::cost::{Purpose, Units};
@@ -573,13 +572,27 @@ impl CounterShard {
 
 /// The counter's windows: each closes at its size, or at the pending window's recorded end when
 /// rebuilding it, and is applied when it does.
-impl Windows for CounterShard {
-    type Error = ConsumerError;
-
-    fn checkpoint(&self) -> Option<&Position> {
-        self.checkpoint.as_ref()
+impl CounterShard {
+    /// Folds one record, part by part ([`Parts`]), applying each window it fills.
+    async fn fold_record(
+        &mut self,
+        record: &StreamRecord,
+        now_ms: i64,
+    ) -> Result<(), ConsumerError> {
+        let mut parts = Parts::of(record, self.checkpoint.as_ref());
+        while let Some(from) = parts.next() {
+            let (took, reached) = self.fold_part(record, from, now_ms);
+            if reached {
+                self.close_and_apply(false).await?;
+            }
+            parts.took(took);
+        }
+        Ok(())
     }
 
+    /// Folds the user records of `record` from `from` on into the open window (opening one at
+    /// `now_ms` if none is), as many as fit before its bound: what that took, and whether the
+    /// window has reached its bound.
     fn fold_part(&mut self, record: &StreamRecord, from: u32, now_ms: i64) -> (Took, bool) {
         let bound = match &self.replay {
             Some(p) => Bound::End(&p.end),
@@ -603,10 +616,6 @@ impl Windows for CounterShard {
         let reached = window.reached(bound);
         self.board.note_met(&self.shard_id, &mut w);
         (took, reached)
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), ConsumerError>> + Send {
-        self.close_and_apply(false)
     }
 }
 
@@ -680,7 +689,7 @@ impl ShardProcessor for CounterShard {
                 // Given up with its window.
                 continue;
             }
-            fold_record(self, record, now_ms).await?;
+            self.fold_record(record, now_ms).await?;
         }
         let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
         // A window that shows nothing (the likers counter's first stage: its edges are shown by

@@ -686,3 +686,41 @@ fn the_readme_names_every_global_flag() {
     assert!(global.len() >= 9, "{global:?}");
     assert_eq!(listed, global, "README's global flags against the CLI's");
 }
+
+/// Issue 73: rooms stay small. No product file (test modules aside) is over 800 lines, and the
+/// binary's crate stays the command line, settings, wiring and commands: what grows there
+/// belongs in a crate named for it.
+#[test]
+fn product_files_and_the_binary_crate_stay_small() {
+    let product_lines = |f: &Path| {
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+        code.lines().count()
+    };
+    let mut big = Vec::new();
+    let mut binary = 0;
+    for dir in CRATES
+        .iter()
+        .filter(|c| **c != "conformance")
+        .map(|c| format!("{c}/src"))
+        .chain(["src".to_owned()])
+    {
+        let mut files = Vec::new();
+        rust_files(&root().join(&dir), &mut files);
+        for f in files {
+            let n = product_lines(&f);
+            if n > 800 {
+                big.push(format!("{} ({n} lines)", f.display()));
+            }
+            if dir == "src" {
+                binary += n;
+            }
+        }
+    }
+    assert!(big.is_empty(), "product files over 800 lines: {big:?}");
+    assert!(
+        binary <= 5_100,
+        "src/ holds {binary} product lines: move what is not the command line, settings, wiring \
+         or a command into a crate named for it"
+    );
+}
