@@ -235,26 +235,16 @@ impl Embedded {
             let mut out = Vec::new();
             for app in &apps {
                 for shard in &shards {
-                    let row: Option<(Option<String>, i64)> = c
-                        .query_row(
-                            "SELECT checkpoint, finished FROM leases WHERE app = ?1 AND shard_id = ?2",
-                            params![app, shard],
-                            |r| Ok((r.get(0)?, r.get(1)?)),
-                        )
-                        .optional()
-                        .map_err(sql_err)?;
-                    // Records after this one are not applied (a checkpoint inside an aggregate
-                    // leaves the rest of that record unapplied).
-                    let applied_through = match &row {
-                        Some((_, finished)) if *finished != 0 => continue,
-                        Some((Some(cp), _)) => match tally_core::Position::parse(cp) {
-                            Some(p) => {
-                                let s: i64 = p.seq.as_str().parse().unwrap_or(0);
-                                if p.sub.is_some() { s - 1 } else { s }
-                            }
-                            None => 0,
-                        },
-                        _ => 0,
+                    // Decoded by the core's codec: a corrupt checkpoint is an error, never
+                    // "nothing applied". Records after it are not applied (a checkpoint inside an
+                    // aggregate leaves the rest of that record unapplied).
+                    let applied_through = match crate::stores::lease_row(c, app, shard)? {
+                        Some(st) if st.lease.finished => continue,
+                        Some(st) => st.lease.checkpoint.map_or(0, |p| {
+                            let s: i64 = p.seq.as_str().parse().unwrap_or(0);
+                            if p.sub.is_some() { s - 1 } else { s }
+                        }),
+                        None => 0,
                     };
                     let records: i64 = c
                         .query_row(

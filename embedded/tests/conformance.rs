@@ -861,3 +861,37 @@ async fn a_corrupt_stream_batch_is_named() {
         "{text}"
     );
 }
+
+/// A lease row whose checkpoint is not a position: what a trim would drop unapplied is an error
+/// naming the row, never "nothing applied" read from it.
+#[tokio::test]
+async fn a_corrupt_checkpoint_is_named_before_a_trim() {
+    use tally_core::ports::{LeaseStore, PortError, PutEntry, Stream};
+    let (dir, e) = store(1);
+    let put = PutEntry {
+        partition_key: "p".into(),
+        data: b"record".to_vec(),
+    };
+    e.put_records(&[put]).await.unwrap();
+    let shards = e.list_shards().await.unwrap();
+    e.ensure_leases("counter", &shards).await.unwrap();
+    assert_eq!(e.unapplied_before(i64::MAX).unwrap()[0].records, 1);
+    let conn = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+    let n = conn
+        .execute(
+            "UPDATE leases SET checkpoint = 'x' WHERE app = 'counter'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let err = e
+        .unapplied_before(i64::MAX)
+        .expect_err("a corrupt checkpoint");
+    let text = err.to_string();
+    assert!(
+        matches!(err, PortError::Corrupt { .. })
+            && text.contains("leases counter/")
+            && text.contains("`checkpoint`"),
+        "{text}"
+    );
+}
