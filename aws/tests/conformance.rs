@@ -398,3 +398,31 @@ async fn a_corrupt_fleet_row_is_named() {
     })
     .await;
 }
+
+/// A `#meta` item whose value is not text: the store's mode, stream or rebuild is an error
+/// naming the item and the attribute.
+#[tokio::test]
+async fn a_corrupt_meta_row_is_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let f = fresh("corrupt-meta", 1).await;
+    let tables = tables_of(&f);
+    let (client, table) = (tables.client().clone(), tables.table("counts"));
+    tally_conformance::a_corrupt_meta_row_is_named(tables, |sk, attr| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("pk", AttributeValue::S(tally_core::edge::MODE_PK.into()))
+                .key("sk", AttributeValue::S(sk.into()))
+                .update_expression("SET #a = :v")
+                .expression_attribute_names("#a", attr)
+                .expression_attribute_values(":v", AttributeValue::N("3".into()))
+                .condition_expression("attribute_exists(pk)")
+                .send()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}

@@ -205,7 +205,8 @@ pub async fn likers_come_most_recent_first(store: &dyn CounterStore, name: &str)
 }
 
 /// Counter store: the count mode is claimed once and then holds (a second claim answers the
-/// first); a store that has counted with no mode (a tally from before modes) is an events store.
+/// first); a store that has counted with no mode (an earlier build of tally, from before modes)
+/// is refused, saying it was made by an earlier build, and is left without a mode.
 pub async fn the_count_mode_is_claimed_once(store: &dyn CounterStore, name: &str) {
     assert_eq!(store.count_mode(None).await.unwrap(), None);
     let fence = held_lease(store, &format!("{name}-mode"), "shard-0").await;
@@ -226,15 +227,11 @@ pub async fn the_count_mode_is_claimed_once(store: &dyn CounterStore, name: &str
         horizon_ms: HORIZON_MS,
     };
     store.apply_rest(at, rest).await.unwrap();
-    assert_eq!(
-        store.count_mode(Some(CountMode::Likers)).await.unwrap(),
-        Some(CountMode::Events),
-        "counted before modes existed: events"
-    );
-    assert_eq!(
-        store.count_mode(None).await.unwrap(),
-        Some(CountMode::Events)
-    );
+    for claim in [CountMode::Likers, CountMode::Events] {
+        let e = store.count_mode(Some(claim)).await.unwrap_err().to_string();
+        assert!(e.contains("made by an earlier build of tally"), "{e}");
+    }
+    assert_eq!(store.count_mode(None).await.unwrap(), None);
 }
 
 /// Counter store: a fresh store takes the first claim, and keeps it.
@@ -260,6 +257,46 @@ pub async fn a_rebuild_under_way_is_recorded(store: &dyn CounterStore) {
     );
     store.set_rebuilding(None).await.unwrap();
     assert_eq!(store.rebuilding().await.unwrap(), None);
+}
+
+/// Store meta: a `#meta` item whose value is not what tally writes (adapter-specific:
+/// `corrupt(sk, attr)` makes attribute `attr` of item `#meta/<sk>` the number 3) is an error
+/// naming the item and the attribute — never a store with no mode, no stream or no rebuild
+/// (which a claim would then set over).
+pub async fn a_corrupt_meta_row_is_named<F, Fut>(store: &dyn CounterStore, corrupt: F)
+where
+    F: Fn(&'static str, &'static str) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use tally_core::ports::PortError;
+    let mode = Some(CountMode::Likers);
+    assert_eq!(store.count_mode(mode).await.unwrap(), mode);
+    assert!(store.counted_stream(Some("s1")).await.unwrap().is_some());
+    store.set_rebuilding(Some("source-a")).await.unwrap();
+    let named = |e: PortError, sk: &str, attr: &str| {
+        let text = e.to_string();
+        let item = format!("{}/{sk}", tally_core::edge::MODE_PK);
+        assert!(
+            matches!(e, PortError::Corrupt { .. })
+                && text.contains(&item)
+                && text.contains(&format!("`{attr}`")),
+            "{text}"
+        );
+    };
+    corrupt(tally_core::edge::MODE_SK, "mode").await;
+    for claim in [None, Some(CountMode::Events)] {
+        named(store.count_mode(claim).await.unwrap_err(), "count", "mode");
+    }
+    corrupt(tally_core::edge::STREAM_SK, "v").await;
+    for claim in [None, Some("s2")] {
+        named(
+            store.counted_stream(claim).await.unwrap_err(),
+            "stream",
+            "v",
+        );
+    }
+    corrupt(tally_core::edge::REBUILDING_SK, "v").await;
+    named(store.rebuilding().await.unwrap_err(), "rebuilding", "v");
 }
 
 /// Likers: an edge written behind the store's back with something tally never writes

@@ -51,9 +51,9 @@ pub use counter::{
     the_largest_window_fits_the_store, Corruption,
 };
 pub use edges::{
-    a_corrupt_edge_is_named, a_fresh_store_takes_the_first_claim, a_rebuild_under_way_is_recorded,
-    edges_are_registers_and_each_change_is_logged_once, like, likers_come_most_recent_first,
-    logged_changes, the_count_mode_is_claimed_once,
+    a_corrupt_edge_is_named, a_corrupt_meta_row_is_named, a_fresh_store_takes_the_first_claim,
+    a_rebuild_under_way_is_recorded, edges_are_registers_and_each_change_is_logged_once, like,
+    likers_come_most_recent_first, logged_changes, the_count_mode_is_claimed_once,
 };
 pub use leases::{
     a_corrupt_fleet_row_is_named, a_corrupt_lease_row_is_named, fleet_rows_are_apart_from_leases,

@@ -29,7 +29,8 @@ pub use edge_parts::{
     part_files as edge_files, EDGES_FILE, NEW_STORE_PARTS,
 };
 pub use stores::INSERT_EDGE_SQL;
-pub use stream::{batch, Unapplied};
+pub use stream::Unapplied;
+pub use tally_core::rows::batch;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};

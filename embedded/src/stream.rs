@@ -1,6 +1,6 @@
 //! The embedded stream: shards with hash-key ranges over one append-only `batches` table — each
-//! put's records for a shard in one row (`batch`), so that a put of 500 records writes a handful
-//! of rows and index entries, not 500.
+//! put's records for a shard in one row (`tally_core::rows::batch`), so that a put of 500
+//! records writes a handful of rows and index entries, not 500.
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -9,49 +9,10 @@ use tally_core::ports::{
     PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
     Stream, StreamRecord,
 };
+use tally_core::rows::batch;
 use tally_core::SeqNo;
 
 use crate::{now_ms, sql_err, Embedded};
-
-/// How a batch's records are laid out in its row: each record's partition key, then its data,
-/// each prefixed by its length (u32, little-endian).
-pub mod batch {
-    use tally_core::ports::{PortError, PortResult};
-
-    /// Appends one record.
-    pub fn push(out: &mut Vec<u8>, partition_key: &str, data: &[u8]) {
-        for part in [partition_key.as_bytes(), data] {
-            // A record is at most 1 MiB (checked at the put): its length fits in a u32.
-            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            out.extend_from_slice(part);
-        }
-    }
-
-    /// The records of a batch, in order: (partition key, data), borrowed from it (a reader
-    /// copies only the records it takes).
-    pub fn records(mut blob: &[u8]) -> PortResult<Vec<(&str, &[u8])>> {
-        fn corrupt() -> PortError {
-            PortError::Other("embedded store: a corrupt stream batch".into())
-        }
-        fn part<'a>(blob: &mut &'a [u8]) -> PortResult<&'a [u8]> {
-            let (len, rest) = blob.split_first_chunk::<4>().ok_or_else(corrupt)?;
-            let len = u32::from_le_bytes(*len) as usize;
-            if rest.len() < len {
-                return Err(corrupt());
-            }
-            let (v, rest) = rest.split_at(len);
-            *blob = rest;
-            Ok(v)
-        }
-        let mut out = Vec::new();
-        while !blob.is_empty() {
-            let key = std::str::from_utf8(part(&mut blob)?).map_err(|_| corrupt())?;
-            let data = part(&mut blob)?;
-            out.push((key, data));
-        }
-        Ok(out)
-    }
-}
 
 /// The next sequence number to give, kept in `stream_meta` so that no number is given twice
 /// although `trim` deletes batches.
@@ -274,26 +235,16 @@ impl Embedded {
             let mut out = Vec::new();
             for app in &apps {
                 for shard in &shards {
-                    let row: Option<(Option<String>, i64)> = c
-                        .query_row(
-                            "SELECT checkpoint, finished FROM leases WHERE app = ?1 AND shard_id = ?2",
-                            params![app, shard],
-                            |r| Ok((r.get(0)?, r.get(1)?)),
-                        )
-                        .optional()
-                        .map_err(sql_err)?;
-                    // Records after this one are not applied (a checkpoint inside an aggregate
-                    // leaves the rest of that record unapplied).
-                    let applied_through = match &row {
-                        Some((_, finished)) if *finished != 0 => continue,
-                        Some((Some(cp), _)) => match tally_core::Position::parse(cp) {
-                            Some(p) => {
-                                let s: i64 = p.seq.as_str().parse().unwrap_or(0);
-                                if p.sub.is_some() { s - 1 } else { s }
-                            }
-                            None => 0,
-                        },
-                        _ => 0,
+                    // Decoded by the core's codec: a corrupt checkpoint is an error, never
+                    // "nothing applied". Records after it are not applied (a checkpoint inside an
+                    // aggregate leaves the rest of that record unapplied).
+                    let applied_through = match crate::stores::lease_row(c, app, shard)? {
+                        Some(st) if st.lease.finished => continue,
+                        Some(st) => st.lease.checkpoint.map_or(0, |p| {
+                            let s: i64 = p.seq.as_str().parse().unwrap_or(0);
+                            if p.sub.is_some() { s - 1 } else { s }
+                        }),
+                        None => 0,
                     };
                     let records: i64 = c
                         .query_row(
@@ -490,7 +441,7 @@ impl ShardReader for EmbeddedReader {
                 let c: &Connection = &tx;
                 // The batches holding records after `after`, until `limit` records are taken.
                 let mut st = c
-                    .prepare_cached("SELECT first_seq, arrival_ms, records FROM batches WHERE shard_id = ?1 AND last_seq > ?2 ORDER BY last_seq")
+                    .prepare_cached("SELECT first_seq, arrival_ms, records, last_seq FROM batches WHERE shard_id = ?1 AND last_seq > ?2 ORDER BY last_seq")
                     .map_err(sql_err)?;
                 let mut rows = st.query(params![shard, after]).map_err(sql_err)?;
                 let mut records: Vec<StreamRecord> = Vec::new();
@@ -499,7 +450,8 @@ impl ShardReader for EmbeddedReader {
                     let first: i64 = row.get(0).map_err(sql_err)?;
                     let arrival_ms: i64 = row.get(1).map_err(sql_err)?;
                     let blob = row.get_ref(2).map_err(sql_err)?.as_blob().map_err(|e| sql_err(e.into()))?;
-                    for (i, (partition_key, data)) in batch::records(blob)?.into_iter().enumerate() {
+                    let item = format!("batches {shard}/{}", row.get::<_, i64>(3).map_err(sql_err)?);
+                    for (i, (partition_key, data)) in batch::records(blob, &item)?.into_iter().enumerate() {
                         let seq = first + i as i64;
                         if seq <= after || records.len() == limit {
                             continue;

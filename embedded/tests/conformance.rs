@@ -806,3 +806,92 @@ async fn a_corrupt_fleet_row_is_named() {
     })
     .await;
 }
+
+/// A `#meta` item whose value is not text: the store's mode, stream or rebuild is an error
+/// naming the item and the attribute.
+#[tokio::test]
+async fn a_corrupt_meta_row_is_named() {
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::a_corrupt_meta_row_is_named(&e, |sk, attr| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            let n = conn
+                .execute(
+                    "UPDATE items SET attrs = json_set(attrs, '$.' || ?1, 3) WHERE pk = '#meta' AND sk = ?2",
+                    rusqlite::params![attr, sk],
+                )
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+    })
+    .await;
+}
+
+/// A stream batch whose records are cut short: a read of its shard is an error naming the
+/// batch and `records`, never the batch's records skipped (AWS: Kinesis keeps the records).
+#[tokio::test]
+async fn a_corrupt_stream_batch_is_named() {
+    use tally_core::ports::{PortError, PutEntry, StartPosition, Stream};
+    let (dir, e) = store(1);
+    let put = PutEntry {
+        partition_key: "p".into(),
+        data: b"record".to_vec(),
+    };
+    e.put_records(&[put.clone(), put]).await.unwrap();
+    let shard = e.list_shards().await.unwrap()[0].shard_id.clone();
+    let mut r = e.open(&shard, StartPosition::TrimHorizon).await.unwrap();
+    assert_eq!(r.next_batch(10).await.unwrap().records.len(), 2);
+    let conn = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+    let n = conn
+        .execute(
+            "UPDATE batches SET records = substr(records, 1, length(records) - 1)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let mut r = e.open(&shard, StartPosition::TrimHorizon).await.unwrap();
+    let err = r.next_batch(10).await.expect_err("a corrupt batch");
+    let text = err.to_string();
+    assert!(
+        matches!(err, PortError::Corrupt { .. })
+            && text.contains(&format!("batches {shard}/2"))
+            && text.contains("`records`"),
+        "{text}"
+    );
+}
+
+/// A lease row whose checkpoint is not a position: what a trim would drop unapplied is an error
+/// naming the row, never "nothing applied" read from it.
+#[tokio::test]
+async fn a_corrupt_checkpoint_is_named_before_a_trim() {
+    use tally_core::ports::{LeaseStore, PortError, PutEntry, Stream};
+    let (dir, e) = store(1);
+    let put = PutEntry {
+        partition_key: "p".into(),
+        data: b"record".to_vec(),
+    };
+    e.put_records(&[put]).await.unwrap();
+    let shards = e.list_shards().await.unwrap();
+    e.ensure_leases("counter", &shards).await.unwrap();
+    assert_eq!(e.unapplied_before(i64::MAX).unwrap()[0].records, 1);
+    let conn = rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE)).unwrap();
+    let n = conn
+        .execute(
+            "UPDATE leases SET checkpoint = 'x' WHERE app = 'counter'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let err = e
+        .unapplied_before(i64::MAX)
+        .expect_err("a corrupt checkpoint");
+    let text = err.to_string();
+    assert!(
+        matches!(err, PortError::Corrupt { .. })
+            && text.contains("leases counter/")
+            && text.contains("`checkpoint`"),
+        "{text}"
+    );
+}

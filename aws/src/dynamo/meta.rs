@@ -8,21 +8,24 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tally_core::edge::{self, CountMode};
-use tally_core::ports::{PortError, PortResult};
-use tally_core::summary;
+use tally_core::ports::PortResult;
+use tally_core::{rows, summary};
 
-use super::{get_s, s, DynamoStore};
+use super::{row_of, s, DynamoStore};
 
 impl DynamoStore {
-    /// The stored count mode; with `claim`, set first if unset.
+    /// The stored count mode; with `claim`, set first if unset (a store with global totals and
+    /// no mode is refused: only an earlier build of tally counted without claiming a mode).
     pub(super) async fn mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
         let key = meta_key(edge::MODE_SK);
+        let mode_of = |item: &HashMap<String, AttributeValue>| {
+            rows::count_mode(&row_of(item), &self.meta_item(edge::MODE_SK))
+        };
         if let Some(item) = self.get("counts", key.clone()).await? {
             return mode_of(&item).map(Some);
         }
-        let Some(want) = claim else { return Ok(None) };
-        // A store with global totals and no mode was counted by a tally from before modes: events.
-        let counted_before = !self
+        let Some(m) = claim else { return Ok(None) };
+        let counted = !self
             .client
             .query()
             .table_name(self.table("counts"))
@@ -35,11 +38,9 @@ impl DynamoStore {
             .map_err(|e| self.err("Query", "counts", e))?
             .items()
             .is_empty();
-        let m = if counted_before {
-            CountMode::Events
-        } else {
-            want
-        };
+        if counted {
+            return Err(rows::counted_without_mode(&self.table("counts")));
+        }
         let r = self
             .meta_put(&key, "mode", m.as_str())
             .condition_expression("attribute_not_exists(pk)")
@@ -77,7 +78,7 @@ impl DynamoStore {
     pub(super) async fn stream_claim(&self, claim: Option<&str>) -> PortResult<Option<String>> {
         let key = meta_key(edge::STREAM_SK);
         let named = |item: &HashMap<String, AttributeValue>| {
-            self.meta_text(item, edge::STREAM_SK, "the stream's name")
+            rows::meta_value(&row_of(item), &self.meta_item(edge::STREAM_SK))
         };
         if let Some(item) = self.get("counts", key.clone()).await? {
             return named(&item).map(Some);
@@ -125,7 +126,7 @@ impl DynamoStore {
     /// The source of a rebuild under way into the store (`None`: none).
     pub(super) async fn rebuild_source(&self) -> PortResult<Option<String>> {
         let item = self.get("counts", meta_key(edge::REBUILDING_SK)).await?;
-        item.map(|i| self.meta_text(&i, edge::REBUILDING_SK, "the rebuild's source"))
+        item.map(|i| rows::meta_value(&row_of(&i), &self.meta_item(edge::REBUILDING_SK)))
             .transpose()
     }
 
@@ -152,18 +153,9 @@ impl DynamoStore {
         }
     }
 
-    /// The text `v` of the `#meta` item `sk` (`what` it names, for the error when it is not
-    /// text).
-    fn meta_text(
-        &self,
-        item: &HashMap<String, AttributeValue>,
-        sk: &str,
-        what: &str,
-    ) -> PortResult<String> {
-        get_s(item, "v").ok_or_else(|| PortError::Corrupt {
-            item: format!("{} {}/{sk}", self.table("counts"), edge::MODE_PK),
-            detail: format!("`v` is not {what}"),
-        })
+    /// The `#meta` item `sk`, named in errors.
+    fn meta_item(&self, sk: &str) -> String {
+        format!("{} {}/{sk}", self.table("counts"), edge::MODE_PK)
     }
 }
 
@@ -173,13 +165,6 @@ fn meta_key(sk: &str) -> HashMap<String, AttributeValue> {
         ("pk".to_owned(), s(edge::MODE_PK)),
         ("sk".to_owned(), s(sk)),
     ])
-}
-
-fn mode_of(item: &HashMap<String, AttributeValue>) -> PortResult<CountMode> {
-    get_s(item, "mode")
-        .as_deref()
-        .and_then(CountMode::parse)
-        .ok_or_else(|| PortError::Other(format!("a corrupt count mode item: {item:?}")))
 }
 
 /// The regions a table description names as replicas (a global table; none otherwise).

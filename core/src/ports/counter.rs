@@ -194,9 +194,9 @@ pub trait EdgeWriter: Send + Sync {
 #[async_trait]
 pub trait StoreMeta: Send + Sync {
     /// What the store counts. With `claim`, a store that says nothing yet is set to it (one
-    /// conditional write; a store already counted by a tally from before modes existed — it has
-    /// global totals — is set to `events`); answers what it holds after (`None`: unset, when
-    /// not claimed).
+    /// conditional write; a store that has global totals and no mode was made by an earlier
+    /// build of tally, and is refused, saying so); answers what it holds after (`None`: unset,
+    /// when not claimed).
     async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
     /// The source a `tally rebuild` into this store copies from, while one has begun and not
     /// finished ([`crate::edge::REBUILDING_SK`]); `None`: no rebuild under way.

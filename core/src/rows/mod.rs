@@ -1,13 +1,15 @@
 //! Stored rows read back, one codec each for both backends: an adapter hands over what it read
 //! as a [`Row`] — its attributes or columns as they are, nothing decoded — and the row is decoded
-//! here, **strictly**: a field that is absent takes its documented default (a row written before
-//! the field existed), but a field that is there and is not what it should be is an error that
-//! names the item and the field ([`PortError::Corrupt`]), never a default. A corrupt `parents`
-//! read as none would break parents-before-children; a corrupt `max_arrival` read as the start of
-//! time would clean up dedup records still needed.
+//! here, **strictly**: a field that is absent takes its documented default only where tally
+//! writes the row without it (a lease row before its first window), but a field that is there
+//! and is not what it should be is an error that names the item and the field
+//! ([`PortError::Corrupt`]), never a default. A corrupt `parents` read as none would break
+//! parents-before-children; a corrupt `max_arrival` read as the start of time would clean up
+//! dedup records still needed.
 
 use std::collections::BTreeMap;
 
+pub mod batch;
 mod edge_row;
 mod packed;
 
@@ -15,7 +17,8 @@ pub use edge_row::{edge_from_row, EdgeRow};
 pub use packed::{event_id_from, event_id_into};
 
 use crate::cost::Purpose;
-use crate::edge::EdgeState;
+use crate::edge::{CountMode, EdgeState};
+use crate::item::{Attrs, Val};
 use crate::lease::Lease;
 use crate::ports::{Pending, PortError, PortResult, ReadProgress, ShardState, ShardTally};
 use crate::seq::{Position, SeqNo};
@@ -40,6 +43,15 @@ pub enum Field {
 
 /// A stored row: its fields by name (an absent or null one is not in it).
 pub type Row = BTreeMap<String, Field>;
+
+/// An item's attributes (the embedded store's `items`) as a stored row.
+pub fn attrs_row(a: &Attrs) -> Row {
+    let field = |v: &Val| match v {
+        Val::N(n) => Field::N(*n),
+        Val::S(s) => Field::S(s.clone()),
+    };
+    a.iter().map(|(k, v)| (k.clone(), field(v))).collect()
+}
 
 /// Reads fields of one row, naming the row in every error.
 struct Fields<'a> {
@@ -160,10 +172,9 @@ pub fn dead_letter(row: &Row, item: &str) -> PortResult<crate::dead_letter::Dead
     let (seq, gap) = crate::dead_letter::DeadLetter::parse_key(key)
         .ok_or_else(|| f.corrupt("seq", format!("is not a dead letter's key: `{key}`")))?;
     let data = f.bytes("data")?;
-    let size = match f.num("size")? {
-        None => data.len() as u64,
-        Some(n) => u64::try_from(n).map_err(|_| f.corrupt("size", format!("is negative: {n}")))?,
-    };
+    let size = f.required_num("size")?;
+    let size =
+        u64::try_from(size).map_err(|_| f.corrupt("size", format!("is negative: {size}")))?;
     Ok(crate::dead_letter::DeadLetter {
         shard_id: f.required_text("shard_id")?.to_owned(),
         seq,
@@ -173,6 +184,31 @@ pub fn dead_letter(row: &Row, item: &str) -> PortResult<crate::dead_letter::Dead
         data,
         size,
     })
+}
+
+/// The store's count mode item (`#meta`, [`crate::edge::MODE_SK`]), decoded: its `mode`.
+/// `item` names it in errors. Missing or no mode is an error, never "no mode yet": read as
+/// that, a claim would set the store to another mode than it was counted in.
+pub fn count_mode(row: &Row, item: &str) -> PortResult<CountMode> {
+    let f = Fields { row, item };
+    let m = f.required_text("mode")?;
+    CountMode::parse(m).ok_or_else(|| f.corrupt("mode", format!("is not a count mode: `{m}`")))
+}
+
+/// Another `#meta` item (the stream counted, [`crate::edge::STREAM_SK`]; the rebuild under way,
+/// [`crate::edge::REBUILDING_SK`]), decoded: its value `v`, which must be text.
+pub fn meta_value(row: &Row, item: &str) -> PortResult<String> {
+    Ok(Fields { row, item }.required_text("v")?.to_owned())
+}
+
+/// Why a store with counts and no count mode is refused: only a tally from before modes
+/// counted into a store without claiming its mode first. `store` names the store.
+pub fn counted_without_mode(store: &str) -> PortError {
+    PortError::Other(format!(
+        "{store} was made by an earlier build of tally: it holds counts and no count mode, \
+         which this build does not read: count into a fresh store (put the events again with \
+         `tally replay`), or keep using the build that made it"
+    ))
 }
 
 /// A lease row, decoded: the shard's lease, its pending window, what the counter spent on it and

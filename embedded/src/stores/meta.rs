@@ -3,13 +3,15 @@
 
 use rusqlite::Connection;
 use tally_core::edge::{self, CountMode};
-use tally_core::ports::{PortError, PortResult};
+use tally_core::ports::PortResult;
+use tally_core::rows;
 use tally_core::summary::{Attrs, Val, GLOBAL_PK};
 
 use super::items::{get_item, put_item, query};
 use crate::sql_err;
 
-/// The stored mode; with `claim`, set first if unset (`events` for a store counted before modes).
+/// The stored mode; with `claim`, set first if unset (a store with counts and no mode is
+/// refused: only an earlier build of tally counted without claiming a mode).
 pub(super) fn count_mode(
     c: &mut Connection,
     claim: Option<CountMode>,
@@ -18,19 +20,19 @@ pub(super) fn count_mode(
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(sql_err)?;
     let stored = match get_item(&tx, edge::MODE_PK, edge::MODE_SK)? {
-        Some(a) => Some(mode_of(&a)?),
+        Some(a) => Some(rows::count_mode(
+            &rows::attrs_row(&a),
+            &item(edge::MODE_SK),
+        )?),
         None => None,
     };
     let mode = match (stored, claim) {
         (Some(m), _) => Some(m),
         (None, None) => None,
-        (None, Some(want)) => {
-            let counted_before = !query(&tx, GLOBAL_PK, "", "\u{10ffff}")?.is_empty();
-            let m = if counted_before {
-                CountMode::Events
-            } else {
-                want
-            };
+        (None, Some(m)) => {
+            if !query(&tx, GLOBAL_PK, "", "\u{10ffff}")?.is_empty() {
+                return Err(rows::counted_without_mode(tx.path().unwrap_or("the store")));
+            }
             let a = Attrs::from([("mode".to_owned(), Val::S(m.as_str().to_owned()))]);
             put_item(&tx, edge::MODE_PK, edge::MODE_SK, &a)?;
             Some(m)
@@ -40,18 +42,21 @@ pub(super) fn count_mode(
     Ok(mode)
 }
 
+/// The `#meta` item `sk`, named in errors.
+fn item(sk: &str) -> String {
+    format!("{}/{sk}", edge::MODE_PK)
+}
+
+/// The value `v` of the `#meta` item `sk`, if it is there.
+fn meta_value(c: &Connection, sk: &str) -> PortResult<Option<String>> {
+    get_item(c, edge::MODE_PK, sk)?
+        .map(|a| rows::meta_value(&rows::attrs_row(&a), &item(sk)))
+        .transpose()
+}
+
 /// The source of a rebuild under way into the store (`None`: none).
 pub(super) fn rebuilding(c: &Connection) -> PortResult<Option<String>> {
-    match get_item(c, edge::MODE_PK, edge::REBUILDING_SK)? {
-        None => Ok(None),
-        Some(a) => match a.get("v") {
-            Some(Val::S(v)) => Ok(Some(v.clone())),
-            _ => Err(PortError::Corrupt {
-                item: format!("{}/{}", edge::MODE_PK, edge::REBUILDING_SK),
-                detail: "`v` is not the rebuild's source".into(),
-            }),
-        },
-    }
+    meta_value(c, edge::REBUILDING_SK)
 }
 
 /// Records a rebuild from `source` under way, or (`None`) that it finished.
@@ -79,19 +84,7 @@ pub(super) fn counted_stream(
     let tx = c
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(sql_err)?;
-    let stored = match get_item(&tx, edge::MODE_PK, edge::STREAM_SK)? {
-        Some(a) => match a.get("v") {
-            Some(Val::S(v)) => Some(v.clone()),
-            _ => {
-                return Err(PortError::Corrupt {
-                    item: format!("{}/{}", edge::MODE_PK, edge::STREAM_SK),
-                    detail: "`v` is not the stream's name".into(),
-                })
-            }
-        },
-        None => None,
-    };
-    let out = match (stored, claim) {
+    let out = match (meta_value(&tx, edge::STREAM_SK)?, claim) {
         (Some(s), _) => Some(s),
         (None, None) => None,
         (None, Some(want)) => {
@@ -102,12 +95,4 @@ pub(super) fn counted_stream(
     };
     tx.commit().map_err(sql_err)?;
     Ok(out)
-}
-
-fn mode_of(a: &Attrs) -> PortResult<CountMode> {
-    match a.get("mode") {
-        Some(Val::S(s)) => CountMode::parse(s),
-        _ => None,
-    }
-    .ok_or_else(|| PortError::Other(format!("embedded store: a corrupt count mode item: {a:?}")))
 }

@@ -80,7 +80,12 @@ fn states_of(rows: Vec<Row>) -> PortResult<Vec<ShardState>> {
     rows.iter().map(state_of).collect()
 }
 
-fn state_in(c: &Connection, app: &str, shard_id: &str) -> PortResult<ShardState> {
+/// The lease row of `app`'s `shard_id`, decoded, if there is one.
+pub(crate) fn lease_row(
+    c: &Connection,
+    app: &str,
+    shard_id: &str,
+) -> PortResult<Option<ShardState>> {
     c.query_row(
         &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE app = ?1 AND shard_id = ?2"),
         params![app, shard_id],
@@ -89,10 +94,14 @@ fn state_in(c: &Connection, app: &str, shard_id: &str) -> PortResult<ShardState>
     .optional()
     .map_err(sql_err)?
     .map(|row| state_of(&row))
-    .ok_or_else(|| PortError::NotFound {
+    .transpose()
+}
+
+fn state_in(c: &Connection, app: &str, shard_id: &str) -> PortResult<ShardState> {
+    lease_row(c, app, shard_id)?.ok_or_else(|| PortError::NotFound {
         what: format!("lease {app}/{shard_id}"),
         hint: String::new(),
-    })?
+    })
 }
 
 /// Checks the fence inside a write transaction.
