@@ -694,7 +694,10 @@ fn the_readme_names_every_global_flag() {
 fn product_files_and_the_binary_crate_stay_small() {
     let product_lines = |f: &Path| {
         let text = std::fs::read_to_string(f).unwrap();
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+        let code = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
         code.lines().count()
     };
     let mut big = Vec::new();
