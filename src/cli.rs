@@ -2,8 +2,8 @@
 
 mod values;
 pub use values::{
-    input_format, log_filter, memory_size, replay_speed, since_duration, socket_addr,
-    timeout_duration,
+    input_format, log_filter, memory_size, replay_speed, since_time, socket_addr, timeout_duration,
+    Since,
 };
 
 use std::path::PathBuf;
@@ -485,8 +485,8 @@ pub struct VerifyArgs {
     /// Compare each post's likes since this time (repeatable; a duration, an RFC 3339 time or
     /// epoch ms, taken at its minute), instead of the default times [default: the last minute,
     /// hour and day boundaries and the day boundary a week ago].
-    #[arg(long, value_name = "WHEN", value_parser = since_duration)]
-    pub since: Vec<std::time::Duration>,
+    #[arg(long, value_name = "WHEN", value_parser = since_time)]
+    pub since: Vec<Since>,
     /// How many drifts the text summary lists (--json lists every one).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub show: usize,
@@ -599,8 +599,8 @@ pub struct QueryArgs {
     /// Also the net change from likes and unlikes created since then: a duration (15m, 2h, 7d),
     /// an RFC 3339 time (2026-12-01T08:00:00Z) or epoch milliseconds; counted from the start of
     /// that minute.
-    #[arg(long, value_parser = since_duration)]
-    pub since: Option<std::time::Duration>,
+    #[arg(long, value_parser = since_time)]
+    pub since: Option<Since>,
     /// Also whether this user likes each post (read in one batch; likers mode only).
     #[arg(long, value_name = "USER_ID")]
     pub viewer: Option<String>,
@@ -627,8 +627,8 @@ pub struct TopArgs {
 pub struct LatencyArgs {
     /// Only windows taken since then: a duration (5m), an RFC 3339 time or epoch milliseconds
     /// [default: all].
-    #[arg(long, value_parser = since_duration)]
-    pub since: Option<std::time::Duration>,
+    #[arg(long, value_parser = since_time)]
+    pub since: Option<Since>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -35,13 +35,32 @@ pub fn memory_size(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-/// A duration longer than zero, as `--since` and the API's `since` take it (15m, 2h, 7d).
-pub fn since_duration(s: &str) -> Result<std::time::Duration, String> {
+/// A `--since` time, fixed once, when the flags are read: epoch milliseconds, and how long before
+/// then it was. A time given as an RFC 3339 time or as epoch milliseconds stays that time however
+/// long the command takes to ask; turned into "this long ago" and back at the query, it moved
+/// later by that wait (and past a minute's start, into the next minute).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Since {
+    /// The time (ms since the epoch).
+    pub ms: i64,
+    /// How long before the flags were read.
+    pub ago: std::time::Duration,
+}
+
+/// A `--since`: a duration longer than zero (15m, 2h, 7d), an RFC 3339 time or epoch
+/// milliseconds, in the past.
+pub fn since_time(s: &str) -> Result<Since, String> {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
     let now = SystemTime::now();
-    let ago = |t: SystemTime| -> Result<Duration, String> {
-        match now.duration_since(t) {
-            Ok(d) if !d.is_zero() => Ok(d),
+    let at = |t: SystemTime| -> Result<Since, String> {
+        match (now.duration_since(t), t.duration_since(UNIX_EPOCH)) {
+            (Ok(ago), Ok(ms)) if !ago.is_zero() => Ok(Since {
+                ms: i64::try_from(ms.as_millis()).unwrap_or(i64::MAX),
+                ago,
+            }),
+            (_, Err(_)) => Err(format!(
+                "{s} ago is before 1970-01-01T00:00:00Z, the earliest time a like can have"
+            )),
             _ => Err(format!("{s:?} is not in the past")),
         }
     };
@@ -50,15 +69,15 @@ pub fn since_duration(s: &str) -> Result<std::time::Duration, String> {
         let ms: u64 = s
             .parse()
             .map_err(|_| format!("{s:?} is too large for epoch milliseconds"))?;
-        return ago(UNIX_EPOCH + Duration::from_millis(ms));
+        return at(UNIX_EPOCH + Duration::from_millis(ms));
     }
     if let Ok(t) = humantime::parse_rfc3339_weak(s) {
-        return ago(t);
+        return at(t);
     }
     match humantime::parse_duration(s) {
         Ok(d) if d.is_zero() => Err("must be longer than 0 (e.g. 15m, 2h, 7d)".into()),
-        Ok(d) => match now.checked_sub(d).filter(|t| *t >= UNIX_EPOCH) {
-            Some(_) => Ok(d),
+        Ok(d) => match now.checked_sub(d) {
+            Some(t) => at(t),
             None => Err(format!(
                 "{s} ago is before 1970-01-01T00:00:00Z, the earliest time a like can have"
             )),
@@ -102,4 +121,26 @@ pub fn log_filter(s: &str) -> Result<String, String> {
         }
     }
     Ok(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A time given whole is kept whole: one second before a minute starts stays in the minute
+    /// before, however long the command then takes (it used to be kept as "this long ago" and
+    /// taken back from a later now: `likers_count_users_not_events` failed on a slow machine).
+    #[test]
+    fn an_absolute_since_is_kept_exactly() {
+        let minute = tally_core::clock::now_ms() / 60_000 * 60_000 - 10 * 60_000;
+        let ms = minute - 1_000;
+        let s = since_time(&ms.to_string()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1_100));
+        assert_eq!(s.ms, ms);
+        let t = since_time("2026-12-01T08:00:59Z").unwrap();
+        assert_eq!(t.ms, 1_796_112_059_000);
+        let d = since_time("15m").unwrap();
+        assert_eq!(d.ago, std::time::Duration::from_secs(900));
+        assert!(since_time("0s").is_err() && since_time("tomorrow").is_err());
+    }
 }

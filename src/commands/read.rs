@@ -31,7 +31,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     if let Some(u) = &args.viewer {
         tally_serve::viewer::check_viewer(u).map_err(|e| anyhow::anyhow!("--viewer: {e}"))?;
     }
-    let requested = args.since.map(|d| now_ms() - d.as_millis() as i64);
+    let requested = args.since.map(|s| s.ms);
     let q = CountsQuery {
         ids: &args.post_ids,
         since_ms: requested,
@@ -93,7 +93,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
                     crate::output::likes(total),
                     n + p.since,
                     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64)),
-                    humantime::format_duration(args.since.unwrap_or_default()),
+                    humantime::format_duration(args.since.map(|s| s.ago).unwrap_or_default()),
                 ),
                 _ => println!("{id}: {}{by_viewer}{unwritten}", crate::output::likes(total)),
             }
@@ -229,7 +229,7 @@ pub async fn top(settings: &Settings, backend: &Backend, args: &TopArgs) -> Resu
 }
 
 pub async fn latency(backend: &Backend, args: &LatencyArgs) -> Result<()> {
-    let since = args.since.map_or(0, |d| now_ms() - d.as_millis() as i64);
+    let since = args.since.map_or(0, |s| s.ms);
     let r = tally_analytics::latency(backend.analytics.as_ref(), apps::ANALYTICS, since).await?;
     if args.json {
         print_json(&serde_json::to_value(r)?);

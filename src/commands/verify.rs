@@ -12,7 +12,7 @@ use crate::settings::Settings;
 pub fn config(s: &Settings, a: &VerifyArgs) -> VerifyConfig {
     VerifyConfig {
         from: a.from.clone(),
-        since: a.since.clone(),
+        since: a.since.iter().map(|s| s.ms).collect(),
         memory: a.memory,
         configured: s.counter.count,
         dedup_horizon_ms: tally_core::config::millis(s.counter.dedup_horizon) as i64,

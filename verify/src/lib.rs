@@ -107,8 +107,8 @@ pub struct Report {
 pub struct VerifyConfig {
     /// A recording to recount instead of the stream.
     pub from: Option<std::path::PathBuf>,
-    /// "Since" times to compare beside the totals, as durations before now.
-    pub since: Vec<std::time::Duration>,
+    /// "Since" times to compare beside the totals (ms since the epoch), each at its minute.
+    pub since: Vec<i64>,
     /// The most memory the recount holds (bytes): past it, it reads the records again in passes.
     pub memory: u64,
     /// What the store counts as configured (`counter.count`): a store that has counted nothing
@@ -445,7 +445,7 @@ impl Rule {
 
 /// The minutes "since" is compared at: the ones asked for, else the last minute, hour and day
 /// boundaries and the day boundary a week ago.
-fn since_times(now: i64, asked: &[std::time::Duration]) -> Vec<i64> {
+fn since_times(now: i64, asked: &[i64]) -> Vec<i64> {
     const HOUR: i64 = 3_600_000;
     const DAY: i64 = 24 * HOUR;
     let mut t: Vec<i64> = if asked.is_empty() {
@@ -456,13 +456,7 @@ fn since_times(now: i64, asked: &[std::time::Duration]) -> Vec<i64> {
             now - now.rem_euclid(DAY) - 7 * DAY,
         ]
     } else {
-        asked
-            .iter()
-            .map(|d| {
-                let t = now - d.as_millis() as i64;
-                t - t.rem_euclid(MINUTE_MS)
-            })
-            .collect()
+        asked.iter().map(|t| t - t.rem_euclid(MINUTE_MS)).collect()
     };
     t.sort_unstable();
     t.dedup();
