@@ -11,10 +11,12 @@ pub use tally_aws::source::{SourceTable, Streaming};
 use anyhow::{bail, Context, Result};
 use tally_core::baselines::BaselineWriters;
 use tally_core::ports::{
-    AnalyticsStore, CounterStore, LeaseReader, LeaseStore, PortError, Readers, Stream,
+    AnalyticsStore, Counted, CounterStore, LeaseReader, LeaseStore, PortError, Readers,
+    StoreReader, Stream,
 };
 
 use crate::settings::{BackendKind, ReadMode, Settings};
+use tally_serve::homed::HomedCounts;
 
 /// The ports, wired to one backend.
 #[derive(Clone)]
@@ -98,31 +100,44 @@ impl Backend {
         })
     }
 
-    /// The read side's ports: the same stores, as readers only.
-    pub fn readers(&self) -> Readers {
-        Readers {
+    /// The read side's ports, with what the store counts resolved once: what it says it
+    /// counts, else what `counter.count` sets (the mode its first counter will claim).
+    pub async fn readers(&self, s: &Settings) -> Result<Readers> {
+        let counted = match self.counted_mode(s).await? {
+            tally_core::edge::CountMode::Likers => Counted::Likers(self.counter.clone()),
+            tally_core::edge::CountMode::Events => Counted::Events,
+        };
+        Ok(Readers {
             counts: self.counter.clone(),
+            counted,
             letters: self.counter.clone(),
             leases: self.leases.clone(),
             analytics: self.analytics.clone(),
             homes: BTreeMap::new(),
-        }
+        })
+    }
+
+    /// What the store counts: what it says, else what the settings set.
+    async fn counted_mode(&self, s: &Settings) -> Result<tally_core::edge::CountMode> {
+        Ok(self
+            .counter
+            .stored_mode()
+            .await
+            .context("reading what the store counts")?
+            .unwrap_or(s.counter.count))
     }
 
     /// The read side's ports across regions (docs/REGIONS.md, "Reads everywhere"): each post
     /// read from its home — this store, or the home's store as `[regions.peers]` names it —
     /// with each other home's lease rows for its freshness. One region: [`Backend::readers`].
     pub async fn readers_across_regions(&self, s: &Settings) -> Result<Readers> {
-        let mut readers = self.readers();
+        let mut readers = self.readers(s).await?;
         let Some(homes) = s.regions.homes()? else {
             return Ok(readers);
         };
-        let mut counts: BTreeMap<String, Arc<dyn tally_core::ports::CountReader>> = BTreeMap::new();
+        let mut counts: BTreeMap<String, Arc<dyn StoreReader>> = BTreeMap::new();
         for (region, peer) in &s.regions.peers {
-            let (c, l): (
-                Arc<dyn tally_core::ports::CountReader>,
-                Arc<dyn LeaseReader>,
-            ) = match s.backend {
+            let (c, l): (Arc<dyn StoreReader>, Arc<dyn LeaseReader>) = match s.backend {
                 BackendKind::Embedded if !peer.data_dir.as_os_str().is_empty() => {
                     let e = tally_embedded::Embedded::open_existing(&peer.data_dir)
                         .with_context(|| format!("opening region {region}'s store"))?;
@@ -141,10 +156,14 @@ impl Backend {
             counts.insert(region.clone(), c);
             readers.homes.insert(region.clone(), l);
         }
-        readers.counts = Arc::new(
-            tally_serve::homed::HomedCounts::new(homes, readers.counts.clone(), counts)
+        let homed = Arc::new(
+            HomedCounts::new(homes, self.counter.clone(), counts)
                 .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?,
         );
+        if let Counted::Likers(_) = readers.counted {
+            readers.counted = Counted::Likers(homed.clone());
+        }
+        readers.counts = homed;
         Ok(readers)
     }
 

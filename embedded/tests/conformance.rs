@@ -612,7 +612,7 @@ fn a_store_an_earlier_build_made_is_refused() {
 #[tokio::test]
 async fn edges_are_parted_by_post_and_read_as_one_store() {
     use std::collections::BTreeMap;
-    use tally_core::ports::{Consistency, CountReader, EdgeWriter};
+    use tally_core::ports::{Consistency, EdgeWriter, LikersReader};
     let (dir, e) = store(1);
     // Post p<n> liked by n % 5 + 1 users, in key order (as a window writes them).
     let mut edges = Vec::new();

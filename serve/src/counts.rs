@@ -8,11 +8,11 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tally_core::apps;
-use tally_core::ports::{Consistency, CountReader, PostCount};
+use tally_core::ports::{Consistency, CountReader, Counted, PostCount};
 
 pub use super::params::check_ids;
 use super::pending::{pending_for, pending_json, Asked, Windows};
-use super::viewer::{self, Refused, StoreMode};
+use super::viewer::{self, Refused};
 use super::{bad_request, params, since_of, ApiResult, Ctx, NoQuery};
 use crate::answers::{self, Provisional};
 
@@ -40,7 +40,7 @@ impl CountsAnswer {
     /// Reads the counts (and the viewer's likes) of `q` from `store`, after `asked`.
     pub async fn read(
         store: &dyn CountReader,
-        mode: &StoreMode,
+        counted: &Counted,
         q: &CountsQuery<'_>,
         asked: Option<Asked>,
     ) -> Result<CountsAnswer, Refused> {
@@ -49,7 +49,7 @@ impl CountsAnswer {
             .await
             .map_err(Refused::Store)?;
         let liked = match q.viewer {
-            Some(u) => Some(viewer::liked(store, mode, u, q.ids, q.consistency).await?),
+            Some(u) => Some(viewer::liked(counted, u, q.ids, q.consistency).await?),
             None => None,
         };
         Ok(CountsAnswer {
@@ -203,7 +203,7 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
         consistency,
         viewer: ask.viewer.as_deref(),
     };
-    let answer = CountsAnswer::read(c.read.counts.as_ref(), &c.mode, &q, asked).await?;
+    let answer = CountsAnswer::read(c.read.counts.as_ref(), &c.read.counted, &q, asked).await?;
     let mut v = answer.json(&ids, q.viewer);
     v["applied_through"] = c.fresh(apps::COUNTER);
     Ok(Json(v))

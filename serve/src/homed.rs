@@ -11,8 +11,8 @@ use async_trait::async_trait;
 
 use tally_core::edge::{CountMode, EdgeState};
 use tally_core::ports::{
-    Consistency, CountReader, EdgeScan, LikersPage, PortError, PortResult, PostCount, RecentCursor,
-    RecentPage, ScanCursor,
+    Consistency, CountReader, EdgeScan, LikersPage, LikersReader, PortError, PortResult, PostCount,
+    RecentCursor, RecentPage, ScanCursor, StoreReader,
 };
 use tally_core::regions::Homes;
 
@@ -20,7 +20,7 @@ use tally_core::regions::Homes;
 pub struct HomedCounts {
     homes: Homes,
     /// The readers by region, this one's included.
-    by_home: BTreeMap<String, Arc<dyn CountReader>>,
+    by_home: BTreeMap<String, Arc<dyn StoreReader>>,
 }
 
 impl HomedCounts {
@@ -28,8 +28,8 @@ impl HomedCounts {
     /// `homes` with no reader is an error naming it.
     pub fn new(
         homes: Homes,
-        here: Arc<dyn CountReader>,
-        peers: BTreeMap<String, Arc<dyn CountReader>>,
+        here: Arc<dyn StoreReader>,
+        peers: BTreeMap<String, Arc<dyn StoreReader>>,
     ) -> Result<HomedCounts, String> {
         let mut by_home = peers;
         by_home.insert(homes.this.clone(), here);
@@ -43,12 +43,12 @@ impl HomedCounts {
     }
 
     /// The reader of `post_id`'s home.
-    fn of(&self, post_id: &str) -> &dyn CountReader {
+    fn of(&self, post_id: &str) -> &dyn StoreReader {
         self.by_home[self.homes.home(post_id)].as_ref()
     }
 
     /// This region's reader (what is not a post's: the store's mode, a rebuild's scan).
-    fn here(&self) -> &dyn CountReader {
+    fn here(&self) -> &dyn StoreReader {
         self.by_home[&self.homes.this].as_ref()
     }
 
@@ -78,7 +78,7 @@ impl HomedCounts {
     where
         K: Clone,
         V: Clone,
-        F: Fn(Arc<dyn CountReader>, Vec<K>) -> Fut,
+        F: Fn(Arc<dyn StoreReader>, Vec<K>) -> Fut,
         Fut: std::future::Future<Output = PortResult<(Vec<V>, u64)>>,
     {
         let parts = self.split(keys, post);
@@ -135,6 +135,13 @@ impl CountReader for HomedCounts {
             .sum())
     }
 
+    async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
+        self.here().stored_mode().await
+    }
+}
+
+#[async_trait]
+impl LikersReader for HomedCounts {
     async fn edges(
         &self,
         pairs: &[(String, String)],
@@ -170,10 +177,6 @@ impl CountReader for HomedCounts {
     async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
         self.here().scan_edges(after, limit).await
     }
-
-    async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
-        self.here().stored_mode().await
-    }
 }
 
 #[cfg(test)]
@@ -207,6 +210,13 @@ mod tests {
         async fn global_total(&self) -> PortResult<i64> {
             Ok(self.n * 1000)
         }
+        async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
+            Ok(Some(CountMode::Likers))
+        }
+    }
+
+    #[async_trait]
+    impl LikersReader for Fixed {
         async fn edges(
             &self,
             pairs: &[(String, String)],
@@ -233,14 +243,11 @@ mod tests {
         async fn scan_edges(&self, _: Option<&ScanCursor>, _: usize) -> PortResult<EdgeScan> {
             Err(PortError::Other("not asked".into()))
         }
-        async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
-            Ok(Some(CountMode::Likers))
-        }
     }
 
     fn homed() -> HomedCounts {
         let homes = Homes::of("a", &["a".into(), "b".into()]).unwrap().unwrap();
-        let b: Arc<dyn CountReader> = Arc::new(Fixed { n: 2, liked: false });
+        let b: Arc<dyn StoreReader> = Arc::new(Fixed { n: 2, liked: false });
         HomedCounts::new(
             homes,
             Arc::new(Fixed { n: 1, liked: true }),

@@ -24,7 +24,7 @@ use tally_core::apps;
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
 
-use tally_core::ports::Readers;
+use tally_core::ports::{Counted, Readers};
 
 pub mod answers;
 pub mod freshness;
@@ -59,8 +59,6 @@ pub struct Ctx {
     pub pending: Option<Arc<Pending>>,
     /// The bearer token every request but the open ones must carry (`None`: anyone may read).
     pub token: Option<auth::Token>,
-    /// What the store counts, kept once claimed (`viewer`, likers and `as_of_ms` depend on it).
-    pub mode: Arc<viewer::StoreMode>,
 }
 
 impl Ctx {
@@ -78,7 +76,6 @@ impl Ctx {
             listings,
             pending: Some(Arc::new(Pending::new(pending::default_timeout()))),
             token: None,
-            mode: Arc::default(),
         };
         Ok((ctx, task))
     }
@@ -87,15 +84,14 @@ impl Ctx {
     /// `provisional` is off).
     pub async fn ask_pending(&self, ids: &[String], provisional: bool) -> Option<Asked> {
         let p = self.pending.as_ref().filter(|_| provisional)?;
-        let listing = self.listings.get(self.counts_app().await);
+        let listing = self.listings.get(self.counts_app());
         Some(p.ask(&listing, ids).await)
     }
 
     /// The application whose windows hold counts: counting likers, the counter's second stage
     /// (over the edges' change log); else the counter.
-    pub async fn counts_app(&self) -> &'static str {
-        let mode = self.mode.of(self.read.counts.as_ref()).await.ok().flatten();
-        apps::counts(mode.unwrap_or_default())
+    pub fn counts_app(&self) -> &'static str {
+        apps::counts(self.read.counted.mode())
     }
 
     /// How fresh `app`'s answers are, from the latest listing; across regions the counter's adds
@@ -141,12 +137,18 @@ type ApiResult = std::result::Result<Json<Value>, ApiError>;
 /// The read side's routes.
 pub fn router(ctx: Ctx) -> Router {
     let token = ctx.token.clone();
+    // Who likes what only where the store keeps it: a store counting events has no likers routes.
+    let likers_routes = match ctx.read.counted {
+        Counted::Likers(_) => Router::new()
+            .route("/api/posts/{id}/likers", get(likers))
+            .route("/api/posts/{id}/likers/among", get(likers_among))
+            .route("/api/posts/{id}/likers/recent", get(recent::recent_likers)),
+        Counted::Events => Router::new(),
+    };
     let routes = Router::new()
+        .merge(likers_routes)
         .route("/", get(dashboard))
         .route("/api/posts/{id}", get(post))
-        .route("/api/posts/{id}/likers", get(likers))
-        .route("/api/posts/{id}/likers/among", get(likers_among))
-        .route("/api/posts/{id}/likers/recent", get(recent::recent_likers))
         .route("/api/counts", get(counts::get).post(counts::post))
         .route("/api/total", get(total))
         .route("/api/trending", get(trending))
@@ -172,17 +174,15 @@ pub fn router(ctx: Ctx) -> Router {
 pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// The document as this server answers, so that every request the served document admits is one
-/// this server takes: on a store that counts likers (or nothing yet: likers is the default)
+/// this server takes: on a store that counts likers
 /// without `as_of_ms`, which only a store counting events answers; on a store counting events
 /// without the likers routes and `viewer`, which only a store keeping likers answers.
-async fn openapi(State(c): State<Ctx>, _: NoQuery) -> std::result::Result<Response, ApiError> {
-    let mode = c.mode.of(c.read.counts.as_ref()).await?;
-    let text = if mode == Some(tally_core::edge::CountMode::Events) {
-        openapi_counting_events()
-    } else {
-        openapi_counting_likers()
+async fn openapi(State(c): State<Ctx>, _: NoQuery) -> Response {
+    let text = match c.read.counted {
+        Counted::Events => openapi_counting_events(),
+        Counted::Likers(_) => openapi_counting_likers(),
     };
-    Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
+    ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
 /// [`OPENAPI`] without the parameters a store counting likers refuses (`as_of_ms`).
@@ -331,7 +331,7 @@ async fn post(
     }
     v["applied_through"] = c.fresh(apps::COUNTER);
     if let Some(t) = as_of_ms {
-        viewer::check_events(counter.as_ref(), &c.mode, "as_of_ms").await?;
+        viewer::check_events(&c.read.counted, "as_of_ms")?;
         // Likes created before T's minute: the total less those created since (counting events,
         // where each like and unlike is an event of its own minute, that is the count then).
         let later = counter.post_count(&id, Some(t)).await?;
@@ -343,8 +343,7 @@ async fn post(
     }
     if let Some(viewer) = &p.viewer {
         let (liked, units) = viewer::liked(
-            counter.as_ref(),
-            &c.mode,
+            &c.read.counted,
             viewer,
             std::slice::from_ref(&id),
             Default::default(),
@@ -398,14 +397,14 @@ async fn likers(
             .map_err(|e| bad_request(format!("`after`: {e}")))?;
     }
     let counter = &c.read.counts;
-    viewer::check_likers(counter.as_ref(), &c.mode).await?;
+    let edges = viewer::likers_of(&c.read.counted)?;
     let after = p.after.as_deref();
     // The workers first, the store second (see `pending`): the page and the count in one view.
     let asked = c
         .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
         .await;
     let count = counter.post_count(&id, None).await?;
-    let page = counter.likers(&id, after, limit).await?;
+    let page = edges.likers(&id, after, limit).await?;
     let none = pending::Windows::default();
     let windows = asked.as_ref().map_or(&none, |a| &a.windows);
     let provisional = pending_for(&id, &count, windows, None);
@@ -429,18 +428,18 @@ async fn likers_among(
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
     let users = viewer::check_among(&p.users).map_err(bad_request)?;
-    viewer::check_likers(c.read.counts.as_ref(), &c.mode).await?;
+    let edges = viewer::likers_of(&c.read.counted)?;
     let (id, pending) = (id.as_str(), p.pending.unwrap_or(true));
     let asked = c.ask_pending(&[id.to_owned()], pending).await;
     let counter = &c.read.counts;
     let count = counter.post_count(id, None).await?;
     let pairs: Vec<(String, String)> = users.iter().map(|u| (id.to_owned(), u.clone())).collect();
-    let (edges, edge_units) = counter
+    let (states, edge_units) = edges
         .edges(&pairs, tally_core::ports::Consistency::Strong)
         .await?;
     let likers: Vec<&String> = users
         .iter()
-        .zip(&edges)
+        .zip(&states)
         .filter(|(_, e)| e.as_ref().is_some_and(|e| e.liked))
         .map(|(u, _)| u)
         .collect();

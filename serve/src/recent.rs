@@ -48,13 +48,13 @@ pub(super) async fn recent_likers(
         None => None,
     };
     let counter = &c.read.counts;
-    viewer::check_likers(counter.as_ref(), &c.mode).await?;
+    let edges = viewer::likers_of(&c.read.counted)?;
     // The workers first, the store second (see `pending`): the page and the count in one view.
     let asked = c
         .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
         .await;
     let count = counter.post_count(&id, None).await?;
-    let stored = counter
+    let stored = edges
         .recent_likers(&id, after.as_ref(), limit)
         .await
         .map_err(no_index)?;

@@ -2,8 +2,7 @@
 //! from the likers' edges, one batch per call.
 
 use serde_json::{json, Value};
-use tally_core::edge::CountMode;
-use tally_core::ports::{Consistency, CountReader, LikersPage, PortError};
+use tally_core::ports::{Consistency, Counted, LikersPage, LikersReader, PortError};
 
 use crate::answers;
 
@@ -33,37 +32,15 @@ impl From<Refused> for super::ApiError {
     }
 }
 
-/// What the store counts, read from it until it is claimed and then kept: a store's mode never
-/// changes once claimed, so a read side asks it once, not on every request.
-#[derive(Debug, Default)]
-pub struct StoreMode(std::sync::OnceLock<CountMode>);
-
-impl StoreMode {
-    /// The store's mode (`None`: not claimed yet, so asked again next time).
-    pub async fn of(&self, counter: &dyn CountReader) -> Result<Option<CountMode>, Refused> {
-        if let Some(m) = self.0.get() {
-            return Ok(Some(*m));
-        }
-        let m = counter.stored_mode().await.map_err(Refused::Store)?;
-        if let Some(m) = m {
-            // Another request may have set it first: the same mode.
-            let _ = self.0.set(m);
-        }
-        Ok(m)
-    }
-}
-
 /// Whether `viewer` likes each of `ids`, and the read units (strongly consistent) it cost.
 pub async fn liked(
-    counter: &dyn CountReader,
-    mode: &StoreMode,
+    counted: &Counted,
     viewer: &str,
     ids: &[String],
     c: Consistency,
 ) -> Result<(Vec<bool>, u64), Refused> {
     check_viewer(viewer)?;
-    check_likers(counter, mode).await?;
-    counter
+    likers_of(counted)?
         .viewer_likes(viewer, ids, c)
         .await
         .map_err(Refused::Store)
@@ -97,29 +74,25 @@ pub fn check_among(among: &str) -> Result<Vec<String>, String> {
     Ok(users)
 }
 
-/// Refuses a store that counts events: it keeps no edges, so it cannot say who likes what.
-pub async fn check_likers(counter: &dyn CountReader, mode: &StoreMode) -> Result<(), Refused> {
-    match mode.of(counter).await? {
-        Some(CountMode::Events) => Err(Refused::Request(
+/// Who likes what, or the refusal of a store that counts events: it keeps no edges, so it cannot
+/// say who liked a post.
+pub fn likers_of(counted: &Counted) -> Result<&dyn LikersReader, Refused> {
+    counted.likers().ok_or_else(|| {
+        Refused::Request(
             "this store counts events (counter.count = \"events\"): it keeps no likers, so it cannot say who liked a post"
                 .into(),
-        )),
-        _ => Ok(()),
-    }
+        )
+    })
 }
 
 /// Refuses `param` unless the store counts events: counting likers, a count as it stood at a past
 /// time needs each user's actions since, which the store does not keep (an edge holds the latest
 /// only). `total − since(T)` is not it: a user who unliked after T, or liked again after an
 /// unlike, drops out of both.
-pub async fn check_events(
-    counter: &dyn CountReader,
-    mode: &StoreMode,
-    param: &str,
-) -> Result<(), Refused> {
-    match mode.of(counter).await? {
-        Some(CountMode::Events) => Ok(()),
-        _ => Err(Refused::Request(format!(
+pub fn check_events(counted: &Counted, param: &str) -> Result<(), Refused> {
+    match counted {
+        Counted::Events => Ok(()),
+        Counted::Likers(_) => Err(Refused::Request(format!(
             "`{param}`: this store counts likers (each user's latest action), and a count as it \
              stood at a past time needs every user's actions since, which it does not keep; \
              `since` answers the likes made since a time that still stand, and a store that \

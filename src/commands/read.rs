@@ -44,8 +44,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     };
     // The workers first, the store second (`serve::pending`): those of the application whose
     // windows hold counts.
-    let mode = read.counts.stored_mode().await?.unwrap_or_default();
-    let holders = Listing::fetch(read.leases.as_ref(), apps::counts(mode)).await?;
+    let holders = Listing::fetch(read.leases.as_ref(), apps::counts(read.counted.mode())).await?;
     let asked = match args.stored {
         true => None,
         false => Some(
@@ -56,7 +55,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     };
     // How fresh: the counter's reads of the stream.
     let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
-    let answer = CountsAnswer::read(read.counts.as_ref(), &Default::default(), &q, asked)
+    let answer = CountsAnswer::read(read.counts.as_ref(), &read.counted, &q, asked)
         .await
         .map_err(|e| match e {
             Refused::Request(m) => anyhow::anyhow!("--viewer: {m}"),

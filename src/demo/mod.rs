@@ -355,8 +355,11 @@ pub async fn watch(demo: &Demo, addr: std::net::SocketAddr) -> Result<()> {
         "demo: still producing {} likes a second, counting and analysing; Ctrl-C to stop",
         settings.producer.rate
     );
-    let (ctx, refresher) =
-        tally_serve::Ctx::start(backend.readers(), settings.analytics.half_life).await?;
+    let (ctx, refresher) = tally_serve::Ctx::start(
+        backend.readers(&settings).await?,
+        settings.analytics.half_life,
+    )
+    .await?;
     let served =
         tally_serve::listen(addr, tally_serve::router(ctx), crate::signal::shutdown()).await;
     refresher.abort();

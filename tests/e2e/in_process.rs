@@ -57,9 +57,12 @@ async fn router_over(t: &Target) -> (axum::Router, tokio::task::JoinHandle<()>) 
     let backend = tally::backend::Backend::open_existing(&settings)
         .await
         .unwrap();
-    let (ctx, refresher) = tally_serve::Ctx::start(backend.readers(), settings.analytics.half_life)
-        .await
-        .unwrap();
+    let (ctx, refresher) = tally_serve::Ctx::start(
+        backend.readers(&settings).await.unwrap(),
+        settings.analytics.half_life,
+    )
+    .await
+    .unwrap();
     (tally_serve::router(ctx), refresher)
 }
 
@@ -287,9 +290,14 @@ async fn the_read_side_runs_from_its_own_config() {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        tally_serve::run(listener, backend.readers(), cfg, async {
-            stopped.await.ok();
-        })
+        tally_serve::run(
+            listener,
+            backend.readers(&settings).await.unwrap(),
+            cfg,
+            async {
+                stopped.await.ok();
+            },
+        )
         .await
     });
     let (status, _) = http_get(addr, "/api/total", None).await;

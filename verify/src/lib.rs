@@ -32,8 +32,8 @@ use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::edge::CountMode;
 use tally_core::ports::{
-    Consistency, CountReader, CounterStore, DeadLetterReader, LeaseReader, PostCount, ShardInfo,
-    ShardState, Stream, MAX_POSTS_PER_CALL,
+    Consistency, CountReader, CounterStore, DeadLetterReader, LeaseReader, LikersReader, PostCount,
+    ShardInfo, ShardState, Stream, MAX_POSTS_PER_CALL,
 };
 use tally_core::seq::Position;
 use tally_core::summary::marker;

@@ -66,7 +66,7 @@ pub(super) fn compare_total(total: i64, r: &Recounted, m: Moves<'_>, report: &mu
 /// The edges sampled from the pass's recount beside the store's: whether each user likes the
 /// post (added to what earlier passes sampled).
 pub(super) async fn compare_edges(
-    store: &dyn CountReader,
+    store: &dyn LikersReader,
     r: &Recount,
     before: &HashMap<String, ShardState>,
     after: &HashMap<String, ShardState>,

@@ -21,9 +21,9 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::edge::{CountMode, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, Fence,
-    LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied, RecentCursor,
-    RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef, WindowRest,
-    WindowWriter,
+    LetterCursor, LikersPage, LikersReader, PortError, PortResult, PostCount, PostsApplied,
+    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef,
+    WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -511,7 +511,10 @@ impl CountReader for DynamoStore {
             .collect::<PortResult<_>>()?;
         summary::total_of(&items)
     }
+}
 
+#[async_trait]
+impl LikersReader for DynamoStore {
     async fn edges(
         &self,
         pairs: &[(String, String)],

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 
 use super::{
-    CountReader, DeadLetterReader, Decided, DedupStore, Fence, LeaseStore, PortError, PortResult,
-    Renewal, ShardTally, Stream,
+    DeadLetterReader, Decided, DedupStore, Fence, LeaseStore, PortError, PortResult, Renewal,
+    ShardTally, StoreReader, Stream,
 };
 use crate::buckets::PostDelta;
 use crate::cost::{Purpose, Units};
@@ -216,11 +216,11 @@ pub trait StoreMeta: Send + Sync {
 /// store's own records — every capability, which only the counter holds. Any type with all five
 /// is one.
 pub trait CounterStore:
-    WindowWriter + EdgeWriter + CountReader + DeadLetterReader + StoreMeta
+    WindowWriter + EdgeWriter + StoreReader + DeadLetterReader + StoreMeta
 {
 }
 
-impl<T: WindowWriter + EdgeWriter + CountReader + DeadLetterReader + StoreMeta + ?Sized>
+impl<T: WindowWriter + EdgeWriter + StoreReader + DeadLetterReader + StoreMeta + ?Sized>
     CounterStore for T
 {
 }

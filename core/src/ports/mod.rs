@@ -25,8 +25,9 @@ pub use leases::{
 };
 pub use letters::{DeadLetterReader, LetterCursor};
 pub use reads::{
-    Consistency, CountReader, EdgeScan, LikersPage, PostCount, Readers, RecentCursor, RecentLiker,
-    RecentPage, ScanCursor, MAX_LIKERS_PER_PAGE, MAX_POSTS_PER_CALL,
+    Consistency, CountReader, Counted, EdgeScan, LikersPage, LikersReader, PostCount, Readers,
+    RecentCursor, RecentLiker, RecentPage, ScanCursor, StoreReader, MAX_LIKERS_PER_PAGE,
+    MAX_POSTS_PER_CALL,
 };
 pub use stream::{
     PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition, Stream, StreamRecord,

@@ -131,9 +131,10 @@ pub struct EdgeScan {
     pub read_units: u64,
 }
 
-/// What the counter's store answers to a reader — counts, "since", the viewer's likes, a post's
-/// likers, what the store counts — and nothing that writes: the read side (`tally serve`,
-/// `tally query`, `tally verify`) is built from readers alone, so the compiler keeps it read-only.
+/// What the counter's store answers to a reader — counts, "since", the global total, what the
+/// store counts — and nothing that writes: the read side (`tally serve`, `tally query`, `tally
+/// verify`) is built from readers alone, so the compiler keeps it read-only. Who likes what is
+/// [`LikersReader`]'s, which only a store counting likers answers.
 #[async_trait]
 pub trait CountReader: Send + Sync {
     /// One post's count, strongly consistent ([`CountReader::post_counts`] of one).
@@ -153,6 +154,15 @@ pub trait CountReader: Send + Sync {
     ) -> PortResult<Vec<PostCount>>;
     /// The sum of every post's count.
     async fn global_total(&self) -> PortResult<i64>;
+    /// What the store counts (`None`: no counter has claimed it yet). Never writes.
+    async fn stored_mode(&self) -> PortResult<Option<CountMode>>;
+}
+
+/// Who likes what, read from the edges a store counting likers keeps: the viewer's likes, a
+/// post's likers (by id or most recent first), and a scan of every edge (a rebuild, `tally
+/// verify`'s sample). Never writes.
+#[async_trait]
+pub trait LikersReader: Send + Sync {
     /// The stored edges of these (post, user) pairs, in order (`None`: never written), read in
     /// batches (DynamoDB: `BatchGetItem`s of 100 keys), and what the reads cost in read units:
     /// the viewer's likes, a likers page among users, `tally verify`'s sampled edges.
@@ -202,16 +212,51 @@ pub trait CountReader: Send + Sync {
     /// what a rebuild of the counts from the edges reads (DynamoDB: a `Scan` of the counts
     /// table, passing over its summary items too). Every edge comes once over a whole scan.
     async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan>;
-    /// What the store counts (`None`: no counter has claimed it yet). Never writes.
-    async fn stored_mode(&self) -> PortResult<Option<CountMode>>;
+}
+
+/// A store's reads of counts and of edges together: what reads across regions take from each
+/// home.
+pub trait StoreReader: CountReader + LikersReader {}
+
+impl<T: CountReader + LikersReader + ?Sized> StoreReader for T {}
+
+/// What a store counts, resolved once, when its readers are made: counting likers it also
+/// answers who likes what (its [`LikersReader`]); counting events it keeps no edges, so nothing
+/// on the read side can ask it who likes what.
+#[derive(Clone)]
+pub enum Counted {
+    /// Distinct like events less distinct unlike events.
+    Events,
+    /// The users whose latest action is a like, read from their edges.
+    Likers(std::sync::Arc<dyn LikersReader>),
+}
+
+impl Counted {
+    /// Who likes what (`None`: the store counts events).
+    pub fn likers(&self) -> Option<&dyn LikersReader> {
+        match self {
+            Counted::Likers(l) => Some(l.as_ref()),
+            Counted::Events => None,
+        }
+    }
+
+    /// The mode this is.
+    pub fn mode(&self) -> CountMode {
+        match self {
+            Counted::Likers(_) => CountMode::Likers,
+            Counted::Events => CountMode::Events,
+        }
+    }
 }
 
 /// The read side's ports: counts, dead letters, leases and analytics, each as a reader sees it —
 /// what `tally serve` is built from, so that the compiler, not a reviewer, keeps it read-only.
 #[derive(Clone)]
 pub struct Readers {
-    /// Counts, "since", the viewer's likes, likers, the store's mode.
+    /// Counts, "since", the global total.
     pub counts: std::sync::Arc<dyn CountReader>,
+    /// What the store counts, and counting likers, who likes what.
+    pub counted: Counted,
     /// The dead letters.
     pub letters: std::sync::Arc<dyn DeadLetterReader>,
     /// Leases and checkpoints (freshness, the workers to ask for open windows).

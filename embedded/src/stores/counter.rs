@@ -9,9 +9,9 @@ use tally_core::dead_letter::DeadLetter;
 use tally_core::edge::{CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, EdgeWriter,
-    EdgesWritten, Fence, LetterCursor, LikersPage, PortError, PortResult, PostCount, PostsApplied,
-    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, Stream,
-    WindowRef, WindowRest, WindowWriter,
+    EdgesWritten, Fence, LetterCursor, LikersPage, LikersReader, PortError, PortResult, PostCount,
+    PostsApplied, RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta,
+    StoredDedup, Stream, WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::rows::Field;
 use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
@@ -321,7 +321,10 @@ impl CountReader for Embedded {
         self.run(|c| summary::total_of(&query(c, GLOBAL_PK, "", "\u{10ffff}")?))
             .await
     }
+}
 
+#[async_trait]
+impl LikersReader for Embedded {
     async fn edges(
         &self,
         pairs: &[(String, String)],
