@@ -9,7 +9,7 @@ use std::sync::Arc;
 pub use tally_aws::source::{SourceTable, Streaming};
 
 use anyhow::{bail, Context, Result};
-use tally_core::baselines::BaselineWriters;
+use tally_baselines::BaselineWriters;
 use tally_core::ports::{
     AnalyticsStore, Counted, CounterStore, LeaseReader, LeaseStore, PortError, Readers,
     StoreReader, Stream,

@@ -10,7 +10,6 @@
 //! ([`hashing`]) and the ports themselves ([`ports`]).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-pub mod baselines;
 pub mod boundary;
 pub mod buckets;
 pub mod clock;

@@ -575,7 +575,13 @@ fn the_api_is_exactly_as_loose_as_its_document() {
     );
     // Nor does it mount them: who likes what is asked only of a store that keeps it.
     for path in ["likers", "likers/among?users=u1", "likers/recent"] {
-        let (status, text) = call(&addr, "GET", &format!("/api/posts/post-1/{path}"), None, false);
+        let (status, text) = call(
+            &addr,
+            "GET",
+            &format!("/api/posts/post-1/{path}"),
+            None,
+            false,
+        );
         assert_eq!(status, 404, "{path}: {text}");
     }
 }

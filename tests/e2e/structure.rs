@@ -488,6 +488,7 @@ const CRATES: &[&str] = &[
     "ingest",
     "recording",
     "verify",
+    "baselines",
 ];
 
 /// The source root of a crate by the name ARCHITECTURE gives it (`counter` or `tally_counter`;
@@ -722,7 +723,7 @@ fn product_files_and_the_binary_crate_stay_small() {
     }
     assert!(big.is_empty(), "product files over 800 lines: {big:?}");
     assert!(
-        binary <= 5_100,
+        binary <= 4_900,
         "src/ holds {binary} product lines: move what is not the command line, settings, wiring \
          or a command into a crate named for it"
     );

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
-use tally_core::baselines::BaselineWriters;
+use tally_baselines::BaselineWriters;
 use tally_core::clock::now_ms;
 use tally_core::ports::{PortError, PortResult};
 

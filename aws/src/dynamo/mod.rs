@@ -21,7 +21,7 @@
 //! store records), `edges` ([`EdgeWriter`](tally_core::ports::EdgeWriter): the conditional edge
 //! writes and their change log), `analytics`
 //! ([`AnalyticsStore`](tally_core::ports::AnalyticsStore)), `baselines`
-//! ([`BaselineWriters`](tally_core::baselines::BaselineWriters), for benchmarks). The counter's other
+//! ([`BaselineWriters`](tally_baselines::BaselineWriters), for benchmarks). The counter's other
 //! likers parts are a file each: `likers` (edges read back: a page's viewer likes, a post's
 //! likers), `recent` (likers most recent first), `scan` (every edge), and `meta` (the count
 //! mode, stream and rebuild a store records, and the tables' replicas).

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
-use tally_core::baselines::BaselineWriters;
+use tally_baselines::BaselineWriters;
 use tally_core::ports::PortResult;
 
 use crate::{sql_err, Embedded};

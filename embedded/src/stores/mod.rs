@@ -3,7 +3,7 @@
 //! Layout: this module holds the helpers every store uses (a lease row read, the fence check, a
 //! write item's statements); one file per port implements it: `leases` ([`LeaseStore`]),
 //! `counter` ([`CounterStore`]; likers' edges in `edges`, the store's meta items in `meta`), `analytics` ([`AnalyticsStore`]), `baselines`
-//! ([`BaselineWriters`](tally_core::baselines::BaselineWriters), for benchmarks); `items` is the `items` table the summary items are rows of
+//! ([`BaselineWriters`](tally_baselines::BaselineWriters), for benchmarks); `items` is the `items` table the summary items are rows of
 //! (the edges have their own typed table, `edges`, in their own file: `crate::edge_file`, and
 //! are read and written on the handle's edges' connection, `Embedded::run_edges`).
 

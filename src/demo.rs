@@ -2,8 +2,6 @@
 //! its own, then a check of every count against the generator's truth. `tally demo` turns its
 //! flags into a [`DemoConfig`] and prints the [`Report`].
 
-pub mod baselines;
-
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,12 +12,40 @@ use tally_analytics::AnalyticsMetrics;
 use tally_consumer::worker::IdleExit;
 use tally_core::apps;
 use tally_core::clock::now_ms;
-use tally_producer::generate::Truth;
+use tally_producer::generate::{Generator, Truth};
 use tally_producer::produce::produce;
 
 use crate::apps::{run_analytics, run_counter};
 use crate::backend::{self, Backend};
 use crate::settings::{BackendKind, Settings};
+
+/// The demo's records (regenerated from its seed, retries included, as the producer sent them),
+/// applied each way tally is measured against ([`tally_baselines::run`]).
+async fn baselines(
+    settings: &Settings,
+    backend: &Backend,
+    events: u64,
+    truth: &Truth,
+) -> Result<serde_json::Value> {
+    let records: Vec<tally_baselines::Action> = Generator::new(settings.gen_config(events))
+        .filter_map(|(_, e)| tally_core::event::decode(&e.data).ok())
+        .map(|e| tally_baselines::Action {
+            delta: e.action.delta(),
+            id: e.event_id,
+            post: e.post_id,
+            user: e.user_id,
+        })
+        .collect();
+    let likers = settings.counter.count == tally_core::edge::CountMode::Likers;
+    tally_baselines::run(
+        backend.baselines.clone(),
+        &records,
+        likers,
+        &truth.counts,
+        truth.events,
+    )
+    .await
+}
 
 /// What a demo runs.
 #[derive(Clone, Debug)]
@@ -105,7 +131,7 @@ impl Demo {
                     "demo: applying the same records one UpdateItem, then one transaction, per like"
                 );
             }
-            Some(baselines::run(settings, backend, cfg.events, &ran.truth).await?)
+            Some(baselines(settings, backend, cfg.events, &ran.truth).await?)
         } else {
             None
         };

@@ -1,19 +1,51 @@
-//! The demo's baselines (`tally demo --baselines`): the same records as the demo, applied on the same backend the two
-//! ways tally is measured against, with what each costs by DynamoDB's published rules.
+//! Benchmark scaffolding, not a port the applications use: the ways of counting likes tally is
+//! measured against (`tally demo --baselines`), [`BaselineWriters`], which each store implements
+//! under keys of its own (`embedded/src/stores/baselines.rs`, `aws/src/dynamo/baselines.rs`),
+//! and [`run`], which applies a demo's records each way and reports what each costs by DynamoDB's
+//! published rules and whether its counts are exact. Nothing that counts, reads or serves takes
+//! it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
+use async_trait::async_trait;
 use serde_json::{json, Value};
-use tally_core::baselines::BaselineWriters;
-use tally_core::event::decode;
-use tally_producer::generate::{Generator, Truth};
+use tally_core::ports::PortResult;
 use tokio::task::JoinSet;
 
-use crate::backend::Backend;
-use crate::settings::Settings;
+/// The two ways of counting likes that tally is measured against (`tally demo --baselines`), on
+/// the same backend: one `UpdateItem` per like (cheap, not exactly-once: a retry counts twice),
+/// and one transaction per like with an idempotency item (exact, at 4 write units a like). For
+/// benchmarks only; `run` keeps their items apart from everything else.
+#[async_trait]
+pub trait BaselineWriters: Send + Sync {
+    /// Adds `delta` to the post's total with one plain update.
+    async fn update_per_like(&self, run: &str, post_id: &str, delta: i64) -> PortResult<()>;
+    /// Writes the event's idempotency item (condition: absent) and adds `delta` to the post's
+    /// total, atomically; `Ok(false)` when the event was applied before.
+    async fn transaction_per_like(
+        &self,
+        run: &str,
+        event_id: &str,
+        post_id: &str,
+        delta: i64,
+    ) -> PortResult<bool>;
+    /// The likers pattern a likers count replaces: a like puts the (post, user) edge item if it
+    /// is absent and adds 1 to the post's total, an unlike deletes it if present and adds −1, each
+    /// one transaction; `Ok(false)` when the condition refused it (liked already, or not liked).
+    /// Exact only when a user's actions arrive in order.
+    async fn edge_per_like(
+        &self,
+        run: &str,
+        post_id: &str,
+        user_id: &str,
+        like: bool,
+    ) -> PortResult<bool>;
+    /// The post's total under `run`.
+    async fn baseline_count(&self, run: &str, post_id: &str) -> PortResult<i64>;
+}
 
 /// Calls in flight at once: a producer fleet's parallelism, bounded.
 const IN_FLIGHT: usize = 16;
@@ -73,59 +105,52 @@ impl Pattern {
     }
 }
 
-/// Runs both patterns over the demo's records (regenerated from its seed) and reports each.
+/// Applies `records` (every decodable record, retries included, as a producer sends them) each
+/// way tally is measured against, under a run of its own, and reports each beside `truth`'s
+/// counts (`likes`: how many events the truth holds): counting likers, the edge's pattern too.
 pub async fn run(
-    settings: &Settings,
-    backend: &Backend,
-    events: u64,
-    truth: &Truth,
+    writers: Arc<dyn BaselineWriters>,
+    records: &[Action],
+    counts_likers: bool,
+    truth: &HashMap<String, i64>,
+    likes: u64,
 ) -> Result<Value> {
-    // Every decodable record, retries included, as a producer would send them.
-    let records: Vec<Action> = Generator::new(settings.gen_config(events))
-        .filter_map(|(_, e)| decode(&e.data).ok())
-        .map(|e| Action {
-            delta: e.action.delta(),
-            id: e.event_id,
-            post: e.post_id,
-            user: e.user_id,
-        })
-        .collect();
     let mut out = serde_json::Map::new();
     // Counting likers, the pattern a likers count replaces is the edge's; counting events, the
     // two events' patterns.
-    let patterns: &[Pattern] = match settings.counter.count {
-        tally_core::edge::CountMode::Likers => &[
+    let patterns: &[Pattern] = if counts_likers {
+        &[
             Pattern::UpdatePerLike,
             Pattern::TransactionPerLike,
             Pattern::EdgeTransaction,
-        ],
-        tally_core::edge::CountMode::Events => {
-            &[Pattern::UpdatePerLike, Pattern::TransactionPerLike]
-        }
+        ]
+    } else {
+        &[Pattern::UpdatePerLike, Pattern::TransactionPerLike]
     };
-    let likers = settings.counter.count == tally_core::edge::CountMode::Likers;
     for &pattern in patterns {
-        let mut v = run_pattern(backend.baselines.clone(), pattern, &records, truth).await?;
-        v["why_off"] = pattern.why_off(likers).into();
+        let mut v = run_pattern(writers.clone(), pattern, records, truth, likes).await?;
+        v["why_off"] = pattern.why_off(counts_likers).into();
         out.insert(pattern.name().to_owned(), v);
     }
     Ok(Value::Object(out))
 }
 
-/// One action as a baseline applies it.
-#[derive(Clone)]
-struct Action {
-    id: String,
-    post: String,
-    user: String,
-    delta: i64,
+/// One action as a baseline applies it: the event's id, its post and user, and +1 (a like) or
+/// −1 (an unlike).
+#[derive(Clone, Debug)]
+pub struct Action {
+    pub id: String,
+    pub post: String,
+    pub user: String,
+    pub delta: i64,
 }
 
 async fn run_pattern(
     store: Arc<dyn BaselineWriters>,
     pattern: Pattern,
     records: &[Action],
-    truth: &Truth,
+    truth: &HashMap<String, i64>,
+    likes: u64,
 ) -> Result<Value> {
     let run = format!("{}-{}", pattern.name(), std::process::id());
     let started = Instant::now();
@@ -163,7 +188,7 @@ async fn run_pattern(
     }
     let secs = started.elapsed().as_secs_f64();
     // Exactness over the most liked posts (all of them on a small run).
-    let mut posts: Vec<(&String, &i64)> = truth.counts.iter().collect();
+    let mut posts: Vec<(&String, &i64)> = truth.iter().collect();
     posts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let mut wrong = 0;
     let mut counted: HashMap<&str, i64> = HashMap::new();
@@ -174,7 +199,7 @@ async fn run_pattern(
             wrong += 1;
         }
     }
-    let likes = truth.events.max(1) as f64;
+    let likes = likes.max(1) as f64;
     Ok(json!({
         "calls": calls,
         "refused_as_duplicates": refused,
