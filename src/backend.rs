@@ -103,10 +103,7 @@ impl Backend {
     /// The read side's ports, with what the store counts resolved once: what it says it
     /// counts, else what `counter.count` sets (the mode its first counter will claim).
     pub async fn readers(&self, s: &Settings) -> Result<Readers> {
-        let counted = match self.counted_mode(s).await? {
-            tally_core::edge::CountMode::Likers => Counted::Likers(self.counter.clone()),
-            tally_core::edge::CountMode::Events => Counted::Events,
-        };
+        let counted = Counted::of(self.counted_mode(s).await?, self.counter.clone());
         Ok(Readers {
             counts: self.counter.clone(),
             counted,
@@ -160,9 +157,7 @@ impl Backend {
             HomedCounts::new(homes, self.counter.clone(), counts)
                 .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?,
         );
-        if let Counted::Likers(_) = readers.counted {
-            readers.counted = Counted::Likers(homed.clone());
-        }
+        readers.counted = Counted::of(readers.counted.mode(), homed.clone());
         readers.counts = homed;
         Ok(readers)
     }

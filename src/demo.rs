@@ -36,7 +36,7 @@ async fn baselines(
             user: e.user_id,
         })
         .collect();
-    let likers = settings.counter.count == tally_core::edge::CountMode::Likers;
+    let likers = settings.counter.count.keeps_edges();
     tally_baselines::run(
         backend.baselines.clone(),
         &records,

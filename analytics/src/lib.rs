@@ -104,7 +104,7 @@ impl Default for AnalyticsContext {
             app: tally_core::apps::ANALYTICS.to_owned(),
             emf: Emf::default(),
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
-            count: tally_core::edge::CountMode::Likers,
+            count: tally_core::edge::CountMode::default(),
             input: tally_core::input::Input::default(),
         }
     }
@@ -193,9 +193,9 @@ impl ProcessorFactory for Analytics {
                     self.ctx.dedup_horizon.as_millis() as i64,
                 );
                 let f = f.input(self.ctx.input.clone());
-                match self.ctx.count {
-                    tally_core::edge::CountMode::Likers => f.likers(),
-                    tally_core::edge::CountMode::Events => f,
+                match self.ctx.count.keeps_edges() {
+                    true => f.likers(),
+                    false => f,
                 }
             },
             extent: Extent::default(),

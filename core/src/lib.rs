@@ -48,13 +48,4 @@ pub mod apps {
     pub const ANALYTICS: &str = "analytics";
     /// Several regions: the records of posts homed elsewhere, put to their home's stream.
     pub const ROUTER: &str = "router";
-
-    /// The application whose windows hold a store's counts (and whose workers show them to the
-    /// read side): counting likers, the counter's second stage; counting events, the counter.
-    pub fn counts(mode: crate::edge::CountMode) -> &'static str {
-        match mode {
-            crate::edge::CountMode::Likers => CHANGES,
-            crate::edge::CountMode::Events => COUNTER,
-        }
-    }
 }

@@ -143,7 +143,7 @@ impl Default for CounterConfig {
             window_min_records: 20,
             read_mode: ReadMode::Polling,
             dedup_horizon: tally_core::dedup::DEFAULT_HORIZON,
-            count: CountMode::Likers,
+            count: CountMode::default(),
             posts_per_batch: None,
             worker_window_records: 800_000,
         }

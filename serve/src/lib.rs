@@ -24,7 +24,7 @@ use tally_core::apps;
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
 
-use tally_core::ports::{Counted, Readers};
+use tally_core::ports::Readers;
 
 pub mod answers;
 pub mod freshness;
@@ -91,7 +91,7 @@ impl Ctx {
     /// The application whose windows hold counts: counting likers, the counter's second stage
     /// (over the edges' change log); else the counter.
     pub fn counts_app(&self) -> &'static str {
-        apps::counts(self.read.counted.mode())
+        self.read.counted.mode().counts_app()
     }
 
     /// How fresh `app`'s answers are, from the latest listing; across regions the counter's adds
@@ -138,12 +138,12 @@ type ApiResult = std::result::Result<Json<Value>, ApiError>;
 pub fn router(ctx: Ctx) -> Router {
     let token = ctx.token.clone();
     // Who likes what only where the store keeps it: a store counting events has no likers routes.
-    let likers_routes = match ctx.read.counted {
-        Counted::Likers(_) => Router::new()
+    let likers_routes = match ctx.read.counted.likers() {
+        Some(_) => Router::new()
             .route("/api/posts/{id}/likers", get(likers))
             .route("/api/posts/{id}/likers/among", get(likers_among))
             .route("/api/posts/{id}/likers/recent", get(recent::recent_likers)),
-        Counted::Events => Router::new(),
+        None => Router::new(),
     };
     let routes = Router::new()
         .merge(likers_routes)
@@ -178,9 +178,9 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 /// without `as_of_ms`, which only a store counting events answers; on a store counting events
 /// without the likers routes and `viewer`, which only a store keeping likers answers.
 async fn openapi(State(c): State<Ctx>, _: NoQuery) -> Response {
-    let text = match c.read.counted {
-        Counted::Events => openapi_counting_events(),
-        Counted::Likers(_) => openapi_counting_likers(),
+    let text = match c.read.counted.likers() {
+        Some(_) => openapi_counting_likers(),
+        None => openapi_counting_events(),
     };
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }

@@ -90,9 +90,9 @@ pub fn likers_of(counted: &Counted) -> Result<&dyn LikersReader, Refused> {
 /// only). `total − since(T)` is not it: a user who unliked after T, or liked again after an
 /// unlike, drops out of both.
 pub fn check_events(counted: &Counted, param: &str) -> Result<(), Refused> {
-    match counted {
-        Counted::Events => Ok(()),
-        Counted::Likers(_) => Err(Refused::Request(format!(
+    match counted.likers() {
+        None => Ok(()),
+        Some(_) => Err(Refused::Request(format!(
             "`{param}`: this store counts likers (each user's latest action), and a count as it \
              stood at a past time needs every user's actions since, which it does not keep; \
              `since` answers the likes made since a time that still stand, and a store that \

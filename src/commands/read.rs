@@ -44,7 +44,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
     };
     // The workers first, the store second (`serve::pending`): those of the application whose
     // windows hold counts.
-    let holders = Listing::fetch(read.leases.as_ref(), apps::counts(read.counted.mode())).await?;
+    let holders = Listing::fetch(read.leases.as_ref(), read.counted.mode().counts_app()).await?;
     let asked = match args.stored {
         true => None,
         false => Some(

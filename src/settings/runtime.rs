@@ -103,9 +103,9 @@ impl Settings {
     /// likers, some actions that change no liker.
     pub fn gen_config(&self, events: u64) -> Generation {
         Generation {
-            no_op_ratio: match self.counter.count {
-                tally_core::edge::CountMode::Likers => NO_OP_RATIO,
-                tally_core::edge::CountMode::Events => 0.0,
+            no_op_ratio: match self.counter.count.keeps_edges() {
+                true => NO_OP_RATIO,
+                false => 0.0,
             },
             ..Generation::of(self.producer.clone(), events)
         }

@@ -37,7 +37,7 @@ impl Settings {
             bail!("invalid configuration: `table_prefix` must be letters, digits, `_`, `.` or `-`, got {:?}", self.table_prefix);
         }
         if self.input.format == tally_core::input::Format::Dynamodb
-            && self.counter.count != tally_core::edge::CountMode::Likers
+            && !self.counter.count.keeps_edges()
         {
             bail!(
                 "invalid configuration: `input.format = \"dynamodb\"` needs `counter.count = \"likers\"`, got \"{}\": a table's change records are states of (post, user) items, and counted as events a MODIFY or a copy would count again",

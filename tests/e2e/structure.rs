@@ -728,3 +728,48 @@ fn product_files_and_the_binary_crate_stay_small() {
          or a command into a crate named for it"
     );
 }
+
+/// Issue 73: the count mode is a type chosen once, not a flag checked in many files. What a mode
+/// does lives in the modes' own modules (the mode itself, the windows' folds, the counter's
+/// counting, verify's recounts); elsewhere a mode is asked what it can do (`keeps_edges`) or
+/// resolved into the store's `Counted`. At most 4 product files outside those modules name a
+/// mode's variant.
+#[test]
+fn a_mode_is_named_only_where_it_is_chosen() {
+    let modes = [
+        "core/src/edge/mode.rs",
+        "core/src/window/",
+        "counter/src/counting/",
+        "verify/src/recount/",
+    ];
+    let variants = [
+        "CountMode::Likers",
+        "CountMode::Events",
+        "Counted::Likers",
+        "Counted::Events",
+    ];
+    let mut naming = Vec::new();
+    for dir in CRATES
+        .iter()
+        .filter(|c| **c != "conformance")
+        .map(|c| format!("{c}/src"))
+        .chain(["src".to_owned()])
+    {
+        let mut files = Vec::new();
+        rust_files(&root().join(&dir), &mut files);
+        for f in files {
+            let rel = f.strip_prefix(root()).unwrap().display().to_string();
+            if modes.iter().any(|m| rel.starts_with(m)) {
+                continue;
+            }
+            let code = code_of(&std::fs::read_to_string(&f).unwrap());
+            if variants.iter().any(|v| code.contains(v)) {
+                naming.push(rel);
+            }
+        }
+    }
+    assert!(
+        naming.len() <= 4,
+        "files outside the modes' own modules that name a mode: {naming:?}"
+    );
+}

@@ -170,9 +170,9 @@ pub async fn check(
     let rule = Rule::of_store(a, b).await?;
     // Counting likers, the changes of the edges not counted yet (the counter's second stage
     // reads them after its checkpoints): what the counts lag the edges by.
-    let tail = match rule.counts {
-        Counts::Likers => Some(tail::LogTail::read(b).await?),
-        Counts::Events { .. } => None,
+    let tail = match rule.mode.keeps_edges() {
+        true => Some(tail::LogTail::read(b).await?),
+        false => None,
     };
     if let Some(t) = &tail {
         if t.changes > 0 {
@@ -394,17 +394,11 @@ async fn states(b: Ports<'_>, app: &str) -> Result<HashMap<String, ShardState>> 
 /// What the recount counts by, and what the records are.
 #[derive(Clone)]
 pub(crate) struct Rule {
-    counts: Counts,
+    /// What the store counts.
+    mode: CountMode,
+    /// Counting events, a copy is recognised within this dedup horizon (ms).
+    horizon_ms: i64,
     input: tally_core::input::Input,
-}
-
-/// What the store counts, with the setting it was counted by.
-#[derive(Clone, Copy)]
-enum Counts {
-    /// Events, a copy recognised within this dedup horizon (ms).
-    Events { horizon_ms: i64 },
-    /// Likers.
-    Likers,
 }
 
 impl Rule {
@@ -417,13 +411,9 @@ impl Rule {
             .await
             .context("reading what the store counts")?
             .unwrap_or(a.configured);
-        let horizon_ms = a.dedup_horizon_ms;
-        let counts = match mode {
-            CountMode::Events => Counts::Events { horizon_ms },
-            CountMode::Likers => Counts::Likers,
-        };
         Ok(Rule {
-            counts,
+            mode,
+            horizon_ms: a.dedup_horizon_ms,
             input: a.input.clone(),
         })
     }
@@ -434,11 +424,8 @@ impl Rule {
         rows: &HashMap<String, Row>,
         pass: Pass,
     ) -> Recount {
-        let r = match self.counts {
-            Counts::Events { horizon_ms } => Recount::events(horizon_ms, shards, rows),
-            Counts::Likers => Recount::likers(shards, rows),
-        };
-        r.input(self.input.clone())
+        Recount::of(self.mode, self.horizon_ms, shards, rows)
+            .input(self.input.clone())
             .within(pass.part, pass.budget, pass.first)
     }
 }

@@ -22,6 +22,23 @@ impl CountMode {
         }
     }
 
+    /// Whether the store keeps each (post, user)'s latest action, an edge: counting likers. What
+    /// only such a store can do follows from it — say who likes what, count a table's change
+    /// records, be rebuilt from its edges — and what only an events store can (a count as it
+    /// stood at a past time) from its absence.
+    pub fn keeps_edges(self) -> bool {
+        self == CountMode::Likers
+    }
+
+    /// The application whose windows hold a store's counts (and whose workers show them to the
+    /// read side): counting likers, the counter's second stage; counting events, the counter.
+    pub fn counts_app(self) -> &'static str {
+        match self {
+            CountMode::Likers => crate::apps::CHANGES,
+            CountMode::Events => crate::apps::COUNTER,
+        }
+    }
+
     /// The mode a name names, if any.
     pub fn parse(s: &str) -> Option<CountMode> {
         match s {

@@ -232,6 +232,14 @@ pub enum Counted {
 }
 
 impl Counted {
+    /// A store counting `mode`: counting likers, `edges` answers who likes what.
+    pub fn of(mode: CountMode, edges: std::sync::Arc<dyn LikersReader>) -> Counted {
+        match mode.keeps_edges() {
+            true => Counted::Likers(edges),
+            false => Counted::Events,
+        }
+    }
+
     /// Who likes what (`None`: the store counts events).
     pub fn likers(&self) -> Option<&dyn LikersReader> {
         match self {

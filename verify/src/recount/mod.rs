@@ -231,6 +231,20 @@ pub struct Recount {
 }
 
 impl Recount {
+    /// A recount of what a store counting `mode` counts (counting events, a copy recognised
+    /// within `horizon_ms`).
+    pub fn of(
+        mode: tally_core::edge::CountMode,
+        horizon_ms: i64,
+        shards: &[ShardInfo],
+        rows: &HashMap<String, Row>,
+    ) -> Recount {
+        match mode.keeps_edges() {
+            true => Recount::likers(shards, rows),
+            false => Recount::events(horizon_ms, shards, rows),
+        }
+    }
+
     /// A recount of events, a copy recognised within `horizon_ms`, of `shards` (their lineages
     /// share a duplicate scope) against the counter's lease `rows` (see [`applied`]).
     pub fn events(horizon_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
