@@ -204,6 +204,8 @@ impl ShardTask {
             }
             Err(e) => return Err(e.into()),
         };
+        // A reader that waits for records waits no longer than this worker would pause.
+        reader.wait_when_empty(self.cfg.idle_poll);
         loop {
             if *self.stop.borrow() {
                 processor.flush(false).await?;
