@@ -56,14 +56,7 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
         let recent = s.recent_likers_index && edges;
         match d.describe_table().table_name(&name).send().await {
             Ok(t) => {
-                if edges && change_stream(&name, t.table())?.is_none() {
-                    add_change_stream(&tables, suffix).await?;
-                    created.push(format!("stream of table {name}"));
-                }
-                if recent && !has_recent_index(t.table()) {
-                    add_recent_index(&tables, suffix).await?;
-                    created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
-                }
+                complete(&tables, suffix, t.table(), recent, &mut created).await?;
                 continue;
             }
             Err(e) => {
@@ -95,26 +88,42 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
             .key_schema(key(sk, KeyType::Range).map_err(|e| PortError::Invalid(e.to_string()))?);
         if edges {
             create = create.stream_specification(change_log_stream()?);
-            created.push(format!("stream of table {name}"));
         }
         if recent {
             create = create
                 .attribute_definitions(liked_at_attr()?)
                 .global_secondary_indexes(recent_index()?);
-            created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
         }
-        match create
+        let made = match create
             .send()
             .await
             .map_err(|e| tables.err("CreateTable", suffix, e))
         {
-            Ok(_) => created.push(format!("table {name}")),
+            Ok(_) => true,
             // Created meanwhile: by another setup, or by this one when the answer to its
             // CreateTable was lost and the SDK sent it again.
-            Err(PortError::Conflict(_)) => {}
+            Err(PortError::Conflict(_)) => false,
             Err(e) => return Err(e),
-        }
+        };
         wait_table(&tables, &name).await?;
+        if made {
+            created.push(format!("table {name}"));
+            if edges {
+                created.push(format!("stream of table {name}"));
+            }
+            if recent {
+                created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
+            }
+        } else {
+            // Made as another setup asked: its stream and index checked as for a table found.
+            let t = d
+                .describe_table()
+                .table_name(&name)
+                .send()
+                .await
+                .map_err(|e| tables.err("DescribeTable", suffix, e))?;
+            complete(&tables, suffix, t.table(), recent, &mut created).await?;
+        }
         if let Some(attr) = ttl {
             if ttl_enabled(&tables, suffix).await? {
                 continue;
@@ -179,6 +188,27 @@ fn change_log_stream() -> PortResult<StreamSpecification> {
 /// Turns the change log on for an existing edges table and waits until it is active: changes
 /// from then on are logged (an edge written before is counted once it changes again, or by a
 /// rebuild).
+/// A table found (or made meanwhile by another setup) given what this setup asks of it: the edges
+/// table its change stream, and the recent index when `recent`; each added is listed.
+async fn complete(
+    tables: &DynamoStore,
+    suffix: &str,
+    t: Option<&TableDescription>,
+    recent: bool,
+    created: &mut Vec<String>,
+) -> PortResult<()> {
+    let name = tables.table(suffix);
+    if suffix == "edges" && change_stream(&name, t)?.is_none() {
+        add_change_stream(tables, suffix).await?;
+        created.push(format!("stream of table {name}"));
+    }
+    if recent && !has_recent_index(t) {
+        add_recent_index(tables, suffix).await?;
+        created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
+    }
+    Ok(())
+}
+
 async fn add_change_stream(tables: &DynamoStore, suffix: &str) -> PortResult<()> {
     let name = tables.table(suffix);
     tables

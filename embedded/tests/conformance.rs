@@ -541,7 +541,11 @@ async fn an_idle_change_log_reader_waits_its_idle_poll_and_wakes_on_a_write() {
     r.wait_when_empty(Duration::from_millis(400));
     let t = Instant::now();
     assert!(r.next_batch(10).await.unwrap().records.is_empty());
-    assert!(t.elapsed() >= Duration::from_millis(350), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(350),
+        "{:?}",
+        t.elapsed()
+    );
     // A write while the reader waits ends its wait; the next read has the change.
     r.wait_when_empty(Duration::from_secs(30));
     let writer = e.clone();
