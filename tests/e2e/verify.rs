@@ -103,11 +103,11 @@ pub(crate) trait Tables {
     fn add_to_global(&self, n: i64);
     /// Deletes one dead letter; its shard and key.
     fn delete_a_letter(&self) -> (String, String);
-    /// Turns the post's first edge (by user) the other way; returns its user, and whether the
-    /// edge's change log logged the flip (DynamoDB Streams logs every write of the edges table,
-    /// so the counter will count it: the post's count will be off too; the embedded store logs
-    /// only what its own edge writes log).
-    fn flip_an_edge(&self, post: &str) -> (String, bool);
+    /// Turns the post's first edge (by user) the other way; returns its user, whether it was
+    /// liked before, and whether the edge's change log logged the flip (DynamoDB Streams logs
+    /// every write of the edges table, so the counter will count it: the post's count will be
+    /// off too; the embedded store logs only what its own edge writes log).
+    fn flip_an_edge(&self, post: &str) -> Flipped;
     /// Writes what a window's first write leaves when it rolls the post's first live item out of
     /// its hour (a crash, or a reader, before the live write): an archive of that hour holding
     /// the live item's minutes, written by a window the live item does not hold yet. Returns the
@@ -172,17 +172,17 @@ impl Tables for Sqlite {
         v["hk"].as_i64().unwrap()
     }
 
-    fn flip_an_edge(&self, post: &str) -> (String, bool) {
+    fn flip_an_edge(&self, post: &str) -> Flipped {
         // The embedded store keeps edges typed (`edges`, in their own file): the same damage as
         // `l` + 1 on DynamoDB.
         let dir = self.0.parent().unwrap();
         let db =
             rusqlite::Connection::open(tally_embedded::edge_file_of(dir, post).unwrap()).unwrap();
-        let user: String = db
+        let (user, liked): (String, bool) = db
             .query_row(
-                "SELECT user FROM edges WHERE post = ?1 ORDER BY user LIMIT 1",
+                "SELECT user, liked FROM edges WHERE post = ?1 ORDER BY user LIMIT 1",
                 [post],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();
         db.execute(
@@ -190,7 +190,11 @@ impl Tables for Sqlite {
             [post, &user],
         )
         .unwrap();
-        (user, false)
+        Flipped {
+            user,
+            was_liked: liked,
+            logged: false,
+        }
     }
 
     fn put_a_rolled_archive(&self, post: &str) -> i64 {
@@ -311,8 +315,8 @@ impl Tables for Dynamo {
         hk
     }
 
-    fn flip_an_edge(&self, post: &str) -> (String, bool) {
-        use aws_sdk_dynamodb::types::AttributeValue as A;
+    fn flip_an_edge(&self, post: &str) -> Flipped {
+        use aws_sdk_dynamodb::types::{AttributeValue as A, ReturnValue};
         let (sk, _) = self.first(&self.edges, post, "E#");
         let flip = self
             .client
@@ -321,9 +325,15 @@ impl Tables for Dynamo {
             .key("pk", A::S(post.into()))
             .key("sk", A::S(sk.clone()))
             .update_expression("SET l = :one - l")
-            .expression_attribute_values(":one", A::N("1".into()));
-        self.rt.block_on(flip.send()).unwrap();
-        (sk.trim_start_matches("E#").to_owned(), true)
+            .expression_attribute_values(":one", A::N("1".into()))
+            .return_values(ReturnValue::UpdatedOld);
+        let old = self.rt.block_on(flip.send()).unwrap();
+        let was = old.attributes().and_then(|a| a.get("l")).cloned();
+        Flipped {
+            user: sk.trim_start_matches("E#").to_owned(),
+            was_liked: was == Some(A::N("1".into())),
+            logged: true,
+        }
     }
 
     fn put_a_rolled_archive(&self, post: &str) -> i64 {
@@ -419,7 +429,11 @@ fn finds_exact_then_every_planted_drift(t: &Target, tables: &dyn Tables) {
     let (shard, key) = tables.delete_a_letter();
     // An edge turned the other way (its post's count untouched; where the flip is logged, what
     // the counter will count of it makes the post off too).
-    let (user, logged) = tables.flip_an_edge("post-2");
+    let Flipped {
+        user,
+        was_liked,
+        logged,
+    } = tables.flip_an_edge("post-2");
 
     let (v, ok) = verify(t, &[]);
     assert!(!ok, "verify exited 0 on a wrong store: {v:#}");
@@ -447,20 +461,24 @@ fn finds_exact_then_every_planted_drift(t: &Target, tables: &dyn Tables) {
             .any(|d| d["since_ms"].is_null() && d["off_by"] == 1),
         "post-1's total: {v:#}"
     );
-    // What the logged flip will add to post-2 (and to the global total) once counted.
-    let flipped = if logged {
+    // What the logged flip will add to post-2 (and to the global total) once counted: a like
+    // turned to an unlike takes one away, an unlike turned to a like adds one.
+    let flipped = match (logged, was_liked) {
+        (false, _) => 0,
+        (true, true) => -1,
+        (true, false) => 1,
+    };
+    if logged {
         let total = of("post-2")
             .into_iter()
             .find(|d| d["since_ms"].is_null())
             .and_then(|d| d["off_by"].as_i64());
-        assert!(
-            total.is_some_and(|n| n.abs() == 1),
+        assert_eq!(
+            total,
+            Some(flipped),
             "post-2's total, once its logged flip is counted: {v:#}"
         );
-        total.unwrap()
-    } else {
-        0
-    };
+    }
     // Since the start of the live item's hour (a default time when it is today's last hour, and
     // asked for here), the extra like shows.
     let at = (probe * 3_600_000).to_string();
@@ -485,6 +503,14 @@ fn finds_exact_then_every_planted_drift(t: &Target, tables: &dyn Tables) {
         .as_array()
         .unwrap()
         .is_empty());
+}
+
+/// An edge turned the other way by hand: its user, what it was, and whether its change was
+/// logged (and so will be counted).
+pub(crate) struct Flipped {
+    user: String,
+    was_liked: bool,
+    logged: bool,
 }
 
 /// A two-shard embedded stack and its tables, to edit by hand.
