@@ -1,7 +1,8 @@
 //! tally as a library: what the `tally` binary (`src/main.rs`) runs — it parses flags
 //! ([`cli`]), loads configuration ([`settings`]), wires a backend ([`backend`]) and runs a
-//! subcommand ([`commands`], [`serve`], [`verify`]). A library so that the settings and the HTTP
-//! router are tested in process (`tests/e2e/in_process.rs`), not only through the binary.
+//! subcommand ([`commands`], over the crates that do the work: `tally_serve`, `tally_verify`…). A
+//! library so that the settings and the wiring are tested in process (`tests/e2e/in_process.rs`),
+//! not only through the binary.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod apps;

@@ -55,8 +55,8 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
         let edges = *suffix == "edges";
         let recent = s.recent_likers_index && edges;
         match d.describe_table().table_name(&name).send().await {
-            Ok(t) => {
-                complete(&tables, suffix, t.table(), recent, &mut created).await?;
+            Ok(_) => {
+                complete(&tables, suffix, recent, &mut created).await?;
                 continue;
             }
             Err(e) => {
@@ -116,13 +116,7 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
             }
         } else {
             // Made as another setup asked: its stream and index checked as for a table found.
-            let t = d
-                .describe_table()
-                .table_name(&name)
-                .send()
-                .await
-                .map_err(|e| tables.err("DescribeTable", suffix, e))?;
-            complete(&tables, suffix, t.table(), recent, &mut created).await?;
+            complete(&tables, suffix, recent, &mut created).await?;
         }
         if let Some(attr) = ttl {
             if ttl_enabled(&tables, suffix).await? {
@@ -185,30 +179,56 @@ fn change_log_stream() -> PortResult<StreamSpecification> {
         .map_err(|e| PortError::Invalid(e.to_string()))
 }
 
-/// Turns the change log on for an existing edges table and waits until it is active: changes
-/// from then on are logged (an edge written before is counted once it changes again, or by a
-/// rebuild).
 /// A table found (or made meanwhile by another setup) given what this setup asks of it: the edges
-/// table its change stream, and the recent index when `recent`; each added is listed.
+/// table its change stream, and the recent index when `recent`; each added is listed. The table
+/// is waited for first (another setup may be making or changing it), and an addition another
+/// setup made first ("in use") is taken as made once the table says so.
 async fn complete(
     tables: &DynamoStore,
     suffix: &str,
-    t: Option<&TableDescription>,
     recent: bool,
     created: &mut Vec<String>,
 ) -> PortResult<()> {
     let name = tables.table(suffix);
-    if suffix == "edges" && change_stream(&name, t)?.is_none() {
-        add_change_stream(tables, suffix).await?;
-        created.push(format!("stream of table {name}"));
+    wait_table(tables, &name).await?;
+    let describe = || async {
+        tables
+            .client()
+            .describe_table()
+            .table_name(&name)
+            .send()
+            .await
+            .map_err(|e| tables.err("DescribeTable", suffix, e))
+    };
+    let t = describe().await?;
+    if suffix == "edges" && change_stream(&name, t.table())?.is_none() {
+        match add_change_stream(tables, suffix).await {
+            Ok(()) => created.push(format!("stream of table {name}")),
+            Err(PortError::Conflict(_))
+                if {
+                    wait_table(tables, &name).await?;
+                    change_stream(&name, describe().await?.table())?.is_some()
+                } => {}
+            Err(e) => return Err(e),
+        }
     }
-    if recent && !has_recent_index(t) {
-        add_recent_index(tables, suffix).await?;
-        created.push(format!("index {} of table {name}", edge::RECENT_INDEX));
+    if recent && !has_recent_index(t.table()) {
+        match add_recent_index(tables, suffix).await {
+            Ok(()) => created.push(format!("index {} of table {name}", edge::RECENT_INDEX)),
+            Err(PortError::Conflict(_))
+                if {
+                    wait_table(tables, &name).await?;
+                    has_recent_index(describe().await?.table())
+                } => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }
 
+/// Turns the change log on for an existing edges table and waits until it is active: changes
+/// from then on are logged (an edge written before is counted once it changes again, or by a
+/// rebuild).
 async fn add_change_stream(tables: &DynamoStore, suffix: &str) -> PortResult<()> {
     let name = tables.table(suffix);
     tables

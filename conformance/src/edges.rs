@@ -206,7 +206,8 @@ pub async fn likers_come_most_recent_first(store: &dyn CounterStore, name: &str)
 
 /// Counter store: the count mode is claimed once and then holds (a second claim answers the
 /// first); a store that has counted with no mode (an earlier build of tally, from before modes)
-/// is refused, saying it was made by an earlier build, and is left without a mode.
+/// is refused, read or claimed, saying it was made by an earlier build, and is left without a
+/// mode.
 pub async fn the_count_mode_is_claimed_once(store: &dyn CounterStore, name: &str) {
     assert_eq!(store.count_mode(None).await.unwrap(), None);
     let fence = held_lease(store, &format!("{name}-mode"), "shard-0").await;
@@ -227,11 +228,15 @@ pub async fn the_count_mode_is_claimed_once(store: &dyn CounterStore, name: &str
         horizon_ms: HORIZON_MS,
     };
     store.apply_rest(at, rest).await.unwrap();
-    for claim in [CountMode::Likers, CountMode::Events] {
-        let e = store.count_mode(Some(claim)).await.unwrap_err().to_string();
-        assert!(e.contains("made by an earlier build of tally"), "{e}");
+    for claim in [Some(CountMode::Likers), Some(CountMode::Events), None] {
+        let e = store.count_mode(claim).await.unwrap_err().to_string();
+        assert!(
+            e.contains("made by an earlier build of tally"),
+            "{claim:?}: {e}"
+        );
     }
-    assert_eq!(store.count_mode(None).await.unwrap(), None);
+    let e = store.stored_mode().await.unwrap_err().to_string();
+    assert!(e.contains("made by an earlier build of tally"), "{e}");
 }
 
 /// Counter store: a fresh store takes the first claim, and keeps it.

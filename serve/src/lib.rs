@@ -137,13 +137,16 @@ type ApiResult = std::result::Result<Json<Value>, ApiError>;
 /// The read side's routes.
 pub fn router(ctx: Ctx) -> Router {
     let token = ctx.token.clone();
-    // Who likes what only where the store keeps it: a store counting events has no likers routes.
+    // Who likes what only where the store keeps it: on a store counting events the likers paths
+    // are no routes (404, saying why), as its document says.
     let likers_routes = match ctx.read.counted.likers() {
         Some(_) => Router::new()
             .route("/api/posts/{id}/likers", get(likers))
             .route("/api/posts/{id}/likers/among", get(likers_among))
             .route("/api/posts/{id}/likers/recent", get(recent::recent_likers)),
-        None => Router::new(),
+        None => Router::new()
+            .route("/api/posts/{id}/likers", get(no_likers))
+            .route("/api/posts/{id}/likers/{*rest}", get(no_likers)),
     };
     let routes = Router::new()
         .merge(likers_routes)
@@ -221,6 +224,11 @@ pub fn openapi_counting_events() -> String {
 }
 
 /// An unknown path: a JSON error naming it, as every other error of the API.
+/// A likers path on a store counting events: not found, and why.
+async fn no_likers() -> ApiError {
+    ApiError(StatusCode::NOT_FOUND, viewer::NO_LIKERS.into())
+}
+
 async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,

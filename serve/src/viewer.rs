@@ -77,13 +77,14 @@ pub fn check_among(among: &str) -> Result<Vec<String>, String> {
 /// Who likes what, or the refusal of a store that counts events: it keeps no edges, so it cannot
 /// say who liked a post.
 pub fn likers_of(counted: &Counted) -> Result<&dyn LikersReader, Refused> {
-    counted.likers().ok_or_else(|| {
-        Refused::Request(
-            "this store counts events (counter.count = \"events\"): it keeps no likers, so it cannot say who liked a post"
-                .into(),
-        )
-    })
+    counted
+        .likers()
+        .ok_or_else(|| Refused::Request(NO_LIKERS.into()))
 }
+
+/// Why a store counting events cannot say who likes what.
+pub const NO_LIKERS: &str = "this store counts events (counter.count = \"events\"): it keeps no \
+     likers, so it cannot say who liked a post";
 
 /// Refuses `param` unless the store counts events: counting likers, a count as it stood at a past
 /// time needs each user's actions since, which the store does not keep (an edge holds the latest

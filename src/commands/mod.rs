@@ -1,5 +1,5 @@
 //! The subcommands: thin adapters from their arguments to the rooms that do the work (the
-//! pipeline's crates, `serve`, `verify`, `reading`). Each takes the loaded settings and the wired
+//! pipeline's crates, `tally_serve`, `tally_verify`, `tally_recording`). Each takes the loaded settings and the wired
 //! backend. Nothing imports this module but the dispatcher (`tally::run`).
 
 pub mod backfill;

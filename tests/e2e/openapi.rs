@@ -583,5 +583,6 @@ fn the_api_is_exactly_as_loose_as_its_document() {
             false,
         );
         assert_eq!(status, 404, "{path}: {text}");
+        assert!(text.contains("keeps no likers"), "{path}: {text}");
     }
 }

@@ -14,8 +14,9 @@ use tally_core::{rows, summary};
 use super::{row_of, s, DynamoStore};
 
 impl DynamoStore {
-    /// The stored count mode; with `claim`, set first if unset (a store with global totals and
-    /// no mode is refused: only an earlier build of tally counted without claiming a mode).
+    /// The stored count mode; with `claim`, set first if unset. A store with global totals and no
+    /// mode is refused, read or claimed: only an earlier build of tally counted without claiming
+    /// a mode.
     pub(super) async fn mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
         let key = meta_key(edge::MODE_SK);
         let mode_of = |item: &HashMap<String, AttributeValue>| {
@@ -24,7 +25,6 @@ impl DynamoStore {
         if let Some(item) = self.get("counts", key.clone()).await? {
             return mode_of(&item).map(Some);
         }
-        let Some(m) = claim else { return Ok(None) };
         let counted = !self
             .client
             .query()
@@ -41,6 +41,7 @@ impl DynamoStore {
         if counted {
             return Err(rows::counted_without_mode(&self.table("counts")));
         }
+        let Some(m) = claim else { return Ok(None) };
         let r = self
             .meta_put(&key, "mode", m.as_str())
             .condition_expression("attribute_not_exists(pk)")

@@ -47,7 +47,7 @@ pub struct LikersPage {
     pub read_units: u64,
 }
 
-/// The most likers one [`CountReader::likers`] call returns.
+/// The most likers one [`LikersReader::likers`] call returns.
 pub const MAX_LIKERS_PER_PAGE: usize = 1_000;
 
 /// Where a page of likers most recent first ends: the like it passed over last — its time, then

@@ -10,8 +10,8 @@ use tally_core::summary::{Attrs, Val, GLOBAL_PK};
 use super::items::{get_item, put_item, query};
 use crate::sql_err;
 
-/// The stored mode; with `claim`, set first if unset (a store with counts and no mode is
-/// refused: only an earlier build of tally counted without claiming a mode).
+/// The stored mode; with `claim`, set first if unset. A store with counts and no mode is refused,
+/// read or claimed: only an earlier build of tally counted without claiming a mode.
 pub(super) fn count_mode(
     c: &mut Connection,
     claim: Option<CountMode>,
@@ -26,16 +26,17 @@ pub(super) fn count_mode(
         )?),
         None => None,
     };
-    let mode = match (stored, claim) {
-        (Some(m), _) => Some(m),
-        (None, None) => None,
-        (None, Some(m)) => {
-            if !query(&tx, GLOBAL_PK, "", "\u{10ffff}")?.is_empty() {
-                return Err(rows::counted_without_mode(tx.path().unwrap_or("the store")));
+    let mode = match stored {
+        Some(m) => Some(m),
+        None if !query(&tx, GLOBAL_PK, "", "\u{10ffff}")?.is_empty() => {
+            return Err(rows::counted_without_mode(tx.path().unwrap_or("the store")));
+        }
+        None => {
+            if let Some(m) = claim {
+                let a = Attrs::from([("mode".to_owned(), Val::S(m.as_str().to_owned()))]);
+                put_item(&tx, edge::MODE_PK, edge::MODE_SK, &a)?;
             }
-            let a = Attrs::from([("mode".to_owned(), Val::S(m.as_str().to_owned()))]);
-            put_item(&tx, edge::MODE_PK, edge::MODE_SK, &a)?;
-            Some(m)
+            claim
         }
     };
     tx.commit().map_err(sql_err)?;
