@@ -53,7 +53,7 @@ pub struct DemoConfig {
     /// Like and unlike events to produce (retries and malformed records come on top).
     pub events: u64,
     /// Afterwards, apply the same records the two ways tally is measured against
-    /// ([`baselines`]).
+    /// ([`tally_baselines::run`]).
     pub baselines: bool,
     /// Say on standard error what it is doing, with a progress bar.
     pub progress: bool,

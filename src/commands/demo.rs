@@ -1,4 +1,4 @@
-//! `tally demo`: its flags as a [`DemoConfig`], the [`Report`] printed.
+//! `tally demo`: its flags as a [`DemoConfig`], the [`crate::demo::Report`] printed.
 
 use anyhow::{bail, Result};
 
