@@ -76,11 +76,6 @@ impl RecentCursor {
             user: user.to_owned(),
         })
     }
-
-    /// Whether a like at `at_ms` by `user` comes after the cursor, most recent first.
-    pub fn precedes(&self, at_ms: i64, user: &str) -> bool {
-        (at_ms, user) < (self.at_ms, self.user.as_str())
-    }
 }
 
 impl std::fmt::Display for RecentCursor {
