@@ -688,6 +688,19 @@ fn the_readme_names_every_global_flag() {
     assert_eq!(listed, global, "README's global flags against the CLI's");
 }
 
+/// Every product source file (the library crates' and the binary's; not the conformance suite's),
+/// with its source root (`core/src`, …, `src`).
+fn product_files() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let dirs = CRATES.iter().filter(|c| **c != "conformance");
+    for dir in dirs.map(|c| format!("{c}/src")).chain(["src".to_owned()]) {
+        let mut files = Vec::new();
+        rust_files(&root().join(&dir), &mut files);
+        out.extend(files.into_iter().map(|f| (dir.clone(), f)));
+    }
+    out
+}
+
 /// Issue 73: rooms stay small. No product file (test modules aside) is over 800 lines, and the
 /// binary's crate stays the command line, settings, wiring and commands: what grows there
 /// belongs in a crate named for it.
@@ -703,22 +716,13 @@ fn product_files_and_the_binary_crate_stay_small() {
     };
     let mut big = Vec::new();
     let mut binary = 0;
-    for dir in CRATES
-        .iter()
-        .filter(|c| **c != "conformance")
-        .map(|c| format!("{c}/src"))
-        .chain(["src".to_owned()])
-    {
-        let mut files = Vec::new();
-        rust_files(&root().join(&dir), &mut files);
-        for f in files {
-            let n = product_lines(&f);
-            if n > 800 {
-                big.push(format!("{} ({n} lines)", f.display()));
-            }
-            if dir == "src" {
-                binary += n;
-            }
+    for (dir, f) in product_files() {
+        let n = product_lines(&f);
+        if n > 800 {
+            big.push(format!("{} ({n} lines)", f.display()));
+        }
+        if dir == "src" {
+            binary += n;
         }
     }
     assert!(big.is_empty(), "product files over 800 lines: {big:?}");
@@ -749,23 +753,14 @@ fn a_mode_is_named_only_where_it_is_chosen() {
         "Counted::Events",
     ];
     let mut naming = Vec::new();
-    for dir in CRATES
-        .iter()
-        .filter(|c| **c != "conformance")
-        .map(|c| format!("{c}/src"))
-        .chain(["src".to_owned()])
-    {
-        let mut files = Vec::new();
-        rust_files(&root().join(&dir), &mut files);
-        for f in files {
-            let rel = f.strip_prefix(root()).unwrap().display().to_string();
-            if modes.iter().any(|m| rel.starts_with(m)) {
-                continue;
-            }
-            let code = code_of(&std::fs::read_to_string(&f).unwrap());
-            if variants.iter().any(|v| code.contains(v)) {
-                naming.push(rel);
-            }
+    for (_, f) in product_files() {
+        let rel = f.strip_prefix(root()).unwrap().display().to_string();
+        if modes.iter().any(|m| rel.starts_with(m)) {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(&f).unwrap());
+        if variants.iter().any(|v| code.contains(v)) {
+            naming.push(rel);
         }
     }
     assert!(
