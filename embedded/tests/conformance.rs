@@ -528,42 +528,6 @@ async fn the_change_log_drops_what_was_released() {
     );
 }
 
-/// An idle reader of the change log asks its part no more often than its worker's idle poll
-/// (`wait_when_empty`), and the handle's own edge write still wakes it at once.
-#[tokio::test]
-async fn an_idle_change_log_reader_waits_its_idle_poll_and_wakes_on_a_write() {
-    use std::time::{Duration, Instant};
-    use tally_core::ports::{EdgeWriter, StartPosition};
-    let (_dir, e) = store(1);
-    let log = e.change_log().unwrap();
-    let shard = log.list_shards().await.unwrap().remove(0).shard_id;
-    let mut r = log.open(&shard, StartPosition::TrimHorizon).await.unwrap();
-    r.wait_when_empty(Duration::from_millis(400));
-    let t = Instant::now();
-    assert!(r.next_batch(10).await.unwrap().records.is_empty());
-    assert!(
-        t.elapsed() >= Duration::from_millis(350),
-        "{:?}",
-        t.elapsed()
-    );
-    // A write while the reader waits ends its wait; the next read has the change.
-    r.wait_when_empty(Duration::from_secs(30));
-    let writer = e.clone();
-    let write = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let edge = edge_event("u1", true, 10, "e1");
-        writer.write_edges(&[edge]).await.unwrap();
-    });
-    let t = Instant::now();
-    let mut got = r.next_batch(10).await.unwrap().records;
-    if got.is_empty() {
-        got = r.next_batch(10).await.unwrap().records;
-    }
-    write.await.unwrap();
-    assert_eq!(got.len(), 1);
-    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-}
-
 /// An edge write of more changes than a log row packs: every change read once, in order, in
 /// batches that end inside a row, and a reader from the middle of a row resumes after it.
 #[tokio::test]

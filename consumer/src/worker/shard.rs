@@ -18,10 +18,6 @@ use super::{IdleExit, LeaseMetrics, ShardProcessor, WorkerConfig, WorkerContext,
 use crate::retry::{with_backoff, with_bounded_backoff, Retry};
 use crate::ConsumerError;
 
-/// The longest an empty read of a reader that waits for records may wait
-/// ([`ShardReader::wait_when_empty`]), whatever the idle poll.
-const MAX_READER_WAIT: Duration = Duration::from_secs(1);
-
 /// How a shard task ended.
 #[derive(Debug)]
 pub(super) enum ShardEnd {
@@ -208,9 +204,6 @@ impl ShardTask {
             }
             Err(e) => return Err(e.into()),
         };
-        // A reader that waits for records waits no longer than this worker would pause, and
-        // never so long that a stop or a handover (checked between reads) waits on it.
-        reader.wait_when_empty(self.cfg.idle_poll.min(MAX_READER_WAIT));
         loop {
             if *self.stop.borrow() {
                 processor.flush(false).await?;

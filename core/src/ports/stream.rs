@@ -141,11 +141,6 @@ pub trait ShardReader: Send {
     fn waits_for_records(&self) -> bool {
         false
     }
-
-    /// How long an empty read may wait for records before it answers, for a reader that waits
-    /// ([`ShardReader::waits_for_records`]) and can be woken when records come: the worker's idle
-    /// poll, so that an idle reader asks its store no more often than a polled one would.
-    fn wait_when_empty(&mut self, _up_to: std::time::Duration) {}
 }
 
 #[cfg(test)]
