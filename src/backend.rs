@@ -114,8 +114,9 @@ impl Backend {
         })
     }
 
-    /// What the store counts: what it says, else what the settings set.
-    async fn counted_mode(&self, s: &Settings) -> Result<tally_core::edge::CountMode> {
+    /// What the store counts: what it says, else what the settings set (the mode its first
+    /// counter will claim). The read side and `tally verify` both take it from here.
+    pub async fn counted_mode(&self, s: &Settings) -> Result<tally_core::edge::CountMode> {
         Ok(self
             .counter
             .stored_mode()

@@ -161,8 +161,8 @@ impl Stream for EdgeLog {
 /// How long a read that found nothing waits for the store's handle to write edges before it
 /// answers (writers in other processes are seen at the next read). Short, though an idle part is
 /// then asked about 20 times a second (one indexed SQLite read each): a wait as long as the idle
-/// poll (500 ms) held every `--until-idle` exit up by that much, since the read in flight when
-/// the exit is armed does not count (the demo took 1.7–2.2 s end to end instead of 0.8 s).
+/// poll would hold every `--until-idle` exit up by that much, since the read in flight when the
+/// exit is armed does not count.
 const WAIT_FOR_CHANGES: Duration = Duration::from_millis(50);
 
 /// A reader of one part's log, after a change.

@@ -111,9 +111,8 @@ pub struct VerifyConfig {
     pub since: Vec<i64>,
     /// The most memory the recount holds (bytes): past it, it reads the records again in passes.
     pub memory: u64,
-    /// What the store counts as configured (`counter.count`): a store that has counted nothing
-    /// yet says nothing of its own.
-    pub configured: CountMode,
+    /// What the store counts (what it says, else `counter.count`: `Backend::counted_mode`).
+    pub mode: CountMode,
     /// The counter's dedup horizon (`counter.dedup_horizon`), counting events.
     pub dedup_horizon_ms: i64,
     /// What the records are (`input`, `regions`).
@@ -167,7 +166,7 @@ pub async fn check(
         memory_budget: bytesize::ByteSize(a.memory).to_string(),
         ..Report::default()
     };
-    let rule = Rule::of_store(a, b).await?;
+    let rule = Rule::of(a);
     // Counting likers, the changes of the edges not counted yet (the counter's second stage
     // reads them after its checkpoints): what the counts lag the edges by.
     let tail = match rule.mode.keeps_edges() {
@@ -402,20 +401,13 @@ pub(crate) struct Rule {
 }
 
 impl Rule {
-    /// The rule the store was counted by. The store says what it counts (one that has counted
-    /// nothing yet counts as configured).
-    async fn of_store(a: &VerifyConfig, b: Ports<'_>) -> Result<Rule> {
-        let mode = b
-            .counter
-            .stored_mode()
-            .await
-            .context("reading what the store counts")?
-            .unwrap_or(a.configured);
-        Ok(Rule {
-            mode,
+    /// The rule the store was counted by.
+    fn of(a: &VerifyConfig) -> Rule {
+        Rule {
+            mode: a.mode,
             horizon_ms: a.dedup_horizon_ms,
             input: a.input.clone(),
-        })
+        }
     }
 
     pub(crate) fn recount(
