@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 /// An application's own table, read by `tally backfill`.
-pub use tally_aws::source::{SourceTable, Streaming};
+pub use tally_aws::source::SourceTable;
 
 use anyhow::{bail, Context, Result};
 use tally_baselines::BaselineWriters;

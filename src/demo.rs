@@ -306,7 +306,7 @@ async fn report(
     let events = truth.events.max(1) as f64;
     let items =
         cm.items_written.load(Ordering::Relaxed) + changes.items_written.load(Ordering::Relaxed);
-    let units = ran.counter.units();
+    let units = crate::apps::counter_units(&ran.counter);
     Ok(json!({
         "backend": format!("{:?}", settings.backend).to_lowercase(),
         "stream": settings.stream,

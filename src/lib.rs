@@ -7,7 +7,6 @@
 
 pub mod apps;
 pub mod backend;
-pub mod backfill;
 pub mod cli;
 pub mod commands;
 pub mod demo;

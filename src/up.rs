@@ -77,7 +77,7 @@ pub async fn run(
         let owner = s.worker_config().worker_id;
         let render = {
             let run = run.clone();
-            move || run.metrics_text()
+            move || crate::apps::counter_metrics_text(&run)
         };
         let open = Some((board.clone(), owner));
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));

@@ -3,36 +3,22 @@
 //! (`DescribeTable`), and its items (a strongly consistent `Scan`), as the JSON a change record
 //! carries (`{"S": "…"}`, `{"N": "…"}`, …).
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, DestinationStatus};
 use aws_sdk_dynamodb::Client;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use base64::Engine;
-use serde_json::{json, Map, Value};
-use tally_core::ports::PortResult;
+use serde_json::{json, Value};
+use tally_core::ports::{Item, PortResult, Streaming, TableScan};
 
 use crate::errors::{map, Target};
 use crate::AwsSettings;
-
-/// A table's items as DynamoDB JSON.
-pub type Item = Map<String, Value>;
 
 /// The table a backfill reads.
 pub struct SourceTable {
     client: Client,
     target: Target,
     name: String,
-}
-
-/// Whether the table's changes reach the stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Streaming {
-    /// A destination to the stream is active: every change from now on reaches it.
-    Active,
-    /// No active destination to the stream: what the table has (its destinations and their
-    /// states, for the message).
-    Not(String),
-    /// The endpoint does not implement the call (DynamoDB Local).
-    Unknown,
 }
 
 impl SourceTable {
@@ -46,9 +32,11 @@ impl SourceTable {
             name: name.to_owned(),
         })
     }
+}
 
-    /// Whether the table streams its changes to the stream named `stream`.
-    pub async fn streams_to(&self, stream: &str) -> PortResult<Streaming> {
+#[async_trait]
+impl tally_core::ports::SourceTable for SourceTable {
+    async fn streams_to(&self, stream: &str) -> PortResult<Streaming> {
         let call = "DescribeKinesisStreamingDestination";
         let out = match self
             .client
@@ -90,8 +78,7 @@ impl SourceTable {
         }))
     }
 
-    /// The names of the table's key attributes.
-    pub async fn key_attributes(&self) -> PortResult<Vec<String>> {
+    async fn key_attributes(&self) -> PortResult<Vec<String>> {
         let out = self
             .client
             .describe_table()
@@ -110,27 +97,25 @@ impl SourceTable {
             .unwrap_or_default())
     }
 
-    /// Every item, a page at a time ([`Scan::next`]).
-    pub fn scan(&self) -> Scan<'_> {
-        Scan {
+    fn scan(&self) -> Box<dyn TableScan + '_> {
+        Box::new(Scan {
             table: self,
             start: None,
             done: false,
-        }
+        })
     }
 }
 
-/// A strongly consistent scan of a table: each page is the table as it is when read, with every
-/// write acknowledged before.
-pub struct Scan<'t> {
+/// A strongly consistent scan of a table.
+struct Scan<'t> {
     table: &'t SourceTable,
     start: Option<std::collections::HashMap<String, AttributeValue>>,
     done: bool,
 }
 
-impl Scan<'_> {
-    /// The next page of items; `None` after the last.
-    pub async fn next(&mut self) -> PortResult<Option<Vec<Item>>> {
+#[async_trait]
+impl TableScan for Scan<'_> {
+    async fn next(&mut self) -> PortResult<Option<Vec<Item>>> {
         if self.done {
             return Ok(None);
         }

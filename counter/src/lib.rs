@@ -17,7 +17,8 @@
 //! edges' change log's ([`Counter::open_change_log`]), whose windows count the changes those
 //! writes made — each logged once by the store, in the edge's order — as above.
 //!
-//! Layout: this crate's root holds the settings, the metrics and the per-shard processor;
+//! Layout: this crate's root holds the settings, the metrics and the per-shard processor; `app`
+//! runs the counter application whole (one worker, or counting likers two);
 //! `counting` is what differs by what is counted (chosen once by `Counter::open` or
 //! `Counter::open_change_log`, which also claim the store's mode; `claim` names why a claim
 //! fails); `apply` writes a closed window and
@@ -50,6 +51,7 @@ use tally_core::retry::Backoff;
 use tally_core::window::{Bound, WindowBuilder};
 use tally_core::Position;
 
+pub mod app;
 mod apply;
 pub mod board;
 mod claim;

@@ -1,6 +1,7 @@
 #![warn(missing_docs)]
 //! The producer: a synthetic like-event generator and the batched, retrying put path.
 //!
+//! - [`backfill`]: a table's items put as change records, before its changes streamed.
 //! - [`generate`]: Zipf-distributed posts, uniform users, unlike / duplicate / malformed ratios,
 //!   reproducible from a seed; it keeps the exact expected count of every post (the "truth").
 //! - [`keys`]: partition keys; a hot post fanned out over several, chosen from the user id.
@@ -9,6 +10,7 @@
 //!   the entries that failed, with capped, jittered backoff.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod backfill;
 pub mod change;
 pub mod generate;
 pub mod keys;

@@ -1,13 +1,15 @@
-//! `tally backfill`: its flags as a [`BackfillConfig`], what was put printed.
+//! `tally backfill`: its flags and the settings as a [`BackfillConfig`], the table reached
+//! through the AWS settings, what was put printed.
 
 use anyhow::Result;
 use serde_json::json;
+use tally_producer::backfill::{backfill, BackfillConfig, BackfillError};
 
-use crate::backend::Backend;
-use crate::backfill::{backfill, BackfillConfig};
+use crate::backend::{aws_settings, Backend, SourceTable};
 use crate::cli::BackfillArgs;
 use crate::output::print_json;
 use crate::settings::Settings;
+use crate::signal::Interrupted;
 
 pub async fn run_backfill(
     settings: &Settings,
@@ -16,13 +18,21 @@ pub async fn run_backfill(
 ) -> Result<()> {
     let cfg = BackfillConfig {
         table: args.table.clone(),
+        stream: settings.stream.clone(),
         assume_streaming: args.assume_streaming,
+        input: settings.input.clone(),
+        rate: settings.producer.rate,
     };
+    let table = SourceTable::new(&aws_settings(settings), &args.table).await?;
     let stop = crate::signal::stop_flag();
     let pb = crate::progress::start(None, "items", args.json);
-    let done = backfill(settings, backend.stream.as_ref(), &cfg, &pb, &stop).await;
+    let stream = backend.stream.as_ref();
+    let done = backfill(&table, stream, &cfg, &|n| pb.inc(n), &stop).await;
     crate::progress::finish(&pb);
-    let done = done?;
+    let done = match done {
+        Err(e @ BackfillError::Stopped { .. }) => return Err(Interrupted(e.to_string()).into()),
+        done => done?,
+    };
     let at_ms = done.as_of_ms;
     if args.json {
         print_json(&json!({

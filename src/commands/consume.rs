@@ -203,7 +203,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         apps::COUNTER,
         {
             let run = run.clone();
-            move || run.metrics_text()
+            move || crate::apps::counter_metrics_text(&run)
         },
         Some((board.clone(), owner)),
     )
@@ -240,7 +240,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "writes_refused": m.writes_refused.load(Ordering::Relaxed) + run.changes.writes_refused.load(Ordering::Relaxed),
         "items_read": m.items_read.load(Ordering::Relaxed) + run.changes.items_read.load(Ordering::Relaxed),
         "changes": changes_json(&run),
-        "write_units": answers::write_units(&run.units()),
+        "write_units": answers::write_units(&crate::apps::counter_units(&run)),
         "leases": lease_json(l),
     });
     let line = stopped_summary(&v);

@@ -10,6 +10,7 @@ mod errors;
 mod leases;
 mod letters;
 mod reads;
+mod source;
 mod stream;
 
 pub use analytics::{all_time, AnalyticsReader, AnalyticsSnapshot, AnalyticsStore, TrendingEntry};
@@ -29,6 +30,7 @@ pub use reads::{
     RecentCursor, RecentLiker, RecentPage, ScanCursor, StoreReader, MAX_LIKERS_PER_PAGE,
     MAX_POSTS_PER_CALL,
 };
+pub use source::{Item, SourceTable, Streaming, TableScan};
 pub use stream::{
     PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition, Stream, StreamRecord,
 };

@@ -1,0 +1,188 @@
+//! The counter application run whole, on the consumer runtime. Counting events it is one worker,
+//! the stream's. Counting likers it is two side by side: the stream's, whose windows write the
+//! edges, and the edges' change log's, whose windows count the changes those writes made. The
+//! two stop together — the caller's shutdown, or either failing, stops both (the task is
+//! restarted whole) — and the second goes idle only once the first has, so that it has counted
+//! every change the first wrote.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tally_consumer::worker::{
+    self, IdleExit, LeaseMetrics, ProcessorFactory, WorkerConfig, WorkerContext, WorkerDeps,
+};
+use tally_consumer::ConsumerError;
+use tally_core::apps;
+use tally_core::ports::{CounterStore, LeaseStore, Stream};
+
+use crate::board::Board;
+use crate::claim::ClaimError;
+use crate::{Counter, CounterConfig, CounterContext, CounterMetrics};
+
+/// What a counter application runs on, and with what settings.
+pub struct CounterApp {
+    /// The store counted (and, counting likers, whose change log is read).
+    pub store: Arc<dyn CounterStore>,
+    /// The stream, as the counter application reads it (polling or enhanced fan-out).
+    pub stream: Arc<dyn Stream>,
+    /// Where the leases and checkpoints are.
+    pub leases: Arc<dyn LeaseStore>,
+    /// The workers' settings (`[lease]`).
+    pub worker: WorkerConfig,
+    /// The stream worker's context; the change log's worker runs under [`apps::CHANGES`].
+    pub ctx: WorkerContext,
+    /// The counter's settings (`[counter]`).
+    pub config: CounterConfig,
+    /// What the process adds to them.
+    pub context: CounterContext,
+    /// Where the worker that counts shows its open windows, if it does.
+    pub shown: Option<Shown>,
+}
+
+/// Where a counter worker shows its open windows: its board, and the address it serves it on.
+pub struct Shown {
+    /// The board the read side is served from.
+    pub board: Arc<Board>,
+    /// Where the read side reaches it (`host:port`), reported with the worker's leases.
+    pub advertise: String,
+}
+
+/// What a counter's run reports into: its stream worker's metrics and leases and, counting
+/// likers, its change log worker's (idle otherwise). Shared, so that a `--http` endpoint reads
+/// them live.
+#[derive(Clone, Default)]
+pub struct CounterRun {
+    /// The stream's worker: counting events it counts them; counting likers it writes the edges.
+    pub metrics: Arc<CounterMetrics>,
+    /// The stream worker's leases.
+    pub leases: Arc<LeaseMetrics>,
+    /// Counting likers, the worker of the edges' change log.
+    pub changes: Arc<CounterMetrics>,
+    /// The change log worker's leases.
+    pub change_leases: Arc<LeaseMetrics>,
+}
+
+/// Why a counter run stopped short.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The store cannot be counted as configured.
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
+    /// A worker failed.
+    #[error(transparent)]
+    Worker(#[from] ConsumerError),
+}
+
+/// Runs the counter until `shutdown`, or until idle once `idle` is armed, reporting into `run`.
+pub async fn run(
+    app: CounterApp,
+    run: CounterRun,
+    idle: Arc<IdleExit>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<CounterRun, RunError> {
+    let CounterApp {
+        store,
+        stream,
+        leases,
+        worker: cfg,
+        mut ctx,
+        config,
+        context,
+        shown,
+    } = app;
+    let mut counter = Counter::open(
+        store.clone(),
+        config.clone(),
+        context.clone(),
+        run.metrics.clone(),
+    )
+    .await?;
+    let deps = |stream, factory: Counter| WorkerDeps {
+        stream,
+        leases: leases.clone(),
+        factory: Arc::new(factory) as Arc<dyn ProcessorFactory>,
+    };
+    if counter.shows_open() {
+        // Counting events: the stream's worker counts, and shows its windows.
+        if let Some(sh) = shown {
+            counter = counter.on_board(sh.board);
+            ctx.advertise = Some(sh.advertise);
+        }
+        let deps = deps(stream, counter);
+        worker::run(deps, cfg, ctx, idle, run.leases.clone(), shutdown).await?;
+        return Ok(run);
+    }
+    let mut changes =
+        Counter::open_change_log(store.clone(), config, context, run.changes.clone()).await?;
+    let mut changes_ctx = WorkerContext {
+        app: apps::CHANGES.to_owned(),
+        advertise: None,
+        ..ctx.clone()
+    };
+    if let Some(sh) = shown {
+        changes = changes.on_board(sh.board);
+        changes_ctx.advertise = Some(sh.advertise);
+    }
+    let log = store.change_log().map_err(ConsumerError::from)?;
+    // One stop for both: the caller's shutdown, or either worker failing.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let changes_idle = Arc::new(IdleExit::default());
+    let first = {
+        let (stop, changes_idle) = (stop.clone(), changes_idle.clone());
+        let writes = worker::run(
+            deps(stream, counter),
+            cfg.clone(),
+            ctx,
+            idle.clone(),
+            run.leases.clone(),
+            until(stopped.clone()),
+        );
+        async move {
+            let done = writes.await;
+            match &done {
+                // Idle: the second stage counts what it wrote, then goes idle too.
+                Ok(()) if idle.is_armed() => changes_idle.arm(),
+                _ => {
+                    let _ = stop.send(true);
+                }
+            }
+            done
+        }
+    };
+    let second = {
+        let stop = stop.clone();
+        let counts = worker::run(
+            deps(log, changes),
+            cfg,
+            changes_ctx,
+            changes_idle,
+            run.change_leases.clone(),
+            until(stopped.clone()),
+        );
+        async move {
+            let done = counts.await;
+            if done.is_err() {
+                // The counts stopped: the edges' writer stops too, rather than write on with
+                // nothing counting them.
+                let _ = stop.send(true);
+            }
+            done
+        }
+    };
+    let both = async { tokio::join!(first, second) };
+    tokio::pin!(both, shutdown);
+    let (a, b) = loop {
+        tokio::select! {
+            done = &mut both => break done,
+            () = &mut shutdown, if !*stop.borrow() => {
+                let _ = stop.send(true);
+            }
+        }
+    };
+    a?;
+    b?;
+    Ok(run)
+}
