@@ -235,17 +235,26 @@ pub enum Command {
     Leases(LeasesArgs),
     /// Take records over HTTP into the embedded stream, in the Kinesis API's own shape
     /// (PutRecord, PutRecords): an app's producer code, only an endpoint URL apart.
+    ///
+    /// With a token (--auth-token-file), only puts signed (AWS Signature Version 4) with it as
+    /// the secret access key are taken; the access key id may be anything.
     #[command(
         after_help = "Examples:\n  tally ingest                         http://127.0.0.1:4567/\n  tally ingest --auth-token-file token   sign with the token as the secret access key\n  aws kinesis put-record --endpoint-url http://127.0.0.1:4567 --stream-name tally-likes \\\n      --partition-key p1 --cli-binary-format raw-in-base64-out --data '{...}'"
     )]
     Ingest(IngestArgs),
     /// Run the embedded default as an app develops against it, in one process: the ingest
     /// endpoint (the Kinesis API's shape), the counter, analytics, and the read API and dashboard.
+    ///
+    /// With a token (--auth-token-file), both ask for it, as `tally ingest` and `tally serve` do.
     #[command(
         after_help = "Examples:\n  tally up                                  ingest on http://127.0.0.1:4567, API on http://127.0.0.1:8080\n  tally up --auth-token-file token          both ask for the token (a put: signed with it as the secret key)"
     )]
     Up(UpArgs),
     /// Serve the read side over HTTP: a JSON API, Prometheus /metrics, health checks, a dashboard.
+    ///
+    /// With a token (--auth-token-file), every request is asked for `Authorization: Bearer
+    /// <token>`; /healthz, /readyz, /api/openapi.json and the dashboard's page stay open (open it
+    /// as /#token=<token>).
     #[command(
         after_help = "Examples:\n  tally serve                          http://127.0.0.1:8080/\n  tally serve --addr 0.0.0.0:8080     every interface (behind a proxy or in a task)\n  curl 127.0.0.1:8080/api/posts/p123?since=1h"
     )]
@@ -543,15 +552,8 @@ pub struct ServeArgs {
     /// not written yet); a worker slower than this is named in the answer. 0: stored counts only.
     #[arg(long, value_name = "DURATION", default_value = tally_serve::pending::TIMEOUT_TEXT, value_parser = humantime::parse_duration)]
     pub pending_timeout: std::time::Duration,
-    /// Ask every request for `Authorization: Bearer <token>`, the token this file holds (at
-    /// least 16 printable characters; two, one per line, while a rotation overlaps);
-    /// `/healthz`, `/readyz`, `/api/openapi.json` and the dashboard's page stay open (open the
-    /// dashboard as `/#token=<token>`).
-    #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
-    pub auth_token_file: Option<std::path::PathBuf>,
-    /// As --auth-token-file, the token in this environment variable (how ECS hands a secret over).
-    #[arg(long, value_name = "NAME")]
-    pub auth_token_env: Option<String>,
+    #[command(flatten)]
+    pub auth: AuthArgs,
 }
 
 #[derive(Args, Debug)]
@@ -562,13 +564,8 @@ pub struct UpArgs {
     /// Where the read API and the dashboard listen.
     #[arg(long, value_name = "ADDR", default_value = tally_serve::DEFAULT_ADDR, value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
-    /// Ask both for the token this file holds: a put signed with it as the secret access key,
-    /// a read with `Authorization: Bearer <token>` (as `tally ingest` and `tally serve` do).
-    #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
-    pub auth_token_file: Option<std::path::PathBuf>,
-    /// As --auth-token-file, the token in this environment variable.
-    #[arg(long, value_name = "NAME")]
-    pub auth_token_env: Option<String>,
+    #[command(flatten)]
+    pub auth: AuthArgs,
 }
 
 #[derive(Args, Debug)]
@@ -576,12 +573,20 @@ pub struct IngestArgs {
     /// Where to listen (port 0: any free port; the address is printed).
     #[arg(long, value_name = "ADDR", default_value = tally_ingest::DEFAULT_ADDR, value_parser = socket_addr)]
     pub addr: std::net::SocketAddr,
-    /// Take only requests signed (AWS Signature Version 4) with the token this file holds as the
-    /// secret access key (at least 16 printable characters; two, one per line, while a rotation
-    /// overlaps); the access key id may be anything.
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// The token a read or a put is asked for: `tally serve` asks for it as a bearer token
+/// (`Authorization: Bearer <token>`), `tally ingest` as the secret access key a put is signed
+/// with, `tally up` both.
+#[derive(Args, Debug)]
+pub struct AuthArgs {
+    /// Ask for the token this file holds (at least 16 printable characters; two, one per line,
+    /// while a rotation overlaps).
     #[arg(long, value_name = "PATH", conflicts_with = "auth_token_env")]
     pub auth_token_file: Option<std::path::PathBuf>,
-    /// As --auth-token-file, the token in this environment variable.
+    /// As --auth-token-file, the token in this environment variable (how ECS hands a secret over).
     #[arg(long, value_name = "NAME")]
     pub auth_token_env: Option<String>,
 }

@@ -71,3 +71,16 @@ impl Write for LogWriter {
         std::io::stderr().flush()
     }
 }
+
+/// A bar as what a library run tells its progress to.
+pub struct Shown<'a>(pub &'a ProgressBar);
+
+impl tally_core::progress::Progress for Shown<'_> {
+    fn inc(&self, n: u64) {
+        self.0.inc(n);
+    }
+
+    fn at(&self, place: &str) {
+        self.0.set_message(place.to_owned());
+    }
+}

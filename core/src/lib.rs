@@ -27,6 +27,7 @@ pub mod latency;
 pub mod lease;
 pub mod open;
 pub mod ports;
+pub mod progress;
 pub mod regions;
 pub mod retry;
 pub mod rows;

@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::Result;
 use tally_core::event::partition_key_of;
 use tally_core::ports::{PutEntry, Stream};
+use tally_core::progress::Progress;
 use tally_producer::keys::HotPosts;
 use tally_producer::put::{put_all, put_as_they_come, put_at_pace, PutStats, MAX_BATCH_RECORDS};
 
@@ -64,7 +65,7 @@ impl ReplayConfig {
 pub async fn replay(
     stream: &dyn Stream,
     cfg: &ReplayConfig,
-    pb: &indicatif::ProgressBar,
+    pb: &dyn Progress,
     stop: &AtomicBool,
 ) -> Result<Replayed> {
     check_replay_file(&cfg.file)?;
@@ -100,7 +101,7 @@ pub async fn replay(
                 recs.finish()?;
                 let on_put = |n, reached| {
                     pb.inc(n);
-                    pb.set_message(format!("recorded time {}", recording::rfc3339(reached)));
+                    pb.at(&format!("recorded time {}", recording::rfc3339(reached)));
                 };
                 put_at_pace(stream, ordered, speed, cfg.rate, &on_put, stop).await?
             } else {
@@ -129,7 +130,7 @@ pub async fn replay(
 async fn replay_as_it_comes(
     stream: &dyn Stream,
     cfg: &ReplayConfig,
-    pb: &indicatif::ProgressBar,
+    pb: &dyn Progress,
     stop: &AtomicBool,
 ) -> Result<Replayed> {
     let (tx, rx) = tokio::sync::mpsc::channel::<PutEntry>(2 * MAX_BATCH_RECORDS);

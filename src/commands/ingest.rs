@@ -18,7 +18,10 @@ pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
             s.stream
         );
     }
-    let token = Token::from_flags(a.auth_token_file.as_deref(), a.auth_token_env.as_deref())?;
+    let token = Token::from_flags(
+        a.auth.auth_token_file.as_deref(),
+        a.auth.auth_token_env.as_deref(),
+    )?;
     let cfg = IngestConfig {
         stream: s.stream.clone(),
         token,

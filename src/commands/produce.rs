@@ -76,7 +76,8 @@ pub async fn run_replay(settings: &Settings, backend: &Backend, args: &ReplayArg
     // be read fails before anything is put. Standard input is read once.
     let pb = progress::start(cfg.records()?, "records", args.json);
     let stop = crate::signal::stop_flag();
-    let replayed = replay(backend.stream.as_ref(), &cfg, &pb, &stop).await;
+    let shown = progress::Shown(&pb);
+    let replayed = replay(backend.stream.as_ref(), &cfg, &shown, &stop).await;
     progress::finish(&pb);
     let Replayed { stats, blank } = replayed?;
     let name = cfg.source();

@@ -11,7 +11,10 @@ use tally_serve::{auth::Token, ServeConfig};
 /// The read side's config from the flags: the pending timeout, and the token read from its
 /// file or environment variable.
 pub fn config(s: &Settings, a: &ServeArgs) -> Result<ServeConfig> {
-    let token = Token::from_flags(a.auth_token_file.as_deref(), a.auth_token_env.as_deref())?;
+    let token = Token::from_flags(
+        a.auth.auth_token_file.as_deref(),
+        a.auth.auth_token_env.as_deref(),
+    )?;
     Ok(ServeConfig {
         pending_timeout: a.pending_timeout,
         token,

@@ -10,7 +10,10 @@ use tally_serve::auth::Token;
 
 /// `tally up`.
 pub async fn up(s: &Settings, a: &UpArgs) -> Result<()> {
-    let token = Token::from_flags(a.auth_token_file.as_deref(), a.auth_token_env.as_deref())?;
+    let token = Token::from_flags(
+        a.auth.auth_token_file.as_deref(),
+        a.auth.auth_token_env.as_deref(),
+    )?;
     let cfg = UpConfig {
         ingest: a.ingest_addr,
         api: a.addr,

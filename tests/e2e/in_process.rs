@@ -321,14 +321,9 @@ async fn replay_all(
         rate: 0.0,
         hot: Default::default(),
     };
-    tally_recording::replay::replay(
-        backend.stream.as_ref(),
-        &cfg,
-        &indicatif::ProgressBar::hidden(),
-        &Default::default(),
-    )
-    .await
-    .unwrap()
+    tally_recording::replay::replay(backend.stream.as_ref(), &cfg, &(), &Default::default())
+        .await
+        .unwrap()
 }
 
 /// An idle exit armed now (`--until-idle`).

@@ -35,6 +35,7 @@ use tally_core::ports::{
     Consistency, CountReader, CounterStore, DeadLetterReader, LeaseReader, LikersReader, PostCount,
     ShardInfo, ShardState, Stream, MAX_POSTS_PER_CALL,
 };
+use tally_core::progress::Progress;
 use tally_core::seq::Position;
 use tally_core::summary::marker;
 
@@ -145,11 +146,7 @@ impl Verified {
 
 /// Recounts the stream (or a recording) apart from the counter and compares the store with it:
 /// what `tally verify` runs, callable from a program or a test.
-pub async fn check(
-    b: Ports<'_>,
-    a: &VerifyConfig,
-    pb: &indicatif::ProgressBar,
-) -> Result<Verified> {
+pub async fn check(b: Ports<'_>, a: &VerifyConfig, pb: &dyn Progress) -> Result<Verified> {
     let app = apps::COUNTER;
     let before = states(b, app).await?;
     let rows: HashMap<String, Row> = before
@@ -299,7 +296,7 @@ impl Checked<'_> {
     async fn passes(
         &self,
         b: Ports<'_>,
-        pb: &indicatif::ProgressBar,
+        pb: &dyn Progress,
         report: &mut Report,
     ) -> Result<Recounted> {
         let mut split = HashMap::new();
@@ -352,7 +349,7 @@ impl Checked<'_> {
         &self,
         b: Ports<'_>,
         pass: Pass,
-        pb: &indicatif::ProgressBar,
+        pb: &dyn Progress,
         report: &mut Report,
     ) -> Result<Recount> {
         match self.source {

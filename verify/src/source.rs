@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use tally_core::ports::{ShardInfo, StartPosition, Stream};
+use tally_core::progress::Progress;
 use tally_core::seq::{Position, SeqNo};
 
 use super::recount::{Recount, Row};
@@ -53,7 +54,7 @@ pub async fn read_stream(
     rule: &Rule,
     pass: Pass,
     rows: &HashMap<String, Row>,
-    pb: &indicatif::ProgressBar,
+    pb: &dyn Progress,
 ) -> Result<(Recount, Vec<String>)> {
     let shards = tally_recording::reading::parents_first(stream.list_shards().await?)?;
     let mut r = rule.recount(&shards, rows, pass);
@@ -83,7 +84,7 @@ pub fn read_recording(
     rule: &Rule,
     pass: Pass,
     rows: &HashMap<String, Row>,
-    pb: &indicatif::ProgressBar,
+    pb: &dyn Progress,
 ) -> Result<(Recount, Anchors)> {
     let file = recording.name.as_path();
     let input = tally_recording::reading::open_input(&recording.path)?;
