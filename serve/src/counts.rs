@@ -68,6 +68,31 @@ impl CountsAnswer {
         pending_for(&ids[i], &self.counts[i], windows, self.since_ms)
     }
 
+    /// The answer of one post, `ids[0]`, as `GET /api/posts/{id}` gives it (without the
+    /// freshness, which is the caller's): its count, the viewer's like and its read units added
+    /// to the count's, what the workers were asked, and the time asked "since" from.
+    pub fn post_json(&self, id: &str, viewer: Option<&str>) -> Value {
+        let n = &self.counts[0];
+        let ids = [id.to_owned()];
+        let mut v = answers::post_count(
+            id,
+            n,
+            self.provisional(&ids, 0),
+            self.since_ms,
+            json!(n.read_units),
+        );
+        if let (Some(t), Some(_)) = (self.since_ms, n.since) {
+            v["since_requested_ms"] = json!(t);
+        }
+        if let (Some(u), Some((liked, units))) = (viewer, &self.liked) {
+            viewer::add_to_post(&mut v, u, liked[0], *units);
+        }
+        if let Some(a) = &self.asked {
+            v["provisional"] = pending_json(a);
+        }
+        v
+    }
+
     /// The answer as JSON: one entry per id, in order, each as `/api/posts/{id}` answers a count
     /// (without the freshness, which is the caller's), the read units, the viewer's likes and
     /// what the workers were asked.

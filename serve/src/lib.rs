@@ -321,46 +321,36 @@ async fn post(
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
     let since_ms = since_of(p.since.as_deref(), p.since_ms)?;
     let as_of_ms = time_param("as_of_ms", p.as_of_ms)?;
-    let counter = &c.read.counts;
-    // The workers first, the store second (see `pending`).
     if let Some(v) = &p.viewer {
         viewer::check_viewer(v)?;
     }
-    let asked = c
-        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
-        .await;
-    let none = pending::Windows::default();
-    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
-    let now = counter.post_count(&id, since_ms).await?;
-    let provisional = pending_for(&id, &now, windows, since_ms);
-    let mut v = answers::post_count(&id, &now, provisional, since_ms, json!(now.read_units));
-    if let (Some(t), Some(_)) = (since_ms, now.since) {
-        v["since_requested_ms"] = json!(t);
+    if as_of_ms.is_some() {
+        viewer::check_events(&c.read.counted, "as_of_ms")?;
     }
+    // The workers first, the store second (see `pending`).
+    let ids = [id];
+    let asked = c.ask_pending(&ids, p.pending.unwrap_or(true)).await;
+    let q = counts::CountsQuery {
+        ids: &ids,
+        since_ms,
+        consistency: tally_core::ports::Consistency::Strong,
+        viewer: p.viewer.as_deref(),
+    };
+    let answer = counts::CountsAnswer::read(c.read.counts.as_ref(), &c.read.counted, &q, asked);
+    let answer = answer.await?;
+    let mut v = answer.post_json(&ids[0], q.viewer);
     v["applied_through"] = c.fresh(apps::COUNTER);
     if let Some(t) = as_of_ms {
-        viewer::check_events(&c.read.counted, "as_of_ms")?;
         // Likes created before T's minute: the total less those created since (counting events,
         // where each like and unlike is an event of its own minute, that is the count then).
-        let later = counter.post_count(&id, Some(t)).await?;
-        let p = pending_for(&id, &later, windows, Some(t));
+        let later = c.read.counts.post_count(&ids[0], Some(t)).await?;
+        let none = pending::Windows::default();
+        let windows = answer.asked.as_ref().map_or(&none, |a| &a.windows);
+        let p = pending_for(&ids[0], &later, windows, Some(t));
         v["as_of_ms"] = json!(minute_start(t));
         v["as_of_requested_ms"] = json!(t);
         v["count_as_of"] = json!(later.total + p.total - later.since.unwrap_or(0) - p.since);
-        v["read_units"] = json!(now.read_units + later.read_units);
-    }
-    if let Some(viewer) = &p.viewer {
-        let (liked, units) = viewer::liked(
-            &c.read.counted,
-            viewer,
-            std::slice::from_ref(&id),
-            Default::default(),
-        )
-        .await?;
-        viewer::add_to_post(&mut v, viewer, liked[0], units);
-    }
-    if let Some(a) = &asked {
-        v["provisional"] = pending_json(a);
+        v["read_units"] = json!(v["read_units"].as_u64().unwrap_or(0) + later.read_units);
     }
     Ok(Json(v))
 }
