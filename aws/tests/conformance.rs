@@ -235,6 +235,32 @@ async fn a_corrupt_lease_row_is_named() {
     .await;
 }
 
+/// A lease item's request written behind the store's back as a number: the holder's renewal
+/// names the item and `wanted_by`, never reads it as no request.
+#[tokio::test]
+async fn a_corrupt_handoff_ask_is_named() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let f = fresh("corrupt-ask", 1).await;
+    let tables = tables_of(&f);
+    let (client, table) = (tables.client().clone(), tables.table("leases"));
+    tally_conformance::a_corrupt_handoff_ask_is_named(tables, "aws", |app, shard| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("app", AttributeValue::S(app))
+                .key("shard_id", AttributeValue::S(shard))
+                .update_expression("SET wanted_by = :v")
+                .expression_attribute_values(":v", AttributeValue::N("7".into()))
+                .send()
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}
+
 /// An edge item written behind the store's back with a string where tally keeps its time: read
 /// as an error naming the post and the user, never as an absent or unliked edge.
 #[tokio::test]

@@ -384,6 +384,48 @@ where
     );
 }
 
+/// Lease store: a lease row whose request (`wanted_by`) is not a worker's name is read back by
+/// the holder's renewal as an error naming the row and `wanted_by` — never as no request (a
+/// handoff asked for would be passed over). `corrupt(app, shard)` writes a value of another type
+/// behind the store's back.
+pub async fn a_corrupt_handoff_ask_is_named<F, Fut>(store: &dyn LeaseStore, name: &str, corrupt: F)
+where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let app = format!("{name}-corrupt-ask");
+    let shard = ShardInfo {
+        shard_id: "shard-a".into(),
+        parents: vec![],
+        closed: false,
+    };
+    store.ensure_leases(&app, &[shard]).await.unwrap();
+    let far = i64::MAX / 2;
+    let held = store
+        .take_lease(&app, "shard-a", 0, "a", far)
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(store.ask_handoff(&held, "b").await.unwrap());
+    assert_eq!(
+        store
+            .renew_lease(&held, far, None, None)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("b")
+    );
+    corrupt(app.clone(), "shard-a".into()).await;
+    let e = store.renew_lease(&held, far, None, None).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, PortError::Corrupt { .. })
+            && text.contains(&format!("leases {app}/shard-a"))
+            && text.contains("`wanted_by`"),
+        "{text}"
+    );
+}
+
 /// What worker `w2` asks of `w1` in these tests: its lease of `shard-a` at epoch 3.
 fn an_ask() -> Ask {
     Ask {

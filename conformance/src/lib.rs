@@ -56,8 +56,9 @@ pub use edges::{
     likers_come_most_recent_first, logged_changes, the_count_mode_is_claimed_once,
 };
 pub use leases::{
-    a_corrupt_fleet_row_is_named, a_corrupt_lease_row_is_named, fleet_rows_are_apart_from_leases,
-    leases_are_fenced, leases_are_handed_over_on_request, CorruptLease,
+    a_corrupt_fleet_row_is_named, a_corrupt_handoff_ask_is_named, a_corrupt_lease_row_is_named,
+    fleet_rows_are_apart_from_leases, leases_are_fenced, leases_are_handed_over_on_request,
+    CorruptLease,
 };
 pub use stream::stream_put_and_read;
 

@@ -260,6 +260,26 @@ async fn a_corrupt_lease_row_is_named() {
     .await;
 }
 
+/// A lease row's request written behind the store's back as bytes: the holder's renewal names
+/// the row and `wanted_by`, never reads it as no request.
+#[tokio::test]
+async fn a_corrupt_handoff_ask_is_named() {
+    let (dir, e) = store(1);
+    let db = dir.path().join(tally_embedded::DB_FILE);
+    tally_conformance::a_corrupt_handoff_ask_is_named(&e, "embedded", |app, shard| {
+        let db = db.clone();
+        async move {
+            let conn = rusqlite::Connection::open(db).unwrap();
+            conn.execute(
+                "UPDATE leases SET wanted_by = x'07' WHERE app = ?1 AND shard_id = ?2",
+                rusqlite::params![app, shard],
+            )
+            .unwrap();
+        }
+    })
+    .await;
+}
+
 /// A summary item or a dedup record written behind the store's back with values tally never
 /// writes: each read is an error naming the item, never a 0 or an empty record.
 #[tokio::test]

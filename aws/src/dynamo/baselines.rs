@@ -9,7 +9,7 @@ use tally_baselines::BaselineWriters;
 use tally_core::clock::now_ms;
 use tally_core::ports::{PortError, PortResult};
 
-use super::{get_n, n, s, DynamoStore};
+use super::{n, s, DynamoStore};
 
 fn count_key(run: &str, post_id: &str) -> HashMap<String, AttributeValue> {
     HashMap::from([
@@ -127,10 +127,10 @@ impl BaselineWriters for DynamoStore {
     }
 
     async fn baseline_count(&self, run: &str, post_id: &str) -> PortResult<i64> {
-        Ok(self
-            .get("counts", count_key(run, post_id))
-            .await?
-            .and_then(|i| get_n(&i, "n"))
-            .unwrap_or(0))
+        let item = format!("{} {run}#{post_id}", self.table("counts"));
+        match self.get("counts", count_key(run, post_id)).await? {
+            Some(i) => tally_core::rows::count_n(&super::row_of(&i), &item),
+            None => Ok(0),
+        }
     }
 }

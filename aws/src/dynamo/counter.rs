@@ -473,7 +473,11 @@ impl WindowWriter for DynamoStore {
         let row = self
             .lease_write_returning(fence, x, &extra, update, returns)
             .await?;
-        Ok(renewal.and_then(|_| get_s(&row, "wanted_by")))
+        let item = format!("leases {}/{}", fence.app, fence.shard_id);
+        match renewal {
+            Some(_) => tally_core::rows::handoff_ask(&super::row_of(&row), &item),
+            None => Ok(None),
+        }
     }
 }
 

@@ -176,7 +176,8 @@ impl LeaseStore for DynamoStore {
         let row = self
             .lease_write_returning(fence, x, "", set, ReturnValue::AllNew)
             .await?;
-        Ok(get_s(&row, "wanted_by"))
+        let item = format!("leases {}/{}", fence.app, fence.shard_id);
+        tally_core::rows::handoff_ask(&super::row_of(&row), &item)
     }
 
     async fn ask_handoff(&self, held: &Fence, to: &str) -> PortResult<bool> {

@@ -210,7 +210,7 @@ impl WindowWriter for Embedded {
             // A renewal in the same write: each of its values, or what the row has.
             let r = renewal.as_ref();
             let progress = r.and_then(|r| r.progress);
-            let wanted: Option<String> = tx
+            let wanted = tx
                 .prepare_cached(
                     "UPDATE leases SET checkpoint = ?1, max_arrival = ?2, pending_end = NULL, pending_horizon_ms = NULL, pending_first = NULL, finished = ?3, spent = ?4, \
                      expires_ms = COALESCE(?7, expires_ms), behind_ms = COALESCE(?8, behind_ms), behind_at_ms = COALESCE(?9, behind_at_ms), holder_addr = COALESCE(?10, holder_addr) \
@@ -230,11 +230,14 @@ impl WindowWriter for Embedded {
                         progress.map(|p| p.at_ms),
                         r.and_then(|r| r.addr.clone()),
                     ],
-                    |row| row.get(0),
+                    |row| super::row_of(row, "wanted_by"),
                 )
                 .map_err(sql_err)?;
             tx.commit().map_err(sql_err)?;
-            Ok(wanted.filter(|_| renewal.is_some()))
+            match renewal {
+                Some(_) => super::handoff_ask(&wanted, &fence),
+                None => Ok(None),
+            }
         })
         .await
     }

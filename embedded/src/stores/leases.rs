@@ -131,16 +131,19 @@ impl LeaseStore for Embedded {
         let (behind, at) = (progress.map(|p| p.behind_ms), progress.map(|p| p.at_ms));
         let addr = addr.map(str::to_owned);
         self.run(move |c| {
-            let wanted: Option<Option<String>> = c
+            let wanted = c
                 .query_row(
                     "UPDATE leases SET expires_ms = ?1, behind_ms = COALESCE(?6, behind_ms), behind_at_ms = COALESCE(?7, behind_at_ms), \
                      holder_addr = COALESCE(?8, holder_addr) WHERE app = ?2 AND shard_id = ?3 AND owner = ?4 AND epoch = ?5 RETURNING wanted_by",
                     params![expires_ms, f.app, f.shard_id, f.owner, f.epoch as i64, behind, at, addr],
-                    |r| r.get(0),
+                    |r| super::row_of(r, "wanted_by"),
                 )
                 .optional()
                 .map_err(sql_err)?;
-            wanted.ok_or(PortError::Fenced { app: f.app, shard_id: f.shard_id })
+            match wanted {
+                Some(row) => super::handoff_ask(&row, &f),
+                None => Err(PortError::Fenced { app: f.app, shard_id: f.shard_id }),
+            }
         })
         .await
     }

@@ -75,6 +75,13 @@ fn state_of(row: &Row) -> PortResult<ShardState> {
     tally_core::rows::shard_state(row, &name)
 }
 
+/// Who asked for a fenced lease, from a write's `RETURNING wanted_by` read as a stored row
+/// (`rows::handoff_ask`).
+fn handoff_ask(row: &Row, fence: &tally_core::ports::Fence) -> PortResult<Option<String>> {
+    let item = format!("leases {}/{}", fence.app, fence.shard_id);
+    tally_core::rows::handoff_ask(row, &item)
+}
+
 /// The rows of a query of lease columns, decoded.
 fn states_of(rows: Vec<Row>) -> PortResult<Vec<ShardState>> {
     rows.iter().map(state_of).collect()
