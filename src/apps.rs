@@ -36,6 +36,7 @@ async fn run_app(
 }
 
 pub use tally_counter::app::{CounterRun, Shown};
+use tally_counter::app::{Opened, Workers};
 
 /// What both of a counter run's workers' writes cost, by purpose.
 pub fn counter_units(run: &CounterRun) -> tally_core::cost::Units {
@@ -83,20 +84,21 @@ pub async fn run_counter_with(
     run: CounterRun,
     shown: Option<Shown>,
 ) -> Result<CounterRun> {
-    let app = tally_counter::app::CounterApp {
-        store: backend.counter.clone(),
+    let context = tally_counter::CounterContext {
+        stream: backend.stream_identity.clone(),
+        ..settings.counter_context()
+    };
+    let store = backend.counter.clone();
+    let opened = Opened::open(store, settings.counter_config(), context, &run).await?;
+    // The store claimed first: a store refused registers no stream consumer.
+    let on = Workers {
         stream: backend.stream_for(settings, apps::COUNTER).await?,
         leases: backend.leases.clone(),
-        worker: settings.worker_config(),
+        cfg: settings.worker_config(),
         ctx: settings.worker_context(apps::COUNTER),
-        config: settings.counter_config(),
-        context: tally_counter::CounterContext {
-            stream: backend.stream_identity.clone(),
-            ..settings.counter_context()
-        },
         shown,
     };
-    Ok(tally_counter::app::run(app, run, idle, shutdown).await?)
+    Ok(opened.run(on, run, idle, shutdown).await?)
 }
 
 /// Runs an analytics worker until `shutdown`, or until idle once `idle` is armed.

@@ -19,22 +19,26 @@ use crate::board::Board;
 use crate::claim::ClaimError;
 use crate::{Counter, CounterConfig, CounterContext, CounterMetrics};
 
-/// What a counter application runs on, and with what settings.
-pub struct CounterApp {
-    /// The store counted (and, counting likers, whose change log is read).
-    pub store: Arc<dyn CounterStore>,
+/// The counter's processors, opened: the store claimed for what it counts before anything else
+/// is done (a store that counts otherwise, or is being rebuilt, is refused before a stream
+/// consumer is registered for it).
+pub struct Opened {
+    /// The stream's processor.
+    stream: Counter,
+    /// Counting likers, the change log's processor and the log.
+    changes: Option<(Counter, Arc<dyn Stream>)>,
+}
+
+/// What the opened counter's workers run on.
+pub struct Workers {
     /// The stream, as the counter application reads it (polling or enhanced fan-out).
     pub stream: Arc<dyn Stream>,
     /// Where the leases and checkpoints are.
     pub leases: Arc<dyn LeaseStore>,
     /// The workers' settings (`[lease]`).
-    pub worker: WorkerConfig,
+    pub cfg: WorkerConfig,
     /// The stream worker's context; the change log's worker runs under [`apps::CHANGES`].
     pub ctx: WorkerContext,
-    /// The counter's settings (`[counter]`).
-    pub config: CounterConfig,
-    /// What the process adds to them.
-    pub context: CounterContext,
     /// Where the worker that counts shows its open windows, if it does.
     pub shown: Option<Shown>,
 }
@@ -73,116 +77,133 @@ pub enum RunError {
     Worker(#[from] ConsumerError),
 }
 
-/// Runs the counter until `shutdown`, or until idle once `idle` is armed, reporting into `run`.
-pub async fn run(
-    app: CounterApp,
-    run: CounterRun,
-    idle: Arc<IdleExit>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<CounterRun, RunError> {
-    let CounterApp {
-        store,
-        stream,
-        leases,
-        worker: cfg,
-        mut ctx,
-        config,
-        context,
-        shown,
-    } = app;
-    let mut counter = Counter::open(
-        store.clone(),
-        config.clone(),
-        context.clone(),
-        run.metrics.clone(),
-    )
-    .await?;
-    let deps = |stream, factory: Counter| WorkerDeps {
-        stream,
-        leases: leases.clone(),
-        factory: Arc::new(factory) as Arc<dyn ProcessorFactory>,
-    };
-    if counter.shows_open() {
-        // Counting events: the stream's worker counts, and shows its windows.
-        if let Some(sh) = shown {
-            counter = counter.on_board(sh.board);
-            ctx.advertise = Some(sh.advertise);
+impl Opened {
+    /// Opens the counter of `store` (and, counting likers, its change log's), reporting into
+    /// `run`'s metrics: the store's mode and stream claimed.
+    pub async fn open(
+        store: Arc<dyn CounterStore>,
+        config: CounterConfig,
+        context: CounterContext,
+        run: &CounterRun,
+    ) -> Result<Opened, RunError> {
+        let (c, x) = (config.clone(), context.clone());
+        let stream = Counter::open(store.clone(), c, x, run.metrics.clone()).await?;
+        if stream.shows_open() {
+            return Ok(Opened {
+                stream,
+                changes: None,
+            });
         }
-        let deps = deps(stream, counter);
-        worker::run(deps, cfg, ctx, idle, run.leases.clone(), shutdown).await?;
-        return Ok(run);
+        let changes = Counter::open_change_log(store.clone(), config, context, run.changes.clone());
+        let changes = changes.await?;
+        let log = store.change_log().map_err(ConsumerError::from)?;
+        Ok(Opened {
+            stream,
+            changes: Some((changes, log)),
+        })
     }
-    let mut changes =
-        Counter::open_change_log(store.clone(), config, context, run.changes.clone()).await?;
-    let mut changes_ctx = WorkerContext {
-        app: apps::CHANGES.to_owned(),
-        advertise: None,
-        ..ctx.clone()
-    };
-    if let Some(sh) = shown {
-        changes = changes.on_board(sh.board);
-        changes_ctx.advertise = Some(sh.advertise);
-    }
-    let log = store.change_log().map_err(ConsumerError::from)?;
-    // One stop for both: the caller's shutdown, or either worker failing.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
-    let changes_idle = Arc::new(IdleExit::default());
-    let first = {
-        let (stop, changes_idle) = (stop.clone(), changes_idle.clone());
-        let writes = worker::run(
-            deps(stream, counter),
-            cfg.clone(),
-            ctx,
-            idle.clone(),
-            run.leases.clone(),
-            until(stopped.clone()),
-        );
-        async move {
-            let done = writes.await;
-            match &done {
-                // Idle: the second stage counts what it wrote, then goes idle too.
-                Ok(()) if idle.is_armed() => changes_idle.arm(),
-                _ => {
+
+    /// Runs the counter on `on` until `shutdown`, or until idle once `idle` is armed, reporting
+    /// into `run`.
+    pub async fn run(
+        self,
+        on: Workers,
+        run: CounterRun,
+        idle: Arc<IdleExit>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<CounterRun, RunError> {
+        let Workers {
+            stream,
+            leases,
+            cfg,
+            mut ctx,
+            shown,
+        } = on;
+        let mut counter = self.stream;
+        let deps = |stream, factory: Counter| WorkerDeps {
+            stream,
+            leases: leases.clone(),
+            factory: Arc::new(factory) as Arc<dyn ProcessorFactory>,
+        };
+        let Some((mut changes, log)) = self.changes else {
+            // Counting events: the stream's worker counts, and shows its windows.
+            if let Some(sh) = shown {
+                counter = counter.on_board(sh.board);
+                ctx.advertise = Some(sh.advertise);
+            }
+            let deps = deps(stream, counter);
+            worker::run(deps, cfg, ctx, idle, run.leases.clone(), shutdown).await?;
+            return Ok(run);
+        };
+        let mut changes_ctx = WorkerContext {
+            app: apps::CHANGES.to_owned(),
+            advertise: None,
+            ..ctx.clone()
+        };
+        if let Some(sh) = shown {
+            changes = changes.on_board(sh.board);
+            changes_ctx.advertise = Some(sh.advertise);
+        }
+        // One stop for both: the caller's shutdown, or either worker failing.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        let changes_idle = Arc::new(IdleExit::default());
+        let first = {
+            let (stop, changes_idle) = (stop.clone(), changes_idle.clone());
+            let writes = worker::run(
+                deps(stream, counter),
+                cfg.clone(),
+                ctx,
+                idle.clone(),
+                run.leases.clone(),
+                until(stopped.clone()),
+            );
+            async move {
+                let done = writes.await;
+                match &done {
+                    // Idle: the second stage counts what it wrote, then goes idle too.
+                    Ok(()) if idle.is_armed() => changes_idle.arm(),
+                    _ => {
+                        let _ = stop.send(true);
+                    }
+                }
+                done
+            }
+        };
+        let second = {
+            let stop = stop.clone();
+            let counts = worker::run(
+                deps(log, changes),
+                cfg,
+                changes_ctx,
+                changes_idle,
+                run.change_leases.clone(),
+                until(stopped.clone()),
+            );
+            async move {
+                let done = counts.await;
+                if done.is_err() {
+                    // The counts stopped: the edges' writer stops too, rather than write on with
+                    // nothing counting them.
+                    let _ = stop.send(true);
+                }
+                done
+            }
+        };
+        let both = async { tokio::join!(first, second) };
+        tokio::pin!(both, shutdown);
+        let (a, b) = loop {
+            tokio::select! {
+                done = &mut both => break done,
+                () = &mut shutdown, if !*stop.borrow() => {
                     let _ = stop.send(true);
                 }
             }
-            done
-        }
-    };
-    let second = {
-        let stop = stop.clone();
-        let counts = worker::run(
-            deps(log, changes),
-            cfg,
-            changes_ctx,
-            changes_idle,
-            run.change_leases.clone(),
-            until(stopped.clone()),
-        );
-        async move {
-            let done = counts.await;
-            if done.is_err() {
-                // The counts stopped: the edges' writer stops too, rather than write on with
-                // nothing counting them.
-                let _ = stop.send(true);
-            }
-            done
-        }
-    };
-    let both = async { tokio::join!(first, second) };
-    tokio::pin!(both, shutdown);
-    let (a, b) = loop {
-        tokio::select! {
-            done = &mut both => break done,
-            () = &mut shutdown, if !*stop.borrow() => {
-                let _ = stop.send(true);
-            }
-        }
-    };
-    a?;
-    b?;
-    Ok(run)
+        };
+        a?;
+        b?;
+        Ok(run)
+    }
 }

@@ -36,6 +36,16 @@ pub struct BackfillConfig {
     pub rate: f64,
 }
 
+impl BackfillConfig {
+    /// Refuses what no table could make right: a counter that does not read change records.
+    pub fn check(&self) -> Result<(), BackfillError> {
+        match self.input.format {
+            Format::Dynamodb => Ok(()),
+            Format::Events => Err(BackfillError::NotChangeRecords),
+        }
+    }
+}
+
 /// What a backfill put.
 #[derive(Clone, Debug, Default)]
 pub struct Backfilled {
@@ -111,10 +121,8 @@ pub async fn backfill(
     on_put: &(dyn Fn(u64) + Sync),
     stop: &AtomicBool,
 ) -> Result<Backfilled, BackfillError> {
+    cfg.check()?;
     let input = &cfg.input;
-    if input.format != Format::Dynamodb {
-        return Err(BackfillError::NotChangeRecords);
-    }
     let (name, stream_name) = (cfg.table.clone(), cfg.stream.clone());
     match table.streams_to(&cfg.stream).await? {
         Streaming::Active => {}

@@ -1,7 +1,7 @@
-//! A counts answer, composed once: what `GET`/`POST /api/counts` and `tally query` answer — the
-//! stored counts of up to 100 posts read side by side, plus what the counter's workers have read
-//! and not yet written (asked first: [`super::pending`]), and whether a viewer likes each post.
-//! Each caller adds its own freshness (`applied_through`).
+//! A counts answer, composed once: what `GET`/`POST /api/counts`, `GET /api/posts/{id}` and
+//! `tally query` answer — the stored counts of up to 100 posts read side by side, plus what the
+//! counter's workers have read and not yet written (asked first: [`super::pending`]), and
+//! whether a viewer likes each post. Each caller adds its own freshness (`applied_through`).
 
 use axum::extract::State;
 use axum::Json;

@@ -23,6 +23,7 @@ pub async fn run_backfill(
         input: settings.input.clone(),
         rate: settings.producer.rate,
     };
+    cfg.check()?;
     let table = SourceTable::new(&aws_settings(settings), &args.table).await?;
     let stop = crate::signal::stop_flag();
     let pb = crate::progress::start(None, "items", args.json);

@@ -1,7 +1,8 @@
 //! The ports: the narrow async traits through which the apps reach a stream and the stores.
 //!
 //! Two backends implement them: the embedded one (SQLite, one data dir) and the AWS one
-//! (Kinesis and DynamoDB through the official SDK). No SDK or SQL type crosses these traits.
+//! (Kinesis and DynamoDB through the official SDK); a table a backfill reads (`SourceTable`) is
+//! DynamoDB's alone. No SDK or SQL type crosses these traits.
 
 mod analytics;
 mod counter;

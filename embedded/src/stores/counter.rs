@@ -233,11 +233,13 @@ impl WindowWriter for Embedded {
                     |row| super::row_of(row, "wanted_by"),
                 )
                 .map_err(sql_err)?;
+            // Read before the commit: a corrupt request rolls the window's finish back.
+            let wanted = match renewal {
+                Some(_) => super::handoff_ask(&wanted, &fence)?,
+                None => None,
+            };
             tx.commit().map_err(sql_err)?;
-            match renewal {
-                Some(_) => super::handoff_ask(&wanted, &fence),
-                None => Ok(None),
-            }
+            Ok(wanted)
         })
         .await
     }
