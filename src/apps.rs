@@ -89,7 +89,7 @@ pub async fn run_counter_with(
         ..settings.counter_context()
     };
     let store = backend.counter.clone();
-    let opened = Opened::open(store, settings.counter_config(), context, &run).await?;
+    let opened = Opened::open(store, settings.counter.clone(), context, &run).await?;
     // The store claimed first: a store refused registers no stream consumer.
     let on = Workers {
         stream: backend.stream_for(settings, apps::COUNTER).await?,
@@ -130,7 +130,7 @@ pub async fn run_analytics_with(
 ) -> Result<(Arc<AnalyticsMetrics>, Arc<LeaseMetrics>)> {
     let factory = Analytics::new(
         backend.analytics.clone(),
-        settings.analytics_config(),
+        settings.analytics.clone(),
         settings.analytics_context(),
         metrics.clone(),
     );

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{StreamViewType as TableStreamView, TableDescription};
-use aws_sdk_dynamodbstreams::primitives::DateTime;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, Record, ShardIteratorType};
 use aws_sdk_dynamodbstreams::Client;
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -262,7 +261,7 @@ impl ChangeReader {
             Some(s) => StartPosition::AfterSequence(s.clone()),
             None => self.start.clone(),
         };
-        let (kind, seq, at) = iterator_start(&from);
+        let (kind, seq, at) = crate::kinesis::iterator_start::<ShardIteratorType>(&from);
         let resp = self
             .log
             .streams
@@ -379,30 +378,6 @@ impl ShardReader for ChangeReader {
 /// DynamoDB's, rounded down to the second — by DynamoDB Local to the minute).
 fn behind(records: &[StreamRecord], now: i64) -> i64 {
     records.last().map_or(0, |r| (now - r.arrival_ms).max(0))
-}
-
-/// A start position as DynamoDB Streams takes it: the iterator type, and its sequence number
-/// or time.
-fn iterator_start(p: &StartPosition) -> (ShardIteratorType, Option<String>, Option<DateTime>) {
-    match p {
-        StartPosition::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
-        StartPosition::Latest => (ShardIteratorType::Latest, None, None),
-        StartPosition::AtTimestamp(ms) => (
-            ShardIteratorType::AtTimestamp,
-            None,
-            Some(DateTime::from_millis(*ms)),
-        ),
-        StartPosition::AfterSequence(s) => (
-            ShardIteratorType::AfterSequenceNumber,
-            Some(s.as_str().to_owned()),
-            None,
-        ),
-        StartPosition::AtSequence(s) => (
-            ShardIteratorType::AtSequenceNumber,
-            Some(s.as_str().to_owned()),
-            None,
-        ),
-    }
 }
 
 /// A DynamoDB Streams record of `shard` (named in messages) as the stream port sees it: its
@@ -537,7 +512,9 @@ mod decode_tests {
     fn record(what: OperationType, sk: &str, old: Option<Image>, new: Option<Image>) -> Record {
         let mut c = Change::builder()
             .sequence_number("000000000000000000042")
-            .approximate_creation_date_time(DateTime::from_secs(1_796_000_000))
+            .approximate_creation_date_time(
+                aws_sdk_dynamodbstreams::primitives::DateTime::from_secs(1_796_000_000),
+            )
             .keys("pk", AttributeValue::S("p".into()))
             .keys("sk", AttributeValue::S(sk.into()));
         for (k, v) in old.into_iter().flatten() {

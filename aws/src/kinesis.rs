@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_kinesis::primitives::{Blob, DateTime};
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_kinesis::Client;
 use tally_core::ports::{
     PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
@@ -329,28 +329,48 @@ pub(crate) fn record(r: &aws_sdk_kinesis::types::Record) -> PortResult<StreamRec
     })
 }
 
-/// A start position as Kinesis takes it, for GetShardIterator and SubscribeToShard alike: the
-/// iterator type, and its sequence number or timestamp.
-pub(crate) fn iterator_start(
+/// A start position as Kinesis and DynamoDB Streams take it (GetShardIterator, SubscribeToShard):
+/// the iterator type (`T`, either SDK's, by its wire name), and its sequence number or time.
+pub(crate) fn iterator_start<T: for<'a> From<&'a str>>(
     p: &StartPosition,
-) -> (ShardIteratorType, Option<String>, Option<DateTime>) {
-    match p {
-        StartPosition::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
-        StartPosition::Latest => (ShardIteratorType::Latest, None, None),
-        StartPosition::AtTimestamp(ms) => (
-            ShardIteratorType::AtTimestamp,
-            None,
-            Some(DateTime::from_millis(*ms)),
-        ),
-        StartPosition::AfterSequence(s) => (
-            ShardIteratorType::AfterSequenceNumber,
-            Some(s.as_str().to_owned()),
-            None,
-        ),
-        StartPosition::AtSequence(s) => (
-            ShardIteratorType::AtSequenceNumber,
-            Some(s.as_str().to_owned()),
-            None,
-        ),
+) -> (T, Option<String>, Option<DateTime>) {
+    let seq = |s: &tally_core::seq::SeqNo| Some(s.as_str().to_owned());
+    let (kind, seq, at) = match p {
+        StartPosition::TrimHorizon => ("TRIM_HORIZON", None, None),
+        StartPosition::Latest => ("LATEST", None, None),
+        StartPosition::AtTimestamp(ms) => ("AT_TIMESTAMP", None, Some(DateTime::from_millis(*ms))),
+        StartPosition::AfterSequence(s) => ("AFTER_SEQUENCE_NUMBER", seq(s), None),
+        StartPosition::AtSequence(s) => ("AT_SEQUENCE_NUMBER", seq(s), None),
+    };
+    (T::from(kind), seq, at)
+}
+
+#[cfg(test)]
+mod tests {
+    use tally_core::ports::StartPosition;
+    use tally_core::seq::SeqNo;
+
+    use super::iterator_start;
+
+    /// Every start position names an iterator type both SDKs know (a misspelt wire name would
+    /// be one neither knows, refused by the service).
+    #[test]
+    fn every_start_position_is_an_iterator_type_both_sdks_know() {
+        let seq = SeqNo::parse("49590338271490256608559692538361571095921575989136588898").unwrap();
+        for p in [
+            StartPosition::TrimHorizon,
+            StartPosition::Latest,
+            StartPosition::AtTimestamp(1_700_000_000_000),
+            StartPosition::AfterSequence(seq.clone()),
+            StartPosition::AtSequence(seq),
+        ] {
+            use aws_sdk_dynamodbstreams::types::ShardIteratorType as Changes;
+            use aws_sdk_kinesis::types::ShardIteratorType as Kinesis;
+            let (k, _, _) = iterator_start::<Kinesis>(&p);
+            let (c, _, _) = iterator_start::<Changes>(&p);
+            assert!(Kinesis::values().contains(&k.as_str()), "{p:?}");
+            assert!(Changes::values().contains(&c.as_str()), "{p:?}");
+            assert_eq!(k.as_str(), c.as_str());
+        }
     }
 }

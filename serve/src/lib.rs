@@ -44,7 +44,7 @@ pub mod workers;
 
 pub use extract::{ApiPath, ApiQuery, NoQuery};
 pub use freshness::{applied_through, Listing, Listings};
-use pending::{pending_for, pending_json, Asked, Pending};
+use pending::{pending_for, Asked, Pending};
 
 /// What every route reads from.
 #[derive(Clone)]
@@ -92,6 +92,25 @@ impl Ctx {
     /// (over the edges' change log); else the counter.
     pub fn counts_app(&self) -> &'static str {
         self.read.counted.mode().counts_app()
+    }
+
+    /// A post's count beside a page of its likers: read as `/api/posts/{id}` reads it (the
+    /// workers first, the store second, in one view with the page read after it), with its
+    /// freshness; the page adds its fields and its read units ([`add_units`]).
+    async fn likers_count(&self, id: &str, pending: Option<bool>) -> Result<Value, ApiError> {
+        let ids = [id.to_owned()];
+        let asked = self.ask_pending(&ids, pending.unwrap_or(true)).await;
+        let q = counts::CountsQuery {
+            ids: &ids,
+            since_ms: None,
+            consistency: tally_core::ports::Consistency::Strong,
+            viewer: None,
+        };
+        let answer =
+            counts::CountsAnswer::read(self.read.counts.as_ref(), &self.read.counted, &q, asked);
+        let mut v = answer.await?.post_json(id, None);
+        v["applied_through"] = self.fresh(apps::COUNTER);
+        Ok(v)
     }
 
     /// How fresh `app`'s answers are, from the latest listing; across regions the counter's adds
@@ -376,6 +395,11 @@ struct AmongParams {
     pending: Option<bool>,
 }
 
+/// Adds `units` to an answer's read units.
+fn add_units(v: &mut Value, units: u64) {
+    v["read_units"] = json!(v["read_units"].as_u64().unwrap_or(0) + units);
+}
+
 /// A page of the users who like a post, in user id order.
 async fn likers(
     State(c): State<Ctx>,
@@ -394,27 +418,12 @@ async fn likers(
         tally_core::event::check_id("user_id", a)
             .map_err(|e| bad_request(format!("`after`: {e}")))?;
     }
-    let counter = &c.read.counts;
     let edges = viewer::likers_of(&c.read.counted)?;
-    let after = p.after.as_deref();
-    // The workers first, the store second (see `pending`): the page and the count in one view.
-    let asked = c
-        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
-        .await;
-    let count = counter.post_count(&id, None).await?;
-    let page = edges.likers(&id, after, limit).await?;
-    let none = pending::Windows::default();
-    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
-    let provisional = pending_for(&id, &count, windows, None);
-    let mut v = viewer::likers_json(&id, &page);
-    v["count"] = json!(count.total + provisional.total);
-    v["stored"] = json!(count.total);
-    v["pending"] = json!(provisional.total);
-    v["read_units"] = json!(page.read_units + count.read_units);
-    v["applied_through"] = c.fresh(apps::COUNTER);
-    if let Some(a) = &asked {
-        v["provisional"] = pending_json(a);
-    }
+    let mut v = c.likers_count(&id, p.pending).await?;
+    let page = edges.likers(&id, p.after.as_deref(), limit).await?;
+    v["likers"] = json!(page.users);
+    v["next"] = json!(page.next);
+    add_units(&mut v, page.read_units);
     Ok(Json(v))
 }
 
@@ -427,11 +436,8 @@ async fn likers_among(
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
     let users = viewer::check_among(&p.users).map_err(bad_request)?;
     let edges = viewer::likers_of(&c.read.counted)?;
-    let (id, pending) = (id.as_str(), p.pending.unwrap_or(true));
-    let asked = c.ask_pending(&[id.to_owned()], pending).await;
-    let counter = &c.read.counts;
-    let count = counter.post_count(id, None).await?;
-    let pairs: Vec<(String, String)> = users.iter().map(|u| (id.to_owned(), u.clone())).collect();
+    let mut v = c.likers_count(&id, p.pending).await?;
+    let pairs: Vec<(String, String)> = users.iter().map(|u| (id.clone(), u.clone())).collect();
     let (states, edge_units) = edges
         .edges(&pairs, tally_core::ports::Consistency::Strong)
         .await?;
@@ -441,22 +447,9 @@ async fn likers_among(
         .filter(|(_, e)| e.as_ref().is_some_and(|e| e.liked))
         .map(|(u, _)| u)
         .collect();
-    let none = pending::Windows::default();
-    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
-    let provisional = pending_for(id, &count, windows, None);
-    let mut v = json!({
-        "post_id": id,
-        "users": users,
-        "likers": likers,
-        "count": count.total + provisional.total,
-        "stored": count.total,
-        "pending": provisional.total,
-        "read_units": edge_units + count.read_units,
-        "applied_through": c.fresh(apps::COUNTER),
-    });
-    if let Some(a) = &asked {
-        v["provisional"] = pending_json(a);
-    }
+    v["likers"] = json!(likers);
+    v["users"] = json!(users);
+    add_units(&mut v, edge_units);
     Ok(Json(v))
 }
 

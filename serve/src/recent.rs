@@ -7,10 +7,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
-use tally_core::apps;
 use tally_core::ports::{PortError, RecentCursor, MAX_LIKERS_PER_PAGE};
 
-use super::pending::{self, pending_for, pending_json};
 use super::{bad_request, params, viewer, ApiError, ApiPath, ApiQuery, ApiResult, Ctx};
 
 /// The query of a page of likers most recent first.
@@ -47,37 +45,17 @@ pub(super) async fn recent_likers(
         })?),
         None => None,
     };
-    let counter = &c.read.counts;
     let edges = viewer::likers_of(&c.read.counted)?;
-    // The workers first, the store second (see `pending`): the page and the count in one view.
-    let asked = c
-        .ask_pending(std::slice::from_ref(&id), p.pending.unwrap_or(true))
-        .await;
-    let count = counter.post_count(&id, None).await?;
+    let mut v = c.likers_count(&id, p.pending).await?;
     let stored = edges
         .recent_likers(&id, after.as_ref(), limit)
         .await
         .map_err(no_index)?;
-    let none = pending::Windows::default();
-    let windows = asked.as_ref().map_or(&none, |a| &a.windows);
-    let provisional = pending_for(&id, &count, windows, None);
-    let mut v = json!({
-        "post_id": id,
-        "likers": stored
-            .likers
-            .iter()
-            .map(|l| json!({"user_id": l.user, "liked_at_ms": l.at_ms}))
-            .collect::<Vec<_>>(),
-        "next": stored.next.as_ref().map(ToString::to_string),
-        "count": count.total + provisional.total,
-        "stored": count.total,
-        "pending": provisional.total,
-        "read_units": stored.read_units + count.read_units,
-        "applied_through": c.fresh(apps::COUNTER),
-    });
-    if let Some(a) = &asked {
-        v["provisional"] = pending_json(a);
-    }
+    let likers = stored.likers.iter();
+    let likers = likers.map(|l| json!({"user_id": l.user, "liked_at_ms": l.at_ms}));
+    v["likers"] = json!(likers.collect::<Vec<_>>());
+    v["next"] = json!(stored.next.as_ref().map(ToString::to_string));
+    super::add_units(&mut v, stored.read_units);
     Ok(Json(v))
 }
 

@@ -2,7 +2,7 @@
 //! from the likers' edges, one batch per call.
 
 use serde_json::{json, Value};
-use tally_core::ports::{Consistency, Counted, LikersPage, LikersReader, PortError};
+use tally_core::ports::{Consistency, Counted, LikersReader, PortError};
 
 use crate::answers;
 
@@ -120,14 +120,4 @@ pub fn add_to_post(v: &mut Value, viewer: &str, liked: bool, units: u64) {
     if let Some(n) = v["read_units"].as_u64() {
         v["read_units"] = json!(n + units);
     }
-}
-
-/// A page of likers as the API answers it.
-pub fn likers_json(post: &str, page: &LikersPage) -> Value {
-    json!({
-        "post_id": post,
-        "likers": page.users,
-        "next": page.next,
-        "read_units": page.read_units,
-    })
 }

@@ -177,22 +177,6 @@ fn idle_for(args: &ConsumeArgs) -> Arc<IdleExit> {
     idle
 }
 
-fn lease_json(l: &LeaseMetrics) -> serde_json::Value {
-    json!({
-        "taken": l.taken.load(Ordering::Relaxed),
-        "stolen": l.stolen.load(Ordering::Relaxed),
-        "asked": l.asked.load(Ordering::Relaxed),
-        "handed_over": l.handed_over.load(Ordering::Relaxed),
-        "released": l.released.load(Ordering::Relaxed),
-        "lost": l.lost.load(Ordering::Relaxed),
-        "finished": l.finished.load(Ordering::Relaxed),
-        "renewed": l.renewed.load(Ordering::Relaxed),
-        "heartbeats": l.heartbeats.load(Ordering::Relaxed),
-        "listings": l.listings.load(Ordering::Relaxed),
-        "fleet_listings": l.fleet_listings.load(Ordering::Relaxed),
-    })
-}
-
 pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let run = CounterRun::default();
     let board = Arc::new(Board::default());
@@ -241,7 +225,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "items_read": m.items_read.load(Ordering::Relaxed) + run.changes.items_read.load(Ordering::Relaxed),
         "changes": changes_json(&run),
         "write_units": answers::write_units(&crate::apps::counter_units(&run)),
-        "leases": lease_json(l),
+        "leases": json!(l.as_ref()),
     });
     let line = stopped_summary(&v);
     watch.report(settings, backend, args, &v, line).await
@@ -256,7 +240,7 @@ fn changes_json(run: &CounterRun) -> serde_json::Value {
         "counted": c.counted.load(Ordering::Relaxed),
         "windows": c.windows.load(Ordering::Relaxed),
         "malformed": c.malformed.load(Ordering::Relaxed),
-        "leases": lease_json(&run.change_leases),
+        "leases": json!(run.change_leases.as_ref()),
     })
 }
 
@@ -312,7 +296,7 @@ pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
     let v = json!({
         "records": m.records.load(Ordering::Relaxed),
         "routed": m.routed.load(Ordering::Relaxed),
-        "leases": lease_json(&l),
+        "leases": json!(l.as_ref()),
     });
     let line = format!(
         "router stopped: {} records read, {} put to other regions",
@@ -346,7 +330,7 @@ pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArg
         "records": m.records.load(Ordering::Relaxed),
         "likes": m.likes.load(Ordering::Relaxed),
         "snapshots": m.snapshots.load(Ordering::Relaxed),
-        "leases": lease_json(&l),
+        "leases": json!(l.as_ref()),
     });
     let line = format!(
         "analytics stopped: {} records, {} likes, {} snapshots",

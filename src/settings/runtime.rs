@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use tally_analytics::{AnalyticsConfig, AnalyticsContext};
+use tally_analytics::AnalyticsContext;
 use tally_consumer::worker::{default_worker_id, WorkerConfig, WorkerContext};
 use tally_core::apps;
 use tally_core::input::Format;
-use tally_counter::{CounterConfig, CounterContext};
+use tally_counter::CounterContext;
 use tally_producer::change::ChangeConfig;
 use tally_producer::generate::Generation;
 use tally_producer::keys::HotPosts;
@@ -50,12 +50,7 @@ impl Settings {
         }
     }
 
-    /// The counter's settings: the `[counter]` section.
-    pub fn counter_config(&self) -> CounterConfig {
-        self.counter.clone()
-    }
-
-    /// What the process adds to them: the tests' failpoint, the metrics, what the records are.
+    /// What the process adds to the counter's settings (`[counter]`): the tests' failpoint, the metrics, what the records are.
     pub fn counter_context(&self) -> CounterContext {
         CounterContext {
             crash_after_batches: std::env::var(crate::settings::FAILPOINT_VAR)
@@ -68,12 +63,7 @@ impl Settings {
         }
     }
 
-    /// Analytics' settings: the `[analytics]` section.
-    pub fn analytics_config(&self) -> AnalyticsConfig {
-        self.analytics.clone()
-    }
-
-    /// What analytics runs with beside them: its application, the metrics, and the counter's
+    /// What analytics runs with beside its settings (`[analytics]`): its application, the metrics, and the counter's
     /// horizon and count mode and the input's format.
     pub fn analytics_context(&self) -> AnalyticsContext {
         AnalyticsContext {

@@ -10,8 +10,8 @@ use tracing::info;
 use super::{metric, WorkerContext};
 use crate::emf::Unit;
 
-/// Lease metrics of a worker.
-#[derive(Debug, Default)]
+/// Lease metrics of a worker; as JSON, what a worker command's `--json` report gives of them.
+#[derive(Debug, Default, serde::Serialize)]
 pub struct LeaseMetrics {
     /// Leases taken (free or expired).
     pub taken: AtomicU64,
@@ -24,10 +24,12 @@ pub struct LeaseMetrics {
     /// Shards read to their end.
     pub finished: AtomicU64,
     /// Leases held now.
+    #[serde(skip)]
     pub held: AtomicU64,
     /// Lease renewals written.
     pub renewed: AtomicU64,
     /// Takes refused because another worker moved first.
+    #[serde(skip)]
     pub take_failed: AtomicU64,
     /// Requests for a lease of a worker above its share (`LeaseStore::ask_handoff`), and leases
     /// this worker handed over on such a request.
