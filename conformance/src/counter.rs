@@ -5,6 +5,7 @@ use tally_core::buckets::{PostDelta, DAY_MS, HOUR_MS, MINUTE_MS};
 use tally_core::cost::Purpose;
 use tally_core::dead_letter::{DeadLetter, DEAD_LETTER_MAX_BYTES, DEAD_LETTER_MAX_REASON};
 use tally_core::dedup::DedupRecord;
+use tally_core::meta::Claims;
 use tally_core::ports::{
     Applied, CounterStore, Decided, Fence, GapCommit, Pending, PortError, ShardTally, StoredDedup,
     WindowRef, WindowRest,

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{CountMode, EdgeChange, EdgeEvent};
+use tally_core::meta::Claims;
 use tally_core::ports::{
     Consistency, CounterStore, EdgesWritten, RecentCursor, RecentLiker, StartPosition, WindowRef,
     WindowRest,

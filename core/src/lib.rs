@@ -25,6 +25,7 @@ pub mod item;
 pub mod kpl;
 pub mod latency;
 pub mod lease;
+pub mod meta;
 pub mod open;
 pub mod ports;
 pub mod progress;

@@ -4,6 +4,7 @@
 //! without it); and a store's counts come from one stream, in one region ([`one_stream`]).
 
 use tally_core::edge::CountMode;
+use tally_core::meta::Claims;
 use tally_core::ports::PortError;
 
 /// Why a counter cannot count a store.
@@ -93,38 +94,50 @@ mod tests {
     use super::*;
     use tally_core::ports::{PortResult, StoreMeta};
 
-    /// What a store says of itself: the stream it is counted from, its tables' replicas.
+    /// What a store says of itself: its `#meta` items, its tables' replicas.
     struct Meta {
-        stream: std::sync::Mutex<Option<String>>,
+        items: std::sync::Mutex<std::collections::HashMap<String, tally_core::rows::Row>>,
         replicas: Vec<String>,
     }
 
     #[async_trait::async_trait]
     impl StoreMeta for Meta {
-        async fn count_mode(&self, _: Option<CountMode>) -> PortResult<Option<CountMode>> {
-            Ok(None)
+        async fn meta_item(&self, sk: &str) -> PortResult<Option<tally_core::rows::Row>> {
+            Ok(self.items.lock().unwrap().get(sk).cloned())
         }
-        async fn rebuilding(&self) -> PortResult<Option<String>> {
-            Ok(None)
+        async fn put_meta_item(
+            &self,
+            sk: &str,
+            f: &str,
+            v: &str,
+            if_absent: bool,
+        ) -> PortResult<bool> {
+            let mut items = self.items.lock().unwrap();
+            if if_absent && items.contains_key(sk) {
+                return Ok(false);
+            }
+            let row = [(f.to_owned(), tally_core::rows::Field::S(v.to_owned()))];
+            items.insert(sk.to_owned(), row.into_iter().collect());
+            Ok(true)
         }
-        async fn set_rebuilding(&self, _: Option<&str>) -> PortResult<()> {
+        async fn delete_meta_item(&self, sk: &str) -> PortResult<()> {
+            self.items.lock().unwrap().remove(sk);
             Ok(())
         }
-        async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
-            let mut s = self.stream.lock().unwrap();
-            if s.is_none() {
-                *s = claim.map(str::to_owned);
-            }
-            Ok(s.clone())
+        async fn has_counted(&self) -> PortResult<bool> {
+            Ok(false)
+        }
+        fn store_name(&self) -> String {
+            "the store".into()
         }
         async fn replica_regions(&self) -> PortResult<Vec<String>> {
             Ok(self.replicas.clone())
         }
     }
 
-    fn meta(stream: Option<&str>, replicas: &[&str]) -> Meta {
+    fn meta(replicas: &[&str]) -> Meta {
         Meta {
-            stream: std::sync::Mutex::new(stream.map(str::to_owned)),
+            items: Default::default(),
             replicas: replicas.iter().map(|r| r.to_string()).collect(),
         }
     }
@@ -134,7 +147,7 @@ mod tests {
     /// both, and replicated tables are refused naming the regions — before any claim is made.
     #[tokio::test]
     async fn a_store_of_another_stream_or_of_several_regions_is_refused() {
-        let fresh = meta(None, &[]);
+        let fresh = meta(&[]);
         one_stream(&fresh, "kinesis:us-east-1:likes", false)
             .await
             .unwrap();
@@ -151,13 +164,13 @@ mod tests {
                 && text.contains("kinesis:eu-west-1:likes"),
             "{text}"
         );
-        let global = meta(None, &["eu-west-1", "ap-south-1"]);
+        let global = meta(&["eu-west-1", "ap-south-1"]);
         let e = one_stream(&global, "kinesis:us-east-1:likes", false)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("eu-west-1, ap-south-1"), "{e}");
         assert_eq!(
-            *global.stream.lock().unwrap(),
+            global.counted_stream(None).await.unwrap(),
             None,
             "refused before claiming"
         );

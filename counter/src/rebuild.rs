@@ -13,7 +13,7 @@
 //! copied exactly too.
 //!
 //! **A rebuild is inside the protocol.** It first records itself in the destination
-//! (`StoreMeta::set_rebuilding`), and a counter refuses a store that says so until the rebuild
+//! (`Claims::set_rebuilding`), and a counter refuses a store that says so until the rebuild
 //! clears it at its end: nothing counts a half-copied store. Killed anywhere, it is run again and
 //! resumes: its record names its source, and a copy made again changes nothing (an edge is
 //! written only if it is newer), a checkpoint copied again moves only forward. The rebuilt store
@@ -25,6 +25,7 @@ use tally_core::clock::now_ms;
 use tally_core::dead_letter::DeadLetter;
 use tally_core::dedup::DedupRecord;
 use tally_core::edge::{CountMode, EdgeEvent};
+use tally_core::meta::Claims;
 use tally_core::ports::{
     CounterStore, Decided, LetterCursor, PortError, ScanCursor, ShardInfo, ShardTally, WindowRef,
     WindowRest,

@@ -102,7 +102,14 @@ pub struct Header {
     /// When the recording was made (ms since the epoch).
     pub recorded_at_ms: i64,
     /// Every shard recorded, parents before children.
-    pub shards: Vec<ShardInfo>,
+    pub shards: Vec<ShardLine>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShardLine {
+    pub shard_id: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<String>,
 }
 
 impl Header {
@@ -110,12 +117,11 @@ impl Header {
         Header {
             tally_recording: VERSION,
             recorded_at_ms,
-            // As a reader reads them back: a recording keeps no shard closed.
             shards: shards
                 .iter()
-                .map(|s| ShardInfo {
-                    closed: false,
-                    ..s.clone()
+                .map(|s| ShardLine {
+                    shard_id: s.shard_id.clone(),
+                    parents: s.parents.clone(),
                 })
                 .collect(),
         }
@@ -142,6 +148,17 @@ impl Header {
         let h: Header =
             serde_json::from_slice(line).context("reading the recording's header line")?;
         Ok(Some(h))
+    }
+
+    pub fn shard_infos(&self) -> Vec<ShardInfo> {
+        self.shards
+            .iter()
+            .map(|s| ShardInfo {
+                shard_id: s.shard_id.clone(),
+                parents: s.parents.clone(),
+                closed: false,
+            })
+            .collect()
     }
 }
 

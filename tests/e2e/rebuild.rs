@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
+use tally_core::meta::Claims;
 
 use crate::common::{file_in, Target};
 use crate::verify::Tables;
@@ -72,9 +73,8 @@ fn verified(t: &Target, extra: &[&str], want: &BTreeMap<String, i64>, malformed:
     v
 }
 
-/// Whether `t`'s embedded store records a rebuild into it under way (`StoreMeta::rebuilding`).
+/// Whether `t`'s embedded store records a rebuild into it under way (`Claims::rebuilding`).
 fn under_way(t: &Target) -> bool {
-    use tally_core::ports::StoreMeta;
     let dir = t.flag("--data-dir").unwrap();
     let Ok(store) = tally_embedded::Embedded::open_existing(std::path::Path::new(&dir)) else {
         return false;

@@ -95,7 +95,7 @@ pub fn read_recording(
             file.display()
         ),
     };
-    let shards: Vec<ShardInfo> = reader.header.shards.clone();
+    let shards: Vec<ShardInfo> = reader.header.shard_infos();
     let mut r = rule.recount(&shards, rows, pass);
     let mut anchors = Anchors::default();
     while let Some(rec) = reader.next_record()? {

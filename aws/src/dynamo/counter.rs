@@ -22,8 +22,8 @@ use tally_core::edge::{CountMode, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, Fence,
     LetterCursor, LikersPage, LikersReader, PortError, PortResult, PostCount, PostsApplied,
-    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta, StoredDedup, WindowRef,
-    WindowRest, WindowWriter,
+    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoredDedup, WindowRef, WindowRest,
+    WindowWriter,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -484,7 +484,7 @@ impl WindowWriter for DynamoStore {
 #[async_trait]
 impl CountReader for DynamoStore {
     async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
-        self.mode(None).await
+        tally_core::meta::Claims::count_mode(self, None).await
     }
 
     async fn post_counts(
@@ -597,29 +597,6 @@ impl DeadLetterReader for DynamoStore {
                 _ => return Ok(total),
             }
         }
-    }
-}
-
-#[async_trait]
-impl StoreMeta for DynamoStore {
-    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
-        self.mode(claim).await
-    }
-
-    async fn rebuilding(&self) -> PortResult<Option<String>> {
-        self.rebuild_source().await
-    }
-
-    async fn set_rebuilding(&self, source: Option<&str>) -> PortResult<()> {
-        self.set_rebuild_source(source).await
-    }
-
-    async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
-        self.stream_claim(claim).await
-    }
-
-    async fn replica_regions(&self) -> PortResult<Vec<String>> {
-        self.replicas().await
     }
 }
 

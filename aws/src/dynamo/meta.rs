@@ -4,108 +4,80 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tally_core::edge::{self, CountMode};
-use tally_core::ports::PortResult;
-use tally_core::{rows, summary};
+use tally_core::edge;
+use tally_core::ports::{PortResult, StoreMeta};
+use tally_core::rows::Row;
+use tally_core::summary;
 
 use super::{row_of, s, DynamoStore};
 
-impl DynamoStore {
-    /// The stored count mode; with `claim`, set first if unset. A store with global totals and no
-    /// mode is refused, read or claimed: only an earlier build of tally counted without claiming
-    /// a mode.
-    pub(super) async fn mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
-        let key = meta_key(edge::MODE_SK);
-        let mode_of = |item: &HashMap<String, AttributeValue>| {
-            rows::count_mode(&row_of(item), &self.meta_item(edge::MODE_SK))
+#[async_trait]
+impl StoreMeta for DynamoStore {
+    async fn meta_item(&self, sk: &str) -> PortResult<Option<Row>> {
+        Ok(self.get("counts", meta_key(sk)).await?.as_ref().map(row_of))
+    }
+
+    async fn put_meta_item(
+        &self,
+        sk: &str,
+        field: &str,
+        value: &str,
+        if_absent: bool,
+    ) -> PortResult<bool> {
+        let item = meta_key(sk)
+            .into_iter()
+            .chain([(field.to_owned(), s(value))]);
+        let put = self.client.put_item().table_name(self.table("counts"));
+        let put = put.set_item(Some(item.collect()));
+        let put = match if_absent {
+            true => put.condition_expression("attribute_not_exists(pk)"),
+            false => put,
         };
-        if let Some(item) = self.get("counts", key.clone()).await? {
-            return mode_of(&item).map(Some);
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.err("PutItem", "counts", e)),
         }
-        let counted = !self
-            .client
-            .query()
-            .table_name(self.table("counts"))
+    }
+
+    async fn delete_meta_item(&self, sk: &str) -> PortResult<()> {
+        let delete = self.client.delete_item().table_name(self.table("counts"));
+        delete
+            .set_key(Some(meta_key(sk)))
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| self.err("DeleteItem", "counts", e))
+    }
+
+    /// One item of the global totals' partition read.
+    async fn has_counted(&self) -> PortResult<bool> {
+        let query = self.client.query().table_name(self.table("counts"));
+        let out = query
             .key_condition_expression("pk = :k")
             .expression_attribute_values(":k", s(summary::GLOBAL_PK))
             .limit(1)
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| self.err("Query", "counts", e))?
-            .items()
-            .is_empty();
-        if counted {
-            return Err(rows::counted_without_mode(&self.table("counts")));
-        }
-        let Some(m) = claim else { return Ok(None) };
-        let r = self
-            .meta_put(&key, "mode", m.as_str())
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(Some(m)),
-            Err(SdkError::ServiceError(se))
-                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                // Another process claimed it first: its claim stands.
-                let item = self.get("counts", key).await?;
-                item.as_ref().map(mode_of).transpose()
-            }
-            Err(e) => Err(self.err("PutItem", "counts", e)),
-        }
+            .map_err(|e| self.err("Query", "counts", e))?;
+        Ok(!out.items().is_empty())
     }
 
-    /// A `PutItem` of the `#meta` item `key` holding `name` = `value`.
-    fn meta_put(
-        &self,
-        key: &HashMap<String, AttributeValue>,
-        name: &str,
-        value: &str,
-    ) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
-        let item = key.clone().into_iter().chain([(name.to_owned(), s(value))]);
-        self.client
-            .put_item()
-            .table_name(self.table("counts"))
-            .set_item(Some(item.collect()))
+    fn store_name(&self) -> String {
+        self.table("counts")
     }
 
-    /// The stream the store is counted from; with `claim`, set to it when none is named yet
-    /// (a conditional put: the first claim wins, and is what is answered).
-    pub(super) async fn stream_claim(&self, claim: Option<&str>) -> PortResult<Option<String>> {
-        let key = meta_key(edge::STREAM_SK);
-        let named = |item: &HashMap<String, AttributeValue>| {
-            rows::meta_value(&row_of(item), &self.meta_item(edge::STREAM_SK))
-        };
-        if let Some(item) = self.get("counts", key.clone()).await? {
-            return named(&item).map(Some);
-        }
-        let Some(want) = claim else { return Ok(None) };
-        let r = self
-            .meta_put(&key, "v", want)
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(Some(want.to_owned())),
-            Err(SdkError::ServiceError(se))
-                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                // Another process claimed it first: its claim stands.
-                let item = self.get("counts", key).await?;
-                item.as_ref().map(named).transpose()
-            }
-            Err(e) => Err(self.err("PutItem", "counts", e)),
-        }
-    }
-
-    /// The regions the tables are replicated to (a global table's replicas), by `DescribeTable`
-    /// of each of the counter's tables.
-    pub(super) async fn replicas(&self) -> PortResult<Vec<String>> {
+    /// By `DescribeTable` of each of the counter's tables.
+    async fn replica_regions(&self) -> PortResult<Vec<String>> {
         let mut regions = Vec::new();
         for t in ["counts", "edges", "leases", "dedup"] {
             let d = self
@@ -122,41 +94,6 @@ impl DynamoStore {
             }
         }
         Ok(regions)
-    }
-
-    /// The source of a rebuild under way into the store (`None`: none).
-    pub(super) async fn rebuild_source(&self) -> PortResult<Option<String>> {
-        let item = self.get("counts", meta_key(edge::REBUILDING_SK)).await?;
-        item.map(|i| rows::meta_value(&row_of(&i), &self.meta_item(edge::REBUILDING_SK)))
-            .transpose()
-    }
-
-    /// Records a rebuild from `source` under way (a rerun of it writes the same again), or
-    /// (`None`) that it finished: the item deleted.
-    pub(super) async fn set_rebuild_source(&self, source: Option<&str>) -> PortResult<()> {
-        let key = meta_key(edge::REBUILDING_SK);
-        match source {
-            Some(v) => self
-                .meta_put(&key, "v", v)
-                .send()
-                .await
-                .map(drop)
-                .map_err(|e| self.err("PutItem", "counts", e)),
-            None => self
-                .client
-                .delete_item()
-                .table_name(self.table("counts"))
-                .set_key(Some(key))
-                .send()
-                .await
-                .map(drop)
-                .map_err(|e| self.err("DeleteItem", "counts", e)),
-        }
-    }
-
-    /// The `#meta` item `sk`, named in errors.
-    fn meta_item(&self, sk: &str) -> String {
-        format!("{} {}/{sk}", self.table("counts"), edge::MODE_PK)
     }
 }
 

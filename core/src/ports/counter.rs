@@ -11,7 +11,8 @@ use crate::buckets::PostDelta;
 use crate::cost::{Purpose, Units};
 use crate::dead_letter::DeadLetter;
 use crate::dedup::DedupRecord;
-use crate::edge::{CountMode, EdgeEvent};
+use crate::edge::EdgeEvent;
+use crate::rows::field::Row;
 use crate::seq::{Position, SeqNo};
 
 /// A window's identity in its writes: whose it is, and its end (each item's marker).
@@ -189,24 +190,29 @@ pub trait EdgeWriter: Send + Sync {
     fn change_log(&self) -> PortResult<std::sync::Arc<dyn Stream>>;
 }
 
-/// What a store records about itself once a counter claims it: its count mode, the one stream it
-/// counts, and a rebuild into it under way.
+/// What a store records about itself — its count mode, the one stream it counts, a rebuild into
+/// it under way — as `#meta` items beside its counts ([`crate::edge::MODE_PK`]). A store moves
+/// the items; what is read and claimed on them is written once, for both stores
+/// (`tally_core::meta::Claims`).
 #[async_trait]
 pub trait StoreMeta: Send + Sync {
-    /// What the store counts. With `claim`, a store that says nothing yet is set to it (one
-    /// conditional write; a store that has global totals and no mode was made by an earlier
-    /// build of tally, and is refused, saying so); answers what it holds after (`None`: unset,
-    /// when not claimed).
-    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>>;
-    /// The source a `tally rebuild` into this store copies from, while one has begun and not
-    /// finished ([`crate::edge::REBUILDING_SK`]); `None`: no rebuild under way.
-    async fn rebuilding(&self) -> PortResult<Option<String>>;
-    /// Records that a rebuild from `source` has begun (`Some`), or that it finished (`None`).
-    async fn set_rebuilding(&self, source: Option<&str>) -> PortResult<()>;
-    /// The one stream the store is counted from ([`crate::edge::STREAM_SK`]). With `claim`, a
-    /// store that names none yet is set to it (one conditional write; the first claim wins);
-    /// answers what it holds after (`None`: unset, when not claimed).
-    async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>>;
+    /// The `#meta` item `sk` as stored (`None`: not there).
+    async fn meta_item(&self, sk: &str) -> PortResult<Option<Row>>;
+    /// Writes the `#meta` item `sk` holding `field` = `value`, whole; with `if_absent`, only when
+    /// there is none (one conditional write). Answers whether it wrote.
+    async fn put_meta_item(
+        &self,
+        sk: &str,
+        field: &str,
+        value: &str,
+        if_absent: bool,
+    ) -> PortResult<bool>;
+    /// Deletes the `#meta` item `sk` (none there: nothing to do).
+    async fn delete_meta_item(&self, sk: &str) -> PortResult<()>;
+    /// Whether the store holds global totals: it has counted.
+    async fn has_counted(&self) -> PortResult<bool>;
+    /// The store as messages name it (its file; its counts table).
+    fn store_name(&self) -> String;
     /// The other regions the store's tables are replicated to (a DynamoDB global table's
     /// replicas; none for a table of one region, or the embedded store). Never writes.
     async fn replica_regions(&self) -> PortResult<Vec<String>>;

@@ -5,17 +5,14 @@ use async_trait::async_trait;
 use super::PortResult;
 use crate::seq::{Position, SeqNo};
 
-/// A shard as listed by the stream; as JSON, a shard of a recording's header (its id and its
-/// parents, if any).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A shard as listed by the stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardInfo {
     /// The shard's id (`shardId-000000000000`).
     pub shard_id: String,
     /// Parent and adjacent parent, after a split or merge; read to their end before this shard.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parents: Vec<String>,
     /// Whether the shard is closed (it has an ending sequence number).
-    #[serde(skip)]
     pub closed: bool,
 }
 

@@ -7,13 +7,13 @@
 //! parents-before-children; a corrupt `max_arrival` read as the start of time would clean up
 //! dedup records still needed.
 
-use std::collections::BTreeMap;
-
 pub mod batch;
 mod edge_row;
+pub mod field;
 mod packed;
 
 pub use edge_row::{edge_from_row, EdgeRow};
+pub use field::{Field, Row};
 pub use packed::{event_id_from, event_id_into};
 
 use crate::cost::Purpose;
@@ -22,27 +22,6 @@ use crate::item::{Attrs, Val};
 use crate::lease::Lease;
 use crate::ports::{Pending, PortError, PortResult, ReadProgress, ShardState, ShardTally};
 use crate::seq::{Position, SeqNo};
-
-/// One stored value, as the backend holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Field {
-    /// A number (DynamoDB `N`, SQLite `INTEGER`).
-    N(i64),
-    /// A string (`S`, `TEXT`).
-    S(String),
-    /// A boolean (`BOOL`).
-    B(bool),
-    /// A list of strings (`L` of `S`).
-    L(Vec<String>),
-    /// Bytes (`B`, `BLOB`).
-    Bytes(Vec<u8>),
-    /// Something no field of tally's is (another DynamoDB type, a number that is no `i64`, a
-    /// real): what it was, for the error.
-    Other(String),
-}
-
-/// A stored row: its fields by name (an absent or null one is not in it).
-pub type Row = BTreeMap<String, Field>;
 
 /// An item's attributes (the embedded store's `items`) as a stored row.
 pub fn attrs_row(a: &Attrs) -> Row {

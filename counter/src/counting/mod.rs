@@ -13,6 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tally_consumer::ConsumerError;
 use tally_core::edge::CountMode;
+use tally_core::meta::Claims;
 use tally_core::ports::{Applied, CounterStore, Stream};
 use tally_core::window::{ClosedWindow, WindowBuilder};
 use tally_core::Position;

@@ -10,8 +10,8 @@ use tally_core::edge::{CountMode, EdgeEvent, EdgeState};
 use tally_core::ports::{
     Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, EdgeWriter,
     EdgesWritten, Fence, LetterCursor, LikersPage, LikersReader, PortError, PortResult, PostCount,
-    PostsApplied, RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoreMeta,
-    StoredDedup, Stream, WindowRef, WindowRest, WindowWriter,
+    PostsApplied, RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoredDedup, Stream,
+    WindowRef, WindowRest, WindowWriter,
 };
 use tally_core::rows::Field;
 use tally_core::summary::{self, Known, Plan, Refused, Write, GLOBAL_PK};
@@ -289,7 +289,7 @@ impl EdgeWriter for Embedded {
 #[async_trait]
 impl CountReader for Embedded {
     async fn stored_mode(&self) -> PortResult<Option<CountMode>> {
-        self.run(move |c| super::meta::count_mode(c, None)).await
+        tally_core::meta::Claims::count_mode(self, None).await
     }
 
     async fn post_counts(
@@ -440,34 +440,6 @@ impl DeadLetterReader for Embedded {
             .map_err(sql_err)
         })
         .await
-    }
-}
-
-#[async_trait]
-impl StoreMeta for Embedded {
-    async fn count_mode(&self, claim: Option<CountMode>) -> PortResult<Option<CountMode>> {
-        self.run(move |c| super::meta::count_mode(c, claim)).await
-    }
-
-    async fn rebuilding(&self) -> PortResult<Option<String>> {
-        self.run(|c| super::meta::rebuilding(c)).await
-    }
-
-    async fn set_rebuilding(&self, source: Option<&str>) -> PortResult<()> {
-        let source = source.map(str::to_owned);
-        self.run(move |c| super::meta::set_rebuilding(c, source.as_deref()))
-            .await
-    }
-
-    async fn counted_stream(&self, claim: Option<&str>) -> PortResult<Option<String>> {
-        let claim = claim.map(str::to_owned);
-        self.run(move |c| super::meta::counted_stream(c, claim.as_deref()))
-            .await
-    }
-
-    async fn replica_regions(&self) -> PortResult<Vec<String>> {
-        // One file on one machine.
-        Ok(Vec::new())
     }
 }
 
