@@ -21,7 +21,12 @@ pub trait Claims: StoreMeta {
             return read(row).map(Some);
         }
         if self.has_counted().await? {
-            return Err(rows::counted_without_mode(&self.store_name()));
+            // Claimed and counted since the read? The mode is written before any total and
+            // never deleted, so a store with totals and still no mode never claimed one.
+            return match self.meta_item(MODE_SK).await? {
+                Some(row) => read(row).map(Some),
+                None => Err(rows::counted_without_mode(&self.store_name())),
+            };
         }
         let Some(m) = claim else { return Ok(None) };
         if self

@@ -184,4 +184,50 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, ClaimError::OtherStream { .. }), "{e}");
     }
+
+    /// A store another counter claims and counts between this one's first read and its check
+    /// of the totals: the mode appears at the second read of it.
+    struct ClaimedMeanwhile {
+        reads: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait::async_trait]
+    impl StoreMeta for ClaimedMeanwhile {
+        async fn meta_item(&self, _: &str) -> PortResult<Option<tally_core::rows::Row>> {
+            let first = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            let row = [(
+                "mode".to_owned(),
+                tally_core::rows::Field::S("likers".into()),
+            )];
+            Ok((!first).then(|| row.into_iter().collect()))
+        }
+        async fn put_meta_item(&self, _: &str, _: &str, _: &str, _: bool) -> PortResult<bool> {
+            Ok(false)
+        }
+        async fn delete_meta_item(&self, _: &str) -> PortResult<()> {
+            Ok(())
+        }
+        async fn has_counted(&self) -> PortResult<bool> {
+            Ok(true)
+        }
+        fn store_name(&self) -> String {
+            "the store".into()
+        }
+        async fn replica_regions(&self) -> PortResult<Vec<String>> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// A store claimed and counted while it was being read is answered with its claim, never
+    /// refused as made by an earlier build (which counted with no claim at all).
+    #[tokio::test]
+    async fn a_store_claimed_and_counted_meanwhile_is_not_an_earlier_build_s() {
+        for claim in [None, Some(CountMode::Events)] {
+            let store = ClaimedMeanwhile {
+                reads: std::sync::atomic::AtomicU32::new(0),
+            };
+            let mode = store.count_mode(claim).await.unwrap();
+            assert_eq!(mode, Some(CountMode::Likers));
+        }
+    }
 }

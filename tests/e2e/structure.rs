@@ -130,6 +130,7 @@ fn the_read_side_holds_no_writer() {
         "CounterStore",
         "WindowWriter",
         "StoreMeta",
+        "Claims",
         "LeaseStore",
         "AnalyticsStore",
         "DedupStore",

@@ -253,55 +253,6 @@ impl DynamoStore {
         )))
     }
 
-    /// One Scan page of the dead-letters table (in the table's order), from `after`, of at most
-    /// `limit` letters (`None`: DynamoDB's page of 1 MB); and where the next page starts.
-    async fn scan_letters(
-        &self,
-        after: Option<&LetterCursor>,
-        limit: Option<usize>,
-    ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)> {
-        let start = after.map(|c| {
-            HashMap::from([
-                ("shard_id".to_owned(), s(&c.shard_id)),
-                ("seq".to_owned(), s(&c.key)),
-            ])
-        });
-        let resp = self
-            .client
-            .scan()
-            .table_name(self.table("dead-letters"))
-            .set_exclusive_start_key(start)
-            .set_limit(limit.map(|l| l.min(i32::MAX as usize) as i32))
-            .send()
-            .await
-            .map_err(|e| self.err("Scan", "dead-letters", e))?;
-        // Each item decoded strictly (`tally_core::rows::dead_letter`): a corrupt one is an
-        // error naming it, never skipped or read with defaults.
-        let out = resp
-            .items()
-            .iter()
-            .map(|i| {
-                let name = format!(
-                    "{} {}/{}",
-                    self.table("dead-letters"),
-                    get_s(i, "shard_id").unwrap_or_default(),
-                    get_s(i, "seq").unwrap_or_default()
-                );
-                tally_core::rows::dead_letter(&super::row_of(i), &name)
-            })
-            .collect::<PortResult<Vec<DeadLetter>>>()?;
-        let next = resp
-            .last_evaluated_key()
-            .filter(|k| !k.is_empty())
-            .and_then(|k| {
-                Some(LetterCursor {
-                    shard_id: get_s(k, "shard_id")?,
-                    key: get_s(k, "seq")?,
-                })
-            });
-        Ok((out, next))
-    }
-
     pub(super) fn dead_letter_put(&self, d: &DeadLetter) -> PortResult<Put> {
         Put::builder()
             .table_name(self.table("dead-letters"))
@@ -552,30 +503,53 @@ impl LikersReader for DynamoStore {
 
 #[async_trait]
 impl DeadLetterReader for DynamoStore {
-    async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let (page, next) = self.scan_letters(start.as_ref(), None).await?;
-            out.extend(page);
-            match next {
-                Some(k) if out.len() < limit => start = Some(k),
-                _ => break,
-            }
-        }
-        out.sort_by(|a, b| {
-            (a.arrival_ms, &a.shard_id, &a.seq).cmp(&(b.arrival_ms, &b.shard_id, &b.seq))
-        });
-        out.truncate(limit);
-        Ok(out)
-    }
-
+    /// One Scan page (in the table's order), of at most `limit` letters: fewer where DynamoDB's
+    /// page of 1 MB ends first.
     async fn dead_letter_page(
         &self,
         after: Option<&LetterCursor>,
         limit: usize,
     ) -> PortResult<(Vec<DeadLetter>, Option<LetterCursor>)> {
-        self.scan_letters(after, Some(limit)).await
+        let start = after.map(|c| {
+            HashMap::from([
+                ("shard_id".to_owned(), s(&c.shard_id)),
+                ("seq".to_owned(), s(&c.key)),
+            ])
+        });
+        let resp = self
+            .client
+            .scan()
+            .table_name(self.table("dead-letters"))
+            .set_exclusive_start_key(start)
+            .limit(limit.min(i32::MAX as usize) as i32)
+            .send()
+            .await
+            .map_err(|e| self.err("Scan", "dead-letters", e))?;
+        // Each item decoded strictly (`tally_core::rows::dead_letter`): a corrupt one is an
+        // error naming it, never skipped or read with defaults.
+        let out = resp
+            .items()
+            .iter()
+            .map(|i| {
+                let name = format!(
+                    "{} {}/{}",
+                    self.table("dead-letters"),
+                    get_s(i, "shard_id").unwrap_or_default(),
+                    get_s(i, "seq").unwrap_or_default()
+                );
+                tally_core::rows::dead_letter(&super::row_of(i), &name)
+            })
+            .collect::<PortResult<Vec<DeadLetter>>>()?;
+        let next = resp
+            .last_evaluated_key()
+            .filter(|k| !k.is_empty())
+            .and_then(|k| {
+                Some(LetterCursor {
+                    shard_id: get_s(k, "shard_id")?,
+                    key: get_s(k, "seq")?,
+                })
+            });
+        Ok((out, next))
     }
 
     async fn dead_letter_count(&self) -> PortResult<u64> {

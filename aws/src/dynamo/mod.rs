@@ -23,8 +23,8 @@
 //! ([`AnalyticsStore`](tally_core::ports::AnalyticsStore)), `baselines`
 //! ([`BaselineWriters`](tally_baselines::BaselineWriters), for benchmarks). The counter's other
 //! likers parts are a file each: `likers` (edges read back: a page's viewer likes, a post's
-//! likers), `recent` (likers most recent first), `scan` (every edge), and `meta` (the count
-//! mode, stream and rebuild a store records, and the tables' replicas).
+//! likers), `recent` (likers most recent first), `scan` (every edge), and `meta` (the `#meta`
+//! items the claims of `tally_core::meta` read and write, and the tables' replicas).
 
 use std::collections::HashMap;
 

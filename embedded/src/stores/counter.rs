@@ -375,22 +375,6 @@ impl LikersReader for Embedded {
 
 #[async_trait]
 impl DeadLetterReader for Embedded {
-    async fn dead_letters(&self, limit: usize) -> PortResult<Vec<DeadLetter>> {
-        self.run(move |c| {
-            let sql = format!(
-                "SELECT {LETTER_COLUMNS} FROM dead_letters ORDER BY arrival_ms, shard_id LIMIT ?1"
-            );
-            let mut st = c.prepare_cached(&sql).map_err(sql_err)?;
-            let rows = st
-                .query_map([limit as i64], |r| super::row_of(r, LETTER_COLUMNS))
-                .map_err(sql_err)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(sql_err)?;
-            rows.iter().map(letter_of).collect()
-        })
-        .await
-    }
-
     async fn dead_letter_page(
         &self,
         after: Option<&LetterCursor>,

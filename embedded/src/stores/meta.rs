@@ -1,6 +1,6 @@
 //! What a store says of how it was counted, as items beside its counts (`#meta`): the items
-//! moved, for `StoreMeta`'s protocol on them (its count mode, the one stream it counts, a rebuild
-//! into it under way).
+//! moved, for the claims on them (`tally_core::meta::Claims`: its count mode, the one stream it
+//! counts, a rebuild into it under way).
 
 use async_trait::async_trait;
 use rusqlite::params;
