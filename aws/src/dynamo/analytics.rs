@@ -97,28 +97,19 @@ impl AnalyticsStore for DynamoStore {
             .item("expires_at", n(now_ms() / 1000 + SNAPSHOT_TTL_SECS))
             .build()
             .map_err(|e| PortError::Invalid(e.to_string()))?;
-        let trending = Put::builder()
-            .table_name(self.table("analytics"))
-            .item("pk", s(format!("{}#trending", fence.app)))
-            .item("sk", s(&fence.shard_id))
-            .item("at_ms", n(snap.trending_at_ms))
-            .item("entries", s(TrendingEntry::encode_all(&snap.trending)))
-            .build()
-            .map_err(|e| PortError::Invalid(e.to_string()))?;
-        let top_liked = Put::builder()
-            .table_name(self.table("analytics"))
-            .item(
-                "pk",
-                s(format!(
-                    "{}#trending",
-                    tally_core::ports::all_time(&fence.app)
-                )),
-            )
-            .item("sk", s(&fence.shard_id))
-            .item("at_ms", n(snap.trending_at_ms))
-            .item("entries", s(TrendingEntry::encode_all(&snap.top_liked)))
-            .build()
-            .map_err(|e| PortError::Invalid(e.to_string()))?;
+        // The window's sketches, the trending one and the all-time one, each a put of its own.
+        let sketch = |app: &str, entries: &[TrendingEntry]| {
+            Put::builder()
+                .table_name(self.table("analytics"))
+                .item("pk", s(format!("{app}#trending")))
+                .item("sk", s(&fence.shard_id))
+                .item("at_ms", n(snap.trending_at_ms))
+                .item("entries", s(TrendingEntry::encode_all(entries)))
+                .build()
+                .map_err(|e| PortError::Invalid(e.to_string()))
+        };
+        let trending = sketch(&fence.app, &snap.trending)?;
+        let top_liked = sketch(&tally_core::ports::all_time(&fence.app), &snap.top_liked)?;
         let mut items = vec![
             lease,
             TransactWriteItem::builder().put(latency).build(),

@@ -8,18 +8,11 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem,
 };
 use tally_core::ports::{
-    asks_to_text, fleet_app, Ask, Fence, GapCommit, LeaseReader, LeaseStore, Member, PortError,
-    PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
+    asks_to_text, fleet_app, tombstones_app as tombstones, Ask, Fence, GapCommit, LeaseReader,
+    LeaseStore, Member, PortError, PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
 };
 
 use super::{get_s, lease_from, n, s, DynamoStore, Expr};
-
-/// Where an application's lease tombstones are kept: items under their own partition, so that no
-/// listing of the application (a `Query` of its partition) reads them. One per cleaned-up shard,
-/// never removed: a deleted row is never created again (ARCHITECTURE.md, "Leases and the fleet").
-fn tombstones(app: &str) -> String {
-    format!("{app}#gone")
-}
 
 /// Lease rows' states, by shard id.
 fn states_of(items: &[HashMap<String, AttributeValue>]) -> PortResult<Vec<ShardState>> {

@@ -236,6 +236,13 @@ pub fn asks_to_text(asks: &[Ask]) -> Option<String> {
     (!asks.is_empty()).then(|| serde_json::to_string(asks).unwrap_or_default())
 }
 
+/// Where an application's lease tombstones are kept: under their own application name in the
+/// lease table, which no listing of the application's leases reads. One per cleaned-up shard,
+/// never removed: a deleted row is never created again (ARCHITECTURE.md, "Leases and the fleet").
+pub fn tombstones_app(app: &str) -> String {
+    format!("{app}#gone")
+}
+
 /// Where an application's fleet rows are kept: under their own application name in the lease
 /// table, which no listing of the application's leases reads.
 pub fn fleet_app(app: &str) -> String {

@@ -22,8 +22,8 @@ pub use counter::{
 pub use dedup::{DedupStore, StoredDedup};
 pub use errors::{PortError, PortResult};
 pub use leases::{
-    asks_to_text, fleet_app, Ask, Decided, Fence, GapCommit, LeaseReader, LeaseStore, Member,
-    Pending, ReadProgress, Renewal, ShardState, ShardTally,
+    asks_to_text, fleet_app, tombstones_app, Ask, Decided, Fence, GapCommit, LeaseReader,
+    LeaseStore, Member, Pending, ReadProgress, Renewal, ShardState, ShardTally,
 };
 pub use letters::{DeadLetterReader, LetterCursor};
 pub use reads::{

@@ -42,15 +42,6 @@ impl Changes {
 
     /// The posts' deltas, by post id; changes that cancel out are dropped.
     pub(super) fn close(self) -> Vec<(String, PostDelta)> {
-        let mut posts: Vec<(String, PostDelta)> = self
-            .deltas
-            .into_iter()
-            .filter_map(|(post, mut d)| {
-                d.by_minute.retain(|_, n| *n != 0);
-                (!d.by_minute.is_empty()).then(|| (post.into(), d))
-            })
-            .collect();
-        posts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        posts
+        super::closed(self.deltas)
     }
 }

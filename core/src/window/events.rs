@@ -50,15 +50,6 @@ impl Events {
 
     /// The posts' deltas, by post id; a like and its unlike in the same minute cancel out.
     pub(super) fn close(self) -> Vec<(String, PostDelta)> {
-        let mut posts: Vec<(String, PostDelta)> = self
-            .deltas
-            .into_iter()
-            .filter_map(|(post, mut d)| {
-                d.by_minute.retain(|_, n| *n != 0);
-                (!d.by_minute.is_empty()).then_some((post, d))
-            })
-            .collect();
-        posts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        posts
+        super::closed(self.deltas)
     }
 }

@@ -407,6 +407,22 @@ impl ClosedWindow {
     }
 }
 
+/// A window's posts' deltas as it closes: by post id, the minutes that cancel out dropped, and
+/// a post left with none dropped too.
+fn closed<K: Into<String>>(
+    deltas: impl IntoIterator<Item = (K, PostDelta)>,
+) -> Vec<(String, PostDelta)> {
+    let mut posts: Vec<(String, PostDelta)> = deltas
+        .into_iter()
+        .filter_map(|(post, mut d)| {
+            d.by_minute.retain(|_, n| *n != 0);
+            (!d.by_minute.is_empty()).then(|| (post.into(), d))
+        })
+        .collect();
+    posts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    posts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,16 +72,14 @@ impl AnalyticsStore for Embedded {
                 params![fence.app, fence.shard_id, s.end.to_string(), s.taken_at_ms, s.latency],
             )
             .map_err(sql_err)?;
-            tx.execute(
-                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
-                params![fence.app, fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.trending)],
-            )
-            .map_err(sql_err)?;
-            tx.execute(
-                "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
-                params![tally_core::ports::all_time(&fence.app), fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(&s.top_liked)],
-            )
-            .map_err(sql_err)?;
+            // The window's sketches: the trending one and the all-time one.
+            for (app, entries) in [(fence.app.clone(), &s.trending), (tally_core::ports::all_time(&fence.app), &s.top_liked)] {
+                tx.execute(
+                    "INSERT OR REPLACE INTO trending (app, shard_id, at_ms, entries) VALUES (?1, ?2, ?3, ?4)",
+                    params![app, fence.shard_id, s.trending_at_ms, TrendingEntry::encode_all(entries)],
+                )
+                .map_err(sql_err)?;
+            }
             if !s.dedup.ids.is_empty() {
                 tx.execute(
                     "INSERT OR REPLACE INTO dedup (app, shard_id, end_seq, max_arrival, expires_ms, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

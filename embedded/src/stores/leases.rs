@@ -3,19 +3,12 @@
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 use tally_core::ports::{
-    asks_to_text, Ask, Fence, GapCommit, LeaseReader, LeaseStore, Member, PortError, PortResult,
-    ReadProgress, ShardInfo, ShardState,
+    asks_to_text, tombstones_app as tombstones, Ask, Fence, GapCommit, LeaseReader, LeaseStore,
+    Member, PortError, PortResult, ReadProgress, ShardInfo, ShardState,
 };
 
 use super::{check_fence, read_row, state_in, states_of, write_dead_letter, LEASE_COLUMNS};
 use crate::{sql_err, Embedded};
-
-/// Where an application's lease tombstones are kept: rows under their own application name, so
-/// that no listing of the application reads them. One per cleaned-up shard, never removed: a
-/// deleted row is never created again (ARCHITECTURE.md, "Leases and the fleet").
-pub(crate) fn tombstones(app: &str) -> String {
-    format!("{app}#gone")
-}
 
 #[async_trait]
 impl LeaseReader for Embedded {
