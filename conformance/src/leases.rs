@@ -1,6 +1,8 @@
 //! The `LeaseStore` port: fenced leases, and fleet rows apart from them.
 
-use tally_core::ports::{Ask, Fence, LeaseStore, Member, PortError, ShardInfo};
+use tally_core::ports::{
+    Ask, CounterStore, Fence, LeaseStore, Member, PortError, Renewal, ShardInfo, ShardTally,
+};
 
 /// Leases: rows created once, taken by epoch, renewed, stolen, fenced, released, finished.
 /// The fleet rows: a heartbeat makes a worker a live member until it expires, a stop takes it
@@ -385,11 +387,14 @@ where
 }
 
 /// Lease store: a lease row whose request (`wanted_by`) is not a worker's name is read back by
-/// the holder's renewal as an error naming the row and `wanted_by` — never as no request (a
-/// handoff asked for would be passed over). `corrupt(app, shard)` writes a value of another type
-/// behind the store's back.
-pub async fn a_corrupt_handoff_ask_is_named<F, Fut>(store: &dyn LeaseStore, name: &str, corrupt: F)
-where
+/// the holder's renewal, and by a window's checkpoint that renews, as an error naming the row
+/// and `wanted_by` — never as no request (a handoff asked for would be passed over).
+/// `corrupt(app, shard)` writes a value of another type behind the store's back.
+pub async fn a_corrupt_handoff_ask_is_named<F, Fut>(
+    store: &dyn CounterStore,
+    name: &str,
+    corrupt: F,
+) where
     F: Fn(String, String) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
@@ -416,14 +421,30 @@ where
         Some("b")
     );
     corrupt(app.clone(), "shard-a".into()).await;
-    let e = store.renew_lease(&held, far, None, None).await.unwrap_err();
-    let text = e.to_string();
-    assert!(
-        matches!(e, PortError::Corrupt { .. })
-            && text.contains(&format!("leases {app}/shard-a"))
-            && text.contains("`wanted_by`"),
-        "{text}"
-    );
+    let renewal = Renewal {
+        expires_ms: far,
+        progress: None,
+        addr: None,
+    };
+    let (end, horizon) = (crate::seq("10"), crate::HORIZON_MS.into());
+    store
+        .begin_window(&held, None, &end.seq, &end, horizon)
+        .await
+        .unwrap();
+    let spent = ShardTally::default();
+    let finish = store.finish_window(&held, &end, 1_000, false, &spent, Some(&renewal));
+    for e in [
+        store.renew_lease(&held, far, None, None).await.unwrap_err(),
+        finish.await.unwrap_err(),
+    ] {
+        let text = e.to_string();
+        assert!(
+            matches!(e, PortError::Corrupt { .. })
+                && text.contains(&format!("leases {app}/shard-a"))
+                && text.contains("`wanted_by`"),
+            "{text}"
+        );
+    }
 }
 
 /// What worker `w2` asks of `w1` in these tests: its lease of `shard-a` at epoch 3.

@@ -190,7 +190,7 @@ fn harness(t: Target, pace: Pace) {
             || owned_by(&stale_id) && settled(),
         );
         std::thread::sleep(Duration::from_millis(700 * slower));
-        stale.signal("STOP");
+        pause_between_writes(&t, &stale);
         let fresh_id = format!("fresh-{i}");
         let mut fresh: Bg = t.spawn(&fresh_id, &["count", "--worker-id", &fresh_id], chunky);
         t.eventually(
@@ -231,6 +231,35 @@ fn harness(t: Target, pace: Pace) {
     );
     assert_eq!(t.json(&["dead-letters", "--json"])["total"], malformed);
     t.assert_read_as_configured();
+}
+
+/// Pauses `stale` where it holds no write lock of the embedded store's files: a process paused
+/// inside a write transaction (a lease renewal, a heartbeat) holds its file's lock, which every
+/// other writer waits for and no lease takes over, so a worker started beside it could not take
+/// the leases this test hands it. Paused again until it holds none; on DynamoDB, as it is.
+fn pause_between_writes(t: &Target, stale: &Bg) {
+    for _ in 0..100 {
+        stale.signal("STOP");
+        stale.wait_stopped();
+        let files = std::fs::read_dir(t.dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path());
+        let mut dbs = files.filter(|p| p.extension().is_some_and(|x| x == "db"));
+        if !dbs.any(|db| write_locked(&db)) {
+            return;
+        }
+        stale.signal("CONT");
+        std::thread::sleep(Duration::from_millis(23));
+    }
+    panic!("the stale worker held a write lock at each of 100 pauses");
+}
+
+/// Whether another connection holds `db`'s write lock now.
+fn write_locked(db: &std::path::Path) -> bool {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.busy_timeout(Duration::ZERO).unwrap();
+    c.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_err()
 }
 
 on_backends! {

@@ -388,6 +388,21 @@ impl Bg {
         assert!(ok, "kill -{sig} {}", self.child.id());
     }
 
+    /// Waits until a `STOP` sent to the process has stopped it (Linux: its state in
+    /// `/proc/<pid>/stat`; elsewhere a short sleep).
+    pub fn wait_stopped(&self) {
+        let stat = format!("/proc/{}/stat", self.child.id());
+        for _ in 0..200 {
+            match std::fs::read_to_string(&stat) {
+                // The state follows the command's name in parentheses.
+                Ok(s) if s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('T')) => return,
+                Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => return std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        panic!("process {} did not stop", self.child.id());
+    }
+
     /// Waits for the process to exit, failing the test past `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
         let start = Instant::now();
