@@ -399,18 +399,8 @@ pub async fn a_corrupt_handoff_ask_is_named<F, Fut>(
     Fut: std::future::Future<Output = ()>,
 {
     let app = format!("{name}-corrupt-ask");
-    let shard = ShardInfo {
-        shard_id: "shard-a".into(),
-        parents: vec![],
-        closed: false,
-    };
-    store.ensure_leases(&app, &[shard]).await.unwrap();
+    let held = crate::held_lease(store, &app, "shard-a").await;
     let far = i64::MAX / 2;
-    let held = store
-        .take_lease(&app, "shard-a", 0, "a", far)
-        .await
-        .unwrap()
-        .expect("free");
     assert!(store.ask_handoff(&held, "b").await.unwrap());
     assert_eq!(
         store
