@@ -591,6 +591,17 @@ pub struct AuthArgs {
     pub auth_token_env: Option<String>,
 }
 
+impl AuthArgs {
+    /// The tokens the flags name (`None`: neither flag).
+    pub fn token(&self) -> anyhow::Result<Option<tally_serve::auth::Token>> {
+        let (file, env) = (
+            self.auth_token_file.as_deref(),
+            self.auth_token_env.as_deref(),
+        );
+        tally_serve::auth::Token::from_flags(file, env)
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct QueryArgs {
     /// The post's id (1–128 characters of A-Z a-z 0-9 _ . : -); several ids (at most 100) are

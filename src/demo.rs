@@ -355,9 +355,7 @@ pub async fn watch(demo: &Demo, addr: std::net::SocketAddr) -> Result<()> {
         settings.producer.rate = 200.0;
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
+    let until = tally_consumer::worker::until_raised;
     let counter = {
         let (settings, backend, rx) = (settings.clone(), backend.clone(), stopped.clone());
         tokio::spawn(async move {

@@ -73,9 +73,9 @@ impl Write for LogWriter {
 }
 
 /// A bar as what a library run tells its progress to.
-pub struct Shown<'a>(pub &'a ProgressBar);
+pub struct Bar<'a>(pub &'a ProgressBar);
 
-impl tally_core::progress::Progress for Shown<'_> {
+impl tally_core::progress::Progress for Bar<'_> {
     fn inc(&self, n: u64) {
         self.0.inc(n);
     }

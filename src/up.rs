@@ -63,9 +63,7 @@ pub async fn run(
         api: api_listener.local_addr()?,
     });
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
+    let until = tally_consumer::worker::until_raised;
     let counter = {
         let (s, b, rx) = (
             settings.clone(),

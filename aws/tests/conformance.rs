@@ -71,6 +71,30 @@ fn tables_of(f: &Fresh) -> &tally_aws::DynamoStore {
     &f.aws.tables
 }
 
+/// Sets attribute `attr` of the item `key` (its two key attributes) of `table` to `v`, behind
+/// the store's back: how a corruption test writes what tally never writes. The item must be there.
+async fn set_attr(
+    client: &aws_sdk_dynamodb::Client,
+    table: String,
+    [(k1, v1), (k2, v2)]: [(&str, String); 2],
+    attr: &str,
+    v: aws_sdk_dynamodb::types::AttributeValue,
+) {
+    use aws_sdk_dynamodb::types::AttributeValue::S;
+    client
+        .update_item()
+        .table_name(table)
+        .key(k1, S(v1))
+        .key(k2, S(v2))
+        .update_expression("SET #a = :v")
+        .expression_attribute_names("#a", attr)
+        .expression_attribute_values(":v", v)
+        .condition_expression(format!("attribute_exists({k1})"))
+        .send()
+        .await
+        .unwrap();
+}
+
 tally_conformance::suite! {
     backend: "aws",
     fresh: fresh,
@@ -215,22 +239,9 @@ async fn a_corrupt_lease_row_is_named() {
     let (client, table) = (tables.client().clone(), tables.table("leases"));
     tally_conformance::a_corrupt_lease_row_is_named(tables, "aws", |c| {
         let (client, table) = (client.clone(), table.clone());
-        async move {
-            client
-                .update_item()
-                .table_name(table)
-                .key("app", AttributeValue::S(c.app.to_owned()))
-                .key("shard_id", AttributeValue::S(c.shard.to_owned()))
-                .update_expression("SET #f = :v")
-                .expression_attribute_names("#f", c.field)
-                .expression_attribute_values(
-                    ":v",
-                    AttributeValue::S("not-what-tally-writes".into()),
-                )
-                .send()
-                .await
-                .unwrap();
-        }
+        let key = [("app", c.app.to_owned()), ("shard_id", c.shard.to_owned())];
+        let v = AttributeValue::S("not-what-tally-writes".into());
+        async move { set_attr(&client, table, key, c.field, v).await }
     })
     .await;
 }
@@ -245,18 +256,11 @@ async fn a_corrupt_handoff_ask_is_named() {
     let (client, table) = (tables.client().clone(), tables.table("leases"));
     tally_conformance::a_corrupt_handoff_ask_is_named(tables, "aws", |app, shard| {
         let (client, table) = (client.clone(), table.clone());
-        async move {
-            client
-                .update_item()
-                .table_name(table)
-                .key("app", AttributeValue::S(app))
-                .key("shard_id", AttributeValue::S(shard))
-                .update_expression("SET wanted_by = :v")
-                .expression_attribute_values(":v", AttributeValue::N("7".into()))
-                .send()
-                .await
-                .unwrap();
-        }
+        let (key, v) = (
+            [("app", app), ("shard_id", shard)],
+            AttributeValue::N("7".into()),
+        );
+        async move { set_attr(&client, table, key, "wanted_by", v).await }
     })
     .await;
 }
@@ -271,19 +275,8 @@ async fn a_corrupt_edge_is_named() {
     let (client, table) = (tables.client().clone(), tables.table("edges"));
     tally_conformance::a_corrupt_edge_is_named(tables, "aws", |post, user| {
         let (client, table) = (client.clone(), table.clone());
-        async move {
-            client
-                .update_item()
-                .table_name(table)
-                .key("pk", AttributeValue::S(post))
-                .key("sk", AttributeValue::S(tally_core::edge::edge_sk(&user)))
-                .update_expression("SET #t = :v")
-                .expression_attribute_names("#t", "t")
-                .expression_attribute_values(":v", AttributeValue::S("soon".into()))
-                .send()
-                .await
-                .unwrap();
-        }
+        let key = [("pk", post), ("sk", tally_core::edge::edge_sk(&user))];
+        async move { set_attr(&client, table, key, "t", AttributeValue::S("soon".into())).await }
     })
     .await;
 }
@@ -301,26 +294,18 @@ async fn corrupt_summary_and_dedup_are_named() {
     tally_conformance::corrupt_summary_and_dedup_are_named(tables, "aws", |c| {
         let (client, counts, dedup) = (client.clone(), counts.clone(), dedup.clone());
         async move {
-            let set = |table: String, pk: String, sk: String, attr: &str, v: AttributeValue| {
-                client
-                    .update_item()
-                    .table_name(table)
-                    .key("pk", AttributeValue::S(pk))
-                    .key("sk", AttributeValue::S(sk))
-                    .update_expression("SET #a = :v")
-                    .expression_attribute_names("#a", attr)
-                    .expression_attribute_values(":v", v)
-                    .condition_expression("attribute_exists(pk)")
-                    .send()
-            };
+            let set =
+                |table: String, pk: String, sk: String, attr: &'static str, v: AttributeValue| {
+                    set_attr(&client, table, [("pk", pk), ("sk", sk)], attr, v)
+                };
             let three = || AttributeValue::S("three".into());
             match c {
                 Corruption::LiveTotal { post, sk } => {
-                    set(counts, post, sk, "n", three()).await.unwrap();
+                    set(counts, post, sk, "n", three()).await;
                 }
                 Corruption::GlobalTotal { sk } => {
                     let pk = tally_core::summary::GLOBAL_PK.to_owned();
-                    set(counts, pk, sk, "n", three()).await.unwrap();
+                    set(counts, pk, sk, "n", three()).await;
                 }
                 Corruption::DedupIds { app, shard } => {
                     let pk = format!("{app}#{shard}");
@@ -336,7 +321,7 @@ async fn corrupt_summary_and_dedup_are_named() {
                     assert_eq!(items.len(), 1);
                     let sk = items[0]["sk"].as_s().unwrap().clone();
                     let ids = AttributeValue::B(vec![1, 2, 3].into());
-                    set(dedup.clone(), pk, sk, "ids", ids).await.unwrap();
+                    set(dedup.clone(), pk, sk, "ids", ids).await;
                 }
             }
         }
@@ -354,19 +339,16 @@ async fn a_corrupt_trending_sketch_is_named() {
     let (client, table) = (tables.client().clone(), tables.table("analytics"));
     tally_conformance::a_corrupt_trending_sketch_is_named(tables, "aws", |app, shard| {
         let (client, table) = (client.clone(), table.clone());
+        let key = [("pk", format!("{app}#trending")), ("sk", shard)];
         async move {
-            client
-                .update_item()
-                .table_name(table)
-                .key("pk", AttributeValue::S(format!("{app}#trending")))
-                .key("sk", AttributeValue::S(shard))
-                .update_expression("SET #t = :v")
-                .expression_attribute_names("#t", "at_ms")
-                .expression_attribute_values(":v", AttributeValue::S("soon".into()))
-                .condition_expression("attribute_exists(pk)")
-                .send()
-                .await
-                .unwrap();
+            set_attr(
+                &client,
+                table,
+                key,
+                "at_ms",
+                AttributeValue::S("soon".into()),
+            )
+            .await
         }
     })
     .await;
@@ -382,19 +364,11 @@ async fn a_corrupt_dead_letter_is_named() {
     let (client, table) = (tables.client().clone(), tables.table("dead-letters"));
     tally_conformance::a_corrupt_dead_letter_is_named(tables, "aws", |shard, key| {
         let (client, table) = (client.clone(), table.clone());
-        async move {
-            client
-                .update_item()
-                .table_name(table)
-                .key("shard_id", AttributeValue::S(shard))
-                .key("seq", AttributeValue::S(key))
-                .update_expression("SET arrival_ms = :v")
-                .expression_attribute_values(":v", AttributeValue::S("soon".into()))
-                .condition_expression("attribute_exists(shard_id)")
-                .send()
-                .await
-                .unwrap();
-        }
+        let (key, v) = (
+            [("shard_id", shard), ("seq", key)],
+            AttributeValue::S("soon".into()),
+        );
+        async move { set_attr(&client, table, key, "arrival_ms", v).await }
     })
     .await;
 }
@@ -408,19 +382,9 @@ async fn a_corrupt_fleet_row_is_named() {
     let (client, table) = (tables.client().clone(), tables.table("leases"));
     tally_conformance::a_corrupt_fleet_row_is_named(tables, "aws", |app, worker| {
         let (client, table) = (client.clone(), table.clone());
-        async move {
-            client
-                .update_item()
-                .table_name(table)
-                .key("app", AttributeValue::S(app))
-                .key("shard_id", AttributeValue::S(worker))
-                .update_expression("SET asks = :v")
-                .expression_attribute_values(":v", AttributeValue::S("[{\"shard_id\":".into()))
-                .condition_expression("attribute_exists(app)")
-                .send()
-                .await
-                .unwrap();
-        }
+        let key = [("app", app), ("shard_id", worker)];
+        let v = AttributeValue::S("[{\"shard_id\":".into());
+        async move { set_attr(&client, table, key, "asks", v).await }
     })
     .await;
 }
@@ -435,20 +399,11 @@ async fn a_corrupt_meta_row_is_named() {
     let (client, table) = (tables.client().clone(), tables.table("counts"));
     tally_conformance::a_corrupt_meta_row_is_named(tables, |sk, attr| {
         let (client, table) = (client.clone(), table.clone());
-        async move {
-            client
-                .update_item()
-                .table_name(table)
-                .key("pk", AttributeValue::S(tally_core::edge::MODE_PK.into()))
-                .key("sk", AttributeValue::S(sk.into()))
-                .update_expression("SET #a = :v")
-                .expression_attribute_names("#a", attr)
-                .expression_attribute_values(":v", AttributeValue::N("3".into()))
-                .condition_expression("attribute_exists(pk)")
-                .send()
-                .await
-                .unwrap();
-        }
+        let key = [
+            ("pk", tally_core::edge::MODE_PK.to_owned()),
+            ("sk", sk.to_owned()),
+        ];
+        async move { set_attr(&client, table, key, attr, AttributeValue::N("3".into())).await }
     })
     .await;
 }

@@ -15,6 +15,20 @@ use serde_json::{json, Value};
 use tally_core::ports::PortResult;
 use tokio::task::JoinSet;
 
+/// A baseline count item's number (`n`) as stored (absent: 0). Not a whole number is an error
+/// naming the item, never a 0.
+pub fn count_of(row: &tally_core::rows::Row, item: &str) -> PortResult<i64> {
+    use tally_core::rows::Field;
+    match row.get("n") {
+        None => Ok(0),
+        Some(Field::N(n)) => Ok(*n),
+        Some(other) => Err(tally_core::ports::PortError::Corrupt {
+            item: item.to_owned(),
+            detail: format!("`n` is not a number: {other:?}"),
+        }),
+    }
+}
+
 /// The two ways of counting likes that tally is measured against (`tally demo --baselines`), on
 /// the same backend: one `UpdateItem` per like (cheap, not exactly-once: a retry counts twice),
 /// and one transaction per like with an idempotency item (exact, at 4 write units a like). For

@@ -146,9 +146,7 @@ impl Opened {
         }
         // One stop for both: the caller's shutdown, or either worker failing.
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|v| *v).await;
-        };
+        let until = worker::until_raised;
         let changes_idle = Arc::new(IdleExit::default());
         let first = {
             let (stop, changes_idle) = (stop.clone(), changes_idle.clone());

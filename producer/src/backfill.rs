@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tally_core::clock::now_ms;
 use tally_core::input::{Decoded, Format, InputConfig, Precision};
 use tally_core::ports::{PortError, PutEntry, SourceTable, Stream, Streaming};
+use tally_core::progress::Progress;
 
 use crate::change::change_record;
 use crate::keys::HotPosts;
@@ -113,12 +114,12 @@ pub enum BackfillError {
 }
 
 /// Puts `table`'s items to `stream` as change records, as `cfg.input` reads them, at `cfg.rate`;
-/// `on_put` is told of the records put. Stops between pages when `stop` is raised.
+/// `progress` is told of the records put. Stops between pages when `stop` is raised.
 pub async fn backfill(
     table: &dyn SourceTable,
     stream: &dyn Stream,
     cfg: &BackfillConfig,
-    on_put: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
     stop: &AtomicBool,
 ) -> Result<Backfilled, BackfillError> {
     cfg.check()?;
@@ -189,7 +190,8 @@ pub async fn backfill(
             });
         }
         let hot = HotPosts::default();
-        crate::put::put_all(stream, &hot, entries.into_iter(), cfg.rate, on_put, stop).await?;
+        let on_put = |n| progress.inc(n);
+        crate::put::put_all(stream, &hot, entries.into_iter(), cfg.rate, &on_put, stop).await?;
         if stop.load(Ordering::Relaxed) {
             return Err(BackfillError::Stopped {
                 table: cfg.table.clone(),

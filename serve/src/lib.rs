@@ -242,12 +242,12 @@ pub fn openapi_counting_events() -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_else(|_| OPENAPI.to_owned())
 }
 
-/// An unknown path: a JSON error naming it, as every other error of the API.
 /// A likers path on a store counting events: not found, and why.
 async fn no_likers() -> ApiError {
     ApiError(StatusCode::NOT_FOUND, viewer::NO_LIKERS.into())
 }
 
+/// An unknown path: a JSON error naming it, as every other error of the API.
 async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
@@ -369,7 +369,7 @@ async fn post(
         v["as_of_ms"] = json!(minute_start(t));
         v["as_of_requested_ms"] = json!(t);
         v["count_as_of"] = json!(later.total + p.total - later.since.unwrap_or(0) - p.since);
-        v["read_units"] = json!(v["read_units"].as_u64().unwrap_or(0) + later.read_units);
+        add_units(&mut v, later.read_units);
     }
     Ok(Json(v))
 }

@@ -28,7 +28,7 @@ pub async fn run_backfill(
     let stop = crate::signal::stop_flag();
     let pb = crate::progress::start(None, "items", args.json);
     let stream = backend.stream.as_ref();
-    let done = backfill(&table, stream, &cfg, &|n| pb.inc(n), &stop).await;
+    let done = backfill(&table, stream, &cfg, &crate::progress::Bar(&pb), &stop).await;
     crate::progress::finish(&pb);
     let done = match done {
         Err(e @ BackfillError::Stopped { .. }) => return Err(Interrupted(e.to_string()).into()),

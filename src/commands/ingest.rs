@@ -7,7 +7,6 @@ use crate::backend::Backend;
 use crate::cli::IngestArgs;
 use crate::settings::{BackendKind, Settings};
 use tally_ingest::IngestConfig;
-use tally_serve::auth::Token;
 
 /// `tally ingest`.
 pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
@@ -18,10 +17,7 @@ pub async fn ingest(s: &Settings, b: &Backend, a: &IngestArgs) -> Result<()> {
             s.stream
         );
     }
-    let token = Token::from_flags(
-        a.auth.auth_token_file.as_deref(),
-        a.auth.auth_token_env.as_deref(),
-    )?;
+    let token = a.auth.token()?;
     let cfg = IngestConfig {
         stream: s.stream.clone(),
         token,

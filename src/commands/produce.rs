@@ -76,7 +76,7 @@ pub async fn run_replay(settings: &Settings, backend: &Backend, args: &ReplayArg
     // be read fails before anything is put. Standard input is read once.
     let pb = progress::start(cfg.records()?, "records", args.json);
     let stop = crate::signal::stop_flag();
-    let shown = progress::Shown(&pb);
+    let shown = progress::Bar(&pb);
     let replayed = replay(backend.stream.as_ref(), &cfg, &shown, &stop).await;
     progress::finish(&pb);
     let Replayed { stats, blank } = replayed?;

@@ -6,15 +6,12 @@ use tally_core::ports::Readers;
 
 use crate::cli::ServeArgs;
 use crate::settings::Settings;
-use tally_serve::{auth::Token, ServeConfig};
+use tally_serve::ServeConfig;
 
 /// The read side's config from the flags: the pending timeout, and the token read from its
 /// file or environment variable.
 pub fn config(s: &Settings, a: &ServeArgs) -> Result<ServeConfig> {
-    let token = Token::from_flags(
-        a.auth.auth_token_file.as_deref(),
-        a.auth.auth_token_env.as_deref(),
-    )?;
+    let token = a.auth.token()?;
     Ok(ServeConfig {
         pending_timeout: a.pending_timeout,
         token,

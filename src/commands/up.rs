@@ -6,14 +6,10 @@ use anyhow::Result;
 use crate::cli::UpArgs;
 use crate::settings::Settings;
 use crate::up::{self, UpConfig};
-use tally_serve::auth::Token;
 
 /// `tally up`.
 pub async fn up(s: &Settings, a: &UpArgs) -> Result<()> {
-    let token = Token::from_flags(
-        a.auth.auth_token_file.as_deref(),
-        a.auth.auth_token_env.as_deref(),
-    )?;
+    let token = a.auth.token()?;
     let cfg = UpConfig {
         ingest: a.ingest_addr,
         api: a.addr,

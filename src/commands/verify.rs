@@ -30,7 +30,7 @@ pub async fn verify(s: &Settings, b: &Backend, a: &VerifyArgs) -> Result<()> {
     };
     let cfg = config(s, b.counted_mode(s).await?, a);
     let pb = crate::progress::start(None, "records", a.json);
-    let checked = tally_verify::check(ports, &cfg, &crate::progress::Shown(&pb)).await;
+    let checked = tally_verify::check(ports, &cfg, &crate::progress::Bar(&pb)).await;
     crate::progress::finish(&pb);
     checked?.print(a.json, a.show)
 }

@@ -129,7 +129,7 @@ impl BaselineWriters for DynamoStore {
     async fn baseline_count(&self, run: &str, post_id: &str) -> PortResult<i64> {
         let item = format!("{} {run}#{post_id}", self.table("counts"));
         match self.get("counts", count_key(run, post_id)).await? {
-            Some(i) => tally_core::rows::count_n(&super::row_of(&i), &item),
+            Some(i) => tally_baselines::count_of(&super::row_of(&i), &item),
             None => Ok(0),
         }
     }

@@ -51,6 +51,12 @@ use shard::{spawn_shard, Running, ShardEnd};
 
 use tally_core::clock::now_ms;
 
+/// A shutdown shared by several workers: resolves once the flag `rx` watches is raised (or its
+/// sender is gone).
+pub async fn until_raised(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
 /// Runs a worker until `shutdown` resolves, or until idle when `idle_exit` is armed.
 pub async fn run(
     deps: WorkerDeps,

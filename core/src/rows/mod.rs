@@ -131,11 +131,6 @@ pub fn handoff_ask(row: &Row, item: &str) -> PortResult<Option<String>> {
     Ok(Fields { row, item }.text("wanted_by")?.map(str::to_owned))
 }
 
-/// A count row's number (`n`: a benchmark baseline's post, `tally_baselines`); absent, 0.
-pub fn count_n(row: &Row, item: &str) -> PortResult<i64> {
-    Ok(Fields { row, item }.num("n")?.unwrap_or(0))
-}
-
 /// A fleet row (`ports::fleet_app`), decoded: the worker (`shard_id`), until when it is live
 /// (`expires_ms`) and the leases it asks for (`asks`, as `ports::asks_to_text` writes them).
 /// `item` names the row in errors. Asks that are not a list of asks are an error, never none:

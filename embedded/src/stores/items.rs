@@ -21,12 +21,29 @@ pub(super) fn get_item(c: &Connection, pk: &str, sk: &str) -> PortResult<Option<
 
 /// Writes one item whole.
 pub(super) fn put_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<()> {
+    put(c, "INSERT OR REPLACE", pk, sk, a).map(drop)
+}
+
+/// Writes one item whole if there is none: whether it wrote.
+pub(super) fn put_new_item(c: &Connection, pk: &str, sk: &str, a: &Attrs) -> PortResult<bool> {
+    put(c, "INSERT OR IGNORE", pk, sk, a).map(|n| n == 1)
+}
+
+/// Whether partition `pk` holds any item.
+pub(super) fn has_items(c: &Connection, pk: &str) -> PortResult<bool> {
+    c.prepare_cached("SELECT EXISTS(SELECT 1 FROM items WHERE pk = ?1)")
+        .map_err(sql_err)?
+        .query_row([pk], |r| r.get(0))
+        .map_err(sql_err)
+}
+
+fn put(c: &Connection, insert: &str, pk: &str, sk: &str, a: &Attrs) -> PortResult<usize> {
     let json = serde_json::to_string(a).map_err(|e| PortError::Other(e.to_string()))?;
-    c.prepare_cached("INSERT OR REPLACE INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)")
+    let sql = format!("{insert} INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3)");
+    c.prepare_cached(&sql)
         .map_err(sql_err)?
         .execute(params![pk, sk, json])
-        .map_err(sql_err)?;
-    Ok(())
+        .map_err(sql_err)
 }
 
 /// The items of partition `pk` with `lo <= sk < hi`, with DynamoDB's sizes.

@@ -3,13 +3,12 @@
 //! counts, a rebuild into it under way).
 
 use async_trait::async_trait;
-use rusqlite::params;
 use tally_core::edge;
-use tally_core::ports::{PortError, PortResult, StoreMeta};
+use tally_core::ports::{PortResult, StoreMeta};
 use tally_core::rows::{self, Row};
 use tally_core::summary::{Attrs, Val, GLOBAL_PK};
 
-use super::items::{get_item, put_item, query};
+use super::items::{get_item, has_items, put_item, put_new_item};
 use crate::{sql_err, Embedded};
 
 #[async_trait]
@@ -29,21 +28,9 @@ impl StoreMeta for Embedded {
     ) -> PortResult<bool> {
         let a = Attrs::from([(field.to_owned(), Val::S(value.to_owned()))]);
         let sk = sk.to_owned();
-        if !if_absent {
-            return self
-                .run(move |c| put_item(c, edge::MODE_PK, &sk, &a))
-                .await
-                .map(|()| true);
-        }
-        let json = serde_json::to_string(&a).map_err(|e| PortError::Other(e.to_string()))?;
-        self.run(move |c| {
-            c.prepare_cached(
-                "INSERT INTO items (pk, sk, attrs) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
-            )
-            .map_err(sql_err)?
-            .execute(params![edge::MODE_PK, sk, json])
-            .map(|n| n == 1)
-            .map_err(sql_err)
+        self.run(move |c| match if_absent {
+            true => put_new_item(c, edge::MODE_PK, &sk, &a),
+            false => put_item(c, edge::MODE_PK, &sk, &a).map(|()| true),
         })
         .await
     }
@@ -62,8 +49,7 @@ impl StoreMeta for Embedded {
     }
 
     async fn has_counted(&self) -> PortResult<bool> {
-        self.run(|c| Ok(!query(c, GLOBAL_PK, "", "\u{10ffff}")?.is_empty()))
-            .await
+        self.run(|c| has_items(c, GLOBAL_PK)).await
     }
 
     fn store_name(&self) -> String {
