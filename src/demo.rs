@@ -219,7 +219,9 @@ async fn run_pipeline(settings: &Settings, backend: &Backend, cfg: &DemoConfig) 
             backend.another(settings).await?,
             counter_idle.clone(),
         );
-        tokio::spawn(async move { run_counter(&s, &b, idle, never()).await })
+        tokio::spawn(
+            async move { run_counter(&s, &b, idle, never(), Default::default(), None).await },
+        )
     };
     let analytics = {
         let (s, b, idle) = (
@@ -227,7 +229,7 @@ async fn run_pipeline(settings: &Settings, backend: &Backend, cfg: &DemoConfig) 
             backend.another(settings).await?,
             analytics_idle.clone(),
         );
-        tokio::spawn(async move { run_analytics(&s, &b, idle, never()).await })
+        tokio::spawn(async move { run_analytics(&s, &b, idle, never(), Default::default()).await })
     };
     // The bar follows the events (retries and malformed records come on top).
     let pb = crate::progress::start(Some(cfg.events), "events", !cfg.progress);
@@ -244,7 +246,7 @@ async fn run_pipeline(settings: &Settings, backend: &Backend, cfg: &DemoConfig) 
     counter_idle.arm();
     analytics_idle.arm();
     let counter = counter.await??;
-    let (analytics, _) = analytics.await??;
+    let analytics = analytics.await??.metrics;
     Ok(Ran {
         truth,
         records: put.records,
@@ -306,7 +308,7 @@ async fn report(
     let events = truth.events.max(1) as f64;
     let items =
         cm.items_written.load(Ordering::Relaxed) + changes.items_written.load(Ordering::Relaxed);
-    let units = crate::apps::counter_units(&ran.counter);
+    let units = ran.counter.units();
     Ok(json!({
         "backend": format!("{:?}", settings.backend).to_lowercase(),
         "stream": settings.stream,
@@ -359,13 +361,28 @@ pub async fn watch(demo: &Demo, addr: std::net::SocketAddr) -> Result<()> {
     let counter = {
         let (settings, backend, rx) = (settings.clone(), backend.clone(), stopped.clone());
         tokio::spawn(async move {
-            run_counter(&settings, &backend, Default::default(), until(rx)).await
+            run_counter(
+                &settings,
+                &backend,
+                Default::default(),
+                until(rx),
+                Default::default(),
+                None,
+            )
+            .await
         })
     };
     let analytics = {
         let (settings, backend, rx) = (settings.clone(), backend.clone(), stopped.clone());
         tokio::spawn(async move {
-            run_analytics(&settings, &backend, Default::default(), until(rx)).await
+            run_analytics(
+                &settings,
+                &backend,
+                Default::default(),
+                until(rx),
+                Default::default(),
+            )
+            .await
         })
     };
     let producer = {

@@ -131,11 +131,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Query(a) => {
             let (s, b) = store(Access::Read).await?;
-            commands::read::query(&b.readers_across_regions(&s).await?, a).await
+            commands::read::query(&commands::read::read_side(&s, &b).await?, a).await
         }
         Command::Total(a) => {
             let (s, b) = store(Access::Read).await?;
-            commands::read::total(&b.readers_across_regions(&s).await?, a).await
+            commands::read::total(&commands::read::read_side(&s, &b).await?, a).await
         }
         Command::Top(a) => {
             let (s, b) = store(Access::Read).await?;

@@ -12,7 +12,7 @@ use anyhow::{bail, Result};
 use tally_core::apps;
 use tally_counter::board::Board;
 
-use crate::apps::{run_analytics, run_counter_with, Shown};
+use crate::apps::{run_analytics, run_counter, Shown};
 use crate::backend::Backend;
 use crate::settings::{BackendKind, Settings};
 use tally_ingest::IngestConfig;
@@ -75,7 +75,7 @@ pub async fn run(
         let owner = s.worker_config().worker_id;
         let render = {
             let run = run.clone();
-            move || crate::apps::counter_metrics_text(&run)
+            move || tally_serve::prom::counter_metrics(&run)
         };
         let open = Some((board.clone(), owner));
         let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -93,7 +93,7 @@ pub async fn run(
         });
         async move {
             let _http = http;
-            run_counter_with(&s, &b, Default::default(), until(rx), run, shown)
+            run_counter(&s, &b, Default::default(), until(rx), run, shown)
                 .await
                 .map(drop)
         }
@@ -105,7 +105,7 @@ pub async fn run(
             stopped.clone(),
         );
         async move {
-            run_analytics(&s, &b, Default::default(), until(rx))
+            run_analytics(&s, &b, Default::default(), until(rx), Default::default())
                 .await
                 .map(drop)
         }

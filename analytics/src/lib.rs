@@ -141,7 +141,7 @@ impl AnalyticsConfig {
 }
 
 /// Counters for reports.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize)]
 pub struct AnalyticsMetrics {
     /// Records read.
     pub records: AtomicU64,

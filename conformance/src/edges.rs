@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use tally_core::cost::Purpose;
 use tally_core::dedup::DedupRecord;
-use tally_core::edge::{CountMode, EdgeChange, EdgeEvent};
+use tally_core::edge::{CountMode, EdgeChange, EdgeEvent, MetaItem};
 use tally_core::meta::Claims;
 use tally_core::ports::{
     Consistency, CounterStore, EdgesWritten, RecentCursor, RecentLiker, StartPosition, WindowRef,
@@ -289,11 +289,11 @@ where
             "{text}"
         );
     };
-    corrupt(tally_core::edge::MODE_SK, "mode").await;
+    corrupt(MetaItem::Mode.sk(), "mode").await;
     for claim in [None, Some(CountMode::Events)] {
         named(store.count_mode(claim).await.unwrap_err(), "count", "mode");
     }
-    corrupt(tally_core::edge::STREAM_SK, "v").await;
+    corrupt(MetaItem::Stream.sk(), "v").await;
     for claim in [None, Some("s2")] {
         named(
             store.counted_stream(claim).await.unwrap_err(),
@@ -301,7 +301,7 @@ where
             "v",
         );
     }
-    corrupt(tally_core::edge::REBUILDING_SK, "v").await;
+    corrupt(MetaItem::Rebuilding.sk(), "v").await;
     named(store.rebuilding().await.unwrap_err(), "rebuilding", "v");
 }
 

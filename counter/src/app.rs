@@ -13,6 +13,7 @@ use tally_consumer::worker::{
 };
 use tally_consumer::ConsumerError;
 use tally_core::apps;
+use tally_core::cost::{Purpose, Units};
 use tally_core::ports::{CounterStore, LeaseStore, Stream};
 
 use crate::board::Board;
@@ -27,6 +28,8 @@ pub struct Opened {
     stream: Counter,
     /// Counting likers, the change log's processor and the log.
     changes: Option<(Counter, Arc<dyn Stream>)>,
+    /// What its workers report into.
+    run: CounterRun,
 }
 
 /// What the opened counter's workers run on.
@@ -66,6 +69,32 @@ pub struct CounterRun {
     pub change_leases: Arc<LeaseMetrics>,
 }
 
+impl CounterRun {
+    /// Each worker's application name, metrics and leases: the stream's, then the change log's.
+    pub fn stages(&self) -> [(&'static str, &CounterMetrics, &LeaseMetrics); 2] {
+        [
+            (apps::COUNTER, &self.metrics, &self.leases),
+            (apps::CHANGES, &self.changes, &self.change_leases),
+        ]
+    }
+
+    /// What both workers' writes cost, by purpose: their windows' units and their lease writes.
+    pub fn units(&self) -> Units {
+        let mut u = Units::default();
+        for (_, m, l) in self.stages() {
+            u.merge(&stage_units(m, l));
+        }
+        u
+    }
+}
+
+/// What one counter worker's writes cost: its windows' units by purpose, and its lease writes.
+pub fn stage_units(m: &CounterMetrics, l: &LeaseMetrics) -> Units {
+    let mut u = m.cost.snapshot();
+    u.add(Purpose::Leases, l.write_units());
+    u
+}
+
 /// Why a counter run stopped short.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -84,31 +113,34 @@ impl Opened {
         store: Arc<dyn CounterStore>,
         config: CounterConfig,
         context: CounterContext,
-        run: &CounterRun,
+        run: CounterRun,
     ) -> Result<Opened, RunError> {
         let (c, x) = (config.clone(), context.clone());
         let stream = Counter::open(store.clone(), c, x, run.metrics.clone()).await?;
         if stream.shows_open() {
+            let changes = None;
             return Ok(Opened {
                 stream,
-                changes: None,
+                changes,
+                run,
             });
         }
-        let changes = Counter::open_change_log(store.clone(), config, context, run.changes.clone());
-        let changes = changes.await?;
-        let log = store.change_log().map_err(ConsumerError::from)?;
+        let log = store.change_log().map_err(ClaimError::from)?;
+        let m = run.changes.clone();
+        let changes = Counter::open_change_log(store, log.clone(), config, context, m).await?;
+        let changes = Some((changes, log));
         Ok(Opened {
             stream,
-            changes: Some((changes, log)),
+            changes,
+            run,
         })
     }
 
-    /// Runs the counter on `on` until `shutdown`, or until idle once `idle` is armed, reporting
-    /// into `run`.
+    /// Runs the counter on `on` until `shutdown`, or until idle once `idle` is armed; answers
+    /// what its workers reported.
     pub async fn run(
         self,
         on: Workers,
-        run: CounterRun,
         idle: Arc<IdleExit>,
         shutdown: impl Future<Output = ()>,
     ) -> Result<CounterRun, RunError> {
@@ -119,7 +151,7 @@ impl Opened {
             mut ctx,
             shown,
         } = on;
-        let mut counter = self.stream;
+        let (mut counter, run) = (self.stream, self.run);
         let deps = |stream, factory: Counter| WorkerDeps {
             stream,
             leases: leases.clone(),

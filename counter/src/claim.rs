@@ -92,36 +92,31 @@ pub(crate) async fn one_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tally_core::edge::MetaItem;
     use tally_core::ports::{PortResult, StoreMeta};
 
     /// What a store says of itself: its `#meta` items, its tables' replicas.
     struct Meta {
-        items: std::sync::Mutex<std::collections::HashMap<String, tally_core::rows::Row>>,
+        items: std::sync::Mutex<std::collections::HashMap<&'static str, tally_core::rows::Row>>,
         replicas: Vec<String>,
     }
 
     #[async_trait::async_trait]
     impl StoreMeta for Meta {
-        async fn meta_item(&self, sk: &str) -> PortResult<Option<tally_core::rows::Row>> {
-            Ok(self.items.lock().unwrap().get(sk).cloned())
+        async fn meta_item(&self, it: MetaItem) -> PortResult<Option<tally_core::rows::Row>> {
+            Ok(self.items.lock().unwrap().get(it.sk()).cloned())
         }
-        async fn put_meta_item(
-            &self,
-            sk: &str,
-            f: &str,
-            v: &str,
-            if_absent: bool,
-        ) -> PortResult<bool> {
+        async fn put_meta_item(&self, it: MetaItem, v: &str, if_absent: bool) -> PortResult<bool> {
             let mut items = self.items.lock().unwrap();
-            if if_absent && items.contains_key(sk) {
+            if if_absent && items.contains_key(it.sk()) {
                 return Ok(false);
             }
-            let row = [(f.to_owned(), tally_core::rows::Field::S(v.to_owned()))];
-            items.insert(sk.to_owned(), row.into_iter().collect());
+            let row = [(it.field().to_owned(), tally_core::rows::Field::S(v.into()))];
+            items.insert(it.sk(), row.into_iter().collect());
             Ok(true)
         }
-        async fn delete_meta_item(&self, sk: &str) -> PortResult<()> {
-            self.items.lock().unwrap().remove(sk);
+        async fn delete_rebuilding(&self) -> PortResult<()> {
+            self.items.lock().unwrap().remove(MetaItem::Rebuilding.sk());
             Ok(())
         }
         async fn has_counted(&self) -> PortResult<bool> {
@@ -193,7 +188,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl StoreMeta for ClaimedMeanwhile {
-        async fn meta_item(&self, _: &str) -> PortResult<Option<tally_core::rows::Row>> {
+        async fn meta_item(&self, _: MetaItem) -> PortResult<Option<tally_core::rows::Row>> {
             let first = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
             let row = [(
                 "mode".to_owned(),
@@ -201,10 +196,10 @@ mod tests {
             )];
             Ok((!first).then(|| row.into_iter().collect()))
         }
-        async fn put_meta_item(&self, _: &str, _: &str, _: &str, _: bool) -> PortResult<bool> {
+        async fn put_meta_item(&self, _: MetaItem, _: &str, _: bool) -> PortResult<bool> {
             Ok(false)
         }
-        async fn delete_meta_item(&self, _: &str) -> PortResult<()> {
+        async fn delete_rebuilding(&self) -> PortResult<()> {
             Ok(())
         }
         async fn has_counted(&self) -> PortResult<bool> {

@@ -318,16 +318,16 @@ impl Counter {
         Self::opened(store, cfg, ctx, metrics, None).await
     }
 
-    /// The likers counter's second stage on `store`: it counts the edges' change log (what
+    /// The likers counter's second stage on `store`: it counts the edges' change log `log` (what
     /// [`tally_core::ports::EdgeWriter::change_log`] gives), as [`Counter::open`] counts the
     /// stream; its application is `tally_core::apps::CHANGES`.
     pub async fn open_change_log(
         store: Arc<dyn CounterStore>,
+        log: Arc<dyn tally_core::ports::Stream>,
         cfg: CounterConfig,
         ctx: CounterContext,
         metrics: Arc<CounterMetrics>,
     ) -> Result<Counter, ClaimError> {
-        let log = store.change_log()?;
         Self::opened(store, cfg, ctx, metrics, Some(log)).await
     }
 

@@ -86,6 +86,7 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
     let log = store.change_log().unwrap();
     let changes = Counter::open_change_log(
         store.clone(),
+        log.clone(),
         cfg,
         CounterContext::default(),
         Arc::default(),

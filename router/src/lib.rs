@@ -31,7 +31,7 @@ use tally_producer::keys::HotPosts;
 const PEER_PUT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the router did, for its report.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize)]
 pub struct RouterMetrics {
     /// Records read.
     pub records: AtomicU64,

@@ -3,12 +3,10 @@
 //! so that `tally query --json` and `/api/posts/{id}` can never say a count differently.
 
 use serde_json::{json, Value};
-use tally_consumer::worker::LeaseMetrics;
 use tally_core::buckets::minute_start;
 use tally_core::cost::{Purpose, Units};
 use tally_core::dead_letter::DeadLetter;
 use tally_core::ports::{Consistency, PostCount};
-use tally_counter::CounterMetrics;
 
 /// What a count adds from windows read but not yet written (`serve::pending`): to the total, and
 /// to the count since the asked time. Zero when the workers were not asked.
@@ -78,13 +76,6 @@ pub fn dead_letter(d: &DeadLetter) -> Value {
             "through": g.through.as_ref().map(ToString::to_string),
         })),
     })
-}
-
-/// What a counter worker's writes cost: its windows' units by purpose, and its lease writes.
-pub fn counter_units(m: &CounterMetrics, l: &LeaseMetrics) -> Units {
-    let mut u = m.cost.snapshot();
-    u.add(Purpose::Leases, l.write_units());
-    u
 }
 
 /// Write units by purpose: `{"counts": N, …, "total": N}`.

@@ -25,6 +25,19 @@ pub struct CountsQuery<'a> {
     pub viewer: Option<&'a str>,
 }
 
+impl<'a> CountsQuery<'a> {
+    /// Strongly consistent reads of `ids`' counts.
+    pub fn strong(ids: &'a [String], since_ms: Option<i64>, viewer: Option<&'a str>) -> Self {
+        let consistency = Consistency::Strong;
+        CountsQuery {
+            ids,
+            since_ms,
+            consistency,
+            viewer,
+        }
+    }
+}
+
 /// A counts answer: the store's counts read after the workers were asked (`asked`: `None` for
 /// stored counts only), and the viewer's likes.
 pub struct CountsAnswer {
@@ -217,18 +230,13 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     if let Some(v) = &ask.viewer {
         viewer::check_viewer(v)?;
     }
-    // The workers first, the store second (see `pending`).
-    let asked = c.ask_pending(&ids, ask.pending.unwrap_or(true)).await;
-    if let Some(f) = failpoint_pause() {
-        tokio::time::sleep(f).await;
-    }
     let q = CountsQuery {
         ids: &ids,
         since_ms,
         consistency,
         viewer: ask.viewer.as_deref(),
     };
-    let answer = CountsAnswer::read(c.read.counts.as_ref(), &c.read.counted, &q, asked).await?;
+    let answer = c.counts_answer(&q, ask.pending.unwrap_or(true)).await?;
     let mut v = answer.json(&ids, q.viewer);
     v["applied_through"] = c.fresh(apps::COUNTER);
     Ok(Json(v))
@@ -239,7 +247,7 @@ pub const SERVE_PAUSE_VAR: &str = "TALLY_FAILPOINT_SERVE_PAUSE_MS";
 
 /// Tests only: `TALLY_FAILPOINT_SERVE_PAUSE_MS` pauses a counts call between asking the workers
 /// and reading the store, so that a test can land a window in between.
-fn failpoint_pause() -> Option<std::time::Duration> {
+pub(super) fn failpoint_pause() -> Option<std::time::Duration> {
     let ms: u64 = std::env::var(SERVE_PAUSE_VAR).ok()?.parse().ok()?;
     Some(std::time::Duration::from_millis(ms))
 }

@@ -44,7 +44,7 @@ pub mod workers;
 
 pub use extract::{ApiPath, ApiQuery, NoQuery};
 pub use freshness::{applied_through, Listing, Listings};
-use pending::{pending_for, Asked, Pending};
+use pending::{pending_for, Pending};
 
 /// What every route reads from.
 #[derive(Clone)]
@@ -80,18 +80,28 @@ impl Ctx {
         Ok((ctx, task))
     }
 
-    /// The open windows of the workers that write counts, for `ids` (nothing asked when
-    /// `provisional` is off).
-    pub async fn ask_pending(&self, ids: &[String], provisional: bool) -> Option<Asked> {
-        let p = self.pending.as_ref().filter(|_| provisional)?;
-        let listing = self.listings.get(self.counts_app());
-        Some(p.ask(&listing, ids).await)
+    /// A counts answer as every caller reads it: the open windows of the workers that write
+    /// counts first (none asked when `provisional` is off or `pending` is `None`), the store
+    /// second (see [`pending`]).
+    pub async fn counts_answer(
+        &self,
+        q: &counts::CountsQuery<'_>,
+        provisional: bool,
+    ) -> Result<counts::CountsAnswer, viewer::Refused> {
+        let asked = match self.pending.as_ref().filter(|_| provisional) {
+            Some(p) => Some(p.ask(&self.holders(), q.ids).await),
+            None => None,
+        };
+        if let Some(f) = counts::failpoint_pause() {
+            tokio::time::sleep(f).await;
+        }
+        counts::CountsAnswer::read(self.read.counts.as_ref(), &self.read.counted, q, asked).await
     }
 
-    /// The application whose windows hold counts: counting likers, the counter's second stage
-    /// (over the edges' change log); else the counter.
-    pub fn counts_app(&self) -> &'static str {
-        self.read.counted.mode().counts_app()
+    /// The latest listing of the application whose windows hold counts: counting likers, the
+    /// counter's second stage (over the edges' change log); else the counter.
+    pub fn holders(&self) -> Arc<Listing> {
+        self.listings.get(self.read.counted.mode().counts_app())
     }
 
     /// A post's count beside a page of its likers: read as `/api/posts/{id}` reads it (the
@@ -99,16 +109,9 @@ impl Ctx {
     /// freshness; the page adds its fields and its read units ([`add_units`]).
     async fn likers_count(&self, id: &str, pending: Option<bool>) -> Result<Value, ApiError> {
         let ids = [id.to_owned()];
-        let asked = self.ask_pending(&ids, pending.unwrap_or(true)).await;
-        let q = counts::CountsQuery {
-            ids: &ids,
-            since_ms: None,
-            consistency: tally_core::ports::Consistency::Strong,
-            viewer: None,
-        };
-        let answer =
-            counts::CountsAnswer::read(self.read.counts.as_ref(), &self.read.counted, &q, asked);
-        let mut v = answer.await?.post_json(id, None);
+        let q = counts::CountsQuery::strong(&ids, None, None);
+        let answer = self.counts_answer(&q, pending.unwrap_or(true)).await?;
+        let mut v = answer.post_json(id, None);
         v["applied_through"] = self.fresh(apps::COUNTER);
         Ok(v)
     }
@@ -346,17 +349,9 @@ async fn post(
     if as_of_ms.is_some() {
         viewer::check_events(&c.read.counted, "as_of_ms")?;
     }
-    // The workers first, the store second (see `pending`).
     let ids = [id];
-    let asked = c.ask_pending(&ids, p.pending.unwrap_or(true)).await;
-    let q = counts::CountsQuery {
-        ids: &ids,
-        since_ms,
-        consistency: tally_core::ports::Consistency::Strong,
-        viewer: p.viewer.as_deref(),
-    };
-    let answer = counts::CountsAnswer::read(c.read.counts.as_ref(), &c.read.counted, &q, asked);
-    let answer = answer.await?;
+    let q = counts::CountsQuery::strong(&ids, since_ms, p.viewer.as_deref());
+    let answer = c.counts_answer(&q, p.pending.unwrap_or(true)).await?;
     let mut v = answer.post_json(&ids[0], q.viewer);
     v["applied_through"] = c.fresh(apps::COUNTER);
     if let Some(t) = as_of_ms {

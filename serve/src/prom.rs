@@ -12,6 +12,7 @@ use tally_analytics::AnalyticsMetrics;
 use tally_consumer::worker::LeaseMetrics;
 use tally_core::apps;
 use tally_core::clock::now_ms;
+use tally_counter::app::CounterRun;
 use tally_counter::CounterMetrics;
 
 use super::Ctx;
@@ -316,9 +317,8 @@ fn lease_metrics(reg: &mut Registry, stages: &[(&str, &LeaseMetrics)]) {
 
 /// A counter worker's own metrics: each of its two stages' (the stream's, app `counter`; the
 /// edges' change log's, app `changes`, idle counting events) as samples of one family, by `app`.
-pub fn counter_metrics(
-    stages: &[(&str, &CounterMetrics, &LeaseMetrics)],
-) -> anyhow::Result<String> {
+pub fn counter_metrics(run: &CounterRun) -> anyhow::Result<String> {
+    let stages = run.stages();
     let mut reg = Registry::with_prefix("tally");
     let of = |f: fn(&CounterMetrics) -> &AtomicU64| -> Vec<(Labels, u64)> {
         stages
@@ -377,7 +377,7 @@ pub fn counter_metrics(
     }
     let mut units = Vec::new();
     for (app, m, l) in stages {
-        let u = crate::answers::counter_units(m, l);
+        let u = tally_counter::app::stage_units(m, l);
         for p in tally_core::cost::Purpose::ALL {
             let mut labels = app_label(app);
             labels.push(("purpose".to_owned(), p.name().to_owned()));

@@ -1,17 +1,18 @@
 //! `tally count`, `tally analytics` and `tally route`: the long-running consumers.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Result;
 use serde_json::json;
 use tally_analytics::AnalyticsMetrics;
-use tally_consumer::worker::{IdleExit, LeaseMetrics};
+use tally_consumer::worker::{IdleExit, Run};
 use tally_core::apps;
 use tally_counter::board::Board;
 
-use crate::apps::{run_analytics_with, run_counter_with, CounterRun, Shown};
+use crate::apps::{run_analytics, run_counter, CounterRun, Shown};
 use crate::backend::Backend;
 use crate::cli::ConsumeArgs;
 use crate::output::print_json;
@@ -117,22 +118,33 @@ impl Drop for IdleProgress {
     }
 }
 
-/// A worker command's run, watched: how it stops (a signal, or `--timeout`: then `timed_out`)
-/// and its progress line until idle.
+/// A worker command's run, watched: its `--http` endpoint, how it stops (a signal, or
+/// `--timeout`: then `timed_out`) and its progress line until idle.
 struct Watch {
     app: &'static str,
     timed_out: Arc<AtomicBool>,
     progress: IdleProgress,
+    _http: WorkerHttp,
+    /// Where `--http` listens.
+    bound: Option<SocketAddr>,
 }
 
 impl Watch {
-    /// Watches `app`'s run (`records`: how many it has read): the watch, and the future that
-    /// stops the run.
-    fn start(
+    /// Watches `app`'s run: serves `--http` (`render`: its metrics; `open`: the counter's open
+    /// windows, and its worker id), and says where; the watch, and the future that stops the
+    /// run (`records`: how many it has read, for the progress line).
+    async fn start(
         app: &'static str,
-        args: &ConsumeArgs,
+        (args, backend): (&ConsumeArgs, &Backend),
+        render: impl Fn() -> anyhow::Result<String> + Clone + Send + Sync + 'static,
+        open: Option<(Arc<Board>, String)>,
         records: impl Fn() -> u64 + Send + 'static,
-    ) -> (Watch, impl Future<Output = ()>) {
+    ) -> Result<(Watch, impl Future<Output = ()>)> {
+        let leases = backend.leases.clone();
+        let (http, bound) = WorkerHttp::start(args.http, leases, app, render, open).await?;
+        if let Some(at) = bound {
+            tally_serve::say_serving(at);
+        }
         let timed_out = Arc::new(AtomicBool::new(false));
         let stop = stop_on(args, timed_out.clone());
         let progress = IdleProgress::start(args, records);
@@ -140,8 +152,10 @@ impl Watch {
             app,
             timed_out,
             progress,
+            _http: http,
+            bound,
         };
-        (watch, stop)
+        Ok((watch, stop))
     }
 
     /// After the run: prints the report (`--json`: the object `v`; else `line`, on stderr),
@@ -180,33 +194,24 @@ fn idle_for(args: &ConsumeArgs) -> Arc<IdleExit> {
 pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
     let run = CounterRun::default();
     let board = Arc::new(Board::default());
-    let owner = settings.worker_config().worker_id;
-    let (_http, bound) = WorkerHttp::start(
-        args.http,
-        backend.leases.clone(),
-        apps::COUNTER,
-        {
-            let run = run.clone();
-            move || crate::apps::counter_metrics_text(&run)
-        },
-        Some((board.clone(), owner)),
-    )
-    .await?;
-    if let Some(at) = bound {
-        tally_serve::say_serving(at);
-    }
-    let shown = match bound {
+    let open = Some((board.clone(), settings.worker_config().worker_id));
+    let render = {
+        let run = run.clone();
+        move || tally_serve::prom::counter_metrics(&run)
+    };
+    let records = {
+        let m = run.metrics.clone();
+        move || m.records.load(Ordering::Relaxed)
+    };
+    let (watch, stop) = Watch::start(apps::COUNTER, (args, backend), render, open, records).await?;
+    let shown = match watch.bound {
         Some(at) => Some(Shown {
             board,
             advertise: advertise_addr(args.advertise.as_deref(), at).await,
         }),
         None => None,
     };
-    let (watch, stop) = Watch::start(apps::COUNTER, args, {
-        let m = run.metrics.clone();
-        move || m.records.load(Ordering::Relaxed)
-    });
-    let run = run_counter_with(settings, backend, idle_for(args), stop, run, shown).await?;
+    let run = run_counter(settings, backend, idle_for(args), stop, run, shown).await?;
     let (m, l) = (&run.metrics, &run.leases);
     let records = m.records.load(Ordering::Relaxed);
     let applied = m.applied_records.load(Ordering::Relaxed);
@@ -224,7 +229,7 @@ pub async fn count(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
         "writes_refused": m.writes_refused.load(Ordering::Relaxed) + run.changes.writes_refused.load(Ordering::Relaxed),
         "items_read": m.items_read.load(Ordering::Relaxed) + run.changes.items_read.load(Ordering::Relaxed),
         "changes": changes_json(&run),
-        "write_units": answers::write_units(&crate::apps::counter_units(&run)),
+        "write_units": answers::write_units(&run.units()),
         "leases": json!(l.as_ref()),
     });
     let line = stopped_summary(&v);
@@ -269,35 +274,22 @@ fn stopped_summary(v: &serde_json::Value) -> String {
 
 /// `tally route`: the router until stopped or idle; what it read and put to other regions.
 pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
-    let (m, l): (Arc<tally_router::RouterMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let (_http, bound) = WorkerHttp::start(
-        args.http,
-        backend.leases.clone(),
-        apps::ROUTER,
-        {
-            let (m, l) = (m.clone(), l.clone());
-            move || {
-                let load =
-                    |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-                tally_serve::prom::router_metrics(load(&m.records), load(&m.routed), &l)
-            }
-        },
-        None,
-    )
-    .await?;
-    if let Some(at) = bound {
-        tally_serve::say_serving(at);
-    }
-    let (watch, stop) = Watch::start(apps::ROUTER, args, {
-        let m = m.clone();
+    let run = Run::<tally_router::RouterMetrics>::default();
+    let render = {
+        let r = run.clone();
+        move || {
+            let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            let m = &r.metrics;
+            tally_serve::prom::router_metrics(load(&m.records), load(&m.routed), &r.leases)
+        }
+    };
+    let records = {
+        let m = run.metrics.clone();
         move || m.records.load(Ordering::Relaxed)
-    });
-    let l = crate::apps::run_router(settings, backend, idle_for(args), stop, m.clone(), l).await?;
-    let v = json!({
-        "records": m.records.load(Ordering::Relaxed),
-        "routed": m.routed.load(Ordering::Relaxed),
-        "leases": json!(l.as_ref()),
-    });
+    };
+    let (watch, stop) = Watch::start(apps::ROUTER, (args, backend), render, None, records).await?;
+    let run = crate::apps::run_router(settings, backend, idle_for(args), stop, run).await?;
+    let v = run.json();
     let line = format!(
         "router stopped: {} records read, {} put to other regions",
         v["records"], v["routed"]
@@ -306,32 +298,19 @@ pub async fn route(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -
 }
 
 pub async fn analytics(settings: &Settings, backend: &Backend, args: &ConsumeArgs) -> Result<()> {
-    let (m, l): (Arc<AnalyticsMetrics>, Arc<LeaseMetrics>) = Default::default();
-    let (_http, bound) = WorkerHttp::start(
-        args.http,
-        backend.leases.clone(),
-        apps::ANALYTICS,
-        {
-            let (m, l) = (m.clone(), l.clone());
-            move || tally_serve::prom::analytics_metrics(&m, &l)
-        },
-        None,
-    )
-    .await?;
-    if let Some(at) = bound {
-        tally_serve::say_serving(at);
-    }
-    let (watch, stop) = Watch::start(apps::ANALYTICS, args, {
-        let m = m.clone();
+    let run = Run::<AnalyticsMetrics>::default();
+    let render = {
+        let r = run.clone();
+        move || tally_serve::prom::analytics_metrics(&r.metrics, &r.leases)
+    };
+    let records = {
+        let m = run.metrics.clone();
         move || m.records.load(Ordering::Relaxed)
-    });
-    let (m, l) = run_analytics_with(settings, backend, idle_for(args), stop, m, l).await?;
-    let v = json!({
-        "records": m.records.load(Ordering::Relaxed),
-        "likes": m.likes.load(Ordering::Relaxed),
-        "snapshots": m.snapshots.load(Ordering::Relaxed),
-        "leases": json!(l.as_ref()),
-    });
+    };
+    let (watch, stop) =
+        Watch::start(apps::ANALYTICS, (args, backend), render, None, records).await?;
+    let run = run_analytics(settings, backend, idle_for(args), stop, run).await?;
+    let v = run.json();
     let line = format!(
         "analytics stopped: {} records, {} likes, {} snapshots",
         v["records"], v["likes"], v["snapshots"]

@@ -4,11 +4,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::json;
-use std::sync::Arc;
 use tally_core::apps;
 use tally_core::buckets::minute_start;
 use tally_core::clock::now_ms;
-use tally_core::ports::{Consistency, Readers};
+use tally_core::ports::Consistency;
 
 use crate::backend::Backend;
 use crate::cli::{
@@ -17,15 +16,14 @@ use crate::cli::{
 use crate::output::print_json;
 use crate::settings::Settings;
 use tally_serve::answers;
-use tally_serve::counts::{check_ids, CountsAnswer, CountsQuery};
-use tally_serve::pending::Pending;
+use tally_serve::counts::{check_ids, CountsQuery};
 use tally_serve::viewer::Refused;
-use tally_serve::{applied_through, Listing};
+use tally_serve::{applied_through, Ctx, Listing};
 
 /// A post's count as the API answers it (`GET /api/posts/{id}`, `/api/counts`): the stored count
 /// plus what the counter's workers have read and not yet written (asked first, as the read side
 /// does; `--stored`: the stored count only), whether the viewer likes each post, and how fresh.
-pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
+pub async fn query(ctx: &Ctx, args: &QueryArgs) -> Result<()> {
     check_ids(&args.post_ids)
         .map_err(|e| anyhow::anyhow!("{}", e.replacen("`ids`", "POST_ID", 1)))?;
     if let Some(u) = &args.viewer {
@@ -42,20 +40,8 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
         },
         viewer: args.viewer.as_deref(),
     };
-    // The workers first, the store second (`serve::pending`): those of the application whose
-    // windows hold counts.
-    let holders = Listing::fetch(read.leases.as_ref(), read.counted.mode().counts_app()).await?;
-    let asked = match args.stored {
-        true => None,
-        false => Some(
-            Pending::new(tally_serve::pending::default_timeout())
-                .ask(&holders, &args.post_ids)
-                .await,
-        ),
-    };
-    // How fresh: the counter's reads of the stream.
-    let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
-    let answer = CountsAnswer::read(read.counts.as_ref(), &read.counted, &q, asked)
+    let answer = ctx
+        .counts_answer(&q, !args.stored)
         .await
         .map_err(|e| match e {
             Refused::Request(m) => anyhow::anyhow!("--viewer: {m}"),
@@ -63,7 +49,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
         })?;
     // Counts are kept per minute: "since T" counts from the start of T's minute.
     let bound = requested.map(minute_start);
-    let fresh = counts_fresh(read, &listing).await?;
+    let fresh = ctx.fresh(apps::COUNTER);
     if args.json {
         // One shape for one post or many: `POST /api/counts`'s (and, asked "since", the time
         // asked, as `GET /api/posts/{id}` gives it).
@@ -104,7 +90,7 @@ pub async fn query(read: &Readers, args: &QueryArgs) -> Result<()> {
             a.unanswered
                 .iter()
                 .filter(|s| {
-                    holders
+                    ctx.holders()
                         .states
                         .iter()
                         .any(|st| st.lease.shard_id == **s && st.lease.is_held(now))
@@ -167,28 +153,19 @@ fn freshness_line(what: &str, f: &serde_json::Value) -> String {
     }
 }
 
-/// How fresh the counts are: this region's counter (`listing`), and across regions each other
-/// home's (`homes`), as the read side stamps them.
-async fn counts_fresh(read: &Readers, listing: &Listing) -> Result<serde_json::Value> {
-    let mut fresh = applied_through(listing);
-    if !read.homes.is_empty() {
-        let mut homes = Vec::new();
-        for (home, leases) in &read.homes {
-            let l = Listing::fetch(leases.as_ref(), apps::COUNTER).await?;
-            homes.push((home.as_str(), Arc::new(l)));
-        }
-        fresh["homes"] = tally_serve::freshness::homes_through(&homes);
-    }
-    Ok(fresh)
+/// The read side as `tally serve` answers from it, its lease rows listed once.
+pub async fn read_side(settings: &Settings, backend: &Backend) -> Result<Ctx> {
+    let read = backend.readers_across_regions(settings).await?;
+    let (ctx, refresher) = Ctx::start(read, settings.analytics.half_life).await?;
+    refresher.abort();
+    Ok(ctx)
 }
 
 /// `tally total`: every post's count added up (across regions, every home's).
-pub async fn total(read: &Readers, args: &JsonArgs) -> Result<()> {
-    let t = read.counts.global_total().await?;
+pub async fn total(ctx: &Ctx, args: &JsonArgs) -> Result<()> {
+    let t = ctx.read.counts.global_total().await?;
     if args.json {
-        let listing = Listing::fetch(read.leases.as_ref(), apps::COUNTER).await?;
-        let fresh = counts_fresh(read, &listing).await?;
-        print_json(&json!({"total": t, "applied_through": fresh}));
+        print_json(&json!({"total": t, "applied_through": ctx.fresh(apps::COUNTER)}));
     } else {
         println!("{} in total", crate::output::likes(t));
     }

@@ -3,6 +3,7 @@
 //! `tally query --json`, and a bad request named.
 
 use std::collections::BTreeMap;
+use std::future::pending;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -345,9 +346,16 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
     let replayed = replay_all(&backend, file).await;
     assert_eq!(replayed.stats.records as usize, exp.lines);
-    let run = tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
-        .await
-        .unwrap();
+    let run = tally::apps::run_counter(
+        &settings,
+        &backend,
+        armed(),
+        pending(),
+        Default::default(),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         run.metrics
             .malformed
@@ -395,9 +403,16 @@ async fn counted_to_idle(poll: Duration, join: Option<Duration>) -> Duration {
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
     replay_all(&backend, file).await;
     let started = std::time::Instant::now();
-    let run = tally::apps::run_counter(&settings, &backend, armed(), std::future::pending())
-        .await
-        .unwrap();
+    let run = tally::apps::run_counter(
+        &settings,
+        &backend,
+        armed(),
+        pending(),
+        Default::default(),
+        None,
+    )
+    .await
+    .unwrap();
     let took = started.elapsed();
     assert_eq!(
         run.leases.taken.load(std::sync::atomic::Ordering::Relaxed),

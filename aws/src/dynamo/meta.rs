@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tally_core::edge;
+use tally_core::edge::{self, MetaItem};
 use tally_core::ports::{PortResult, StoreMeta};
 use tally_core::rows::Row;
 use tally_core::summary;
@@ -17,20 +17,15 @@ use super::{row_of, s, DynamoStore};
 
 #[async_trait]
 impl StoreMeta for DynamoStore {
-    async fn meta_item(&self, sk: &str) -> PortResult<Option<Row>> {
-        Ok(self.get("counts", meta_key(sk)).await?.as_ref().map(row_of))
+    async fn meta_item(&self, item: MetaItem) -> PortResult<Option<Row>> {
+        let key = meta_key(item.sk());
+        Ok(self.get("counts", key).await?.as_ref().map(row_of))
     }
 
-    async fn put_meta_item(
-        &self,
-        sk: &str,
-        field: &str,
-        value: &str,
-        if_absent: bool,
-    ) -> PortResult<bool> {
-        let item = meta_key(sk)
+    async fn put_meta_item(&self, it: MetaItem, value: &str, if_absent: bool) -> PortResult<bool> {
+        let item = meta_key(it.sk())
             .into_iter()
-            .chain([(field.to_owned(), s(value))]);
+            .chain([(it.field().to_owned(), s(value))]);
         let put = self.client.put_item().table_name(self.table("counts"));
         let put = put.set_item(Some(item.collect()));
         let put = match if_absent {
@@ -48,10 +43,10 @@ impl StoreMeta for DynamoStore {
         }
     }
 
-    async fn delete_meta_item(&self, sk: &str) -> PortResult<()> {
+    async fn delete_rebuilding(&self) -> PortResult<()> {
         let delete = self.client.delete_item().table_name(self.table("counts"));
         delete
-            .set_key(Some(meta_key(sk)))
+            .set_key(Some(meta_key(MetaItem::Rebuilding.sk())))
             .send()
             .await
             .map(drop)

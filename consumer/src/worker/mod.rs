@@ -42,7 +42,7 @@ pub use config::{default_worker_id, host_name, WorkerConfig, WorkerContext, Work
 pub use idle::IdleExit;
 pub use keeper::LeaseKeeper;
 pub use processor::{ProcessorFactory, ShardProcessor};
-pub use report::LeaseMetrics;
+pub use report::{LeaseMetrics, Run};
 
 use discovery::shards_needing_rows;
 use fleet::Fleet;

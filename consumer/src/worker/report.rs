@@ -10,6 +10,32 @@ use tracing::info;
 use super::{metric, WorkerContext};
 use crate::emf::Unit;
 
+/// What a worker's run reports into, shared so that its `--http` endpoint reads it live: its
+/// application's metrics (`M`) and its leases.
+#[derive(Debug, Default)]
+pub struct Run<M> {
+    /// The application's own counters.
+    pub metrics: std::sync::Arc<M>,
+    /// Its worker's leases.
+    pub leases: std::sync::Arc<LeaseMetrics>,
+}
+
+impl<M> Clone for Run<M> {
+    fn clone(&self) -> Self {
+        let (metrics, leases) = (self.metrics.clone(), self.leases.clone());
+        Run { metrics, leases }
+    }
+}
+
+impl<M: serde::Serialize> Run<M> {
+    /// As a worker command's `--json` report: the application's metrics, and `leases`.
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!(*self.metrics);
+        v["leases"] = serde_json::json!(*self.leases);
+        v
+    }
+}
+
 /// Lease metrics of a worker; as JSON, what a worker command's `--json` report gives of them.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct LeaseMetrics {

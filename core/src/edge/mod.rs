@@ -32,7 +32,7 @@ mod write;
 
 pub use change::{EdgeChange, CHANGE_V1};
 pub use counts::{deltas, moves};
-pub use mode::{CountMode, MODE_PK, MODE_SK, REBUILDING_SK, STREAM_SK};
+pub use mode::{CountMode, MetaItem, MODE_PK};
 pub use recent::{recent_entry_size, recent_index_units, RECENT_INDEX};
 pub use state::{EdgeState, LIKED_AT_ATTR};
 pub use write::apply;

@@ -66,16 +66,39 @@ impl std::fmt::Display for CountMode {
 
 /// Where a store keeps the mode it counts in (the counts table, partition [`MODE_PK`]).
 pub const MODE_PK: &str = "#meta";
-/// The sort key of the mode item.
-pub const MODE_SK: &str = "count";
+/// A store's own items, in partition [`MODE_PK`] beside its counts, each holding one text field.
+/// The mode and the stream, once claimed, are never deleted: only the rebuild marker is
+/// (`ports::StoreMeta::delete_rebuilding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaItem {
+    /// What the store counts (`mode`: a [`CountMode`]).
+    Mode,
+    /// The one stream the store is counted from (`v`: `kinesis:<region>:<stream>`, or
+    /// `embedded:<stream>`): a store counted from two streams — two regions' counters on one
+    /// table set — would mix their per-shard items, whose keys are shard ids every stream has
+    /// (docs/REGIONS.md).
+    Stream,
+    /// A `tally rebuild` into this store has begun and not finished (`v`: the source it copies
+    /// from): counters refuse the store until it is gone (`counter::claim`), a rerun of the
+    /// rebuild resumes it.
+    Rebuilding,
+}
 
-/// The sort key of the item (beside the mode's) that names the one stream a store is counted
-/// from (`v`: `kinesis:<region>:<stream>`, or `embedded:<stream>`): a store counted from two
-/// streams — two regions' counters on one table set — would mix their per-shard items, whose
-/// keys are shard ids every stream has (docs/REGIONS.md).
-pub const STREAM_SK: &str = "stream";
+impl MetaItem {
+    /// Its sort key.
+    pub fn sk(self) -> &'static str {
+        match self {
+            MetaItem::Mode => "count",
+            MetaItem::Stream => "stream",
+            MetaItem::Rebuilding => "rebuilding",
+        }
+    }
 
-/// The sort key of the item (beside the mode's) that says a `tally rebuild` into this store has
-/// begun and not finished (`v`: the source it copies from): counters refuse the store until it
-/// is gone (`counter::claim`), a rerun of the rebuild resumes it.
-pub const REBUILDING_SK: &str = "rebuilding";
+    /// The field its value is in.
+    pub fn field(self) -> &'static str {
+        match self {
+            MetaItem::Mode => "mode",
+            MetaItem::Stream | MetaItem::Rebuilding => "v",
+        }
+    }
+}

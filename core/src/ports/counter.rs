@@ -11,7 +11,7 @@ use crate::buckets::PostDelta;
 use crate::cost::{Purpose, Units};
 use crate::dead_letter::DeadLetter;
 use crate::dedup::DedupRecord;
-use crate::edge::EdgeEvent;
+use crate::edge::{EdgeEvent, MetaItem};
 use crate::rows::field::Row;
 use crate::seq::{Position, SeqNo};
 
@@ -196,19 +196,15 @@ pub trait EdgeWriter: Send + Sync {
 /// (`tally_core::meta::Claims`).
 #[async_trait]
 pub trait StoreMeta: Send + Sync {
-    /// The `#meta` item `sk` as stored (`None`: not there).
-    async fn meta_item(&self, sk: &str) -> PortResult<Option<Row>>;
-    /// Writes the `#meta` item `sk` holding `field` = `value`, whole; with `if_absent`, only when
-    /// there is none (one conditional write). Answers whether it wrote.
-    async fn put_meta_item(
-        &self,
-        sk: &str,
-        field: &str,
-        value: &str,
-        if_absent: bool,
-    ) -> PortResult<bool>;
-    /// Deletes the `#meta` item `sk` (none there: nothing to do).
-    async fn delete_meta_item(&self, sk: &str) -> PortResult<()>;
+    /// The `#meta` item as stored (`None`: not there).
+    async fn meta_item(&self, item: MetaItem) -> PortResult<Option<Row>>;
+    /// Writes `item` holding `value` in its field ([`MetaItem::field`]), whole; with
+    /// `if_absent`, only when there is none (one conditional write). Answers whether it wrote.
+    async fn put_meta_item(&self, item: MetaItem, value: &str, if_absent: bool)
+        -> PortResult<bool>;
+    /// Deletes the rebuild marker ([`MetaItem::Rebuilding`]; none there: nothing to do): the one
+    /// `#meta` item ever deleted, so that a mode or a stream, once claimed, stays.
+    async fn delete_rebuilding(&self) -> PortResult<()>;
     /// Whether the store holds global totals: it has counted.
     async fn has_counted(&self) -> PortResult<bool>;
     /// The store as messages name it (its file; its counts table).

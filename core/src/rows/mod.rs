@@ -172,7 +172,7 @@ pub fn dead_letter(row: &Row, item: &str) -> PortResult<crate::dead_letter::Dead
     })
 }
 
-/// The store's count mode item (`#meta`, [`crate::edge::MODE_SK`]), decoded: its `mode`.
+/// The store's count mode item (`#meta`, [`crate::edge::MetaItem::Mode`]), decoded: its `mode`.
 /// `item` names it in errors. Missing or no mode is an error, never "no mode yet": read as
 /// that, a claim would set the store to another mode than it was counted in.
 pub fn count_mode(row: &Row, item: &str) -> PortResult<CountMode> {
@@ -181,8 +181,8 @@ pub fn count_mode(row: &Row, item: &str) -> PortResult<CountMode> {
     CountMode::parse(m).ok_or_else(|| f.corrupt("mode", format!("is not a count mode: `{m}`")))
 }
 
-/// Another `#meta` item (the stream counted, [`crate::edge::STREAM_SK`]; the rebuild under way,
-/// [`crate::edge::REBUILDING_SK`]), decoded: its value `v`, which must be text.
+/// Another `#meta` item (the stream counted, [`crate::edge::MetaItem::Stream`]; the rebuild
+/// under way, [`crate::edge::MetaItem::Rebuilding`]), decoded: its value `v`, which must be text.
 pub fn meta_value(row: &Row, item: &str) -> PortResult<String> {
     Ok(Fields { row, item }.required_text("v")?.to_owned())
 }

@@ -3,7 +3,7 @@
 //! counts, a rebuild into it under way).
 
 use async_trait::async_trait;
-use tally_core::edge;
+use tally_core::edge::{self, MetaItem};
 use tally_core::ports::{PortResult, StoreMeta};
 use tally_core::rows::{self, Row};
 use tally_core::summary::{Attrs, Val, GLOBAL_PK};
@@ -13,34 +13,25 @@ use crate::{sql_err, Embedded};
 
 #[async_trait]
 impl StoreMeta for Embedded {
-    async fn meta_item(&self, sk: &str) -> PortResult<Option<Row>> {
-        let sk = sk.to_owned();
-        let item = move |c: &mut rusqlite::Connection| get_item(c, edge::MODE_PK, &sk);
+    async fn meta_item(&self, it: MetaItem) -> PortResult<Option<Row>> {
+        let item = move |c: &mut rusqlite::Connection| get_item(c, edge::MODE_PK, it.sk());
         Ok(self.run(item).await?.map(|a| rows::attrs_row(&a)))
     }
 
-    async fn put_meta_item(
-        &self,
-        sk: &str,
-        field: &str,
-        value: &str,
-        if_absent: bool,
-    ) -> PortResult<bool> {
-        let a = Attrs::from([(field.to_owned(), Val::S(value.to_owned()))]);
-        let sk = sk.to_owned();
+    async fn put_meta_item(&self, it: MetaItem, value: &str, if_absent: bool) -> PortResult<bool> {
+        let a = Attrs::from([(it.field().to_owned(), Val::S(value.to_owned()))]);
         self.run(move |c| match if_absent {
-            true => put_new_item(c, edge::MODE_PK, &sk, &a),
-            false => put_item(c, edge::MODE_PK, &sk, &a).map(|()| true),
+            true => put_new_item(c, edge::MODE_PK, it.sk(), &a),
+            false => put_item(c, edge::MODE_PK, it.sk(), &a).map(|()| true),
         })
         .await
     }
 
-    async fn delete_meta_item(&self, sk: &str) -> PortResult<()> {
-        let sk = sk.to_owned();
+    async fn delete_rebuilding(&self) -> PortResult<()> {
         self.run(move |c| {
             c.execute(
                 "DELETE FROM items WHERE pk = ?1 AND sk = ?2",
-                [edge::MODE_PK, &sk],
+                [edge::MODE_PK, MetaItem::Rebuilding.sk()],
             )
             .map(drop)
             .map_err(sql_err)
