@@ -105,7 +105,7 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
             Err(PortError::Conflict(_)) => false,
             Err(e) => return Err(e),
         };
-        wait_table(&tables, &name).await?;
+        wait_table(&tables, suffix).await?;
         if made {
             created.push(format!("table {name}"));
             if edges {
@@ -137,7 +137,7 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     }
     wait_stream(&stream).await?;
     for (suffix, ..) in TABLES {
-        wait_table(&tables, &tables.table(suffix)).await?;
+        wait_table(&tables, suffix).await?;
     }
     Ok(if created.is_empty() {
         "everything already exists and is active".to_owned()
@@ -190,36 +190,20 @@ async fn complete(
     created: &mut Vec<String>,
 ) -> PortResult<()> {
     let name = tables.table(suffix);
-    wait_table(tables, &name).await?;
-    let describe = || async {
-        tables
-            .client()
-            .describe_table()
-            .table_name(&name)
-            .send()
-            .await
-            .map_err(|e| tables.err("DescribeTable", suffix, e))
-    };
-    let t = describe().await?;
-    if suffix == "edges" && change_stream(&name, t.table())?.is_none() {
+    let t = wait_table(tables, suffix).await?;
+    if suffix == "edges" && change_stream(&name, Some(&t))?.is_none() {
         match add_change_stream(tables, suffix).await {
             Ok(()) => created.push(format!("stream of table {name}")),
             Err(PortError::Conflict(_))
-                if {
-                    wait_table(tables, &name).await?;
-                    change_stream(&name, describe().await?.table())?.is_some()
-                } => {}
+                if change_stream(&name, Some(&wait_table(tables, suffix).await?))?.is_some() => {}
             Err(e) => return Err(e),
         }
     }
-    if recent && !has_recent_index(t.table()) {
+    if recent && !has_recent_index(Some(&t)) {
         match add_recent_index(tables, suffix).await {
             Ok(()) => created.push(format!("index {} of table {name}", edge::RECENT_INDEX)),
             Err(PortError::Conflict(_))
-                if {
-                    wait_table(tables, &name).await?;
-                    has_recent_index(describe().await?.table())
-                } => {}
+                if has_recent_index(Some(&wait_table(tables, suffix).await?)) => {}
             Err(e) => return Err(e),
         }
     }
@@ -239,7 +223,7 @@ async fn add_change_stream(tables: &DynamoStore, suffix: &str) -> PortResult<()>
         .send()
         .await
         .map_err(|e| tables.err("UpdateTable", suffix, e))?;
-    wait_table(tables, &name).await
+    wait_table(tables, suffix).await.map(drop)
 }
 
 /// The edges table's recent index (`edge::RECENT_INDEX`): liked edges by post (`pk`) and like
@@ -298,7 +282,7 @@ async fn add_recent_index(tables: &DynamoStore, suffix: &str) -> PortResult<()> 
         .send()
         .await
         .map_err(|e| tables.err("UpdateTable", suffix, e))?;
-    wait_table(tables, &name).await
+    wait_table(tables, suffix).await.map(drop)
 }
 
 /// The stream's open shards, or `None` when it does not exist.
@@ -347,26 +331,30 @@ async fn wait_stream(stream: &KinesisStream) -> PortResult<()> {
     }
 }
 
-async fn wait_table(tables: &DynamoStore, name: &str) -> PortResult<()> {
+/// Waits until `suffix`'s table and its indexes are active, and answers its description then. A
+/// table not there yet is waited for; any other error is the answer.
+async fn wait_table(tables: &DynamoStore, suffix: &str) -> PortResult<TableDescription> {
+    let name = tables.table(suffix);
+    let active = |t: &TableDescription| {
+        t.table_status() == Some(&TableStatus::Active)
+            && t.global_secondary_indexes()
+                .iter()
+                .all(|i| i.index_status() == Some(&IndexStatus::Active))
+    };
     let start = tokio::time::Instant::now();
     loop {
-        let r = tables
-            .client()
-            .describe_table()
-            .table_name(name)
-            .send()
-            .await;
-        if let Ok(r) = r {
-            let indexes_active = r.table().is_some_and(|t| {
-                t.global_secondary_indexes()
-                    .iter()
-                    .all(|i| i.index_status() == Some(&IndexStatus::Active))
-            });
-            if r.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active)
-                && indexes_active
-            {
-                return Ok(());
+        let describe = tables.client().describe_table().table_name(&name).send();
+        match describe
+            .await
+            .map_err(|e| tables.err("DescribeTable", suffix, e))
+        {
+            Ok(r) => {
+                if let Some(t) = r.table().filter(|t| active(t)) {
+                    return Ok(t.clone());
+                }
             }
+            Err(PortError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
         }
         if start.elapsed() > WAIT {
             return Err(PortError::Timeout(format!(

@@ -74,8 +74,8 @@ pub enum BackfillError {
     /// The endpoint cannot say whether the table streams to the stream.
     #[error(
         "the DynamoDB endpoint cannot say whether table {table} streams to {stream} \
-         (DescribeKinesisStreamingDestination is not implemented there): pass \
-         --assume-streaming once its changes reach the stream"
+         (DescribeKinesisStreamingDestination is not implemented there): once its changes \
+         reach the stream, assume so (`assume_streaming`; `tally backfill --assume-streaming`)"
     )]
     StreamingUnknown {
         /// The table.

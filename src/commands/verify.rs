@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use tally_core::edge::CountMode;
-use tally_verify::{Ports, VerifyConfig};
+use tally_verify::{Ports, Rule, VerifyConfig};
 
 use crate::backend::Backend;
 use crate::cli::VerifyArgs;
@@ -15,9 +15,11 @@ pub fn config(s: &Settings, mode: CountMode, a: &VerifyArgs) -> VerifyConfig {
         from: a.from.clone(),
         since: a.since.iter().map(|s| s.ms).collect(),
         memory: a.memory,
-        mode,
-        dedup_horizon_ms: tally_core::config::millis(s.counter.dedup_horizon) as i64,
-        input: s.record_input(),
+        rule: Rule {
+            mode,
+            horizon_ms: tally_core::config::millis(s.counter.dedup_horizon) as i64,
+            input: s.record_input(),
+        },
     }
 }
 

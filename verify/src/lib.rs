@@ -112,12 +112,8 @@ pub struct VerifyConfig {
     pub since: Vec<i64>,
     /// The most memory the recount holds (bytes): past it, it reads the records again in passes.
     pub memory: u64,
-    /// What the store counts (what it says, else `counter.count`: `Backend::counted_mode`).
-    pub mode: CountMode,
-    /// The counter's dedup horizon (`counter.dedup_horizon`), counting events.
-    pub dedup_horizon_ms: i64,
-    /// What the records are (`input`, `regions`).
-    pub input: tally_core::input::Input,
+    /// What the store was counted by.
+    pub rule: Rule,
 }
 
 /// A verify's outcome: its report, and whether anything is off.
@@ -163,7 +159,7 @@ pub async fn check(b: Ports<'_>, a: &VerifyConfig, pb: &dyn Progress) -> Result<
         memory_budget: bytesize::ByteSize(a.memory).to_string(),
         ..Report::default()
     };
-    let rule = Rule::of(a);
+    let rule = &a.rule;
     // Counting likers, the changes of the edges not counted yet (the counter's second stage
     // reads them after its checkpoints): what the counts lag the edges by.
     let tail = match rule.mode.keeps_edges() {
@@ -194,7 +190,7 @@ pub async fn check(b: Ports<'_>, a: &VerifyConfig, pb: &dyn Progress) -> Result<
 
     let recounted = Checked {
         tail: tail.as_ref(),
-        rule: &rule,
+        rule,
         source: &source,
         rows: &rows,
         before: &before,
@@ -388,25 +384,18 @@ async fn states(b: Ports<'_>, app: &str) -> Result<HashMap<String, ShardState>> 
 }
 
 /// What the recount counts by, and what the records are.
-#[derive(Clone)]
-pub(crate) struct Rule {
-    /// What the store counts.
-    mode: CountMode,
-    /// Counting events, a copy is recognised within this dedup horizon (ms).
-    horizon_ms: i64,
-    input: tally_core::input::Input,
+#[derive(Clone, Debug, Default)]
+pub struct Rule {
+    /// What the store counts (what it says, else `counter.count`: `Backend::counted_mode`).
+    pub mode: CountMode,
+    /// Counting events, a copy is recognised within this dedup horizon (ms:
+    /// `counter.dedup_horizon`).
+    pub horizon_ms: i64,
+    /// What the records are (`input`, `regions`).
+    pub input: tally_core::input::Input,
 }
 
 impl Rule {
-    /// The rule the store was counted by.
-    fn of(a: &VerifyConfig) -> Rule {
-        Rule {
-            mode: a.mode,
-            horizon_ms: a.dedup_horizon_ms,
-            input: a.input.clone(),
-        }
-    }
-
     pub(crate) fn recount(
         &self,
         shards: &[ShardInfo],

@@ -145,7 +145,9 @@ pub trait WindowWriter: LeaseStore + DedupStore {
     /// Moves the checkpoint to the pending window's end, with the shard's arrival clock, and adds
     /// what the window spent and counted to the shard's; `Fenced` if the lease was lost or that
     /// window is not the pending one. With a `renewal` the same write renews the lease, as
-    /// [`LeaseStore::renew_lease`] would, and answers who has asked for it (else `None`).
+    /// [`LeaseStore::renew_lease`] would, and answers who has asked for it (else `None`; a
+    /// corrupt request is `Corrupt` as there, and the checkpoint may have moved before it was
+    /// read).
     async fn finish_window(
         &self,
         fence: &Fence,

@@ -167,7 +167,9 @@ pub trait LeaseStore: LeaseReader {
     /// Extends a held lease, with how far behind its shard's tip the holder reads and where it
     /// serves its open windows (in the same write: it costs nothing more; `None` keeps what was
     /// reported); `Fenced` if it was lost. Taking a lease clears the address. Answers who has
-    /// asked for the lease since it was taken (`ask_handoff`), read in the same write.
+    /// asked for the lease since it was taken (`ask_handoff`), read in the same write; a request
+    /// that is not what tally writes is `Corrupt`, and the renewal may have landed before it
+    /// was read (the holder stops either way; the next take clears the request).
     async fn renew_lease(
         &self,
         fence: &Fence,
