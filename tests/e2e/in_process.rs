@@ -346,16 +346,7 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
     let replayed = replay_all(&backend, file).await;
     assert_eq!(replayed.stats.records as usize, exp.lines);
-    let run = tally::apps::run_counter(
-        &settings,
-        &backend,
-        armed(),
-        pending(),
-        Default::default(),
-        None,
-    )
-    .await
-    .unwrap();
+    let run = count_until_idle(&settings, &backend).await;
     assert_eq!(
         run.metrics
             .malformed
@@ -387,6 +378,16 @@ async fn replay_the_counter_and_the_demo_run_from_their_own_config() {
     demo.close().await.unwrap();
 }
 
+/// The counter run on `backend` until idle, as `tally count --until-idle` runs it.
+async fn count_until_idle(
+    settings: &Settings,
+    backend: &tally::backend::Backend,
+) -> tally::apps::CounterRun {
+    let (run, shown) = (Default::default(), None);
+    let counted = tally::apps::run_counter(settings, backend, armed(), pending(), run, shown);
+    counted.await.unwrap()
+}
+
 /// How long `run_counter` took, to idle, over a file of 200 likes on 4 shards with a lease poll of
 /// `poll` and the join wait `join`: each lease taken once and every count exact, checked.
 async fn counted_to_idle(poll: Duration, join: Option<Duration>) -> Duration {
@@ -403,16 +404,7 @@ async fn counted_to_idle(poll: Duration, join: Option<Duration>) -> Duration {
     let backend = tally::backend::Backend::open(&settings).await.unwrap();
     replay_all(&backend, file).await;
     let started = std::time::Instant::now();
-    let run = tally::apps::run_counter(
-        &settings,
-        &backend,
-        armed(),
-        pending(),
-        Default::default(),
-        None,
-    )
-    .await
-    .unwrap();
+    let run = count_until_idle(&settings, &backend).await;
     let took = started.elapsed();
     assert_eq!(
         run.leases.taken.load(std::sync::atomic::Ordering::Relaxed),
