@@ -135,7 +135,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Total(a) => {
             let (s, b) = store(Access::Read).await?;
-            commands::read::total(&commands::read::read_side(&s, &b).await?, a).await
+            commands::read::total(&s, &b, a).await
         }
         Command::Top(a) => {
             let (s, b) = store(Access::Read).await?;

@@ -192,8 +192,9 @@ pub const LOG_VAR: &str = "TALLY_LOG";
 /// knows it.
 pub const FAILPOINT_VAR: &str = "TALLY_FAILPOINT_CRASH_AFTER_BATCHES";
 
-/// The tests' other failpoint: `tally serve` pauses a counts call this many milliseconds between
-/// asking the workers and reading the store (a window lands in between). Not a setting either.
+/// The tests' other failpoint: a counts answer (`tally serve`'s, `tally query`'s) pauses this many
+/// milliseconds between asking the workers and reading the store (a window lands in between).
+/// Not a setting either.
 pub use tally_serve::counts::SERVE_PAUSE_VAR;
 
 /// The `TALLY_*` environment variables that are settings. One that names no setting is an error

@@ -199,11 +199,11 @@ async fn complete(
             Err(e) => return Err(e),
         }
     }
-    if recent && !has_recent_index(Some(&t)) {
+    if recent && !has_recent_index(&t) {
         match add_recent_index(tables, suffix).await {
             Ok(()) => created.push(format!("index {} of table {name}", edge::RECENT_INDEX)),
-            Err(PortError::Conflict(_))
-                if has_recent_index(Some(&wait_table(tables, suffix).await?)) => {}
+            Err(PortError::Conflict(_)) if has_recent_index(&wait_table(tables, suffix).await?) => {
+            }
             Err(e) => return Err(e),
         }
     }
@@ -249,12 +249,10 @@ fn recent_index() -> PortResult<GlobalSecondaryIndex> {
         .map_err(|e| PortError::Invalid(e.to_string()))
 }
 
-fn has_recent_index(t: Option<&TableDescription>) -> bool {
-    t.is_some_and(|t| {
-        t.global_secondary_indexes()
-            .iter()
-            .any(|i| i.index_name() == Some(edge::RECENT_INDEX))
-    })
+fn has_recent_index(t: &TableDescription) -> bool {
+    t.global_secondary_indexes()
+        .iter()
+        .any(|i| i.index_name() == Some(edge::RECENT_INDEX))
 }
 
 /// Adds the recent index to an existing edges table and waits until it is active: DynamoDB
@@ -332,7 +330,8 @@ async fn wait_stream(stream: &KinesisStream) -> PortResult<()> {
 }
 
 /// Waits until `suffix`'s table and its indexes are active, and answers its description then. A
-/// table not there yet is waited for; any other error is the answer.
+/// table not there yet, or an error worth retrying (throttled, unavailable), is waited through;
+/// any other error is the answer.
 async fn wait_table(tables: &DynamoStore, suffix: &str) -> PortResult<TableDescription> {
     let name = tables.table(suffix);
     let active = |t: &TableDescription| {
@@ -341,24 +340,25 @@ async fn wait_table(tables: &DynamoStore, suffix: &str) -> PortResult<TableDescr
                 .iter()
                 .all(|i| i.index_status() == Some(&IndexStatus::Active))
     };
-    let start = tokio::time::Instant::now();
+    let (start, mut last) = (tokio::time::Instant::now(), String::new());
     loop {
         let describe = tables.client().describe_table().table_name(&name).send();
         match describe
             .await
             .map_err(|e| tables.err("DescribeTable", suffix, e))
         {
-            Ok(r) => {
-                if let Some(t) = r.table().filter(|t| active(t)) {
-                    return Ok(t.clone());
-                }
+            Ok(r) => match r.table().filter(|t| active(t)) {
+                Some(t) => return Ok(t.clone()),
+                None => last.clear(),
+            },
+            Err(e) if e.is_retryable() || matches!(e, PortError::NotFound { .. }) => {
+                last = format!(" (last: {e})");
             }
-            Err(PortError::NotFound { .. }) => {}
             Err(e) => return Err(e),
         }
         if start.elapsed() > WAIT {
             return Err(PortError::Timeout(format!(
-                "table {name} is not active after {WAIT:?}"
+                "table {name} is not active after {WAIT:?}{last}"
             )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

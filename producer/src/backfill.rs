@@ -75,7 +75,7 @@ pub enum BackfillError {
     #[error(
         "the DynamoDB endpoint cannot say whether table {table} streams to {stream} \
          (DescribeKinesisStreamingDestination is not implemented there): once its changes \
-         reach the stream, assume so (`assume_streaming`; `tally backfill --assume-streaming`)"
+         reach the stream, assume so (`tally backfill --assume-streaming`)"
     )]
     StreamingUnknown {
         /// The table.

@@ -51,7 +51,7 @@ pub struct CountsAnswer {
 
 impl CountsAnswer {
     /// Reads the counts (and the viewer's likes) of `q` from `store`, after `asked`.
-    pub async fn read(
+    pub(crate) async fn read(
         store: &dyn CountReader,
         counted: &Counted,
         q: &CountsQuery<'_>,
@@ -242,11 +242,12 @@ async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
     Ok(Json(v))
 }
 
-/// Tests only: pauses a counts call between asking the workers and reading the store.
+/// Tests only: pauses every counts answer ([`Ctx::counts_answer`]) between asking the workers and
+/// reading the store.
 pub const SERVE_PAUSE_VAR: &str = "TALLY_FAILPOINT_SERVE_PAUSE_MS";
 
-/// Tests only: `TALLY_FAILPOINT_SERVE_PAUSE_MS` pauses a counts call between asking the workers
-/// and reading the store, so that a test can land a window in between.
+/// Tests only: `TALLY_FAILPOINT_SERVE_PAUSE_MS` pauses every counts answer between asking the
+/// workers and reading the store, so that a test can land a window in between.
 pub(super) fn failpoint_pause() -> Option<std::time::Duration> {
     let ms: u64 = std::env::var(SERVE_PAUSE_VAR).ok()?.parse().ok()?;
     Some(std::time::Duration::from_millis(ms))

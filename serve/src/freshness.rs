@@ -73,19 +73,37 @@ struct Slot {
 pub const REFRESH: Duration = Duration::from_secs(1);
 
 impl Listings {
-    /// Lists the apps (the counter's stages, analytics), and each other home's counter (`homes`: its lease rows as replicated
-    /// here), once (an unreachable store fails here, before serving), then refreshes in the
-    /// background until the returned handle is dropped.
+    /// Lists every app the read side answers of (the counter's stages, analytics) and each other
+    /// home's counter once (an unreachable store fails here, before serving), then refreshes in
+    /// the background until the returned handle is dropped.
     pub async fn start(
         leases: Arc<dyn LeaseReader>,
         homes: &BTreeMap<String, Arc<dyn LeaseReader>>,
         every: Duration,
     ) -> PortResult<(Arc<Listings>, tokio::task::JoinHandle<()>)> {
-        let mut wanted: Vec<(Option<String>, &'static str, Arc<dyn LeaseReader>)> =
-            [apps::COUNTER, apps::CHANGES, apps::ANALYTICS]
-                .into_iter()
-                .map(|app| (None, app, leases.clone()))
-                .collect();
+        let all = [apps::COUNTER, apps::CHANGES, apps::ANALYTICS];
+        let this = Arc::new(Listings::list(leases, homes, &all).await?);
+        let bg = this.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                bg.refresh().await;
+            }
+        });
+        Ok((this, task))
+    }
+
+    /// Lists `apps` in this region and each other home's counter (`homes`: its lease rows as
+    /// replicated here), once.
+    pub async fn list(
+        leases: Arc<dyn LeaseReader>,
+        homes: &BTreeMap<String, Arc<dyn LeaseReader>>,
+        apps: &[&'static str],
+    ) -> PortResult<Listings> {
+        let mut wanted: Vec<(Option<String>, &'static str, Arc<dyn LeaseReader>)> = apps
+            .iter()
+            .map(|app| (None, *app, leases.clone()))
+            .collect();
         for (home, l) in homes {
             wanted.push((Some(home.clone()), apps::COUNTER, l.clone()));
         }
@@ -99,15 +117,7 @@ impl Listings {
                 latest: RwLock::new(Arc::new(l)),
             });
         }
-        let this = Arc::new(Listings { slots });
-        let bg = this.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                bg.refresh().await;
-            }
-        });
-        Ok((this, task))
+        Ok(Listings { slots })
     }
 
     /// Lists every app again; a failed listing keeps the last one (its `at_ms` says how old).

@@ -80,6 +80,21 @@ impl Ctx {
         Ok((ctx, task))
     }
 
+    /// The context of one answer of counts (`tally query`, `tally total --json`): only the
+    /// counter's lease rows listed (and those of the stage whose windows hold counts), once.
+    pub async fn once(read: Readers, half_life: std::time::Duration) -> Result<Ctx> {
+        let mut wanted = vec![apps::COUNTER, read.counted.mode().counts_app()];
+        wanted.dedup();
+        let listings = Listings::list(read.leases.clone(), &read.homes, &wanted).await?;
+        Ok(Ctx {
+            read,
+            half_life,
+            listings: Arc::new(listings),
+            pending: Some(Arc::new(Pending::new(pending::default_timeout()))),
+            token: None,
+        })
+    }
+
     /// A counts answer as every caller reads it: the open windows of the workers that write
     /// counts first (none asked when `provisional` is off or `pending` is `None`), the store
     /// second (see [`pending`]).

@@ -85,12 +85,12 @@ pub async fn query(ctx: &Ctx, args: &QueryArgs) -> Result<()> {
         }
         // Shards a live worker holds that did not answer (those nobody holds are in the
         // freshness line).
-        let now = now_ms();
+        let (now, holders) = (now_ms(), ctx.holders());
         let silent = answer.asked.as_ref().map_or(0, |a| {
             a.unanswered
                 .iter()
                 .filter(|s| {
-                    ctx.holders()
+                    holders
                         .states
                         .iter()
                         .any(|st| st.lease.shard_id == **s && st.lease.is_held(now))
@@ -153,18 +153,18 @@ fn freshness_line(what: &str, f: &serde_json::Value) -> String {
     }
 }
 
-/// The read side as `tally serve` answers from it, its lease rows listed once.
+/// The read side as `tally serve` answers counts from it, the counter's lease rows listed once.
 pub async fn read_side(settings: &Settings, backend: &Backend) -> Result<Ctx> {
     let read = backend.readers_across_regions(settings).await?;
-    let (ctx, refresher) = Ctx::start(read, settings.analytics.half_life).await?;
-    refresher.abort();
-    Ok(ctx)
+    Ctx::once(read, settings.analytics.half_life).await
 }
 
 /// `tally total`: every post's count added up (across regions, every home's).
-pub async fn total(ctx: &Ctx, args: &JsonArgs) -> Result<()> {
-    let t = ctx.read.counts.global_total().await?;
+pub async fn total(settings: &Settings, backend: &Backend, args: &JsonArgs) -> Result<()> {
+    let read = backend.readers_across_regions(settings).await?;
+    let t = read.counts.global_total().await?;
     if args.json {
+        let ctx = Ctx::once(read, settings.analytics.half_life).await?;
         print_json(&json!({"total": t, "applied_through": ctx.fresh(apps::COUNTER)}));
     } else {
         println!("{} in total", crate::output::likes(t));
