@@ -22,8 +22,6 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{StreamViewType as TableStreamView, TableDescription};
 use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, Record, ShardIteratorType};
 use aws_sdk_dynamodbstreams::Client;
-use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tally_core::clock::now_ms;
 use tally_core::edge::{EdgeChange, EdgeState, EDGE_PREFIX};
@@ -34,7 +32,7 @@ use tally_core::ports::{
 };
 use tally_core::SeqNo;
 
-use crate::errors::{map, Target};
+use crate::errors::{map, CallError, ServiceError, Target};
 use crate::AwsSettings;
 
 /// The first byte of a record that is no edge change: not [`tally_core::edge::CHANGE_V1`] (nor
@@ -125,10 +123,7 @@ impl EdgeLog {
 
     /// An error of `call` (an IAM action, `dynamodb:GetRecords`) on `resource`. Records trimmed
     /// before they were read are said as what they are: changes never counted.
-    fn err<E>(&self, call: &str, resource: &str, e: SdkError<E, HttpResponse>) -> PortError
-    where
-        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    {
+    fn err<E: ServiceError>(&self, call: &str, resource: &str, e: CallError<E>) -> PortError {
         if e.as_service_error().and_then(|s| s.code()) == Some("TrimmedDataAccessException") {
             return PortError::Other(format!(
                 "{call} on {resource}: DynamoDB Streams no longer holds the changes after the \

@@ -5,6 +5,14 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tally_core::ports::PortError;
 
+/// An SDK call's error, as the SDKs answer it.
+pub type CallError<E> = SdkError<E, HttpResponse>;
+
+/// What an SDK call's service error is: its code and message, for [`map`].
+pub trait ServiceError: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {}
+
+impl<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static> ServiceError for E {}
+
 /// Where a call went, for messages.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -35,15 +43,12 @@ impl Target {
 }
 
 /// Maps an SDK error of `call` on `resource`.
-pub fn map<E>(
+pub fn map<E: ServiceError>(
     target: &Target,
     call: &str,
     resource: &str,
-    err: SdkError<E, HttpResponse>,
-) -> PortError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
+    err: CallError<E>,
+) -> PortError {
     match &err {
         SdkError::DispatchFailure(d) => {
             let cause = root_cause(&err);

@@ -11,7 +11,7 @@ use tally_core::ports::{
 };
 use tally_core::SeqNo;
 
-use crate::errors::{map, Target};
+use crate::errors::{map, CallError, ServiceError, Target};
 use crate::AwsSettings;
 
 /// A Kinesis data stream.
@@ -60,41 +60,18 @@ impl KinesisStream {
         format!("stream {}", self.name)
     }
 
-    pub(crate) fn err<E>(
-        &self,
-        call: &str,
-        e: aws_smithy_runtime_api::client::result::SdkError<
-            E,
-            aws_smithy_runtime_api::http::Response,
-        >,
-    ) -> PortError
-    where
-        E: aws_smithy_types::error::metadata::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
-    {
+    /// An error of `call` on the stream.
+    pub(crate) fn err<E: ServiceError>(&self, call: &str, e: CallError<E>) -> PortError {
         self.err_on(call, &self.resource(), e)
     }
 
     /// An error of `call` on another resource than the stream (a consumer, a shard).
-    pub(crate) fn err_on<E>(
+    pub(crate) fn err_on<E: ServiceError>(
         &self,
         call: &str,
         resource: &str,
-        e: aws_smithy_runtime_api::client::result::SdkError<
-            E,
-            aws_smithy_runtime_api::http::Response,
-        >,
-    ) -> PortError
-    where
-        E: aws_smithy_types::error::metadata::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
-    {
+        e: CallError<E>,
+    ) -> PortError {
         map(&self.target, call, resource, e)
     }
 

@@ -39,7 +39,7 @@ impl AnalyticsReader for DynamoStore {
             (":t".to_owned(), s(format!("{:013}", since_ms.max(0)))),
         ]);
         let items = self
-            .query_all("analytics", "pk = :p AND sk >= :t", values, None, None)
+            .query_all("analytics", "pk = :p AND sk >= :t", values, None, true)
             .await?;
         // A snapshot item that is not what tally writes is an error naming it, never left out.
         items

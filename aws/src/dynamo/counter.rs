@@ -18,12 +18,11 @@ use futures_util::stream::{self, StreamExt};
 use tally_core::buckets::PostDelta;
 use tally_core::cost::{self, Purpose};
 use tally_core::dead_letter::DeadLetter;
-use tally_core::edge::{CountMode, EdgeState};
+use tally_core::edge::CountMode;
 use tally_core::ports::{
-    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, EdgeScan, Fence,
-    LetterCursor, LikersPage, LikersReader, PortError, PortResult, PostCount, PostsApplied,
-    RecentCursor, RecentPage, Renewal, ScanCursor, ShardTally, StoredDedup, WindowRef, WindowRest,
-    WindowWriter,
+    Applied, Consistency, CountReader, DeadLetterReader, Decided, DedupStore, Fence, LetterCursor,
+    PortError, PortResult, PostCount, PostsApplied, Renewal, ShardTally, StoredDedup, WindowRef,
+    WindowRest, WindowWriter,
 };
 use tally_core::summary::{self, Attrs, Cond, Known, Plan, Val, Write};
 use tally_core::{Position, SeqNo};
@@ -469,39 +468,6 @@ impl CountReader for DynamoStore {
 }
 
 #[async_trait]
-impl LikersReader for DynamoStore {
-    async fn edges(
-        &self,
-        pairs: &[(String, String)],
-        consistency: Consistency,
-    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
-        self.edge_states(pairs, consistency).await
-    }
-
-    async fn likers(
-        &self,
-        post_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> PortResult<LikersPage> {
-        self.likers_page(post_id, after, limit).await
-    }
-
-    async fn recent_likers(
-        &self,
-        post_id: &str,
-        after: Option<&RecentCursor>,
-        limit: usize,
-    ) -> PortResult<RecentPage> {
-        self.recent_page(post_id, after, limit).await
-    }
-
-    async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
-        self.edge_scan_page(after, limit).await
-    }
-}
-
-#[async_trait]
 impl DeadLetterReader for DynamoStore {
     /// One Scan page (in the table's order), of at most `limit` letters: fewer where DynamoDB's
     /// page of 1 MB ends first.
@@ -608,13 +574,10 @@ impl DynamoStore {
         for (name, v) in [":a", ":b"].iter().zip(args) {
             values.insert((*name).to_owned(), s(*v));
         }
+        let cond = format!("pk = :p AND {sk_cond}");
+        let strong = c == Consistency::Strong;
         let items = self
-            .query_all_read(
-                "counts",
-                &format!("pk = :p AND {sk_cond}"),
-                values,
-                c == Consistency::Strong,
-            )
+            .query_all("counts", &cond, values, None, strong)
             .await?;
         items
             .iter()
@@ -644,7 +607,7 @@ impl DedupStore for DynamoStore {
                 (":lo".to_owned(), s(arrival_key(min_arrival))),
             ]);
             let items = self
-                .query_all("dedup", "pk = :p AND sk >= :lo", values, None, None)
+                .query_all("dedup", "pk = :p AND sk >= :lo", values, None, true)
                 .await?;
             for i in items {
                 let sk = get_s(&i, "sk").unwrap_or_default();

@@ -31,7 +31,7 @@ impl LeaseReader for DynamoStore {
     async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
         let values = HashMap::from([(":k".to_owned(), s(app))]);
         let items = self
-            .query_all_read("leases", "app = :k", values, false)
+            .query_all("leases", "app = :k", values, None, false)
             .await?;
         states_of(&items)
     }

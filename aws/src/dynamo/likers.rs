@@ -1,13 +1,18 @@
 //! Likers' edges read back from the edges table: a feed page's viewer likes (and any set of
 //! edges) in `BatchGetItem`s, a post's likers by `Query` of its partition. Every item is decoded
 //! strictly ([`tally_core::rows::edge_state`]): one that is not an edge as tally writes it is an
-//! error naming it, never "absent" or "not liked".
+//! error naming it, never "absent" or "not liked". The store's `LikersReader` is here; its most
+//! recent first and scan reads are `recent`'s and `scan`'s.
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use tally_core::edge::{self, EdgeState};
-use tally_core::ports::{Consistency, LikersPage, PortError, PortResult};
+use tally_core::ports::{
+    Consistency, EdgeScan, LikersPage, LikersReader, PortError, PortResult, RecentCursor,
+    RecentPage, ScanCursor,
+};
 use tally_core::summary::{self, Attrs};
 
 use super::counter::to_attrs;
@@ -23,43 +28,6 @@ type Found = HashMap<(String, String), Attrs>;
 const BATCH_GETS_IN_FLIGHT: usize = 8;
 
 impl DynamoStore {
-    /// The stored edges of these (post, user) pairs, in order: `BatchGetItem`s of up to 100
-    /// distinct keys side by side, each one's unprocessed keys sent again.
-    pub(super) async fn edge_states(
-        &self,
-        pairs: &[(String, String)],
-        c: Consistency,
-    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
-        let keyed: Vec<(&str, String)> = pairs
-            .iter()
-            .map(|(p, u)| (p.as_str(), edge::edge_sk(u)))
-            .collect();
-        let mut distinct: Vec<(&str, &str)> = keyed.iter().map(|(p, k)| (*p, k.as_str())).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let calls: Vec<Call<'_, PortResult<Found>>> = distinct
-            .chunks(BATCH_GET_KEYS)
-            .map(|chunk| Box::pin(self.batch_get(chunk, c)) as Call<'_, _>)
-            .collect();
-        let mut found = HashMap::new();
-        for part in side_by_side(calls, BATCH_GETS_IN_FLIGHT).await {
-            found.extend(part?);
-        }
-        let mut units = 0;
-        // An item that is there and is not an edge is an error naming it, never "absent".
-        let states = keyed
-            .iter()
-            .zip(pairs)
-            .map(|((p, sk), (_, user))| {
-                let a = found.get(&((*p).to_owned(), sk.clone()));
-                units += summary::read_units(a.iter().map(|a| summary::item_size(p, sk, a)));
-                a.map(|a| tally_core::rows::edge_state(a, p, user))
-                    .transpose()
-            })
-            .collect::<PortResult<Vec<_>>>()?;
-        Ok((states, units))
-    }
-
     /// One `BatchGetItem` of the edges table's items at these distinct keys (at most 100),
     /// its unprocessed keys sent again: the items found, by (pk, sk).
     async fn batch_get(&self, keys: &[(&str, &str)], c: Consistency) -> PortResult<Found> {
@@ -112,10 +80,50 @@ impl DynamoStore {
         }
         Ok(found)
     }
+}
+
+#[async_trait]
+impl LikersReader for DynamoStore {
+    /// The stored edges of these (post, user) pairs, in order: `BatchGetItem`s of up to 100
+    /// distinct keys side by side, each one's unprocessed keys sent again.
+    async fn edges(
+        &self,
+        pairs: &[(String, String)],
+        c: Consistency,
+    ) -> PortResult<(Vec<Option<EdgeState>>, u64)> {
+        let keyed: Vec<(&str, String)> = pairs
+            .iter()
+            .map(|(p, u)| (p.as_str(), edge::edge_sk(u)))
+            .collect();
+        let mut distinct: Vec<(&str, &str)> = keyed.iter().map(|(p, k)| (*p, k.as_str())).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let calls: Vec<Call<'_, PortResult<Found>>> = distinct
+            .chunks(BATCH_GET_KEYS)
+            .map(|chunk| Box::pin(self.batch_get(chunk, c)) as Call<'_, _>)
+            .collect();
+        let mut found = HashMap::new();
+        for part in side_by_side(calls, BATCH_GETS_IN_FLIGHT).await {
+            found.extend(part?);
+        }
+        let mut units = 0;
+        // An item that is there and is not an edge is an error naming it, never "absent".
+        let states = keyed
+            .iter()
+            .zip(pairs)
+            .map(|((p, sk), (_, user))| {
+                let a = found.get(&((*p).to_owned(), sk.clone()));
+                units += summary::read_units(a.iter().map(|a| summary::item_size(p, sk, a)));
+                a.map(|a| tally_core::rows::edge_state(a, p, user))
+                    .transpose()
+            })
+            .collect::<PortResult<Vec<_>>>()?;
+        Ok((states, units))
+    }
 
     /// A page of a post's likers, by `Query` of its partition of the edges table from after
     /// `after`.
-    pub(super) async fn likers_page(
+    async fn likers(
         &self,
         post: &str,
         after: Option<&str>,
@@ -161,6 +169,19 @@ impl DynamoStore {
                 }
             }
         }
+    }
+
+    async fn recent_likers(
+        &self,
+        post_id: &str,
+        after: Option<&RecentCursor>,
+        limit: usize,
+    ) -> PortResult<RecentPage> {
+        self.recent_page(post_id, after, limit).await
+    }
+
+    async fn scan_edges(&self, after: Option<&ScanCursor>, limit: usize) -> PortResult<EdgeScan> {
+        self.edge_scan_page(after, limit).await
     }
 }
 

@@ -41,7 +41,7 @@ use tally_core::ports::{Fence, PortError, PortResult, ShardState};
 use tally_core::rows::{Field, Row};
 use tally_core::Position;
 
-use crate::errors::{map, Target};
+use crate::errors::{map, CallError, ServiceError, Target};
 use crate::AwsSettings;
 
 mod analytics;
@@ -289,25 +289,15 @@ impl DynamoStore {
         table_name(&self.prefix, suffix)
     }
 
-    pub(crate) fn err<E>(
+    /// An error of `call` on the table of suffix `table`.
+    pub(crate) fn err<E: ServiceError>(
         &self,
         call: &str,
         table: &str,
-        e: SdkError<E, aws_smithy_runtime_api::http::Response>,
-    ) -> PortError
-    where
-        E: aws_smithy_types::error::metadata::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
-    {
-        map(
-            &self.target,
-            call,
-            &format!("table {}", self.table(table)),
-            e,
-        )
+        e: CallError<E>,
+    ) -> PortError {
+        let resource = format!("table {}", self.table(table));
+        map(&self.target, call, &resource, e)
     }
 
     /// Checks that every table exists and the endpoint answers.
@@ -399,37 +389,13 @@ impl DynamoStore {
             .map_err(|e| PortError::Invalid(e.to_string()))
     }
 
-    /// Every item of a Query, following pagination (strongly consistent).
+    /// Every item of a Query, following pagination: only the `projection`'s attributes when
+    /// given, strongly consistent when `consistent`.
     async fn query_all(
         &self,
         table: &str,
         key_cond: &str,
         values: HashMap<String, AttributeValue>,
-        filter: Option<String>,
-        projection: Option<&str>,
-    ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
-        self.query_pages(table, key_cond, values, filter, projection, true)
-            .await
-    }
-
-    /// Every item of a Query of a read answer, strongly or eventually consistent.
-    async fn query_all_read(
-        &self,
-        table: &str,
-        key_cond: &str,
-        values: HashMap<String, AttributeValue>,
-        consistent: bool,
-    ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
-        self.query_pages(table, key_cond, values, None, None, consistent)
-            .await
-    }
-
-    async fn query_pages(
-        &self,
-        table: &str,
-        key_cond: &str,
-        values: HashMap<String, AttributeValue>,
-        filter: Option<String>,
         projection: Option<&str>,
         consistent: bool,
     ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
@@ -442,7 +408,6 @@ impl DynamoStore {
                 .table_name(self.table(table))
                 .key_condition_expression(key_cond)
                 .set_expression_attribute_values(Some(values.clone()))
-                .set_filter_expression(filter.clone())
                 .set_projection_expression(projection.map(str::to_owned))
                 .consistent_read(consistent)
                 .set_exclusive_start_key(start.take())
@@ -465,7 +430,7 @@ impl DynamoStore {
         value: impl Into<String>,
     ) -> PortResult<Vec<HashMap<String, AttributeValue>>> {
         let values = HashMap::from([(":k".to_owned(), s(value))]);
-        self.query_all(table, &format!("{key_attr} = :k"), values, None, None)
+        self.query_all(table, &format!("{key_attr} = :k"), values, None, true)
             .await
     }
 
@@ -479,7 +444,7 @@ impl DynamoStore {
             (":c".to_owned(), s(arrival_key(before))),
         ]);
         let keys = self
-            .query_all("dedup", "pk = :p AND sk < :c", values, None, Some("pk, sk"))
+            .query_all("dedup", "pk = :p AND sk < :c", values, Some("pk, sk"), true)
             .await?;
         let mut units = 0.0;
         for key in keys {

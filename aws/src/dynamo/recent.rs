@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{AttributeValue, IndexStatus};
 use tally_core::edge;
 use tally_core::ports::{
-    Consistency, PortError, PortResult, RecentCursor, RecentLiker, RecentPage,
+    Consistency, LikersReader, PortError, PortResult, RecentCursor, RecentLiker, RecentPage,
 };
 
 use super::{get_s, n, s, DynamoStore};
@@ -55,7 +55,7 @@ impl DynamoStore {
                     .iter()
                     .map(|(u, _)| (post.to_owned(), u.clone()))
                     .collect();
-                let (states, units) = self.edge_states(&pairs, Consistency::Strong).await?;
+                let (states, units) = self.edges(&pairs, Consistency::Strong).await?;
                 page.read_units += units;
                 for ((user, at_ms), st) in entries.iter().zip(states) {
                     if st.is_some_and(|s| s.liked && s.at_ms == *at_ms) {
