@@ -423,9 +423,8 @@ impl WindowWriter for DynamoStore {
         let row = self
             .lease_write_returning(fence, x, &extra, update, returns)
             .await?;
-        let item = format!("leases {}/{}", fence.app, fence.shard_id);
         match renewal {
-            Some(_) => tally_core::rows::handoff_ask(&super::row_of(&row), &item),
+            Some(_) => tally_core::rows::handoff_ask(&super::row_of(&row), fence),
             None => Ok(None),
         }
     }
@@ -496,15 +495,7 @@ impl DeadLetterReader for DynamoStore {
         let out = resp
             .items()
             .iter()
-            .map(|i| {
-                let name = format!(
-                    "{} {}/{}",
-                    self.table("dead-letters"),
-                    get_s(i, "shard_id").unwrap_or_default(),
-                    get_s(i, "seq").unwrap_or_default()
-                );
-                tally_core::rows::dead_letter(&super::row_of(i), &name)
-            })
+            .map(|i| tally_core::rows::dead_letter(&super::row_of(i), &self.table("dead-letters")))
             .collect::<PortResult<Vec<DeadLetter>>>()?;
         let next = resp
             .last_evaluated_key()

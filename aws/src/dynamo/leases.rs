@@ -12,7 +12,7 @@ use tally_core::ports::{
     LeaseStore, Member, PortError, PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
 };
 
-use super::{get_s, lease_from, n, s, DynamoStore, Expr};
+use super::{lease_from, n, s, DynamoStore, Expr};
 
 /// Lease rows' states, by shard id.
 fn states_of(items: &[HashMap<String, AttributeValue>]) -> PortResult<Vec<ShardState>> {
@@ -50,13 +50,9 @@ impl LeaseReader for DynamoStore {
         let items = self.partition("leases", "app", fleet_app(app)).await?;
         let mut out = Vec::new();
         for i in &items {
-            let name = format!(
-                "{} {}/{}",
-                self.table("leases"),
-                fleet_app(app),
-                get_s(i, "shard_id").unwrap_or_default()
-            );
-            let (member, expires_ms) = tally_core::rows::fleet_member(&super::row_of(i), &name)?;
+            let (table, row) = (self.table("leases"), super::row_of(i));
+            let (member, expires_ms) =
+                tally_core::rows::fleet_member(&row, &table, &fleet_app(app))?;
             if expires_ms > now_ms {
                 out.push(member);
             }
@@ -169,8 +165,7 @@ impl LeaseStore for DynamoStore {
         let row = self
             .lease_write_returning(fence, x, "", set, ReturnValue::AllNew)
             .await?;
-        let item = format!("leases {}/{}", fence.app, fence.shard_id);
-        tally_core::rows::handoff_ask(&super::row_of(&row), &item)
+        tally_core::rows::handoff_ask(&super::row_of(&row), fence)
     }
 
     async fn ask_handoff(&self, held: &Fence, to: &str) -> PortResult<bool> {

@@ -192,12 +192,7 @@ pub(crate) fn row_of(item: &HashMap<String, AttributeValue>) -> Row {
 /// A lease item, decoded by the one codec both stores use (`tally_core::rows::shard_state`):
 /// a corrupt attribute is an error naming the item, never a default.
 fn lease_from(item: &HashMap<String, AttributeValue>) -> PortResult<ShardState> {
-    let name = format!(
-        "leases {}/{}",
-        get_s(item, "app").unwrap_or_default(),
-        get_s(item, "shard_id").unwrap_or_default()
-    );
-    tally_core::rows::shard_state(&row_of(item), &name)
+    tally_core::rows::shard_state(&row_of(item))
 }
 
 /// Maps a cancelled transaction by its cancellation reasons: a failed condition means the lease

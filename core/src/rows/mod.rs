@@ -124,18 +124,32 @@ pub fn shard_info(row: &Row, item: &str) -> PortResult<crate::ports::ShardInfo> 
     })
 }
 
-/// Who asked for a lease row's lease (`wanted_by`, `LeaseStore::ask_handoff`), as a renewal
-/// reads it back: `None` when no one has. Not a string is an error: read as no one, a handoff
-/// asked for would be passed over.
-pub fn handoff_ask(row: &Row, item: &str) -> PortResult<Option<String>> {
+/// A key field's text, to name its row in errors ("" when it is not text: the decoder says why).
+fn key_text<'a>(row: &'a Row, field: &str) -> &'a str {
+    match row.get(field) {
+        Some(Field::S(s)) => s,
+        _ => "",
+    }
+}
+
+/// Who asked for the lease of `fence`'s row (`wanted_by`, `LeaseStore::ask_handoff`), as a
+/// renewal reads it back: `None` when no one has. Not a string is an error: read as no one, a
+/// handoff asked for would be passed over.
+pub fn handoff_ask(row: &Row, fence: &crate::ports::Fence) -> PortResult<Option<String>> {
+    let item = &format!("leases {}/{}", fence.app, fence.shard_id);
     Ok(Fields { row, item }.text("wanted_by")?.map(str::to_owned))
 }
 
 /// A fleet row (`ports::fleet_app`), decoded: the worker (`shard_id`), until when it is live
 /// (`expires_ms`) and the leases it asks for (`asks`, as `ports::asks_to_text` writes them).
-/// `item` names the row in errors. Asks that are not a list of asks are an error, never none:
-/// read as none, a handoff asked for would be passed over for good.
-pub fn fleet_member(row: &Row, item: &str) -> PortResult<(crate::ports::Member, i64)> {
+/// Errors name the row (`<table> <fleet>/<worker>`). Asks that are not a list of asks are an
+/// error, never none: read as none, a handoff asked for would be passed over for good.
+pub fn fleet_member(
+    row: &Row,
+    table: &str,
+    fleet: &str,
+) -> PortResult<(crate::ports::Member, i64)> {
+    let item = &format!("{table} {fleet}/{}", key_text(row, "shard_id"));
     let f = Fields { row, item };
     let asks = match f.text("asks")? {
         None => Vec::new(),
@@ -151,8 +165,10 @@ pub fn fleet_member(row: &Row, item: &str) -> PortResult<(crate::ports::Member, 
 
 /// A dead-letter row, decoded: its shard, its key (the record's position, and the gap it
 /// stands for, if one: `DeadLetter::key`), arrival, reason, the record's bytes kept and its
-/// size. `item` names the row in errors (`dead-letters <shard>/<key>`).
-pub fn dead_letter(row: &Row, item: &str) -> PortResult<crate::dead_letter::DeadLetter> {
+/// size. Errors name the row (`<table> <shard>/<key>`).
+pub fn dead_letter(row: &Row, table: &str) -> PortResult<crate::dead_letter::DeadLetter> {
+    let (shard, key) = (key_text(row, "shard_id"), key_text(row, "seq"));
+    let item = &format!("{table} {shard}/{key}");
     let f = Fields { row, item };
     let key = f.required_text("seq")?;
     let (seq, gap) = crate::dead_letter::DeadLetter::parse_key(key)
@@ -198,8 +214,10 @@ pub fn counted_without_mode(store: &str) -> PortError {
 }
 
 /// A lease row, decoded: the shard's lease, its pending window, what the counter spent on it and
-/// its holder's progress. `item` names the row in errors (`leases counter/shardId-…`).
-pub fn shard_state(row: &Row, item: &str) -> PortResult<ShardState> {
+/// its holder's progress. Errors name the row (`leases counter/shardId-…`).
+pub fn shard_state(row: &Row) -> PortResult<ShardState> {
+    let (app, shard) = (key_text(row, "app"), key_text(row, "shard_id"));
+    let item = &format!("leases {app}/{shard}");
     let f = Fields { row, item };
     let epoch = f.num("epoch")?.unwrap_or(0);
     let lease = Lease {
@@ -363,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_fresh_row_takes_the_defaults() {
-        let st = shard_state(&row(&base()), "leases counter/s0").unwrap();
+        let st = shard_state(&row(&base())).unwrap();
         assert_eq!(st.lease.parents, Vec::<String>::new());
         assert_eq!(st.lease.max_arrival, i64::MIN);
         assert!(st.pending.is_none() && !st.lease.finished);
@@ -385,8 +403,8 @@ mod tests {
             ("spent", Field::S(r#"{"counted":7,"counts":3}"#.into())),
         ]);
         let (a, b) = (
-            shard_state(&row(&dynamo), "a").unwrap(),
-            shard_state(&row(&sqlite), "b").unwrap(),
+            shard_state(&row(&dynamo)).unwrap(),
+            shard_state(&row(&sqlite)).unwrap(),
         );
         assert_eq!(a.lease, b.lease);
         assert_eq!(a.spent, b.spent);
@@ -408,16 +426,14 @@ mod tests {
         ] {
             let mut r = base();
             r.push((field, bad));
-            let e = shard_state(&row(&r), "leases counter/s0").unwrap_err();
+            let e = shard_state(&row(&r)).unwrap_err();
             let text = e.to_string();
             assert!(
                 text.contains("leases counter/s0") && text.contains(&format!("`{field}`")),
                 "{field}: {text}"
             );
         }
-        let e = shard_state(&Row::new(), "leases x")
-            .unwrap_err()
-            .to_string();
+        let e = shard_state(&Row::new()).unwrap_err().to_string();
         assert!(e.contains("`app` is missing"), "{e}");
     }
 }

@@ -235,7 +235,7 @@ impl WindowWriter for Embedded {
                 .map_err(sql_err)?;
             // Read before the commit: a corrupt request rolls the window's finish back.
             let wanted = match renewal {
-                Some(_) => super::handoff_ask(&wanted, &fence)?,
+                Some(_) => tally_core::rows::handoff_ask(&wanted, &fence)?,
                 None => None,
             };
             tx.commit().map_err(sql_err)?;
@@ -396,7 +396,8 @@ impl DeadLetterReader for Embedded {
                 .map_err(sql_err)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
-            let page = rows.iter().map(letter_of).collect::<PortResult<Vec<_>>>()?;
+            let letter = |row| tally_core::rows::dead_letter(row, "dead_letters");
+            let page = rows.iter().map(letter).collect::<PortResult<Vec<_>>>()?;
             // The page's last key as stored (the cursor is the store's order, whatever it holds).
             let next = (rows.len() == limit)
                 .then(|| {
@@ -471,16 +472,5 @@ impl DedupStore for Embedded {
     }
 }
 
-/// The columns of a dead letter's row, as [`letter_of`] reads them.
+/// The columns of a dead letter's row, as `tally_core::rows::dead_letter` reads them.
 const LETTER_COLUMNS: &str = "shard_id, seq, arrival_ms, reason, data, size";
-
-/// A dead letter's row, decoded by the one codec both stores use
-/// (`tally_core::rows::dead_letter`): a corrupt column is an error naming the row.
-fn letter_of(row: &tally_core::rows::Row) -> PortResult<DeadLetter> {
-    let text = |k: &str| match row.get(k) {
-        Some(Field::S(s)) => s.as_str(),
-        _ => "?",
-    };
-    let name = format!("dead_letters {}/{}", text("shard_id"), text("seq"));
-    tally_core::rows::dead_letter(row, &name)
-}

@@ -49,14 +49,7 @@ impl LeaseReader for Embedded {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql_err)?;
             rows.iter()
-                .map(|row| {
-                    let worker = match row.get("shard_id") {
-                        Some(tally_core::rows::Field::S(w)) => w.as_str(),
-                        _ => "?",
-                    };
-                    let name = format!("leases {fleet}/{worker}");
-                    tally_core::rows::fleet_member(row, &name).map(|(m, _)| m)
-                })
+                .map(|row| tally_core::rows::fleet_member(row, "leases", &fleet).map(|(m, _)| m))
                 .collect::<PortResult<Vec<Member>>>()
         })
         .await
@@ -134,7 +127,7 @@ impl LeaseStore for Embedded {
                 .optional()
                 .map_err(sql_err)?;
             match wanted {
-                Some(row) => super::handoff_ask(&row, &f),
+                Some(row) => tally_core::rows::handoff_ask(&row, &f),
                 None => Err(PortError::Fenced { app: f.app, shard_id: f.shard_id }),
             }
         })

@@ -64,27 +64,9 @@ pub(crate) fn row_of(r: &rusqlite::Row<'_>, columns: &str) -> rusqlite::Result<R
     Ok(row)
 }
 
-/// A lease row, decoded by the one codec both stores use (`tally_core::rows::shard_state`): a
-/// corrupt column is an error naming the row, never a default.
-fn state_of(row: &Row) -> PortResult<ShardState> {
-    let text = |k: &str| match row.get(k) {
-        Some(Field::S(s)) => s.as_str(),
-        _ => "",
-    };
-    let name = format!("leases {}/{}", text("app"), text("shard_id"));
-    tally_core::rows::shard_state(row, &name)
-}
-
-/// Who asked for a fenced lease, from a write's `RETURNING wanted_by` read as a stored row
-/// (`rows::handoff_ask`).
-fn handoff_ask(row: &Row, fence: &tally_core::ports::Fence) -> PortResult<Option<String>> {
-    let item = format!("leases {}/{}", fence.app, fence.shard_id);
-    tally_core::rows::handoff_ask(row, &item)
-}
-
 /// The rows of a query of lease columns, decoded.
 fn states_of(rows: Vec<Row>) -> PortResult<Vec<ShardState>> {
-    rows.iter().map(state_of).collect()
+    rows.iter().map(tally_core::rows::shard_state).collect()
 }
 
 /// The lease row of `app`'s `shard_id`, decoded, if there is one.
@@ -100,7 +82,7 @@ pub(crate) fn lease_row(
     )
     .optional()
     .map_err(sql_err)?
-    .map(|row| state_of(&row))
+    .map(|row| tally_core::rows::shard_state(&row))
     .transpose()
 }
 
