@@ -89,7 +89,8 @@ pub fn part_of(post: &str, n: usize) -> usize {
     (tally_core::hashing::hash_key(post) % n as u128) as usize
 }
 
-/// The parts recorded in the first part's file; one for a file set up before parts.
+/// The parts recorded in the first part's file. A first part without the record was set up by an
+/// earlier build (its edges in one file, before parts), and is refused, saying so.
 pub(crate) fn recorded(first: &Connection) -> PortResult<usize> {
     let has: bool = first
         .query_row(
@@ -99,7 +100,11 @@ pub(crate) fn recorded(first: &Connection) -> PortResult<usize> {
         )
         .map_err(sql_err)?;
     if !has {
-        return Ok(1);
+        return Err(PortError::Other(format!(
+            "{} was made by an earlier build of tally, which kept the likers' edges in one file: \
+             count into a fresh --data-dir, or keep using the build that made it",
+            first.path().unwrap_or_default()
+        )));
     }
     let n: i64 = first
         .query_row("SELECT parts FROM edge_parts", [], |r| r.get(0))

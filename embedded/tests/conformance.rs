@@ -590,9 +590,9 @@ async fn a_write_of_many_changes_is_read_once_in_order() {
     assert_eq!(rest[0].seq, all[4_500].seq);
 }
 
-/// A store an earlier build of tally made — `tally.db` with a table only such a build made, or an
-/// edges' part with no change log — is refused with what to do, never read as if its edges'
-/// history were not there.
+/// A store an earlier build of tally made — `tally.db` with a table only such a build made, an
+/// edges' part with no change log, or a first part with no record of its parts — is refused with
+/// what to do, never read as if its edges' history (or its other parts) were not there.
 #[test]
 fn a_store_an_earlier_build_made_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -623,6 +623,24 @@ fn a_store_an_earlier_build_made_is_refused() {
         err.contains("edges.db was made by an earlier build"),
         "{err}"
     );
+    // Its edges in one file, before parts: no record of its parts.
+    let dir = tempfile::tempdir().unwrap();
+    drop(Embedded::open(dir.path(), 1).unwrap());
+    rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
+        .unwrap()
+        .execute_batch("DROP TABLE edge_parts")
+        .unwrap();
+    for err in [
+        Embedded::open_existing(dir.path()).err(),
+        Embedded::open(dir.path(), 1).err(),
+    ] {
+        let err = err.expect("refused").to_string();
+        assert!(
+            err.contains("edges.db was made by an earlier build"),
+            "{err}"
+        );
+        assert!(err.contains("fresh --data-dir"), "{err}");
+    }
 }
 
 /// A store made now parts its likers' edges by post over `NEW_STORE_PARTS` files, written at
