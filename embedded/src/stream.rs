@@ -141,8 +141,8 @@ fn open_shards(c: &Connection) -> PortResult<Vec<OpenShard>> {
 }
 
 /// The number of the next shard to create: never one given before, although `trim` deletes
-/// closed shards' rows — the stored counter, and for a store from before it was kept, past every
-/// shard id the stream or a lease row still names.
+/// closed shards' rows — past the stored counter (kept from the first split on) and past every
+/// shard id the stream or a lease row still names (a stream never split has only those).
 fn next_shard_number(tx: &Connection) -> PortResult<i64> {
     let stored: Option<i64> = tx
         .query_row(
