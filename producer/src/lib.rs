@@ -34,13 +34,3 @@ pub enum ProducerError {
         last: String,
     },
 }
-
-impl ProducerError {
-    /// Whether a later attempt may succeed.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            ProducerError::Port(e) => e.is_retryable(),
-            ProducerError::GaveUp { .. } => true,
-        }
-    }
-}

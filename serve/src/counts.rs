@@ -152,21 +152,13 @@ pub(super) struct CountsParams {
     viewer: Option<String>,
 }
 
+/// What a counts call asks: `POST`'s body, and `GET`'s query read into it.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CountsBody {
     ids: Vec<String>,
     since: Option<String>,
     #[serde(default, deserialize_with = "params::json_whole")]
-    since_ms: Option<i64>,
-    consistency: Option<String>,
-    pending: Option<bool>,
-    viewer: Option<String>,
-}
-
-/// What a counts call asks besides the ids.
-struct CountsAsk {
-    since: Option<String>,
     since_ms: Option<i64>,
     consistency: Option<String>,
     pending: Option<bool>,
@@ -182,14 +174,15 @@ pub(super) async fn get(
         Some(s) if !s.is_empty() => s.split(',').map(str::to_owned).collect(),
         _ => Vec::new(),
     };
-    let ask = CountsAsk {
+    let ask = CountsBody {
+        ids,
         since: p.since,
         since_ms: p.since_ms,
         consistency: p.consistency,
         pending: p.pending,
         viewer: p.viewer,
     };
-    counts(&c, ids, ask).await
+    counts(&c, ask).await
 }
 
 /// `POST /api/counts`.
@@ -204,18 +197,13 @@ pub(super) async fn post(
             e.body_text()
         ))
     })?;
-    let ask = CountsAsk {
-        since: b.since,
-        since_ms: b.since_ms,
-        consistency: b.consistency,
-        pending: b.pending,
-        viewer: b.viewer,
-    };
-    counts(&c, b.ids, ask).await
+    counts(&c, b).await
 }
 
-/// Many counts in one call: a feed page's posts, read side by side.
-async fn counts(c: &Ctx, ids: Vec<String>, ask: CountsAsk) -> ApiResult {
+/// Many counts in one call (`GET`'s query read as `POST`'s body): a feed page's posts, read side
+/// by side.
+async fn counts(c: &Ctx, ask: CountsBody) -> ApiResult {
+    let ids = ask.ids;
     check_ids(&ids).map_err(bad_request)?;
     let since_ms = since_of(ask.since.as_deref(), ask.since_ms)?;
     let consistency = match ask.consistency.as_deref() {

@@ -90,15 +90,9 @@ impl LeaseMetrics {
     }
 }
 
-/// The lease counters as last reported, to report the change since.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct LeaseCounts {
-    taken: u64,
-    stolen: u64,
-    released: u64,
-    lost: u64,
-    finished: u64,
-}
+/// The lease counters as last reported, to report the change since: taken, stolen, released,
+/// lost and finished, as [`report_leases`] lists them.
+pub(super) type LeaseCounts = [u64; 5];
 
 /// Logs the lease metrics and emits them as EMF: leases held now, and what changed since
 /// `last`; returns the counters reported.
@@ -107,53 +101,23 @@ pub(super) fn report_leases(
     m: &LeaseMetrics,
     last: LeaseCounts,
 ) -> LeaseCounts {
-    let now = LeaseCounts {
-        taken: m.taken.load(Ordering::Relaxed),
-        stolen: m.stolen.load(Ordering::Relaxed),
-        released: m.released.load(Ordering::Relaxed),
-        lost: m.lost.load(Ordering::Relaxed),
-        finished: m.finished.load(Ordering::Relaxed),
-    };
+    let counters = [
+        (metric::LEASES_TAKEN, &m.taken),
+        (metric::LEASES_STOLEN, &m.stolen),
+        (metric::LEASES_RELEASED, &m.released),
+        (metric::LEASES_LOST, &m.lost),
+        (metric::SHARDS_FINISHED, &m.finished),
+    ];
+    let now: LeaseCounts = counters.map(|(_, c)| c.load(Ordering::Relaxed));
     let held = m.held.load(Ordering::Relaxed);
-    info!(
-        held,
-        taken = now.taken,
-        stolen = now.stolen,
-        released = now.released,
-        lost = now.lost,
-        finished = now.finished,
-        "lease stats"
-    );
-    let delta = |n: u64, l: u64| n.saturating_sub(l) as f64;
-    ctx.emf.emit(
-        now_ms(),
-        &[("App", ctx.app.as_str())],
-        &[&["App"]],
-        &[
-            (metric::LEASES_HELD, Unit::Count, held as f64),
-            (
-                metric::LEASES_TAKEN,
-                Unit::Count,
-                delta(now.taken, last.taken),
-            ),
-            (
-                metric::LEASES_STOLEN,
-                Unit::Count,
-                delta(now.stolen, last.stolen),
-            ),
-            (
-                metric::LEASES_RELEASED,
-                Unit::Count,
-                delta(now.released, last.released),
-            ),
-            (metric::LEASES_LOST, Unit::Count, delta(now.lost, last.lost)),
-            (
-                metric::SHARDS_FINISHED,
-                Unit::Count,
-                delta(now.finished, last.finished),
-            ),
-        ],
-    );
+    let [taken, stolen, released, lost, finished] = now;
+    info!(held, taken, stolen, released, lost, finished, "lease stats");
+    let mut values = vec![(metric::LEASES_HELD, Unit::Count, held as f64)];
+    for ((name, _), (n, l)) in counters.iter().zip(now.iter().zip(last)) {
+        values.push((*name, Unit::Count, n.saturating_sub(l) as f64));
+    }
+    ctx.emf
+        .emit(now_ms(), &[("App", ctx.app.as_str())], &[&["App"]], &values);
     now
 }
 

@@ -10,12 +10,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tally_consumer::ConsumerError;
 use tally_core::edge::CountMode;
-use tally_core::ports::{Applied, Stream};
-use tally_core::window::{ClosedWindow, WindowBuilder};
+use tally_core::ports::Stream;
+use tally_core::window::WindowBuilder;
 use tally_core::Position;
 
 use super::Counting;
-use crate::writes::ShardWrites;
 
 /// Counting likers from the change log `log`.
 pub(crate) struct Changes {
@@ -36,24 +35,6 @@ impl Counting for Changes {
 
     fn fold(&self, w: WindowBuilder) -> WindowBuilder {
         w.changes()
-    }
-
-    /// The share: it keeps no dedup record, so only memory bounds it.
-    fn window_records(&self, share: usize) -> usize {
-        share
-    }
-
-    fn shows_open(&self) -> bool {
-        true
-    }
-
-    async fn write(
-        &self,
-        _shard: &ShardWrites,
-        _w: &ClosedWindow,
-        _spent: &mut Applied,
-    ) -> Result<(), ConsumerError> {
-        Ok(())
     }
 
     /// The log may drop what is applied for good (it is read by this application alone).

@@ -27,11 +27,6 @@ impl Counting for Edges {
         w.likers()
     }
 
-    /// The share: a likers window keeps no dedup record, so only memory bounds it.
-    fn window_records(&self, share: usize) -> usize {
-        share
-    }
-
     /// Its windows hold edges, no deltas: the second stage's show what the edges changed.
     fn shows_open(&self) -> bool {
         false

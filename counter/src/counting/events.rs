@@ -2,13 +2,10 @@
 //! folds per-post deltas (with the duplicate filter) and writes nothing but them.
 
 use async_trait::async_trait;
-use tally_consumer::ConsumerError;
 use tally_core::edge::CountMode;
-use tally_core::ports::Applied;
-use tally_core::window::{ClosedWindow, WindowBuilder};
+use tally_core::window::WindowBuilder;
 
 use super::Counting;
-use crate::writes::ShardWrites;
 
 /// Counting events.
 #[derive(Debug)]
@@ -28,19 +25,6 @@ impl Counting for Events {
     /// (`tally_core::window::MAX_WINDOW_RECORDS`).
     fn window_records(&self, share: usize) -> usize {
         share.min(tally_core::window::MAX_WINDOW_RECORDS)
-    }
-
-    fn shows_open(&self) -> bool {
-        true
-    }
-
-    async fn write(
-        &self,
-        _shard: &ShardWrites,
-        _w: &ClosedWindow,
-        _spent: &mut Applied,
-    ) -> Result<(), ConsumerError> {
-        Ok(())
     }
 
     /// Its writes may have begun: what it wrote stays, nothing tells which posts it reached.

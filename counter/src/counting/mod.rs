@@ -34,17 +34,24 @@ pub(crate) trait Counting: Send + Sync + std::fmt::Debug {
     /// A window being built, set to fold as this counting does.
     fn fold(&self, w: WindowBuilder) -> WindowBuilder;
     /// The most records a window may hold, given the shard's share of its worker's
-    /// ([`crate::CounterConfig::window_share`]).
-    fn window_records(&self, share: usize) -> usize;
-    /// Whether its open windows are worth showing (they hold deltas).
-    fn shows_open(&self) -> bool;
-    /// What a closed window writes before its counts.
+    /// ([`crate::CounterConfig::window_share`]): the share, where the window keeps no dedup
+    /// record and only memory bounds it.
+    fn window_records(&self, share: usize) -> usize {
+        share
+    }
+    /// Whether its open windows are worth showing: they hold deltas.
+    fn shows_open(&self) -> bool {
+        true
+    }
+    /// What a closed window writes before its counts: nothing, where it writes only them.
     async fn write(
         &self,
-        shard: &ShardWrites,
-        w: &ClosedWindow,
-        spent: &mut Applied,
-    ) -> Result<(), ConsumerError>;
+        _shard: &ShardWrites,
+        _w: &ClosedWindow,
+        _spent: &mut Applied,
+    ) -> Result<(), ConsumerError> {
+        Ok(())
+    }
     /// What is done once the window ending at `end` is applied for good (its checkpoint moved).
     async fn applied(&self, _shard_id: &str, _end: &Position) -> Result<(), ConsumerError> {
         Ok(())
