@@ -595,51 +595,26 @@ async fn a_write_of_many_changes_is_read_once_in_order() {
 /// what to do, never read as if its edges' history (or its other parts) were not there.
 #[test]
 fn a_store_an_earlier_build_made_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(Embedded::open(dir.path(), 1).unwrap());
-    rusqlite::Connection::open(dir.path().join(tally_embedded::DB_FILE))
-        .unwrap()
-        .execute_batch("CREATE TABLE window_edges (app TEXT)")
-        .unwrap();
-    for err in [
-        Embedded::open_existing(dir.path()).err(),
-        Embedded::open(dir.path(), 1).err(),
+    use tally_embedded::{DB_FILE, EDGES_FILE};
+    for (file, change, refused) in [
+        (DB_FILE, "CREATE TABLE window_edges (app TEXT)", "tally.db"),
+        (EDGES_FILE, "DROP TABLE change_log", "edges.db"),
+        // Its edges in one file, before parts: no record of its parts.
+        (EDGES_FILE, "DROP TABLE edge_parts", "edges.db"),
     ] {
-        let err = err.expect("refused").to_string();
-        assert!(err.contains("made by an earlier build of tally"), "{err}");
-        assert!(err.contains("fresh --data-dir"), "{err}");
-    }
-    let dir = tempfile::tempdir().unwrap();
-    drop(Embedded::open(dir.path(), 1).unwrap());
-    rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
-        .unwrap()
-        .execute_batch("DROP TABLE change_log")
-        .unwrap();
-    let err = Embedded::open_existing(dir.path())
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(
-        err.contains("edges.db was made by an earlier build"),
-        "{err}"
-    );
-    // Its edges in one file, before parts: no record of its parts.
-    let dir = tempfile::tempdir().unwrap();
-    drop(Embedded::open(dir.path(), 1).unwrap());
-    rusqlite::Connection::open(dir.path().join(tally_embedded::EDGES_FILE))
-        .unwrap()
-        .execute_batch("DROP TABLE edge_parts")
-        .unwrap();
-    for err in [
-        Embedded::open_existing(dir.path()).err(),
-        Embedded::open(dir.path(), 1).err(),
-    ] {
-        let err = err.expect("refused").to_string();
-        assert!(
-            err.contains("edges.db was made by an earlier build"),
-            "{err}"
-        );
-        assert!(err.contains("fresh --data-dir"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        drop(Embedded::open(dir.path(), 1).unwrap());
+        let c = rusqlite::Connection::open(dir.path().join(file)).unwrap();
+        c.execute_batch(change).unwrap();
+        for err in [
+            Embedded::open_existing(dir.path()).err(),
+            Embedded::open(dir.path(), 1).err(),
+        ] {
+            let err = err.expect("refused").to_string();
+            let said = format!("{refused} was made by an earlier build of tally");
+            assert!(err.contains(&said), "{change}: {err}");
+            assert!(err.contains("fresh --data-dir"), "{change}: {err}");
+        }
     }
 }
 
