@@ -92,6 +92,27 @@ async fn only_the_posts_that_failed_are_sent_again() {
     }
 }
 
+/// A fresh iterator refused as expired too — two expiries in a row, as the fault mix below meets
+/// now and then — on the stream and on the edges' change log: the reader has taken another
+/// iterator, and the worker reads on at it. One `count --until-idle` drains the stream without a
+/// restart, every count exact.
+#[test]
+fn an_iterator_that_expires_twice_in_a_row_is_read_on() {
+    let (kinesis, dynamodb) = endpoints();
+    let stack = Target::aws("expired", 1);
+    let file = file_in(&stack, "likes.ndjson");
+    let exp = write_contract_file(&file, 300, 20, 29);
+    let (kp, dp) = (FaultProxy::start(&kinesis), FaultProxy::start(&dynamodb));
+    let t = stack.through(&kp.url, &dp.url);
+    t.run(&["replay", file.to_str().unwrap()]);
+    // The stream's reader, and the edges' change log's (DynamoDB Streams).
+    kp.inject("GetRecords", Fault::Error("ExpiredIteratorException"), 2);
+    dp.inject("GetRecords", Fault::Error("ExpiredIteratorException"), 2);
+    t.json(&["count", "--until-idle", "--timeout", "2m", "--json"]);
+    assert_eq!(kp.remaining() + dp.remaining(), 0, "every expiry was met");
+    assert_eq!(t.mismatches(&exp.counts), vec![]);
+}
+
 /// About one request in eight faulted on both services (5 % answers lost after the peer applied
 /// them, 3 % 500s, 3 % throttles, 1 % expired iterators, and 2 % delayed 0.2–2 s), default
 /// settings: the producer's replay and one counter run drain the stream without a restart, and

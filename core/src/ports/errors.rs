@@ -68,7 +68,8 @@ pub enum PortError {
 }
 
 impl PortError {
-    /// Whether the same call may succeed if tried again after a pause.
+    /// Whether the same call may succeed if tried again after a pause. An expired iterator is:
+    /// the reader that answered it has taken a fresh one, right after its last delivered record.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
@@ -76,6 +77,7 @@ impl PortError {
                 | PortError::Conflict(_)
                 | PortError::Timeout(_)
                 | PortError::Unavailable { .. }
+                | PortError::IteratorExpired(_)
         )
     }
 }
