@@ -84,6 +84,10 @@ fn open_part(
     let conn = Connection::open(&path)
         .map_err(|e| PortError::Other(format!("cannot open {}: {e}", path.display())))?;
     wait_for_locks(&conn)?;
+    if layout.is_some() {
+        // An earlier build's first part is refused before any setup could give it a layout.
+        edge_parts::recorded(&conn)?;
+    }
     // Set up already: read as it is, without the write lock (a counter may hold it).
     if !is_ready(&conn, &path)? {
         let first = layout.is_some();

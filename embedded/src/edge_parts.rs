@@ -19,7 +19,7 @@ use tally_core::ports::{PortError, PortResult};
 
 use crate::{locked, sql_err};
 
-/// The first part's file inside the data dir (a store made before parts: the edges' one file).
+/// The first part's file inside the data dir (it records the parts: [`layout_sql`]).
 pub const EDGES_FILE: &str = "edges.db";
 
 /// How many files a store made now parts its edges over.
@@ -89,17 +89,24 @@ pub fn part_of(post: &str, n: usize) -> usize {
     (tally_core::hashing::hash_key(post) % n as u128) as usize
 }
 
-/// The parts recorded in the first part's file. A first part without the record was set up by an
-/// earlier build (its edges in one file, before parts), and is refused, saying so.
+/// The parts recorded in the first part's file (one while it is not set up yet: no `edges`). A
+/// first part with edges and no record was set up by an earlier build (its edges in one file,
+/// before parts), and is refused, saying so: read as one part of several, or given a record now,
+/// half its posts would be read from files that never held them.
 pub(crate) fn recorded(first: &Connection) -> PortResult<usize> {
-    let has: bool = first
-        .query_row(
-            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'edge_parts')",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql_err)?;
-    if !has {
+    let has = |table: &str| {
+        first
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+                [table],
+                |r| r.get::<_, bool>(0),
+            )
+            .map_err(sql_err)
+    };
+    if !has("edges")? {
+        return Ok(1);
+    }
+    if !has("edge_parts")? {
         return Err(PortError::Other(format!(
             "{} was made by an earlier build of tally, which kept the likers' edges in one file: \
              count into a fresh --data-dir, or keep using the build that made it",
@@ -119,7 +126,8 @@ pub(crate) fn recorded(first: &Connection) -> PortResult<usize> {
 }
 
 /// The files of the edges of the store in `dir`, in part order: as its first part records, or
-/// [`EDGES_FILE`] alone when it has none yet (for tools and tests that read the files).
+/// [`EDGES_FILE`] alone when it has none yet (for tools and tests that read the files); a first
+/// part an earlier build made is refused ([`recorded`]).
 pub fn part_files(dir: &Path) -> PortResult<Vec<PathBuf>> {
     let first = dir.join(EDGES_FILE);
     if !first.is_file() {

@@ -599,8 +599,13 @@ fn a_store_an_earlier_build_made_is_refused() {
     for (file, change, refused) in [
         (DB_FILE, "CREATE TABLE window_edges (app TEXT)", "tally.db"),
         (EDGES_FILE, "DROP TABLE change_log", "edges.db"),
-        // Its edges in one file, before parts: no record of its parts.
+        // Its edges in one file, before parts: no record of its parts (in WAL mode or not).
         (EDGES_FILE, "DROP TABLE edge_parts", "edges.db"),
+        (
+            EDGES_FILE,
+            "DROP TABLE edge_parts; PRAGMA journal_mode = DELETE",
+            "edges.db",
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         drop(Embedded::open(dir.path(), 1).unwrap());

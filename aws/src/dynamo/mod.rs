@@ -200,7 +200,7 @@ fn lease_from(item: &HashMap<String, AttributeValue>) -> PortResult<ShardState> 
 fn transact_err(
     target: &Target,
     (app, shard_id): (&str, &str),
-    e: SdkError<TransactWriteItemsError, aws_smithy_runtime_api::http::Response>,
+    e: CallError<TransactWriteItemsError>,
 ) -> PortError {
     if let SdkError::ServiceError(se) = &e {
         if let TransactWriteItemsError::TransactionCanceledException(c) = se.err() {

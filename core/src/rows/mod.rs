@@ -124,11 +124,11 @@ pub fn shard_info(row: &Row, item: &str) -> PortResult<crate::ports::ShardInfo> 
     })
 }
 
-/// A key field's text, to name its row in errors ("" when it is not text: the decoder says why).
+/// A key field's text, to name its row in errors (`?` when it is not text: the decoder says why).
 fn key_text<'a>(row: &'a Row, field: &str) -> &'a str {
     match row.get(field) {
         Some(Field::S(s)) => s,
-        _ => "",
+        _ => "?",
     }
 }
 
