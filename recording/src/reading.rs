@@ -6,7 +6,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use tally_core::ports::{ReadBatch, ShardInfo, StartPosition, Stream};
+use tally_core::ports::{PortResult, ReadBatch, ShardInfo, ShardReader, StartPosition, Stream};
+use tally_core::retry::Backoff;
 
 /// The shards in an order where each comes after every parent it lists (a parent the stream no
 /// longer lists is no constraint).
@@ -36,6 +37,20 @@ pub fn parents_first(shards: Vec<ShardInfo>) -> Result<Vec<ShardInfo>> {
     Ok(out)
 }
 
+/// The reader's next batch, a passing refusal (throttled, an expired iterator the reader has
+/// already replaced) retried as the workers' shard tasks retry it, up to the default backoff's
+/// retries: what a one-shot read of the stream (`tally record`, `tally verify`) reads with.
+pub async fn next_batch(reader: &mut dyn ShardReader, limit: usize) -> PortResult<ReadBatch> {
+    let backoff = Backoff::default();
+    let mut retry = tally_consumer::retry::Retry::bounded(&backoff, "GetRecords");
+    loop {
+        match reader.next_batch(limit).await {
+            Ok(b) => return Ok(b),
+            Err(e) => retry.pause(e).await?,
+        }
+    }
+}
+
 /// Reads `shard_id` from its oldest retained record to its tip (or its end), handing each batch
 /// to `each`: how `tally record` and `tally verify` read a stream.
 pub async fn read_to_tip(
@@ -46,7 +61,7 @@ pub async fn read_to_tip(
 ) -> Result<()> {
     let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
     loop {
-        let batch = reader.next_batch(limit).await?;
+        let batch = next_batch(reader.as_mut(), limit).await?;
         let done = batch.shard_end || batch.is_caught_up();
         each(batch)?;
         if done {

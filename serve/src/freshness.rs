@@ -95,7 +95,7 @@ impl Listings {
 
     /// Lists `apps` in this region and each other home's counter (`homes`: its lease rows as
     /// replicated here), once.
-    pub async fn list(
+    pub(crate) async fn list(
         leases: Arc<dyn LeaseReader>,
         homes: &BTreeMap<String, Arc<dyn LeaseReader>>,
         apps: &[&'static str],

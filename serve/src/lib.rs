@@ -70,14 +70,20 @@ impl Ctx {
     ) -> Result<(Ctx, tokio::task::JoinHandle<()>)> {
         let (listings, task) =
             Listings::start(read.leases.clone(), &read.homes, freshness::REFRESH).await?;
-        let ctx = Ctx {
+        Ok((Ctx::new(read, half_life, listings), task))
+    }
+
+    /// A context answering from `listings`, asking the workers with the default timeout.
+    fn new(read: Readers, half_life: std::time::Duration, listings: Arc<Listings>) -> Ctx {
+        let pending = Some(Arc::new(Pending::new(pending::default_timeout())));
+        let token = None;
+        Ctx {
             read,
             half_life,
             listings,
-            pending: Some(Arc::new(Pending::new(pending::default_timeout()))),
-            token: None,
-        };
-        Ok((ctx, task))
+            pending,
+            token,
+        }
     }
 
     /// The context of one answer of counts (`tally query`, `tally total --json`): only the
@@ -86,13 +92,7 @@ impl Ctx {
         let mut wanted = vec![apps::COUNTER, read.counted.mode().counts_app()];
         wanted.dedup();
         let listings = Listings::list(read.leases.clone(), &read.homes, &wanted).await?;
-        Ok(Ctx {
-            read,
-            half_life,
-            listings: Arc::new(listings),
-            pending: Some(Arc::new(Pending::new(pending::default_timeout()))),
-            token: None,
-        })
+        Ok(Ctx::new(read, half_life, Arc::new(listings)))
     }
 
     /// A counts answer as every caller reads it: the open windows of the workers that write

@@ -93,9 +93,10 @@ async fn only_the_posts_that_failed_are_sent_again() {
 }
 
 /// A fresh iterator refused as expired too — two expiries in a row, as the fault mix below meets
-/// now and then — on the stream and on the edges' change log: the reader has taken another
-/// iterator, and the worker reads on at it. One `count --until-idle` drains the stream without a
-/// restart, every count exact.
+/// now and then: the reader has taken another iterator, and the worker reads on at it. The
+/// stream has one shard, so its two expiries are one read's; the change log's two are queued by
+/// call, not by shard (on one shard here, but not promised). One `count --until-idle` drains the stream without a
+/// restart, every count exact, and `tally verify` reads both through the same faults.
 #[test]
 fn an_iterator_that_expires_twice_in_a_row_is_read_on() {
     let (kinesis, dynamodb) = endpoints();
@@ -111,6 +112,16 @@ fn an_iterator_that_expires_twice_in_a_row_is_read_on() {
     t.json(&["count", "--until-idle", "--timeout", "2m", "--json"]);
     assert_eq!(kp.remaining() + dp.remaining(), 0, "every expiry was met");
     assert_eq!(t.mismatches(&exp.counts), vec![]);
+    // The one-shot reads of the stream and of the change log read on too: verify finds every
+    // count exact.
+    kp.inject("GetRecords", Fault::Error("ExpiredIteratorException"), 2);
+    dp.inject("GetRecords", Fault::Error("ExpiredIteratorException"), 2);
+    let v = t.json(&["verify", "--json"]);
+    assert_eq!(
+        kp.remaining() + dp.remaining(),
+        0,
+        "every expiry was met: {v}"
+    );
 }
 
 /// About one request in eight faulted on both services (5 % answers lost after the peer applied

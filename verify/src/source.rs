@@ -173,8 +173,7 @@ impl Anchors {
                 .open(shard, StartPosition::AtSequence(anchor.0.clone()))
                 .await
                 .map_err(|e| refuse(format!("{shard} has no record {} ({e})", anchor.0)))?;
-            let batch = reader
-                .next_batch(1)
+            let batch = tally_recording::reading::next_batch(reader.as_mut(), 1)
                 .await
                 .with_context(|| format!("reading {shard} at {}", anchor.0))?;
             if batch

@@ -56,8 +56,7 @@ impl LogTail {
                 .await
                 .context("opening the change log")?;
             loop {
-                let batch = r
-                    .next_batch(1_000)
+                let batch = tally_recording::reading::next_batch(r.as_mut(), 1_000)
                     .await
                     .context("reading the change log")?;
                 for rec in &batch.records {
