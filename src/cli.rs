@@ -652,7 +652,8 @@ pub struct LatencyArgs {
 
 #[derive(Args, Debug)]
 pub struct DeadLetterArgs {
-    /// Show at most this many (the total is always shown).
+    /// Show at most this many (the total is always shown), in the store's key order: the
+    /// embedded store's by shard, DynamoDB's its table's (not oldest first).
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
     /// Print JSON: every field, the total, and whether the list was cut at --limit.

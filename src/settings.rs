@@ -197,6 +197,10 @@ pub const FAILPOINT_VAR: &str = "TALLY_FAILPOINT_CRASH_AFTER_BATCHES";
 /// Not a setting either.
 pub use tally_serve::counts::SERVE_PAUSE_VAR;
 
+/// The tests' third: each pass of `tally verify` pauses between reading the records and reading
+/// the counts. Not a setting.
+pub use tally_verify::PAUSE_VAR as VERIFY_PAUSE_VAR;
+
 /// The `TALLY_*` environment variables that are settings. One that names no setting is an error
 /// that names it (`TALLY_LOG` aside: it sets the log filter), instead of an unknown-field error.
 fn settings_env() -> Result<std::collections::HashMap<String, String>> {
@@ -210,7 +214,7 @@ fn settings_env() -> Result<std::collections::HashMap<String, String>> {
         let Some(rest) = name.strip_prefix("TALLY_") else {
             continue;
         };
-        if name == LOG_VAR || name == FAILPOINT_VAR || name == SERVE_PAUSE_VAR {
+        if [LOG_VAR, FAILPOINT_VAR, SERVE_PAUSE_VAR, VERIFY_PAUSE_VAR].contains(&name.as_str()) {
             continue;
         }
         let path: Vec<String> = rest.split("__").map(str::to_lowercase).collect();

@@ -23,7 +23,7 @@ mod tail;
 use posts::{check_posts, moved, settle};
 use rest::{compare_edges, compare_letters, compare_total, Moves};
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -296,10 +296,20 @@ impl Checked<'_> {
             r.finish();
             report.passes += 1;
             report.over_budget |= r.over_budget;
+            failpoint_pause(report.passes).await;
             let drifted =
                 check_posts(b.counter, &r, self.tail, self.since, &mut split, report).await?;
             let after = states(b, apps::COUNTER).await?;
-            settle(drifted, self.before, &after, report);
+            // Counting likers, a count's markers are the change log's, not the stream's: a post
+            // drifted by a record put after its shard was read (and applied since) is told apart
+            // by reading on to the tips.
+            let put_after = match (self.tail, drifted.is_empty()) {
+                (Some(_), false) => {
+                    source::posts_put_after(b.stream, &self.rule.input, &r.read).await?
+                }
+                _ => HashSet::new(),
+            };
+            settle(drifted, (self.before, &after), &put_after, report);
             if pass.first {
                 report.recount = r.tally.clone();
                 report.shards = r.read.len();
@@ -354,6 +364,20 @@ impl Checked<'_> {
                 Ok(r)
             }
         }
+    }
+}
+
+/// Tests only: each pass waits, between reading the records and reading the counts, until the
+/// file this names exists, so that a test can put and count a like in between. Not a setting.
+pub const PAUSE_VAR: &str = "TALLY_FAILPOINT_VERIFY_WAIT_FOR";
+
+async fn failpoint_pause(pass: usize) {
+    let Some(file) = std::env::var_os(PAUSE_VAR) else {
+        return;
+    };
+    eprintln!("failpoint: verify paused after reading pass {pass}");
+    while !std::path::Path::new(&file).exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 

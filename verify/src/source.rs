@@ -4,10 +4,12 @@
 //! records than the recording's. Either is read once per pass ([`super::partition`]); a
 //! recording on standard input is first copied to a temporary file, so it can be read again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use tally_core::input::{Decoded, Input};
+use tally_core::kpl::{user_records, UserRecords};
 use tally_core::ports::{ShardInfo, StartPosition, Stream};
 use tally_core::progress::Progress;
 use tally_core::seq::{Position, SeqNo};
@@ -60,7 +62,8 @@ pub async fn read_stream(
     let mut r = rule.recount(&shards, rows, pass);
     let mut notes = Vec::new();
     for s in &shards {
-        tally_recording::reading::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
+        let from = (s.shard_id.as_str(), StartPosition::TrimHorizon);
+        tally_recording::reading::read_to_tip(stream, from, 10_000, |batch| {
             if let Some(t) = &batch.trimmed_through {
                 notes.push(format!(
                     "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
@@ -76,6 +79,39 @@ pub async fn read_stream(
         .await?;
     }
     Ok((r, notes))
+}
+
+/// The posts of the records put after each shard's last record read (`read`: the recount's; a
+/// shard it did not read, from its oldest record), read to the tips as they are now.
+pub async fn posts_put_after(
+    stream: &dyn Stream,
+    input: &Input,
+    read: &HashMap<String, (Position, Position)>,
+) -> Result<HashSet<String>> {
+    let mut posts = HashSet::new();
+    for s in stream.list_shards().await? {
+        let from = match read.get(&s.shard_id) {
+            Some((_, last)) => StartPosition::AfterSequence(last.seq.clone()),
+            None => StartPosition::TrimHorizon,
+        };
+        tally_recording::reading::read_to_tip(stream, (&s.shard_id, from), 10_000, |batch| {
+            for rec in &batch.records {
+                let users = match user_records(&rec.data) {
+                    Ok(UserRecords::One(d)) => vec![d.to_vec()],
+                    Ok(UserRecords::Aggregated(users)) => users,
+                    Err(_) => continue,
+                };
+                for d in users {
+                    if let Ok(Decoded::Event(ev)) = input.decode(&d) {
+                        posts.insert(ev.post_id.into_owned());
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(posts)
 }
 
 /// Reads a recording (`tally record`), as written.

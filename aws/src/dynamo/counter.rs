@@ -532,9 +532,11 @@ impl DeadLetterReader for DynamoStore {
 }
 
 impl DynamoStore {
-    /// The items of a post's partition matching a sort-key condition on `:a` (and `:b`).
-    /// A post's count: its live items, and for "since T" the hour and day archives, the three
-    /// Queries at once.
+    /// A post's count: its live items, and for "since T" then the hour and day archives (two
+    /// Queries at once). The live items first: a window writes a post's archives before its live
+    /// item, so archives read after it are never behind it — one ahead by a window is read as
+    /// before that window ([`summary::since`]); read the other way round, a window landing
+    /// between the reads would leave its live item counted and its archive add not.
     async fn one_count(
         &self,
         post: &str,
@@ -542,18 +544,19 @@ impl DynamoStore {
         c: Consistency,
     ) -> PortResult<PostCount> {
         let live = self.post_items(post, "begins_with(sk, :a)", &[summary::LIVE_PREFIX], c);
-        let since = match since_ms {
-            None => return summary::post_count(post, live.await?, None),
-            Some(t) => t,
+        let live = live.await?;
+        let Some(since) = since_ms else {
+            return summary::post_count(post, live, None);
         };
         let (hour_prefix, (lo, hi)) = summary::since_reads(since);
         let (hour_args, day_args) = ([hour_prefix.as_str()], [lo.as_str(), hi.as_str()]);
         let hours = self.post_items(post, "begins_with(sk, :a)", &hour_args, c);
         let days = self.post_items(post, "sk BETWEEN :a AND :b", &day_args, c);
-        let (live, hours, days) = futures_util::future::try_join3(live, hours, days).await?;
+        let (hours, days) = futures_util::future::try_join(hours, days).await?;
         summary::post_count(post, live, Some((since, hours, days)))
     }
 
+    /// The items of a post's partition matching a sort-key condition on `:a` (and `:b`).
     async fn post_items(
         &self,
         post: &str,
