@@ -51,15 +51,15 @@ pub async fn next_batch(reader: &mut dyn ShardReader, limit: usize) -> PortResul
     }
 }
 
-/// Reads `shard_id` from `from` to its tip (or its end), handing each batch to `each`: how
-/// `tally record` and `tally verify` read a stream.
+/// Reads `shard_id` from its oldest retained record to its tip (or its end), handing each batch
+/// to `each`: how `tally record` and `tally verify` read a stream.
 pub async fn read_to_tip(
     stream: &dyn Stream,
-    (shard_id, from): (&str, StartPosition),
+    shard_id: &str,
     limit: usize,
     mut each: impl FnMut(ReadBatch) -> Result<()>,
 ) -> Result<()> {
-    let mut reader = stream.open(shard_id, from).await?;
+    let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
     loop {
         let batch = next_batch(reader.as_mut(), limit).await?;
         let done = batch.shard_end || batch.is_caught_up();

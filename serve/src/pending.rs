@@ -15,8 +15,11 @@
 //! reaches as far: a worker that dies with a window open, or a successor that has not yet read as
 //! far, does not take a shown count back. The remembered windows are the dead worker's reads of
 //! the shard after its checkpoint; its successor reads the same records after the same
-//! checkpoint, so they land as they were shown, and they stop being added once the post's marker
-//! shows their window applied. **Complete** means every unfinished shard's live holder answered:
+//! checkpoint, and they stop being added once the post's marker shows their window applied.
+//! **Not covered:** a successor whose first window closes short of the remembered reach moves the
+//! marker with part of it, so the whole remembered window stops being added and the count dips
+//! until the successor's answers reach as far (each record's marker in the answers would cover
+//! it). Memory is per process: another `tally serve`, or `tally query`, has none. **Complete** means every unfinished shard's live holder answered:
 //! a shard whose holder did not answer, reported no address, or is gone (its lease expired and
 //! not yet taken) is named in `unanswered_shards`, whether or not its remembered answer was used.
 //! Only a shard's current holder is believed: an answer about a shard the listing gives to another

@@ -20,7 +20,7 @@ mod rest;
 mod source;
 mod tail;
 
-use posts::{check_posts, moved, settle};
+use posts::{check_posts, moved, settle, InFlight};
 use rest::{compare_edges, compare_letters, compare_total, Moves};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -36,7 +36,7 @@ use tally_core::ports::{
     ShardInfo, ShardState, Stream, MAX_POSTS_PER_CALL,
 };
 use tally_core::progress::Progress;
-use tally_core::seq::Position;
+use tally_core::seq::{Position, SeqNo};
 use tally_core::summary::marker;
 
 use self::partition::Part;
@@ -189,8 +189,14 @@ pub async fn check(b: Ports<'_>, a: &VerifyConfig, pb: &dyn Progress) -> Result<
     let since = since_times(tally_core::clock::now_ms(), &a.since);
     report.since_ms = since.clone();
 
+    let pending: HashSet<String> = before
+        .iter()
+        .filter(|(_, s)| s.pending.is_some())
+        .map(|(shard, _)| shard.clone())
+        .collect();
     let recounted = Checked {
         tail: tail.as_ref(),
+        pending: &pending,
         rule,
         source: &source,
         rows: &rows,
@@ -267,6 +273,8 @@ struct Recounted {
 /// One verify's recount, read in passes and compared pass by pass.
 struct Checked<'a> {
     tail: Option<&'a tail::LogTail>,
+    /// The shards with a window being applied as the check began.
+    pending: &'a HashSet<String>,
     rule: &'a Rule,
     source: &'a Source,
     rows: &'a HashMap<String, Row>,
@@ -285,6 +293,7 @@ impl Checked<'_> {
         report: &mut Report,
     ) -> Result<Recounted> {
         let mut split = HashMap::new();
+        let mut first_read = None;
         let mut out = Recounted::default();
         let mut pass = Pass {
             part: Part::ALL,
@@ -297,19 +306,26 @@ impl Checked<'_> {
             report.passes += 1;
             report.over_budget |= r.over_budget;
             failpoint_pause(report.passes).await;
+            let in_flight = self.tail.map(|tail| InFlight {
+                tail,
+                pending: self.pending,
+            });
             let drifted =
-                check_posts(b.counter, &r, self.tail, self.since, &mut split, report).await?;
+                check_posts(b.counter, &r, in_flight, self.since, &mut split, report).await?;
             let after = states(b, apps::COUNTER).await?;
             // Counting likers, a count's markers are the change log's, not the stream's: a post
-            // drifted by a record put after its shard was read (and applied since) is told apart
-            // by reading on to the tips.
-            let put_after = match (self.tail, drifted.is_empty()) {
+            // drifted by a record the counter applied that no pass read is told apart by reading
+            // on from where the first pass stopped (each pass reads further) to how far the
+            // counter can have applied.
+            let first_read = first_read.get_or_insert_with(|| r.read.clone());
+            let unread = match (self.tail, drifted.is_empty()) {
                 (Some(_), false) => {
-                    source::posts_put_after(b.stream, &self.rule.input, &r.read).await?
+                    let (input, bounds) = (&self.rule.input, applied_bounds(&after));
+                    source::posts_read_after(b.stream, input, first_read, &bounds).await?
                 }
                 _ => HashSet::new(),
             };
-            settle(drifted, (self.before, &after), &put_after, report);
+            settle(drifted, (self.before, &after), &unread, report);
             if pass.first {
                 report.recount = r.tally.clone();
                 report.shards = r.read.len();
@@ -385,6 +401,19 @@ async fn failpoint_pause(pass: usize) {
 #[derive(Debug, thiserror::Error)]
 #[error("the store's counts are not the recount's (above)")]
 pub struct Drifted;
+
+/// Per shard, the last record the counter can have applied: its checkpoint, or the end of the
+/// window it is applying.
+fn applied_bounds(states: &HashMap<String, ShardState>) -> HashMap<String, SeqNo> {
+    let bound = |s: &ShardState| {
+        let pending = s.pending.as_ref().map(|p| &p.end);
+        Some(s.lease.checkpoint.as_ref().max(pending)?.seq.clone())
+    };
+    states
+        .iter()
+        .filter_map(|(shard, s)| Some((shard.clone(), bound(s)?)))
+        .collect()
+}
 
 async fn states(b: Ports<'_>, app: &str) -> Result<HashMap<String, ShardState>> {
     Ok(b.leases

@@ -92,7 +92,7 @@ pub(super) struct OffPost {
 pub(super) async fn check_posts(
     store: &dyn CountReader,
     r: &Recount,
-    tail: Option<&tail::LogTail>,
+    in_flight: Option<InFlight<'_>>,
     since: &[i64],
     split: &mut HashMap<String, PostCheck>,
     report: &mut Report,
@@ -131,7 +131,7 @@ pub(super) async fn check_posts(
                 (None, Some(c)) => PostCheck {
                     // A post the counter applied records to that this check did not read.
                     // Counting likers, the marks are of the edges' change log, not the stream.
-                    unread: tail.is_none()
+                    unread: in_flight.is_none()
                         && c.iter().any(|c| {
                             c.marks
                                 .iter()
@@ -143,7 +143,7 @@ pub(super) async fn check_posts(
                 },
                 (None, None) => continue,
             };
-            post.add(r, p, beyond, tail, since);
+            post.add(r, p, beyond, in_flight, since);
             if r.part().continues(p) {
                 split.insert(p.clone(), post);
                 continue;
@@ -181,7 +181,7 @@ impl PostCheck {
         r: &Recount,
         post: &str,
         beyond: &[&recount::Beyond],
-        tail: Option<&tail::LogTail>,
+        in_flight: Option<InFlight<'_>>,
         since: &[i64],
     ) {
         self.beyond_shards
@@ -190,14 +190,15 @@ impl PostCheck {
         // A post split over passes is summed over its parts: what its count lags by, once.
         let first_part = self.checks.is_empty();
         for (i, (t, count)) in since.iter().zip(&self.reads).enumerate() {
-            let held = Held::of(r, post, beyond, &count.marks, tail.is_some());
+            let pending = in_flight.map(|f| f.pending);
+            let held = Held::of(r, post, beyond, &count.marks, pending);
             let mut check = |since_ms: Option<i64>, store: i64| {
                 let from = since_ms.map(|t| t.div_euclid(MINUTE_MS));
                 let (lo, hi) = held.range(from);
                 // Counting likers, the changes the count does not hold yet are added to it.
-                let lag = tail
+                let lag = in_flight
                     .filter(|_| first_part)
-                    .map_or(0, |t| t.unapplied(post, &count.marks, from));
+                    .map_or(0, |f| f.tail.unapplied(post, &count.marks, from));
                 let (lo, hi) = (lo - lag, hi - lag);
                 checks.push(Check {
                     since_ms,
@@ -244,18 +245,17 @@ impl PostCheck {
 }
 
 /// The posts found off: off, unless a window was being applied to them while they were read, or
-/// they have records put after their shards were read (`put_after`), which the counter may have
-/// applied (compared again next run).
+/// the counter has applied records of theirs that no pass read (`unread`).
 pub(super) fn settle(
     drifted: Vec<OffPost>,
     (before, after): (&HashMap<String, ShardState>, &HashMap<String, ShardState>),
-    put_after: &HashSet<String>,
+    unread: &HashSet<String>,
     report: &mut Report,
 ) {
-    let (mut unsettled, mut unread) = (0, 0);
+    let (mut unsettled, mut not_read) = (0, 0);
     for d in drifted {
-        if put_after.contains(&d.post) {
-            unread += 1;
+        if unread.contains(&d.post) {
+            not_read += 1;
             continue;
         }
         if d.beyond_shards.iter().any(|s| moved(before, after, s)) {
@@ -271,9 +271,9 @@ pub(super) fn settle(
             "{unsettled} posts were being written while they were read (run verify again)"
         ));
     }
-    if unread > 0 {
+    if not_read > 0 {
         report.not_checked.push(format!(
-            "{unread} posts hold records put after their shard was read, which the counter may have applied (run verify again)"
+            "{not_read} posts hold records the counter applied after their shard was read, or past the recording's end"
         ));
     }
 }
@@ -285,9 +285,20 @@ pub(super) struct Held<'a> {
     /// Counting events: the held records, added as deltas (counting likers they are merged into
     /// `applied`).
     extra: Vec<&'a recount::Beyond>,
-    /// Counting likers: the post with every record after its checkpoint merged in — the edges
-    /// may hold any of them already (the first stage writes a window before its checkpoint).
+    /// Counting likers: the post with the records after their checkpoint merged in that the
+    /// edges may hold already — those of shards with a window being applied (the first stage
+    /// writes a window's edges after recording it pending, before its checkpoint).
     all: Option<recount::PostRecount>,
+}
+
+/// Counting likers, what was in flight as the check began.
+#[derive(Clone, Copy)]
+pub(super) struct InFlight<'a> {
+    /// The edges' changes not counted yet: what the counts lag the edges by.
+    pub tail: &'a tail::LogTail,
+    /// The shards with a window being applied: only their records after the checkpoint may be
+    /// in the edges (a window begun later moves its shard, see [`settle`]).
+    pub pending: &'a HashSet<String>,
 }
 
 impl<'a> Held<'a> {
@@ -296,11 +307,13 @@ impl<'a> Held<'a> {
         post: &str,
         beyond: &[&'a recount::Beyond],
         marks: &[(String, String)],
-        likers: bool,
+        likers_pending: Option<&HashSet<String>>,
     ) -> Held<'a> {
-        if likers {
+        if let Some(pending) = likers_pending {
             let (applied, _) = r.with_held(post, Vec::new());
-            let (all, _) = r.with_held(post, beyond.to_vec());
+            let in_edges = beyond.iter().copied();
+            let in_edges = in_edges.filter(|b| pending.contains(&b.shard_id)).collect();
+            let (all, _) = r.with_held(post, in_edges);
             return Held {
                 applied,
                 extra: Vec::new(),

@@ -62,8 +62,7 @@ pub async fn read_stream(
     let mut r = rule.recount(&shards, rows, pass);
     let mut notes = Vec::new();
     for s in &shards {
-        let from = (s.shard_id.as_str(), StartPosition::TrimHorizon);
-        tally_recording::reading::read_to_tip(stream, from, 10_000, |batch| {
+        tally_recording::reading::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
             if let Some(t) = &batch.trimmed_through {
                 notes.push(format!(
                     "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",
@@ -81,21 +80,28 @@ pub async fn read_stream(
     Ok((r, notes))
 }
 
-/// The posts of the records put after each shard's last record read (`read`: the recount's; a
-/// shard it did not read, from its oldest record), read to the tips as they are now.
-pub async fn posts_put_after(
+/// The posts of the records after each shard's last record read (`read`; a shard not read, from
+/// its oldest record) through `bounds`: per shard, the furthest the counter can have applied.
+pub async fn posts_read_after(
     stream: &dyn Stream,
     input: &Input,
     read: &HashMap<String, (Position, Position)>,
+    bounds: &HashMap<String, SeqNo>,
 ) -> Result<HashSet<String>> {
     let mut posts = HashSet::new();
-    for s in stream.list_shards().await? {
-        let from = match read.get(&s.shard_id) {
+    for (shard, bound) in bounds {
+        let from = match read.get(shard) {
+            Some((_, last)) if last.seq >= *bound => continue,
             Some((_, last)) => StartPosition::AfterSequence(last.seq.clone()),
             None => StartPosition::TrimHorizon,
         };
-        tally_recording::reading::read_to_tip(stream, (&s.shard_id, from), 10_000, |batch| {
+        let mut reader = stream.open(shard, from).await?;
+        'shard: loop {
+            let batch = tally_recording::reading::next_batch(reader.as_mut(), 10_000).await?;
             for rec in &batch.records {
+                if rec.seq > *bound {
+                    break 'shard;
+                }
                 let users = match user_records(&rec.data) {
                     Ok(UserRecords::One(d)) => vec![d.to_vec()],
                     Ok(UserRecords::Aggregated(users)) => users,
@@ -107,9 +113,10 @@ pub async fn posts_put_after(
                     }
                 }
             }
-            Ok(())
-        })
-        .await?;
+            if batch.shard_end || batch.is_caught_up() {
+                break;
+            }
+        }
     }
     Ok(posts)
 }
