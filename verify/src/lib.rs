@@ -32,8 +32,8 @@ use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::edge::CountMode;
 use tally_core::ports::{
-    Consistency, CountReader, CounterStore, DeadLetterReader, LeaseReader, LikersReader, PostCount,
-    ShardInfo, ShardState, Stream, MAX_POSTS_PER_CALL,
+    Consistency, CountReader, CounterStore, DeadLetterReader, LeaseReader, PostCount, ShardInfo,
+    ShardState, Stream, MAX_POSTS_PER_CALL,
 };
 use tally_core::progress::Progress;
 use tally_core::seq::{Position, SeqNo};
@@ -338,7 +338,7 @@ impl Checked<'_> {
                 t.late_copies += p.late_copies;
                 t.beyond_checkpoint += p.beyond_checkpoint;
             }
-            compare_edges(b.counter, &r, self.before, &after, report).await?;
+            compare_edges(b, &r, self.before, &after, report).await?;
             out.total += r.total();
             out.late_copies += r.tally.late_copies;
             out.read = std::mem::take(&mut r.read);
