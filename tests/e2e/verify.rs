@@ -821,7 +821,10 @@ fn a_recording_behind_the_counter(t: &Target) {
     assert_eq!(v["posts_off"], 0, "{v:#}");
     assert_eq!(v["edges"]["off"], serde_json::json!([]), "{v:#}");
     let said = v["not_checked"].to_string();
-    assert!(said.contains("the edges: shards' checkpoints are past"), "{v:#}");
+    assert!(
+        said.contains("the edges: shards' checkpoints are past"),
+        "{v:#}"
+    );
     assert!(said.contains("past the recording's end"), "{v:#}");
 }
 
@@ -833,6 +836,47 @@ on_backends! {
         },
         aws => a_recording_behind_the_counter(&Target::aws("verify-passed", 2)),
     }
+}
+
+/// Verify recounts what the stream still holds: records the counter applied that the retention
+/// trimmed since are beyond its check — it names the trim, and the posts that held them are off
+/// (GUIDE says so). A recording kept from the start checks the same stack exact.
+#[test]
+fn records_trimmed_after_they_were_counted_are_beyond_verify_but_not_a_recording() {
+    let (t, _) = on_sqlite();
+    let first = counted(&t, 200);
+    std::thread::sleep(Duration::from_millis(1_100));
+    // Later likes of the same posts, by other users.
+    let f = file_in(&t, "later.ndjson");
+    let later: Vec<String> = (0..first.counts.len())
+        .map(|i| {
+            let now = tally_core::clock::now_ms();
+            format!(
+                r#"{{"event_id":"later-{i}","post_id":"post-{i}","user_id":"later-user","action":"like","created_at":{now}}}"#
+            )
+        })
+        .collect();
+    std::fs::write(&f, later.join("\n") + "\n").unwrap();
+    t.run(&["replay", f.to_str().unwrap()]);
+    t.run(&["count", "--until-idle"]);
+    let rec = file_in(&t, "kept.ndjson");
+    t.run(&["record", rec.to_str().unwrap()]);
+    t.run(&["trim", "--older-than", "1s", "--yes"]);
+    let (v, ok) = verify_once(&t, &[]);
+    assert!(!ok, "{v:#}");
+    // Every post that had likes in the trimmed records.
+    let held = first.counts.values().filter(|n| **n != 0).count();
+    assert_eq!(v["posts_off"], held, "{v:#}");
+    assert!(
+        v["not_checked"]
+            .to_string()
+            .contains("past the stream's retention"),
+        "{v:#}"
+    );
+    let (v, ok) = verify(&t, &["--from", rec.to_str().unwrap()]);
+    assert!(ok, "{v:#}");
+    assert_eq!(v["posts_off"], 0, "{v:#}");
+    assert_eq!(v["posts_checked"], first.counts.len(), "{v:#}");
 }
 
 /// A recording keeps each record's shard, sequence number, key and arrival time; replayed at a
