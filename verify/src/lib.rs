@@ -20,7 +20,7 @@ mod rest;
 mod source;
 mod tail;
 
-use posts::{check_posts, moved, settle, InFlight};
+use posts::{check_posts, moved, settle, InFlight, OffPost};
 use rest::{compare_edges, compare_letters, compare_total, Moves};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -320,10 +320,12 @@ impl Checked<'_> {
             let first_read = first_read.get_or_insert_with(|| r.read.clone());
             let unread = match (self.tail, drifted.is_empty()) {
                 (Some(_), false) => {
+                    let posts: HashSet<&str> = drifted.iter().map(OffPost::post).collect();
                     let (input, bounds) = (&self.rule.input, applied_bounds(&after));
-                    source::posts_read_after(b.stream, input, first_read, &bounds).await?
+                    let range = (&*first_read, &bounds);
+                    source::records_read_after(b.stream, input, range, &posts).await?
                 }
-                _ => HashSet::new(),
+                _ => HashMap::new(),
             };
             settle(drifted, (self.before, &after), &unread, report);
             if pass.first {
@@ -338,7 +340,8 @@ impl Checked<'_> {
                 t.late_copies += p.late_copies;
                 t.beyond_checkpoint += p.beyond_checkpoint;
             }
-            compare_edges(b, &r, self.before, &after, report).await?;
+            let recording = matches!(self.source, Source::Recording(_));
+            compare_edges(b, (&r, recording), self.before, &after, report).await?;
             out.total += r.total();
             out.late_copies += r.tally.late_copies;
             out.read = std::mem::take(&mut r.read);

@@ -86,6 +86,12 @@ pub(super) struct OffPost {
     beyond_shards: BTreeSet<String>,
 }
 
+impl OffPost {
+    pub(super) fn post(&self) -> &str {
+        &self.post
+    }
+}
+
 /// Compares the posts this pass recounted in full (or in their last part) with the store, a
 /// feed page at a time; a post that continues into the next pass is read now and kept in
 /// `split`. Returns the posts found off, for [`settle`].
@@ -245,16 +251,18 @@ impl PostCheck {
 }
 
 /// The posts found off: off, unless a window was being applied to them while they were read, or
-/// the counter has applied records of theirs that no pass read (`unread`).
+/// the counter may have applied records of theirs that no pass read (`unread`: how many; counting
+/// likers each moves a count by one at most, so a post further off is off).
 pub(super) fn settle(
     drifted: Vec<OffPost>,
     (before, after): (&HashMap<String, ShardState>, &HashMap<String, ShardState>),
-    unread: &HashSet<String>,
+    unread: &HashMap<String, i64>,
     report: &mut Report,
 ) {
     let (mut unsettled, mut not_read) = (0, 0);
     for d in drifted {
-        if unread.contains(&d.post) {
+        let n = unread.get(&d.post).copied().unwrap_or(0);
+        if n > 0 && d.drifts.iter().all(|x| x.off_by.abs() <= n) {
             not_read += 1;
             continue;
         }

@@ -80,22 +80,30 @@ pub async fn read_stream(
     Ok((r, notes))
 }
 
-/// The posts of the records after each shard's last record read (`read`; a shard not read, from
-/// its oldest record) through `bounds`: per shard, the furthest the counter can have applied.
-pub async fn posts_read_after(
+/// The first and last position read per shard.
+pub type ReadRange = HashMap<String, (Position, Position)>;
+
+/// How many records of each of `posts` lie after each shard's last record read (`read`; a shard
+/// not read, from its oldest record) through `bounds` (per shard, the furthest the counter can
+/// have applied): counting likers, each may have moved its post's count by one. Only the shards
+/// the stream lists are read (a finished shard's row may outlive the shard).
+pub async fn records_read_after(
     stream: &dyn Stream,
     input: &Input,
-    read: &HashMap<String, (Position, Position)>,
-    bounds: &HashMap<String, SeqNo>,
-) -> Result<HashSet<String>> {
-    let mut posts = HashSet::new();
-    for (shard, bound) in bounds {
-        let from = match read.get(shard) {
+    (read, bounds): (&ReadRange, &HashMap<String, SeqNo>),
+    posts: &HashSet<&str>,
+) -> Result<HashMap<String, i64>> {
+    let mut found = HashMap::new();
+    for s in stream.list_shards().await? {
+        let Some(bound) = bounds.get(&s.shard_id) else {
+            continue;
+        };
+        let from = match read.get(&s.shard_id) {
             Some((_, last)) if last.seq >= *bound => continue,
             Some((_, last)) => StartPosition::AfterSequence(last.seq.clone()),
             None => StartPosition::TrimHorizon,
         };
-        let mut reader = stream.open(shard, from).await?;
+        let mut reader = stream.open(&s.shard_id, from).await?;
         'shard: loop {
             let batch = tally_recording::reading::next_batch(reader.as_mut(), 10_000).await?;
             for rec in &batch.records {
@@ -108,8 +116,11 @@ pub async fn posts_read_after(
                     Err(_) => continue,
                 };
                 for d in users {
-                    if let Ok(Decoded::Event(ev)) = input.decode(&d) {
-                        posts.insert(ev.post_id.into_owned());
+                    match input.decode(&d) {
+                        Ok(Decoded::Event(ev)) if posts.contains(ev.post_id.as_ref()) => {
+                            *found.entry(ev.post_id.into_owned()).or_insert(0) += 1;
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -118,7 +129,7 @@ pub async fn posts_read_after(
             }
         }
     }
-    Ok(posts)
+    Ok(found)
 }
 
 /// Reads a recording (`tally record`), as written.

@@ -105,7 +105,7 @@ fn live_markers(items: &Items) -> BTreeMap<&str, &str> {
 
 /// Whether an archive of `archives` was written by a window that its shard's live item in `live`
 /// does not hold yet. Read in two steps (the live items, then the archives), archives ahead may
-/// be ahead by more than the one window [`archive_as_read`] takes back (another window landing
+/// be ahead by more than the one window `archive_as_read` takes back (another window landing
 /// between the reads): such a read is read again; one still ahead is a window stopped between
 /// its writes, one window ahead.
 pub fn archive_ahead(live: &Items, archives: &Items) -> bool {
