@@ -17,7 +17,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tally_core::apps;
@@ -177,10 +177,11 @@ pub fn router(ctx: Ctx) -> Router {
     // Who likes what only where the store keeps it: on a store counting events the likers paths
     // are no routes (404, saying why), as its document says.
     let likers_routes = match ctx.read.counted.likers() {
-        Some(_) => Router::new()
+        Some(edges) => Router::new()
             .route("/api/posts/{id}/likers", get(likers))
             .route("/api/posts/{id}/likers/among", get(likers_among))
-            .route("/api/posts/{id}/likers/recent", get(recent::recent_likers)),
+            .route("/api/posts/{id}/likers/recent", get(recent::recent_likers))
+            .layer(Extension(viewer::Edges(edges.clone()))),
         None => Router::new()
             .route("/api/posts/{id}/likers", get(no_likers))
             .route("/api/posts/{id}/likers/{*rest}", get(no_likers)),
@@ -413,6 +414,7 @@ fn add_units(v: &mut Value, units: u64) {
 /// A page of the users who like a post, in user id order.
 async fn likers(
     State(c): State<Ctx>,
+    Extension(viewer::Edges(edges)): Extension<viewer::Edges>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<LikersParams>,
 ) -> ApiResult {
@@ -428,7 +430,6 @@ async fn likers(
         tally_core::event::check_id("user_id", a)
             .map_err(|e| bad_request(format!("`after`: {e}")))?;
     }
-    let edges = viewer::likers_of(&c.read.counted)?;
     let mut v = c.likers_count(&id, p.pending).await?;
     let page = edges.likers(&id, p.after.as_deref(), limit).await?;
     v["likers"] = json!(page.users);
@@ -440,12 +441,12 @@ async fn likers(
 /// Which of some users (a viewer's friends) like a post: their edges in one batch read.
 async fn likers_among(
     State(c): State<Ctx>,
+    Extension(viewer::Edges(edges)): Extension<viewer::Edges>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<AmongParams>,
 ) -> ApiResult {
     tally_core::event::check_id("post_id", &id).map_err(|e| bad_request(e.to_string()))?;
     let users = viewer::check_among(&p.users).map_err(bad_request)?;
-    let edges = viewer::likers_of(&c.read.counted)?;
     let mut v = c.likers_count(&id, p.pending).await?;
     let pairs: Vec<(String, String)> = users.iter().map(|u| (id.clone(), u.clone())).collect();
     let (states, edge_units) = edges

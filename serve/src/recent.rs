@@ -4,12 +4,13 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::json;
 use tally_core::ports::{PortError, RecentCursor, MAX_LIKERS_PER_PAGE};
 
-use super::{bad_request, params, viewer, ApiError, ApiPath, ApiQuery, ApiResult, Ctx};
+use super::viewer::Edges;
+use super::{bad_request, params, ApiError, ApiPath, ApiQuery, ApiResult, Ctx};
 
 /// The query of a page of likers most recent first.
 #[derive(Deserialize)]
@@ -27,6 +28,7 @@ pub(super) struct RecentParams {
 /// A page of the users who like a post, most recent like first.
 pub(super) async fn recent_likers(
     State(c): State<Ctx>,
+    Extension(Edges(edges)): Extension<Edges>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<RecentParams>,
 ) -> ApiResult {
@@ -45,7 +47,6 @@ pub(super) async fn recent_likers(
         })?),
         None => None,
     };
-    let edges = viewer::likers_of(&c.read.counted)?;
     let mut v = c.likers_count(&id, p.pending).await?;
     let stored = edges
         .recent_likers(&id, after.as_ref(), limit)

@@ -74,11 +74,16 @@ pub fn check_among(among: &str) -> Result<Vec<String>, String> {
     Ok(users)
 }
 
+/// Who likes what, on the routes a store counting likers mounts (an extension of theirs only).
+#[derive(Clone)]
+pub struct Edges(pub std::sync::Arc<dyn LikersReader>);
+
 /// Who likes what, or the refusal of a store that counts events: it keeps no edges, so it cannot
 /// say who liked a post.
 pub fn likers_of(counted: &Counted) -> Result<&dyn LikersReader, Refused> {
     counted
         .likers()
+        .map(|l| l.as_ref())
         .ok_or_else(|| Refused::Request(NO_LIKERS.into()))
 }
 

@@ -236,9 +236,9 @@ impl Counted {
     }
 
     /// Who likes what (`None`: the store counts events).
-    pub fn likers(&self) -> Option<&dyn LikersReader> {
+    pub fn likers(&self) -> Option<&std::sync::Arc<dyn LikersReader>> {
         match self {
-            Counted::Likers(l) => Some(l.as_ref()),
+            Counted::Likers(l) => Some(l),
             Counted::Events => None,
         }
     }
