@@ -67,6 +67,11 @@ impl UserRecords<'_> {
         self.len() == 0
     }
 
+    /// The user records' bytes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
     /// User record `i`'s bytes.
     pub fn get(&self, i: usize) -> &[u8] {
         match self {

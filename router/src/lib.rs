@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use tally_consumer::worker::{ProcessorFactory, ShardProcessor};
 use tally_consumer::ConsumerError;
 use tally_core::input::{Decoded, Input};
-use tally_core::kpl::{user_records, UserRecords};
+use tally_core::kpl::user_records;
 use tally_core::lease::Lease;
 use tally_core::ports::{
     CounterStore, Decided, Fence, PutEntry, ReadBatch, ShardTally, StartPosition, Stream,
@@ -111,12 +111,9 @@ impl RouterShard {
         let Ok(users) = user_records(&r.data) else {
             return BTreeSet::new();
         };
-        let data: Vec<&[u8]> = match &users {
-            UserRecords::One(d) => vec![d],
-            UserRecords::Aggregated(v) => v.iter().map(Vec::as_slice).collect(),
-        };
         let h = &self.shared.homes;
-        data.into_iter()
+        users
+            .iter()
             .filter_map(|d| match self.shared.input.decode(d) {
                 Ok(Decoded::Event(e)) => Some(h.home(&e.post_id)),
                 _ => None,

@@ -19,11 +19,12 @@
 //! **Not covered:** a successor whose first window closes short of the remembered reach moves the
 //! marker with part of it, so the whole remembered window stops being added and the count dips
 //! until the successor's answers reach as far (each record's marker in the answers would cover
-//! it). Memory is per process: another `tally serve`, or `tally query`, has none. **Complete** means every unfinished shard's live holder answered:
-//! a shard whose holder did not answer, reported no address, or is gone (its lease expired and
-//! not yet taken) is named in `unanswered_shards`, whether or not its remembered answer was used.
-//! Only a shard's current holder is believed: an answer about a shard the listing gives to another
-//! worker is ignored. What is not covered is said in ARCHITECTURE ("What an answer never shows").
+//! it). Memory is per process: another `tally serve`, or `tally query`, has none.
+//!
+//! **Complete** means every unfinished shard's live holder answered: a shard whose holder did not
+//! answer, reported no address, or is gone (its lease expired and not yet taken) is named in
+//! `unanswered_shards`, whether or not its remembered answer was used. Only a shard's current
+//! holder is believed: an answer about a shard the listing gives to another worker is ignored. What is not covered is said in ARCHITECTURE ("What an answer never shows").
 
 use crate::answers::Provisional;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -72,6 +72,7 @@ fn unread_shards<'a>(
 
 /// The edges sampled from the pass's recount beside the store's: whether each user likes the
 /// post (added to what earlier passes sampled).
+///
 /// Read between `before` and a listing after the reads: a shard that moved meanwhile may have
 /// written a sampled edge. Read from the stream, a shard with nothing left to read holds only
 /// records older than any sampled edge's latest action; a recording may end before any shard's

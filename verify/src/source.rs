@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use tally_core::input::{Decoded, Input};
-use tally_core::kpl::{user_records, UserRecords};
+use tally_core::kpl::user_records;
 use tally_core::ports::{ShardInfo, StartPosition, Stream};
 use tally_core::progress::Progress;
 use tally_core::seq::{Position, SeqNo};
@@ -110,13 +110,11 @@ pub async fn records_read_after(
                 if rec.seq > *bound {
                     break 'shard;
                 }
-                let users = match user_records(&rec.data) {
-                    Ok(UserRecords::One(d)) => vec![d.to_vec()],
-                    Ok(UserRecords::Aggregated(users)) => users,
-                    Err(_) => continue,
+                let Ok(users) = user_records(&rec.data) else {
+                    continue;
                 };
-                for d in users {
-                    match input.decode(&d) {
+                for d in users.iter() {
+                    match input.decode(d) {
                         Ok(Decoded::Event(ev)) if posts.contains(ev.post_id.as_ref()) => {
                             *found.entry(ev.post_id.into_owned()).or_insert(0) += 1;
                         }

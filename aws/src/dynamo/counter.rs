@@ -550,8 +550,10 @@ impl DynamoStore {
         let (mut spent, mut read) = (0, 0);
         loop {
             read += 1;
-            let live = self.post_items(post, "begins_with(sk, :a)", &[summary::LIVE_PREFIX], c);
-            let live = live.await?;
+            let live_prefix = [summary::LIVE_PREFIX];
+            let live = self
+                .post_items(post, "begins_with(sk, :a)", &live_prefix, c)
+                .await?;
             let Some(since) = since_ms else {
                 return summary::post_count(post, live, None);
             };
