@@ -5,17 +5,15 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The exit status of a process a signal ended (128 + SIGINT).
-pub const EXIT: i32 = 130;
-
-/// Interrupted by SIGINT or SIGTERM: what was put is said, and the exit status is [`EXIT`].
+/// Interrupted by SIGINT or SIGTERM: what was put is said, and the exit status is
+/// [`Interrupted::EXIT`].
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted by a signal: {0}")]
 pub struct Interrupted(pub String);
 
 impl Interrupted {
-    /// The exit status.
-    pub const EXIT: i32 = EXIT;
+    /// The exit status of a process a signal ended (128 + SIGINT).
+    pub const EXIT: i32 = 130;
 }
 
 /// Resolves at the first signal; a second one exits the process at once.
@@ -42,7 +40,7 @@ fn exit_on_second() {
     tokio::spawn(async {
         first().await;
         eprintln!("second signal: exiting now");
-        std::process::exit(EXIT);
+        std::process::exit(Interrupted::EXIT);
     });
 }
 

@@ -43,7 +43,8 @@ locals {
   }
 
   # SystemErrors is published per table *and operation*: the alarm sums the operations tally
-  # calls (tally_aws::DYNAMODB_*_ACTIONS, and TransactWriteItems; tests/e2e/terraform.rs checks).
+  # calls (the DYNAMODB_*_ACTIONS of tests/e2e/common/iam.rs, and TransactWriteItems;
+  # tests/e2e/terraform.rs checks).
   # The reads of the edges' change log (DynamoDB Streams) are not summed: the `changes`
   # application's own alarms below see them fail, as its iterator age growing or its leases gone.
   dynamodb_operations = ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems"]

@@ -1,5 +1,5 @@
 # Least privilege: one task role per application, each statement listing exactly the API calls
-# the applications make (the lists mirror tally_aws::KINESIS_CONSUMER_ACTIONS,
+# the applications make (the lists mirror tests/e2e/common/iam.rs: KINESIS_CONSUMER_ACTIONS,
 # DYNAMODB_COUNTER_ACTIONS, DYNAMODB_ANALYTICS_ACTIONS, the producer's and the operator's;
 # tests/e2e/terraform.rs fails on drift either way), on the stream, the tables, the edges
 # table's change stream and the key only.
@@ -20,7 +20,7 @@ data "aws_iam_policy_document" "assume_ecs_tasks" {
 }
 
 # The workers' tasks. The counter and analytics make the same calls today
-# (tally_aws::DYNAMODB_COUNTER_ACTIONS = DYNAMODB_ANALYTICS_ACTIONS, the edges' change log
+# (iam.rs: DYNAMODB_COUNTER_ACTIONS = DYNAMODB_ANALYTICS_ACTIONS, the edges' change log
 # included), so one document serves both roles; if they diverge, this becomes one document per
 # application.
 data "aws_iam_policy_document" "worker" {
@@ -127,7 +127,7 @@ resource "aws_iam_role_policy" "task" {
 }
 
 # The router (several regions): besides what a worker does, it puts to the other regions'
-# streams (tally_aws::KINESIS_ROUTER_PUT_ACTIONS), encrypted there with those regions' keys.
+# streams (tests/e2e/common/iam.rs: KINESIS_ROUTER_PUT_ACTIONS), encrypted there with those regions' keys.
 data "aws_iam_policy_document" "router" {
   statement {
     sid       = "PutToHomeStreams"

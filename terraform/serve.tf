@@ -117,7 +117,7 @@ resource "aws_iam_role" "serve" {
 }
 
 # Read only: the tables, and the stream's description (the start-up check). Mirrors
-# tally_aws::KINESIS_SERVE_ACTIONS and DYNAMODB_SERVE_ACTIONS (tests/e2e/terraform.rs checks).
+# tests/e2e/common/iam.rs KINESIS_SERVE_ACTIONS and DYNAMODB_SERVE_ACTIONS (tests/e2e/terraform.rs checks).
 data "aws_iam_policy_document" "serve" {
   statement {
     sid       = "CheckStream"

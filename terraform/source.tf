@@ -18,8 +18,8 @@ resource "aws_dynamodb_kinesis_streaming_destination" "source" {
   approximate_creation_date_time_precision = var.source_time_precision
 }
 
-# What `tally backfill` calls on the table (tally_aws::DYNAMODB_BACKFILL_ACTIONS; tests/e2e/
-# terraform.rs checks). Attach it with the producer policy, which puts the records.
+# What `tally backfill` calls on the table (DYNAMODB_BACKFILL_ACTIONS in tests/e2e/common/iam.rs;
+# tests/e2e/terraform.rs checks). Attach it with the producer policy, which puts the records.
 data "aws_iam_policy_document" "backfill" {
   statement {
     sid       = "ReadSourceTable"

@@ -177,14 +177,13 @@ impl Analytics {
 }
 
 impl ProcessorFactory for Analytics {
-    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor> {
+    fn create(&self, fence: &Fence) -> Box<dyn ShardProcessor> {
         Box::new(AnalyticsShard {
             store: self.store.clone(),
             cfg: self.cfg.clone(),
             ctx: self.ctx.clone(),
             metrics: self.metrics.clone(),
-            shard_id: shard_id.to_owned(),
-            fence: None,
+            fence: fence.clone(),
             fold: {
                 let f = Fold::new(
                     self.cfg.sketch_capacity,
@@ -211,8 +210,8 @@ pub struct AnalyticsShard {
     cfg: AnalyticsConfig,
     ctx: Arc<AnalyticsContext>,
     metrics: Arc<AnalyticsMetrics>,
-    shard_id: String,
-    fence: Option<Fence>,
+    /// The lease held: every write of the shard is fenced by it.
+    fence: Fence,
     /// Sketches, dedup filter and the open window's histograms.
     fold: Fold,
     /// The open window: its last record (or user record of an aggregate), not yet
@@ -233,7 +232,10 @@ impl AnalyticsShard {
         }
         self.ctx.emf.emit(
             at_ms,
-            &[("App", self.ctx.app.as_str()), ("ShardId", &self.shard_id)],
+            &[
+                ("App", self.ctx.app.as_str()),
+                ("ShardId", &self.fence.shard_id),
+            ],
             &[&["App"]],
             &[
                 (
@@ -264,9 +266,7 @@ impl AnalyticsShard {
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         self.fold.settle();
         let dedup = self.fold.dedup.seal();
-        let Some(fence) = self.fence.clone() else {
-            return Ok(());
-        };
+        let fence = self.fence.clone();
         let Some(end) = self.extent.end().cloned() else {
             if shard_end {
                 self.store.mark_finished(&fence).await?;
@@ -274,7 +274,7 @@ impl AnalyticsShard {
             return Ok(());
         };
         let snap = AnalyticsSnapshot {
-            shard_id: self.shard_id.clone(),
+            shard_id: self.fence.shard_id.clone(),
             end,
             max_arrival: self.fold.dedup.running_max(),
             taken_at_ms: now_ms(),
@@ -334,12 +334,8 @@ impl AnalyticsShard {
 
 #[async_trait]
 impl ShardProcessor for AnalyticsShard {
-    async fn start(
-        &mut self,
-        fence: &Fence,
-        _lease: &Lease,
-    ) -> Result<StartPosition, ConsumerError> {
-        self.fence = Some(fence.clone());
+    async fn start(&mut self, _lease: &Lease) -> Result<StartPosition, ConsumerError> {
+        let fence = &self.fence;
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
         self.fold.dedup = tally_consumer::dedup::restore(
             self.store.as_ref(),
@@ -349,7 +345,8 @@ impl ShardProcessor for AnalyticsShard {
         )
         .await?;
         let sketches = self.store.trending_sketches(&fence.app).await?;
-        if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| s == &self.shard_id) {
+        if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| s == &self.fence.shard_id)
+        {
             self.fold.trending = Trending::restore(
                 self.cfg.sketch_capacity,
                 self.cfg.half_life.as_millis() as i64,
@@ -358,7 +355,7 @@ impl ShardProcessor for AnalyticsShard {
             );
         }
         let all = self.store.trending_sketches(&all_time(&fence.app)).await?;
-        if let Some((_, entries, at)) = all.iter().find(|(s, _, _)| s == &self.shard_id) {
+        if let Some((_, entries, at)) = all.iter().find(|(s, _, _)| s == &self.fence.shard_id) {
             self.fold.top_liked =
                 Trending::restore(self.cfg.sketch_capacity, ALL_TIME, entries, *at);
         }
@@ -418,9 +415,7 @@ impl AnalyticsShard {
     /// atomic write with the checkpoint: moved to `through`, or the shard finished when `None`
     /// (it is gone). Trending and latency then describe what was read, and say what was not.
     async fn give_up(&mut self, through: Option<Position>, why: &str) -> Result<(), ConsumerError> {
-        let Some(fence) = self.fence.clone() else {
-            return Ok(());
-        };
+        let fence = self.fence.clone();
         let after = self
             .checkpoint
             .as_ref()
@@ -430,7 +425,7 @@ impl AnalyticsShard {
             None => format!("records after {after} were never read"),
         };
         let gap = tally_core::dead_letter::DeadLetter::gap(
-            &self.shard_id,
+            &self.fence.shard_id,
             &fence.app,
             self.checkpoint.as_ref(),
             through.as_ref(),

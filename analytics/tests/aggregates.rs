@@ -52,8 +52,8 @@ async fn start(
         .await
         .unwrap()
         .unwrap();
-    let mut p = factory.create(shard);
-    let from = p.start(&fence, &lease(store, shard).await).await.unwrap();
+    let mut p = factory.create(&fence);
+    let from = p.start(&lease(store, shard).await).await.unwrap();
     (p, fence.epoch, from)
 }
 

@@ -66,8 +66,8 @@ pub async fn open_on_board(
             .await
             .unwrap()
             .unwrap();
-        let mut p = counter.create(&lease.shard_id);
-        p.start(&fence, &lease).await.unwrap();
+        let mut p = counter.create(&fence);
+        p.start(&lease).await.unwrap();
         let mut reader = store
             .open(&lease.shard_id, StartPosition::TrimHorizon)
             .await

@@ -41,7 +41,7 @@ impl CounterShard {
         trimmed_through: Option<Position>,
     ) -> Result<(), ConsumerError> {
         self.settle().await?;
-        let fence = self.fence()?.clone();
+        let fence = self.fence.clone();
         let pending = self.replay.clone();
         let became = pending.as_ref().map(|_| self.counting.given_up());
         let through = match (pending.as_ref().map(|p| p.end.clone()), trimmed_through) {
@@ -60,7 +60,7 @@ impl CounterShard {
             (_, None) => format!("records after {after} were never read"),
         };
         let gap = DeadLetter::gap(
-            &self.shard_id,
+            &fence.shard_id,
             &fence.app,
             self.checkpoint.as_ref(),
             if finished { None } else { through.as_ref() },
@@ -98,10 +98,7 @@ impl CounterShard {
         board::lock(&self.windows).open = None;
         // The filter as a restart at the new checkpoint would restore it (the given-up window's
         // ids were never stored).
-        let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
-        self.dedup = self
-            .restore_dedup(&fence, &st.lease, self.horizon_ms())
-            .await?;
+        self.dedup = self.restore_dedup(self.horizon_ms()).await?;
         Ok(())
     }
 

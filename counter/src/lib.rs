@@ -59,7 +59,6 @@ mod counting;
 mod gap;
 mod holders;
 pub mod rebuild;
-mod restore;
 mod writes;
 
 use board::{Board, ShardWindows};
@@ -374,7 +373,7 @@ impl Counter {
 }
 
 impl ProcessorFactory for Counter {
-    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor> {
+    fn create(&self, fence: &Fence) -> Box<dyn ShardProcessor> {
         Box::new(CounterShard {
             store: self.store.clone(),
             cfg: self.cfg.clone(),
@@ -382,10 +381,9 @@ impl ProcessorFactory for Counter {
             shows_open: self.shows_open,
             counting: self.counting.clone(),
             metrics: self.metrics.clone(),
-            shard_id: shard_id.to_owned(),
-            fence: None,
+            fence: fence.clone(),
             dedup: Dedup::new(self.cfg.dedup_horizon_ms()),
-            windows: self.board.hold(shard_id),
+            windows: self.board.hold(&fence.shard_id),
             board: self.board.clone(),
             checkpoint: None,
             replay: None,
@@ -408,9 +406,8 @@ pub struct CounterShard {
     /// How it counts, chosen when the counter was built.
     counting: Arc<dyn Counting>,
     metrics: Arc<CounterMetrics>,
-    shard_id: String,
-    /// Set by `start`.
-    fence: Option<Fence>,
+    /// The lease held: every write of the shard is fenced by it.
+    fence: Fence,
     dedup: Dedup,
     /// The open window, and the closed one being applied: shared with the worker's board.
     windows: Arc<Mutex<ShardWindows>>,
@@ -434,34 +431,33 @@ pub struct CounterShard {
 }
 
 impl CounterShard {
-    fn fence(&self) -> Result<&Fence, ConsumerError> {
-        self.fence
-            .as_ref()
-            .ok_or_else(|| ConsumerError::Inconsistent {
-                shard_id: self.shard_id.clone(),
-                detail: "processor used before start".into(),
-            })
-    }
-
     /// What this shard's writes are made with, for the lease it holds.
-    fn writes(&self) -> Result<writes::ShardWrites, ConsumerError> {
-        Ok(writes::ShardWrites {
+    fn writes(&self) -> writes::ShardWrites {
+        writes::ShardWrites {
             store: self.store.clone(),
             cfg: self.cfg.clone(),
             ctx: self.ctx.clone(),
             metrics: self.metrics.clone(),
             windows: self.windows.clone(),
-            fence: self.fence()?.clone(),
+            fence: self.fence.clone(),
             keeper: self.keeper.clone(),
-        })
+        }
     }
 
     /// What applies this shard's windows, for the lease it holds.
-    fn applier(&self) -> Result<apply::Applier, ConsumerError> {
-        Ok(apply::Applier {
-            writes: self.writes()?,
+    fn applier(&self) -> apply::Applier {
+        apply::Applier {
+            writes: self.writes(),
             counting: self.counting.clone(),
-        })
+        }
+    }
+
+    /// The duplicate filter as it stands at the shard's stored checkpoint, with `horizon_ms`
+    /// (`tally_consumer::dedup::restore`).
+    async fn restore_dedup(&self, horizon_ms: i64) -> Result<Dedup, ConsumerError> {
+        let fence = &self.fence;
+        let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
+        tally_consumer::dedup::restore(self.store.as_ref(), fence, &st.lease, horizon_ms).await
     }
 
     /// Closes the open window and applies it. A window of a shard read on (not the rebuild of a
@@ -489,7 +485,7 @@ impl CounterShard {
         let decided = tally_core::ports::Decided::from(horizon_ms);
         let latest = self.latest_created_ms.max(closed.stats.latest_created_ms);
         let evicted = self.dedup.take_evicted();
-        let applier = self.applier()?;
+        let applier = self.applier();
         self.latest_created_ms = latest;
         let end = closed.end.clone();
         let closing = apply::Closing {
@@ -511,17 +507,15 @@ impl CounterShard {
         }
         let closed = applier.apply_and_count(closing).await?;
         if evicted {
-            self.expire_dedup(horizon_ms).await;
+            let (store, backoff) = (self.store.as_ref(), &self.ctx.backoff);
+            tally_consumer::dedup::expire(store, &self.fence, &self.dedup, horizon_ms, backoff)
+                .await;
         }
         self.checkpoint = closed.end.clone();
         if self.replay.take().is_some() && self.dedup.horizon_ms() != self.horizon_ms() {
             // The completed window was built under an older horizon; what follows uses the
             // current one, restored as any restart at this checkpoint would restore it.
-            let fence = self.fence()?.clone();
-            let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
-            self.dedup = self
-                .restore_dedup(&fence, &st.lease, self.horizon_ms())
-                .await?;
+            self.dedup = self.restore_dedup(self.horizon_ms()).await?;
         }
         Ok(())
     }
@@ -535,7 +529,7 @@ impl CounterShard {
         match task.await {
             Ok(done) => done,
             Err(e) => Err(ConsumerError::Inconsistent {
-                shard_id: self.shard_id.clone(),
+                shard_id: self.fence.shard_id.clone(),
                 detail: format!("the task applying a window ended without an answer: {e}"),
             }),
         }
@@ -614,9 +608,9 @@ impl CounterShard {
             w.reserve_edges(self.last_edges);
             w
         });
-        let took = window.push_to(&self.shard_id, record, from, bound, &mut self.dedup);
+        let took = window.push_to(&self.fence.shard_id, record, from, bound, &mut self.dedup);
         let reached = window.reached(bound);
-        self.board.note_met(&self.shard_id, &mut w);
+        self.board.note_met(&self.fence.shard_id, &mut w);
         (took, reached)
     }
 }
@@ -627,12 +621,8 @@ impl ShardProcessor for CounterShard {
         self.keeper = Some(keeper);
     }
 
-    async fn start(
-        &mut self,
-        fence: &Fence,
-        lease: &Lease,
-    ) -> Result<StartPosition, ConsumerError> {
-        self.fence = Some(fence.clone());
+    async fn start(&mut self, lease: &Lease) -> Result<StartPosition, ConsumerError> {
+        let fence = &self.fence;
         let st = self.store.shard_state(&fence.app, &fence.shard_id).await?;
         debug_assert_eq!(st.lease.parents, lease.parents);
         self.checkpoint = st.lease.checkpoint.clone();
@@ -642,7 +632,8 @@ impl ShardProcessor for CounterShard {
         // A pending window is rebuilt with the horizon it was built with; a child shard also
         // remembers its ancestors' recent ids, since a retry may land across reshards.
         let horizon = self.window_horizon();
-        self.dedup = self.restore_dedup(fence, &st.lease, horizon).await?;
+        self.dedup =
+            tally_consumer::dedup::restore(self.store.as_ref(), fence, &st.lease, horizon).await?;
         if let Some(p) = &self.replay {
             tracing::info!(end = %p.end, "resuming a pending window");
         }
@@ -729,8 +720,7 @@ impl ShardProcessor for CounterShard {
             self.close_and_apply(shard_end).await?;
             self.settle().await
         } else if shard_end {
-            let fence = self.fence()?.clone();
-            Ok(self.store.mark_finished(&fence).await?)
+            Ok(self.store.mark_finished(&self.fence).await?)
         } else {
             Ok(())
         }
@@ -756,7 +746,7 @@ impl Drop for CounterShard {
         if let Some(task) = self.in_flight.take() {
             task.abort();
         }
-        self.board.release(&self.shard_id, &self.windows);
+        self.board.release(&self.fence.shard_id, &self.windows);
     }
 }
 

@@ -78,8 +78,8 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
         !edges.shows_open(),
         "the first stage's windows hold edges, no deltas"
     );
-    let mut p = edges.create(SHARD);
-    p.start(&fence, &lease).await.unwrap();
+    let mut p = edges.create(&fence);
+    p.start(&lease).await.unwrap();
     let mut reader = store.open(SHARD, StartPosition::TrimHorizon).await.unwrap();
     // The second stage, on the change log's part that holds pA and pB (each of its own part;
     // the board is asked about both).
@@ -119,8 +119,8 @@ async fn a_likers_open_window_is_shown_as_its_write_will_count_it() {
             .into_iter()
             .find(|l| l.shard_id == part.shard_id)
             .unwrap();
-        let mut c = changes.create(&part.shard_id);
-        let from = c.start(&f, &l).await.unwrap();
+        let mut c = changes.create(&f);
+        let from = c.start(&l).await.unwrap();
         counted.push((c, log.open(&part.shard_id, from).await.unwrap()));
     }
     // A change-log shard's counter and its reader.
@@ -266,8 +266,8 @@ async fn a_window_being_written_is_shown_until_it_is_counted() {
     };
     let board = Arc::new(Board::default());
     let counter = counter_on(&store, cfg, &board).await;
-    let mut p = counter.create(shard);
-    p.start(&fence, &lease).await.unwrap();
+    let mut p = counter.create(&fence);
+    p.start(&lease).await.unwrap();
     let mut reader = store
         .open(shard, tally_core::ports::StartPosition::TrimHorizon)
         .await
@@ -368,8 +368,8 @@ async fn an_answer_asks_the_shards_holding_its_posts_and_misses_none() {
             .into_iter()
             .find(|l| l.shard_id == s.shard_id)
             .unwrap();
-        let mut p = counter.create(&s.shard_id);
-        p.start(&fence, &lease).await.unwrap();
+        let mut p = counter.create(&fence);
+        p.start(&lease).await.unwrap();
         let reader = store
             .open(&s.shard_id, tally_core::ports::StartPosition::TrimHorizon)
             .await

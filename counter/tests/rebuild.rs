@@ -86,8 +86,8 @@ async fn a_rebuild_that_misses_the_window_s_first_record_is_a_gap() {
         .unwrap()
         .unwrap();
     let lease = store.list_leases("counter").await.unwrap().remove(0);
-    let mut p = counter.create(shard);
-    let from = p.start(&fence, &lease).await.unwrap();
+    let mut p = counter.create(&fence);
+    let from = p.start(&lease).await.unwrap();
     assert_eq!(from, StartPosition::TrimHorizon);
     let mut reader = store.open(shard, from).await.unwrap();
     let mut batch: ReadBatch = reader.next_batch(1_000).await.unwrap();

@@ -82,10 +82,10 @@ impl Router {
 }
 
 impl ProcessorFactory for Router {
-    fn create(&self, _shard_id: &str) -> Box<dyn ShardProcessor> {
+    fn create(&self, fence: &Fence) -> Box<dyn ShardProcessor> {
         Box::new(RouterShard {
             shared: self.0.clone(),
-            fence: None,
+            fence: fence.clone(),
             checkpoint: None,
             max_arrival: i64::MIN,
         })
@@ -95,16 +95,12 @@ impl ProcessorFactory for Router {
 /// One held shard's router.
 struct RouterShard {
     shared: Arc<Shared>,
-    fence: Option<Fence>,
+    fence: Fence,
     checkpoint: Option<Position>,
     max_arrival: i64,
 }
 
 impl RouterShard {
-    fn fence(&self) -> &Fence {
-        self.fence.as_ref().expect("started")
-    }
-
     /// The other regions whose posts a record's likes are of (none for a record this region
     /// counts alone, or one it cannot read: the local counter dead-letters it).
     fn homes_of<'a>(&'a self, r: &StreamRecord) -> BTreeSet<&'a str> {
@@ -128,22 +124,26 @@ impl RouterShard {
         first: &StreamRecord,
         end: Position,
     ) -> Result<(), ConsumerError> {
-        let fence = self.fence().clone();
         let decided = Decided::from(0);
         self.shared
             .store
-            .begin_window(&fence, self.checkpoint.as_ref(), &first.seq, &end, decided)
+            .begin_window(
+                &self.fence,
+                self.checkpoint.as_ref(),
+                &first.seq,
+                &end,
+                decided,
+            )
             .await?;
         self.finish(end).await
     }
 
     /// Moves the checkpoint to the window recorded as pending at `end`.
     async fn finish(&mut self, end: Position) -> Result<(), ConsumerError> {
-        let fence = self.fence().clone();
         let spent = ShardTally::default();
         self.shared
             .store
-            .finish_window(&fence, &end, self.max_arrival, false, &spent, None)
+            .finish_window(&self.fence, &end, self.max_arrival, false, &spent, None)
             .await?;
         self.checkpoint = Some(end);
         Ok(())
@@ -152,20 +152,12 @@ impl RouterShard {
 
 #[async_trait]
 impl ShardProcessor for RouterShard {
-    async fn start(
-        &mut self,
-        fence: &Fence,
-        lease: &Lease,
-    ) -> Result<StartPosition, ConsumerError> {
-        self.fence = Some(fence.clone());
+    async fn start(&mut self, lease: &Lease) -> Result<StartPosition, ConsumerError> {
         self.checkpoint = lease.checkpoint.clone();
         self.max_arrival = lease.max_arrival;
         // Killed between a batch's begin and finish: its puts were all made (they come first).
-        let state = self
-            .shared
-            .store
-            .shard_state(&fence.app, &fence.shard_id)
-            .await?;
+        let (app, shard_id) = (&self.fence.app, &self.fence.shard_id);
+        let state = self.shared.store.shard_state(app, shard_id).await?;
         if let Some(p) = state.pending {
             self.finish(p.end).await?;
         }
@@ -239,15 +231,14 @@ impl ShardProcessor for RouterShard {
 
     async fn flush(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         if shard_end {
-            let fence = self.fence().clone();
-            self.shared.store.mark_finished(&fence).await?;
+            self.shared.store.mark_finished(&self.fence).await?;
         }
         Ok(())
     }
 
     async fn shard_gone(&mut self) -> Result<(), ConsumerError> {
         tracing::error!(
-            shard = %self.fence().shard_id,
+            shard = %self.fence.shard_id,
             "the stream's retention trimmed records the router had not routed: their likes are not counted in their home regions"
         );
         self.flush(true).await

@@ -336,7 +336,6 @@ struct PostParams {
 }
 
 use params::time_param;
-pub use params::MAX_TIME_MS;
 
 /// The time "since" asks from: `since` (a duration) if given, else `since_ms`; `since_ms` is
 /// checked either way (a value the document refuses is refused, whatever else is given).

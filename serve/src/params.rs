@@ -136,11 +136,8 @@ pub fn time_param(name: &str, v: Option<i64>) -> Result<Option<i64>, ApiError> {
     }
 }
 
-/// The grammar of a `since` duration, as the document's pattern states it: a whole number of 1
-/// to 9 digits without a leading zero, and a unit.
-pub const SINCE_PATTERN: &str = "^[1-9][0-9]{0,8}[smhd]$";
-
-/// A `since` duration (`15m`, `2h`, `7d`: [`SINCE_PATTERN`]) as the time it reaches back to, in
+/// A `since` duration (`15m`, `2h`, `7d`: as the document's pattern states it, a whole number of
+/// 1 to 9 digits without a leading zero, and a unit) as the time it reaches back to, in
 /// ms since the epoch (`now_ms` less the duration; a duration longer than the time since the
 /// epoch reaches back to it: every like), or a 400 naming it. A point in time is `since_ms`.
 pub fn since_param(name: &str, v: &str, now_ms: i64) -> Result<i64, ApiError> {
@@ -171,21 +168,17 @@ pub fn since_param(name: &str, v: &str, now_ms: i64) -> Result<i64, ApiError> {
     Ok(now_ms.saturating_sub(n.saturating_mul(unit_ms)).max(0))
 }
 
-/// The dead letters' page cursor as the document states it: the URL-safe base64 alphabet, 1 to
-/// 1,024 characters.
-pub const CURSOR_PATTERN: &str = "^[A-Za-z0-9_-]{1,1024}$";
-
 /// Encodes a page's position (the last letter's shard and key) as its `next` cursor.
 pub fn encode_cursor(c: &tally_core::ports::LetterCursor) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}\n{}", c.shard_id, c.key))
 }
 
-/// The position a cursor names. Every string of [`CURSOR_PATTERN`] names one: a page's `next`
-/// decodes to the page's last letter; any other string decodes (leniently: trailing bits and a
-/// dangling last character ignored, bytes that are not UTF-8 replaced) to some position in key
-/// order — the shard before its first newline, the key after it, an empty one the start — and
-/// the page starts after it.
+/// The position a cursor names. Every string of the document's cursor pattern (the URL-safe
+/// base64 alphabet, 1 to 1,024 characters) names one: a page's `next` decodes to the page's last
+/// letter; any other string decodes (leniently: trailing bits and a dangling last character
+/// ignored, bytes that are not UTF-8 replaced) to some position in key order — the shard before
+/// its first newline, the key after it, an empty one the start — and the page starts after it.
 /// `None`: not of the pattern.
 pub fn decode_cursor(s: &str) -> Option<tally_core::ports::LetterCursor> {
     use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};

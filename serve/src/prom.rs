@@ -41,18 +41,6 @@ fn gauge(reg: &mut Registry, name: &str, help: &str, v: i64) {
     reg.register(name, help, g);
 }
 
-fn counter(reg: &mut Registry, name: &str, help: &str, labels: &[(&str, &str)], v: u64) {
-    let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
-    f.get_or_create(
-        &labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    )
-    .inc_by(v);
-    reg.register(name, help, f);
-}
-
 fn render(reg: &Registry) -> anyhow::Result<String> {
     let mut out = String::new();
     encode(&mut out, reg)?;
@@ -260,12 +248,11 @@ fn app_label(app: &str) -> Labels {
 /// (the worker's: its stages share one retry count).
 fn lease_metrics(reg: &mut Registry, stages: &[(&str, &LeaseMetrics)]) {
     if let Some((app, _)) = stages.first() {
-        counter(
+        counters(
             reg,
             "retries",
             "Throttled, failed or unanswered store and stream calls tried again",
-            &[("app", app)],
-            tally_consumer::retry::retries(),
+            &[(app_label(app), tally_consumer::retry::retries())],
         );
     }
     let of = |f: fn(&LeaseMetrics) -> &AtomicU64| -> Vec<(Labels, u64)> {
@@ -412,38 +399,78 @@ pub fn counter_metrics(run: &CounterRun) -> anyhow::Result<String> {
 
 /// An analytics worker's own metrics.
 pub fn analytics_metrics(m: &AnalyticsMetrics, l: &LeaseMetrics) -> anyhow::Result<String> {
-    let mut reg = Registry::with_prefix("tally");
-    let a = [("app", apps::ANALYTICS)];
-    for (name, help, v) in [
-        ("records", "Records read", &m.records),
-        (
-            "likes",
-            "Like events folded into trending and latency",
-            &m.likes,
-        ),
-        ("snapshots", "Analytics snapshots stored", &m.snapshots),
-    ] {
-        counter(&mut reg, name, help, &a, v.load(Ordering::Relaxed));
-    }
-    lease_metrics(&mut reg, &[(apps::ANALYTICS, l)]);
-    render(&reg)
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let likes = "Like events folded into trending and latency";
+    worker_metrics(
+        apps::ANALYTICS,
+        &[
+            ("records", "Records read", load(&m.records)),
+            ("likes", likes, load(&m.likes)),
+            (
+                "snapshots",
+                "Analytics snapshots stored",
+                load(&m.snapshots),
+            ),
+        ],
+        l,
+    )
 }
 
 /// The router's metrics (`tally route --http`): records read and put to other regions, and its
 /// leases.
 pub fn router_metrics(records: u64, routed: u64, l: &LeaseMetrics) -> anyhow::Result<String> {
+    let routed_help =
+        "Records put to another region's stream (once per region they have likes for)";
+    worker_metrics(
+        apps::ROUTER,
+        &[
+            ("records", "Records read", records),
+            ("routed", routed_help, routed),
+        ],
+        l,
+    )
+}
+
+/// A one-stage worker's metrics: its counters (name, help, value) and its leases.
+fn worker_metrics(
+    app: &str,
+    samples: &[(&str, &str, u64)],
+    l: &LeaseMetrics,
+) -> anyhow::Result<String> {
     let mut reg = Registry::with_prefix("tally");
-    let a = [("app", apps::ROUTER)];
-    for (name, help, v) in [
-        ("records", "Records read", records),
-        (
-            "routed",
-            "Records put to another region's stream (once per region they have likes for)",
-            routed,
-        ),
-    ] {
-        counter(&mut reg, name, help, &a, v);
+    for (name, help, v) in samples {
+        counters(&mut reg, name, help, &[(app_label(app), *v)]);
     }
-    lease_metrics(&mut reg, &[(apps::ROUTER, l)]);
+    lease_metrics(&mut reg, &[(app, l)]);
     render(&reg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-stage workers' metrics: each counter once, labelled with the app, beside the
+    /// leases' families and the retries.
+    #[test]
+    fn analytics_and_router_metrics_name_their_app() {
+        let m = AnalyticsMetrics::default();
+        m.likes.store(7, Ordering::Relaxed);
+        let text = analytics_metrics(&m, &LeaseMetrics::default()).unwrap();
+        for line in [
+            "tally_records_total{app=\"analytics\"} 0",
+            "tally_likes_total{app=\"analytics\"} 7",
+            "tally_snapshots_total{app=\"analytics\"} 0",
+            "tally_leases_taken_total{app=\"analytics\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE tally_retries counter").count(), 1);
+        let text = router_metrics(3, 2, &LeaseMetrics::default()).unwrap();
+        for line in [
+            "tally_records_total{app=\"router\"} 3",
+            "tally_routed_total{app=\"router\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
 }

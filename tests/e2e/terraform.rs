@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hcl::{Block, Body, Expression, ObjectKey};
 
+use crate::common::iam;
+
 fn terraform() -> Vec<Body> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("terraform");
     let mut bodies = Vec::new();
@@ -194,23 +196,23 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
         // Both applications' roles carry the one worker document (terraform/iam.tf).
         (
             "worker",
-            tally_aws::KINESIS_CONSUMER_ACTIONS,
-            tally_aws::DYNAMODB_COUNTER_ACTIONS,
+            iam::KINESIS_CONSUMER_ACTIONS,
+            iam::DYNAMODB_COUNTER_ACTIONS,
         ),
         (
             "worker",
-            tally_aws::KINESIS_CONSUMER_ACTIONS,
-            tally_aws::DYNAMODB_ANALYTICS_ACTIONS,
+            iam::KINESIS_CONSUMER_ACTIONS,
+            iam::DYNAMODB_ANALYTICS_ACTIONS,
         ),
         (
             "producer",
-            tally_aws::KINESIS_PRODUCER_ACTIONS,
-            tally_aws::DYNAMODB_PRODUCER_ACTIONS,
+            iam::KINESIS_PRODUCER_ACTIONS,
+            iam::DYNAMODB_PRODUCER_ACTIONS,
         ),
         (
             "operator",
-            tally_aws::KINESIS_OPERATOR_ACTIONS,
-            tally_aws::DYNAMODB_OPERATOR_ACTIONS,
+            iam::KINESIS_OPERATOR_ACTIONS,
+            iam::DYNAMODB_OPERATOR_ACTIONS,
         ),
     ];
     for (role, kinesis, dynamodb) in roles {
@@ -237,7 +239,7 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
         .map(|(_, a)| a.to_string())
         .collect();
     assert!(
-        streams.is_subset(&set(tally_aws::DYNAMODB_COUNTER_ACTIONS)),
+        streams.is_subset(&set(iam::DYNAMODB_COUNTER_ACTIONS)),
         "the counter reads the change log"
     );
     for role in ["worker", "producer", "operator", "serve", "router"] {
@@ -271,26 +273,17 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
     let router = policy_actions(&bodies, "router");
     assert_eq!(
         only(&router, "kinesis"),
-        set(tally_aws::KINESIS_ROUTER_PUT_ACTIONS)
+        set(iam::KINESIS_ROUTER_PUT_ACTIONS)
     );
     assert_eq!(only(&router, "kms"), set(&["kms:GenerateDataKey"]));
-    assert_eq!(
-        router.len(),
-        tally_aws::KINESIS_ROUTER_PUT_ACTIONS.len() + 1
-    );
+    assert_eq!(router.len(), iam::KINESIS_ROUTER_PUT_ACTIONS.len() + 1);
     // The read side reads the tables and checks the stream, nothing more (no records, no key).
     let serve = policy_actions(&bodies, "serve");
-    assert_eq!(
-        only(&serve, "kinesis"),
-        set(tally_aws::KINESIS_SERVE_ACTIONS)
-    );
-    assert_eq!(
-        only(&serve, "dynamodb"),
-        set(tally_aws::DYNAMODB_SERVE_ACTIONS)
-    );
+    assert_eq!(only(&serve, "kinesis"), set(iam::KINESIS_SERVE_ACTIONS));
+    assert_eq!(only(&serve, "dynamodb"), set(iam::DYNAMODB_SERVE_ACTIONS));
     assert_eq!(
         serve.len(),
-        tally_aws::KINESIS_SERVE_ACTIONS.len() + tally_aws::DYNAMODB_SERVE_ACTIONS.len()
+        iam::KINESIS_SERVE_ACTIONS.len() + iam::DYNAMODB_SERVE_ACTIONS.len()
     );
     for a in &serve {
         assert!(
@@ -303,10 +296,10 @@ fn iam_grants_each_role_exactly_what_the_code_calls() {
     // A backfill reads the application's own table, nothing of tally's (the producer's policy
     // puts its records).
     let backfill = policy_actions(&bodies, "backfill");
-    assert_eq!(backfill, set(tally_aws::DYNAMODB_BACKFILL_ACTIONS));
+    assert_eq!(backfill, set(iam::DYNAMODB_BACKFILL_ACTIONS));
     // The workers never scan: listing dead letters is the operator's.
-    assert!(!tally_aws::DYNAMODB_COUNTER_ACTIONS.contains(&"dynamodb:Scan"));
-    assert!(!tally_aws::DYNAMODB_ANALYTICS_ACTIONS.contains(&"dynamodb:Scan"));
+    assert!(!iam::DYNAMODB_COUNTER_ACTIONS.contains(&"dynamodb:Scan"));
+    assert!(!iam::DYNAMODB_ANALYTICS_ACTIONS.contains(&"dynamodb:Scan"));
 }
 
 /// Calls of the Kinesis client, as IAM actions.
@@ -454,16 +447,16 @@ fn actions_called_in_source() -> BTreeSet<String> {
 #[test]
 fn the_grants_are_the_code_s_calls() {
     let granted: BTreeSet<String> = [
-        tally_aws::KINESIS_CONSUMER_ACTIONS,
-        tally_aws::KINESIS_PRODUCER_ACTIONS,
-        tally_aws::KINESIS_OPERATOR_ACTIONS,
-        tally_aws::DYNAMODB_COUNTER_ACTIONS,
-        tally_aws::DYNAMODB_ANALYTICS_ACTIONS,
-        tally_aws::DYNAMODB_PRODUCER_ACTIONS,
-        tally_aws::DYNAMODB_OPERATOR_ACTIONS,
-        tally_aws::KINESIS_SERVE_ACTIONS,
-        tally_aws::DYNAMODB_SERVE_ACTIONS,
-        tally_aws::DYNAMODB_BACKFILL_ACTIONS,
+        iam::KINESIS_CONSUMER_ACTIONS,
+        iam::KINESIS_PRODUCER_ACTIONS,
+        iam::KINESIS_OPERATOR_ACTIONS,
+        iam::DYNAMODB_COUNTER_ACTIONS,
+        iam::DYNAMODB_ANALYTICS_ACTIONS,
+        iam::DYNAMODB_PRODUCER_ACTIONS,
+        iam::DYNAMODB_OPERATOR_ACTIONS,
+        iam::KINESIS_SERVE_ACTIONS,
+        iam::DYNAMODB_SERVE_ACTIONS,
+        iam::DYNAMODB_BACKFILL_ACTIONS,
     ]
     .iter()
     .flat_map(|a| a.iter().map(|s| s.to_string()))

@@ -15,8 +15,7 @@ pub trait ShardProcessor: Send {
     /// it with [`LeaseKeeper::extended`], and the renewal loop renews that much later.
     fn keep_lease(&mut self, _keeper: LeaseKeeper) {}
     /// Loads the shard's stored state after its lease was taken; returns where to read from.
-    async fn start(&mut self, fence: &Fence, lease: &Lease)
-        -> Result<StartPosition, ConsumerError>;
+    async fn start(&mut self, lease: &Lease) -> Result<StartPosition, ConsumerError>;
     /// Folds a batch; may apply windows as they fill.
     async fn process(&mut self, batch: &ReadBatch, now_ms: i64) -> Result<(), ConsumerError>;
     /// Gives a time-based window the chance to close.
@@ -40,6 +39,7 @@ pub trait ShardProcessor: Send {
 
 /// Makes a processor per shard.
 pub trait ProcessorFactory: Send + Sync {
-    /// A processor for a shard whose lease was just taken.
-    fn create(&self, shard_id: &str) -> Box<dyn ShardProcessor>;
+    /// A processor for a shard whose lease was just taken (`fence`: the lease held, which
+    /// every write of the processor is fenced by).
+    fn create(&self, fence: &Fence) -> Box<dyn ShardProcessor>;
 }

@@ -50,7 +50,7 @@ pub(super) fn spawn_shard(w: &super::Worker, fence: Fence, lease: Lease) -> Runn
     let (stop_tx, stop_rx) = watch::channel(false);
     let idle_at = Arc::new(Mutex::new(None));
     let asked_by = Arc::new(Mutex::new(None));
-    let processor = deps.factory.create(&fence.shard_id);
+    let processor = deps.factory.create(&fence);
     let keeper = LeaseKeeper::new(cfg, ctx, lease.expires_ms, asked_by.clone());
     let span = tracing::info_span!("shard", app = %ctx.app, shard_id = %fence.shard_id);
     let task = ShardTask {
@@ -188,7 +188,7 @@ impl ShardTask {
         processor: &mut dyn ShardProcessor,
     ) -> Result<ShardEnd, ConsumerError> {
         processor.keep_lease(self.keeper.clone());
-        let from = processor.start(&self.fence, &self.lease).await?;
+        let from = processor.start(&self.lease).await?;
         let shard_id = self.fence.shard_id.clone();
         let stream = self.deps.stream.clone();
         let opened = with_backoff(&self.ctx.backoff, "open shard", || {

@@ -171,11 +171,6 @@ pub trait WindowWriter: LeaseStore + DedupStore {
 /// stage counts that log ([`EdgeWriter::change_log`]) through the window protocol.
 #[async_trait]
 pub trait EdgeWriter: Send + Sync {
-    /// How many edges one [`EdgeWriter::write_edges`] call takes when `counter.posts_per_batch`
-    /// does not say.
-    fn edges_per_call(&self) -> usize {
-        DEFAULT_POSTS_PER_CALL
-    }
     /// Writes the edges (in the store's key order: post, then user), each by
     /// [`crate::edge::apply`], and logs each change. An edge whose write failed for a reason a
     /// retry may mend is named in [`EdgesWritten::retry`] while the others are done; a failure

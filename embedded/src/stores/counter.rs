@@ -247,11 +247,6 @@ impl WindowWriter for Embedded {
 
 #[async_trait]
 impl EdgeWriter for Embedded {
-    /// As many as a window's posts: one transaction each part.
-    fn edges_per_call(&self) -> usize {
-        self.posts_per_call()
-    }
-
     /// Each part's edges (`edge_parts`) written at once, each in a transaction of its own that
     /// logs its changes (`edges::write_edges`): a part that failed for a passing reason is sent
     /// again, the parts done are not.

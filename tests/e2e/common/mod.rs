@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 pub mod fault_proxy;
+pub mod iam;
 #[cfg(feature = "aws-local")]
 pub mod replicator;
 
