@@ -87,7 +87,10 @@ impl Extent {
                 Took::Whole
             }
         };
-        Position::move_to(&mut self.end, &record.seq, took.sub());
+        self.end = Some(Position {
+            seq: record.seq.clone(),
+            sub: took.sub(),
+        });
         took
     }
 

@@ -36,16 +36,6 @@ pub enum Format {
     Dynamodb,
 }
 
-impl Format {
-    /// Its name in the settings (`events`, `dynamodb`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Format::Events => "events",
-            Format::Dynamodb => "dynamodb",
-        }
-    }
-}
-
 /// The unit of `ApproximateCreationDateTime`, as the table's streaming destination is set
 /// (`ApproximateCreationDateTimePrecision`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

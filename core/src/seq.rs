@@ -109,22 +109,6 @@ impl Position {
         }
     }
 
-    /// Sets `end` to `seq` (with `sub`): a window remembers its last record once per record.
-    pub fn move_to(end: &mut Option<Position>, seq: &SeqNo, sub: Option<u32>) {
-        match end {
-            Some(e) => {
-                e.seq.clone_from(seq);
-                e.sub = sub;
-            }
-            None => {
-                *end = Some(Position {
-                    seq: seq.clone(),
-                    sub,
-                })
-            }
-        }
-    }
-
     /// The first user record of `seq` not covered by this position, when it covers part of that
     /// record: where reading the record resumes (0: the record is not covered at all).
     pub fn resume_in(this: Option<&Position>, seq: &SeqNo) -> u32 {

@@ -241,23 +241,6 @@ impl Trending {
             })
             .collect()
     }
-
-    /// The `k` highest.
-    pub fn top(&self, k: usize) -> Vec<TrendingEntry> {
-        let mut e = self.entries();
-        e.truncate(k);
-        e
-    }
-
-    /// How many posts are kept (never more than the capacity).
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether no post is kept.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// Merges per-shard sketches (each `(entries, at_ms)`) into one top-`k`, decayed to the latest time.
@@ -298,6 +281,13 @@ pub fn merge(
 mod tests {
     use super::*;
 
+    /// The `k` highest.
+    fn top(t: &Trending, k: usize) -> Vec<TrendingEntry> {
+        let mut e = t.entries();
+        e.truncate(k);
+        e
+    }
+
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9 * b.abs().max(1.0)
     }
@@ -319,7 +309,7 @@ mod tests {
             1.0
         ));
         t.add("b", 2_000);
-        let top = t.top(1);
+        let top = top(&t, 1);
         assert_eq!(top[0].post_id, "b");
         assert!(close(top[0].score, 1.5));
     }
@@ -333,10 +323,10 @@ mod tests {
                 t.add("viral", i);
             }
         }
-        assert_eq!(t.len(), 50);
-        assert_eq!(t.top(1)[0].post_id, "viral");
+        assert_eq!(t.entries().len(), 50);
+        assert_eq!(top(&t, 1)[0].post_id, "viral");
         // Exactly 25,000 likes of "viral", decayed; its error is 0 because it was never evicted.
-        let top = &t.top(1)[0];
+        let top = &top(&t, 1)[0];
         assert_eq!(top.error, 0.0);
         let lambda = std::f64::consts::LN_2 / 3_600_000.0;
         let exact: f64 = (0..100_000i64)
@@ -435,7 +425,7 @@ mod tests {
         let mut t = Trending::new(10, 1);
         t.add("a", 0);
         t.add("a", 1_000); // forces a rescale (1000 half-lives)
-        assert!(close(t.top(1)[0].score, 1.0));
+        assert!(close(top(&t, 1)[0].score, 1.0));
     }
 
     #[test]

@@ -37,15 +37,9 @@ pub fn post_count(
     }
     let mut units = query_units(post_id, &live);
     let total = total(&live);
-    let marks = live
-        .iter()
-        .filter_map(|(sk, a)| {
-            let shard = sk.strip_prefix(LIVE_PREFIX)?;
-            match a.get("w")? {
-                Val::S(w) => Some((shard.to_owned(), w.clone())),
-                Val::N(_) => None,
-            }
-        })
+    let marks = live_markers(&live)
+        .into_iter()
+        .map(|(shard, w)| (shard.to_owned(), w.to_owned()))
         .collect();
     let since = since.map(|(t, hours, days)| {
         units += query_units(post_id, &hours) + query_units(post_id, &days);

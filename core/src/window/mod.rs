@@ -279,11 +279,6 @@ impl WindowBuilder {
         out
     }
 
-    /// The record the window's first user record came from, if any.
-    pub fn first(&self) -> Option<&SeqNo> {
-        self.first.as_ref()
-    }
-
     /// Closes the window, sealing its first-seen ids.
     pub fn close(mut self, dedup: &mut Dedup) -> ClosedWindow {
         let (posts, edges) = match self.content.folded {
@@ -611,7 +606,6 @@ mod tests {
         assert!(!w.reached(Bound::Size(10)));
         // Holding only the rest of an aggregate, it counts no new record, yet it is not empty:
         // a flush at the shard's end (or when caught up) must apply it, not skip it.
-        assert_eq!(w.first(), Some(&agg.seq));
         assert!(!w.is_empty());
         let two = w.close(&mut dedup);
         assert_eq!(two.first, Some(agg.seq.clone()));
