@@ -27,12 +27,13 @@ use tally_core::clock::now_ms;
 use tally_core::edge::{EdgeChange, EdgeState, EDGE_PREFIX};
 use tally_core::item::{Attrs, Val};
 use tally_core::ports::{
-    PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
-    Stream, StreamRecord,
+    PortError, PortResult, PutEntry, PutOutcome, ShardInfo, ShardReader, StartPosition, Stream,
+    StreamRecord,
 };
 use tally_core::SeqNo;
 
 use crate::errors::{map, CallError, ServiceError, Target};
+use crate::reader::{IteratorReader, Page, Refused, ShardIterators};
 use crate::AwsSettings;
 
 /// The first byte of a record that is no edge change: not [`tally_core::edge::CHANGE_V1`] (nor
@@ -209,17 +210,13 @@ impl Stream for EdgeLog {
 
     async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>> {
         let arn = self.arn().await?;
-        let mut r = ChangeReader {
+        let shard = ChangeShard {
             resource: format!("shard {shard_id} of stream {arn}"),
             log: self.clone(),
             arn,
             shard_id: shard_id.to_owned(),
-            start: from,
-            iterator: None,
-            last: None,
         };
-        r.iterator = Some(r.new_iterator().await?);
-        Ok(Box::new(r))
+        IteratorReader::open(shard, from).await
     }
 
     async fn put_records(&self, _entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {
@@ -229,9 +226,9 @@ impl Stream for EdgeLog {
     }
 }
 
-/// A reader on one shard of the stream: an iterator, and the last delivered sequence number to
-/// get a new one after when it expires (DynamoDB Streams' iterators last 15 minutes).
-struct ChangeReader {
+/// One shard of the log's stream, read by iterators ([`IteratorReader`]; DynamoDB Streams'
+/// iterators last 15 minutes).
+struct ChangeShard {
     /// The log's clients and messages.
     log: EdgeLog,
     /// The stream's ARN, as its iterators are asked for.
@@ -240,23 +237,14 @@ struct ChangeReader {
     shard_id: String,
     /// The shard, named in messages.
     resource: String,
-    /// Where the reader started, for a new iterator before anything was delivered.
-    start: StartPosition,
-    /// The next iterator; `None` after the shard's end.
-    iterator: Option<String>,
-    /// The last record delivered.
-    last: Option<SeqNo>,
 }
 
-impl ChangeReader {
-    /// An iterator at the reader's place: right after the last record delivered, else where it
-    /// started.
-    async fn new_iterator(&self) -> PortResult<String> {
-        let from = match &self.last {
-            Some(s) => StartPosition::AfterSequence(s.clone()),
-            None => self.start.clone(),
-        };
-        let (kind, seq, at) = crate::kinesis::iterator_start::<ShardIteratorType>(&from);
+#[async_trait]
+impl ShardIterators for ChangeShard {
+    const MAX_RECORDS: usize = MAX_RECORDS_PER_READ;
+
+    async fn iterator(&self, from: &StartPosition) -> PortResult<String> {
+        let (kind, seq, at) = crate::kinesis::iterator_start::<ShardIteratorType>(from);
         let resp = self
             .log
             .streams
@@ -277,93 +265,30 @@ impl ChangeReader {
         })
     }
 
-    /// One `GetRecords` at `iterator`; a refusal as trimmed told apart.
-    async fn get_records(&self, iterator: &str, limit: i32) -> Result<Records, Failed> {
-        match self
-            .log
-            .streams
-            .get_records()
-            .shard_iterator(iterator)
-            .limit(limit)
-            .send()
-            .await
-        {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                let trimmed = e.as_service_error().and_then(|s| s.code())
-                    == Some("TrimmedDataAccessException");
-                let e = self.log.err("dynamodb:GetRecords", &self.resource, e);
-                Err(if trimmed {
-                    Failed::Trimmed(e)
-                } else {
-                    Failed::Port(e)
-                })
+    async fn read(&self, iterator: &str, limit: i32) -> Result<Page, Refused> {
+        let call = self.log.streams.get_records().shard_iterator(iterator);
+        let resp = call.limit(limit).send().await.map_err(|e| {
+            let trimmed =
+                e.as_service_error().and_then(|s| s.code()) == Some("TrimmedDataAccessException");
+            let e = self.log.err("dynamodb:GetRecords", &self.resource, e);
+            if trimmed {
+                Refused::Trimmed(e)
+            } else {
+                Refused::Port(e)
             }
-        }
-    }
-
-    /// Reads at `iterator`, once more at a new iterator where the first was refused: expired
-    /// (a new one right after the last delivered record: nothing skipped or repeated), or — a
-    /// reader at the shard's trim horizon with nothing delivered yet — refused as trimmed, which
-    /// an iterator taken while the shard was empty is, on DynamoDB Local, once records come (a
-    /// new one at the trim horizon is the oldest record there is: nothing can be skipped).
-    async fn read(&mut self, iterator: String, limit: i32) -> PortResult<Records> {
-        let fresh_start = self.last.is_none() && matches!(self.start, StartPosition::TrimHorizon);
-        match self.get_records(&iterator, limit).await {
-            Ok(r) => Ok(r),
-            Err(Failed::Port(PortError::IteratorExpired(_))) => self.again(limit).await,
-            Err(Failed::Trimmed(_)) if fresh_start => self.again(limit).await,
-            Err(Failed::Port(e) | Failed::Trimmed(e)) => Err(e),
-        }
-    }
-
-    /// A read at a new iterator ([`ChangeReader::new_iterator`]).
-    async fn again(&mut self, limit: i32) -> PortResult<Records> {
-        let it = self.new_iterator().await?;
-        self.iterator = Some(it.clone());
-        self.get_records(&it, limit).await.map_err(|f| match f {
-            Failed::Port(e) | Failed::Trimmed(e) => e,
-        })
-    }
-}
-
-/// What `GetRecords` answers.
-type Records = aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput;
-
-/// Why a `GetRecords` failed: records trimmed before the iterator's position, or anything else.
-enum Failed {
-    Trimmed(PortError),
-    Port(PortError),
-}
-
-#[async_trait]
-impl ShardReader for ChangeReader {
-    async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch> {
-        let Some(iterator) = self.iterator.clone() else {
-            return Ok(ReadBatch {
-                shard_end: true,
-                millis_behind_latest: Some(0),
-                ..ReadBatch::default()
-            });
-        };
-        let limit = limit.clamp(1, MAX_RECORDS_PER_READ) as i32;
-        let resp = self.read(iterator, limit).await?;
-        let records = resp
+        })?;
+        let records: Vec<StreamRecord> = resp
             .records()
             .iter()
             .map(|r| change_record(r, &self.resource))
-            .collect::<PortResult<Vec<_>>>()?;
-        if let Some(last) = records.last() {
-            self.last = Some(last.seq.clone());
-        }
-        self.iterator = resp.next_shard_iterator().map(str::to_owned);
-        Ok(ReadBatch {
+            .collect::<PortResult<_>>()
+            .map_err(Refused::Port)?;
+        Ok(Page {
             millis_behind_latest: Some(behind(&records, now_ms())),
             records,
-            shard_end: self.iterator.is_none(),
+            next: resp.next_shard_iterator().map(str::to_owned),
             // The runtime finds a closed shard's children by listing the shards again.
             child_shards: Vec::new(),
-            trimmed_through: None,
         })
     }
 }

@@ -6,12 +6,13 @@ use aws_sdk_kinesis::primitives::{Blob, DateTime};
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_kinesis::Client;
 use tally_core::ports::{
-    PortError, PortResult, PutEntry, PutOutcome, ReadBatch, ShardInfo, ShardReader, StartPosition,
-    Stream, StreamRecord,
+    PortError, PortResult, PutEntry, PutOutcome, ShardInfo, ShardReader, StartPosition, Stream,
+    StreamRecord,
 };
 use tally_core::SeqNo;
 
 use crate::errors::{map, CallError, ServiceError, Target};
+use crate::reader::{IteratorReader, Page, Refused, ShardIterators};
 use crate::AwsSettings;
 
 /// A Kinesis data stream.
@@ -145,15 +146,11 @@ impl Stream for KinesisStream {
     }
 
     async fn open(&self, shard_id: &str, from: StartPosition) -> PortResult<Box<dyn ShardReader>> {
-        let mut r = KinesisReader {
+        let shard = KinesisShard {
             stream: self.clone(),
             shard_id: shard_id.to_owned(),
-            start: from,
-            iterator: None,
-            last: None,
         };
-        r.iterator = Some(r.new_iterator().await?);
-        Ok(Box::new(r))
+        IteratorReader::open(shard, from).await
     }
 
     async fn put_records(&self, entries: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {
@@ -190,37 +187,27 @@ impl Stream for KinesisStream {
     }
 }
 
-/// A reader on one shard: an iterator, and the last delivered sequence number to get a new one
-/// after when it expires.
-struct KinesisReader {
+/// One shard of a Kinesis stream, read by iterators ([`IteratorReader`]).
+struct KinesisShard {
     stream: KinesisStream,
     shard_id: String,
-    /// Where the reader started, for a new iterator before anything was delivered.
-    start: StartPosition,
-    /// The next iterator; `None` after the shard's end.
-    iterator: Option<String>,
-    /// The last record delivered.
-    last: Option<SeqNo>,
 }
 
-impl KinesisReader {
-    async fn new_iterator(&self) -> PortResult<String> {
-        let from = match &self.last {
-            Some(s) => StartPosition::AfterSequence(s.clone()),
-            None => self.start.clone(),
-        };
-        let mut req = self
+#[async_trait]
+impl ShardIterators for KinesisShard {
+    const MAX_RECORDS: usize = 10_000;
+
+    async fn iterator(&self, from: &StartPosition) -> PortResult<String> {
+        let (kind, seq, at) = iterator_start(from);
+        let resp = self
             .stream
             .client
             .get_shard_iterator()
             .stream_name(&self.stream.name)
-            .shard_id(&self.shard_id);
-        let (kind, seq, at) = iterator_start(&from);
-        req = req
+            .shard_id(&self.shard_id)
             .shard_iterator_type(kind)
             .set_starting_sequence_number(seq)
-            .set_timestamp(at);
-        let resp = req
+            .set_timestamp(at)
             .send()
             .await
             .map_err(|e| self.stream.err("GetShardIterator", e))?;
@@ -231,64 +218,27 @@ impl KinesisReader {
             ))
         })
     }
-}
 
-#[async_trait]
-impl ShardReader for KinesisReader {
-    async fn next_batch(&mut self, limit: usize) -> PortResult<ReadBatch> {
-        let Some(iterator) = self.iterator.clone() else {
-            return Ok(ReadBatch {
-                shard_end: true,
-                millis_behind_latest: Some(0),
-                ..ReadBatch::default()
-            });
-        };
-        let limit = limit.clamp(1, 10_000) as i32;
-        let resp = match self
+    async fn read(&self, iterator: &str, limit: i32) -> Result<Page, Refused> {
+        let resp = self
             .stream
             .client
             .get_records()
-            .shard_iterator(&iterator)
+            .shard_iterator(iterator)
             .limit(limit)
             .send()
             .await
-            .map_err(|e| self.stream.err("GetRecords", e))
-        {
-            Err(PortError::IteratorExpired(_)) => {
-                // A new iterator right after the last delivered record: nothing skipped or repeated.
-                let it = self.new_iterator().await?;
-                self.iterator = Some(it.clone());
-                self.stream
-                    .client
-                    .get_records()
-                    .shard_iterator(&it)
-                    .limit(limit)
-                    .send()
-                    .await
-                    .map_err(|e| self.stream.err("GetRecords", e))?
-            }
-            other => other?,
-        };
-        let records = resp
-            .records()
-            .iter()
-            .map(record)
-            .collect::<PortResult<Vec<_>>>()?;
-        if let Some(last) = records.last() {
-            self.last = Some(last.seq.clone());
-        }
-        self.iterator = resp.next_shard_iterator().map(str::to_owned);
-        Ok(ReadBatch {
-            records,
+            .map_err(|e| Refused::Port(self.stream.err("GetRecords", e)))?;
+        let records = resp.records().iter().map(record).collect::<PortResult<_>>();
+        Ok(Page {
+            records: records.map_err(Refused::Port)?,
+            next: resp.next_shard_iterator().map(str::to_owned),
             millis_behind_latest: resp.millis_behind_latest(),
-            shard_end: self.iterator.is_none(),
             child_shards: resp
                 .child_shards()
                 .iter()
                 .map(|c| c.shard_id().to_owned())
                 .collect(),
-            // Kinesis sequence numbers have holes: a trimmed record cannot be told from none.
-            trimmed_through: None,
         })
     }
 }

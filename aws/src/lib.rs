@@ -24,6 +24,7 @@ pub mod edge_log;
 pub mod errors;
 pub mod fan_out;
 pub mod kinesis;
+mod reader;
 pub mod setup;
 pub mod source;
 
