@@ -296,6 +296,11 @@ impl ShardIterators for ChangeShard {
 /// How far a read of `records` at `now` is behind the shard's tip. DynamoDB Streams does not
 /// say: an empty read is at the tip, else the last record's age (never below zero; its time is
 /// DynamoDB's, rounded down to the second — by DynamoDB Local to the minute).
+///
+/// **Unshown, an opinion:** AWS documents that `GetRecords` may answer an empty list with
+/// records further on in the shard. DynamoDB Local never did here; on DynamoDB, such an answer
+/// read as the tip would end a `--until-idle` run or verify's read of the log early, and three
+/// in a row while a pending window is rebuilt would give that window up as trimmed.
 fn behind(records: &[StreamRecord], now: i64) -> i64 {
     records.last().map_or(0, |r| (now - r.arrival_ms).max(0))
 }
