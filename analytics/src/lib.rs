@@ -266,10 +266,10 @@ impl AnalyticsShard {
     async fn snapshot(&mut self, shard_end: bool) -> Result<(), ConsumerError> {
         self.fold.settle();
         let dedup = self.fold.dedup.seal();
-        let fence = self.fence.clone();
+        let fence = &self.fence;
         let Some(end) = self.extent.end().cloned() else {
             if shard_end {
-                self.store.mark_finished(&fence).await?;
+                self.store.mark_finished(fence).await?;
             }
             return Ok(());
         };
@@ -286,11 +286,11 @@ impl AnalyticsShard {
             horizon_ms: self.fold.dedup.horizon_ms(),
             shard_finished: shard_end,
         };
-        self.store.save_snapshot(&fence, &snap).await?;
+        self.store.save_snapshot(fence, &snap).await?;
         if self.fold.dedup.take_evicted() {
             tally_consumer::dedup::expire(
                 self.store.as_ref(),
-                &fence,
+                fence,
                 &self.fold.dedup,
                 self.fold.dedup.horizon_ms(),
                 &tally_core::retry::Backoff::default(),
@@ -415,7 +415,7 @@ impl AnalyticsShard {
     /// atomic write with the checkpoint: moved to `through`, or the shard finished when `None`
     /// (it is gone). Trending and latency then describe what was read, and say what was not.
     async fn give_up(&mut self, through: Option<Position>, why: &str) -> Result<(), ConsumerError> {
-        let fence = self.fence.clone();
+        let fence = &self.fence;
         let after = self
             .checkpoint
             .as_ref()
@@ -433,7 +433,7 @@ impl AnalyticsShard {
             &format!("{why}: {what}"),
         );
         let commit = tally_core::ports::GapCommit {
-            fence: &fence,
+            fence,
             start_after: self.checkpoint.as_ref(),
             pending_end: None,
             through: through.as_ref(),

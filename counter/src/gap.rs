@@ -41,7 +41,7 @@ impl CounterShard {
         trimmed_through: Option<Position>,
     ) -> Result<(), ConsumerError> {
         self.settle().await?;
-        let fence = self.fence.clone();
+        let fence = &self.fence;
         let pending = self.replay.clone();
         let became = pending.as_ref().map(|_| self.counting.given_up());
         let through = match (pending.as_ref().map(|p| p.end.clone()), trimmed_through) {
@@ -69,7 +69,7 @@ impl CounterShard {
         );
         let pending_end = pending.as_ref().map(|p| p.end.clone());
         let commit = GapCommit {
-            fence: &fence,
+            fence,
             start_after: self.checkpoint.as_ref(),
             pending_end: pending_end.as_ref(),
             through: through.as_ref(),
