@@ -284,7 +284,7 @@ impl ShardIterators for ChangeShard {
             .collect::<PortResult<_>>()
             .map_err(Refused::Port)?;
         Ok(Page {
-            millis_behind_latest: Some(behind(&records, now_ms())),
+            millis_behind_latest: behind(&records, now_ms()),
             records,
             next: resp.next_shard_iterator().map(str::to_owned),
             // The runtime finds a closed shard's children by listing the shards again.
@@ -293,16 +293,16 @@ impl ShardIterators for ChangeShard {
     }
 }
 
-/// How far a read of `records` at `now` is behind the shard's tip. DynamoDB Streams does not
-/// say: an empty read is at the tip, else the last record's age (never below zero; its time is
-/// DynamoDB's, rounded down to the second — by DynamoDB Local to the minute).
+/// How far a read of `records` at `now` is behind the shard's tip: the last record's age (never
+/// below zero; its time is DynamoDB's, rounded down to the second — by DynamoDB Local to the
+/// minute). An empty read does not say: AWS documents that `GetRecords` may answer an empty list
+/// with records further on in the shard, so it is idle, never the tip that gives records up
+/// ([`ReadBatch::is_at_tip`](tally_core::ports::ReadBatch::is_at_tip)).
 ///
-/// **Unshown, an opinion:** AWS documents that `GetRecords` may answer an empty list with
-/// records further on in the shard. DynamoDB Local never did here; on DynamoDB, such an answer
-/// read as the tip would end a `--until-idle` run or verify's read of the log early, and three
-/// in a row while a pending window is rebuilt would give that window up as trimmed.
-fn behind(records: &[StreamRecord], now: i64) -> i64 {
-    records.last().map_or(0, |r| (now - r.arrival_ms).max(0))
+/// **Unshown, an opinion:** such an answer still ends a `--until-idle` run or verify's read of
+/// the log, as any idle read does; DynamoDB Local never answered so here.
+fn behind(records: &[StreamRecord], now: i64) -> Option<i64> {
+    records.last().map(|r| (now - r.arrival_ms).max(0))
 }
 
 /// A DynamoDB Streams record of `shard` (named in messages) as the stream port sees it: its
@@ -537,15 +537,15 @@ mod decode_tests {
     }
 
     #[test]
-    fn a_read_is_behind_by_its_last_record_s_age_and_an_empty_one_not_at_all() {
+    fn a_read_is_behind_by_its_last_record_s_age_and_an_empty_one_does_not_say() {
         let at = |arrival_ms| StreamRecord {
             seq: SeqNo::of_number(1),
             arrival_ms,
             partition_key: "p".into(),
             data: Vec::new(),
         };
-        assert_eq!(behind(&[], 10_000), 0);
-        assert_eq!(behind(&[at(1_000), at(4_000)], 10_000), 6_000);
-        assert_eq!(behind(&[at(12_000)], 10_000), 0, "never below zero");
+        assert_eq!(behind(&[], 10_000), None, "an empty read does not say");
+        assert_eq!(behind(&[at(1_000), at(4_000)], 10_000), Some(6_000));
+        assert_eq!(behind(&[at(12_000)], 10_000), Some(0), "never below zero");
     }
 }

@@ -101,7 +101,8 @@ async fn read_all(log: &dyn Stream, shard: &str, from: StartPosition) -> Vec<Str
     loop {
         let b = r.next_batch(2).await.unwrap();
         if b.records.is_empty() {
-            assert!(b.is_caught_up(), "an empty read is at the tip: {b:?}");
+            assert!(b.is_caught_up(), "an empty read is idle: {b:?}");
+            assert!(!b.is_at_tip(), "but never said to be the tip: {b:?}");
             return out;
         }
         assert!(b.millis_behind_latest.is_some_and(|m| m >= 0), "{b:?}");

@@ -650,10 +650,12 @@ impl ShardProcessor for CounterShard {
         if let Some(t) = &batch.trimmed_through {
             self.records_trimmed(t).await?;
         }
-        if self.replay.is_some() && batch.is_caught_up() {
-            // At the shard's tip without having met the pending window's last record: the
-            // stream no longer has it. Several reads in a row must say so, so that one early
-            // empty answer from a stream is not taken for it.
+        if self.replay.is_some() && batch.is_at_tip() {
+            // At the shard's tip, as the stream says, without having met the pending window's
+            // last record: the stream no longer has it. Several reads in a row must say so, so
+            // that one early empty answer is not taken for it. A stream that does not say where
+            // its tip is (DynamoDB Streams) gives the window up at the shard's end, or refuses
+            // the read as trimmed.
             self.tip_reads += 1;
             if self.tip_reads >= TIP_READS_FOR_A_GAP {
                 self.give_up(false, TRIMMED, None).await?;
@@ -684,7 +686,7 @@ impl ShardProcessor for CounterShard {
             }
             self.fold_record(record, now_ms).await?;
         }
-        let at_tip = batch.millis_behind_latest.is_some_and(|m| m <= 0);
+        let at_tip = batch.is_caught_up() || batch.millis_behind_latest.is_some_and(|m| m <= 0);
         // A window that shows nothing (the likers counter's first stage: its edges are shown by
         // the second stage once written) closes at the tip: what it holds is seen sooner.
         let closes = self.cfg.close_when_caught_up || !self.counting.shows_open();

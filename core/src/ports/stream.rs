@@ -62,7 +62,8 @@ pub struct StreamRecord {
 pub struct ReadBatch {
     /// The records read, in the shard's order.
     pub records: Vec<StreamRecord>,
-    /// How far the reader is behind the shard's tip (iterator age).
+    /// How far the reader is behind the shard's tip (iterator age); `None` where the stream does
+    /// not say — DynamoDB Streams on an empty read, which it may answer with records further on.
     pub millis_behind_latest: Option<i64>,
     /// The shard is closed and every record has been delivered.
     pub shard_end: bool,
@@ -82,6 +83,13 @@ impl ReadBatch {
     /// shard), and those are not idleness.
     pub fn is_caught_up(&self) -> bool {
         self.records.is_empty() && self.millis_behind_latest.is_none_or(|m| m <= 0)
+    }
+
+    /// Whether the stream says the reader is at the shard's tip: an empty read reporting no lag.
+    /// Only this may take records never met for gone; an empty read that does not say is idle,
+    /// no more.
+    pub fn is_at_tip(&self) -> bool {
+        self.records.is_empty() && self.millis_behind_latest.is_some_and(|m| m <= 0)
     }
 }
 
@@ -163,6 +171,9 @@ mod tests {
         };
         assert!(batch(0, Some(0)).is_caught_up());
         assert!(batch(0, None).is_caught_up());
+        assert!(batch(0, Some(0)).is_at_tip());
+        assert!(!batch(0, None).is_at_tip(), "a stream that does not say");
+        assert!(!batch(3, Some(0)).is_at_tip());
         assert!(
             !batch(0, Some(86_400_000)).is_caught_up(),
             "a day behind is not idle"
