@@ -459,8 +459,8 @@ impl<'a> OneWindow<'a> {
             st.pending,
             Some(Pending {
                 end: end.clone(),
-                first: Some(self.window_first.clone()),
-                horizon_ms: Some(HORIZON_MS),
+                first: self.window_first.clone(),
+                horizon_ms: HORIZON_MS,
             }),
             "the pending window keeps its first record and the settings it was built with"
         );

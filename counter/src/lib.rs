@@ -561,8 +561,7 @@ impl CounterShard {
     fn window_horizon(&self) -> i64 {
         self.replay
             .as_ref()
-            .and_then(|p| p.horizon_ms)
-            .unwrap_or_else(|| self.horizon_ms())
+            .map_or_else(|| self.horizon_ms(), |p| p.horizon_ms)
     }
 }
 
@@ -670,7 +669,7 @@ impl ShardProcessor for CounterShard {
                 if record.seq > p.end.seq {
                     // Past the pending window's end without meeting it: its end is gone.
                     self.give_up(false, TRIMMED, None).await?;
-                } else if !rebuilding && p.first.as_ref().is_some_and(|f| *f != record.seq) {
+                } else if !rebuilding && p.first != record.seq {
                     // The rebuild does not start at the window's first record: its head is gone,
                     // and what is left must not be applied as if it were the whole window.
                     self.give_up(false, HEAD_TRIMMED, None).await?;

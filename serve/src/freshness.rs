@@ -288,7 +288,7 @@ pub fn lease_rows(l: &Listing) -> Value {
                 "lag_reported_ms": lag(s, now).map(|(_, t)| t),
                 "read": !unread(s, now),
                 "since_last_record_ms": c.map(|t| (now - t).max(0)),
-                "pending": s.pending.as_ref().map(|p| json!({"end": p.end.to_string(), "first": p.first.as_ref().map(ToString::to_string), "horizon_ms": p.horizon_ms})),
+                "pending": s.pending.as_ref().map(|p| json!({"end": p.end.to_string(), "first": p.first.to_string(), "horizon_ms": p.horizon_ms})),
                 "finished": l.finished,
                 "parents": l.parents,
             })

@@ -22,12 +22,11 @@ pub struct Pending {
     pub end: Position,
     /// The Kinesis record the window's first user record is in: a rebuild that does not meet it
     /// first has lost the window's head to the stream's retention, and gives the window up on
-    /// record instead of applying what is left as if it were whole (`None`: recorded by an older
-    /// tally that did not store it).
-    pub first: Option<SeqNo>,
+    /// record instead of applying what is left as if it were whole.
+    pub first: SeqNo,
     /// The dedup horizon its duplicate decisions were made with (ms), so that a rebuild after a
-    /// settings change decides the same (`None`: recorded by an older tally that did not store it).
-    pub horizon_ms: Option<i64>,
+    /// settings change decides the same.
+    pub horizon_ms: i64,
 }
 
 /// The settings that decide a window's effect, recorded with its pending end ([`Pending`]) so

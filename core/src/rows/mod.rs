@@ -236,15 +236,13 @@ pub fn shard_state(row: &Row) -> PortResult<ShardState> {
         None => None,
         Some(end) => Some(Pending {
             end,
-            first: f
-                .text("pending_first")?
-                .map(|s| {
-                    SeqNo::parse(s).ok_or_else(|| {
-                        f.corrupt("pending_first", format!("is not a sequence number: `{s}`"))
-                    })
-                })
-                .transpose()?,
-            horizon_ms: f.num("pending_horizon_ms")?,
+            first: {
+                let s = f.required_text("pending_first")?;
+                SeqNo::parse(s).ok_or_else(|| {
+                    f.corrupt("pending_first", format!("is not a sequence number: `{s}`"))
+                })?
+            },
+            horizon_ms: f.required_num("pending_horizon_ms")?,
         }),
     };
     let progress = match (f.num("behind_ms")?, f.num("behind_at_ms")?) {
@@ -435,5 +433,12 @@ mod tests {
         }
         let e = shard_state(&Row::new()).unwrap_err().to_string();
         assert!(e.contains("`app` is missing"), "{e}");
+        let mut r = base();
+        r.extend([
+            ("pending_end", Field::S("12".into())),
+            ("pending_horizon_ms", Field::N(600_000)),
+        ]);
+        let e = shard_state(&row(&r)).unwrap_err().to_string();
+        assert!(e.contains("`pending_first` is missing"), "{e}");
     }
 }
