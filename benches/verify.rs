@@ -210,8 +210,11 @@ fn recount(path: &Path, budget: Option<usize>) -> Run {
     let started = Instant::now();
     let (mut part, mut passes, mut total) = (Part::ALL, 0, 0);
     loop {
-        let mut r =
-            Recount::likers(&shards, &rows).within(part, budget.unwrap_or(usize::MAX), passes == 0);
+        let mut r = Recount::of(tally_core::edge::CountMode::Likers, 0, &shards, &rows).within(
+            part,
+            budget.unwrap_or(usize::MAX),
+            passes == 0,
+        );
         each_record(path, |shard, seq, arrival, data| {
             let seq = SeqNo::parse(&seq.to_string()).expect("seq");
             r.record(&names[shard], &seq, arrival, data);

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_kinesis::primitives::{Blob, DateTime};
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamDescriptionSummary};
 use aws_sdk_kinesis::Client;
 use tally_core::ports::{
     PortError, PortResult, PutEntry, PutOutcome, ShardInfo, ShardReader, StartPosition, Stream,
@@ -76,8 +76,8 @@ impl KinesisStream {
         map(&self.target, call, resource, e)
     }
 
-    /// The stream's ARN (enhanced fan-out registers consumers by it).
-    pub async fn arn(&self) -> PortResult<String> {
+    /// The stream's summary (`DescribeStreamSummary`); `NotFound` when it does not exist.
+    pub(crate) async fn summary(&self) -> PortResult<StreamDescriptionSummary> {
         let d = self
             .client
             .describe_stream_summary()
@@ -85,14 +85,17 @@ impl KinesisStream {
             .send()
             .await
             .map_err(|e| self.err("DescribeStreamSummary", e))?;
-        d.stream_description_summary()
-            .map(|s| s.stream_arn().to_owned())
-            .ok_or_else(|| {
-                PortError::Other(format!(
-                    "DescribeStreamSummary on {} returned no description",
-                    self.resource()
-                ))
-            })
+        d.stream_description_summary.ok_or_else(|| {
+            PortError::Other(format!(
+                "DescribeStreamSummary on {} returned no description",
+                self.resource()
+            ))
+        })
+    }
+
+    /// The stream's ARN (enhanced fan-out registers consumers by it).
+    pub async fn arn(&self) -> PortResult<String> {
+        Ok(self.summary().await?.stream_arn)
     }
 
     /// Checks that the stream exists and the endpoint answers.

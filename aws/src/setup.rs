@@ -28,16 +28,10 @@ pub async fn setup(s: &AwsSettings, shards: usize) -> PortResult<String> {
     let tables = DynamoStore::new(&sdk, s);
     let mut created = Vec::new();
 
-    let k = stream.client();
-    match k
-        .describe_stream_summary()
-        .stream_name(stream.name())
-        .send()
-        .await
-        .map_err(|e| stream.err("DescribeStreamSummary", e))
-    {
+    match stream.summary().await {
         Ok(_) => {}
         Err(PortError::NotFound { .. }) => {
+            let k = stream.client();
             k.create_stream()
                 .stream_name(stream.name())
                 .shard_count(shards as i32)
@@ -287,18 +281,8 @@ async fn add_recent_index(tables: &DynamoStore, suffix: &str) -> PortResult<()> 
 pub async fn open_shard_count(s: &AwsSettings) -> PortResult<Option<usize>> {
     let sdk = sdk_config().await?;
     let stream = KinesisStream::new(&sdk, s);
-    match stream
-        .client()
-        .describe_stream_summary()
-        .stream_name(stream.name())
-        .send()
-        .await
-        .map_err(|e| stream.err("DescribeStreamSummary", e))
-    {
-        Ok(r) => Ok(r
-            .stream_description_summary()
-            .map(|d| d.open_shard_count())
-            .map(|n| n as usize)),
+    match stream.summary().await {
+        Ok(d) => Ok(Some(d.open_shard_count as usize)),
         Err(PortError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e),
     }
@@ -307,16 +291,7 @@ pub async fn open_shard_count(s: &AwsSettings) -> PortResult<Option<usize>> {
 async fn wait_stream(stream: &KinesisStream) -> PortResult<()> {
     let start = tokio::time::Instant::now();
     loop {
-        let r = stream
-            .client()
-            .describe_stream_summary()
-            .stream_name(stream.name())
-            .send()
-            .await
-            .map_err(|e| stream.err("DescribeStreamSummary", e))?;
-        if r.stream_description_summary()
-            .is_some_and(|d| d.stream_status() == &StreamStatus::Active)
-        {
+        if stream.summary().await?.stream_status == StreamStatus::Active {
             return Ok(());
         }
         if start.elapsed() > WAIT {

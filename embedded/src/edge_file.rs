@@ -29,7 +29,7 @@ use rusqlite::Connection;
 use tally_core::ports::{PortError, PortResult};
 
 use crate::edge_parts::{self, EDGES_FILE};
-use crate::{journal, retrying, sql_err, stores, synced, tune, wait_for_locks};
+use crate::{has_table, journal, retrying, sql_err, stores, synced, tune, wait_for_locks};
 
 /// The `edges` and `change_log` tables of every part.
 pub(crate) const EDGES_SQL: &str = include_str!("edges.sql");
@@ -171,16 +171,6 @@ fn earlier_build(path: &Path, e: PortError) -> PortError {
             format!(" ({e})")
         }
     ))
-}
-
-/// Whether the file has the table `name`.
-fn has_table(conn: &Connection, name: &str) -> PortResult<bool> {
-    conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
-        [name],
-        |r| r.get(0),
-    )
-    .map_err(sql_err)
 }
 
 /// What orders a handle's writes across the files ("Durable in order"): its edge commits,

@@ -94,15 +94,7 @@ pub fn part_of(post: &str, n: usize) -> usize {
 /// before parts), and is refused, saying so: read as one part of several, or given a record now,
 /// half its posts would be read from files that never held them.
 pub(crate) fn recorded(first: &Connection) -> PortResult<usize> {
-    let has = |table: &str| {
-        first
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
-                [table],
-                |r| r.get::<_, bool>(0),
-            )
-            .map_err(sql_err)
-    };
+    let has = |table| crate::has_table(first, table);
     if !has("edges")? {
         return Ok(1);
     }

@@ -310,19 +310,21 @@ const TABLES: &[&str] = &[
 /// edges with a history this build no longer reads, and is refused.
 const EARLIER_BUILDS_TABLES: &[&str] = &["window_edges", "edges", "records"];
 
-/// Whether `conn`'s file has a table of each of `names` (how many of them it has).
-fn tables_present(conn: &Connection, names: &[&str]) -> PortResult<i64> {
-    let list = names
-        .iter()
-        .map(|t| format!("'{t}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
+/// Whether `conn`'s file has the table `name`.
+pub(crate) fn has_table(conn: &Connection, name: &str) -> PortResult<bool> {
     conn.query_row(
-        &format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ({list})"),
-        [],
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+        [name],
         |r| r.get(0),
     )
     .map_err(sql_err)
+}
+
+/// How many of `names` are tables of `conn`'s file.
+fn tables_present(conn: &Connection, names: &[&str]) -> PortResult<usize> {
+    names
+        .iter()
+        .try_fold(0, |n, t| Ok(n + usize::from(has_table(conn, t)?)))
 }
 
 /// A store an earlier build of tally made is refused, with what to do: this build counts likers
@@ -351,7 +353,7 @@ fn is_prepared(conn: &Connection) -> PortResult<bool> {
         return Ok(false);
     }
     refuse_earlier_build(conn)?;
-    Ok(tables_present(conn, TABLES)? == TABLES.len() as i64)
+    Ok(tables_present(conn, TABLES)? == TABLES.len())
 }
 
 pub(crate) fn sql_err(e: rusqlite::Error) -> PortError {

@@ -288,7 +288,9 @@ impl WindowWriter for DynamoStore {
             x.name("pending_first"),
             x.val(s(first.as_str()))
         );
-        self.lease_write(fence, x, &extra, update).await
+        self.lease_write(fence, x, &extra, update, ReturnValue::None)
+            .await
+            .map(drop)
     }
 
     async fn apply_posts(
@@ -420,9 +422,7 @@ impl WindowWriter for DynamoStore {
         } else {
             ReturnValue::None
         };
-        let row = self
-            .lease_write_returning(fence, x, &extra, update, returns)
-            .await?;
+        let row = self.lease_write(fence, x, &extra, update, returns).await?;
         match renewal {
             Some(_) => tally_core::rows::handoff_ask(&super::row_of(&row), fence),
             None => Ok(None),

@@ -163,7 +163,7 @@ impl LeaseStore for DynamoStore {
         let set = format!("SET {}", renewal_set(&mut x, &r));
         // The row as written, for the request in it: an UpdateItem's answer costs no read.
         let row = self
-            .lease_write_returning(fence, x, "", set, ReturnValue::AllNew)
+            .lease_write(fence, x, "", set, ReturnValue::AllNew)
             .await?;
         tally_core::rows::handoff_ask(&super::row_of(&row), fence)
     }
@@ -176,8 +176,11 @@ impl LeaseStore for DynamoStore {
             x.val(AttributeValue::Bool(true))
         );
         let set = format!("SET {} = {}", x.name("wanted_by"), x.val(s(to)));
-        match self.lease_write(held, x, &not_finished, set).await {
-            Ok(()) => Ok(true),
+        match self
+            .lease_write(held, x, &not_finished, set, ReturnValue::None)
+            .await
+        {
+            Ok(_) => Ok(true),
             Err(PortError::Fenced { .. }) => Ok(false),
             Err(e) => Err(e),
         }

@@ -486,26 +486,16 @@ impl DynamoStore {
     ) -> PortResult<()> {
         let mut x = Expr::default();
         let upd = update(&mut x);
-        self.lease_write(fence, x, extra_cond, upd).await
-    }
-
-    /// An `UpdateItem` of the fence's lease row, conditioned on the fence and `extra_cond`
-    /// (whose names and values are in `x`); a failed condition is `Fenced`.
-    async fn lease_write(
-        &self,
-        fence: &Fence,
-        x: Expr,
-        extra_cond: &str,
-        update: String,
-    ) -> PortResult<()> {
-        self.lease_write_returning(fence, x, extra_cond, update, ReturnValue::None)
+        self.lease_write(fence, x, extra_cond, upd, ReturnValue::None)
             .await
             .map(drop)
     }
 
-    /// `lease_write`, answering the row's attributes as `returns` asks (no extra units: an
-    /// `UpdateItem` costs its write whatever it returns).
-    async fn lease_write_returning(
+    /// An `UpdateItem` of the fence's lease row, conditioned on the fence and `extra_cond`
+    /// (whose names and values are in `x`); a failed condition is `Fenced`. Answers the row's
+    /// attributes as `returns` asks (no extra units: an `UpdateItem` costs its write whatever it
+    /// returns).
+    async fn lease_write(
         &self,
         fence: &Fence,
         mut x: Expr,

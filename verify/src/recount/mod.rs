@@ -232,33 +232,19 @@ pub struct Recount {
 
 impl Recount {
     /// A recount of what a store counting `mode` counts (counting events, a copy recognised
-    /// within `horizon_ms`).
+    /// within `horizon_ms`; their lineages share a duplicate scope) of `shards`, against the
+    /// counter's lease `rows` (see [`applied`]).
     pub fn of(
         mode: tally_core::edge::CountMode,
         horizon_ms: i64,
         shards: &[ShardInfo],
         rows: &HashMap<String, Row>,
     ) -> Recount {
-        match mode.keeps_edges() {
-            true => Recount::likers(shards, rows),
-            false => Recount::events(horizon_ms, shards, rows),
-        }
-    }
-
-    /// A recount of events, a copy recognised within `horizon_ms`, of `shards` (their lineages
-    /// share a duplicate scope) against the counter's lease `rows` (see [`applied`]).
-    pub fn events(horizon_ms: i64, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
-        Recount::new(Box::new(events::Events::new(horizon_ms)), shards, rows)
-    }
-
-    /// A recount of likers of `shards` against the counter's lease `rows`.
-    pub fn likers(shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
-        Recount::new(Box::<likers::Likers>::default(), shards, rows)
-    }
-
-    fn new(mode: Box<dyn Counting>, shards: &[ShardInfo], rows: &HashMap<String, Row>) -> Recount {
         Recount {
-            mode,
+            mode: match mode.keeps_edges() {
+                true => Box::<likers::Likers>::default(),
+                false => Box::new(events::Events::new(horizon_ms)),
+            },
             input: tally_core::input::Input::default(),
             applied: applied(shards, rows),
             lineage: lineages(shards),
@@ -516,6 +502,7 @@ fn lineages(shards: &[ShardInfo]) -> HashMap<String, usize> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use tally_core::edge::CountMode;
 
     use super::*;
 
@@ -592,7 +579,7 @@ mod tests {
             .into_iter()
             .map(|(s, n)| (s.to_owned(), through(n)))
             .collect();
-        let mut r = Recount::events(1_000, &shards, &rows);
+        let mut r = Recount::of(CountMode::Events, 1_000, &shards, &rows);
         r.record("a", &seq(1), 0, &ev("e1", "p", "like", 60_000));
         r.record("a", &seq(2), 500, &ev("e1", "p", "like", 60_000)); // a retry: once
         r.record("b", &seq(3), 900, &ev("e1", "p", "like", 60_000)); // the child: same lineage
@@ -625,7 +612,7 @@ mod tests {
         // Every record arrives at T; u4's device clock is far ahead, and its like is taken at
         // its word (an edge orders events by their content alone).
         const T: i64 = 1_000_000;
-        let mut r = Recount::likers(&shards, &rows);
+        let mut r = Recount::of(CountMode::Likers, 0, &shards, &rows);
         r.record("a", &seq(1), T, &act("e1", "u1", "like", 60_000));
         r.record("a", &seq(2), T, &act("e2", "u1", "like", 120_000)); // a double tap
         r.record("a", &seq(3), T, &act("e3", "u2", "unlike", 60_000)); // of nothing
@@ -662,9 +649,9 @@ mod tests {
         let (mut part, mut passes, mut counted) = (Part::ALL, 0, 0);
         loop {
             let r = if likers {
-                Recount::likers(&shards, &rows)
+                Recount::of(CountMode::Likers, 0, &shards, &rows)
             } else {
-                Recount::events(60_000, &shards, &rows)
+                Recount::of(CountMode::Events, 60_000, &shards, &rows)
             };
             let mut r = r.within(part, budget, passes == 0);
             for (shard, s, arrival, data) in records {
