@@ -323,18 +323,9 @@ impl ShardTask {
     /// see the lag go to 0 now, not at the next renewal (which a short `--until-idle` run may not
     /// reach). A failure other than a lost lease waits for the next renewal.
     async fn report_progress(&self) -> Result<(), ConsumerError> {
-        let r = self.keeper.renewal();
-        match self
-            .deps
-            .leases
-            .renew_lease(&self.fence, r.expires_ms, r.progress, r.addr.as_deref())
-            .await
-        {
-            Ok(asked) => {
-                self.metrics.renewed.fetch_add(1, Ordering::Relaxed);
-                self.keeper.extended(&r, asked);
-                Ok(())
-            }
+        let leases = self.deps.leases.as_ref();
+        match renew(leases, &self.fence, &self.keeper, &self.metrics).await {
+            Ok(()) => Ok(()),
             Err(e @ PortError::Fenced { .. }) => Err(e.into()),
             Err(e) => {
                 warn!(error = %e, "reporting the shard's progress failed; the next renewal will");
@@ -374,6 +365,23 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Renews the lease as `keeper` says (its expiry, the holder's progress and address), and notes
+/// that it did.
+async fn renew(
+    leases: &dyn LeaseStore,
+    fence: &Fence,
+    keeper: &LeaseKeeper,
+    metrics: &LeaseMetrics,
+) -> Result<(), PortError> {
+    let r = keeper.renewal();
+    let asked = leases
+        .renew_lease(fence, r.expires_ms, r.progress, r.addr.as_deref())
+        .await?;
+    metrics.renewed.fetch_add(1, Ordering::Relaxed);
+    keeper.extended(&r, asked);
+    Ok(())
+}
+
 /// Renews a lease whenever the last write that extended it (a renewal, or a processor's write of
 /// the lease row that carried one, [`LeaseKeeper`]) is `renew_interval` old, until it is lost
 /// (then raises `lost`) or aborted.
@@ -392,15 +400,8 @@ async fn renew_loop(
             tokio::time::sleep(wait).await;
             continue;
         }
-        let r = keeper.renewal();
-        match leases
-            .renew_lease(&fence, r.expires_ms, r.progress, r.addr.as_deref())
-            .await
-        {
-            Ok(asked) => {
-                metrics.renewed.fetch_add(1, Ordering::Relaxed);
-                keeper.extended(&r, asked);
-            }
+        match renew(leases.as_ref(), &fence, &keeper, &metrics).await {
+            Ok(()) => {}
             Err(PortError::Fenced { .. }) => {
                 let _ = lost.send(true);
                 return;

@@ -18,13 +18,14 @@
 //! ([`Board::pending`]), or, asked as the read side asks ([`Listed::Holding`]: the digest of the
 //! shards it lists this worker as holding, and it holds just those), are not listed at all.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use smol_str::SmolStr;
 use tally_core::buckets::PostDelta;
 use tally_core::summary::marker;
+use tally_core::Position;
 
 use crate::holders::Holders;
 
@@ -225,28 +226,10 @@ impl Board {
     fn shard_answer(w: &ShardWindows, shard_id: String, wanted: &HashSet<&str>) -> ShardOpen {
         let mut windows = Vec::new();
         if let Some(c) = &w.applying {
-            let deltas = &c.posts;
-            windows.push(OpenWindow {
-                after: c.start_after.as_ref().map(marker),
-                posts: pick(wanted, |p| {
-                    deltas
-                        .binary_search_by(|(id, _)| id.as_str().cmp(p))
-                        .ok()
-                        .map(|i| &deltas[i].1)
-                }),
-            });
+            windows.push(window(c.start_after.as_ref(), wanted, &c.posts));
         }
         if let Some(b) = w.open.as_ref().filter(|b| !b.is_empty()) {
-            let deltas = b.deltas_of(wanted);
-            windows.push(OpenWindow {
-                after: b.start_after().map(marker),
-                posts: pick(wanted, |p| {
-                    deltas
-                        .binary_search_by(|(id, _)| id.as_str().cmp(p))
-                        .ok()
-                        .map(|i| &deltas[i].1)
-                }),
-            });
+            windows.push(window(b.start_after(), wanted, &b.deltas_of(wanted)));
         }
         windows.retain(|w| !w.posts.is_empty());
         ShardOpen {
@@ -257,15 +240,20 @@ impl Board {
     }
 }
 
-/// The deltas of the posts asked about that `delta` finds, by post.
-fn pick<'a>(
+/// A window after `after` as answered: the deltas (sorted by post) of the posts asked about.
+fn window(
+    after: Option<&Position>,
     posts: &HashSet<&str>,
-    delta: impl Fn(&str) -> Option<&'a PostDelta>,
-) -> BTreeMap<String, BTreeMap<i64, i64>> {
-    posts
-        .iter()
-        .filter_map(|p| Some(((*p).to_owned(), delta(p)?.by_minute.clone())))
-        .collect()
+    deltas: &[(String, PostDelta)],
+) -> OpenWindow {
+    let delta = |p: &str| {
+        let i = deltas.binary_search_by(|(id, _)| id.as_str().cmp(p)).ok()?;
+        Some((p.to_owned(), deltas[i].1.by_minute.clone()))
+    };
+    OpenWindow {
+        after: after.map(marker),
+        posts: posts.iter().filter_map(|p| delta(p)).collect(),
+    }
 }
 
 /// The posts one shard is asked about: the page's posts the worker's index notes its windows
