@@ -67,9 +67,47 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ConsumerError> {
     let span = tracing::info_span!("worker", app = %ctx.app, worker = %cfg.worker_id);
-    run_inner(deps, cfg, Arc::new(ctx), idle_exit, metrics, shutdown)
-        .instrument(span)
-        .await
+    let ctx = Arc::new(ctx);
+    async move {
+        tokio::pin!(shutdown);
+        let mut w = Worker {
+            deps,
+            cfg,
+            ctx,
+            idle_exit,
+            metrics,
+            wake: Arc::new(Notify::new()),
+            running: HashMap::new(),
+            last_discovery: None,
+            discovered_once: false,
+            finished_since: HashMap::new(),
+            last_stats: Instant::now(),
+            reported: LeaseCounts::default(),
+            last_wait_report: None,
+            last_list_warning: None,
+            fleet: Fleet::default(),
+            settled_at: None,
+        };
+        let result = loop {
+            match w.iterate().await {
+                Ok(Round::Continue) => {}
+                Ok(Round::Idle) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+            if w.pause(&mut shutdown).await == Pause::ShuttingDown {
+                info!("shutting down");
+                break Ok(());
+            }
+        };
+        let stopped = w.stop().await;
+        match (result, stopped) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(e)) if w.idle_exit.armed_at().is_some() => Err(e),
+            _ => Ok(()),
+        }
+    }
+    .instrument(span)
+    .await
 }
 
 /// A worker's state between iterations of its loop.
@@ -101,52 +139,6 @@ struct Worker {
     /// When a full listing of the leases last found nothing to take or steal (`None`: the last
     /// one did, or nothing was listed yet).
     settled_at: Option<Instant>,
-}
-
-async fn run_inner(
-    deps: WorkerDeps,
-    cfg: WorkerConfig,
-    ctx: Arc<WorkerContext>,
-    idle_exit: Arc<IdleExit>,
-    metrics: Arc<LeaseMetrics>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), ConsumerError> {
-    tokio::pin!(shutdown);
-    let mut w = Worker {
-        deps,
-        cfg,
-        ctx,
-        idle_exit,
-        metrics,
-        wake: Arc::new(Notify::new()),
-        running: HashMap::new(),
-        last_discovery: None,
-        discovered_once: false,
-        finished_since: HashMap::new(),
-        last_stats: Instant::now(),
-        reported: LeaseCounts::default(),
-        last_wait_report: None,
-        last_list_warning: None,
-        fleet: Fleet::default(),
-        settled_at: None,
-    };
-    let result = loop {
-        match w.iterate().await {
-            Ok(Round::Continue) => {}
-            Ok(Round::Idle) => break Ok(()),
-            Err(e) => break Err(e),
-        }
-        if w.pause(&mut shutdown).await == Pause::ShuttingDown {
-            info!("shutting down");
-            break Ok(());
-        }
-    };
-    let stopped = w.stop().await;
-    match (result, stopped) {
-        (Err(e), _) => Err(e),
-        (Ok(()), Some(e)) if w.idle_exit.armed_at().is_some() => Err(e),
-        _ => Ok(()),
-    }
 }
 
 /// What one iteration of the loop found.
