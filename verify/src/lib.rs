@@ -160,7 +160,12 @@ pub async fn check(b: Ports<'_>, a: &VerifyConfig, pb: &dyn Progress) -> Result<
         memory_budget: bytesize::ByteSize(a.memory).to_string(),
         ..Report::default()
     };
-    let rule = &a.rule;
+    // What the store claimed it counts decides; the caller's mode only where it claimed none.
+    let stored = b.counter.stored_mode().await?;
+    let rule = &Rule {
+        mode: stored.unwrap_or(a.rule.mode),
+        ..a.rule.clone()
+    };
     // Counting likers, the changes of the edges not counted yet (the counter's second stage
     // reads them after its checkpoints): what the counts lag the edges by.
     let tail = match rule.mode.keeps_edges() {
@@ -431,7 +436,8 @@ async fn states(b: Ports<'_>, app: &str) -> Result<HashMap<String, ShardState>> 
 /// What the recount counts by, and what the records are.
 #[derive(Clone, Debug, Default)]
 pub struct Rule {
-    /// What the store counts (what it says, else `counter.count`: `Backend::counted_mode`).
+    /// What the store counts where it has claimed nothing yet (`counter.count`); a mode it
+    /// claimed decides.
     pub mode: CountMode,
     /// Counting events, a copy is recognised within this dedup horizon (ms:
     /// `counter.dedup_horizon`).

@@ -424,7 +424,9 @@ impl WindowWriter for DynamoStore {
         };
         let row = self.lease_write(fence, x, &extra, update, returns).await?;
         match renewal {
-            Some(_) => tally_core::rows::handoff_ask(&super::row_of(&row), fence),
+            Some(_) => {
+                tally_core::rows::handoff_ask(&super::row_of(&row), &self.table("leases"), fence)
+            }
             None => Ok(None),
         }
     }

@@ -12,20 +12,31 @@ use tally_core::ports::{
     LeaseStore, Member, PortError, PortResult, ReadProgress, Renewal, ShardInfo, ShardState,
 };
 
-use super::{lease_from, n, s, DynamoStore, Expr};
+use super::{n, row_of, s, DynamoStore, Expr};
 
-/// Lease rows' states, by shard id.
-fn states_of(items: &[HashMap<String, AttributeValue>]) -> PortResult<Vec<ShardState>> {
-    let mut out: Vec<ShardState> = items.iter().map(lease_from).collect::<PortResult<_>>()?;
-    out.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
-    Ok(out)
+impl DynamoStore {
+    /// A lease item, decoded by the one codec both stores use (`tally_core::rows::shard_state`):
+    /// a corrupt attribute is an error naming the item in its table, never a default.
+    fn lease_from(&self, item: &HashMap<String, AttributeValue>) -> PortResult<ShardState> {
+        tally_core::rows::shard_state(&row_of(item), &self.table("leases"))
+    }
+
+    /// Lease rows' states, by shard id.
+    fn states_of(&self, items: &[HashMap<String, AttributeValue>]) -> PortResult<Vec<ShardState>> {
+        let mut out = items
+            .iter()
+            .map(|i| self.lease_from(i))
+            .collect::<PortResult<Vec<_>>>()?;
+        out.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
+        Ok(out)
+    }
 }
 
 #[async_trait]
 impl LeaseReader for DynamoStore {
     async fn list_states(&self, app: &str) -> PortResult<Vec<ShardState>> {
         let items = self.partition("leases", "app", app).await?;
-        states_of(&items)
+        self.states_of(&items)
     }
 
     async fn list_states_to_plan(&self, app: &str) -> PortResult<Vec<ShardState>> {
@@ -33,12 +44,12 @@ impl LeaseReader for DynamoStore {
         let items = self
             .query_all("leases", "app = :k", values, None, false)
             .await?;
-        states_of(&items)
+        self.states_of(&items)
     }
 
     async fn shard_state(&self, app: &str, shard_id: &str) -> PortResult<ShardState> {
         match self.get("leases", Self::lease_key(app, shard_id)).await? {
-            Some(item) => lease_from(&item),
+            Some(item) => self.lease_from(&item),
             None => Err(PortError::NotFound {
                 what: format!("lease {app}/{shard_id}"),
                 hint: String::new(),
@@ -165,7 +176,8 @@ impl LeaseStore for DynamoStore {
         let row = self
             .lease_write(fence, x, "", set, ReturnValue::AllNew)
             .await?;
-        tally_core::rows::handoff_ask(&super::row_of(&row), fence)
+        let table = self.table("leases");
+        tally_core::rows::handoff_ask(&super::row_of(&row), &table, fence)
     }
 
     async fn ask_handoff(&self, held: &Fence, to: &str) -> PortResult<bool> {

@@ -37,7 +37,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use tally_core::dedup::DedupRecord;
-use tally_core::ports::{Fence, PortError, PortResult, ShardState};
+use tally_core::ports::{Fence, PortError, PortResult};
 use tally_core::rows::{Field, Row};
 use tally_core::Position;
 
@@ -187,12 +187,6 @@ pub(crate) fn row_of(item: &HashMap<String, AttributeValue>) -> Row {
             (k.clone(), f)
         })
         .collect()
-}
-
-/// A lease item, decoded by the one codec both stores use (`tally_core::rows::shard_state`):
-/// a corrupt attribute is an error naming the item, never a default.
-fn lease_from(item: &HashMap<String, AttributeValue>) -> PortResult<ShardState> {
-    tally_core::rows::shard_state(&row_of(item))
 }
 
 /// Maps a cancelled transaction by its cancellation reasons: a failed condition means the lease

@@ -134,9 +134,13 @@ fn key_text<'a>(row: &'a Row, field: &str) -> &'a str {
 
 /// Who asked for the lease of `fence`'s row (`wanted_by`, `LeaseStore::ask_handoff`), as a
 /// renewal reads it back: `None` when no one has. Not a string is an error: read as no one, a
-/// handoff asked for would be passed over.
-pub fn handoff_ask(row: &Row, fence: &crate::ports::Fence) -> PortResult<Option<String>> {
-    let item = &format!("leases {}/{}", fence.app, fence.shard_id);
+/// handoff asked for would be passed over. Errors name the row in its `table`.
+pub fn handoff_ask(
+    row: &Row,
+    table: &str,
+    fence: &crate::ports::Fence,
+) -> PortResult<Option<String>> {
+    let item = &format!("{table} {}/{}", fence.app, fence.shard_id);
     Ok(Fields { row, item }.text("wanted_by")?.map(str::to_owned))
 }
 
@@ -214,10 +218,10 @@ pub fn counted_without_mode(store: &str) -> PortError {
 }
 
 /// A lease row, decoded: the shard's lease, its pending window, what the counter spent on it and
-/// its holder's progress. Errors name the row (`leases counter/shardId-…`).
-pub fn shard_state(row: &Row) -> PortResult<ShardState> {
+/// its holder's progress. Errors name the row in its `table` (`tally-leases counter/shardId-…`).
+pub fn shard_state(row: &Row, table: &str) -> PortResult<ShardState> {
     let (app, shard) = (key_text(row, "app"), key_text(row, "shard_id"));
-    let item = &format!("leases {app}/{shard}");
+    let item = &format!("{table} {app}/{shard}");
     let f = Fields { row, item };
     let epoch = f.num("epoch")?.unwrap_or(0);
     let lease = Lease {
@@ -379,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_fresh_row_takes_the_defaults() {
-        let st = shard_state(&row(&base())).unwrap();
+        let st = shard_state(&row(&base()), "leases").unwrap();
         assert_eq!(st.lease.parents, Vec::<String>::new());
         assert_eq!(st.lease.max_arrival, i64::MIN);
         assert!(st.pending.is_none() && !st.lease.finished);
@@ -401,8 +405,8 @@ mod tests {
             ("spent", Field::S(r#"{"counted":7,"counts":3}"#.into())),
         ]);
         let (a, b) = (
-            shard_state(&row(&dynamo)).unwrap(),
-            shard_state(&row(&sqlite)).unwrap(),
+            shard_state(&row(&dynamo), "leases").unwrap(),
+            shard_state(&row(&sqlite), "leases").unwrap(),
         );
         assert_eq!(a.lease, b.lease);
         assert_eq!(a.spent, b.spent);
@@ -424,21 +428,21 @@ mod tests {
         ] {
             let mut r = base();
             r.push((field, bad));
-            let e = shard_state(&row(&r)).unwrap_err();
+            let e = shard_state(&row(&r), "tally-leases").unwrap_err();
             let text = e.to_string();
             assert!(
-                text.contains("leases counter/s0") && text.contains(&format!("`{field}`")),
+                text.contains("tally-leases counter/s0") && text.contains(&format!("`{field}`")),
                 "{field}: {text}"
             );
         }
-        let e = shard_state(&Row::new()).unwrap_err().to_string();
+        let e = shard_state(&Row::new(), "leases").unwrap_err().to_string();
         assert!(e.contains("`app` is missing"), "{e}");
         let mut r = base();
         r.extend([
             ("pending_end", Field::S("12".into())),
             ("pending_horizon_ms", Field::N(600_000)),
         ]);
-        let e = shard_state(&row(&r)).unwrap_err().to_string();
+        let e = shard_state(&row(&r), "leases").unwrap_err().to_string();
         assert!(e.contains("`pending_first` is missing"), "{e}");
     }
 }

@@ -235,7 +235,7 @@ impl WindowWriter for Embedded {
                 .map_err(sql_err)?;
             // Read before the commit: a corrupt request rolls the window's finish back.
             let wanted = match renewal {
-                Some(_) => tally_core::rows::handoff_ask(&wanted, &fence)?,
+                Some(_) => tally_core::rows::handoff_ask(&wanted, "leases", &fence)?,
                 None => None,
             };
             tx.commit().map_err(sql_err)?;

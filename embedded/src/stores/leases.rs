@@ -127,7 +127,7 @@ impl LeaseStore for Embedded {
                 .optional()
                 .map_err(sql_err)?;
             match wanted {
-                Some(row) => tally_core::rows::handoff_ask(&row, &f),
+                Some(row) => tally_core::rows::handoff_ask(&row, "leases", &f),
                 None => Err(PortError::Fenced { app: f.app, shard_id: f.shard_id }),
             }
         })

@@ -66,7 +66,9 @@ pub(crate) fn row_of(r: &rusqlite::Row<'_>, columns: &str) -> rusqlite::Result<R
 
 /// The rows of a query of lease columns, decoded.
 fn states_of(rows: Vec<Row>) -> PortResult<Vec<ShardState>> {
-    rows.iter().map(tally_core::rows::shard_state).collect()
+    rows.iter()
+        .map(|r| tally_core::rows::shard_state(r, "leases"))
+        .collect()
 }
 
 /// The lease row of `app`'s `shard_id`, decoded, if there is one.
@@ -82,7 +84,7 @@ pub(crate) fn lease_row(
     )
     .optional()
     .map_err(sql_err)?
-    .map(|row| tally_core::rows::shard_state(&row))
+    .map(|row| tally_core::rows::shard_state(&row, "leases"))
     .transpose()
 }
 
