@@ -299,8 +299,9 @@ impl ShardIterators for ChangeShard {
 /// with records further on in the shard, so it is idle, never the tip that gives records up
 /// ([`ReadBatch::is_at_tip`](tally_core::ports::ReadBatch::is_at_tip)).
 ///
-/// **Unshown, an opinion:** such an answer still ends a `--until-idle` run or verify's read of
-/// the log, as any idle read does; DynamoDB Local never answered so here.
+/// **Unshown, an opinion:** on an open shard such an answer still ends a `--until-idle` run or
+/// verify's read of the log, as any idle read does (a closed shard is read to its end:
+/// `tally_recording::reading::read_to_tip`); DynamoDB Local never answered so here.
 fn behind(records: &[StreamRecord], now: i64) -> Option<i64> {
     records.last().map(|r| (now - r.arrival_ms).max(0))
 }

@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use tally_core::clock::now_ms;
-use tally_core::ports::{ShardInfo, Stream};
+use tally_core::ports::{ShardInfo, StartPosition, Stream};
 
 use crate::reading::{parents_first, read_to_tip};
 
@@ -65,7 +65,7 @@ pub async fn record(
     out.write_all(b"\n")?;
     let mut records = 0u64;
     for s in &shards {
-        read_to_tip(stream, &s.shard_id, 1_000, |batch| {
+        read_to_tip(stream, (s, StartPosition::TrimHorizon), 1_000, |batch| {
             for r in batch.records {
                 Recorded {
                     shard_id: s.shard_id.clone(),

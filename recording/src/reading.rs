@@ -51,18 +51,20 @@ pub async fn next_batch(reader: &mut dyn ShardReader, limit: usize) -> PortResul
     }
 }
 
-/// Reads `shard_id` from its oldest retained record to its tip (or its end), handing each batch
-/// to `each`: how `tally record` and `tally verify` read a stream.
+/// Reads `shard` from `from` to its tip, or a closed shard to its end, handing each batch to
+/// `each`: how `tally record` and `tally verify` read a stream and the edges' change log. A
+/// closed shard's empty read is not its end: DynamoDB Streams may answer one with records
+/// further on.
 pub async fn read_to_tip(
     stream: &dyn Stream,
-    shard_id: &str,
+    (shard, from): (&ShardInfo, StartPosition),
     limit: usize,
     mut each: impl FnMut(ReadBatch) -> Result<()>,
 ) -> Result<()> {
-    let mut reader = stream.open(shard_id, StartPosition::TrimHorizon).await?;
+    let mut reader = stream.open(&shard.shard_id, from).await?;
     loop {
         let batch = next_batch(reader.as_mut(), limit).await?;
-        let done = batch.shard_end || batch.is_caught_up();
+        let done = batch.shard_end || (!shard.closed && batch.is_caught_up());
         each(batch)?;
         if done {
             return Ok(());
@@ -88,4 +90,89 @@ pub fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
     } else {
         Box::new(r)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use tally_core::ports::{PutEntry, PutOutcome, StreamRecord};
+    use tally_core::SeqNo;
+
+    use super::*;
+
+    /// A shard that answers two empty reads that do not say how far behind they are (as
+    /// DynamoDB Streams may, with records further on), then a record, then its end.
+    struct Sparse(Mutex<VecDeque<ReadBatch>>);
+
+    impl Sparse {
+        fn new() -> Sparse {
+            let record = StreamRecord {
+                seq: SeqNo::parse("7").unwrap(),
+                arrival_ms: 0,
+                partition_key: "p".into(),
+                data: b"{}".to_vec(),
+            };
+            let reads = [
+                ReadBatch::default(),
+                ReadBatch::default(),
+                ReadBatch {
+                    records: vec![record],
+                    ..ReadBatch::default()
+                },
+                ReadBatch {
+                    shard_end: true,
+                    ..ReadBatch::default()
+                },
+            ];
+            Sparse(Mutex::new(reads.into()))
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Stream for Sparse {
+        async fn list_shards(&self) -> PortResult<Vec<ShardInfo>> {
+            unreachable!()
+        }
+        async fn open(&self, _: &str, _: StartPosition) -> PortResult<Box<dyn ShardReader>> {
+            let reads = std::mem::take(&mut *self.0.lock().unwrap());
+            Ok(Box::new(Reads(reads)))
+        }
+        async fn put_records(&self, _: &[PutEntry]) -> PortResult<Vec<PutOutcome>> {
+            unreachable!()
+        }
+    }
+
+    struct Reads(VecDeque<ReadBatch>);
+
+    #[async_trait::async_trait]
+    impl ShardReader for Reads {
+        async fn next_batch(&mut self, _: usize) -> PortResult<ReadBatch> {
+            Ok(self.0.pop_front().expect("read past the shard's end"))
+        }
+    }
+
+    async fn records_read(closed: bool) -> usize {
+        let shard = ShardInfo {
+            shard_id: "s".into(),
+            parents: vec![],
+            closed,
+        };
+        let mut n = 0;
+        let from = (&shard, StartPosition::TrimHorizon);
+        read_to_tip(&Sparse::new(), from, 10, |b| {
+            n += b.records.len();
+            Ok(())
+        })
+        .await
+        .unwrap();
+        n
+    }
+
+    #[tokio::test]
+    async fn a_closed_shard_is_read_to_its_end_and_an_open_one_to_an_idle_read() {
+        assert_eq!(records_read(true).await, 1, "past its empty reads");
+        assert_eq!(records_read(false).await, 0, "an idle read is its tip");
+    }
 }

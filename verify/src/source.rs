@@ -62,7 +62,8 @@ pub async fn read_stream(
     let mut r = rule.recount(&shards, rows, pass);
     let mut notes = Vec::new();
     for s in &shards {
-        tally_recording::reading::read_to_tip(stream, &s.shard_id, 10_000, |batch| {
+        let from = StartPosition::TrimHorizon;
+        tally_recording::reading::read_to_tip(stream, (s, from), 10_000, |batch| {
             if let Some(t) = &batch.trimmed_through {
                 notes.push(format!(
                     "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",

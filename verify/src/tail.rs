@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use tally_core::apps;
 use tally_core::buckets::MINUTE_MS;
 use tally_core::edge::{moves, EdgeChange};
-use tally_core::ports::{ShardState, StartPosition};
+use tally_core::ports::{ShardState, StartPosition, StreamRecord};
 use tally_core::summary::marker;
 
 use crate::recount::Minute;
@@ -51,38 +51,34 @@ impl LogTail {
                     .get(&shard.shard_id)
                     .and_then(|s| s.lease.checkpoint.as_ref()),
             );
-            let mut r = log
-                .open(&shard.shard_id, from)
-                .await
-                .context("opening the change log")?;
-            loop {
-                let batch = tally_recording::reading::next_batch(r.as_mut(), 1_000)
-                    .await
-                    .context("reading the change log")?;
-                for rec in &batch.records {
-                    let Ok(c) = EdgeChange::decode(&rec.data) else {
-                        continue;
-                    };
-                    let m: Vec<(Minute, i64)> = moves(c.before, c.after)
-                        .map(|(at, n)| (at.div_euclid(MINUTE_MS), n))
-                        .collect();
-                    out.changes += 1;
-                    out.total += m.iter().map(|(_, n)| n).sum::<i64>();
-                    out.by_post
-                        .entry(c.post_id.to_string())
-                        .or_default()
-                        .push(Pending {
-                            shard: shard.shard_id.clone(),
-                            marker: marker(&tally_core::Position::whole(rec.seq.clone())),
-                            moves: m,
-                        });
-                }
-                if batch.records.is_empty() || batch.shard_end {
-                    break;
-                }
-            }
+            let read =
+                tally_recording::reading::read_to_tip(log.as_ref(), (&shard, from), 1_000, |b| {
+                    b.records.iter().for_each(|r| out.note(&shard.shard_id, r));
+                    Ok(())
+                });
+            read.await.context("reading the change log")?;
         }
         Ok(out)
+    }
+
+    /// Notes a record of the log's `shard`: its change, if it is one.
+    fn note(&mut self, shard: &str, rec: &StreamRecord) {
+        let Ok(c) = EdgeChange::decode(&rec.data) else {
+            return;
+        };
+        let m: Vec<(Minute, i64)> = moves(c.before, c.after)
+            .map(|(at, n)| (at.div_euclid(MINUTE_MS), n))
+            .collect();
+        self.changes += 1;
+        self.total += m.iter().map(|(_, n)| n).sum::<i64>();
+        self.by_post
+            .entry(c.post_id.to_string())
+            .or_default()
+            .push(Pending {
+                shard: shard.to_owned(),
+                marker: marker(&tally_core::Position::whole(rec.seq.clone())),
+                moves: m,
+            });
     }
 
     /// What the changes of `post` that a count whose live items are marked `marks` does not
