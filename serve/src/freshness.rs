@@ -157,18 +157,6 @@ impl Listings {
     }
 }
 
-/// How fresh the counts of the posts homed elsewhere are, by home: [`applied_through`] of that
-/// home's counter, from its lease rows as replicated here — so the replication lag is in it (a
-/// replica's rows are as old as what it has of the counts).
-pub fn homes_through(homes: &[(&str, Arc<Listing>)]) -> Value {
-    Value::Object(
-        homes
-            .iter()
-            .map(|(h, l)| ((*h).to_owned(), applied_through(l)))
-            .collect(),
-    )
-}
-
 /// A shard's arrival clock: the latest arrival time of a record it has applied, if any.
 fn clock(l: &Lease) -> Option<i64> {
     (l.max_arrival != i64::MIN).then_some(l.max_arrival)

@@ -132,12 +132,16 @@ impl Ctx {
     }
 
     /// How fresh `app`'s answers are, from the latest listing; across regions the counter's adds
-    /// `homes`: how fresh the counts of each other home's posts are ([`freshness::homes_through`]).
+    /// `homes`: how fresh the counts of each other home's posts are, by home — that home's
+    /// counter's lease rows as replicated here, so the replication lag is in it.
     pub fn fresh(&self, app: &str) -> Value {
         let mut v = applied_through(&self.listings.get(app));
         let homes = self.listings.homes();
         if app == apps::COUNTER && !homes.is_empty() {
-            v["homes"] = freshness::homes_through(&homes);
+            let by_home = homes
+                .iter()
+                .map(|(h, l)| ((*h).to_owned(), applied_through(l)));
+            v["homes"] = Value::Object(by_home.collect());
         }
         v
     }

@@ -180,9 +180,8 @@ pub async fn top(settings: &Settings, backend: &Backend, args: &TopArgs) -> Resu
         usize::from(args.k),
     )
     .await?;
+    let fresh = applied_through(&Listing::fetch(backend.leases.as_ref(), apps::ANALYTICS).await?);
     if args.json {
-        let fresh =
-            applied_through(&Listing::fetch(backend.leases.as_ref(), apps::ANALYTICS).await?);
         print_json(&json!({
             "trending": top
                 .iter()
@@ -197,8 +196,6 @@ pub async fn top(settings: &Settings, backend: &Backend, args: &TopArgs) -> Resu
         for (i, e) in top.iter().enumerate() {
             println!("{:>4}  {:<24} {:>12.2}", i + 1, e.post_id, e.score);
         }
-        let fresh =
-            applied_through(&Listing::fetch(backend.leases.as_ref(), apps::ANALYTICS).await?);
         println!("{}", freshness_line("analytics", &fresh));
     }
     Ok(())
