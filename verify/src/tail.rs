@@ -46,11 +46,12 @@ impl LogTail {
             ..LogTail::default()
         };
         for shard in log.list_shards().await.context("listing the change log")? {
-            let from = StartPosition::after(
-                out.states
-                    .get(&shard.shard_id)
-                    .and_then(|s| s.lease.checkpoint.as_ref()),
-            );
+            let state = out.states.get(&shard.shard_id);
+            if state.is_some_and(|s| s.lease.finished) {
+                // Read to its end and counted: nothing is left in it.
+                continue;
+            }
+            let from = StartPosition::after(state.and_then(|s| s.lease.checkpoint.as_ref()));
             let read =
                 tally_recording::reading::read_to_tip(log.as_ref(), (&shard, from), 1_000, |b| {
                     b.records.iter().for_each(|r| out.note(&shard.shard_id, r));

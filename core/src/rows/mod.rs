@@ -236,17 +236,27 @@ pub fn shard_state(row: &Row, table: &str) -> PortResult<ShardState> {
         parents: f.list("parents")?,
         max_arrival: f.num("max_arrival")?.unwrap_or(i64::MIN),
     };
+    // A pending window an earlier build recorded has neither: that build applies it.
+    let earlier = |field| {
+        let why = "is missing: an earlier build of tally recorded this pending window; let it \
+                   apply it (`tally count --until-idle`) before this build counts the shard";
+        f.corrupt(field, why.into())
+    };
     let pending = match f.position("pending_end")? {
         None => None,
         Some(end) => Some(Pending {
             end,
             first: {
-                let s = f.required_text("pending_first")?;
+                let s = f
+                    .text("pending_first")?
+                    .ok_or_else(|| earlier("pending_first"))?;
                 SeqNo::parse(s).ok_or_else(|| {
                     f.corrupt("pending_first", format!("is not a sequence number: `{s}`"))
                 })?
             },
-            horizon_ms: f.required_num("pending_horizon_ms")?,
+            horizon_ms: f
+                .num("pending_horizon_ms")?
+                .ok_or_else(|| earlier("pending_horizon_ms"))?,
         }),
     };
     let progress = match (f.num("behind_ms")?, f.num("behind_at_ms")?) {
@@ -443,6 +453,9 @@ mod tests {
             ("pending_horizon_ms", Field::N(600_000)),
         ]);
         let e = shard_state(&row(&r), "leases").unwrap_err().to_string();
-        assert!(e.contains("`pending_first` is missing"), "{e}");
+        assert!(
+            e.contains("`pending_first` is missing: an earlier build"),
+            "{e}"
+        );
     }
 }
