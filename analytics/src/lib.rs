@@ -274,7 +274,7 @@ impl AnalyticsShard {
             return Ok(());
         };
         let snap = AnalyticsSnapshot {
-            shard_id: self.fence.shard_id.clone(),
+            shard_id: fence.shard_id.clone(),
             end,
             max_arrival: self.fold.dedup.running_max(),
             taken_at_ms: now_ms(),
@@ -345,8 +345,7 @@ impl ShardProcessor for AnalyticsShard {
         )
         .await?;
         let sketches = self.store.trending_sketches(&fence.app).await?;
-        if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| s == &self.fence.shard_id)
-        {
+        if let Some((_, entries, at)) = sketches.iter().find(|(s, _, _)| *s == fence.shard_id) {
             self.fold.trending = Trending::restore(
                 self.cfg.sketch_capacity,
                 self.cfg.half_life.as_millis() as i64,
@@ -355,7 +354,7 @@ impl ShardProcessor for AnalyticsShard {
             );
         }
         let all = self.store.trending_sketches(&all_time(&fence.app)).await?;
-        if let Some((_, entries, at)) = all.iter().find(|(s, _, _)| s == &self.fence.shard_id) {
+        if let Some((_, entries, at)) = all.iter().find(|(s, _, _)| *s == fence.shard_id) {
             self.fold.top_liked =
                 Trending::restore(self.cfg.sketch_capacity, ALL_TIME, entries, *at);
         }
@@ -425,7 +424,7 @@ impl AnalyticsShard {
             None => format!("records after {after} were never read"),
         };
         let gap = tally_core::dead_letter::DeadLetter::gap(
-            &self.fence.shard_id,
+            &fence.shard_id,
             &fence.app,
             self.checkpoint.as_ref(),
             through.as_ref(),

@@ -65,7 +65,7 @@ pub async fn record(
     out.write_all(b"\n")?;
     let mut records = 0u64;
     for s in &shards {
-        read_to_tip(stream, (s, StartPosition::TrimHorizon), 1_000, |batch| {
+        read_to_tip(stream, s, StartPosition::TrimHorizon, 1_000, |batch| {
             for r in batch.records {
                 Recorded {
                     shard_id: s.shard_id.clone(),

@@ -57,7 +57,8 @@ pub async fn next_batch(reader: &mut dyn ShardReader, limit: usize) -> PortResul
 /// further on.
 pub async fn read_to_tip(
     stream: &dyn Stream,
-    (shard, from): (&ShardInfo, StartPosition),
+    shard: &ShardInfo,
+    from: StartPosition,
     limit: usize,
     mut each: impl FnMut(ReadBatch) -> Result<()>,
 ) -> Result<()> {
@@ -160,11 +161,16 @@ mod tests {
             closed,
         };
         let mut n = 0;
-        let from = (&shard, StartPosition::TrimHorizon);
-        read_to_tip(&Sparse::new(), from, 10, |b| {
-            n += b.records.len();
-            Ok(())
-        })
+        read_to_tip(
+            &Sparse::new(),
+            &shard,
+            StartPosition::TrimHorizon,
+            10,
+            |b| {
+                n += b.records.len();
+                Ok(())
+            },
+        )
         .await
         .unwrap();
         n

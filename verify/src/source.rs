@@ -63,7 +63,7 @@ pub async fn read_stream(
     let mut notes = Vec::new();
     for s in &shards {
         let from = StartPosition::TrimHorizon;
-        tally_recording::reading::read_to_tip(stream, (s, from), 10_000, |batch| {
+        tally_recording::reading::read_to_tip(stream, s, from, 10_000, |batch| {
             if let Some(t) = &batch.trimmed_through {
                 notes.push(format!(
                     "{}: records through {t} are past the stream's retention; counts that include them cannot be recounted (a post the store holds more of is expected)",

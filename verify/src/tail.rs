@@ -53,7 +53,7 @@ impl LogTail {
             }
             let from = StartPosition::after(state.and_then(|s| s.lease.checkpoint.as_ref()));
             let read =
-                tally_recording::reading::read_to_tip(log.as_ref(), (&shard, from), 1_000, |b| {
+                tally_recording::reading::read_to_tip(log.as_ref(), &shard, from, 1_000, |b| {
                     b.records.iter().for_each(|r| out.note(&shard.shard_id, r));
                     Ok(())
                 });
